@@ -1,0 +1,314 @@
+//! Zero-initialised arrays that the kernel can back with 2 MB transparent huge pages.
+//!
+//! On these machines THP is in `madvise` mode: an anonymous mapping gets 2 MB pages only if it is
+//! 2 MB aligned and marked with `madvise(MADV_HUGEPAGE)`. [`HugeArray`] does both for arrays of at
+//! least 2 MB, and [`HugeArray::page_info`] reads `/proc/self/smaps` to tell how much of the array
+//! the kernel actually backed with huge pages, so a benchmark can state the page size it ran on.
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+/// The huge page size of x86-64.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// Types whose all-zero bit pattern is a valid value.
+///
+/// # Safety
+/// Implement only for types for which `std::mem::zeroed()` is a valid, initialised value
+/// (integers, atomics, arrays and `#[repr(C)]` structs of those).
+pub unsafe trait Zeroable: Sized {}
+
+macro_rules! zeroable {
+    ($($t:ty),*) => { $(
+        // SAFETY: all-zero is a valid value of every integer and atomic integer type.
+        unsafe impl Zeroable for $t {}
+    )* };
+}
+zeroable!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+zeroable!(
+    std::sync::atomic::AtomicU8,
+    std::sync::atomic::AtomicU16,
+    std::sync::atomic::AtomicU32,
+    std::sync::atomic::AtomicU64,
+    std::sync::atomic::AtomicUsize
+);
+// SAFETY: an array of zeroable elements is zeroable.
+unsafe impl<T: Zeroable, const N: usize> Zeroable for [T; N] {}
+
+/// A fixed-length, zero-initialised array in its own anonymous mapping, aligned to 2 MB and
+/// advised for transparent huge pages when it is at least 2 MB long.
+pub struct HugeArray<T: Zeroable> {
+    ptr: NonNull<T>,
+    len: usize,
+    /// Bytes mapped at `ptr` (0 when nothing is mapped).
+    map_len: usize,
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: HugeArray owns its elements like a Box<[T]>.
+unsafe impl<T: Zeroable + Send> Send for HugeArray<T> {}
+// SAFETY: shared access only hands out &T.
+unsafe impl<T: Zeroable + Sync> Sync for HugeArray<T> {}
+
+/// What backs an array: how many of its bytes sit on 2 MB pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PageInfo {
+    /// Bytes of the array.
+    pub bytes: usize,
+    /// Whether the array was advised for huge pages (it is at least 2 MB).
+    pub thp_advised: bool,
+    /// Bytes of the array's mapping the kernel backs with huge pages right now.
+    pub huge_bytes: usize,
+}
+
+impl PageInfo {
+    /// Combines the page information of several arrays of one structure.
+    pub fn merge(self, other: PageInfo) -> PageInfo {
+        PageInfo {
+            bytes: self.bytes + other.bytes,
+            thp_advised: self.thp_advised || other.thp_advised,
+            huge_bytes: self.huge_bytes + other.huge_bytes,
+        }
+    }
+
+    /// A short label for benchmark output: `"2M"` when at least 90% of the bytes sit on huge
+    /// pages, `"4K"` when none do, otherwise `"mixed (NN% 2M)"`.
+    pub fn label(&self) -> String {
+        if self.bytes == 0 || self.huge_bytes == 0 {
+            "4K".to_string()
+        } else if self.huge_bytes * 10 >= self.bytes * 9 {
+            "2M".to_string()
+        } else {
+            format!("mixed ({}% 2M)", self.huge_bytes * 100 / self.bytes)
+        }
+    }
+}
+
+impl fmt::Display for PageInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+impl<T: Zeroable> HugeArray<T> {
+    /// A zeroed array of `len` elements.
+    ///
+    /// # Panics
+    /// If the size overflows or the kernel refuses the mapping (out of memory), like `Vec`.
+    pub fn zeroed(len: usize) -> Self {
+        let elem = std::mem::size_of::<T>();
+        let bytes = len.checked_mul(elem).expect("HugeArray size overflows usize");
+        assert!(
+            std::mem::align_of::<T>() <= 4096,
+            "HugeArray supports alignments up to a page"
+        );
+        if bytes == 0 {
+            return HugeArray {
+                ptr: NonNull::dangling(),
+                len,
+                map_len: 0,
+                _owns: PhantomData,
+            };
+        }
+        if bytes < HUGE_PAGE {
+            let ptr = mmap_anon(bytes);
+            return HugeArray {
+                ptr: ptr.cast(),
+                len,
+                map_len: bytes,
+                _owns: PhantomData,
+            };
+        }
+        let map_len = bytes.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        let raw = mmap_anon(map_len + HUGE_PAGE).as_ptr() as usize;
+        let start = raw.next_multiple_of(HUGE_PAGE);
+        let head = start - raw;
+        let tail = HUGE_PAGE - head;
+        // SAFETY: [raw, raw + map_len + HUGE_PAGE) is our fresh mapping; we give back the
+        // unaligned head and the tail beyond start + map_len, both page-aligned ranges in it.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw as *mut libc::c_void, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + map_len) as *mut libc::c_void, tail);
+            }
+            // A failure here only costs speed (the kernel may not do THP at all).
+            libc::madvise(start as *mut libc::c_void, map_len, libc::MADV_HUGEPAGE);
+        }
+        HugeArray {
+            ptr: NonNull::new(start as *mut T).expect("mmap returned null"),
+            len,
+            map_len,
+            _owns: PhantomData,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of the elements (not of the mapping, which is rounded up to a page).
+    pub fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+
+    /// Raw pointer to the first element, for prefetching and SIMD loads.
+    pub fn as_ptr(&self) -> *const T {
+        self.ptr.as_ptr()
+    }
+
+    /// How much of this array the kernel backs with huge pages right now.
+    pub fn page_info(&self) -> PageInfo {
+        let bytes = self.bytes();
+        let thp_advised = bytes >= HUGE_PAGE;
+        let huge_bytes = if self.map_len == 0 {
+            0
+        } else {
+            smaps_huge_bytes(self.ptr.as_ptr() as usize, self.map_len).min(bytes)
+        };
+        PageInfo {
+            bytes,
+            thp_advised,
+            huge_bytes,
+        }
+    }
+}
+
+fn mmap_anon(bytes: usize) -> NonNull<u8> {
+    // SAFETY: an anonymous private mapping with no address hint touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::alloc::handle_alloc_error(
+            std::alloc::Layout::from_size_align(bytes, 4096).expect("layout"),
+        );
+    }
+    NonNull::new(p as *mut u8).expect("mmap returned null")
+}
+
+/// Sums `AnonHugePages` over the mappings of `/proc/self/smaps` that overlap `[start, start+len)`,
+/// each scaled by the share of the mapping that overlaps.
+fn smaps_huge_bytes(start: usize, len: usize) -> usize {
+    let Ok(text) = std::fs::read_to_string("/proc/self/smaps") else {
+        return 0;
+    };
+    let end = start + len;
+    let mut total = 0usize;
+    let mut cur: Option<(usize, usize)> = None;
+    for line in text.lines() {
+        if let Some((range, _)) = line.split_once(' ') {
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    cur = Some((a, b));
+                    continue;
+                }
+            }
+        }
+        if let Some(rest) = line.strip_prefix("AnonHugePages:") {
+            let Some((a, b)) = cur else { continue };
+            let overlap = end.min(b).saturating_sub(start.max(a));
+            if overlap == 0 {
+                continue;
+            }
+            let kb: usize = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            let huge = kb * 1024;
+            total += (huge as u128 * overlap as u128 / (b - a) as u128) as usize;
+        }
+    }
+    total
+}
+
+impl<T: Zeroable> Deref for HugeArray<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: ptr points to len zero-initialised (hence valid) elements that we own,
+        // or is dangling with len 0 / a zero-sized T.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Zeroable> DerefMut for HugeArray<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in deref, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Zeroable + Copy> Clone for HugeArray<T> {
+    fn clone(&self) -> Self {
+        let mut out = HugeArray::zeroed(self.len);
+        out.copy_from_slice(self);
+        out
+    }
+}
+
+impl<T: Zeroable + fmt::Debug> fmt::Debug for HugeArray<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HugeArray")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Zeroable> Drop for HugeArray<T> {
+    fn drop(&mut self) {
+        if std::mem::needs_drop::<T>() {
+            // SAFETY: elements are valid and dropped exactly once.
+            unsafe { std::ptr::drop_in_place(&mut **self as *mut [T]) };
+        }
+        if self.map_len > 0 {
+            // SAFETY: [ptr, ptr+map_len) is the mapping this array created and still owns.
+            unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.map_len) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_and_empty_arrays() {
+        let a: HugeArray<u64> = HugeArray::zeroed(0);
+        assert!(a.is_empty());
+        assert_eq!(a.page_info().label(), "4K");
+        let mut b: HugeArray<u32> = HugeArray::zeroed(1000);
+        assert!(b.iter().all(|&x| x == 0));
+        b[999] = 7;
+        let c = b.clone();
+        assert_eq!(c[999], 7);
+        assert!(!b.page_info().thp_advised);
+    }
+
+    #[test]
+    fn large_array_is_aligned_and_advised() {
+        let mut a: HugeArray<u64> = HugeArray::zeroed(3 * HUGE_PAGE / 8 + 5);
+        assert_eq!(a.as_ptr() as usize % HUGE_PAGE, 0);
+        for (i, x) in a.iter_mut().enumerate() {
+            *x = i as u64;
+        }
+        assert_eq!(a[a.len() - 1], (a.len() - 1) as u64);
+        let info = a.page_info();
+        assert!(info.thp_advised);
+        assert!(info.huge_bytes <= info.bytes);
+    }
+}

@@ -1,0 +1,11 @@
+//! Pieces every scalebricks table shares: the key hash and arrays that the kernel can back with
+//! 2 MB transparent huge pages.
+//!
+//! Invariant: nothing here does packet I/O; the only syscalls are `mmap`/`madvise`/`munmap`
+//! in [`huge`] and the read of `/proc/self/smaps` that reports the page size actually used.
+
+pub mod hash;
+pub mod huge;
+
+pub use hash::{hash128, KeyHash};
+pub use huge::{HugeArray, PageInfo};

@@ -1,0 +1,8 @@
+//! `scalebricks bench_fib` (being built; see the open issues).
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("`bench_fib` is not built yet")
+}

@@ -1,0 +1,8 @@
+//! `scalebricks demo` (being built; see the open issues).
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("`demo` is not built yet")
+}

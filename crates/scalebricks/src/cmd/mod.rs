@@ -1,0 +1,10 @@
+//! One module per subcommand.
+
+pub mod bench_fib;
+pub mod bench_gpt;
+pub mod bench_io;
+pub mod cluster;
+pub mod demo;
+pub mod gen;
+pub mod gpt;
+pub mod sink;
