@@ -64,12 +64,23 @@ fn round_trip(name: &str, header: &str, lines: &[(String, u64)], value_bits: u32
     std::fs::write(&csv, text).unwrap();
     let vb = value_bits.to_string();
     let o = run(&[
-        "gpt", "build", "--input", s(&csv), "--value-bits", &vb, "--output", s(&gpt),
-        "--threads", "2",
+        "gpt",
+        "build",
+        "--input",
+        s(&csv),
+        "--value-bits",
+        &vb,
+        "--output",
+        s(&gpt),
+        "--threads",
+        "2",
     ]);
     assert!(o.status.success(), "{name}: build failed: {}", stderr(&o));
     assert!(gpt.exists());
-    assert_eq!(extra_files(dir.path(), &["keys.csv", "keys.gpt"]), Vec::<String>::new());
+    assert_eq!(
+        extra_files(dir.path(), &["keys.csv", "keys.gpt"]),
+        Vec::<String>::new()
+    );
 
     let o = run(&["gpt", "lookup", s(&gpt), "--input", s(&csv)]);
     assert!(o.status.success(), "{name}: lookup failed: {}", stderr(&o));
@@ -81,9 +92,20 @@ fn round_trip(name: &str, header: &str, lines: &[(String, u64)], value_bits: u32
     assert!(o.status.success(), "{name}: inspect failed: {}", stderr(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
     assert_eq!(j["keys"].as_u64(), Some(lines.len() as u64), "{name}: {j}");
-    assert_eq!(j["value_bits"].as_u64(), Some(value_bits as u64), "{name}: {j}");
+    assert_eq!(
+        j["value_bits"].as_u64(),
+        Some(value_bits as u64),
+        "{name}: {j}"
+    );
     assert_eq!(j["config"].as_str(), Some("16+8"), "{name}: {j}");
-    for field in ["bits_per_key", "fallback_keys", "bytes", "blocks", "groups", "page_size"] {
+    for field in [
+        "bits_per_key",
+        "fallback_keys",
+        "bytes",
+        "blocks",
+        "groups",
+        "page_size",
+    ] {
         assert!(!j[field].is_null(), "{name}: inspect lacks {field}: {j}");
     }
     assert!(j["bytes"].as_u64().unwrap() > 0, "{name}: {j}");
@@ -135,7 +157,10 @@ fn round_trip_five_tuples() {
     let mut lines = Vec::new();
     for i in 0..1000u64 {
         lines.push((format!("6,10.0.0.1,{},192.168.1.1,80", 1024 + i), i % 2));
-        lines.push((format!("udp,2001:db8::1,53,2001:db8::2,{}", 2000 + i), (i / 3) % 2));
+        lines.push((
+            format!("udp,2001:db8::1,53,2001:db8::2,{}", 2000 + i),
+            (i / 3) % 2,
+        ));
     }
     round_trip(
         "5-tuple",
@@ -151,7 +176,16 @@ fn lookup_takes_keys_without_values_and_prints_them_as_written() {
     let csv = p(dir.path(), "t.csv");
     let gpt = p(dir.path(), "t.gpt");
     std::fs::write(&csv, "10.1.2.3,5\n0xAABBCCDD,2\n6,1.2.3.4,1,5.6.7.8,2,7\n").unwrap();
-    let o = run(&["gpt", "build", "--input", s(&csv), "--value-bits", "3", "--output", s(&gpt)]);
+    let o = run(&[
+        "gpt",
+        "build",
+        "--input",
+        s(&csv),
+        "--value-bits",
+        "3",
+        "--output",
+        s(&gpt),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let q = p(dir.path(), "q.csv");
     std::fs::write(&q, "key\n0xAABBCCDD\n 10.1.2.3 \n6,1.2.3.4,1,5.6.7.8,2\n").unwrap();
@@ -169,7 +203,16 @@ fn empty_table_builds() {
     let csv = p(dir.path(), "e.csv");
     let gpt = p(dir.path(), "e.gpt");
     std::fs::write(&csv, "key,value\n").unwrap();
-    let o = run(&["gpt", "build", "--input", s(&csv), "--value-bits", "1", "--output", s(&gpt)]);
+    let o = run(&[
+        "gpt",
+        "build",
+        "--input",
+        s(&csv),
+        "--value-bits",
+        "1",
+        "--output",
+        s(&gpt),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = run(&["gpt", "inspect", s(&gpt), "--json"]);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -182,37 +225,83 @@ fn build_fails(body: &str, value_bits: &str, line: usize, what: &str) {
     let csv = p(dir.path(), "bad.csv");
     let gpt = p(dir.path(), "out.gpt");
     std::fs::write(&csv, body).unwrap();
-    let o = run(&["gpt", "build", "--input", s(&csv), "--value-bits", value_bits, "--output", s(&gpt)]);
+    let o = run(&[
+        "gpt",
+        "build",
+        "--input",
+        s(&csv),
+        "--value-bits",
+        value_bits,
+        "--output",
+        s(&gpt),
+    ]);
     let err = stderr(&o);
     assert!(!o.status.success(), "build of {body:?} succeeded");
-    assert!(err.contains(&format!("bad.csv:{line}:")), "no line {line} in: {err}");
+    assert!(
+        err.contains(&format!("bad.csv:{line}:")),
+        "no line {line} in: {err}"
+    );
     assert!(err.contains(what), "no `{what}` in: {err}");
     assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(extra_files(dir.path(), &["bad.csv"]), Vec::<String>::new(), "files left behind");
+    assert_eq!(
+        extra_files(dir.path(), &["bad.csv"]),
+        Vec::<String>::new(),
+        "files left behind"
+    );
 }
 
 #[test]
 fn duplicate_key_names_its_line() {
-    build_fails("key,value\n10.0.0.1,1\n10.0.0.2,0\n0x0a000001,1\n", "1", 4, "duplicate key");
-    build_fails("6,1.1.1.1,1,2.2.2.2,2,0\n# c\n6,1.1.1.1,1,2.2.2.2,2,1\n", "1", 3, "first on line 1");
+    build_fails(
+        "key,value\n10.0.0.1,1\n10.0.0.2,0\n0x0a000001,1\n",
+        "1",
+        4,
+        "duplicate key",
+    );
+    build_fails(
+        "6,1.1.1.1,1,2.2.2.2,2,0\n# c\n6,1.1.1.1,1,2.2.2.2,2,1\n",
+        "1",
+        3,
+        "first on line 1",
+    );
 }
 
 #[test]
 fn too_wide_value_names_its_line() {
-    build_fails("key,value\n10.0.0.1,3\n10.0.0.2,4\n", "2", 3, "does not fit in 2 bits");
+    build_fails(
+        "key,value\n10.0.0.1,3\n10.0.0.2,4\n",
+        "2",
+        3,
+        "does not fit in 2 bits",
+    );
     build_fails("::1,65535\n::2,65536\n", "16", 2, "does not fit in 16 bits");
 }
 
 #[test]
 fn malformed_lines_name_their_line() {
-    build_fails("key,value\n10.0.0.1,1\n10.0.0.300,1\n", "1", 3, "not an IPv4");
+    build_fails(
+        "key,value\n10.0.0.1,1\n10.0.0.300,1\n",
+        "1",
+        3,
+        "not an IPv4",
+    );
     build_fails("10.0.0.1,1\n10.0.0.2\n", "1", 2, "no value column");
     build_fails("10.0.0.1,1\n10.0.0.2,1,2\n", "1", 2, "3 columns");
-    build_fails("10.0.0.1,1\n10.0.0.2,x\n", "1", 2, "not an unsigned integer");
+    build_fails(
+        "10.0.0.1,1\n10.0.0.2,x\n",
+        "1",
+        2,
+        "not an unsigned integer",
+    );
     build_fails("0x0102,1\n", "1", 1, "keys are 4 to 64 bytes");
     build_fails("6,10.0.0.1,1,::1,2,0\n", "1", 1, "different families");
     build_fails("6,10.0.0.1,99999,10.0.0.2,2,0\n", "1", 1, "port");
-    build_fails("key,value\n10.0.0.1,1\nkey,value\n", "1", 3, "is not an unsigned integer");
+    build_fails(
+        "key,value\n10.0.0.1,1\nkey,value\n",
+        "1",
+        3,
+        "is not an unsigned integer",
+    );
 }
 
 #[test]
@@ -222,10 +311,22 @@ fn failed_build_keeps_an_existing_output_untouched() {
     let gpt = p(dir.path(), "out.gpt");
     std::fs::write(&gpt, b"previous").unwrap();
     std::fs::write(&csv, "10.0.0.1,1\n10.0.0.1,1\n").unwrap();
-    let o = run(&["gpt", "build", "--input", s(&csv), "--value-bits", "1", "--output", s(&gpt)]);
+    let o = run(&[
+        "gpt",
+        "build",
+        "--input",
+        s(&csv),
+        "--value-bits",
+        "1",
+        "--output",
+        s(&gpt),
+    ]);
     assert!(!o.status.success());
     assert_eq!(std::fs::read(&gpt).unwrap(), b"previous");
-    assert_eq!(extra_files(dir.path(), &["bad.csv", "out.gpt"]), Vec::<String>::new());
+    assert_eq!(
+        extra_files(dir.path(), &["bad.csv", "out.gpt"]),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -233,11 +334,26 @@ fn missing_files_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let nope = p(dir.path(), "nope.csv");
     let gpt = p(dir.path(), "out.gpt");
-    let o = run(&["gpt", "build", "--input", s(&nope), "--value-bits", "1", "--output", s(&gpt)]);
+    let o = run(&[
+        "gpt",
+        "build",
+        "--input",
+        s(&nope),
+        "--value-bits",
+        "1",
+        "--output",
+        s(&gpt),
+    ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nope.csv"), "{}", stderr(&o));
     assert!(!gpt.exists());
-    let o = run(&["gpt", "lookup", s(&p(dir.path(), "nope.gpt")), "--input", s(&nope)]);
+    let o = run(&[
+        "gpt",
+        "lookup",
+        s(&p(dir.path(), "nope.gpt")),
+        "--input",
+        s(&nope),
+    ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nope.gpt"), "{}", stderr(&o));
     let o = run(&["gpt", "inspect", s(&p(dir.path(), "nope.gpt"))]);
@@ -246,13 +362,28 @@ fn missing_files_are_clear_errors() {
     let csv = p(dir.path(), "k.csv");
     std::fs::write(&csv, "10.0.0.1,1\n").unwrap();
     let o = run(&[
-        "gpt", "build", "--input", s(&csv), "--value-bits", "1", "--output",
+        "gpt",
+        "build",
+        "--input",
+        s(&csv),
+        "--value-bits",
+        "1",
+        "--output",
         s(&p(dir.path(), "no/such/dir/out.gpt")),
     ]);
     assert!(!o.status.success());
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     // A value width out of range is refused by the argument parser.
-    let o = run(&["gpt", "build", "--input", s(&csv), "--value-bits", "17", "--output", s(&gpt)]);
+    let o = run(&[
+        "gpt",
+        "build",
+        "--input",
+        s(&csv),
+        "--value-bits",
+        "17",
+        "--output",
+        s(&gpt),
+    ]);
     assert!(!o.status.success());
     assert!(!gpt.exists());
 }
@@ -263,10 +394,25 @@ fn corrupted_or_truncated_gpt_files_are_refused() {
     let csv = p(dir.path(), "k.csv");
     let gpt = p(dir.path(), "k.gpt");
     let body: String = (0..5000u32)
-        .map(|i| format!("{},{}\n", std::net::Ipv4Addr::from(i.wrapping_mul(2654435761)), i % 4))
+        .map(|i| {
+            format!(
+                "{},{}\n",
+                std::net::Ipv4Addr::from(i.wrapping_mul(2654435761)),
+                i % 4
+            )
+        })
         .collect();
     std::fs::write(&csv, body).unwrap();
-    let o = run(&["gpt", "build", "--input", s(&csv), "--value-bits", "2", "--output", s(&gpt)]);
+    let o = run(&[
+        "gpt",
+        "build",
+        "--input",
+        s(&csv),
+        "--value-bits",
+        "2",
+        "--output",
+        s(&gpt),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let good = std::fs::read(&gpt).unwrap();
     let bad = p(dir.path(), "bad.gpt");
@@ -295,9 +441,15 @@ fn corrupted_or_truncated_gpt_files_are_refused() {
             let o = run(&args);
             let err = stderr(&o);
             assert!(!o.status.success(), "variant {n} accepted by {args:?}");
-            assert!(err.contains("bad.gpt") && err.contains("not a valid GPT file"), "{err}");
+            assert!(
+                err.contains("bad.gpt") && err.contains("not a valid GPT file"),
+                "{err}"
+            );
             assert!(!err.contains("panicked"), "{err}");
-            assert!(o.stdout.is_empty(), "variant {n}: output printed before the error");
+            assert!(
+                o.stdout.is_empty(),
+                "variant {n}: output printed before the error"
+            );
         }
     }
 }

@@ -293,7 +293,7 @@ fn run_setsep(w: &Work, config: Config, threads: usize, seed: u64) -> anyhow::Re
     };
     let opts = BuildOptions {
         config,
-        value_bits: w.value_bits,
+        value_bits: w.value_bits as u8,
         threads,
         seed,
         ..BuildOptions::default()

@@ -95,7 +95,7 @@ fn build(
     };
     let mut opts = BuildOptions {
         config,
-        value_bits,
+        value_bits: value_bits as u8,
         threads,
         ..BuildOptions::default()
     };
@@ -112,7 +112,7 @@ fn build(
     );
     let t1 = Instant::now();
     let gpt = if keys.len() >= PROGRESS_MIN_KEYS && std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(keys.len().div_ceil(1024) as u64);
+        let bar = indicatif::ProgressBar::new(sb_setsep::num_blocks(keys.len() as u64));
         bar.set_style(
             indicatif::ProgressStyle::with_template(
                 "{elapsed_precise} [{bar:40}] {pos}/{len} blocks ({per_sec}, eta {eta})",
@@ -121,9 +121,8 @@ fn build(
             .progress_chars("=> "),
         );
         let b = bar.clone();
-        let r = SetSep::build_with_progress(&keys, &table.values, &opts, &move |done: u64| {
-            b.set_position(done)
-        });
+        let r =
+            SetSep::build_with_progress(&keys, &table.values, &opts, &move |more: u64| b.inc(more));
         bar.finish_and_clear();
         r
     } else {
@@ -248,6 +247,7 @@ fn inspect(file: &Path, json: bool) -> anyhow::Result<()> {
         "config": s.config.to_string(),
         "bits_per_key": s.bits_per_key,
         "fallback_keys": s.fallback_keys,
+        "fallback_groups": s.fallback_groups,
         "bytes": s.bytes,
         "blocks": s.blocks,
         "groups": s.groups,
