@@ -4,6 +4,8 @@
 
 use std::sync::Mutex;
 
+pub mod efd;
+
 extern "C" {
     fn sb_dpdk_eal_init(mem_mb: u32) -> i32;
 }
