@@ -90,6 +90,17 @@ impl Params {
         }
     }
 
+    /// Number of buckets a table with these parameters has.
+    pub fn buckets(&self) -> usize {
+        self.capacity.div_ceil(self.slots_per_bucket).max(1)
+    }
+
+    /// Where `key` goes in a table with these parameters (no table needed: tests use it to build
+    /// keys that collide on purpose).
+    pub fn candidates(&self, key: &[u8]) -> Candidates {
+        table::candidates(self.buckets(), sb_common::hash128(key, self.seed))
+    }
+
     fn validate(&self) -> Result<(), ParamsError> {
         if !(4..=64).contains(&self.key_bytes) {
             return Err(ParamsError::KeyBytes(self.key_bytes));

@@ -118,6 +118,29 @@ pub struct Candidates {
     pub tag: u16,
 }
 
+/// The candidates of a key with hash `h` in a table of `n` buckets.
+#[inline(always)]
+pub(crate) fn candidates(n: usize, h: KeyHash) -> Candidates {
+    let b1 = reduce64(h.lo, n as u64) as usize;
+    let tag = tag_of(h);
+    Candidates {
+        b1,
+        b2: alt(n, b1, tag),
+        tag,
+    }
+}
+
+/// The other bucket of a key with tag `tag` in bucket `b` (an involution).
+#[inline(always)]
+fn alt(n: usize, b: usize, tag: u16) -> usize {
+    let t = reduce64(mix(tag), n as u64) as usize;
+    if t >= b {
+        t - b
+    } else {
+        t + n - b
+    }
+}
+
 /// A node of the BFS for a displacement path.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Node {
@@ -141,6 +164,7 @@ pub struct Shared {
     keys: Words,
     vals: Words,
     len: AtomicUsize,
+    moves: AtomicUsize,
 }
 
 impl std::fmt::Debug for Shared {
@@ -183,6 +207,7 @@ impl Shared {
                     .ok_or(ParamsError::Capacity(params.capacity))?,
             ),
             len: AtomicUsize::new(0),
+            moves: AtomicUsize::new(0),
         })
     }
 
@@ -204,6 +229,11 @@ impl Shared {
     /// Number of keys (exact for the writer; a recent value for readers).
     pub fn len(&self) -> usize {
         self.len.load(Relaxed)
+    }
+
+    /// Keys moved by displacements since the table was created (a recent value for readers).
+    pub fn displacements(&self) -> usize {
+        self.moves.load(Relaxed)
     }
 
     /// Whether the table holds no key.
@@ -249,23 +279,12 @@ impl Shared {
     /// The two candidate buckets and the tag of a key with hash `h`.
     #[inline(always)]
     pub fn candidates(&self, h: KeyHash) -> Candidates {
-        let b1 = reduce64(h.lo, self.n as u64) as usize;
-        let tag = tag_of(h);
-        Candidates {
-            b1,
-            b2: self.alt(b1, tag),
-            tag,
-        }
+        candidates(self.n, h)
     }
 
     #[inline(always)]
     fn alt(&self, b: usize, tag: u16) -> usize {
-        let t = reduce64(mix(tag), self.n as u64) as usize;
-        if t >= b {
-            t - b
-        } else {
-            t + self.n - b
-        }
+        alt(self.n, b, tag)
     }
 
     #[inline(always)]
@@ -728,6 +747,8 @@ impl Shared {
         for i in 1..len {
             self.copy_slot(path[i], path[i - 1]);
         }
+        self.moves
+            .store(self.moves.load(Relaxed) + len - 1, Relaxed);
         Some(path[len - 1])
     }
 }
