@@ -94,6 +94,7 @@ pub mod ethernet;
 mod field;
 pub mod flow;
 pub mod frame;
+pub mod fuzzing;
 pub mod gtpu;
 pub mod icmp;
 pub mod ipv4;
