@@ -443,7 +443,7 @@ fn parse_ip<'a>(
     opts: &ParseOptions,
 ) -> Result<IpInfo<'a>, WireError> {
     let buf = frame.get(off..).unwrap_or(&[]);
-    let (src, dst, proto, ttl, fragment, l4_rel, packet) = if v6 {
+    let (src, dst, proto, ttl, fragment, l4_rel, packet, csum_dst) = if v6 {
         let p = Ipv6Packet::new_checked(buf)?;
         let up = p.upper_layer()?;
         let s = IpAddr::V6(p.src_addr());
@@ -456,6 +456,7 @@ fn parse_ip<'a>(
             up.fragment,
             crate::ipv6::HEADER_LEN + up.offset,
             &buf[..crate::ipv6::HEADER_LEN + usize::from(p.payload_len())],
+            up.final_dst.map_or(d, IpAddr::V6),
         )
     } else {
         let p = Ipv4Packet::new_checked(buf)?;
@@ -472,6 +473,7 @@ fn parse_ip<'a>(
             p.fragment(),
             p.header_len(),
             &buf[..usize::from(p.total_len())],
+            d,
         )
     };
     let mut info = IpInfo {
@@ -489,6 +491,8 @@ fn parse_ip<'a>(
         return Ok(info);
     }
     let seg = packet.get(l4_rel..).unwrap_or(&[]);
+    // Upper-layer checksums use the final destination (RFC 8200 sec. 8.1).
+    let (src, dst) = (src, csum_dst);
     let addrs = (src, dst);
     info.l4 = match proto {
         protocol::UDP => {
