@@ -256,6 +256,14 @@ fn hw_addr(fd: RawFd) -> [u8; 6] {
     mac
 }
 
+/// The MAC address of interface `name` in the calling thread's network namespace.
+pub fn mac_address(name: &str) -> Result<[u8; 6], IoError> {
+    let idx = ifindex(name)?;
+    let fd = packet_socket()?;
+    bind(fd.as_raw_fd(), idx, 0)?;
+    Ok(hw_addr(fd.as_raw_fd()))
+}
+
 impl AfPacketPort {
     /// Opens interface `ifname` in the calling thread's network namespace (see
     /// [`crate::netns::in_netns`] to open one in another namespace).
