@@ -1,0 +1,1 @@
+//! AF_XDP sockets in copy mode (being written).
