@@ -71,10 +71,19 @@ impl Searcher {
         if want == 0 {
             return 0;
         }
-        // Group keys by value (stable: the order inside a class does not change the result).
+        // Group keys by value (the order inside a class does not change the result).
         self.sorted.clear();
         self.sorted.extend_from_slice(keys);
-        self.sorted.sort_by_key(|k| k.v);
+        // Insertion sort: groups are small.
+        for i in 1..self.sorted.len() {
+            let x = self.sorted[i];
+            let mut j = i;
+            while j > 0 && self.sorted[j - 1].v > x.v {
+                self.sorted[j] = self.sorted[j - 1];
+                j -= 1;
+            }
+            self.sorted[j] = x;
+        }
         self.a.clear();
         self.b.clear();
         self.cls_end.clear();
@@ -193,9 +202,7 @@ pub(crate) fn array_for(cfg: Config, keys: &[GKey], j: u32, idx: u16) -> u32 {
     let alog = cfg.array_log();
     let mut o = 0u32;
     for k in keys {
-        if (k.v >> j) & 1 == 1 {
-            o |= 1u32 << position(k.a, k.b, idx, alog);
-        }
+        o |= (((k.v >> j) & 1) as u32) << position(k.a, k.b, idx, alog);
     }
     o
 }

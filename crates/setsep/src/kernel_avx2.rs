@@ -9,6 +9,8 @@
 
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
+#[cfg(target_arch = "x86_64")]
+use core::mem::MaybeUninit;
 
 /// AVX2 search; see `kernel::search_scalar` for the contract.
 ///
@@ -52,12 +54,16 @@ fn run<const Y16: bool>(
     let ncls = cls_end.len().min(cls_val.len()).min(MAXK);
     let zero = _mm256_setzero_si256();
     let lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    let mut hs = [zero; MAXK];
-    let mut st = [zero; MAXK];
+    // Only the first n entries are ever written and read (no 2 KB zeroing per call).
+    let mut hs = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
+    let mut st = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     for k in 0..n {
         let bv = _mm256_set1_epi16(b[k] as i16);
-        hs[k] = _mm256_add_epi16(_mm256_set1_epi16(a[k] as i16), _mm256_mullo_epi16(lane, bv));
-        st[k] = _mm256_set1_epi16(b[k].wrapping_mul(16) as i16);
+        hs[k].write(_mm256_add_epi16(
+            _mm256_set1_epi16(a[k] as i16),
+            _mm256_mullo_epi16(lane, bv),
+        ));
+        st[k].write(_mm256_set1_epi16(b[k].wrapping_mul(16) as i16));
     }
     // One-hot tables for vpshufb: position p (low 4 bits of each byte) -> 1 << p.
     #[rustfmt::skip]
@@ -79,7 +85,7 @@ fn run<const Y16: bool>(
     } else {
         (1u32 << (2 * tail)) - 1
     };
-    let mut accs = [zero; MAXK];
+    let mut accs = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     let mut found = 0u16;
     for c in 0..nchunks {
         let mut s = 0usize;
@@ -88,8 +94,9 @@ fn run<const Y16: bool>(
             let mut acc = zero;
             let mut acc_hi = zero;
             for k in s..e {
-                let h = hs[k];
-                hs[k] = _mm256_add_epi16(h, st[k]);
+                // SAFETY: k < e <= n and entries 0..n were written above.
+                let (h, step) = unsafe { (hs[k].assume_init(), st[k].assume_init()) };
+                hs[k].write(_mm256_add_epi16(h, step));
                 if Y16 {
                     let p = _mm256_srli_epi16::<12>(h);
                     acc = _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p));
@@ -99,7 +106,7 @@ fn run<const Y16: bool>(
                     acc = _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p));
                 }
             }
-            accs[ci] = if Y16 {
+            accs[ci].write(if Y16 {
                 // Low byte of acc: positions 0-7; low byte of acc_hi: positions 8-15.
                 _mm256_or_si256(
                     _mm256_and_si256(acc, low_bytes),
@@ -107,7 +114,7 @@ fn run<const Y16: bool>(
                 )
             } else {
                 acc
-            };
+            });
             s = e;
         }
         let mut todo = want & !found;
@@ -117,10 +124,12 @@ fn run<const Y16: bool>(
             let mut z = zero;
             let mut o = zero;
             for ci in 0..ncls {
+                // SAFETY: every class below ncls was written in this chunk's class loop.
+                let acc = unsafe { accs[ci].assume_init() };
                 if (cls_val[ci] >> j) & 1 == 1 {
-                    o = _mm256_or_si256(o, accs[ci]);
+                    o = _mm256_or_si256(o, acc);
                 } else {
-                    z = _mm256_or_si256(z, accs[ci]);
+                    z = _mm256_or_si256(z, acc);
                 }
             }
             let conf = _mm256_and_si256(z, o);

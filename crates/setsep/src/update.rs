@@ -247,7 +247,6 @@ pub struct Updatable {
     len: usize,
     searcher: Searcher,
     gkeys: Vec<GKey>,
-    hashes: Vec<KeyHash>,
 }
 
 impl std::fmt::Debug for Updatable {
@@ -259,6 +258,10 @@ impl std::fmt::Debug for Updatable {
     }
 }
 
+/// Bytes of a RIB entry after its key: value u16, then the key's base hashes `a`, `b` (u16 each)
+/// so that re-searching a group needs no hashing.
+const TAIL: usize = 6;
+
 /// Finds `key` in a group arena: (offset of the entry, offset of its value).
 fn find(arena: &[u8], key: &[u8]) -> Option<(usize, usize)> {
     let mut p = 0;
@@ -268,12 +271,13 @@ fn find(arena: &[u8], key: &[u8]) -> Option<(usize, usize)> {
         if k == key {
             return Some((p, p + 1 + l));
         }
-        p += 1 + l + 2;
+        p += 1 + l + TAIL;
     }
     None
 }
 
-fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16)> {
+/// The entries of a group arena: (key, value, a, b).
+fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16, u16, u16)> {
     let mut p = 0;
     std::iter::from_fn(move || {
         if p >= arena.len() {
@@ -281,10 +285,24 @@ fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16)> {
         }
         let l = arena[p] as usize;
         let k = &arena[p + 1..p + 1 + l];
-        let v = u16::from_le_bytes([arena[p + 1 + l], arena[p + 2 + l]]);
-        p += 1 + l + 2;
-        Some((k, v))
+        let t = &arena[p + 1 + l..p + 1 + l + TAIL];
+        p += 1 + l + TAIL;
+        Some((
+            k,
+            u16::from_le_bytes([t[0], t[1]]),
+            u16::from_le_bytes([t[2], t[3]]),
+            u16::from_le_bytes([t[4], t[5]]),
+        ))
     })
+}
+
+fn push_entry(arena: &mut Vec<u8>, key: &[u8], v: u16, h: KeyHash) {
+    let (a, b) = family(h);
+    arena.push(key.len() as u8);
+    arena.extend_from_slice(key);
+    arena.extend_from_slice(&v.to_le_bytes());
+    arena.extend_from_slice(&a.to_le_bytes());
+    arena.extend_from_slice(&b.to_le_bytes());
 }
 
 impl Updatable {
@@ -299,11 +317,8 @@ impl Updatable {
         {
             let t = table.tables();
             for (k, &v) in keys.iter().zip(values) {
-                let g = t.group_of(t.hash(k));
-                let a = &mut rib[g];
-                a.push(k.len() as u8);
-                a.extend_from_slice(k);
-                a.extend_from_slice(&v.to_le_bytes());
+                let h = t.hash(k);
+                push_entry(&mut rib[t.group_of(h)], k, v, h);
             }
         }
         Ok(Updatable {
@@ -312,7 +327,6 @@ impl Updatable {
             len: keys.len(),
             searcher: Searcher::new(opts.kernel),
             gkeys: Vec::new(),
-            hashes: Vec::new(),
         })
     }
 
@@ -341,7 +355,9 @@ impl Updatable {
 
     /// Every key and value (in group order).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u16)> {
-        self.rib.iter().flat_map(|a| entries(a))
+        self.rib
+            .iter()
+            .flat_map(|a| entries(a).map(|(k, v, _, _)| (k, v)))
     }
 
     fn check(&self, key: &[u8], value: u16) -> Result<(), UpdateError> {
@@ -364,19 +380,26 @@ impl Updatable {
         let seed = self.table.hdr.seed;
         let h = hash128(key, seed);
         let g = self.table.tables().group_of(h);
-        let old_hashes = self.group_hashes(g);
-        let arena = &mut self.rib[g];
-        match find(arena, key) {
+        let was_fb = self.table.tables().is_fallback_group(g);
+        let old_hashes = if was_fb {
+            self.group_hashes(g)
+        } else {
+            Vec::new()
+        };
+        match find(&self.rib[g], key) {
             Some((_, vo)) => {
-                arena[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
+                self.rib[g][vo..vo + 2].copy_from_slice(&value.to_le_bytes());
             }
             None => {
-                if old_hashes.contains(&h) {
+                let (a, b) = family(h);
+                let same_ab: Vec<&[u8]> = entries(&self.rib[g])
+                    .filter(|e| (e.2, e.3) == (a, b))
+                    .map(|e| e.0)
+                    .collect();
+                if same_ab.iter().any(|k| hash128(k, seed) == h) {
                     return Err(UpdateError::HashCollision);
                 }
-                arena.push(key.len() as u8);
-                arena.extend_from_slice(key);
-                arena.extend_from_slice(&value.to_le_bytes());
+                push_entry(&mut self.rib[g], key, value, h);
                 self.len += 1;
             }
         }
@@ -393,8 +416,12 @@ impl Updatable {
         let Some((p, vo)) = find(&self.rib[g], key) else {
             return Ok(None);
         };
-        let old_hashes = self.group_hashes(g);
-        self.rib[g].drain(p..vo + 2);
+        let old_hashes = if self.table.tables().is_fallback_group(g) {
+            self.group_hashes(g)
+        } else {
+            Vec::new()
+        };
+        self.rib[g].drain(p..vo + TAIL);
         self.len -= 1;
         Ok(Some(self.resolve(g, old_hashes)))
     }
@@ -402,23 +429,19 @@ impl Updatable {
     fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
         let seed = self.table.hdr.seed;
         entries(&self.rib[g])
-            .map(|(k, _)| hash128(k, seed))
+            .map(|(k, _, _, _)| hash128(k, seed))
             .collect()
     }
 
-    /// Re-solves group `g` from its RIB, applies and returns the delta.
+    /// Re-solves group `g` from its RIB, applies and returns the delta. `old_hashes` are the
+    /// group's fallback entries before the change (empty unless it was a fallback group).
     fn resolve(&mut self, g: usize, old_hashes: Vec<KeyHash>) -> Delta {
-        let seed = self.table.hdr.seed;
         let cfg = self.table.hdr.config;
         let vbits = self.table.hdr.value_bits as u32;
         let rec = self.table.hdr.rec_bytes();
         self.gkeys.clear();
-        self.hashes.clear();
-        for (k, v) in entries(&self.rib[g]) {
-            let h = hash128(k, seed);
-            let (a, b) = family(h);
+        for (_, v, a, b) in entries(&self.rib[g]) {
             self.gkeys.push(GKey { a, b, v });
-            self.hashes.push(h);
         }
         let t = self.table.tables();
         let was_fb = t.is_fallback_group(g);
@@ -452,12 +475,11 @@ impl Updatable {
                 .collect();
             write_record(cfg, &ents, &mut record);
         }
-        let fb_remove = if was_fb { old_hashes } else { Vec::new() };
+        let fb_remove = old_hashes;
         let fb_insert = if now_fb {
-            self.hashes
-                .iter()
-                .zip(&self.gkeys)
-                .map(|(h, k)| (*h, k.v))
+            let seed = self.table.hdr.seed;
+            entries(&self.rib[g])
+                .map(|(k, v, _, _)| (hash128(k, seed), v))
                 .collect()
         } else {
             Vec::new()
