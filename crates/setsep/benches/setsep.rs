@@ -154,6 +154,24 @@ fn main() {
             bc / sc
         );
     }
+    if want("kernel") {
+        for (n, vb) in [(16usize, 1u32), (16, 2), (12, 2), (20, 2)] {
+            for (name, k) in [("avx2", Kernel::Auto), ("scalar", Kernel::Scalar)] {
+                let groups = if k == Kernel::Scalar { 300 } else { 20000 };
+                let mut cands = 0;
+                let (w, c) = timed(|| {
+                    cands = sb_setsep::bench_search(config, k, n, vb, groups);
+                });
+                println!(
+                    "kernel {name} n={n} vbits={vb}: {:.0} candidates/group, {:.2} ns/candidate ({:.2} cpu), {:.2} us/group (cpu)",
+                    cands as f64 / groups as f64,
+                    w * 1e9 / cands as f64,
+                    c * 1e9 / cands as f64,
+                    c * 1e6 / groups as f64
+                );
+            }
+        }
+    }
     if want("update") {
         let mut up = Updatable::build(&keys, &values, &opts).expect("build");
         let m = 200_000.min(n);

@@ -207,6 +207,42 @@ pub(crate) fn array_for(cfg: Config, keys: &[GKey], j: u32, idx: u16) -> u32 {
     o
 }
 
+/// Micro-benchmark hook (not API): searches `groups` random groups of `n` keys with `vbits`-bit
+/// values under `cfg`, returns the total number of candidates examined (sum of the largest index
+/// found per group, plus one).
+#[doc(hidden)]
+pub fn bench_search(cfg: Config, kernel: Kernel, n: usize, vbits: u32, groups: u64) -> u64 {
+    let mut s = 7u64;
+    let mut sr = Searcher::new(kernel);
+    let mut total = 0u64;
+    let mut keys = Vec::with_capacity(n);
+    for _ in 0..groups {
+        keys.clear();
+        for _ in 0..n {
+            let r = crate::build::mix(s);
+            s = r;
+            keys.push(GKey {
+                a: r as u16,
+                b: (r >> 16) as u16 | 1,
+                v: ((r >> 32) as u16) & ((1u32 << vbits) - 1) as u16,
+            });
+        }
+        let mut out = [0u16; 16];
+        let want = ((1u32 << vbits) - 1) as u16;
+        let f = sr.search(cfg, &keys, want, &mut out);
+        let mut m = 0u64;
+        for j in 0..vbits {
+            if f >> j & 1 == 1 {
+                m = m.max(out[j as usize] as u64 + 1);
+            } else {
+                m = m.max(cfg.mark() as u64);
+            }
+        }
+        total += m;
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -74,6 +74,8 @@ mod update;
 
 pub use build::Piece;
 pub use format::{MappedSetSep, SetSepView};
+#[doc(hidden)]
+pub use kernel::bench_search;
 pub use layout::{num_blocks, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use table::{SetSep, Stats};
 pub use update::{Delta, Updatable};
@@ -388,6 +390,92 @@ pub enum UpdateError {
     /// Two different keys have the same 128-bit hash.
     #[error("the key has the same 128-bit hash as another key of the table")]
     HashCollision,
+}
+
+/// Entry points for the cargo-fuzz targets (and the proptests that run the same code).
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::{BuildOptions, Delta, SetSep, SetSepView};
+    use std::sync::OnceLock;
+
+    const PROBES: [&[u8]; 4] = [b"abcd", b"0123456789abc", &[0xff; 64], &[0; 16]];
+
+    /// Loads arbitrary bytes as a table; whatever is accepted must answer lookups without
+    /// panicking and serialize back to the same bytes. Also tries the bytes with a correct
+    /// checksum appended in place of the last 8, so the checks behind the checksum are reached.
+    pub fn load_table(data: &[u8]) {
+        load_table_once(data);
+        if data.len() >= 8 {
+            let mut fixed = data.to_vec();
+            let n = fixed.len() - 8;
+            let sum = xxhash_rust::xxh3::xxh3_64(&fixed[..n]);
+            fixed[n..].copy_from_slice(&sum.to_le_bytes());
+            load_table_once(&fixed);
+        }
+    }
+
+    fn load_table_once(data: &[u8]) {
+        if let Ok(t) = SetSep::from_bytes(data) {
+            let mut out = [0u16; PROBES.len()];
+            t.lookup_batch(&PROBES, &mut out);
+            for (k, &v) in PROBES.iter().zip(&out) {
+                assert_eq!(t.lookup(k), v);
+            }
+            let _ = t.stats();
+            assert_eq!(t.to_bytes(), data);
+        }
+        if let Ok(v) = SetSepView::from_bytes(data) {
+            let mut out = [0u16; PROBES.len()];
+            v.lookup_batch(&PROBES, &mut out);
+            for (k, &x) in PROBES.iter().zip(&out) {
+                assert_eq!(v.lookup(k), x);
+            }
+        }
+    }
+
+    /// Parses arbitrary bytes as a delta; whatever is accepted must round-trip and apply (or be
+    /// refused) on a small 16+8, 2-bit, one-block table without panicking. Also tries the bytes
+    /// with a correct checksum in place of the last 4.
+    pub fn load_delta(data: &[u8]) {
+        load_delta_once(data);
+        if data.len() >= 4 {
+            let mut fixed = data.to_vec();
+            let n = fixed.len() - 4;
+            let sum = xxhash_rust::xxh3::xxh3_64(&fixed[..n]) as u32;
+            fixed[n..].copy_from_slice(&sum.to_le_bytes());
+            load_delta_once(&fixed);
+        }
+    }
+
+    fn load_delta_once(data: &[u8]) {
+        static TABLE: OnceLock<SetSep> = OnceLock::new();
+        if let Ok(d) = Delta::from_bytes(data) {
+            assert_eq!(Delta::from_bytes(&d.to_bytes()).as_ref(), Ok(&d));
+            let base = TABLE.get_or_init(|| {
+                let keys: Vec<[u8; 4]> = (0u32..500).map(|i| i.to_le_bytes()).collect();
+                let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+                let values: Vec<u16> = (0..500).map(|i| (i % 4) as u16).collect();
+                let opts = BuildOptions {
+                    value_bits: 2,
+                    threads: 1,
+                    ..BuildOptions::default()
+                };
+                SetSep::build(&refs, &values, &opts).expect("fixed table builds")
+            });
+            let mut t = base.clone();
+            if t.apply_delta(&d).is_ok() {
+                let mut out = [0u16; PROBES.len()];
+                t.lookup_batch(&PROBES, &mut out);
+                let _ = SetSep::from_bytes(&t.to_bytes()).expect("an applied delta saves");
+            } else {
+                assert_eq!(
+                    t.to_bytes(),
+                    base.to_bytes(),
+                    "a refused delta changed the table"
+                );
+            }
+        }
+    }
 }
 
 /// Block of a key in a table of `total_blocks` blocks built with `seed` (for distributed builds:
