@@ -174,7 +174,10 @@ fn main() {
     }
     if want("update") {
         let mut up = Updatable::build(&keys, &values, &opts).expect("build");
-        let m = 200_000.min(n);
+        let m: usize = std::env::var("SB_UPDATES")
+            .ok()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(200_000);
         let mut bytes = 0usize;
         let (du, cu) = timed(|| {
             for i in 0..m {
