@@ -85,9 +85,10 @@ fn run<const Y16: bool>(
     } else {
         (1u32 << (2 * tail)) - 1
     };
-    // Two chunks (32 candidates) per pass: each key's hash vector is loaded and stored once.
-    let mut acc_a = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
-    let mut acc_b = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
+    // UNROLL chunks (16 candidates each) per pass: each key's hash vector is loaded and stored
+    // once per pass.
+    const UNROLL: usize = 4;
+    let mut accs = [[const { MaybeUninit::<__m256i>::uninit() }; MAXK]; UNROLL];
     let onehot = |acc: __m256i, acc_hi: __m256i, h: __m256i| -> (__m256i, __m256i) {
         if Y16 {
             let p = _mm256_srli_epi16::<12>(h);
@@ -111,69 +112,74 @@ fn run<const Y16: bool>(
             acc
         }
     };
+    let ok_of = |z: __m256i, o: __m256i, chunk: u32| -> u32 {
+        if chunk >= nchunks {
+            return 0;
+        }
+        let conf = _mm256_and_si256(z, o);
+        let mm = _mm256_movemask_epi8(_mm256_cmpeq_epi8(conf, zero)) as u32;
+        // Y8: only the low byte of a lane is meaningful; Y16: both bytes must be zero.
+        let ok = if Y16 { mm & (mm >> 1) } else { mm } & 0x5555_5555;
+        if chunk == nchunks - 1 {
+            ok & tail_mask
+        } else {
+            ok
+        }
+    };
     let mut found = 0u16;
     let mut c = 0u32;
     while c < nchunks {
         let mut s = 0usize;
         for ci in 0..ncls {
             let e = cls_end[ci].min(n);
-            let (mut a0, mut a0h, mut a1, mut a1h) = (zero, zero, zero, zero);
+            let mut acc = [zero; UNROLL];
+            let mut acc_hi = [zero; UNROLL];
             for k in s..e {
                 // SAFETY: k < e <= n and entries 0..n were written above.
-                let (h, step) = unsafe { (hs[k].assume_init(), st[k].assume_init()) };
-                let h2 = _mm256_add_epi16(h, step);
-                hs[k].write(_mm256_add_epi16(h2, step));
-                (a0, a0h) = onehot(a0, a0h, h);
-                (a1, a1h) = onehot(a1, a1h, h2);
+                let (mut h, step) = unsafe { (hs[k].assume_init(), st[k].assume_init()) };
+                for u in 0..UNROLL {
+                    (acc[u], acc_hi[u]) = onehot(acc[u], acc_hi[u], h);
+                    h = _mm256_add_epi16(h, step);
+                }
+                hs[k].write(h);
             }
-            acc_a[ci].write(merge(a0, a0h));
-            acc_b[ci].write(merge(a1, a1h));
+            for u in 0..UNROLL {
+                accs[u][ci].write(merge(acc[u], acc_hi[u]));
+            }
             s = e;
         }
         let mut todo = want & !found;
         while todo != 0 {
             let j = todo.trailing_zeros();
             todo &= todo - 1;
-            let (mut za, mut oa, mut zb, mut ob) = (zero, zero, zero, zero);
+            let mut z = [zero; UNROLL];
+            let mut o = [zero; UNROLL];
             for ci in 0..ncls {
-                // SAFETY: every class below ncls was written in this pass's class loop.
-                let (x, y) = unsafe { (acc_a[ci].assume_init(), acc_b[ci].assume_init()) };
-                if (cls_val[ci] >> j) & 1 == 1 {
-                    oa = _mm256_or_si256(oa, x);
-                    ob = _mm256_or_si256(ob, y);
-                } else {
-                    za = _mm256_or_si256(za, x);
-                    zb = _mm256_or_si256(zb, y);
+                let one = (cls_val[ci] >> j) & 1 == 1;
+                for u in 0..UNROLL {
+                    // SAFETY: every class below ncls was written in this pass's class loop.
+                    let x = unsafe { accs[u][ci].assume_init() };
+                    if one {
+                        o[u] = _mm256_or_si256(o[u], x);
+                    } else {
+                        z[u] = _mm256_or_si256(z[u], x);
+                    }
                 }
             }
-            let ok_of = |z: __m256i, o: __m256i, chunk: u32| -> u32 {
-                if chunk >= nchunks {
-                    return 0;
+            for u in 0..UNROLL {
+                let chunk = c + u as u32;
+                let ok = ok_of(z[u], o[u], chunk);
+                if ok != 0 {
+                    out[j as usize] = (chunk * 16 + ok.trailing_zeros() / 2) as u16;
+                    found |= 1 << j;
+                    break;
                 }
-                let conf = _mm256_and_si256(z, o);
-                let mm = _mm256_movemask_epi8(_mm256_cmpeq_epi8(conf, zero)) as u32;
-                // Y8: only the low byte of a lane is meaningful; Y16: both bytes must be zero.
-                let ok = if Y16 { mm & (mm >> 1) } else { mm } & 0x5555_5555;
-                if chunk == nchunks - 1 {
-                    ok & tail_mask
-                } else {
-                    ok
-                }
-            };
-            let ok_a = ok_of(za, oa, c);
-            let ok_b = ok_of(zb, ob, c + 1);
-            if ok_a != 0 {
-                out[j as usize] = (c * 16 + ok_a.trailing_zeros() / 2) as u16;
-                found |= 1 << j;
-            } else if ok_b != 0 {
-                out[j as usize] = ((c + 1) * 16 + ok_b.trailing_zeros() / 2) as u16;
-                found |= 1 << j;
             }
         }
         if found == want {
             break;
         }
-        c += 2;
+        c += UNROLL as u32;
     }
     found
 }
