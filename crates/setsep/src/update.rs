@@ -6,7 +6,7 @@ use crate::kernel::{array_for, separates, GKey, Searcher};
 use crate::layout::{family, MAX_KEY_LEN, MIN_KEY_LEN};
 use crate::table::{fallback_entry, fallback_find, FB_ENTRY};
 use crate::{BuildError, BuildOptions, Config, DeltaError, SetSep, UpdateError};
-use sb_common::{hash128, KeyHash};
+use sb_common::{hash128, HugeArray, KeyHash};
 
 /// One change of a table: the new record of one group, and the fallback entries that leave and
 /// join the fallback table. Produced by [`Updatable`], applied by [`SetSep::apply_delta`].
@@ -243,7 +243,7 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
 pub struct Updatable {
     table: SetSep,
     /// Per global group: entries `[key len u8][key][value u16 LE]`.
-    rib: Vec<Vec<u8>>,
+    rib: Rib,
     len: usize,
     searcher: Searcher,
     gkeys: Vec<GKey>,
@@ -255,6 +255,106 @@ impl std::fmt::Debug for Updatable {
             .field("table", &self.table)
             .field("len", &self.len)
             .finish()
+    }
+}
+
+/// The RIB: every group's entries in one huge-page-backed slab, each group in its own extent
+/// with room to grow (so an update touches one header and one extent, no pointer chasing).
+#[derive(Clone)]
+struct Rib {
+    /// Per group: offset in `data`, bytes used, bytes reserved.
+    head: HugeArray<[u64; 2]>,
+    data: HugeArray<u8>,
+    /// Bytes of `data` handed out.
+    used: usize,
+    /// Bytes of `data` in abandoned extents.
+    holes: usize,
+}
+
+impl Rib {
+    fn unpack(h: [u64; 2]) -> (usize, usize, usize) {
+        (
+            h[0] as usize,
+            (h[1] & 0xffff_ffff) as usize,
+            (h[1] >> 32) as usize,
+        )
+    }
+
+    /// Lays out groups of the given sizes with some slack each.
+    fn with_sizes(sizes: &[u32]) -> Rib {
+        let mut head = HugeArray::<[u64; 2]>::zeroed(sizes.len());
+        let mut off = 0usize;
+        for (h, &sz) in head.iter_mut().zip(sizes) {
+            let cap = Self::cap_for(sz as usize);
+            *h = [off as u64, (cap as u64) << 32];
+            off += cap;
+        }
+        Rib {
+            head,
+            data: HugeArray::zeroed(off + off / 8 + 4096),
+            used: off,
+            holes: 0,
+        }
+    }
+
+    fn cap_for(len: usize) -> usize {
+        (len + len / 4 + 24).next_multiple_of(8)
+    }
+
+    fn group(&self, g: usize) -> &[u8] {
+        let (off, len, _) = Self::unpack(self.head[g]);
+        &self.data[off..off + len]
+    }
+
+    fn group_mut(&mut self, g: usize) -> &mut [u8] {
+        let (off, len, _) = Self::unpack(self.head[g]);
+        &mut self.data[off..off + len]
+    }
+
+    /// Appends `bytes` to group `g`, moving the group to a larger extent when full.
+    fn append(&mut self, g: usize, bytes: &[u8]) {
+        let (mut off, len, mut cap) = Self::unpack(self.head[g]);
+        if len + bytes.len() > cap {
+            let new_cap = Self::cap_for((len + bytes.len()) * 2);
+            if self.used + new_cap > self.data.len() {
+                self.grow(new_cap);
+                (off, _, _) = Self::unpack(self.head[g]);
+            }
+            let new_off = self.used;
+            self.data.copy_within(off..off + len, new_off);
+            self.used += new_cap;
+            self.holes += cap;
+            off = new_off;
+            cap = new_cap;
+        }
+        self.data[off + len..off + len + bytes.len()].copy_from_slice(bytes);
+        self.head[g] = [off as u64, (len + bytes.len()) as u64 | (cap as u64) << 32];
+    }
+
+    /// Removes bytes `range` (relative to the group) from group `g`.
+    fn remove(&mut self, g: usize, range: std::ops::Range<usize>) {
+        let (off, len, cap) = Self::unpack(self.head[g]);
+        self.data
+            .copy_within(off + range.end..off + len, off + range.start);
+        let len = len - range.len();
+        self.head[g] = [off as u64, len as u64 | (cap as u64) << 32];
+    }
+
+    /// Makes room for `extra` more bytes: compacts into a new slab (dropping holes) of about
+    /// twice the live size.
+    fn grow(&mut self, extra: usize) {
+        let live = self.used - self.holes;
+        let mut data = HugeArray::<u8>::zeroed((live + extra) * 2 + 4096);
+        let mut at = 0usize;
+        for h in self.head.iter_mut() {
+            let (off, len, cap) = Self::unpack(*h);
+            data[at..at + len].copy_from_slice(&self.data[off..off + len]);
+            *h = [at as u64, len as u64 | (cap as u64) << 32];
+            at += cap;
+        }
+        self.data = data;
+        self.used = at;
+        self.holes = 0;
     }
 }
 
@@ -296,13 +396,16 @@ fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16, u16, u16)> {
     })
 }
 
-fn push_entry(arena: &mut Vec<u8>, key: &[u8], v: u16, h: KeyHash) {
+/// Encodes a RIB entry into `buf` and returns its length.
+fn encode_entry(buf: &mut [u8; 1 + 64 + TAIL], key: &[u8], v: u16, h: KeyHash) -> usize {
     let (a, b) = family(h);
-    arena.push(key.len() as u8);
-    arena.extend_from_slice(key);
-    arena.extend_from_slice(&v.to_le_bytes());
-    arena.extend_from_slice(&a.to_le_bytes());
-    arena.extend_from_slice(&b.to_le_bytes());
+    let l = key.len();
+    buf[0] = l as u8;
+    buf[1..1 + l].copy_from_slice(key);
+    buf[1 + l..3 + l].copy_from_slice(&v.to_le_bytes());
+    buf[3 + l..5 + l].copy_from_slice(&a.to_le_bytes());
+    buf[5 + l..7 + l].copy_from_slice(&b.to_le_bytes());
+    1 + l + TAIL
 }
 
 impl Updatable {
@@ -313,14 +416,23 @@ impl Updatable {
         opts: &BuildOptions,
     ) -> Result<Updatable, BuildError> {
         let table = SetSep::build(keys, values, opts)?;
-        let mut rib = vec![Vec::new(); table.hdr.n_groups() as usize];
-        {
+        let rib = {
             let t = table.tables();
-            for (k, &v) in keys.iter().zip(values) {
-                let h = t.hash(k);
-                push_entry(&mut rib[t.group_of(h)], k, v, h);
+            let ng = table.hdr.n_groups() as usize;
+            // Two passes: sizes, then entries (each group in one extent).
+            let groups: Vec<u32> = keys.iter().map(|k| t.group_of(t.hash(k)) as u32).collect();
+            let mut sizes = vec![0u32; ng];
+            for (k, &g) in keys.iter().zip(&groups) {
+                sizes[g as usize] += (1 + k.len() + TAIL) as u32;
             }
-        }
+            let mut rib = Rib::with_sizes(&sizes);
+            let mut buf = [0u8; 1 + 64 + TAIL];
+            for ((k, &v), &g) in keys.iter().zip(values).zip(&groups) {
+                let n = encode_entry(&mut buf, k, v, t.hash(k));
+                rib.append(g as usize, &buf[..n]);
+            }
+            rib
+        };
         Ok(Updatable {
             table,
             rib,
@@ -349,15 +461,13 @@ impl Updatable {
     pub fn get(&self, key: &[u8]) -> Option<u16> {
         let t = self.table.tables();
         let g = t.group_of(t.hash(key));
-        let a = &self.rib[g];
+        let a = self.rib.group(g);
         find(a, key).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
     }
 
     /// Every key and value (in group order).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u16)> {
-        self.rib
-            .iter()
-            .flat_map(|a| entries(a).map(|(k, v, _, _)| (k, v)))
+        (0..self.rib.head.len()).flat_map(|g| entries(self.rib.group(g)).map(|(k, v, _, _)| (k, v)))
     }
 
     fn check(&self, key: &[u8], value: u16) -> Result<(), UpdateError> {
@@ -386,20 +496,22 @@ impl Updatable {
         } else {
             Vec::new()
         };
-        match find(&self.rib[g], key) {
+        match find(self.rib.group(g), key) {
             Some((_, vo)) => {
-                self.rib[g][vo..vo + 2].copy_from_slice(&value.to_le_bytes());
+                self.rib.group_mut(g)[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
             }
             None => {
                 let (a, b) = family(h);
-                let same_ab: Vec<&[u8]> = entries(&self.rib[g])
+                let same_ab: Vec<&[u8]> = entries(self.rib.group(g))
                     .filter(|e| (e.2, e.3) == (a, b))
                     .map(|e| e.0)
                     .collect();
                 if same_ab.iter().any(|k| hash128(k, seed) == h) {
                     return Err(UpdateError::HashCollision);
                 }
-                push_entry(&mut self.rib[g], key, value, h);
+                let mut buf = [0u8; 1 + 64 + TAIL];
+                let n = encode_entry(&mut buf, key, value, h);
+                self.rib.append(g, &buf[..n]);
                 self.len += 1;
             }
         }
@@ -413,7 +525,7 @@ impl Updatable {
         }
         let h = hash128(key, self.table.hdr.seed);
         let g = self.table.tables().group_of(h);
-        let Some((p, vo)) = find(&self.rib[g], key) else {
+        let Some((p, vo)) = find(self.rib.group(g), key) else {
             return Ok(None);
         };
         let old_hashes = if self.table.tables().is_fallback_group(g) {
@@ -421,14 +533,14 @@ impl Updatable {
         } else {
             Vec::new()
         };
-        self.rib[g].drain(p..vo + TAIL);
+        self.rib.remove(g, p..vo + TAIL);
         self.len -= 1;
         Ok(Some(self.resolve(g, old_hashes)))
     }
 
     fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
         let seed = self.table.hdr.seed;
-        entries(&self.rib[g])
+        entries(self.rib.group(g))
             .map(|(k, _, _, _)| hash128(k, seed))
             .collect()
     }
@@ -440,7 +552,7 @@ impl Updatable {
         let vbits = self.table.hdr.value_bits as u32;
         let rec = self.table.hdr.rec_bytes();
         self.gkeys.clear();
-        for (_, v, a, b) in entries(&self.rib[g]) {
+        for (_, v, a, b) in entries(self.rib.group(g)) {
             self.gkeys.push(GKey { a, b, v });
         }
         let t = self.table.tables();
@@ -478,7 +590,7 @@ impl Updatable {
         let fb_remove = old_hashes;
         let fb_insert = if now_fb {
             let seed = self.table.hdr.seed;
-            entries(&self.rib[g])
+            entries(self.rib.group(g))
                 .map(|(k, v, _, _)| (hash128(k, seed), v))
                 .collect()
         } else {
@@ -496,5 +608,35 @@ impl Updatable {
         };
         apply(&mut self.table, &d).expect("a delta made from this table applies to it");
         d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rib_slab_grows_moves_and_compacts() {
+        let mut rib = Rib::with_sizes(&[0, 10, 0]);
+        let mut model: Vec<Vec<u8>> = vec![Vec::new(); 3];
+        for i in 0..5000usize {
+            let g = i % 3;
+            let bytes: Vec<u8> = (0..(i % 17 + 1)).map(|j| (i + j) as u8).collect();
+            rib.append(g, &bytes);
+            model[g].extend_from_slice(&bytes);
+            if i % 7 == 0 && model[g].len() > 5 {
+                rib.remove(g, 1..4);
+                model[g].drain(1..4);
+            }
+            if i % 11 == 0 {
+                rib.group_mut(g)[0] ^= 0xff;
+                model[g][0] ^= 0xff;
+            }
+        }
+        for g in 0..3 {
+            assert_eq!(rib.group(g), &model[g][..]);
+        }
+        // The slab grew from its initial few KB (moves and compaction happened).
+        assert!(rib.data.len() > 40_000);
     }
 }
