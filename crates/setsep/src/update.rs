@@ -633,8 +633,8 @@ mod tests {
                 model[g][0] ^= 0xff;
             }
         }
-        for g in 0..3 {
-            assert_eq!(rib.group(g), &model[g][..]);
+        for (g, m) in model.iter().enumerate() {
+            assert_eq!(rib.group(g), &m[..]);
         }
         // The slab grew from its initial few KB (moves and compaction happened).
         assert!(rib.data.len() > 40_000);
