@@ -44,7 +44,109 @@ impl Piece {
     pub fn total_blocks(&self) -> u64 {
         self.total_blocks
     }
+
+    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE1`, index bits,
+    /// array bits, value bits, a zero byte, seed, total blocks, range start, range end, keys,
+    /// fallback entries (u64 each), choices, groups, fallback entries, XXH3-64 of all before.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            PIECE_HEADER + self.choices.len() + self.groups.len() + self.fallback.len() + 8,
+        );
+        out.extend_from_slice(PIECE_MAGIC);
+        out.extend_from_slice(&[
+            self.config.index_bits,
+            self.config.array_bits,
+            self.value_bits,
+            0,
+        ]);
+        for x in [
+            self.seed,
+            self.total_blocks,
+            self.range.start,
+            self.range.end,
+            self.keys,
+            (self.fallback.len() / FB_ENTRY) as u64,
+        ] {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        out.extend_from_slice(&self.choices);
+        out.extend_from_slice(&self.groups);
+        out.extend_from_slice(&self.fallback);
+        let sum = xxhash_rust::xxh3::xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Parses and validates [`Piece::to_bytes`] output (never panics).
+    pub fn from_bytes(b: &[u8]) -> Result<Piece, crate::LoadError> {
+        use crate::LoadError;
+        if b.len() < PIECE_HEADER + 8 {
+            return Err(LoadError::Truncated {
+                needed: (PIECE_HEADER + 8) as u64,
+                got: b.len() as u64,
+            });
+        }
+        if &b[..8] != PIECE_MAGIC {
+            return Err(LoadError::BadMagic);
+        }
+        let (body, sum) = b.split_at(b.len() - 8);
+        if xxhash_rust::xxh3::xxh3_64(body) != u64::from_le_bytes(sum.try_into().expect("8")) {
+            return Err(LoadError::Checksum);
+        }
+        let config = Config {
+            index_bits: b[8],
+            array_bits: b[9],
+        };
+        let value_bits = b[10];
+        if config.validate().is_err() || !(1..=16).contains(&value_bits) || b[11] != 0 {
+            return Err(LoadError::BadHeader("bad config or value bits"));
+        }
+        let u = |i: usize| u64::from_le_bytes(b[12 + 8 * i..20 + 8 * i].try_into().expect("8"));
+        let (seed, total_blocks, start, end, keys, nfb) = (u(0), u(1), u(2), u(3), u(4), u(5));
+        if start >= end || end > total_blocks {
+            return Err(LoadError::BadHeader("bad block range"));
+        }
+        let rec = (config.entry_bytes() * value_bits as usize) as u64;
+        let sizes = (|| {
+            let nb = end - start;
+            let c = nb.checked_mul(CHOICE_BYTES_PER_BLOCK as u64)?;
+            let g = nb.checked_mul(GROUPS_PER_BLOCK as u64)?.checked_mul(rec)?;
+            let f = nfb.checked_mul(FB_ENTRY as u64)?;
+            let t = c
+                .checked_add(g)?
+                .checked_add(f)?
+                .checked_add(PIECE_HEADER as u64)?;
+            Some((c as usize, g as usize, t))
+        })();
+        let Some((c, g, t)) = sizes else {
+            return Err(LoadError::BadHeader("sizes overflow"));
+        };
+        if t != body.len() as u64 {
+            return Err(LoadError::TrailingBytes {
+                expected: t + 8,
+                got: b.len() as u64,
+            });
+        }
+        let fallback = body[PIECE_HEADER + c + g..].to_vec();
+        if sort_fallback(&fallback) != fallback {
+            return Err(LoadError::BadFallback("entries not sorted"));
+        }
+        Ok(Piece {
+            config,
+            value_bits,
+            seed,
+            total_blocks,
+            range: start..end,
+            keys,
+            choices: body[PIECE_HEADER..PIECE_HEADER + c].to_vec(),
+            groups: body[PIECE_HEADER + c..PIECE_HEADER + c + g].to_vec(),
+            fallback,
+        })
+    }
 }
+
+const PIECE_MAGIC: &[u8; 8] = b"SBPIECE1";
+const PIECE_HEADER: usize = 8 + 4 + 6 * 8;
 
 /// One input chunk's keys sorted by block, and each block's start offset.
 type Part = (Vec<Rec>, Vec<u32>);

@@ -400,7 +400,8 @@ pub mod fuzzing {
 
     const PROBES: [&[u8]; 4] = [b"abcd", b"0123456789abc", &[0xff; 64], &[0; 16]];
 
-    /// Loads arbitrary bytes as a table; whatever is accepted must answer lookups without
+    /// Loads arbitrary bytes as a table (and as a [`crate::Piece`]); whatever is accepted must
+    /// answer lookups without
     /// panicking and serialize back to the same bytes. Also tries the bytes with a correct
     /// checksum appended in place of the last 8, so the checks behind the checksum are reached.
     pub fn load_table(data: &[u8]) {
@@ -415,6 +416,13 @@ pub mod fuzzing {
     }
 
     fn load_table_once(data: &[u8]) {
+        if let Ok(p) = crate::Piece::from_bytes(data) {
+            assert_eq!(p.to_bytes(), data);
+            if let Ok(t) = SetSep::assemble(vec![p]) {
+                let mut out = [0u16; PROBES.len()];
+                t.lookup_batch(&PROBES, &mut out);
+            }
+        }
         if let Ok(t) = SetSep::from_bytes(data) {
             let mut out = [0u16; PROBES.len()];
             t.lookup_batch(&PROBES, &mut out);

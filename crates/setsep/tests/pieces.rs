@@ -46,6 +46,17 @@ fn pieces_assemble_into_the_one_shot_table() {
             pieces.push(p);
         }
         pieces.reverse();
+        // Pieces travel as bytes.
+        for p in &pieces {
+            let b = p.to_bytes();
+            assert_eq!(&sb_setsep::Piece::from_bytes(&b).unwrap(), p);
+            for i in (0..b.len()).step_by(b.len() / 50 + 1) {
+                let mut c = b.clone();
+                c[i] ^= 1;
+                assert!(sb_setsep::Piece::from_bytes(&c).is_err());
+                assert!(sb_setsep::Piece::from_bytes(&b[..i]).is_err());
+            }
+        }
         let assembled = SetSep::assemble(pieces.clone()).unwrap();
         assert_eq!(assembled.to_bytes(), whole.to_bytes());
         check_all(&assembled, &kr, &values);
