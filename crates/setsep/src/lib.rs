@@ -39,26 +39,36 @@
 //! # Cost model
 //!
 //! Space (exact, as [`Stats::bits_per_key`] reports it): 0.5 bits per key for the bucket choices,
-//! plus `(x + y) / 16` bits per key per value bit for the groups, plus 144 bits per fallback key
-//! (a 128-bit hash and a 16-bit value), rounded up to whole 1024-key blocks.
+//! plus `(x + y) / 16` bits per key per value bit for the group records, plus 144 bits per
+//! fallback key (its 128-bit hash and a 16-bit value), with the key count rounded up to whole
+//! 1024-key blocks. A group whose search fails puts all its keys in the fallback table.
 //!
-//! | preset | [`Config`] | bits/key, 1-bit values | bits/key, 2-bit values | search candidates |
-//! |---|---|---|---|---|
-//! | default, compact | [`Config::C16_8`] `16+8` | 2.0 | 3.5 | up to 65535 |
-//! | fast build | [`Config::C8_16`] `8+16` | 2.0 + fallback | 3.5 + fallback | up to 255 |
-//! | no fallback | [`Config::C16_16`] `16+16` | 2.5 | 4.5 | up to 65535 |
+//! | preset | [`Config`] | bits/key, 1-bit values | bits/key, 2-bit values | fallback keys | build, 2-bit values, one core |
+//! |---|---|---|---|---|---|
+//! | default, compact | [`Config::C16_8`] `16+8` | 2.002 | 3.503 | about 0.003% | about 6-7 M keys/s |
+//! | fast build | [`Config::C8_16`] `8+16` | 3.6 (1.1% fallback) | 6.5 (2.1% fallback) | 1-2% | about 10 M keys/s |
+//! | no fallback | [`Config::C16_16`] `16+16` | 2.5 | 4.5 | 0 in practice | about 10 M keys/s |
 //!
-//! Lookup: one hash of the key (XXH3-128), then two dependent memory reads (the block's choice
-//! byte, then the group record of `3 * value_bits` bytes for 16+8). Out of cache that is two cache
-//! misses: about 100-200 ns for a single lookup; [`SetSep::lookup_batch`] overlaps them with the
-//! three-stage prefetch pipeline of the paper's Algorithm 1 and reaches about 20 ns per key at
-//! 16M keys on one core. Tables up to about L3 size (3.5 bits/key: 16M keys = 7 MB) are much faster.
+//! (Measured at 1M and 16M random 13-byte keys on one core of an AMD EPYC (Zen 3) shared with
+//! other jobs; build rates are per CPU-second. `cargo bench -p sb-setsep --bench setsep -- N V
+//! CONFIG BATCH all` prints them.)
 //!
-//! Construction: about 40 hash-function candidates per key (2-bit values), tested 16 at a time by
-//! an AVX2 kernel (16-bit lanes) picked at run time, with a scalar reference kernel that gives
-//! identical tables; blocks are built in parallel on a local rayon pool. Memory during the build:
-//! about 24 bytes per key. Updates ([`Updatable`]) re-search one group and produce a [`Delta`] of
-//! a few bytes that replicas apply with [`SetSep::apply_delta`].
+//! Lookup: one hash of the key (XXH3-128), then two dependent memory reads: the block's choice
+//! byte, then the group record (`3 * value_bits` bytes for 16+8). [`SetSep::lookup_batch`] runs
+//! the three-stage prefetch pipeline of the paper's Algorithm 1 over windows of 32 keys, so the
+//! reads of 32 keys overlap. With 2-bit values, one core: at 4M keys (1.8 MB) about 25 ns per
+//! single lookup and 14 ns per key batched (about 40 and 70 M lookups/s); at 16M keys (7 MB)
+//! about 16 ns per key batched (about 63 M lookups/s), 2-4x single lookups.
+//!
+//! Construction: about 40-60 candidate hash indexes per key (2-bit values), tested 64 at a time
+//! (four 16-lane vectors) by an AVX2 kernel picked at run time (about 1 ns per candidate for a
+//! 16-key group), with a scalar reference kernel that gives identical tables ([`Kernel`]).
+//! Blocks are built in parallel on a local rayon pool of [`BuildOptions::threads`] threads;
+//! the result does not depend on the thread count. Memory during the build: about 24 bytes per
+//! key. [`Updatable`] keeps every group's keys (about 20 bytes per 13-byte key) and re-searches
+//! only the changed key's group (about 2 us per value change at 16M keys, so about 0.4-0.5 M
+//! updates/s per core); the [`Delta`] it returns is about 25 bytes and replicas apply it with
+//! [`SetSep::apply_delta`] (a record copy), staying byte-identical.
 //!
 //! Invariant: this crate never does I/O except [`SetSep::write_to`] and [`MappedSetSep::open`].
 
