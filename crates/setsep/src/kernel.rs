@@ -44,7 +44,8 @@ pub(crate) struct Searcher {
     b: Vec<u16>,
     cls_end: Vec<usize>,
     cls_val: Vec<u16>,
-    sorted: Vec<GKey>,
+    cls_of: Vec<u32>,
+    counts: Vec<usize>,
 }
 
 impl Searcher {
@@ -61,7 +62,8 @@ impl Searcher {
             b: Vec::new(),
             cls_end: Vec::new(),
             cls_val: Vec::new(),
-            sorted: Vec::new(),
+            cls_of: Vec::new(),
+            counts: Vec::new(),
         }
     }
 
@@ -71,36 +73,40 @@ impl Searcher {
         if want == 0 {
             return 0;
         }
-        // Group keys by value (the order inside a class does not change the result).
-        self.sorted.clear();
-        self.sorted.extend_from_slice(keys);
-        // Insertion sort: groups are small.
-        for i in 1..self.sorted.len() {
-            let x = self.sorted[i];
-            let mut j = i;
-            while j > 0 && self.sorted[j - 1].v > x.v {
-                self.sorted[j] = self.sorted[j - 1];
-                j -= 1;
-            }
-            self.sorted[j] = x;
+        // Group keys by value (neither the order of classes nor the order inside a class
+        // changes the result): find each key's class, count, then place.
+        self.cls_val.clear();
+        self.cls_of.clear();
+        self.counts.clear();
+        for k in keys {
+            let c = match self.cls_val.iter().position(|&v| v == k.v) {
+                Some(c) => c,
+                None => {
+                    self.cls_val.push(k.v);
+                    self.counts.push(0);
+                    self.cls_val.len() - 1
+                }
+            };
+            self.cls_of.push(c as u32);
+            self.counts[c] += 1;
+        }
+        self.cls_end.clear();
+        let mut end = 0usize;
+        for c in self.counts.iter_mut() {
+            let n = *c;
+            *c = end; // becomes the next free slot of the class
+            end += n;
+            self.cls_end.push(end);
         }
         self.a.clear();
+        self.a.resize(keys.len(), 0);
         self.b.clear();
-        self.cls_end.clear();
-        self.cls_val.clear();
-        for (i, k) in self.sorted.iter().enumerate() {
-            self.a.push(k.a);
-            self.b.push(k.b);
-            if self.cls_val.last() != Some(&k.v) || self.cls_end.is_empty() {
-                if !self.cls_end.is_empty() {
-                    *self.cls_end.last_mut().expect("nonempty") = i;
-                }
-                self.cls_val.push(k.v);
-                self.cls_end.push(i + 1);
-            }
-        }
-        if let Some(e) = self.cls_end.last_mut() {
-            *e = self.sorted.len();
+        self.b.resize(keys.len(), 0);
+        for (k, &c) in keys.iter().zip(&self.cls_of) {
+            let slot = &mut self.counts[c as usize];
+            self.a[*slot] = k.a;
+            self.b[*slot] = k.b;
+            *slot += 1;
         }
         let limit = cfg.mark() as u32;
         #[cfg(target_arch = "x86_64")]

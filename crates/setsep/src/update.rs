@@ -4,6 +4,7 @@
 use crate::build::{write_mark, write_record};
 use crate::kernel::{array_for, separates, GKey, Searcher};
 use crate::layout::{family, MAX_KEY_LEN, MIN_KEY_LEN};
+use crate::prefetch::prefetch;
 use crate::table::{fallback_entry, fallback_find, FB_ENTRY};
 use crate::{BuildError, BuildOptions, Config, DeltaError, SetSep, UpdateError};
 use sb_common::{hash128, HugeArray, KeyHash};
@@ -490,6 +491,7 @@ impl Updatable {
         let seed = self.table.hdr.seed;
         let h = hash128(key, seed);
         let g = self.table.tables().group_of(h);
+        self.prefetch_group(g);
         let was_fb = self.table.tables().is_fallback_group(g);
         let old_hashes = if was_fb {
             self.group_hashes(g)
@@ -525,6 +527,7 @@ impl Updatable {
         }
         let h = hash128(key, self.table.hdr.seed);
         let g = self.table.tables().group_of(h);
+        self.prefetch_group(g);
         let Some((p, vo)) = find(self.rib.group(g), key) else {
             return Ok(None);
         };
@@ -536,6 +539,17 @@ impl Updatable {
         self.rib.remove(g, p..vo + TAIL);
         self.len -= 1;
         Ok(Some(self.resolve(g, old_hashes)))
+    }
+
+    /// Starts loading group `g`'s record, RIB header and RIB extent, so the three cache misses
+    /// overlap instead of following each other.
+    fn prefetch_group(&self, g: usize) {
+        let rec = self.table.hdr.rec_bytes();
+        prefetch(&self.table.groups, g * rec);
+        let (off, len, _) = Rib::unpack(self.rib.head[g]);
+        for o in (off..off + len).step_by(64) {
+            prefetch(&self.rib.data, o);
+        }
     }
 
     fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
