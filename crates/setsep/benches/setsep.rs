@@ -2,29 +2,27 @@
 //!
 //! `cargo bench -p sb-setsep --bench setsep -- [KEYS] [VALUE_BITS] [CONFIG] [BATCH] [what]`
 //! (defaults: 4194304 2 16+8 32 all); `what` is a comma list of `build1`, `build2`, `lookup`,
-//! `update`, or `all`. Prints one line per measurement.
+//! `update`, `kernel`, or `all`. Prints one line per measurement, with rates per wall second and
+//! per CPU second (getrusage), since the machine may be shared.
+#![allow(unsafe_code)]
 
 use sb_setsep::{BuildOptions, Config, Kernel, SetSep, Updatable};
 use std::hint::black_box;
 use std::time::Instant;
 
-/// CPU seconds used by the whole process so far (all threads).
+/// CPU seconds (user + system) used by the whole process so far, threads that have exited
+/// included.
 fn cpu_secs() -> f64 {
-    // /proc/self/schedstat: first field is the main thread only; use /proc/self/stat utime+stime
-    // would be 10 ms coarse. Sum the per-thread schedstat of every thread instead.
-    let mut ns = 0u64;
-    if let Ok(rd) = std::fs::read_dir("/proc/self/task") {
-        for t in rd.flatten() {
-            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-                ns += s
-                    .split_whitespace()
-                    .next()
-                    .and_then(|x| x.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a rusage into the pointer we pass; it is valid and large enough.
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } == 0;
+    if !ok {
+        return 0.0;
     }
-    ns as f64 / 1e9
+    // SAFETY: getrusage succeeded and initialised the struct (it was zeroed before anyway).
+    let ru = unsafe { ru.assume_init() };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
 }
 
 fn splitmix(s: &mut u64) -> u64 {
