@@ -64,10 +64,13 @@ import glob, json, os, statistics, sys
 out, binary = sys.argv[1], sys.argv[2]
 groups = {}
 params_seen = None
+peak_rss = {}
 for f in sorted(glob.glob(os.path.join(out, "run-*.json"))):
     d = json.load(open(f))
     p = d["params"]
     params_seen = p
+    k = (p["keys"], p["value_bits"], p["threads"])
+    peak_rss[k] = max(peak_rss.get(k, 0), p.get("peak_rss_mib") or 0)
     for r in d["results"]:
         key = (p["keys"], p["value_bits"], p["threads"], r["name"])
         groups.setdefault(key, []).append(r)
@@ -167,6 +170,11 @@ for n in sizes:
             check(f"{size(n)} V=2: updates >= 500 K/s", u >= 500, f"{u:.1f} K/s")
             if ue:
                 check(f"{size(n)} V=2: updates >= 5x EFD", u >= 5 * ue, f"{u / ue:.2f}x")
+if peak_rss:
+    lines.append("")
+    worst = max(peak_rss.items(), key=lambda kv: kv[1])
+    lines.append(f"Peak memory of one benchmark process: {worst[1]} MiB "
+                 f"(keys={size(worst[0][0])}, V={worst[0][1]}, threads={worst[0][2]}).")
 if checks:
     lines.append("")
     lines.append("Targets of issue 2 (setsep-16+8, medians above):")
