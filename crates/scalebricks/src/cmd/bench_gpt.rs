@@ -564,6 +564,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "dpdk_feature": cfg!(feature = "dpdk"),
         "cpu": cpu_model(),
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "peak_rss_mib": peak_rss_mib(),
     });
     let out = serde_json::json!({ "params": params, "results": rows });
     if a.json {
@@ -572,6 +573,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         print_table(&rows);
     }
     Ok(())
+}
+
+/// The process's peak resident memory so far (VmHWM), in MiB.
+fn peak_rss_mib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
 }
 
 fn cpu_model() -> String {
