@@ -6,7 +6,7 @@
 //! is looked up again with the single-key path, so results are identical to single lookups.
 
 use crate::sync::{fence, Ordering::Acquire};
-use crate::table::{key_words, words_to_bytes, Candidates, Shared, MAX_KEY_WORDS, MAX_VALUE_WORDS};
+use crate::table::{key_words, Candidates, Shared, MAX_KEY_WORDS};
 use sb_common::KeyHash;
 
 /// Keys in flight per prefetch round.
@@ -66,7 +66,6 @@ impl Shared {
         let mut ver = [(0u64, 0u64); CHUNK];
         let mut slot = [usize::MAX; CHUNK];
         let mut q = [0u64; MAX_KEY_WORDS];
-        let mut buf = [0u64; MAX_VALUE_WORDS];
         while start < n {
             let m = CHUNK.min(n - start);
             let key = |i: usize| &keys[(start + i) * kb..(start + i + 1) * kb];
@@ -107,8 +106,10 @@ impl Shared {
             // 4: values.
             for i in 0..m {
                 if slot[i] != usize::MAX {
-                    self.read_value(slot[i], &mut buf);
-                    words_to_bytes(&buf, &mut values[(start + i) * vb..(start + i + 1) * vb]);
+                    self.read_value_bytes(
+                        slot[i],
+                        &mut values[(start + i) * vb..(start + i + 1) * vb],
+                    );
                 }
             }
             // Validation: one fence for the chunk (see the protocol in `table`).

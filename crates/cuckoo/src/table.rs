@@ -89,21 +89,40 @@ fn mix(tag: u16) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Packs `key` into zero-padded little-endian words.
+/// Packs `key` (4..=64 bytes) into zero-padded little-endian words, with fixed-size loads only
+/// (a partial last word is read as an overlapping 8- or 4-byte load and shifted).
 #[inline(always)]
 pub(crate) fn key_words(key: &[u8], q: &mut [u64; MAX_KEY_WORDS]) {
-    for (i, c) in key.chunks(8).enumerate() {
-        let mut b = [0u8; 8];
-        b[..c.len()].copy_from_slice(c);
-        q[i] = u64::from_le_bytes(b);
+    let n = key.len();
+    debug_assert!((4..=8 * MAX_KEY_WORDS).contains(&n));
+    let full = n / 8;
+    for (i, c) in key.chunks_exact(8).enumerate() {
+        q[i] = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+    }
+    let r = n % 8;
+    if r != 0 {
+        q[full] = if n >= 8 {
+            u64::from_le_bytes(key[n - 8..].try_into().expect("8 bytes")) >> (8 * (8 - r))
+        } else {
+            let lo = u32::from_le_bytes(key[..4].try_into().expect("4 bytes")) as u64;
+            let hi = u32::from_le_bytes(key[n - 4..].try_into().expect("4 bytes")) as u64;
+            lo | ((hi >> (8 * (8 - n))) << 32)
+        };
     }
 }
 
+/// Writes the little-endian bytes of `w` into `out` (`out.len() <= 8 * w.len()`).
 #[inline(always)]
 pub(crate) fn words_to_bytes(w: &[u64], out: &mut [u8]) {
-    for (i, c) in out.chunks_mut(8).enumerate() {
-        let n = c.len();
-        c.copy_from_slice(&w[i].to_le_bytes()[..n]);
+    let mut chunks = out.chunks_exact_mut(8);
+    for (i, c) in (&mut chunks).enumerate() {
+        c.copy_from_slice(&w[i].to_le_bytes());
+    }
+    let full = out.len() / 8;
+    let rest = &mut out[full * 8..];
+    let b = w.get(full).copied().unwrap_or(0).to_le_bytes();
+    for (j, x) in rest.iter_mut().enumerate() {
+        *x = b[j];
     }
 }
 
@@ -307,6 +326,27 @@ impl Shared {
         prefetch(self.keys.addr(slot * self.kw));
     }
 
+    /// Prefetches the first (up to) two cache lines of the keys of bucket `b`: the key a lookup
+    /// compares sits there for small keys, and its address does not depend on the tags.
+    #[inline(always)]
+    pub(crate) fn prefetch_bucket_keys(&self, b: usize) {
+        let first = b * self.s * self.kw;
+        prefetch(self.keys.addr(first));
+        if self.s * self.kw > 8 {
+            prefetch(self.keys.addr(first + 8));
+        }
+    }
+
+    /// Prefetches the first (up to) two cache lines of the values of bucket `b`.
+    #[inline(always)]
+    pub(crate) fn prefetch_bucket_values(&self, b: usize) {
+        let first = b * self.s * self.vw;
+        prefetch(self.vals.addr(first));
+        if self.s * self.vw > 8 {
+            prefetch(self.vals.addr(first + 8));
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn prefetch_value(&self, slot: usize) {
         prefetch(self.vals.addr(slot * self.vw));
@@ -357,6 +397,23 @@ impl Shared {
         }
     }
 
+    /// Copies the value of `slot` into `out` (`value_bytes` long), word by word (unvalidated).
+    #[inline(always)]
+    pub(crate) fn read_value_bytes(&self, slot: usize, out: &mut [u8]) {
+        let base = slot * self.vw;
+        let mut chunks = out.chunks_exact_mut(8);
+        for (i, c) in (&mut chunks).enumerate() {
+            c.copy_from_slice(&self.vals.w(base + i).load(Relaxed).to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            let b = self.vals.w(base + self.vw - 1).load(Relaxed).to_le_bytes();
+            for (j, x) in rest.iter_mut().enumerate() {
+                *x = b[j];
+            }
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn version(&self, b: usize) -> u64 {
         self.ver(b).load(Acquire)
@@ -367,13 +424,17 @@ impl Shared {
         self.ver(b).load(Relaxed)
     }
 
-    /// The lock-free lookup: copies the value into `out` (`value_bytes` long) on a hit and leaves
-    /// `out` untouched on a miss.
+    /// The lock-free lookup: copies the value into `out` (`value_bytes` long) on a hit; on a miss
+    /// `out` is unspecified (a read the validation rejected may have written it).
     #[inline]
     pub(crate) fn lookup_q(&self, q: &[u64; MAX_KEY_WORDS], h: KeyHash, out: &mut [u8]) -> bool {
         let c = self.candidates(h);
+        // Start every miss this lookup will probably need at once: both buckets' metadata and
+        // the primary bucket's keys and values (most keys sit in their primary bucket).
+        self.prefetch_bucket(c.b1);
+        self.prefetch_bucket_keys(c.b1);
+        self.prefetch_bucket_values(c.b1);
         self.prefetch_bucket(c.b2);
-        let mut buf = [0u64; MAX_VALUE_WORDS];
         loop {
             let v1 = self.ver(c.b1).load(Acquire);
             if v1 & 1 == 1 {
@@ -381,10 +442,9 @@ impl Shared {
                 continue;
             }
             if let Some(slot) = self.find_in(c.b1, c.tag, q) {
-                self.read_value(slot, &mut buf);
+                self.read_value_bytes(slot, out);
                 fence(Acquire);
                 if self.ver(c.b1).load(Relaxed) == v1 {
-                    words_to_bytes(&buf, out);
                     return true;
                 }
                 continue;
@@ -396,20 +456,17 @@ impl Shared {
             }
             let hit = self.find_in(c.b2, c.tag, q);
             if let Some(slot) = hit {
-                self.read_value(slot, &mut buf);
+                self.read_value_bytes(slot, out);
             }
             fence(Acquire);
             if self.ver(c.b1).load(Relaxed) == v1 && self.ver(c.b2).load(Relaxed) == v2 {
-                if hit.is_some() {
-                    words_to_bytes(&buf, out);
-                }
                 return hit.is_some();
             }
         }
     }
 
     /// Copies the value of `key` into `out` (`value_bytes` long) and returns true, or returns false
-    /// (leaving `out` untouched) when the key is absent or has the wrong length.
+    /// when the key is absent or has the wrong length (`out` is then unspecified).
     ///
     /// # Panics
     /// If `out.len() != value_bytes`.

@@ -6,3 +6,5 @@
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+#[cfg(feature = "libcuckoo")]
+pub mod libcuckoo;

@@ -2,6 +2,8 @@
 //! so its tables sit on 4 KB pages; its EAL is started once per process by [`eal_init`].
 #![allow(unsafe_code)]
 
+pub mod hash;
+
 use std::sync::Mutex;
 
 pub mod efd;
