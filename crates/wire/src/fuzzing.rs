@@ -205,6 +205,8 @@ pub fn gtpu(data: &[u8]) {
 
 fn check_ip(frame: &[u8], ip: &IpInfo<'_>) {
     assert!(ip.offset <= ip.l4_offset);
+    let pl = ip.l4_payload();
+    assert!(pl.len() <= ip.packet.len());
     assert!(ip.offset + ip.packet.len() <= frame.len());
     assert_eq!(&frame[ip.offset..ip.offset + ip.packet.len()], ip.packet);
     if ip.fragment.is_none() {

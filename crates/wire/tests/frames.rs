@@ -141,6 +141,7 @@ fn vlan_tcp_flags() {
         (1000, 2000, 8192, 20)
     );
     assert_eq!(t.payload(), b"xyz");
+    assert_eq!(pf.l4_payload(), Some(&b"xyz"[..]));
 }
 
 #[test]
@@ -450,6 +451,7 @@ fn gtpu_with_sequence_npdu_and_extensions() {
         let i = g.inner.unwrap();
         assert_eq!(i.offset, g.gtpu_offset + 12 + 12);
         assert_eq!(i.packet, &inner[..]);
+        assert_eq!(pf.l4_payload(), Some(&b"dns?"[..]));
         assert_eq!(pf.dst_addr(), Some(IpAddr::V4(server)));
         assert_eq!(
             pf.src_addr(),
@@ -876,6 +878,7 @@ fn packet_builder_frames_parse_back() {
                 let ip = pf.ip().unwrap();
                 assert_eq!((ip.src_addr, ip.dst_addr, ip.ttl), (s, d, 9));
                 assert_eq!(&out[b.header_len()..n], &payload[..]);
+                assert_eq!(pf.l4_payload(), Some(&payload[..]));
                 let t = pf.five_tuple().unwrap();
                 match l4 {
                     L4Header::Udp { .. } => {
