@@ -1,1 +1,193 @@
-//! Packet I/O behind one Port trait: AF_PACKET (TPACKET_V3), in-memory rings, AF_XDP; the only crate that makes packet syscalls.
+//! Packet I/O behind one [`Port`] trait: AF_PACKET (TPACKET_V3), in-memory rings, AF_XDP; the
+//! only crate of scalebricks that makes packet syscalls.
+//!
+//! # The model
+//! A [`Port`] moves frames between the outside and a [`PacketBatch`], a fixed set of reusable
+//! buffers owned by the caller:
+//! - [`Port::rx_batch`] appends up to `batch.room()` received frames to the batch;
+//! - [`Port::tx_batch`] transmits every frame of the batch and empties it (frames the backend
+//!   could not take are counted in [`PortStats::tx_dropped`]).
+//!
+//! The buffers are allocated once, when the batch is made; receiving and transmitting only copy
+//! bytes into and out of them, so a forwarding loop over two ports allocates nothing per packet
+//! (a test counts allocations to keep it so). Frames keep [`batch::HEADROOM`] bytes in front so
+//! an engine can push a tunnel header in place.
+//!
+//! Backends:
+//! - [`memory`]: connected pairs of in-process ports ([`memory::pair`]) and a replaying source
+//!   ([`memory::ReplayPort`]) for tests and engine benchmarks.
+//! - [`afpacket::AfPacketPort`]: AF_PACKET with a TPACKET_V3 receive ring (mmap'd blocks, the
+//!   kernel hands over a whole block of frames at once) and a transmit path that bypasses the
+//!   qdisc (`sendmmsg` or a TPACKET_V2 TX ring). Needs root (CAP_NET_RAW) only. The default.
+//! - `xdp::XdpPort` (cargo feature `xdp`): AF_XDP in copy mode with a tiny XDP redirect program
+//!   loaded through the `bpf()` syscall.
+//!
+//! [`netns`] moves the calling thread into a named network namespace and back, so a port can be
+//! opened inside a namespace (a socket stays in the namespace it was created in). [`cpu`] pins
+//! threads and reads the CPU times benchmarks report.
+//!
+//! # Example: forwarding between in-memory ports
+//! ```
+//! use sb_io::{memory, PacketBatch, Port};
+//!
+//! // wire A: (outside_a) <-> (fwd_a); wire B: (fwd_b) <-> (outside_b)
+//! let (mut outside_a, mut fwd_a) = memory::pair("a", 256);
+//! let (mut fwd_b, mut outside_b) = memory::pair("b", 256);
+//!
+//! let mut batch = PacketBatch::new(32);
+//! for i in 0..10u8 {
+//!     batch.push(&[i; 60]);
+//! }
+//! assert_eq!(outside_a.tx_batch(&mut batch), 10);
+//!
+//! // The forwarder: receive on A, transmit on B, the same buffers every time.
+//! let mut fwd = PacketBatch::new(32);
+//! while fwd_a.rx_batch(&mut fwd) > 0 {
+//!     fwd_b.tx_batch(&mut fwd);
+//! }
+//!
+//! assert_eq!(outside_b.rx_batch(&mut batch), 10);
+//! assert_eq!(batch.get(3), &[3u8; 60]);
+//! assert_eq!(fwd_b.stats().tx_packets, 10);
+//! ```
+//!
+//! # Cost model
+//! - A batch amortises every per-call cost (syscall, lock, ring-status read) over up to
+//!   `capacity` frames; 32-64 is the sweet spot measured by `scalebricks bench io`.
+//! - [`memory`]: one mutex acquisition per batch plus one `memcpy` per frame each way.
+//! - AF_PACKET receive: no syscall while the ring has full blocks (a block holds hundreds of small
+//!   frames); `poll` only when it is empty. Per frame: the kernel's copy into the ring plus our
+//!   copy into the batch (64 B to 1.5 KB, a few ns). Transmit: one `sendmmsg` per batch, the kernel
+//!   copies each frame into an skb and hands it straight to the driver (no qdisc). On this
+//!   machine's veth (2 shared cores) a single forwarding core moves roughly 0.3 M 64-byte frames/s
+//!   (see docs/bench/io.md).
+//! - AF_XDP copy mode: the kernel copies each frame into the UMEM, no skb on receive; transmit
+//!   is one `sendto` kick per batch.
+
+#![warn(missing_docs)]
+
+pub mod afpacket;
+pub mod batch;
+pub mod cpu;
+pub mod memory;
+pub mod netns;
+#[cfg(feature = "xdp")]
+pub mod xdp;
+
+pub use batch::PacketBatch;
+
+use std::time::Duration;
+
+/// Counters every port keeps. Monotonic from the port's creation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames handed to the caller by `rx_batch`.
+    pub rx_packets: u64,
+    /// Bytes of those frames.
+    pub rx_bytes: u64,
+    /// Frames transmitted (accepted by the kernel or the peer ring).
+    pub tx_packets: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// Frames lost on receive: the kernel ring was full, or a frame was larger than a batch buffer.
+    pub rx_dropped: u64,
+    /// Frames given to `tx_batch` that could not be transmitted (ring full, peer full).
+    pub tx_dropped: u64,
+    /// Receive-side errors (malformed ring entries, failed syscalls).
+    pub rx_errors: u64,
+    /// Transmit-side errors (failed syscalls other than "full").
+    pub tx_errors: u64,
+}
+
+/// One network port: receives and transmits frames in batches.
+///
+/// Implementations never allocate per frame and never block in `rx_batch`/`tx_batch`; use
+/// [`Port::wait_rx`] to sleep until frames may be ready.
+pub trait Port: Send {
+    /// A name for logs (the interface name for kernel-backed ports).
+    fn name(&self) -> &str;
+
+    /// Appends up to `batch.room()` received frames to `batch`; returns how many were appended
+    /// (0 when nothing is pending). Never blocks.
+    fn rx_batch(&mut self, batch: &mut PacketBatch) -> usize;
+
+    /// Transmits every frame of `batch` in order and empties it; returns how many were
+    /// transmitted. Frames that could not be (ring or peer full) are counted in
+    /// [`PortStats::tx_dropped`]. Never blocks for long (at most a bounded wait for ring space).
+    fn tx_batch(&mut self, batch: &mut PacketBatch) -> usize;
+
+    /// Sleeps until a frame may be ready to receive or `timeout` passes. Returns true when the
+    /// port signalled readiness (a following `rx_batch` may still return 0).
+    fn wait_rx(&mut self, timeout: Duration) -> Result<bool, IoError>;
+
+    /// The port's counters.
+    fn stats(&self) -> PortStats;
+}
+
+impl<P: Port + ?Sized> Port for Box<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn rx_batch(&mut self, batch: &mut PacketBatch) -> usize {
+        (**self).rx_batch(batch)
+    }
+    fn tx_batch(&mut self, batch: &mut PacketBatch) -> usize {
+        (**self).tx_batch(batch)
+    }
+    fn wait_rx(&mut self, timeout: Duration) -> Result<bool, IoError> {
+        (**self).wait_rx(timeout)
+    }
+    fn stats(&self) -> PortStats {
+        (**self).stats()
+    }
+}
+
+/// Errors from opening or driving a port, or from switching namespaces.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    /// No interface of that name exists in the calling thread's network namespace.
+    #[error("no interface named {0:?} in this network namespace")]
+    NoSuchInterface(String),
+    /// An interface or namespace name is not usable (empty, too long, contains NUL or '/').
+    #[error("invalid name {0:?}")]
+    InvalidName(String),
+    /// A system call failed.
+    #[error("{op} failed: {source}")]
+    Sys {
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Entering or leaving a network namespace failed.
+    #[error("network namespace {name:?}: {source}")]
+    Netns {
+        /// The namespace name.
+        name: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An external command (`ip`) failed.
+    #[error("command `{cmd}` failed: {detail}")]
+    Command {
+        /// The command line.
+        cmd: String,
+        /// Its stderr or the spawn error.
+        detail: String,
+    },
+    /// The running kernel or build does not support what was asked.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+impl IoError {
+    /// Wraps the last OS error (errno) for operation `op`.
+    pub(crate) fn last(op: &'static str) -> Self {
+        IoError::Sys {
+            op,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+}

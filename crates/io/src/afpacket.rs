@@ -1,0 +1,800 @@
+//! AF_PACKET ports: a TPACKET_V3 receive ring and a qdisc-bypassing transmit path.
+//!
+//! Two sockets are bound to the interface:
+//! - the receive socket (`ETH_P_ALL`, `PACKET_IGNORE_OUTGOING` so it does not see this port's
+//!   own transmissions) with a TPACKET_V3 ring: the kernel fills fixed-size blocks with frames
+//!   and flips a block's status to "user" when it is full or its timeout
+//!   ([`AfPacketConfig::block_timeout_ms`]) passes; [`Port::rx_batch`] walks the ready blocks,
+//!   copies frames into the batch and hands each finished block back. No syscall while blocks
+//!   are ready.
+//! - the transmit socket (protocol 0, so it receives nothing) with `PACKET_QDISC_BYPASS`: frames
+//!   go straight to the driver. [`TxMode::Sendmmsg`] passes the batch's buffers to one
+//!   `sendmmsg` per batch; [`TxMode::Ring`] copies frames into a TPACKET_V2 TX ring and kicks it
+//!   with one `send`. `scalebricks bench io` measures both.
+//!
+//! VLAN tags the kernel moved into packet metadata are put back into the frame, so a port
+//! returns frames as they were on the wire.
+#![allow(unsafe_code)]
+
+use crate::{IoError, PacketBatch, Port, PortStats};
+use std::cell::Cell;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// How [`AfPacketPort`] transmits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxMode {
+    /// One `sendmmsg` per batch pointing at the batch's buffers (the kernel copies each frame
+    /// into an skb).
+    Sendmmsg,
+    /// A TPACKET_V2 TX ring: frames are copied into the mmap'd ring, one `send` per batch kicks
+    /// the kernel.
+    Ring,
+}
+
+impl std::str::FromStr for TxMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sendmmsg" => Ok(TxMode::Sendmmsg),
+            "ring" => Ok(TxMode::Ring),
+            _ => Err(format!("unknown tx mode {s:?} (sendmmsg|ring)")),
+        }
+    }
+}
+
+/// Settings for [`AfPacketPort::open`]. `Default` is what the engine uses.
+#[derive(Clone, Debug)]
+pub struct AfPacketConfig {
+    /// Put the interface in promiscuous mode while the port is open.
+    pub promiscuous: bool,
+    /// Bytes per receive block (a power of two, multiple of the page size).
+    pub block_size: usize,
+    /// Number of receive blocks.
+    pub block_count: usize,
+    /// Milliseconds after which the kernel hands over a block that is not full (bounds the
+    /// latency added at low rates).
+    pub block_timeout_ms: u32,
+    /// Transmit path.
+    pub tx_mode: TxMode,
+    /// Frames in the TX ring ([`TxMode::Ring`] only).
+    pub tx_ring_frames: usize,
+    /// Bytes per TX ring frame ([`TxMode::Ring`] only; a power of two >= 2048 for 1500-byte MTU).
+    pub tx_frame_size: usize,
+    /// Set `PACKET_QDISC_BYPASS` on the transmit socket.
+    pub qdisc_bypass: bool,
+    /// Set `PACKET_IGNORE_OUTGOING` on the receive socket (kernel >= 4.20).
+    pub ignore_outgoing: bool,
+    /// Do not open a receive ring (a transmit-only port, e.g. a traffic generator).
+    pub tx_only: bool,
+}
+
+impl Default for AfPacketConfig {
+    fn default() -> Self {
+        AfPacketConfig {
+            promiscuous: false,
+            block_size: 1 << 18,
+            block_count: 16,
+            block_timeout_ms: 1,
+            tx_mode: TxMode::Sendmmsg,
+            tx_ring_frames: 2048,
+            tx_frame_size: 2048,
+            qdisc_bypass: true,
+            ignore_outgoing: true,
+            tx_only: false,
+        }
+    }
+}
+
+/// An mmap'd region, unmapped on drop.
+struct Mmap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mmap {
+    fn map(fd: RawFd, len: usize) -> Result<Mmap, IoError> {
+        // SAFETY: a fresh shared mapping of the socket's ring; the kernel validates fd and len.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(IoError::last("mmap packet ring"));
+        }
+        Ok(Mmap {
+            ptr: NonNull::new(p.cast()).ok_or_else(|| IoError::last("mmap packet ring"))?,
+            len,
+        })
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned; nothing borrows the region past drop.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Receive ring state.
+struct RxRing {
+    map: Mmap,
+    block_size: usize,
+    block_count: usize,
+    /// Block we read next.
+    cur: usize,
+    /// Frames left in the current block (0: block not held).
+    remaining: u32,
+    /// Offset of the next frame inside the current block.
+    offset: usize,
+}
+
+enum TxPath {
+    Sendmmsg {
+        msgs: Vec<libc::mmsghdr>,
+        iovs: Vec<libc::iovec>,
+    },
+    Ring {
+        map: Mmap,
+        frame_size: usize,
+        frames: usize,
+        cur: usize,
+    },
+}
+
+/// An AF_PACKET port bound to one interface. See the module docs.
+pub struct AfPacketPort {
+    name: String,
+    ifindex: i32,
+    mac: [u8; 6],
+    rx_fd: Option<OwnedFd>,
+    tx_fd: OwnedFd,
+    rx: Option<RxRing>,
+    tx: TxPath,
+    stats: PortStats,
+    kernel_drops: Cell<u64>,
+}
+
+// SAFETY: the raw pointers inside (ring mappings, iovec/msghdr scratch arrays) point into memory
+// owned by this port and are only used through `&mut self`; moving the port to another thread
+// moves that ownership with it.
+unsafe impl Send for AfPacketPort {}
+
+/// `TPACKET2_HDRLEN - sizeof(sockaddr_ll)`: where frame data starts in a V2 TX ring frame.
+const TX_DATA_OFFSET: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
+
+fn setsockopt<T>(
+    fd: RawFd,
+    level: i32,
+    opt: i32,
+    val: &T,
+    op: &'static str,
+) -> Result<(), IoError> {
+    // SAFETY: val points to a live T of the given size for the duration of the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (val as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(IoError::last(op));
+    }
+    Ok(())
+}
+
+fn packet_socket() -> Result<OwnedFd, IoError> {
+    // SAFETY: plain socket(2) call; the returned fd is owned by the OwnedFd below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(IoError::last("socket(AF_PACKET)"));
+    }
+    // SAFETY: fd is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn bind(fd: RawFd, ifindex: i32, protocol: u16) -> Result<(), IoError> {
+    // SAFETY: sockaddr_ll is plain data; all-zero is a valid starting value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = protocol.to_be();
+    sll.sll_ifindex = ifindex;
+    // SAFETY: sll is a valid sockaddr_ll and the length matches it.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(IoError::last("bind(AF_PACKET)"));
+    }
+    Ok(())
+}
+
+/// The ifindex of interface `name` in the calling thread's network namespace.
+pub fn ifindex(name: &str) -> Result<i32, IoError> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(IoError::InvalidName(name.to_string()));
+    }
+    let c = CString::new(name).map_err(|_| IoError::InvalidName(name.to_string()))?;
+    // SAFETY: c is a valid NUL-terminated string.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        return Err(IoError::NoSuchInterface(name.to_string()));
+    }
+    Ok(idx as i32)
+}
+
+fn hw_addr(fd: RawFd) -> [u8; 6] {
+    // SAFETY: sockaddr_ll is plain data; getsockname writes at most `len` bytes into it.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: as above; a failure leaves sll zeroed.
+    unsafe { libc::getsockname(fd, (&mut sll as *mut libc::sockaddr_ll).cast(), &mut len) };
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&sll.sll_addr[..6]);
+    mac
+}
+
+/// The MAC address of interface `name` in the calling thread's network namespace.
+pub fn mac_address(name: &str) -> Result<[u8; 6], IoError> {
+    let idx = ifindex(name)?;
+    let fd = packet_socket()?;
+    bind(fd.as_raw_fd(), idx, 0)?;
+    Ok(hw_addr(fd.as_raw_fd()))
+}
+
+impl AfPacketPort {
+    /// Opens interface `ifname` in the calling thread's network namespace (see
+    /// [`crate::netns::in_netns`] to open one in another namespace).
+    pub fn open(ifname: &str, cfg: &AfPacketConfig) -> Result<AfPacketPort, IoError> {
+        let ifindex = ifindex(ifname)?;
+        let (rx_fd, rx) = if cfg.tx_only {
+            (None, None)
+        } else {
+            let (fd, ring) = Self::open_rx(ifindex, cfg)?;
+            (Some(fd), Some(ring))
+        };
+        let (tx_fd, tx) = Self::open_tx(ifindex, cfg)?;
+        let mac = hw_addr(tx_fd.as_raw_fd());
+        Ok(AfPacketPort {
+            name: ifname.to_string(),
+            ifindex,
+            mac,
+            rx_fd,
+            tx_fd,
+            rx,
+            tx,
+            stats: PortStats::default(),
+            kernel_drops: Cell::new(0),
+        })
+    }
+
+    fn open_rx(ifindex: i32, cfg: &AfPacketConfig) -> Result<(OwnedFd, RxRing), IoError> {
+        let fd = packet_socket()?;
+        let raw = fd.as_raw_fd();
+        let v3: libc::c_int = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
+        setsockopt(
+            raw,
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &v3,
+            "PACKET_VERSION V3",
+        )?;
+        if cfg.ignore_outgoing {
+            let one: libc::c_int = 1;
+            setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                libc::PACKET_IGNORE_OUTGOING,
+                &one,
+                "PACKET_IGNORE_OUTGOING",
+            )?;
+        }
+        let page = 4096usize;
+        let block_size = cfg.block_size.max(page).next_power_of_two();
+        let block_count = cfg.block_count.max(2);
+        let frame_size = 2048u32;
+        let req = libc::tpacket_req3 {
+            tp_block_size: block_size as u32,
+            tp_block_nr: block_count as u32,
+            tp_frame_size: frame_size,
+            tp_frame_nr: (block_size / frame_size as usize * block_count) as u32,
+            tp_retire_blk_tov: cfg.block_timeout_ms.max(1),
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        setsockopt(
+            raw,
+            libc::SOL_PACKET,
+            libc::PACKET_RX_RING,
+            &req,
+            "PACKET_RX_RING",
+        )?;
+        let map = Mmap::map(raw, block_size * block_count)?;
+        bind(raw, ifindex, libc::ETH_P_ALL as u16)?;
+        if cfg.promiscuous {
+            let mreq = libc::packet_mreq {
+                mr_ifindex: ifindex,
+                mr_type: libc::PACKET_MR_PROMISC as u16,
+                mr_alen: 0,
+                mr_address: [0; 8],
+            };
+            setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                libc::PACKET_ADD_MEMBERSHIP,
+                &mreq,
+                "PACKET_ADD_MEMBERSHIP promisc",
+            )?;
+        }
+        Ok((
+            fd,
+            RxRing {
+                map,
+                block_size,
+                block_count,
+                cur: 0,
+                remaining: 0,
+                offset: 0,
+            },
+        ))
+    }
+
+    fn open_tx(ifindex: i32, cfg: &AfPacketConfig) -> Result<(OwnedFd, TxPath), IoError> {
+        let fd = packet_socket()?;
+        let raw = fd.as_raw_fd();
+        if cfg.qdisc_bypass {
+            let one: libc::c_int = 1;
+            setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                libc::PACKET_QDISC_BYPASS,
+                &one,
+                "PACKET_QDISC_BYPASS",
+            )?;
+        }
+        let sndbuf: libc::c_int = 4 << 20;
+        // A larger send buffer lets more skbs be in flight; failure just keeps the default.
+        let _ = setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &sndbuf, "SO_SNDBUF");
+        let path = match cfg.tx_mode {
+            TxMode::Sendmmsg => TxPath::Sendmmsg {
+                msgs: Vec::new(),
+                iovs: Vec::new(),
+            },
+            TxMode::Ring => {
+                let v2: libc::c_int = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+                setsockopt(
+                    raw,
+                    libc::SOL_PACKET,
+                    libc::PACKET_VERSION,
+                    &v2,
+                    "PACKET_VERSION V2",
+                )?;
+                let frame_size = cfg.tx_frame_size.max(2048).next_power_of_two();
+                let frames = cfg.tx_ring_frames.max(64);
+                let block_size = frame_size.max(1 << 16);
+                let per_block = block_size / frame_size;
+                let blocks = frames.div_ceil(per_block);
+                let frames = blocks * per_block;
+                let req = libc::tpacket_req {
+                    tp_block_size: block_size as u32,
+                    tp_block_nr: blocks as u32,
+                    tp_frame_size: frame_size as u32,
+                    tp_frame_nr: frames as u32,
+                };
+                setsockopt(
+                    raw,
+                    libc::SOL_PACKET,
+                    libc::PACKET_TX_RING,
+                    &req,
+                    "PACKET_TX_RING",
+                )?;
+                let map = Mmap::map(raw, block_size * blocks)?;
+                TxPath::Ring {
+                    map,
+                    frame_size,
+                    frames,
+                    cur: 0,
+                }
+            }
+        };
+        bind(raw, ifindex, 0)?;
+        Ok((fd, path))
+    }
+
+    /// The interface's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The interface index (in the namespace the port was opened in).
+    pub fn ifindex(&self) -> i32 {
+        self.ifindex
+    }
+
+    /// The receive socket's descriptor, for `poll` over several ports (`None` if tx-only).
+    pub fn rx_fd(&self) -> Option<RawFd> {
+        self.rx_fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Reads (and resets) the kernel's receive counters, accumulating drops.
+    fn poll_kernel_stats(&self) {
+        let Some(fd) = &self.rx_fd else { return };
+        let mut st = libc::tpacket_stats_v3 {
+            tp_packets: 0,
+            tp_drops: 0,
+            tp_freeze_q_cnt: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: st is a live tpacket_stats_v3 and len its size; the kernel writes at most len.
+        let r = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats_v3).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            self.kernel_drops
+                .set(self.kernel_drops.get() + st.tp_drops as u64);
+        }
+    }
+
+    #[inline]
+    fn block_status(ring: &RxRing, block: usize) -> &AtomicU32 {
+        debug_assert!(block < ring.block_count);
+        // SAFETY: the block descriptor starts each block (inside the mapping); block_status is
+        // a naturally aligned u32 shared with the kernel, so it is accessed atomically only.
+        unsafe {
+            let bd =
+                ring.map.ptr.as_ptr().add(block * ring.block_size) as *mut libc::tpacket_block_desc;
+            AtomicU32::from_ptr(std::ptr::addr_of_mut!((*bd).hdr.bh1.block_status))
+        }
+    }
+
+    fn tx_sendmmsg(&mut self, batch: &mut PacketBatch) -> usize {
+        let TxPath::Sendmmsg { msgs, iovs } = &mut self.tx else {
+            unreachable!("called for the sendmmsg path only")
+        };
+        let n = batch.len();
+        if msgs.len() < n {
+            // Grows to the largest batch seen, once; never per packet.
+            // SAFETY: mmsghdr/iovec are plain data; zeroed is a valid value.
+            msgs.resize(n, unsafe { std::mem::zeroed() });
+            iovs.resize(
+                n,
+                libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                },
+            );
+        }
+        let mut bytes = 0u64;
+        for i in 0..n {
+            let (p, len) = batch.raw(i);
+            bytes += len as u64;
+            iovs[i] = libc::iovec {
+                iov_base: p as *mut libc::c_void,
+                iov_len: len,
+            };
+            let h = &mut msgs[i].msg_hdr;
+            h.msg_name = std::ptr::null_mut();
+            h.msg_namelen = 0;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+        }
+        let fd = self.tx_fd.as_raw_fd();
+        let mut off = 0usize;
+        let mut sent = 0usize;
+        let mut waited = false;
+        while off < n {
+            // SAFETY: msgs[off..n] are initialised mmsghdrs whose iovecs point into `batch`,
+            // which is borrowed (unchanged) for the whole call.
+            let r = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    msgs.as_mut_ptr().add(off),
+                    (n - off) as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r > 0 {
+                off += r as usize;
+                sent += r as usize;
+                continue;
+            }
+            let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            match err {
+                libc::EINTR => {}
+                libc::EAGAIN if !waited => {
+                    // Socket send buffer full: give the kernel up to 1 ms to free skbs.
+                    waited = true;
+                    poll_fd(fd, libc::POLLOUT, 1);
+                }
+                libc::EAGAIN => {
+                    self.stats.tx_dropped += (n - off) as u64;
+                    break;
+                }
+                libc::ENOBUFS => {
+                    // The device dropped this frame (e.g. veth peer backlog full).
+                    self.stats.tx_dropped += 1;
+                    off += 1;
+                }
+                _ => {
+                    self.stats.tx_errors += 1;
+                    self.stats.tx_dropped += 1;
+                    off += 1;
+                }
+            }
+        }
+        if sent == n {
+            self.stats.tx_bytes += bytes;
+        } else {
+            // Rare path: bytes of the frames that made it are not tracked individually.
+            self.stats.tx_bytes += bytes * sent as u64 / n.max(1) as u64;
+        }
+        sent
+    }
+
+    fn tx_ring(&mut self, batch: &mut PacketBatch) -> usize {
+        let TxPath::Ring {
+            map,
+            frame_size,
+            frames,
+            cur,
+        } = &mut self.tx
+        else {
+            unreachable!("called for the ring path only")
+        };
+        let fd = self.tx_fd.as_raw_fd();
+        let max_len = *frame_size - TX_DATA_OFFSET;
+        let mut queued = 0usize;
+        let mut kicked = false;
+        let mut i = 0;
+        while i < batch.len() {
+            let f = batch.get(i);
+            if f.len() > max_len {
+                self.stats.tx_dropped += 1;
+                i += 1;
+                continue;
+            }
+            // SAFETY: frame `cur` lies inside the mapping (cur < frames); tp_status is an
+            // aligned u32 shared with the kernel and accessed atomically.
+            let (hdr, status) = unsafe {
+                let hdr = map.ptr.as_ptr().add(*cur * *frame_size) as *mut libc::tpacket2_hdr;
+                (
+                    hdr,
+                    AtomicU32::from_ptr(std::ptr::addr_of_mut!((*hdr).tp_status)),
+                )
+            };
+            let st = status.load(Ordering::Acquire);
+            if st == libc::TP_STATUS_WRONG_FORMAT {
+                self.stats.tx_errors += 1;
+                status.store(libc::TP_STATUS_AVAILABLE, Ordering::Release);
+            } else if st != libc::TP_STATUS_AVAILABLE {
+                // Ring full of frames in flight: kick once and wait briefly, else drop the rest.
+                if !kicked {
+                    kicked = true;
+                    // SAFETY: a zero-length send on our socket only kicks the TX ring.
+                    unsafe { libc::send(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+                    poll_fd(fd, libc::POLLOUT, 1);
+                    continue;
+                }
+                self.stats.tx_dropped += (batch.len() - i) as u64;
+                break;
+            }
+            // SAFETY: the frame is ours (status AVAILABLE) until we publish SEND_REQUEST; the
+            // data area [TX_DATA_OFFSET, TX_DATA_OFFSET + len) fits in the frame (checked above).
+            unsafe {
+                let data = (hdr as *mut u8).add(TX_DATA_OFFSET);
+                std::ptr::copy_nonoverlapping(f.as_ptr(), data, f.len());
+                (*hdr).tp_len = f.len() as u32;
+            }
+            status.store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            self.stats.tx_bytes += f.len() as u64;
+            *cur = (*cur + 1) % *frames;
+            queued += 1;
+            i += 1;
+        }
+        if queued > 0 {
+            loop {
+                // SAFETY: a zero-length send with no buffer kicks the TX ring.
+                let r = unsafe { libc::send(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+                if r >= 0 {
+                    break;
+                }
+                let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                if e == libc::EINTR {
+                    continue;
+                }
+                if e != libc::EAGAIN && e != libc::ENOBUFS {
+                    self.stats.tx_errors += 1;
+                }
+                break;
+            }
+        }
+        queued
+    }
+}
+
+/// poll(2) one fd; true if any requested event is ready.
+fn poll_fd(fd: RawFd, events: libc::c_short, timeout_ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: p is a valid pollfd array of length 1.
+    let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    r > 0 && (p.revents & events) != 0
+}
+
+impl Port for AfPacketPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rx_batch(&mut self, batch: &mut PacketBatch) -> usize {
+        let Some(ring) = &mut self.rx else { return 0 };
+        let mut n = 0usize;
+        while !batch.is_full() {
+            if ring.remaining == 0 {
+                let status = Self::block_status(ring, ring.cur);
+                if status.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+                    break;
+                }
+                // SAFETY: the block is ours (status USER); its descriptor is at the block start.
+                let (num, first) = unsafe {
+                    let bd = ring.map.ptr.as_ptr().add(ring.cur * ring.block_size)
+                        as *const libc::tpacket_block_desc;
+                    (
+                        (*bd).hdr.bh1.num_pkts,
+                        (*bd).hdr.bh1.offset_to_first_pkt as usize,
+                    )
+                };
+                if num == 0 || first >= ring.block_size {
+                    status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                    ring.cur = (ring.cur + 1) % ring.block_count;
+                    continue;
+                }
+                ring.remaining = num;
+                ring.offset = first;
+            }
+            let block = ring.cur * ring.block_size;
+            // SAFETY: offset < block_size (checked when set); the frame header lies inside the
+            // block the kernel handed us.
+            let h = unsafe {
+                std::ptr::read(
+                    ring.map.ptr.as_ptr().add(block + ring.offset) as *const libc::tpacket3_hdr
+                )
+            };
+            let mac = ring.offset + h.tp_mac as usize;
+            let len = h.tp_snaplen as usize;
+            let valid = mac + len <= ring.block_size
+                && ring.offset + std::mem::size_of::<libc::tpacket3_hdr>() <= ring.block_size;
+            if !valid {
+                self.stats.rx_errors += 1;
+                ring.remaining = 1; // abandon the rest of this block below
+            } else {
+                // SAFETY: [mac, mac + len) is inside the block (checked just above).
+                let frame = unsafe {
+                    std::slice::from_raw_parts(ring.map.ptr.as_ptr().add(block + mac), len)
+                };
+                let vlan = h.tp_status & libc::TP_STATUS_VLAN_VALID != 0 && len >= 12;
+                let ok = if vlan {
+                    let tpid = if h.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                        h.hv1.tp_vlan_tpid
+                    } else {
+                        0x8100
+                    };
+                    match batch.alloc(len + 4) {
+                        Some(out) => {
+                            out[..12].copy_from_slice(&frame[..12]);
+                            out[12..14].copy_from_slice(&tpid.to_be_bytes());
+                            out[14..16].copy_from_slice(&(h.hv1.tp_vlan_tci as u16).to_be_bytes());
+                            out[16..].copy_from_slice(&frame[12..]);
+                            true
+                        }
+                        None => false,
+                    }
+                } else {
+                    batch.push(frame)
+                };
+                if ok {
+                    n += 1;
+                    self.stats.rx_bytes += len as u64;
+                } else {
+                    self.stats.rx_dropped += 1; // larger than the batch's buffers
+                }
+            }
+            ring.remaining -= 1;
+            if ring.remaining == 0 || h.tp_next_offset == 0 {
+                ring.remaining = 0;
+                Self::block_status(ring, ring.cur).store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                ring.cur = (ring.cur + 1) % ring.block_count;
+            } else {
+                ring.offset += h.tp_next_offset as usize;
+                if ring.offset >= ring.block_size {
+                    self.stats.rx_errors += 1;
+                    ring.remaining = 0;
+                    Self::block_status(ring, ring.cur)
+                        .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                    ring.cur = (ring.cur + 1) % ring.block_count;
+                }
+            }
+        }
+        self.stats.rx_packets += n as u64;
+        n
+    }
+
+    fn tx_batch(&mut self, batch: &mut PacketBatch) -> usize {
+        if batch.is_empty() {
+            return 0;
+        }
+        let sent = match self.tx {
+            TxPath::Sendmmsg { .. } => self.tx_sendmmsg(batch),
+            TxPath::Ring { .. } => self.tx_ring(batch),
+        };
+        self.stats.tx_packets += sent as u64;
+        batch.clear();
+        sent
+    }
+
+    fn wait_rx(&mut self, timeout: Duration) -> Result<bool, IoError> {
+        let Some(ring) = &self.rx else {
+            std::thread::sleep(timeout);
+            return Ok(false);
+        };
+        if ring.remaining > 0
+            || Self::block_status(ring, ring.cur).load(Ordering::Acquire) & libc::TP_STATUS_USER
+                != 0
+        {
+            return Ok(true);
+        }
+        let fd = self.rx_fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        Ok(poll_fd(fd, libc::POLLIN, ms))
+    }
+
+    fn stats(&self) -> PortStats {
+        self.poll_kernel_stats();
+        let mut s = self.stats;
+        s.rx_dropped += self.kernel_drops.get();
+        s
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    /// True when running as root (the namespace tests need it).
+    pub(crate) fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+}

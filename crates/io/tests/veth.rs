@@ -1,0 +1,146 @@
+//! AF_PACKET ports over a veth pair between two network namespaces made by the test (root only).
+
+use sb_io::afpacket::{AfPacketConfig, AfPacketPort, TxMode};
+use sb_io::netns::{self, Netns};
+use sb_io::{PacketBatch, Port};
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// An Ethernet frame of `len` bytes carrying `seq` (experimental EtherType 0x88b5, so the
+/// kernel's IP stack ignores it).
+fn frame(seq: u32, len: usize) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
+    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    f[14..18].copy_from_slice(&seq.to_be_bytes());
+    for (i, b) in f[18..].iter_mut().enumerate() {
+        *b = (seq as usize + i) as u8;
+    }
+    f
+}
+
+struct Setup {
+    // Field order: namespaces are deleted after the ports close.
+    a: AfPacketPort,
+    b: AfPacketPort,
+    _ns: (Netns, Netns),
+}
+
+fn setup(tag: &str, mode: TxMode) -> Setup {
+    let pid = std::process::id();
+    let na = Netns::create(&format!("sbio-{tag}-a-{pid}")).unwrap();
+    let nb = Netns::create(&format!("sbio-{tag}-b-{pid}")).unwrap();
+    netns::veth_pair(na.name(), "va", nb.name(), "vb").unwrap();
+    let cfg = AfPacketConfig {
+        tx_mode: mode,
+        promiscuous: true,
+        ..AfPacketConfig::default()
+    };
+    let a = na.run(|| AfPacketPort::open("va", &cfg)).unwrap().unwrap();
+    let b = nb.run(|| AfPacketPort::open("vb", &cfg)).unwrap().unwrap();
+    // Interfaces only exist inside their namespaces.
+    assert!(AfPacketPort::open("va", &cfg).is_err());
+    Setup {
+        a,
+        b,
+        _ns: (na, nb),
+    }
+}
+
+fn send_and_receive(mode: TxMode, tag: &str) {
+    if !is_root() {
+        eprintln!("skipping: needs root for network namespaces");
+        return;
+    }
+    let Setup { mut a, mut b, _ns } = setup(tag, mode);
+    const N: u32 = 5000;
+    let sizes = [60usize, 64, 200, 1514];
+    let mut tx = PacketBatch::new(32);
+    let mut rx = PacketBatch::new(64);
+    let mut next = 0u32;
+    let mut got = 0u32;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got < N {
+        assert!(
+            Instant::now() < deadline,
+            "timed out: received {got} of {N}"
+        );
+        // Keep at most 256 frames in flight so a slow receiver never loses any.
+        while next < N && next - got < 256 && !tx.is_full() {
+            tx.push(&frame(next, sizes[next as usize % sizes.len()]));
+            next += 1;
+        }
+        let n = tx.len();
+        if n > 0 {
+            assert_eq!(a.tx_batch(&mut tx), n);
+        }
+        b.wait_rx(Duration::from_millis(5)).unwrap();
+        rx.clear();
+        b.rx_batch(&mut rx);
+        for f in rx.iter() {
+            assert_eq!(
+                f,
+                frame(got, sizes[got as usize % sizes.len()]).as_slice(),
+                "frame {got}"
+            );
+            got += 1;
+        }
+    }
+    // Nothing more arrives, and the sender did not see its own frames.
+    std::thread::sleep(Duration::from_millis(20));
+    rx.clear();
+    assert_eq!(b.rx_batch(&mut rx), 0);
+    assert_eq!(
+        a.rx_batch(&mut rx),
+        0,
+        "PACKET_IGNORE_OUTGOING: a port must not see its own transmits"
+    );
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sa.tx_packets, N as u64);
+    assert_eq!(sb.rx_packets, N as u64);
+    assert_eq!(sb.rx_dropped, 0);
+    assert_eq!(sa.tx_dropped, 0);
+    assert_eq!(sa.tx_bytes, sb.rx_bytes);
+    assert_ne!(a.mac(), [0; 6]);
+}
+
+#[test]
+fn afpacket_veth_sendmmsg() {
+    send_and_receive(TxMode::Sendmmsg, "mm");
+}
+
+#[test]
+fn afpacket_veth_tx_ring() {
+    send_and_receive(TxMode::Ring, "ring");
+}
+
+#[test]
+fn afpacket_vlan_tag_is_restored() {
+    if !is_root() {
+        eprintln!("skipping: needs root for network namespaces");
+        return;
+    }
+    let Setup { mut a, mut b, _ns } = setup("vlan", TxMode::Sendmmsg);
+    let mut f = frame(7, 80);
+    f.splice(12..12, [0x81, 0x00, 0x00, 0x2a]); // 802.1Q, VLAN 42
+    let mut tx = PacketBatch::new(1);
+    tx.push(&f);
+    assert_eq!(a.tx_batch(&mut tx), 1);
+    let mut rx = PacketBatch::new(4);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rx.is_empty() && Instant::now() < deadline {
+        b.wait_rx(Duration::from_millis(10)).unwrap();
+        b.rx_batch(&mut rx);
+    }
+    assert_eq!(rx.len(), 1);
+    assert_eq!(rx.get(0), f.as_slice());
+}
