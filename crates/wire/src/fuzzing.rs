@@ -317,6 +317,24 @@ pub fn encap(data: &[u8]) {
     }
 }
 
+/// The GTP-U echo responder: whatever it answers parses as an echo response to the asker.
+pub fn echo(data: &[u8]) {
+    let mut out = [0u8; 128];
+    if let Ok(Some(n)) = crate::encap::answer_echo_request(data, &mut out) {
+        let req = crate::frame::parse_frame(data).expect("answered a valid request");
+        let rep = crate::frame::parse_frame(&out[..n]).expect("response is valid");
+        let (FrameKind::Gtpu(a), FrameKind::Gtpu(b)) = (req.kind, rep.kind) else {
+            panic!("not GTP-U")
+        };
+        assert_eq!((b.msg_type, b.teid), (2, 0));
+        assert_eq!(b.seq_number, Some(a.seq_number.unwrap_or(0)));
+        assert_eq!(
+            (b.outer.src_addr, b.outer.dst_addr),
+            (a.outer.dst_addr, a.outer.src_addr)
+        );
+    }
+}
+
 /// Every entry point on the same bytes.
 pub fn all(data: &[u8]) {
     ethernet(data);
@@ -329,4 +347,5 @@ pub fn all(data: &[u8]) {
     gtpu(data);
     parse_frame(data);
     encap(data);
+    echo(data);
 }

@@ -95,7 +95,8 @@ pub mod udp;
 pub use arp::{answer_request, ArpOperation, ArpPacket, ArpRepr};
 pub use build::{L4Header, PacketBuilder};
 pub use encap::{
-    decapsulate, decapsulate_with, DecapError, Decapsulated, EncapError, GtpuTunnel, OuterIp,
+    answer_echo_request, decapsulate, decapsulate_with, DecapError, Decapsulated, EchoError,
+    EncapError, GtpuTunnel, OuterIp,
 };
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, VlanTag};
 pub use flow::{addr_key, FiveTuple, KeyBytes};

@@ -950,3 +950,67 @@ fn ipv6_routing_header_final_destination_is_used_for_checksums() {
     let ip = ip_packet(A6.into(), B6.into(), protocol::IPV6_ROUTE, &payload, &[]);
     assert!(parse_frame_with(&ip_frame(None, &ip), &opts).is_ok());
 }
+
+#[test]
+fn gtpu_echo_requests_are_answered() {
+    let req = GtpuRepr {
+        msg_type: msg_type::ECHO_REQUEST,
+        teid: 0,
+        seq_number: Some(4242),
+        npdu_number: None,
+        extensions: None,
+    };
+    let msg = gtpu_message(&req, &[]);
+    for (s, d) in [
+        (IpAddr::V4(A4), IpAddr::V4(B4)),
+        (IpAddr::V6(A6), IpAddr::V6(B6)),
+    ] {
+        let (p, seg) = l4_segment(s, d, L4Spec::Udp(40001, 2152), &msg);
+        let vlan = Some(VlanTag {
+            pcp: 0,
+            dei: false,
+            vid: 9,
+        });
+        let f = ip_frame(vlan, &ip_packet(s, d, p, &seg, &[]));
+        let mut out = [0u8; 128];
+        let n = answer_echo_request(&f, &mut out).unwrap().unwrap();
+        let opts = ParseOptions {
+            verify_l4_checksum: true,
+            ..Default::default()
+        };
+        // The response goes to the request's source port, so it reads as plain UDP from 2152.
+        let pf = parse_frame_with(&out[..n], &opts).unwrap();
+        assert_eq!(pf.eth.vlan, vlan);
+        assert_eq!(
+            (pf.eth.src_addr, pf.eth.dst_addr),
+            (
+                EthernetAddress([2, 0, 0, 0, 0, 0xbb]),
+                EthernetAddress([2, 0, 0, 0, 0, 0xaa])
+            )
+        );
+        let ip = pf.ip().unwrap();
+        assert_eq!((ip.src_addr, ip.dst_addr), (d, s));
+        assert_eq!(
+            ip.l4,
+            L4::Udp {
+                src_port: 2152,
+                dst_port: 40001,
+                len: 8 + 12 + 2
+            }
+        );
+        let g = GtpuPacket::new_checked(ip.l4_payload()).unwrap();
+        assert_eq!((g.msg_type(), g.teid(), g.seq_number()), (2, 0, Some(4242)));
+        assert_eq!(g.payload(), &[14, 0]);
+        assert!(matches!(
+            answer_echo_request(&f, &mut [0u8; 30]),
+            Err(EchoError::Emit(_))
+        ));
+    }
+    // Not an echo request: no answer.
+    let f = ip_frame(None, &udp4(1, 2, b"x"));
+    assert_eq!(answer_echo_request(&f, &mut [0u8; 128]), Ok(None));
+    assert!(matches!(
+        answer_echo_request(&f[..20], &mut [0u8; 128]),
+        Err(EchoError::Malformed(_))
+    ));
+}
