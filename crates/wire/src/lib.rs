@@ -12,6 +12,25 @@
 //! allocates, does I/O, or panics on any input (fuzzed: `crates/wire/fuzz`); the crate is
 //! `#![no_std]`.
 //!
+//! # What is where
+//!
+//! - Views and reprs, one module per format: [`ethernet`], [`arp`], [`ipv4`], [`ipv6`], [`udp`],
+//!   [`tcp`], [`icmp`], [`gtpu`]; the Internet checksum in [`checksum`].
+//! - [`parse_frame`] / [`parse_frame_with`] ([`frame`]): the one call the data plane makes per
+//!   frame. GTP-U is recognised as UDP to port 2152 ([`ParseOptions::gtpu_port`]) that is not a
+//!   fragment; a GTP-U message sent to another port (an echo response to a request's ephemeral
+//!   source port) reads as plain UDP. Fragments are reported ([`IpInfo::fragment`]) with their
+//!   upper layer unparsed, so they have addresses but no 5-tuple. IPv6 upper-layer checksums use
+//!   a routing header's final destination (RFC 8200 sec. 8.1).
+//! - Flow keys ([`flow`]): [`ParsedFrame::dst_addr`] (the LTE downstream key), `src_addr`, and
+//!   [`FiveTuple::key`] (13 / 37 canonical bytes), all from the innermost packet.
+//! - Building: [`PacketBuilder`] (Ethernet + IPv4/6 + UDP/TCP around a payload in place),
+//!   [`GtpuTunnel`] (encapsulation in place, or copying), [`decapsulate`], and the two
+//!   responders a node needs: [`answer_request`] (ARP for its own addresses) and
+//!   [`answer_echo_request`] (GTP-U echo).
+//! - [`fuzzing`]: the entry points the cargo-fuzz targets and the random-bytes property tests
+//!   share.
+//!
 //! # Example
 //!
 //! ```
