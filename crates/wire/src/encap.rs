@@ -297,3 +297,59 @@ pub fn decapsulate_with<'a>(
 pub const V4_OVERHEAD: usize = 14 + 20 + 8 + gtpu::HEADER_LEN;
 /// Header bytes before the user packet of a minimal IPv6 G-PDU frame (14 + 40 + 8 + 8).
 pub const V6_OVERHEAD: usize = 14 + 40 + 8 + gtpu::HEADER_LEN;
+
+/// GTP-U Recovery information element type (TS 29.281 sec. 8.2).
+pub const IE_RECOVERY: u8 = 14;
+
+/// Why [`answer_echo_request`] could not answer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, thiserror::Error)]
+pub enum EchoError {
+    /// The frame is malformed.
+    #[error("malformed frame: {0}")]
+    Malformed(#[from] WireError),
+    /// The output buffer is too small for the response.
+    #[error("cannot write response: {0}")]
+    Emit(#[from] EmitError),
+}
+
+/// If `frame` is a GTP-U Echo Request, writes the Echo Response into `out` (TS 29.281 sec.
+/// 7.2.2: same sequence number, TEID 0, a Recovery IE with restart counter 0; sent back from
+/// port 2152 to the request's source address and port, MACs swapped, same VLAN tag) and returns
+/// its length. `Ok(None)` for any other well-formed frame.
+pub fn answer_echo_request(frame: &[u8], out: &mut [u8]) -> Result<Option<usize>, EchoError> {
+    let p = parse_frame_with(frame, &ParseOptions::default())?;
+    let FrameKind::Gtpu(g) = p.kind else {
+        return Ok(None);
+    };
+    if g.msg_type != gtpu::msg_type::ECHO_REQUEST {
+        return Ok(None);
+    }
+    let crate::frame::L4::Udp { src_port, .. } = g.outer.l4 else {
+        return Ok(None);
+    };
+    let b = crate::build::PacketBuilder {
+        vlan: p.eth.vlan,
+        ..crate::build::PacketBuilder::udp(
+            p.eth.dst_addr,
+            p.eth.src_addr,
+            g.outer.dst_addr,
+            g.outer.src_addr,
+            GTPU_PORT,
+            src_port,
+        )
+    };
+    let h = b.header_len();
+    let repr = GtpuRepr {
+        msg_type: gtpu::msg_type::ECHO_RESPONSE,
+        teid: 0,
+        seq_number: Some(g.seq_number.unwrap_or(0)),
+        npdu_number: None,
+        extensions: None,
+    };
+    let gl = repr.header_len();
+    let msg = crate::prefix_mut(out, h + gl + 2)?;
+    repr.emit(&mut msg[h..], 2)?;
+    msg[h + gl] = IE_RECOVERY;
+    msg[h + gl + 1] = 0;
+    Ok(Some(b.emit(out, gl + 2)?))
+}

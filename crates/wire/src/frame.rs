@@ -276,7 +276,25 @@ pub struct IpInfo<'a> {
     pub l4: L4,
 }
 
-impl IpInfo<'_> {
+impl<'a> IpInfo<'a> {
+    /// The upper-layer payload: after the UDP header (up to the UDP length), the TCP header
+    /// (including options), or the 8-byte ICMP header; for an unparsed protocol or a fragment,
+    /// everything after the IP headers.
+    pub fn l4_payload(&self) -> &'a [u8] {
+        let packet: &'a [u8] = self.packet;
+        let rel = self.l4_offset - self.offset;
+        let range = match self.l4 {
+            L4::Udp { len, .. } => rel + crate::udp::HEADER_LEN..rel + usize::from(len),
+            L4::Tcp { .. } => {
+                let doff = packet.get(rel + 12).map_or(0, |b| usize::from(b >> 4) * 4);
+                rel + doff..packet.len()
+            }
+            L4::Icmp { .. } => rel + crate::icmp::HEADER_LEN..packet.len(),
+            L4::Unparsed => rel..packet.len(),
+        };
+        packet.get(range).unwrap_or(&[])
+    }
+
     /// True for IPv6.
     pub fn is_ipv6(&self) -> bool {
         self.dst_addr.is_ipv6()
@@ -379,6 +397,11 @@ impl<'a> ParsedFrame<'a> {
     /// Source address of the innermost IP packet (the upstream key: the UE's address).
     pub fn src_addr(&self) -> Option<IpAddr> {
         self.ip().map(|i| i.src_addr)
+    }
+
+    /// Upper-layer payload of the innermost IP packet (see [`IpInfo::l4_payload`]).
+    pub fn l4_payload(&self) -> Option<&'a [u8]> {
+        self.ip().map(IpInfo::l4_payload)
     }
 
     /// 5-tuple of the innermost IP packet; `None` without one or for a fragment.

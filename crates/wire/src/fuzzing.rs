@@ -205,6 +205,8 @@ pub fn gtpu(data: &[u8]) {
 
 fn check_ip(frame: &[u8], ip: &IpInfo<'_>) {
     assert!(ip.offset <= ip.l4_offset);
+    let pl = ip.l4_payload();
+    assert!(pl.len() <= ip.packet.len());
     assert!(ip.offset + ip.packet.len() <= frame.len());
     assert_eq!(&frame[ip.offset..ip.offset + ip.packet.len()], ip.packet);
     if ip.fragment.is_none() {
@@ -315,6 +317,40 @@ pub fn encap(data: &[u8]) {
     }
 }
 
+/// The GTP-U echo responder: whatever it answers parses as an echo response to the asker.
+pub fn echo(input: &[u8]) {
+    // Repair the outer IPv4 header checksum first, so random inputs get past it.
+    let mut buf = [0u8; 2048];
+    let len = input.len().min(buf.len());
+    buf[..len].copy_from_slice(&input[..len]);
+    if let Ok(f) = EthernetFrame::new_checked(&buf[..len]) {
+        let l3 = f.header_len();
+        if f.ethertype() == crate::ethernet::EtherType::IPV4 {
+            if let Ok(mut ip) = Ipv4Packet::new_checked(&mut buf[l3..len]) {
+                ip.fill_checksum();
+            }
+        }
+    }
+    let data = &buf[..len];
+    let mut out = [0u8; 128];
+    if let Ok(Some(n)) = crate::encap::answer_echo_request(data, &mut out) {
+        let req = crate::frame::parse_frame(data).expect("answered a valid request");
+        let FrameKind::Gtpu(a) = req.kind else {
+            panic!("answered something that is not GTP-U")
+        };
+        // The response goes to the request's source port, so it may read as plain UDP.
+        let rep = crate::frame::parse_frame(&out[..n]).expect("response is valid");
+        let ip = rep.outer_ip().expect("response is IP");
+        assert_eq!(
+            (ip.src_addr, ip.dst_addr),
+            (a.outer.dst_addr, a.outer.src_addr)
+        );
+        let g = GtpuPacket::new_checked(ip.l4_payload()).expect("response is GTP-U");
+        assert_eq!((g.msg_type(), g.teid()), (2, 0));
+        assert_eq!(g.seq_number(), Some(a.seq_number.unwrap_or(0)));
+    }
+}
+
 /// Every entry point on the same bytes.
 pub fn all(data: &[u8]) {
     ethernet(data);
@@ -327,4 +363,5 @@ pub fn all(data: &[u8]) {
     gtpu(data);
     parse_frame(data);
     encap(data);
+    echo(data);
 }

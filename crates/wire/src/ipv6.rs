@@ -154,7 +154,7 @@ pub struct UpperLayer {
     /// How many extension headers were skipped.
     pub ext_headers: u8,
     /// The final destination named by a routing header with segments left (type 0 or 2: its
-    /// last address; type 4, SRv6: segment list[0]). Upper-layer checksums use it in the
+    /// last address; type 4, SRv6: segment list entry 0). Upper-layer checksums use it in the
     /// pseudo-header instead of the header's destination (RFC 8200 sec. 8.1).
     pub final_dst: Option<Ipv6Addr>,
 }

@@ -141,6 +141,7 @@ fn vlan_tcp_flags() {
         (1000, 2000, 8192, 20)
     );
     assert_eq!(t.payload(), b"xyz");
+    assert_eq!(pf.l4_payload(), Some(&b"xyz"[..]));
 }
 
 #[test]
@@ -450,6 +451,7 @@ fn gtpu_with_sequence_npdu_and_extensions() {
         let i = g.inner.unwrap();
         assert_eq!(i.offset, g.gtpu_offset + 12 + 12);
         assert_eq!(i.packet, &inner[..]);
+        assert_eq!(pf.l4_payload(), Some(&b"dns?"[..]));
         assert_eq!(pf.dst_addr(), Some(IpAddr::V4(server)));
         assert_eq!(
             pf.src_addr(),
@@ -824,4 +826,191 @@ fn encapsulation_in_place_v4_and_v6() {
         Err(EncapError::TooLong)
     );
     assert!(t.encap_into(&[0u8; 10], &mut [0u8; 59]).is_err());
+}
+
+#[test]
+fn packet_builder_frames_parse_back() {
+    let macs = (
+        EthernetAddress([2, 0, 0, 0, 0, 1]),
+        EthernetAddress([2, 0, 0, 0, 0, 2]),
+    );
+    let opts = ParseOptions {
+        verify_l4_checksum: true,
+        ..Default::default()
+    };
+    for (s, d) in [
+        (IpAddr::V4(A4), IpAddr::V4(B4)),
+        (IpAddr::V6(A6), IpAddr::V6(B6)),
+    ] {
+        for l4 in [
+            L4Header::Udp {
+                src_port: 9,
+                dst_port: 10,
+            },
+            L4Header::Tcp {
+                src_port: 11,
+                dst_port: 12,
+                seq_number: 5,
+                ack_number: 6,
+                flags: TcpFlags::ACK,
+                window: 100,
+            },
+        ] {
+            for vlan in [
+                None,
+                Some(VlanTag {
+                    pcp: 2,
+                    dei: false,
+                    vid: 3,
+                }),
+            ] {
+                let b = PacketBuilder {
+                    l4,
+                    vlan,
+                    ttl: 9,
+                    ..PacketBuilder::udp(macs.0, macs.1, s, d, 0, 0)
+                };
+                let payload = [0x11u8; 37];
+                let mut out = [0u8; 256];
+                let n = b.build(&payload, &mut out).unwrap();
+                assert_eq!(n, b.header_len() + payload.len());
+                let pf = parse_frame_with(&out[..n], &opts).unwrap();
+                let ip = pf.ip().unwrap();
+                assert_eq!((ip.src_addr, ip.dst_addr, ip.ttl), (s, d, 9));
+                assert_eq!(&out[b.header_len()..n], &payload[..]);
+                assert_eq!(pf.l4_payload(), Some(&payload[..]));
+                let t = pf.five_tuple().unwrap();
+                match l4 {
+                    L4Header::Udp { .. } => {
+                        assert_eq!((t.protocol, t.src_port, t.dst_port), (17, 9, 10))
+                    }
+                    L4Header::Tcp { .. } => {
+                        assert_eq!((t.protocol, t.src_port, t.dst_port), (6, 11, 12))
+                    }
+                }
+                assert_eq!(pf.eth.vlan, vlan);
+            }
+        }
+    }
+    let mixed = PacketBuilder::udp(macs.0, macs.1, A4.into(), B6.into(), 1, 2);
+    assert_eq!(
+        mixed.build(b"x", &mut [0u8; 128]),
+        Err(EmitError::AddressFamilyMismatch)
+    );
+    let b = PacketBuilder::udp(macs.0, macs.1, A4.into(), B4.into(), 1, 2);
+    assert!(matches!(
+        b.build(b"x", &mut [0u8; 40]),
+        Err(EmitError::BufferTooSmall { .. })
+    ));
+}
+
+#[test]
+fn ipv6_routing_header_final_destination_is_used_for_checksums() {
+    // A type-0 routing header with one address left: the UDP checksum is computed against the
+    // final destination (RFC 8200 sec. 8.1), not the header's current destination.
+    let final_dst = Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 9);
+    let (_, seg) = l4_segment(A6.into(), final_dst.into(), L4Spec::Udp(1, 2), b"routed");
+    let mut rh = vec![protocol::UDP, 2, 0, 1, 0, 0, 0, 0];
+    rh.extend_from_slice(&final_dst.octets());
+    let mut payload = rh.clone();
+    payload.extend_from_slice(&seg);
+    let ip = ip_packet(A6.into(), B6.into(), protocol::IPV6_ROUTE, &payload, &[]);
+    let f = ip_frame(None, &ip);
+    let opts = ParseOptions {
+        verify_l4_checksum: true,
+        ..Default::default()
+    };
+    let pf = parse_frame_with(&f, &opts).unwrap();
+    assert_eq!(pf.dst_addr(), Some(IpAddr::V6(B6)));
+    assert_eq!(
+        pf.ip().unwrap().l4,
+        L4::Udp {
+            src_port: 1,
+            dst_port: 2,
+            len: 14
+        }
+    );
+    let up = Ipv6Packet::new_checked(&ip[..])
+        .unwrap()
+        .upper_layer()
+        .unwrap();
+    assert_eq!(up.final_dst, Some(final_dst));
+    // With segments left 0 the header's destination is final.
+    let mut f0 = f.clone();
+    f0[14 + 40 + 3] = 0;
+    assert_eq!(
+        parse_frame_with(&f0, &opts).unwrap_err().label(),
+        "udp_bad_checksum"
+    );
+    // SRv6 (type 4): segment list[0] is the final segment.
+    let mut srh = vec![protocol::UDP, 2, 4, 1, 0, 0, 0, 0];
+    srh.extend_from_slice(&final_dst.octets());
+    let mut payload = srh;
+    payload.extend_from_slice(&seg);
+    let ip = ip_packet(A6.into(), B6.into(), protocol::IPV6_ROUTE, &payload, &[]);
+    assert!(parse_frame_with(&ip_frame(None, &ip), &opts).is_ok());
+}
+
+#[test]
+fn gtpu_echo_requests_are_answered() {
+    let req = GtpuRepr {
+        msg_type: msg_type::ECHO_REQUEST,
+        teid: 0,
+        seq_number: Some(4242),
+        npdu_number: None,
+        extensions: None,
+    };
+    let msg = gtpu_message(&req, &[]);
+    for (s, d) in [
+        (IpAddr::V4(A4), IpAddr::V4(B4)),
+        (IpAddr::V6(A6), IpAddr::V6(B6)),
+    ] {
+        let (p, seg) = l4_segment(s, d, L4Spec::Udp(40001, 2152), &msg);
+        let vlan = Some(VlanTag {
+            pcp: 0,
+            dei: false,
+            vid: 9,
+        });
+        let f = ip_frame(vlan, &ip_packet(s, d, p, &seg, &[]));
+        let mut out = [0u8; 128];
+        let n = answer_echo_request(&f, &mut out).unwrap().unwrap();
+        let opts = ParseOptions {
+            verify_l4_checksum: true,
+            ..Default::default()
+        };
+        // The response goes to the request's source port, so it reads as plain UDP from 2152.
+        let pf = parse_frame_with(&out[..n], &opts).unwrap();
+        assert_eq!(pf.eth.vlan, vlan);
+        assert_eq!(
+            (pf.eth.src_addr, pf.eth.dst_addr),
+            (
+                EthernetAddress([2, 0, 0, 0, 0, 0xbb]),
+                EthernetAddress([2, 0, 0, 0, 0, 0xaa])
+            )
+        );
+        let ip = pf.ip().unwrap();
+        assert_eq!((ip.src_addr, ip.dst_addr), (d, s));
+        assert_eq!(
+            ip.l4,
+            L4::Udp {
+                src_port: 2152,
+                dst_port: 40001,
+                len: 8 + 12 + 2
+            }
+        );
+        let g = GtpuPacket::new_checked(ip.l4_payload()).unwrap();
+        assert_eq!((g.msg_type(), g.teid(), g.seq_number()), (2, 0, Some(4242)));
+        assert_eq!(g.payload(), &[14, 0]);
+        assert!(matches!(
+            answer_echo_request(&f, &mut [0u8; 30]),
+            Err(EchoError::Emit(_))
+        ));
+    }
+    // Not an echo request: no answer.
+    let f = ip_frame(None, &udp4(1, 2, b"x"));
+    assert_eq!(answer_echo_request(&f, &mut [0u8; 128]), Ok(None));
+    assert!(matches!(
+        answer_echo_request(&f[..20], &mut [0u8; 128]),
+        Err(EchoError::Malformed(_))
+    ));
 }

@@ -132,6 +132,7 @@ const FIELDS: &[&str] = &[
     "_ws.expert.severity",
     "_ws.expert.message",
     "vlan.id",
+    "gtp.recovery",
 ];
 
 fn list(s: &str) -> Vec<&str> {
@@ -142,26 +143,14 @@ fn list(s: &str) -> Vec<&str> {
     }
 }
 
-#[test]
-fn tshark_decodes_our_gtpu_encapsulation() {
-    let Some(tshark) = tools::tshark() else {
-        return;
-    };
-    let cases = cases();
-    let frames: Vec<Vec<u8>> = cases
-        .iter()
-        .map(|c| {
-            let mut buf = vec![0u8; 2048];
-            let n = c.tunnel.encap_into(&c.inner, &mut buf).unwrap();
-            buf.truncate(n);
-            buf
-        })
-        .collect();
-    let dir = std::env::temp_dir().join(format!("sb-wire-tshark-{}", std::process::id()));
+/// Writes `frames` to a pcap, runs tshark with checksum verification on, and returns one row of
+/// `FIELDS` values per packet.
+fn run_tshark(tshark: &str, frames: &[Vec<u8>], tag: &str) -> Vec<Vec<String>> {
+    let dir = std::env::temp_dir().join(format!("sb-wire-tshark-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("gtpu.pcap");
-    std::fs::write(&file, pcap(&frames)).unwrap();
-    let mut cmd = Command::new(&tshark);
+    let file = dir.join("frames.pcap");
+    std::fs::write(&file, pcap(frames)).unwrap();
+    let mut cmd = Command::new(tshark);
     cmd.args(["-n", "-r"]).arg(&file);
     for o in [
         "ip.check_checksum:TRUE",
@@ -188,16 +177,91 @@ fn tshark_decodes_our_gtpu_encapsulation() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "tshark failed: {stderr}");
-    let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split('|').collect()).collect();
+    let rows: Vec<Vec<String>> = stdout
+        .lines()
+        .map(|l| l.split('|').map(str::to_string).collect())
+        .collect();
     assert_eq!(
         rows.len(),
-        cases.len(),
+        frames.len(),
         "one row per packet; stderr: {stderr}\n{stdout}"
     );
-    let col = |r: &Vec<&str>, name: &str| -> String {
-        let i = FIELDS.iter().position(|f| *f == name).unwrap();
-        r.get(i).copied().unwrap_or("").to_string()
+    rows
+}
+
+fn col(r: &[String], name: &str) -> String {
+    let i = FIELDS.iter().position(|f| *f == name).unwrap();
+    r.get(i).cloned().unwrap_or_default()
+}
+
+/// No malformed-packet marker and no expert info at error level (severity 0x00800000).
+fn assert_clean(r: &[String], ctx: &str) {
+    assert_eq!(col(r, "_ws.malformed"), "", "{ctx}: malformed");
+    let sevs = col(r, "_ws.expert.severity");
+    let msgs = col(r, "_ws.expert.message");
+    for (sev, msg) in list(&sevs).iter().zip(list(&msgs)) {
+        assert_ne!(*sev, "8388608", "{ctx}: expert error: {msg}");
+    }
+}
+
+#[test]
+fn tshark_decodes_our_echo_response() {
+    let Some(tshark) = tools::tshark() else {
+        return;
     };
+    let req = sb_wire::GtpuRepr {
+        msg_type: sb_wire::gtpu::msg_type::ECHO_REQUEST,
+        teid: 0,
+        seq_number: Some(0x0102),
+        npdu_number: None,
+        extensions: None,
+    };
+    let msg = gtpu_message(&req, &[]);
+    let s: IpAddr = Ipv4Addr::new(192, 0, 2, 7).into();
+    let d: IpAddr = Ipv4Addr::new(192, 0, 2, 1).into();
+    let (p, seg) = l4_segment(s, d, L4Spec::Udp(2152, 2152), &msg);
+    let request = ip_frame(None, &ip_packet(s, d, p, &seg, &[]));
+    let mut out = vec![0u8; 128];
+    let n = sb_wire::answer_echo_request(&request, &mut out)
+        .unwrap()
+        .unwrap();
+    out.truncate(n);
+    let rows = run_tshark(&tshark, &[request, out], "echo");
+    for (r, (msg, src)) in rows
+        .iter()
+        .zip([("0x01", "192.0.2.7"), ("0x02", "192.0.2.1")])
+    {
+        let ctx = r.join("|");
+        assert_eq!(col(r, "gtp.message"), msg, "{ctx}");
+        assert_eq!(col(r, "gtp.seq_number"), "0x0102", "{ctx}");
+        assert_eq!(col(r, "ip.src"), src, "{ctx}");
+        assert_eq!(col(r, "ip.checksum.status"), "1", "{ctx}");
+        assert_eq!(col(r, "udp.checksum.status"), "1", "{ctx}");
+        assert_clean(r, &ctx);
+    }
+    assert_eq!(
+        col(&rows[1], "gtp.recovery"),
+        "0",
+        "the response carries a Recovery IE"
+    );
+}
+
+#[test]
+fn tshark_decodes_our_gtpu_encapsulation() {
+    let Some(tshark) = tools::tshark() else {
+        return;
+    };
+    let cases = cases();
+    let frames: Vec<Vec<u8>> = cases
+        .iter()
+        .map(|c| {
+            let mut buf = vec![0u8; 2048];
+            let n = c.tunnel.encap_into(&c.inner, &mut buf).unwrap();
+            buf.truncate(n);
+            buf
+        })
+        .collect();
+    let rows = run_tshark(&tshark, &frames, "encap");
     for (k, (c, r)) in cases.iter().zip(&rows).enumerate() {
         let ctx = format!("packet {} ({:?}): {}", k + 1, c.tunnel.outer, r.join("|"));
         assert_eq!(col(r, "frame.number"), (k + 1).to_string(), "{ctx}");
@@ -263,16 +327,9 @@ fn tshark_decodes_our_gtpu_encapsulation() {
         for s in list(&col(r, "ip.checksum.status")) {
             assert_eq!(s, "1", "{ctx}: IPv4 header checksums must verify");
         }
-        assert_eq!(col(r, "_ws.malformed"), "", "{ctx}: malformed");
+        assert_clean(r, &ctx);
         let vlan = c.tunnel.vlan.map(|v| v.vid.to_string()).unwrap_or_default();
         assert_eq!(col(r, "vlan.id"), vlan, "{ctx}");
-        // Expert infos at error level (severity 0x00800000) mean tshark found a problem.
-        for (sev, msg) in list(&col(r, "_ws.expert.severity"))
-            .iter()
-            .zip(list(&col(r, "_ws.expert.message")))
-        {
-            assert_ne!(*sev, "8388608", "{ctx}: expert error: {msg}");
-        }
     }
     eprintln!("tshark decoded {} GTP-U packets alike", rows.len());
 }
