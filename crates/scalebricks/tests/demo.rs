@@ -5,7 +5,15 @@ use std::process::Command;
 #[test]
 fn demo_runs_and_checks_every_answer() {
     let out = Command::new(env!("CARGO_BIN_EXE_scalebricks"))
-        .args(["demo", "--nodes", "3", "--flows", "20000", "--packets", "30000"])
+        .args([
+            "demo",
+            "--nodes",
+            "3",
+            "--flows",
+            "20000",
+            "--packets",
+            "30000",
+        ])
         .args(["--migrate", "500", "--json"])
         .output()
         .expect("run scalebricks demo");

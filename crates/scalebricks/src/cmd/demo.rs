@@ -346,7 +346,7 @@ impl DataPlane {
         }
         // Ingress: parse, extract the UE address (the downstream key), GPT lookup. The demo
         // groups the batch per ingress node, as each node would see only its own packets.
-        for ingress in 0..self.nodes {
+        for (ingress, gpt) in gpts.iter().enumerate() {
             let idx: Vec<usize> = (0..batch.len())
                 .filter(|&s| batch[s].1 == ingress)
                 .collect();
@@ -363,7 +363,7 @@ impl DataPlane {
             }
             let keys: Vec<&[u8]> = idx.iter().map(|&s| &self.keys[s][..]).collect();
             let mut out = vec![0u16; keys.len()];
-            gpts[ingress].lookup_batch(&keys, &mut out);
+            gpt.lookup_batch(&keys, &mut out);
             for (&s, &h) in idx.iter().zip(&out) {
                 self.handling[s] = h;
                 self.fabric_hops += usize::from(h as usize != ingress);
