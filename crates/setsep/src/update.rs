@@ -490,6 +490,7 @@ impl Updatable {
         self.check(key, value)?;
         let seed = self.table.hdr.seed;
         let h = hash128(key, seed);
+        self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
         let was_fb = self.table.tables().is_fallback_group(g);
@@ -526,6 +527,7 @@ impl Updatable {
             return Err(UpdateError::BadKeyLength(key.len()));
         }
         let h = hash128(key, self.table.hdr.seed);
+        self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
         let Some((p, vo)) = find(self.rib.group(g), key) else {
@@ -539,6 +541,19 @@ impl Updatable {
         self.rib.remove(g, p..vo + TAIL);
         self.len -= 1;
         Ok(Some(self.resolve(g, old_hashes)))
+    }
+
+    /// Starts loading the RIB headers and records of the key's four candidate groups while its
+    /// bucket choice is being read (the choice picks one of them).
+    fn prefetch_candidates(&self, h: KeyHash) {
+        let (blk, bkt) = crate::layout::locate(h, self.table.hdr.n_blocks);
+        let base = blk as usize * crate::layout::GROUPS_PER_BLOCK;
+        let rec = self.table.hdr.rec_bytes();
+        for &c in &crate::layout::CAND[bkt] {
+            let g = base + c as usize;
+            prefetch(&self.rib.head, g);
+            prefetch(&self.table.groups, g * rec);
+        }
     }
 
     /// Starts loading group `g`'s record, RIB header and RIB extent, so the three cache misses
