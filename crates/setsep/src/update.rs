@@ -363,16 +363,19 @@ impl Rib {
 /// so that re-searching a group needs no hashing.
 const TAIL: usize = 6;
 
-/// Finds `key` in a group arena: (offset of the entry, offset of its value).
-fn find(arena: &[u8], key: &[u8]) -> Option<(usize, usize)> {
+/// Finds `key` (whose hash is `h`) in a group arena: (offset of the entry, offset of its value).
+/// The stored base hashes are compared before the key bytes.
+fn find(arena: &[u8], key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
+    let (a, b) = family(h);
+    let ab = (a as u32 | (b as u32) << 16).to_le_bytes();
     let mut p = 0;
     while p < arena.len() {
         let l = arena[p] as usize;
-        let k = &arena[p + 1..p + 1 + l];
-        if k == key {
-            return Some((p, p + 1 + l));
+        let vo = p + 1 + l;
+        if arena[vo + 2..vo + 6] == ab && l == key.len() && &arena[p + 1..vo] == key {
+            return Some((p, vo));
         }
-        p += 1 + l + TAIL;
+        p = vo + TAIL;
     }
     None
 }
@@ -461,9 +464,9 @@ impl Updatable {
     /// The value of `key`, if it is in the table.
     pub fn get(&self, key: &[u8]) -> Option<u16> {
         let t = self.table.tables();
-        let g = t.group_of(t.hash(key));
-        let a = self.rib.group(g);
-        find(a, key).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
+        let h = t.hash(key);
+        let a = self.rib.group(t.group_of(h));
+        find(a, key, h).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
     }
 
     /// Every key and value (in group order).
@@ -499,7 +502,7 @@ impl Updatable {
         } else {
             Vec::new()
         };
-        match find(self.rib.group(g), key) {
+        match find(self.rib.group(g), key, h) {
             Some((_, vo)) => {
                 self.rib.group_mut(g)[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
             }
@@ -530,7 +533,7 @@ impl Updatable {
         self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
-        let Some((p, vo)) = find(self.rib.group(g), key) else {
+        let Some((p, vo)) = find(self.rib.group(g), key, h) else {
             return Ok(None);
         };
         let old_hashes = if self.table.tables().is_fallback_group(g) {
