@@ -209,6 +209,7 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
     if d.record.len() != rec {
         return Err(DeltaError::Mismatch("record size differs"));
     }
+    let mut new_fb = None;
     if d.touches_fallback() {
         let mut fb = t.fallback.clone();
         for h in &d.fb_remove {
@@ -228,6 +229,15 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
                 }
             }
         }
+        new_fb = Some(fb);
+    }
+    let n_fb = new_fb.as_ref().unwrap_or(&t.fallback).len() / FB_ENTRY;
+    if n_fb as u64 > d.n_keys {
+        return Err(DeltaError::FallbackMismatch(
+            "more fallback entries than keys",
+        ));
+    }
+    if let Some(fb) = new_fb {
         t.fallback = fb;
     }
     let off = d.group as usize * rec;
