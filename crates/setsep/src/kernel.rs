@@ -78,11 +78,13 @@ impl Searcher {
         self.cls_val.clear();
         self.cls_of.clear();
         self.counts.clear();
+        // Only the wanted bits matter: keys that agree on them share a class.
         for k in keys {
-            let c = match self.cls_val.iter().position(|&v| v == k.v) {
+            let v = k.v & want;
+            let c = match self.cls_val.iter().position(|&x| x == v) {
                 Some(c) => c,
                 None => {
-                    self.cls_val.push(k.v);
+                    self.cls_val.push(v);
                     self.counts.push(0);
                     self.cls_val.len() - 1
                 }
@@ -282,18 +284,22 @@ mod tests {
             for n in [0usize, 1, 2, 5, 16, 19, 23, 40, 64, 70] {
                 for vbits in [1u32, 2, 3, 8] {
                     let keys = rand_keys(n, vbits, (n as u64) << 8 | vbits as u64);
-                    let want = ((1u32 << vbits) - 1) as u16;
-                    let (mut o1, mut o2) = ([0u16; 16], [0u16; 16]);
-                    let f1 = sc.search(cfg, &keys, want, &mut o1);
-                    let f2 = av.search(cfg, &keys, want, &mut o2);
-                    assert_eq!(f1, f2, "cfg {cfg} n {n} vbits {vbits}");
-                    for j in 0..vbits {
-                        if f1 >> j & 1 == 1 {
-                            assert_eq!(o1[j as usize], o2[j as usize]);
-                            assert!(separates(cfg, &keys, j, o1[j as usize]));
-                            // Nothing smaller separates.
-                            for i in 0..o1[j as usize] {
-                                assert!(!separates(cfg, &keys, j, i));
+                    let all = ((1u32 << vbits) - 1) as u16;
+                    // All bits, and each single bit (what updates search).
+                    for want in std::iter::once(all).chain((0..vbits).map(|j| 1u16 << j)) {
+                        let (mut o1, mut o2) = ([0u16; 16], [0u16; 16]);
+                        let f1 = sc.search(cfg, &keys, want, &mut o1);
+                        let f2 = av.search(cfg, &keys, want, &mut o2);
+                        assert_eq!(f1, f2, "cfg {cfg} n {n} vbits {vbits}");
+                        assert_eq!(f1 & !want, 0);
+                        for j in 0..vbits {
+                            if f1 >> j & 1 == 1 {
+                                assert_eq!(o1[j as usize], o2[j as usize]);
+                                assert!(separates(cfg, &keys, j, o1[j as usize]));
+                                // Nothing smaller separates.
+                                for i in 0..o1[j as usize] {
+                                    assert!(!separates(cfg, &keys, j, i));
+                                }
                             }
                         }
                     }

@@ -65,10 +65,12 @@
 //! 16-key group), with a scalar reference kernel that gives identical tables ([`Kernel`]).
 //! Blocks are built in parallel on a local rayon pool of [`BuildOptions::threads`] threads;
 //! the result does not depend on the thread count. Memory during the build: about 24 bytes per
-//! key. [`Updatable`] keeps every group's keys (about 20 bytes per 13-byte key) and re-searches
-//! only the changed key's group (about 2 us per value change at 16M keys, so about 0.4-0.5 M
-//! updates/s per core); the [`Delta`] it returns is about 25 bytes and replicas apply it with
-//! [`SetSep::apply_delta`] (a record copy), staying byte-identical.
+//! key. [`Updatable`] keeps every group's keys in one huge-page slab (about 25 bytes per 13-byte
+//! key) and re-searches only the changed key's group, only for the value bits whose hash index
+//! stopped working (a deletion searches only a group that sat in the fallback table): about
+//! 1.5-2 us per value change at 16M keys, 0.5-0.7 M updates/s per core. The [`Delta`] it returns
+//! is about 25 bytes; replicas apply it with [`SetSep::apply_delta`] (a record copy) and stay
+//! byte-identical.
 //!
 //! Invariant: this crate never does I/O except [`SetSep::write_to`] and [`MappedSetSep::open`].
 

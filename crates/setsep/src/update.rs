@@ -209,6 +209,7 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
     if d.record.len() != rec {
         return Err(DeltaError::Mismatch("record size differs"));
     }
+    let mut new_fb = None;
     if d.touches_fallback() {
         let mut fb = t.fallback.clone();
         for h in &d.fb_remove {
@@ -228,6 +229,15 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
                 }
             }
         }
+        new_fb = Some(fb);
+    }
+    let n_fb = new_fb.as_ref().unwrap_or(&t.fallback).len() / FB_ENTRY;
+    if n_fb as u64 > d.n_keys {
+        return Err(DeltaError::FallbackMismatch(
+            "more fallback entries than keys",
+        ));
+    }
+    if let Some(fb) = new_fb {
         t.fallback = fb;
     }
     let off = d.group as usize * rec;
@@ -363,16 +373,19 @@ impl Rib {
 /// so that re-searching a group needs no hashing.
 const TAIL: usize = 6;
 
-/// Finds `key` in a group arena: (offset of the entry, offset of its value).
-fn find(arena: &[u8], key: &[u8]) -> Option<(usize, usize)> {
+/// Finds `key` (whose hash is `h`) in a group arena: (offset of the entry, offset of its value).
+/// The stored base hashes are compared before the key bytes.
+fn find(arena: &[u8], key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
+    let (a, b) = family(h);
+    let ab = (a as u32 | (b as u32) << 16).to_le_bytes();
     let mut p = 0;
     while p < arena.len() {
         let l = arena[p] as usize;
-        let k = &arena[p + 1..p + 1 + l];
-        if k == key {
-            return Some((p, p + 1 + l));
+        let vo = p + 1 + l;
+        if arena[vo + 2..vo + 6] == ab && l == key.len() && &arena[p + 1..vo] == key {
+            return Some((p, vo));
         }
-        p += 1 + l + TAIL;
+        p = vo + TAIL;
     }
     None
 }
@@ -461,9 +474,9 @@ impl Updatable {
     /// The value of `key`, if it is in the table.
     pub fn get(&self, key: &[u8]) -> Option<u16> {
         let t = self.table.tables();
-        let g = t.group_of(t.hash(key));
-        let a = self.rib.group(g);
-        find(a, key).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
+        let h = t.hash(key);
+        let a = self.rib.group(t.group_of(h));
+        find(a, key, h).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
     }
 
     /// Every key and value (in group order).
@@ -490,6 +503,7 @@ impl Updatable {
         self.check(key, value)?;
         let seed = self.table.hdr.seed;
         let h = hash128(key, seed);
+        self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
         let was_fb = self.table.tables().is_fallback_group(g);
@@ -498,7 +512,7 @@ impl Updatable {
         } else {
             Vec::new()
         };
-        match find(self.rib.group(g), key) {
+        match find(self.rib.group(g), key, h) {
             Some((_, vo)) => {
                 self.rib.group_mut(g)[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
             }
@@ -526,9 +540,10 @@ impl Updatable {
             return Err(UpdateError::BadKeyLength(key.len()));
         }
         let h = hash128(key, self.table.hdr.seed);
+        self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
-        let Some((p, vo)) = find(self.rib.group(g), key) else {
+        let Some((p, vo)) = find(self.rib.group(g), key, h) else {
             return Ok(None);
         };
         let old_hashes = if self.table.tables().is_fallback_group(g) {
@@ -539,6 +554,19 @@ impl Updatable {
         self.rib.remove(g, p..vo + TAIL);
         self.len -= 1;
         Ok(Some(self.resolve(g, old_hashes)))
+    }
+
+    /// Starts loading the RIB headers and records of the key's four candidate groups while its
+    /// bucket choice is being read (the choice picks one of them).
+    fn prefetch_candidates(&self, h: KeyHash) {
+        let (blk, bkt) = crate::layout::locate(h, self.table.hdr.n_blocks);
+        let base = blk as usize * crate::layout::GROUPS_PER_BLOCK;
+        let rec = self.table.hdr.rec_bytes();
+        for &c in &crate::layout::CAND[bkt] {
+            let g = base + c as usize;
+            prefetch(&self.rib.head, g);
+            prefetch(&self.table.groups, g * rec);
+        }
     }
 
     /// Starts loading group `g`'s record, RIB header and RIB extent, so the three cache misses

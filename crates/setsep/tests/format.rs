@@ -138,3 +138,16 @@ proptest! {
         sb_setsep::fuzzing::load_table(&b);
     }
 }
+
+/// Fuzzer crashers, kept as regression tests.
+#[test]
+fn fuzz_regressions() {
+    // A delta that empties the key count of a table with fallback entries used to apply and
+    // leave a table that could not be loaded back.
+    let hex = "534401100802010000007d0000110000015403002e002853440110080212710100000000000028";
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    sb_setsep::fuzzing::load_delta(&bytes);
+}
