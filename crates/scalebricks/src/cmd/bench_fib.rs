@@ -120,7 +120,10 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
 
     #[cfg(feature = "dpdk")]
     if want("dpdk-rte_hash") {
-        let mem_mb = ((cap.max(a.entries) as u64 * 112) >> 20) as u32 + 256;
+        // About 112 bytes of EAL memory per entry (buckets, key store, RCU defer queue); the
+        // max-load table lives next to the main one.
+        let tables = if a.max_load { 2 } else { 1 };
+        let mem_mb = ((cap.max(a.entries) as u64 * 112 * tables) >> 20) as u32 + 256;
         sb_peers::dpdk::eal_init(mem_mb).map_err(|e| anyhow::anyhow!("DPDK EAL: {e}"))?;
         let mut t = structs::rte::Rte::new(a.key_bytes, a.value_bytes, cap, a.batch)?;
         let mut row = measure(&mut t, &w, &a);
