@@ -2,8 +2,8 @@
 //! touching one kind of memory for the whole chunk before the next stage needs it -- bucket
 //! addresses (prefetch the primary buckets' metadata), tags (read versions and tags, prefetch the
 //! key of the first tag match, or the alternate bucket when the key may live there: only when the
-//! primary bucket's overflow count is non-zero), alternate tags, keys (compare, prefetch the value
-//! of the match), values (copy out). One acquire fence then validates the whole chunk; a key whose buckets changed meanwhile
+//! primary bucket's overflow count is non-zero; the value of the first tag match is prefetched
+//! with its key), alternate tags, then keys and values (compare, copy out). One acquire fence then validates the whole chunk; a key whose buckets changed meanwhile
 //! is looked up again with the single-key path, so results are identical to single lookups.
 
 use crate::sync::{fence, Ordering::Acquire};
@@ -93,7 +93,9 @@ impl Shared {
                 mask[i] = (m1, 0);
                 need2[i] = m1 == 0 && overflow(v1) != 0;
                 if m1 != 0 {
-                    self.prefetch_key(c[i].b1 * s + m1.trailing_zeros() as usize);
+                    let sl = c[i].b1 * s + m1.trailing_zeros() as usize;
+                    self.prefetch_key(sl);
+                    self.prefetch_value(sl);
                 } else if need2[i] {
                     self.prefetch_bucket(c[i].b2);
                 }
@@ -105,11 +107,14 @@ impl Shared {
                     let m2 = self.tag_mask(c[i].b2, c[i].tag | ALT_FLAG);
                     mask[i].1 = m2;
                     if m2 != 0 {
-                        self.prefetch_key(c[i].b2 * s + m2.trailing_zeros() as usize);
+                        let sl = c[i].b2 * s + m2.trailing_zeros() as usize;
+                        self.prefetch_key(sl);
+                        self.prefetch_value(sl);
                     }
                 }
             }
-            // 3: keys (only where a tag matched); prefetch the value of the match.
+            // 3: keys (only where a tag matched) and, on a match, the value (both prefetched in
+            // stage 2 for the first tag match, which is the key's slot unless tags collide).
             for i in 0..m {
                 let (m1, m2) = mask[i];
                 slot[i] = usize::MAX;
@@ -121,22 +126,16 @@ impl Shared {
                         .or_else(|| self.find_in_mask(c[i].b2, m2, &q));
                     match found {
                         Some(sl) => {
-                            self.prefetch_value(sl);
                             slot[i] = sl;
+                            self.read_value_bytes(
+                                sl,
+                                &mut values[(start + i) * vb..(start + i + 1) * vb],
+                            );
                         }
                         // A tag matched in b1 but not the key, and b2 was not read: let the
                         // single-key path decide.
                         None => slow[i] = !need2[i] && overflow(ver[i].0) != 0,
                     }
-                }
-            }
-            // 4: values.
-            for i in 0..m {
-                if slot[i] != usize::MAX {
-                    self.read_value_bytes(
-                        slot[i],
-                        &mut values[(start + i) * vb..(start + i + 1) * vb],
-                    );
                 }
             }
             // Validation: one fence for the chunk (see the protocol in `table`).

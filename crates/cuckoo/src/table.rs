@@ -976,3 +976,64 @@ impl Iterator for Iter<'_> {
         Some((e[..kb].to_vec(), e[kb..].to_vec()))
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_words_match_a_plain_packing() {
+        for n in 4..=64usize {
+            let key: Vec<u8> = (0..n).map(|i| (i * 37 + n) as u8 | 1).collect();
+            let mut q = [0u64; MAX_KEY_WORDS];
+            key_words(&key, &mut q);
+            let mut want = [0u64; MAX_KEY_WORDS];
+            for (i, &b) in key.iter().enumerate() {
+                want[i / 8] |= (b as u64) << (8 * (i % 8));
+            }
+            assert_eq!(q[..n.div_ceil(8)], want[..n.div_ceil(8)], "length {n}");
+            let mut back = vec![0u8; n];
+            words_to_bytes(&q, &mut back);
+            assert_eq!(back, key);
+        }
+    }
+
+    #[test]
+    fn tag_lanes_match_exactly() {
+        let lanes = [0u16, 1, 0x8001, 0x7FFF];
+        let word = lanes
+            .iter()
+            .enumerate()
+            .fold(0u64, |w, (j, &l)| w | (l as u64) << (16 * j));
+        for probe in [0u16, 1, 0x8001, 0x7FFF, 2, 0x8000, 0xFFFF] {
+            let m = tag_matches(word, probe);
+            for (j, &l) in lanes.iter().enumerate() {
+                assert_eq!(
+                    m >> (16 * j + 15) & 1 == 1,
+                    l == probe,
+                    "lane {j} probe {probe:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn alt_is_an_involution_and_versions_keep_counts() {
+        for n in [1usize, 2, 3, 7, 1000, 1 << 20] {
+            for b in [0, n / 2, n - 1] {
+                for tag in [1u16, 2, 0x1234, 0x7FFF] {
+                    let a = alt(n, b, tag);
+                    assert!(a < n);
+                    assert_eq!(alt(n, a, tag), b);
+                }
+            }
+        }
+        let v = (5u64 << COUNT_SHIFT) | (SEQ_MASK - 1);
+        assert_eq!(
+            overflow(bump(v, 2)),
+            5,
+            "the sequence number wraps without touching the count"
+        );
+        assert_eq!(bump(v, 2) & SEQ_MASK, 0);
+    }
+}
