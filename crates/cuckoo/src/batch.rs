@@ -91,7 +91,7 @@ impl Shared {
                 let m1 = self.tag_mask(c[i].b1, c[i].tag);
                 ver[i] = (v1, 0);
                 mask[i] = (m1, 0);
-                need2[i] = m1 == 0 && overflow(v1) != 0;
+                need2[i] = m1 == 0 && overflow(v1, c[i].tag) != 0;
                 if m1 != 0 {
                     let sl = c[i].b1 * s + m1.trailing_zeros() as usize;
                     self.prefetch_key(sl);
@@ -134,7 +134,7 @@ impl Shared {
                         }
                         // A tag matched in b1 but not the key, and b2 was not read: let the
                         // single-key path decide.
-                        None => slow[i] = !need2[i] && overflow(ver[i].0) != 0,
+                        None => slow[i] = !need2[i] && overflow(ver[i].0, c[i].tag) != 0,
                     }
                 }
             }

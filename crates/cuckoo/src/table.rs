@@ -5,8 +5,9 @@
 //!   buckets, 32 bytes for 8-slot ones, so a bucket's metadata never straddles a cache line
 //!   (arrays are page aligned). A slot's 16-bit lane holds the key's 15-bit tag (never 0) plus
 //!   [`ALT_FLAG`] when the key sits in its alternate bucket; 0 marks an empty slot. The version
-//!   word holds a 48-bit sequence number and, in its top 16 bits, the bucket's *overflow count*:
-//!   how many keys whose primary bucket this is sit in their alternate bucket.
+//!   word holds a 48-bit sequence number and, in its top 16 bits, the bucket's *overflow counts*:
+//!   per tag class (`tag & 3`), how many keys whose primary bucket this is sit in their alternate
+//!   bucket.
 //! - `keys`: per slot `kw = ceil(key_bytes / 8)` little-endian words, zero padded.
 //! - `vals`: per slot `vw = ceil(value_bytes / 8)` words: the value array indexed by slot number.
 //!
@@ -52,7 +53,8 @@
 //! 3. A hit needs only its own bucket validated: a consistent bucket holding key `k` with value
 //!    `x` means `k -> x` was committed at that point.
 //! 4. *Misses that read one bucket.* The writer keeps, at every point of its program order,
-//!    `overflow(p) >= #keys with primary p that are in their alternate bucket and not in p`: it
+//!    `overflow(p, class) >= #keys with primary p and tag class `tag & 3` that are in their
+//!    alternate bucket and not in p` (four 4-bit counters in the version word, 15 sticky): it
 //!    raises the count (a section of `p`) *before* a key goes to its alternate bucket (insert or
 //!    displacement), and lowers it only once the key is out of the alternate (after a delete there)
 //!    or in the same section that copies it back into `p`. A reader that finds no key in a
@@ -91,7 +93,8 @@ pub(crate) const ALT_FLAG: u16 = 0x8000;
 const SEQ_MASK: u64 = (1 << 48) - 1;
 /// High 16 bits of a version word: the bucket's overflow count.
 const COUNT_SHIFT: u32 = 48;
-const COUNT_MAX: u64 = 0xFFFF;
+/// Four 4-bit overflow counters per bucket, one per tag class (`tag & 3`); 15 is sticky.
+const COUNT_MAX: u64 = 0xF;
 
 /// The 15-bit tag of a hash (never 0, bit 15 clear).
 #[inline(always)]
@@ -100,10 +103,17 @@ fn tag_of(h: KeyHash) -> u16 {
     t | (t == 0) as u16
 }
 
-/// The overflow count in a version word.
+/// The overflow count of tag class `tag & 3` in a version word.
 #[inline(always)]
-pub(crate) fn overflow(v: u64) -> u64 {
-    v >> COUNT_SHIFT
+pub(crate) fn overflow(v: u64, tag: u16) -> u64 {
+    (v >> (COUNT_SHIFT + 4 * (tag as u32 & 3))) & COUNT_MAX
+}
+
+/// `v` with the overflow count of `tag`'s class set to `count` (at most [`COUNT_MAX`]).
+#[inline(always)]
+fn with_overflow(v: u64, tag: u16, count: u64) -> u64 {
+    let sh = COUNT_SHIFT + 4 * (tag as u32 & 3);
+    (v & !(COUNT_MAX << sh)) | (count.min(COUNT_MAX) << sh)
 }
 
 /// `v` with its sequence number advanced by `by` (the count bits untouched).
@@ -500,7 +510,7 @@ impl Shared {
                 }
                 continue;
             }
-            if overflow(v1) == 0 {
+            if overflow(v1, c.tag) == 0 {
                 // No key of this primary bucket lives in its alternate: a miss.
                 fence(Acquire);
                 if self.ver(c.b1).load(Relaxed) == v1 {
@@ -603,7 +613,7 @@ impl Shared {
     /// and the sequence numbers are even.
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut need = vec![0u64; self.n];
+        let mut need = vec![[0u64; 4]; self.n];
         for b in 0..self.n {
             let v = self.ver(b).load(Acquire);
             if v & 1 == 1 {
@@ -612,16 +622,19 @@ impl Shared {
             for j in 0..self.s {
                 let lane = self.tag_at(b, j);
                 if lane & ALT_FLAG != 0 {
-                    need[self.alt(b, lane & !ALT_FLAG)] += 1;
+                    let tag = lane & !ALT_FLAG;
+                    need[self.alt(b, tag)][tag as usize & 3] += 1;
                 }
             }
         }
-        for (p, &k) in need.iter().enumerate() {
-            let c = overflow(self.ver(p).load(Acquire));
-            if c != k.min(COUNT_MAX) && c != COUNT_MAX {
-                return Err(format!(
-                    "bucket {p}: overflow count {c} != {k} keys in alternates"
-                ));
+        for (p, ks) in need.iter().enumerate() {
+            for (class, &k) in ks.iter().enumerate() {
+                let c = overflow(self.ver(p).load(Acquire), class as u16);
+                if c != k.min(COUNT_MAX) && c != COUNT_MAX {
+                    return Err(format!(
+                        "bucket {p} class {class}: overflow count {c} != {k} keys in alternates"
+                    ));
+                }
             }
         }
         Ok(())
@@ -666,27 +679,30 @@ impl Shared {
         self.ver(b).store(bump(v, 2), Release);
     }
 
-    /// Closes a change and sets the overflow count to `count` (saturating: once at the maximum
-    /// it stays there, an over-estimate is always safe).
+    /// Closes a change, with the overflow counts of `counted` (the word `begin` returned with
+    /// its counts changed).
     #[inline(always)]
-    fn end_with_count(&self, b: usize, v: u64, count: u64) {
-        let seq = bump(v, 2) & SEQ_MASK;
-        self.ver(b)
-            .store((count.min(COUNT_MAX) << COUNT_SHIFT) | seq, Release);
+    fn end_with_counts(&self, b: usize, counted: u64) {
+        self.ver(b).store(bump(counted, 2), Release);
     }
 
-    /// One more key of primary bucket `p` may sit in its alternate bucket (done *before* it
-    /// goes there).
-    fn overflow_up(&self, p: usize) {
+    /// One more key of primary bucket `p` with tag `tag` may sit in its alternate bucket (done
+    /// *before* it goes there). A counter at the maximum stays there (an over-estimate is safe).
+    fn overflow_up(&self, p: usize, tag: u16) {
         let v = self.begin(p);
-        self.end_with_count(p, v, overflow(v) + 1);
+        let c = overflow(v, tag);
+        self.end_with_counts(
+            p,
+            with_overflow(v, tag, if c == COUNT_MAX { c } else { c + 1 }),
+        );
     }
 
-    /// The new count for primary bucket `p` when one of its keys left the alternate bucket.
-    fn count_down(v: u64) -> u64 {
-        match overflow(v) {
-            COUNT_MAX => COUNT_MAX,
-            c => c.saturating_sub(1),
+    /// Version word `v` of a primary bucket after one of its keys with tag `tag` left the
+    /// alternate bucket.
+    fn count_down(v: u64, tag: u16) -> u64 {
+        match overflow(v, tag) {
+            COUNT_MAX => v,
+            c => with_overflow(v, tag, c.saturating_sub(1)),
         }
     }
 
@@ -784,7 +800,7 @@ impl Shared {
         let lane = if b == c.b1 {
             c.tag
         } else {
-            self.overflow_up(c.b1);
+            self.overflow_up(c.b1, c.tag);
             c.tag | ALT_FLAG
         };
         let v = self.begin(b);
@@ -829,9 +845,10 @@ impl Shared {
                 self.end(b, v);
                 if lane & ALT_FLAG != 0 {
                     // Gone from the alternate bucket: its primary's count may go down now.
-                    let p = self.alt(b, lane & !ALT_FLAG);
+                    let tag = lane & !ALT_FLAG;
+                    let p = self.alt(b, tag);
                     let vp = self.begin(p);
-                    self.end_with_count(p, vp, Self::count_down(vp));
+                    self.end_with_counts(p, Self::count_down(vp, tag));
                 }
                 self.len.store(self.len.load(Relaxed) - 1, Relaxed);
                 true
@@ -848,7 +865,7 @@ impl Shared {
         let to_alt = lane & ALT_FLAG == 0;
         if to_alt {
             // Leaving its primary bucket: count it there before it can be missing from it.
-            self.overflow_up(from / self.s);
+            self.overflow_up(from / self.s, lane);
         }
         let v = self.begin(b);
         for i in 0..self.kw {
@@ -864,7 +881,7 @@ impl Shared {
             self.end(b, v);
         } else {
             // Back in its primary bucket (and found there from this state on).
-            self.end_with_count(b, v, Self::count_down(v));
+            self.end_with_counts(b, Self::count_down(v, lane & !ALT_FLAG));
         }
     }
 
@@ -1028,9 +1045,11 @@ mod tests {
                 }
             }
         }
-        let v = (5u64 << COUNT_SHIFT) | (SEQ_MASK - 1);
+        let v = with_overflow(SEQ_MASK - 1, 3, 5);
+        assert_eq!(overflow(v, 7), 5);
+        assert_eq!(overflow(v, 1), 0);
         assert_eq!(
-            overflow(bump(v, 2)),
+            overflow(bump(v, 2), 3),
             5,
             "the sequence number wraps without touching the count"
         );
