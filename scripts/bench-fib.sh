@@ -2,7 +2,7 @@
 # Partial FIB benchmark (issue 3): our cuckoo table against DPDK rte_hash, libcuckoo, hashbrown
 # and dashmap. Installs the peers' Debian packages, builds with every peer, runs each
 # configuration RUNS times (default 3) and prints the per-row medians as a Markdown table.
-# Raw JSON goes to target/bench-fib/. Usage: scripts/bench-fib.sh [quick]
+# Raw JSON goes to target/bench-fib/. Usage: scripts/bench-fib.sh [quick|targets]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
@@ -26,6 +26,16 @@ CONFIGS=(
   "k40v64-b32|--entries 4194304 --key-bytes 40 --value-bytes 64 --load 0.9 --batch 32 --hit-ratio 50"
   "k4v8-b32|--entries 4194304 --key-bytes 4 --value-bytes 8 --load 0.95 --batch 32 --hit-ratio 100"
 )
+if [ "${1:-}" = targets ]; then
+  # Only what issue 3's targets need, and only the rows they compare.
+  CONFIGS=(
+    "t-hits100-b32|--entries 16777216 --key-bytes 13 --value-bytes 16 --load 0.9 --batch 32 --hit-ratio 100 --max-load --only scalebricks-cuckoo,dpdk-rte_hash"
+    "t-hits0-b32|--entries 16777216 --key-bytes 13 --value-bytes 16 --load 0.9 --batch 32 --hit-ratio 0 --only scalebricks-cuckoo,dpdk-rte_hash"
+    "t-hits100-b1|--entries 16777216 --key-bytes 13 --value-bytes 16 --load 0.9 --batch 1 --hit-ratio 100 --only scalebricks-cuckoo,hashbrown"
+    "t-maxload-1M|--entries 1048576 --key-bytes 13 --value-bytes 16 --load 0.9 --batch 32 --hit-ratio 100 --max-load --only scalebricks-cuckoo,dpdk-rte_hash,libcuckoo"
+    "t-mixed-1M|--entries 1048576 --key-bytes 13 --value-bytes 16 --load 0.9 --batch 32 --hit-ratio 50 --mixed --only scalebricks-cuckoo,dpdk-rte_hash"
+  )
+fi
 if [ "${1:-}" = quick ]; then
   CONFIGS=("quick|--entries 1048576 --key-bytes 13 --value-bytes 16 --load 0.9 --batch 32 --hit-ratio 100 --max-load --mixed --mixed-secs 1")
   RUNS=1
