@@ -3,7 +3,7 @@
 //!
 //! Each ScaleBricks node keeps the FIB entries it handles in this table (paper sec. 5.2). It is
 //! the CuckooSwitch/MemC3 design -- set-associative buckets of 4 or 8 slots whose metadata fits a
-//! cache line, 16-bit partial-key tags, two candidate buckets per key with the alternate derived
+//! cache line, 15-bit partial-key tags, two candidate buckets per key with the alternate derived
 //! from the tag, a bounded BFS for a short displacement path, optimistic version counters so
 //! readers take no lock -- with the ScaleBricks twist that values live in a separate array indexed
 //! by slot number, so key and value sizes are chosen at run time (keys 4..=64 bytes, values
@@ -34,8 +34,10 @@
 //!   `8 * ceil(key_bytes / 8)` for the key and `8 * ceil(value_bytes / 8)` for the value; divide
 //!   by the load factor for bytes per entry (13-byte keys, 16-byte values, 8 slots, load 0.9:
 //!   36 bytes/slot, 40 bytes/entry). Arrays of 2 MB or more are advised for 2 MB pages.
-//! - A lookup touches at most 2 bucket lines (one for most hits), one key line and one value line;
-//!   the batched form overlaps those misses across [`batch::CHUNK`] keys.
+//! - A lookup touches one bucket line, one key line and one value line when the key is in its
+//!   primary bucket; a miss touches only the primary bucket's line unless some key of that bucket
+//!   was displaced to its alternate (the bucket's overflow count, as in Horton tables), then the
+//!   alternate's too. The batched form overlaps those misses across [`batch::CHUNK`] keys.
 //! - Insert: two bucket reads when a candidate has room; otherwise a BFS over at most
 //!   `max_bfs_buckets` buckets and `max_path` moves. The table fills to about 0.95 (4 slots) /
 //!   0.98 (8 slots) before the first failed insert.
@@ -99,6 +101,21 @@ impl Params {
     /// keys that collide on purpose).
     pub fn candidates(&self, key: &[u8]) -> Candidates {
         table::candidates(self.buckets(), sb_common::hash128(key, self.seed))
+    }
+
+    /// 4-slot buckets: the fastest lookups (one tag word per bucket, a bucket's keys and values
+    /// each in one cache line for keys and values up to 16 bytes); fills to about 0.97.
+    pub fn fast(key_bytes: usize, value_bytes: usize, capacity: usize) -> Self {
+        Params {
+            slots_per_bucket: 4,
+            ..Params::new(key_bytes, value_bytes, capacity)
+        }
+    }
+
+    /// 8-slot buckets (the default of [`Params::new`]): fills to about 0.99, lookups a little
+    /// slower than [`Params::fast`].
+    pub fn compact(key_bytes: usize, value_bytes: usize, capacity: usize) -> Self {
+        Params::new(key_bytes, value_bytes, capacity)
     }
 
     fn validate(&self) -> Result<(), ParamsError> {

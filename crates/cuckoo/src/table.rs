@@ -3,11 +3,15 @@
 //! # Layout
 //! - `meta`: per bucket `mw` words, `[version, tags 0-3, (tags 4-7, pad)]`: 16 bytes for 4-slot
 //!   buckets, 32 bytes for 8-slot ones, so a bucket's metadata never straddles a cache line
-//!   (arrays are page aligned). A tag is 16 bits of the key's hash, never 0; 0 marks an empty slot.
+//!   (arrays are page aligned). A slot's 16-bit lane holds the key's 15-bit tag (never 0) plus
+//!   [`ALT_FLAG`] when the key sits in its alternate bucket; 0 marks an empty slot. The version
+//!   word holds a 48-bit sequence number and, in its top 16 bits, the bucket's *overflow counts*:
+//!   per tag class (`tag & 3`), how many keys whose primary bucket this is sit in their alternate
+//!   bucket.
 //! - `keys`: per slot `kw = ceil(key_bytes / 8)` little-endian words, zero padded.
 //! - `vals`: per slot `vw = ceil(value_bytes / 8)` words: the value array indexed by slot number.
 //!
-//! A key's primary bucket is `reduce64(hash.lo, n)`, its tag the top 16 bits of `hash.hi`, and its
+//! A key's primary bucket is `reduce64(hash.lo, n)`, its tag the top 15 bits of `hash.hi`, and its
 //! alternate bucket `alt(b, tag) = (T(tag) - b) mod n` with `T(tag) = reduce64(mix(tag), n)`.
 //! `alt` is an involution (`alt(alt(b)) = b`) for any `n`, so a displaced key finds its other
 //! bucket from its tag alone, and `n` need not be a power of two (the table is sized to the
@@ -48,6 +52,14 @@
 //!    two buckets were read in states that coexisted, and a key present throughout is found.
 //! 3. A hit needs only its own bucket validated: a consistent bucket holding key `k` with value
 //!    `x` means `k -> x` was committed at that point.
+//! 4. *Misses that read one bucket.* The writer keeps, at every point of its program order,
+//!    `overflow(p, class) >= #keys with primary p and tag class `tag & 3` that are in their
+//!    alternate bucket and not in p` (four 4-bit counters in the version word, 15 sticky): it
+//!    raises the count (a section of `p`) *before* a key goes to its alternate bucket (insert or
+//!    displacement), and lowers it only once the key is out of the alternate (after a delete there)
+//!    or in the same section that copies it back into `p`. A reader that finds no key in a
+//!    validated snapshot of its primary bucket with count 0 therefore knows the key was absent at
+//!    that point, and answers a miss without reading the alternate bucket.
 //!
 //! `tests/loom.rs` checks a displacement racing a lookup and an update racing a lookup under loom.
 
@@ -75,18 +87,46 @@ pub(crate) fn tag_matches(word: u64, tag: u16) -> u64 {
     !(((x & LOW15).wrapping_add(LOW15)) | x | LOW15)
 }
 
+/// Set in a slot's tag lane when the key sits in its alternate bucket.
+pub(crate) const ALT_FLAG: u16 = 0x8000;
+/// Low bits of a version word: the sequence number (odd while the writer changes the bucket).
+const SEQ_MASK: u64 = (1 << 48) - 1;
+/// High 16 bits of a version word: the bucket's overflow count.
+const COUNT_SHIFT: u32 = 48;
+/// Four 4-bit overflow counters per bucket, one per tag class (`tag & 3`); 15 is sticky.
+const COUNT_MAX: u64 = 0xF;
+
+/// The 15-bit tag of a hash (never 0, bit 15 clear).
 #[inline(always)]
 fn tag_of(h: KeyHash) -> u16 {
-    let t = (h.hi >> 48) as u16;
+    let t = (h.hi >> 49) as u16;
     t | (t == 0) as u16
 }
 
+/// The overflow count of tag class `tag & 3` in a version word.
+#[inline(always)]
+pub(crate) fn overflow(v: u64, tag: u16) -> u64 {
+    (v >> (COUNT_SHIFT + 4 * (tag as u32 & 3))) & COUNT_MAX
+}
+
+/// `v` with the overflow count of `tag`'s class set to `count` (at most [`COUNT_MAX`]).
+#[inline(always)]
+fn with_overflow(v: u64, tag: u16, count: u64) -> u64 {
+    let sh = COUNT_SHIFT + 4 * (tag as u32 & 3);
+    (v & !(COUNT_MAX << sh)) | (count.min(COUNT_MAX) << sh)
+}
+
+/// `v` with its sequence number advanced by `by` (the count bits untouched).
+#[inline(always)]
+fn bump(v: u64, by: u64) -> u64 {
+    (v & !SEQ_MASK) | (v.wrapping_add(by) & SEQ_MASK)
+}
+
+/// Spreads a tag over 64 bits for [`alt`]: one multiplication by 2^64 / golden ratio, whose
+/// high bits (what `reduce64` keeps) are equidistributed over consecutive tags.
 #[inline(always)]
 fn mix(tag: u16) -> u64 {
-    let mut x = (tag as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
+    (tag as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Packs `key` (4..=64 bytes) into zero-padded little-endian words, with fixed-size loads only
@@ -133,7 +173,7 @@ pub struct Candidates {
     pub b1: usize,
     /// Alternate bucket (may equal `b1` in rare cases).
     pub b2: usize,
-    /// 16-bit tag, never 0.
+    /// 15-bit tag, never 0 (a slot's tag lane adds [`ALT_FLAG`] when the key sits in `b2`).
     pub tag: u16,
 }
 
@@ -265,6 +305,11 @@ impl Shared {
         self.n * self.s
     }
 
+    /// Slots per bucket (4 or 8).
+    pub fn slots_per_bucket(&self) -> usize {
+        self.s
+    }
+
     /// Number of buckets.
     pub fn buckets(&self) -> usize {
         self.n
@@ -361,14 +406,31 @@ impl Shared {
         (0..self.kw).all(|i| self.keys.w(base + i).load(Relaxed) == q[i])
     }
 
-    /// The first slot of `b` whose tag is `tag` (unvalidated), for a key prefetch.
+    /// Bit `j` set where slot `j` of bucket `b` has tag `tag` (unvalidated).
     #[inline(always)]
-    pub(crate) fn first_tag_slot(&self, b: usize, tag: u16) -> Option<usize> {
+    pub(crate) fn tag_mask(&self, b: usize, tag: u16) -> u32 {
+        let mut mask = 0u32;
         for t in 0..self.s / 4 {
-            let m = tag_matches(self.tag_word(b, t).load(Relaxed), tag);
-            if m != 0 {
-                return Some(b * self.s + t * 4 + (m.trailing_zeros() >> 4) as usize);
+            let r = tag_matches(self.tag_word(b, t).load(Relaxed), tag) >> 15;
+            mask |= (((r | (r >> 15) | (r >> 30) | (r >> 45)) & 0xF) as u32) << (4 * t);
+        }
+        mask
+    }
+
+    /// The first slot among `mask`'s slots of bucket `b` holding key `q` (unvalidated).
+    #[inline(always)]
+    pub(crate) fn find_in_mask(
+        &self,
+        b: usize,
+        mut mask: u32,
+        q: &[u64; MAX_KEY_WORDS],
+    ) -> Option<usize> {
+        while mask != 0 {
+            let slot = b * self.s + mask.trailing_zeros() as usize;
+            if self.key_eq(slot, q) {
+                return Some(slot);
             }
+            mask &= mask - 1;
         }
         None
     }
@@ -429,12 +491,11 @@ impl Shared {
     #[inline]
     pub(crate) fn lookup_q(&self, q: &[u64; MAX_KEY_WORDS], h: KeyHash, out: &mut [u8]) -> bool {
         let c = self.candidates(h);
-        // Start every miss this lookup will probably need at once: both buckets' metadata and
-        // the primary bucket's keys and values (most keys sit in their primary bucket).
+        // Start the misses this lookup will probably need at once: the primary bucket's
+        // metadata, keys and values (most keys sit in their primary bucket).
         self.prefetch_bucket(c.b1);
         self.prefetch_bucket_keys(c.b1);
         self.prefetch_bucket_values(c.b1);
-        self.prefetch_bucket(c.b2);
         loop {
             let v1 = self.ver(c.b1).load(Acquire);
             if v1 & 1 == 1 {
@@ -449,12 +510,20 @@ impl Shared {
                 }
                 continue;
             }
+            if overflow(v1, c.tag) == 0 {
+                // No key of this primary bucket lives in its alternate: a miss.
+                fence(Acquire);
+                if self.ver(c.b1).load(Relaxed) == v1 {
+                    return false;
+                }
+                continue;
+            }
             let v2 = self.ver(c.b2).load(Acquire);
             if v2 & 1 == 1 {
                 spin();
                 continue;
             }
-            let hit = self.find_in(c.b2, c.tag, q);
+            let hit = self.find_in(c.b2, c.tag | ALT_FLAG, q);
             if let Some(slot) = hit {
                 self.read_value_bytes(slot, out);
             }
@@ -539,6 +608,38 @@ impl Shared {
         }
     }
 
+    /// Checks the writer's invariants (for tests; call with no concurrent writer): every primary
+    /// bucket's overflow count is the number of its keys in their alternate bucket (or saturated),
+    /// and the sequence numbers are even.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut need = vec![[0u64; 4]; self.n];
+        for b in 0..self.n {
+            let v = self.ver(b).load(Acquire);
+            if v & 1 == 1 {
+                return Err(format!("bucket {b}: odd version"));
+            }
+            for j in 0..self.s {
+                let lane = self.tag_at(b, j);
+                if lane & ALT_FLAG != 0 {
+                    let tag = lane & !ALT_FLAG;
+                    need[self.alt(b, tag)][tag as usize & 3] += 1;
+                }
+            }
+        }
+        for (p, ks) in need.iter().enumerate() {
+            for (class, &k) in ks.iter().enumerate() {
+                let c = overflow(self.ver(p).load(Acquire), class as u16);
+                if c != k.min(COUNT_MAX) && c != COUNT_MAX {
+                    return Err(format!(
+                        "bucket {p} class {class}: overflow count {c} != {k} keys in alternates"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Calls `f(key, value)` for every key. Each bucket is read consistently; while the writer
     /// runs concurrently, a key moved during the walk may be seen twice or not at all (a walk by
     /// the writer itself, or with no writer, sees every key exactly once).
@@ -562,29 +663,59 @@ impl Shared {
     // ---------------------------------------------------------------------------------------
     // The write path. Only the one writer calls these (through `&mut` handles).
 
+    /// Opens a change of bucket `b`: makes its sequence number odd. Returns the version word.
     #[inline(always)]
     fn begin(&self, b: usize) -> u64 {
         let ver = self.ver(b);
         let v = ver.load(Relaxed);
-        ver.store(v + 1, Relaxed);
+        ver.store(bump(v, 1), Relaxed);
         fence(Release);
         v
     }
 
+    /// Closes the change opened by `begin` (which returned `v`).
     #[inline(always)]
     fn end(&self, b: usize, v: u64) {
-        self.ver(b).store(v + 2, Release);
+        self.ver(b).store(bump(v, 2), Release);
     }
 
+    /// Closes a change, with the overflow counts of `counted` (the word `begin` returned with
+    /// its counts changed).
+    #[inline(always)]
+    fn end_with_counts(&self, b: usize, counted: u64) {
+        self.ver(b).store(bump(counted, 2), Release);
+    }
+
+    /// One more key of primary bucket `p` with tag `tag` may sit in its alternate bucket (done
+    /// *before* it goes there). A counter at the maximum stays there (an over-estimate is safe).
+    fn overflow_up(&self, p: usize, tag: u16) {
+        let v = self.begin(p);
+        let c = overflow(v, tag);
+        self.end_with_counts(
+            p,
+            with_overflow(v, tag, if c == COUNT_MAX { c } else { c + 1 }),
+        );
+    }
+
+    /// Version word `v` of a primary bucket after one of its keys with tag `tag` left the
+    /// alternate bucket.
+    fn count_down(v: u64, tag: u16) -> u64 {
+        match overflow(v, tag) {
+            COUNT_MAX => v,
+            c => with_overflow(v, tag, c.saturating_sub(1)),
+        }
+    }
+
+    /// The lane (tag, with [`ALT_FLAG`] if in the alternate) of slot `j` of bucket `b`.
     fn tag_at(&self, b: usize, j: usize) -> u16 {
         (self.tag_word(b, j / 4).load(Relaxed) >> ((j % 4) * 16)) as u16
     }
 
-    fn set_tag(&self, b: usize, j: usize, tag: u16) {
+    fn set_tag(&self, b: usize, j: usize, lane: u16) {
         let w = self.tag_word(b, j / 4);
         let sh = (j % 4) * 16;
         let old = w.load(Relaxed);
-        w.store((old & !(0xFFFF << sh)) | ((tag as u64) << sh), Relaxed);
+        w.store((old & !(0xFFFF << sh)) | ((lane as u64) << sh), Relaxed);
     }
 
     fn empty_slot(&self, b: usize) -> Option<usize> {
@@ -628,7 +759,7 @@ impl Shared {
         let c = self.candidates(self.hash(key));
         let s = self
             .find_in(c.b1, c.tag, q)
-            .or_else(|| self.find_in(c.b2, c.tag, q));
+            .or_else(|| self.find_in(c.b2, c.tag | ALT_FLAG, q));
         (c, s)
     }
 
@@ -666,12 +797,18 @@ impl Shared {
             }
         };
         let b = target / self.s;
+        let lane = if b == c.b1 {
+            c.tag
+        } else {
+            self.overflow_up(c.b1, c.tag);
+            c.tag | ALT_FLAG
+        };
         let v = self.begin(b);
         for (i, &w) in q.iter().enumerate().take(self.kw) {
             self.keys.w(target * self.kw + i).store(w, Relaxed);
         }
         self.write_value(target, value);
-        self.set_tag(b, target % self.s, c.tag);
+        self.set_tag(b, target % self.s, lane);
         self.end(b, v);
         self.len.store(self.len.load(Relaxed) + 1, Relaxed);
         Ok(true)
@@ -702,9 +839,17 @@ impl Shared {
         match self.writer_find(key, &mut q).1 {
             Some(slot) => {
                 let b = slot / self.s;
+                let lane = self.tag_at(b, slot % self.s);
                 let v = self.begin(b);
                 self.set_tag(b, slot % self.s, 0);
                 self.end(b, v);
+                if lane & ALT_FLAG != 0 {
+                    // Gone from the alternate bucket: its primary's count may go down now.
+                    let tag = lane & !ALT_FLAG;
+                    let p = self.alt(b, tag);
+                    let vp = self.begin(p);
+                    self.end_with_counts(p, Self::count_down(vp, tag));
+                }
                 self.len.store(self.len.load(Relaxed) - 1, Relaxed);
                 true
             }
@@ -716,7 +861,12 @@ impl Shared {
     /// as it was (the caller overwrites it in a later section of its own bucket).
     fn copy_slot(&self, from: usize, to: usize) {
         let b = to / self.s;
-        let tag = self.tag_at(from / self.s, from % self.s);
+        let lane = self.tag_at(from / self.s, from % self.s);
+        let to_alt = lane & ALT_FLAG == 0;
+        if to_alt {
+            // Leaving its primary bucket: count it there before it can be missing from it.
+            self.overflow_up(from / self.s, lane);
+        }
         let v = self.begin(b);
         for i in 0..self.kw {
             let x = self.keys.w(from * self.kw + i).load(Relaxed);
@@ -726,8 +876,13 @@ impl Shared {
             let x = self.vals.w(from * self.vw + i).load(Relaxed);
             self.vals.w(to * self.vw + i).store(x, Relaxed);
         }
-        self.set_tag(b, to % self.s, tag);
-        self.end(b, v);
+        self.set_tag(b, to % self.s, lane ^ ALT_FLAG);
+        if to_alt {
+            self.end(b, v);
+        } else {
+            // Back in its primary bucket (and found there from this state on).
+            self.end_with_counts(b, Self::count_down(v, lane & !ALT_FLAG));
+        }
     }
 
     /// Writer: BFS from the two full buckets for the shortest path to an empty slot, then moves
@@ -758,7 +913,7 @@ impl Shared {
                     if nodes.len() >= max_nodes {
                         return None;
                     }
-                    let alt = self.alt(n.bucket, self.tag_at(n.bucket, j));
+                    let alt = self.alt(n.bucket, self.tag_at(n.bucket, j) & !ALT_FLAG);
                     if alt == n.bucket {
                         continue;
                     }
@@ -836,5 +991,68 @@ impl Iterator for Iter<'_> {
         let e = &self.buf[self.pos..self.pos + kb + vb];
         self.pos += kb + vb;
         Some((e[..kb].to_vec(), e[kb..].to_vec()))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_words_match_a_plain_packing() {
+        for n in 4..=64usize {
+            let key: Vec<u8> = (0..n).map(|i| (i * 37 + n) as u8 | 1).collect();
+            let mut q = [0u64; MAX_KEY_WORDS];
+            key_words(&key, &mut q);
+            let mut want = [0u64; MAX_KEY_WORDS];
+            for (i, &b) in key.iter().enumerate() {
+                want[i / 8] |= (b as u64) << (8 * (i % 8));
+            }
+            assert_eq!(q[..n.div_ceil(8)], want[..n.div_ceil(8)], "length {n}");
+            let mut back = vec![0u8; n];
+            words_to_bytes(&q, &mut back);
+            assert_eq!(back, key);
+        }
+    }
+
+    #[test]
+    fn tag_lanes_match_exactly() {
+        let lanes = [0u16, 1, 0x8001, 0x7FFF];
+        let word = lanes
+            .iter()
+            .enumerate()
+            .fold(0u64, |w, (j, &l)| w | (l as u64) << (16 * j));
+        for probe in [0u16, 1, 0x8001, 0x7FFF, 2, 0x8000, 0xFFFF] {
+            let m = tag_matches(word, probe);
+            for (j, &l) in lanes.iter().enumerate() {
+                assert_eq!(
+                    m >> (16 * j + 15) & 1 == 1,
+                    l == probe,
+                    "lane {j} probe {probe:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn alt_is_an_involution_and_versions_keep_counts() {
+        for n in [1usize, 2, 3, 7, 1000, 1 << 20] {
+            for b in [0, n / 2, n - 1] {
+                for tag in [1u16, 2, 0x1234, 0x7FFF] {
+                    let a = alt(n, b, tag);
+                    assert!(a < n);
+                    assert_eq!(alt(n, a, tag), b);
+                }
+            }
+        }
+        let v = with_overflow(SEQ_MASK - 1, 3, 5);
+        assert_eq!(overflow(v, 7), 5);
+        assert_eq!(overflow(v, 1), 0);
+        assert_eq!(
+            overflow(bump(v, 2), 3),
+            5,
+            "the sequence number wraps without touching the count"
+        );
+        assert_eq!(bump(v, 2) & SEQ_MASK, 0);
     }
 }

@@ -37,6 +37,7 @@ fn value(k: u16, v: u8, vb: usize) -> Vec<u8> {
 
 fn check_all(t: &CuckooTable, oracle: &HashMap<Vec<u8>, Vec<u8>>, kb: usize, vb: usize) {
     assert_eq!(t.len(), oracle.len());
+    t.check_invariants().unwrap();
     let mut seen = HashMap::new();
     for (k, v) in t.iter() {
         assert!(seen.insert(k, v).is_none(), "key listed twice");
