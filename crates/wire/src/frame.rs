@@ -459,6 +459,7 @@ pub fn parse_frame_with<'a>(
 }
 
 /// Parses the IP packet that starts at `frame[off..]` and its upper-layer header.
+#[inline(always)]
 fn parse_ip<'a>(
     frame: &'a [u8],
     off: usize,
@@ -547,6 +548,7 @@ fn parse_ip<'a>(
     Ok(info)
 }
 
+#[inline(always)]
 fn icmp(
     seg: &[u8],
     version: IcmpVersion,
@@ -564,6 +566,7 @@ fn icmp(
 }
 
 /// Where GTP-U starts in the frame, if this packet is UDP to the GTP-U port.
+#[inline(always)]
 fn gtpu_offset(ip: &IpInfo<'_>, opts: &ParseOptions) -> Option<usize> {
     match ip.l4 {
         L4::Udp { dst_port, .. } if opts.parse_gtpu && dst_port == opts.gtpu_port => {
@@ -573,6 +576,7 @@ fn gtpu_offset(ip: &IpInfo<'_>, opts: &ParseOptions) -> Option<usize> {
     }
 }
 
+#[inline(always)]
 fn parse_gtpu<'a>(
     frame: &'a [u8],
     outer: IpInfo<'a>,
