@@ -91,13 +91,40 @@ impl FiveTuple {
     /// Canonical bytes (13 for IPv4, 37 for IPv6; a mixed-family tuple, which no packet
     /// yields, encodes each address at its own length).
     pub fn key(&self) -> KeyBytes {
-        let mut k = KeyBytes::empty();
-        k.push(&[self.protocol]);
-        k.push(&addr_key(self.src_addr));
-        k.push(&self.src_port.to_be_bytes());
-        k.push(&addr_key(self.dst_addr));
-        k.push(&self.dst_port.to_be_bytes());
-        k
+        let mut buf = [0u8; MAX_KEY_LEN];
+        buf[0] = self.protocol;
+        let (sp, dp) = (self.src_port.to_be_bytes(), self.dst_port.to_be_bytes());
+        match (self.src_addr, self.dst_addr) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                buf[1..5].copy_from_slice(&s.octets());
+                buf[5..7].copy_from_slice(&sp);
+                buf[7..11].copy_from_slice(&d.octets());
+                buf[11..13].copy_from_slice(&dp);
+                KeyBytes {
+                    buf,
+                    len: FIVE_TUPLE_V4_LEN as u8,
+                }
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                buf[1..17].copy_from_slice(&s.octets());
+                buf[17..19].copy_from_slice(&sp);
+                buf[19..35].copy_from_slice(&d.octets());
+                buf[35..37].copy_from_slice(&dp);
+                KeyBytes {
+                    buf,
+                    len: FIVE_TUPLE_V6_LEN as u8,
+                }
+            }
+            _ => {
+                let mut k = KeyBytes::empty();
+                k.push(&[self.protocol]);
+                k.push(&addr_key(self.src_addr));
+                k.push(&sp);
+                k.push(&addr_key(self.dst_addr));
+                k.push(&dp);
+                k
+            }
+        }
     }
 
     /// The reverse direction's tuple (addresses and ports swapped).

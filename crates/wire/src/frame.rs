@@ -282,14 +282,19 @@ impl<'a> IpInfo<'a> {
     /// everything after the IP headers.
     pub fn l4_payload(&self) -> &'a [u8] {
         let packet: &'a [u8] = self.packet;
-        let rel = self.l4_offset - self.offset;
+        // Saturating: the fields are public, so a hand-made IpInfo must not make this panic.
+        let rel = self.l4_offset.saturating_sub(self.offset);
         let range = match self.l4 {
-            L4::Udp { len, .. } => rel + crate::udp::HEADER_LEN..rel + usize::from(len),
-            L4::Tcp { .. } => {
-                let doff = packet.get(rel + 12).map_or(0, |b| usize::from(b >> 4) * 4);
-                rel + doff..packet.len()
+            L4::Udp { len, .. } => {
+                rel.saturating_add(crate::udp::HEADER_LEN)..rel.saturating_add(usize::from(len))
             }
-            L4::Icmp { .. } => rel + crate::icmp::HEADER_LEN..packet.len(),
+            L4::Tcp { .. } => {
+                let doff = packet
+                    .get(rel.saturating_add(12))
+                    .map_or(0, |b| usize::from(b >> 4) * 4);
+                rel.saturating_add(doff)..packet.len()
+            }
+            L4::Icmp { .. } => rel.saturating_add(crate::icmp::HEADER_LEN)..packet.len(),
             L4::Unparsed => rel..packet.len(),
         };
         packet.get(range).unwrap_or(&[])
@@ -459,6 +464,7 @@ pub fn parse_frame_with<'a>(
 }
 
 /// Parses the IP packet that starts at `frame[off..]` and its upper-layer header.
+#[inline(always)]
 fn parse_ip<'a>(
     frame: &'a [u8],
     off: usize,
@@ -547,6 +553,7 @@ fn parse_ip<'a>(
     Ok(info)
 }
 
+#[inline(always)]
 fn icmp(
     seg: &[u8],
     version: IcmpVersion,
@@ -564,6 +571,7 @@ fn icmp(
 }
 
 /// Where GTP-U starts in the frame, if this packet is UDP to the GTP-U port.
+#[inline(always)]
 fn gtpu_offset(ip: &IpInfo<'_>, opts: &ParseOptions) -> Option<usize> {
     match ip.l4 {
         L4::Udp { dst_port, .. } if opts.parse_gtpu && dst_port == opts.gtpu_port => {
@@ -573,6 +581,7 @@ fn gtpu_offset(ip: &IpInfo<'_>, opts: &ParseOptions) -> Option<usize> {
     }
 }
 
+#[inline(always)]
 fn parse_gtpu<'a>(
     frame: &'a [u8],
     outer: IpInfo<'a>,

@@ -88,6 +88,13 @@
 //! - [`GtpuTunnel::encap_in_place`]: writes 50-82 header bytes; the only pass over the user
 //!   packet is the UDP checksum, which is off by default over IPv4 and mandatory over IPv6.
 //! - Flow keys: [`FiveTuple::key`] builds 13 or 37 bytes on the stack.
+//!
+//! Measured (`cargo run --release -p sb-wire --example perop`: fastest of 300 windows of 2000
+//! calls, on a shared 2-vCPU AMD EPYC VM at load average ~13, so upper bounds): `parse_frame`
+//! 57 ns for a plain IPv4/UDP frame, 92 ns for a GTP-U G-PDU (outer + inner); `decapsulate`
+//! 93 ns; `five_tuple().key()` 8 ns; `encap_in_place` 35 ns (IPv4 outer, no UDP checksum, any
+//! size), 53 / 183 ns with the UDP checksum over a 46 / 1458-byte user packet, 32 / 163 ns for
+//! an IPv6 outer (checksum mandatory). `cargo bench -p sb-wire` has the criterion versions.
 
 #![no_std]
 #![warn(missing_docs)]

@@ -1014,3 +1014,18 @@ fn gtpu_echo_requests_are_answered() {
         Err(EchoError::Malformed(_))
     ));
 }
+
+#[test]
+fn mixed_family_tuple_key_encodes_each_address_at_its_length() {
+    let t = FiveTuple {
+        protocol: 17,
+        src_addr: A4.into(),
+        src_port: 1,
+        dst_addr: B6.into(),
+        dst_port: 2,
+    };
+    let k = t.key();
+    assert_eq!(k.len(), 1 + 4 + 2 + 16 + 2);
+    assert_eq!(&k[1..5], &A4.octets());
+    assert_eq!(&k[7..23], &B6.octets());
+}
