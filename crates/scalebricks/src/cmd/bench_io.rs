@@ -81,6 +81,9 @@ pub struct Args {
     /// forwarder) and report its own rate.
     #[arg(long)]
     tcpreplay: bool,
+    /// Keep the pcap files written for tcpreplay in this directory (default: a temporary one).
+    #[arg(long)]
+    pcap_dir: Option<std::path::PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -523,7 +526,13 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.tcpreplay {
         let lab = lab.as_ref().expect("lab exists with --tcpreplay");
-        let dir = tempfile_dir()?;
+        let (dir, keep) = match &args.pcap_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (d.clone(), true)
+            }
+            None => (tempfile_dir()?, false),
+        };
         for &size in &args.size {
             let frame_bytes = size.saturating_sub(4).max(60);
             let dst = lab.fwd.run(|| afpacket::mac_address("a"))??;
@@ -567,7 +576,9 @@ pub fn run(args: Args) -> Result<()> {
             }
             tcp_rows.push(row);
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        if !keep {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
     drop(lab);
     if args.json {
@@ -612,6 +623,40 @@ fn print_row(r: &Row) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_backend_forwards_and_reports() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::parse_from([
+            "x",
+            "--backend",
+            "memory",
+            "--size",
+            "64",
+            "--seconds",
+            "0.2",
+        ]);
+        let mut tr = None;
+        let out = run_one(
+            memory_ports(),
+            Backend::Memory,
+            None,
+            64,
+            &cli.args,
+            &Feed::Builtin,
+            &mut tr,
+        )
+        .unwrap();
+        assert!(out.row.forwarded > 0);
+        assert!(out.row.pps_per_core > 0.0);
+        assert_eq!(out.row.frame_bytes, 60);
+        assert!(out.row.sink_received > 0);
+    }
 
     #[test]
     fn parses_tcpreplay_summary() {

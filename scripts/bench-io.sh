@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Packet I/O benchmark: one pinned thread forwards frames between two veths in network
+# namespaces with each backend (AF_PACKET with both transmit paths, AF_XDP copy mode, in-memory
+# ports), for 64- and 1500-byte frames, next to what `tcpreplay --topspeed` achieves into the same
+# veth. Writes JSON to target/bench-io/io.json and keeps the pcaps tcpreplay replayed.
+# Needs root. Usage: scripts/bench-io.sh [SECONDS_PER_ROW]   (default 5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs=${1:-5}
+out=target/bench-io
+mkdir -p "$out"
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "bench-io needs root (network namespaces, AF_PACKET, AF_XDP)" >&2
+    exit 1
+fi
+scripts/apt-install.sh tcpreplay iproute2 util-linux
+
+cargo build --release -p scalebricks --features xdp
+
+echo "kernel $(uname -r), $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+target/release/scalebricks bench io \
+    --backend afpacket,xdp,memory --tx-mode sendmmsg,ring --size 64,1500 \
+    --seconds "$secs" --tcpreplay --pcap-dir "$out" --json | tee "$out/io.json"
+
+# A table for docs/bench/io.md.
+python3 - "$out/io.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("\n| backend | tx path | frame | forwarded pps (wall) | pps per core | fwd thread CPU s | ksoftirqd s |")
+print("|---|---|---|---|---|---|---|")
+for x in r["rows"]:
+    print(f"| {x['backend']} | {x['tx_mode'] or '-'} | {x['size']} | {x['pps']:,.0f} | **{x['pps_per_core']:,.0f}** | {x['fwd_thread_cpu_s']:.2f} | {x['ksoftirqd_cpu_s']:.2f} |")
+for t in r["tcpreplay"]:
+    f = t["forwarder"]
+    print(f"| tcpreplay --topspeed (sender) | PF_PACKET send() | {t['size']} | {t['pps']:,.0f} | {t['pps_per_core']:,.0f} | {t['cpu_s']:.2f} (tcpreplay) | - |")
+    print(f"| afpacket fed by tcpreplay | sendmmsg | {t['size']} | {f['pps']:,.0f} | {f['pps_per_core']:,.0f} | {f['fwd_thread_cpu_s']:.2f} | {f['ksoftirqd_cpu_s']:.2f} |")
+PY
