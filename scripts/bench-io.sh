@@ -28,12 +28,12 @@ target/release/scalebricks bench io \
 python3 - "$out/io.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print("\n| backend | tx path | frame | forwarded pps (wall) | pps per core | fwd thread CPU s | ksoftirqd s |")
-print("|---|---|---|---|---|---|---|")
+print("\n| backend | tx path | frame | forwarded pps (wall) | pps per core | thread s (stat) | CPU softirq s | pps per core (schedstat + ksoftirqd) |")
+print("|---|---|---|---|---|---|---|---|")
 for x in r["rows"]:
-    print(f"| {x['backend']} | {x['tx_mode'] or '-'} | {x['size']} | {x['pps']:,.0f} | **{x['pps_per_core']:,.0f}** | {x['fwd_thread_cpu_s']:.2f} | {x['ksoftirqd_cpu_s']:.2f} |")
+    print(f"| {x['backend']} | {x['tx_mode'] or '-'} | {x['size']} | {x['pps']:,.0f} | **{x['pps_per_core']:,.0f}** | {x['fwd_thread_cpu_s']:.2f} | {x['cpu_softirq_s']:.2f} | {x['pps_per_core_sched']:,.0f} |")
 for t in r["tcpreplay"]:
     f = t["forwarder"]
-    print(f"| tcpreplay --topspeed (sender) | PF_PACKET send() | {t['size']} | {t['pps']:,.0f} | {t['pps_per_core']:,.0f} | {t['cpu_s']:.2f} (tcpreplay) | - |")
-    print(f"| afpacket fed by tcpreplay | sendmmsg | {t['size']} | {f['pps']:,.0f} | {f['pps_per_core']:,.0f} | {f['fwd_thread_cpu_s']:.2f} | {f['ksoftirqd_cpu_s']:.2f} |")
+    print(f"| tcpreplay --topspeed (sender alone) | PF_PACKET send() | {t['size']} | {t['pps']:,.0f} | {t['pps_per_core']:,.0f} (per tcpreplay CPU s) | {t['cpu_s']:.2f} | - | - |")
+    print(f"| afpacket fed by tcpreplay | sendmmsg | {t['size']} | {f['pps']:,.0f} | **{f['pps_per_core']:,.0f}** | {f['fwd_thread_cpu_s']:.2f} | {f['cpu_softirq_s']:.2f} | {f['pps_per_core_sched']:,.0f} |")
 PY

@@ -8,13 +8,17 @@
 //! ```
 //! The generator blasts UDP frames addressed to `a`'s MAC through an AF_PACKET socket (or
 //! `tcpreplay --topspeed` with `--tcpreplay`); the forwarder receives on `a` and transmits every
-//! frame unchanged on `b`; the sink counts. Per core = forwarded frames / (forwarding thread's
-//! CPU time + the pinned CPU's `ksoftirqd` time). CPU times come from `/proc/self/task/TID/schedstat`
-//! (nanoseconds); the tick-sampled utime+stime of `/proc/self/task/TID/stat` is reported too. On this kernel (tick-based accounting without
-//! `CONFIG_IRQ_TIME_ACCOUNTING`) softirqs that run on the forwarding thread's own stack (the
-//! veth transmit and the sink's receive processing, raised by its `sendmmsg`) are already in the
-//! thread's system time, and the rest of that CPU's softirq work runs in `ksoftirqd`; the
-//! pinned CPU's `/proc/stat` softirq column is reported alongside. Receive-side softirq work for
+//! frame unchanged on `b`; the sink counts.
+//!
+//! Per core (`pps_per_core`) = forwarded frames / (the forwarding thread's utime + stime from
+//! `/proc/self/task/TID/stat` + the pinned CPU's softirq time from `/proc/stat`), both sampled
+//! over the measured interval. On kernels without `CONFIG_IRQ_TIME_ACCOUNTING` (this one) a
+//! softirq tick that lands while the thread runs is counted in both terms, so this is a
+//! conservative figure; the pinned CPU's softirq column also holds other tasks' softirqs.
+//! `pps_per_core_sched` divides instead by the thread's scheduler run time
+//! (`/proc/self/task/TID/schedstat`, ns; it includes softirqs run on the thread's stack, such as
+//! the veth transmit and the sink's receive processing raised by its `sendmmsg`) plus the pinned
+//! CPU's `ksoftirqd` run time: the other end of the range. Receive-side softirq work for
 //! `a` runs on the generator's CPU (the veth transmit of `g0`) and is not charged.
 //!
 //! `--size` is the Ethernet frame size including the 4-byte FCS that veth does not carry
@@ -101,11 +105,17 @@ struct Row {
     forwarded: u64,
     pps: f64,
     fwd_cpu: usize,
+    /// Forwarding thread utime + stime from /proc/self/task/TID/stat (clock ticks).
     fwd_thread_cpu_s: f64,
-    fwd_thread_stat_cpu_s: f64,
+    /// Softirq time of the pinned CPU from /proc/stat.
     ksoftirqd_cpu_s: f64,
     cpu_softirq_s: f64,
+    /// forwarded / (fwd_thread_cpu_s + cpu_softirq_s): the headline number.
     pps_per_core: f64,
+    /// Forwarding thread run time from /proc/self/task/TID/schedstat (ns clock).
+    fwd_thread_runtime_s: f64,
+    /// forwarded / (fwd_thread_runtime_s + ksoftirqd_cpu_s).
+    pps_per_core_sched: f64,
     generated: u64,
     sink_received: u64,
     fwd_rx_dropped: u64,
@@ -425,7 +435,9 @@ fn run_one(
         ksoft_stat_s
     };
     let softirq_s = (s1.softirq - s0.softirq) as f64 / hz;
-    let core_s = thread_s + ksoft_s;
+    let core_s = thread_stat_s + softirq_s;
+    let sched_s = thread_s + ksoft_s;
+    let per = |secs: f64| if secs > 0.0 { fwd_n as f64 / secs } else { 0.0 };
     Ok(RunOut {
         row: Row {
             backend,
@@ -441,15 +453,12 @@ fn run_one(
             forwarded: fwd_n,
             pps: fwd_n as f64 / seconds,
             fwd_cpu,
-            fwd_thread_cpu_s: thread_s,
-            fwd_thread_stat_cpu_s: thread_stat_s,
+            fwd_thread_cpu_s: thread_stat_s,
+            fwd_thread_runtime_s: thread_s,
             ksoftirqd_cpu_s: ksoft_s,
             cpu_softirq_s: softirq_s,
-            pps_per_core: if core_s > 0.0 {
-                fwd_n as f64 / core_s
-            } else {
-                0.0
-            },
+            pps_per_core_sched: per(sched_s),
+            pps_per_core: per(core_s),
             generated,
             sink_received,
             fwd_rx_dropped: a_stats.rx_dropped,
@@ -605,16 +614,16 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
 
 fn print_row(r: &Row) {
     println!(
-        "{:<9} {:<9} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + ksoftirqd {:.2} s over {:.2} s; cpu softirq {:.2} s), rx drop {}, tx drop {}",
+        "{:<9} {:<9} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + cpu softirq {:.2} s over {:.2} s; sched: {:.0} pps/core), rx drop {}, tx drop {}",
         format!("{:?}", r.backend).to_lowercase(),
         r.tx_mode.unwrap_or("-"),
         r.size,
         r.pps,
         r.pps_per_core,
         r.fwd_thread_cpu_s,
-        r.ksoftirqd_cpu_s,
-        r.seconds,
         r.cpu_softirq_s,
+        r.seconds,
+        r.pps_per_core_sched,
         r.fwd_rx_dropped,
         r.fwd_tx_dropped
     );
