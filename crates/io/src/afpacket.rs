@@ -433,11 +433,6 @@ impl AfPacketPort {
         self.ifindex
     }
 
-    /// The receive socket's descriptor, for `poll` over several ports (`None` if tx-only).
-    pub fn rx_fd(&self) -> Option<RawFd> {
-        self.rx_fd.as_ref().map(|f| f.as_raw_fd())
-    }
-
     /// Reads (and resets) the kernel's receive counters, accumulating drops.
     fn poll_kernel_stats(&self) {
         let Some(fd) = &self.rx_fd else { return };
@@ -780,6 +775,10 @@ impl Port for AfPacketPort {
         let fd = self.rx_fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         Ok(poll_fd(fd, libc::POLLIN, ms))
+    }
+
+    fn rx_fd(&self) -> Option<RawFd> {
+        self.rx_fd.as_ref().map(|f| f.as_raw_fd())
     }
 
     fn stats(&self) -> PortStats {

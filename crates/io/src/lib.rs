@@ -122,6 +122,77 @@ pub trait Port: Send {
 
     /// The port's counters.
     fn stats(&self) -> PortStats;
+
+    /// A descriptor that polls readable when frames may be ready (kernel-backed ports), for
+    /// waiting on several ports at once with [`wait_any`]. `None` for in-memory ports.
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// Sleeps until one of `ports` may have frames to receive, or `timeout` passes. Returns the
+/// indices that signalled through `ready` (cleared first). Ports without a descriptor are
+/// checked by a zero-timeout [`Port::wait_rx`] first; if any of them is ready, nothing sleeps.
+pub fn wait_any(
+    ports: &mut [&mut dyn Port],
+    timeout: Duration,
+    ready: &mut Vec<usize>,
+) -> Result<(), IoError> {
+    ready.clear();
+    let mut fds = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; 16];
+    let mut with_fd = 0usize;
+    let mut fd_less = false;
+    for (i, p) in ports.iter_mut().enumerate() {
+        match p.rx_fd() {
+            Some(fd) if i < fds.len() => {
+                fds[i].fd = fd;
+                with_fd += 1;
+            }
+            _ => {
+                fd_less = true;
+                if p.wait_rx(Duration::ZERO)? {
+                    ready.push(i);
+                }
+            }
+        }
+    }
+    if !ready.is_empty() {
+        return Ok(());
+    }
+    let n = ports.len().min(fds.len());
+    // Without descriptors to sleep on, nap in short slices so fd-less ports are rechecked.
+    let ms = if fd_less {
+        timeout.min(Duration::from_millis(1))
+    } else {
+        timeout
+    };
+    if with_fd == 0 {
+        std::thread::sleep(ms);
+        return Ok(());
+    }
+    poll_fds(&mut fds[..n], ms)?;
+    for (i, f) in fds[..n].iter().enumerate() {
+        if f.fd >= 0 && f.revents & libc::POLLIN != 0 {
+            ready.push(i);
+        }
+    }
+    Ok(())
+}
+
+#[allow(unsafe_code)]
+fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> Result<(), IoError> {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: fds is a valid, exclusively borrowed pollfd array of the given length (entries
+    // with fd -1 are ignored by the kernel).
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+        return Err(IoError::last("poll"));
+    }
+    Ok(())
 }
 
 impl<P: Port + ?Sized> Port for Box<P> {
@@ -139,6 +210,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn stats(&self) -> PortStats {
         (**self).stats()
+    }
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        (**self).rx_fd()
     }
 }
 

@@ -136,6 +136,9 @@ fn afpacket_vlan_tag_is_restored() {
     tx.push(&f);
     assert_eq!(a.tx_batch(&mut tx), 1);
     let mut rx = PacketBatch::new(4);
+    let mut ready = Vec::new();
+    sb_io::wait_any(&mut [&mut a, &mut b], Duration::from_secs(5), &mut ready).unwrap();
+    assert_eq!(ready, vec![1], "only the receiving port is readable");
     let deadline = Instant::now() + Duration::from_secs(5);
     while rx.is_empty() && Instant::now() < deadline {
         b.wait_rx(Duration::from_millis(10)).unwrap();

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -33,7 +36,10 @@ fn transfer(tx: &mut dyn Port, rx: &mut dyn Port, n: u32) {
     let (mut next, mut got) = (0u32, 0u32);
     let deadline = Instant::now() + Duration::from_secs(20);
     while got < n {
-        assert!(Instant::now() < deadline, "timed out: received {got} of {n}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out: received {got} of {n}"
+        );
         while next < n && next - got < 256 && !out.is_full() {
             out.push(&frame(next, sizes[next as usize % 3]));
             next += 1;
@@ -46,7 +52,11 @@ fn transfer(tx: &mut dyn Port, rx: &mut dyn Port, n: u32) {
         inb.clear();
         rx.rx_batch(&mut inb);
         for f in inb.iter() {
-            assert_eq!(f, frame(got, sizes[got as usize % 3]).as_slice(), "frame {got}");
+            assert_eq!(
+                f,
+                frame(got, sizes[got as usize % 3]).as_slice(),
+                "frame {got}"
+            );
             got += 1;
         }
     }

@@ -668,6 +668,47 @@ mod tests {
     }
 
     #[test]
+    fn afpacket_backend_forwards_over_veth() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let root = std::fs::read_to_string("/proc/self/status")
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+            })
+            .unwrap_or(false);
+        if !root {
+            eprintln!("skipping: needs root");
+            return;
+        }
+        let cli = Cli::parse_from(["x", "--size", "64", "--seconds", "0.3"]);
+        let lab = Lab::create().unwrap();
+        for mode in [TxMode::Sendmmsg, TxMode::Ring] {
+            let ports = open_ports(&lab, Backend::Afpacket, mode).unwrap();
+            let out = run_one(
+                ports,
+                Backend::Afpacket,
+                None,
+                64,
+                &cli.args,
+                &Feed::Builtin,
+                &mut None,
+            )
+            .unwrap();
+            assert!(out.row.forwarded > 0, "{mode:?}: nothing forwarded");
+            assert!(out.row.sink_received > 0, "{mode:?}: sink saw nothing");
+            assert!(out.row.generated >= out.row.sink_received);
+        }
+        let name = lab.gen.name().to_string();
+        drop(lab);
+        assert!(!std::path::Path::new(&format!("/var/run/netns/{name}")).exists());
+    }
+
+    #[test]
     fn parses_tcpreplay_summary() {
         let t = "Actual: 1234567 packets (79012288 bytes) sent in 3.02 seconds\nRated: 26159035.4 Bps, 209.27 Mbps, 408651.99 pps\n";
         assert_eq!(parse_tcpreplay(t), Some((1234567, 3.02)));
