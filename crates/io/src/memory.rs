@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn wait_any_reports_the_ready_port() {
-        let (mut a0, mut a1) = pair("a", 8);
+        let (a0, mut a1) = pair("a", 8);
         let (mut b0, mut b1) = pair("b", 8);
         let mut ready = Vec::new();
         crate::wait_any(
