@@ -70,6 +70,9 @@ pub struct AfPacketConfig {
     pub ignore_outgoing: bool,
     /// Do not open a receive ring (a transmit-only port, e.g. a traffic generator).
     pub tx_only: bool,
+    /// Join receive fanout group `id` (`PACKET_FANOUT_HASH`): ports on the same interface with
+    /// the same id split its traffic by flow hash, one port per core.
+    pub fanout_group: Option<u16>,
 }
 
 impl Default for AfPacketConfig {
@@ -85,6 +88,7 @@ impl Default for AfPacketConfig {
             qdisc_bypass: true,
             ignore_outgoing: true,
             tx_only: false,
+            fanout_group: None,
         }
     }
 }
@@ -346,6 +350,17 @@ impl AfPacketPort {
                 libc::PACKET_ADD_MEMBERSHIP,
                 &mreq,
                 "PACKET_ADD_MEMBERSHIP promisc",
+            )?;
+        }
+        if let Some(id) = cfg.fanout_group {
+            const PACKET_FANOUT_HASH: u32 = 0;
+            let arg: libc::c_int = (id as u32 | (PACKET_FANOUT_HASH << 16)) as libc::c_int;
+            setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                libc::PACKET_FANOUT,
+                &arg,
+                "PACKET_FANOUT",
             )?;
         }
         Ok((
