@@ -34,6 +34,6 @@ for x in r["rows"]:
     print(f"| {x['backend']} | {x['tx_mode'] or '-'} | {x['size']} | {x['pps']:,.0f} | **{x['pps_per_core']:,.0f}** | {x['fwd_thread_cpu_s']:.2f} | {x['cpu_softirq_s']:.2f} | {x['pps_per_core_sched']:,.0f} |")
 for t in r["tcpreplay"]:
     f = t["forwarder"]
-    print(f"| tcpreplay --topspeed (sender alone) | PF_PACKET send() | {t['size']} | {t['pps']:,.0f} | {t['pps_per_core']:,.0f} (per tcpreplay CPU s) | {t['cpu_s']:.2f} | - | - |")
+    print(f"| tcpreplay --topspeed into g0 (its own rate) | PF_PACKET send() | {t['size']} | {t['pps']:,.0f} | {t['pps_per_core']:,.0f} (per tcpreplay CPU s) | {t['cpu_s']:.2f} | - | - |")
     print(f"| afpacket fed by tcpreplay | sendmmsg | {t['size']} | {f['pps']:,.0f} | **{f['pps_per_core']:,.0f}** | {f['fwd_thread_cpu_s']:.2f} | {f['cpu_softirq_s']:.2f} | {f['pps_per_core_sched']:,.0f} |")
 PY

@@ -22,9 +22,12 @@
 //! - `xdp::XdpPort` (cargo feature `xdp`): AF_XDP in copy mode with a tiny XDP redirect program
 //!   loaded through the `bpf()` syscall.
 //!
-//! [`netns`] moves the calling thread into a named network namespace and back, so a port can be
-//! opened inside a namespace (a socket stays in the namespace it was created in). [`cpu`] pins
-//! threads and reads the CPU times benchmarks report.
+//! [`wait_any`] sleeps on several ports at once. [`netns`] moves the calling thread into a named
+//! network namespace and back, so a port can be opened inside a namespace (a socket stays in the
+//! namespace it was created in), and makes namespaces and veth pairs for tests. [`cpu`] pins
+//! threads and reads the CPU times benchmarks report. One core per port queue: AF_PACKET ports
+//! on one interface share its traffic by flow hash with
+//! [`afpacket::AfPacketConfig::fanout_group`].
 //!
 //! # Example: forwarding between in-memory ports
 //! ```
@@ -52,17 +55,21 @@
 //! ```
 //!
 //! # Cost model
+//! Measured by `scalebricks bench io` (docs/bench/io.md: one pinned thread forwarding between two
+//! veths, 2 shared vCPUs, numbers per CPU-second of the forwarding core, conservative accounting).
 //! - A batch amortises every per-call cost (syscall, lock, ring-status read) over up to
-//!   `capacity` frames; 32-64 is the sweet spot measured by `scalebricks bench io`.
-//! - [`memory`]: one mutex acquisition per batch plus one `memcpy` per frame each way.
-//! - AF_PACKET receive: no syscall while the ring has full blocks (a block holds hundreds of small
-//!   frames); `poll` only when it is empty. Per frame: the kernel's copy into the ring plus our
-//!   copy into the batch (64 B to 1.5 KB, a few ns). Transmit: one `sendmmsg` per batch, the kernel
-//!   copies each frame into an skb and hands it straight to the driver (no qdisc). On this
-//!   machine's veth (2 shared cores) a single forwarding core moves roughly 0.3 M 64-byte frames/s
-//!   (see docs/bench/io.md).
-//! - AF_XDP copy mode: the kernel copies each frame into the UMEM, no skb on receive; transmit
-//!   is one `sendto` kick per batch.
+//!   `capacity` frames; between 8 and 256 the batch size barely matters for kernel backends
+//!   (the kernel's per-frame work dominates). 64 is the default ([`batch::DEFAULT_BATCH`]).
+//! - [`memory`]: one mutex acquisition per batch plus one `memcpy` per frame each way:
+//!   ~10 M 64-byte frames/s per core forwarded.
+//! - AF_PACKET: receiving makes no syscall while the ring holds ready blocks (a 256 KiB block
+//!   holds ~2000 small frames; a block is handed over when full or after
+//!   [`afpacket::AfPacketConfig::block_timeout_ms`], which bounds the added latency at low rates);
+//!   per frame the kernel copies into the ring and we copy into the batch. Transmitting is one
+//!   `sendmmsg` per batch (no qdisc), the kernel builds one skb per frame. ~0.35 M 64-byte
+//!   frames/s per core forwarded (sendmmsg; the TX ring is 5-10% slower).
+//! - AF_XDP copy mode: the kernel copies each received frame into the UMEM without building an
+//!   skb; transmit is one `sendto` kick per 32 frames. ~0.64 M 64-byte frames/s per core.
 
 #![warn(missing_docs)]
 
