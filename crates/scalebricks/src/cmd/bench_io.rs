@@ -27,7 +27,7 @@
 mod frames;
 
 use anyhow::{bail, Context, Result};
-use sb_io::afpacket::{self, AfPacketConfig, AfPacketPort, TxMode};
+use sb_io::afpacket::{self, AfPacketConfig, AfPacketPort, RxMode, TxMode};
 use sb_io::netns::{self, Netns};
 use sb_io::{cpu, memory, PacketBatch, Port};
 use serde::Serialize;
@@ -61,6 +61,21 @@ impl From<TxArg> for TxMode {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum RxArg {
+    Blocks,
+    Frames,
+}
+
+impl From<RxArg> for RxMode {
+    fn from(t: RxArg) -> RxMode {
+        match t {
+            RxArg::Blocks => RxMode::Blocks,
+            RxArg::Frames => RxMode::Frames,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Backends to run (comma-separated).
@@ -75,6 +90,9 @@ pub struct Args {
     /// AF_PACKET transmit paths to measure (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "sendmmsg")]
     tx_mode: Vec<TxArg>,
+    /// AF_PACKET receive rings to measure (comma-separated): blocks (TPACKET_V3), frames (V2).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "blocks")]
+    rx_mode: Vec<RxArg>,
     /// Frames per batch.
     #[arg(long, default_value_t = 64)]
     batch: usize,
@@ -97,6 +115,7 @@ pub struct Args {
 struct Row {
     backend: Backend,
     tx_mode: Option<&'static str>,
+    rx_mode: Option<&'static str>,
     generator: &'static str,
     size: usize,
     frame_bytes: usize,
@@ -175,7 +194,7 @@ fn afp(ns: &Netns, dev: &str, cfg: &AfPacketConfig) -> Result<Box<dyn Port>> {
     Ok(Box::new(p))
 }
 
-fn open_ports(lab: &Lab, backend: Backend, tx: TxMode) -> Result<Ports> {
+fn open_ports(lab: &Lab, backend: Backend, tx: TxMode, rx: RxMode) -> Result<Ports> {
     let gen_cfg = AfPacketConfig {
         tx_only: true,
         ..AfPacketConfig::default()
@@ -190,6 +209,7 @@ fn open_ports(lab: &Lab, backend: Backend, tx: TxMode) -> Result<Ports> {
             let cfg = AfPacketConfig {
                 promiscuous: true,
                 tx_mode: tx,
+                rx_mode: rx,
                 ..AfPacketConfig::default()
             };
             (afp(&lab.fwd, "a", &cfg)?, afp(&lab.fwd, "b", &cfg)?)
@@ -278,7 +298,7 @@ fn pick_cpus(args: &Args) -> (usize, usize) {
 fn run_one(
     ports: Ports,
     backend: Backend,
-    tx_mode: Option<&'static str>,
+    modes: Option<(TxMode, RxMode)>,
     size: usize,
     args: &Args,
     feed: &Feed,
@@ -441,7 +461,20 @@ fn run_one(
     Ok(RunOut {
         row: Row {
             backend,
-            tx_mode,
+            tx_mode: modes.map(|(t, _)| {
+                if t == TxMode::Ring {
+                    "ring"
+                } else {
+                    "sendmmsg"
+                }
+            }),
+            rx_mode: modes.map(|(_, r)| {
+                if r == RxMode::Frames {
+                    "frames"
+                } else {
+                    "blocks"
+                }
+            }),
             generator: match feed {
                 Feed::Builtin => "builtin",
                 Feed::Tcpreplay(..) => "tcpreplay",
@@ -498,8 +531,14 @@ pub fn run(args: Args) -> Result<()> {
     let mut rows = Vec::new();
     let mut tcp_rows = Vec::new();
     for &backend in &args.backend {
-        let modes: Vec<Option<TxMode>> = if backend == Backend::Afpacket {
-            args.tx_mode.iter().map(|m| Some((*m).into())).collect()
+        let modes: Vec<Option<(TxMode, RxMode)>> = if backend == Backend::Afpacket {
+            let mut v = Vec::new();
+            for rx in &args.rx_mode {
+                for tx in &args.tx_mode {
+                    v.push(Some(((*tx).into(), (*rx).into())));
+                }
+            }
+            v
         } else {
             vec![None]
         };
@@ -507,25 +546,13 @@ pub fn run(args: Args) -> Result<()> {
             for &size in &args.size {
                 let ports = match (backend, &lab) {
                     (Backend::Memory, _) => memory_ports(),
-                    (_, Some(lab)) => open_ports(lab, backend, mode.unwrap_or(TxMode::Sendmmsg))?,
+                    (_, Some(lab)) => {
+                        let (tx, rx) = mode.unwrap_or((TxMode::Sendmmsg, RxMode::Blocks));
+                        open_ports(lab, backend, tx, rx)?
+                    }
                     (_, None) => unreachable!("lab exists for kernel backends"),
                 };
-                let label = mode.map(|m| {
-                    if m == TxMode::Ring {
-                        "ring"
-                    } else {
-                        "sendmmsg"
-                    }
-                });
-                let out = run_one(
-                    ports,
-                    backend,
-                    label,
-                    size,
-                    &args,
-                    &Feed::Builtin,
-                    &mut None,
-                )?;
+                let out = run_one(ports, backend, mode, size, &args, &Feed::Builtin, &mut None)?;
                 if !args.json {
                     print_row(&out.row);
                 }
@@ -550,13 +577,13 @@ pub fn run(args: Args) -> Result<()> {
                 .collect();
             let pcap = dir.join(format!("udp-{size}.pcap"));
             frames::write_pcap(&pcap, &frames)?;
-            let ports = open_ports(lab, Backend::Afpacket, TxMode::Sendmmsg)?;
+            let ports = open_ports(lab, Backend::Afpacket, TxMode::Sendmmsg, RxMode::Blocks)?;
             let mut tr = None;
             let feed = Feed::Tcpreplay(pcap, lab.gen.name().to_string());
             let out = run_one(
                 ports,
                 Backend::Afpacket,
-                Some("sendmmsg"),
+                Some((TxMode::Sendmmsg, RxMode::Blocks)),
                 size,
                 &args,
                 &feed,
@@ -614,9 +641,10 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
 
 fn print_row(r: &Row) {
     println!(
-        "{:<9} {:<9} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + cpu softirq {:.2} s over {:.2} s; sched: {:.0} pps/core), rx drop {}, tx drop {}",
+        "{:<9} {:<9} {:<7} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + cpu softirq {:.2} s over {:.2} s; sched: {:.0} pps/core), rx drop {}, tx drop {}",
         format!("{:?}", r.backend).to_lowercase(),
         r.tx_mode.unwrap_or("-"),
+        r.rx_mode.unwrap_or("-"),
         r.size,
         r.pps,
         r.pps_per_core,
@@ -687,12 +715,15 @@ mod tests {
         }
         let cli = Cli::parse_from(["x", "--size", "64", "--seconds", "0.3"]);
         let lab = Lab::create().unwrap();
-        for mode in [TxMode::Sendmmsg, TxMode::Ring] {
-            let ports = open_ports(&lab, Backend::Afpacket, mode).unwrap();
+        for (mode, rx) in [
+            (TxMode::Sendmmsg, RxMode::Blocks),
+            (TxMode::Ring, RxMode::Frames),
+        ] {
+            let ports = open_ports(&lab, Backend::Afpacket, mode, rx).unwrap();
             let out = run_one(
                 ports,
                 Backend::Afpacket,
-                None,
+                Some((mode, rx)),
                 64,
                 &cli.args,
                 &Feed::Builtin,
