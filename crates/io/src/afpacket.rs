@@ -698,26 +698,24 @@ impl AfPacketPort {
                 }
                 libc::EAGAIN => {
                     self.stats.tx_dropped += (n - off) as u64;
+                    bytes -= iovs[off..n].iter().map(|v| v.iov_len as u64).sum::<u64>();
                     break;
                 }
                 libc::ENOBUFS => {
                     // The device dropped this frame (e.g. veth peer backlog full).
                     self.stats.tx_dropped += 1;
+                    bytes -= iovs[off].iov_len as u64;
                     off += 1;
                 }
                 _ => {
                     self.stats.tx_errors += 1;
                     self.stats.tx_dropped += 1;
+                    bytes -= iovs[off].iov_len as u64;
                     off += 1;
                 }
             }
         }
-        if sent == n {
-            self.stats.tx_bytes += bytes;
-        } else {
-            // Rare path: bytes of the frames that made it are not tracked individually.
-            self.stats.tx_bytes += bytes * sent as u64 / n.max(1) as u64;
-        }
+        self.stats.tx_bytes += bytes;
         sent
     }
 

@@ -127,7 +127,8 @@ pub trait Port: Send {
     /// port signalled readiness (a following `rx_batch` may still return 0).
     fn wait_rx(&mut self, timeout: Duration) -> Result<bool, IoError>;
 
-    /// The port's counters.
+    /// The port's counters. Kernel-backed ports read the kernel's drop counters here (one
+    /// `getsockopt`), so call it once a second, not per batch.
     fn stats(&self) -> PortStats;
 
     /// A descriptor that polls readable when frames may be ready (kernel-backed ports), for
