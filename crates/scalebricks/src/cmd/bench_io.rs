@@ -287,6 +287,17 @@ enum Feed {
     Tcpreplay(std::path::PathBuf, String),
 }
 
+/// A named thread (the name shows in `top -H` and `perf report --comm`).
+fn spawn_named<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .expect("spawning a benchmark thread")
+}
+
 fn pick_cpus(args: &Args) -> (usize, usize) {
     let n = cpu::online_cpus();
     let fwd = args.cpu.unwrap_or(n.saturating_sub(1));
@@ -323,7 +334,7 @@ fn run_one(
 
     let sink_t = {
         let stop = stop.clone();
-        std::thread::spawn(move || {
+        spawn_named("sb-sink", move || {
             let _ = cpu::pin_current_thread(side_cpu);
             let mut b = PacketBatch::new(256);
             let mut n = 0u64;
@@ -340,7 +351,7 @@ fn run_one(
     };
     let fwd_t = {
         let (stop, forwarded, tid) = (stop.clone(), forwarded.clone(), tid.clone());
-        std::thread::spawn(move || {
+        spawn_named("sb-fwd", move || {
             let pinned = cpu::pin_current_thread(fwd_cpu);
             tid.store(cpu::current_tid(), Ordering::Release);
             let mut b = PacketBatch::new(batch_size);
@@ -359,7 +370,7 @@ fn run_one(
     let gen_t = match feed {
         Feed::Builtin => {
             let stop = stop.clone();
-            Some(std::thread::spawn(move || {
+            Some(spawn_named("sb-gen", move || {
                 let _ = cpu::pin_current_thread(side_cpu);
                 let mut b = PacketBatch::new(64);
                 while !stop.load(Ordering::Relaxed) {
