@@ -17,8 +17,9 @@
 //! - [`memory`]: connected pairs of in-process ports ([`memory::pair`]) and a replaying source
 //!   ([`memory::ReplayPort`]) for tests and engine benchmarks.
 //! - [`afpacket::AfPacketPort`]: AF_PACKET with a TPACKET_V3 receive ring (mmap'd blocks, the
-//!   kernel hands over a whole block of frames at once) and a transmit path that bypasses the
-//!   qdisc (`sendmmsg` or a TPACKET_V2 TX ring). Needs root (CAP_NET_RAW) only. The default.
+//!   kernel hands over a whole block of frames at once; or a TPACKET_V2 frame ring for low
+//!   latency, [`afpacket::RxMode`]) and a transmit path that bypasses the qdisc (`sendmmsg` or a
+//!   TPACKET_V2 TX ring). Needs root (CAP_NET_RAW) only. The default.
 //! - `xdp::XdpPort` (cargo feature `xdp`): AF_XDP in copy mode with a tiny XDP redirect program
 //!   loaded through the `bpf()` syscall.
 //!
@@ -61,15 +62,16 @@
 //!   `capacity` frames; between 8 and 256 the batch size barely matters for kernel backends
 //!   (the kernel's per-frame work dominates). 64 is the default ([`batch::DEFAULT_BATCH`]).
 //! - [`memory`]: one mutex acquisition per batch plus one `memcpy` per frame each way:
-//!   ~10 M 64-byte frames/s per core forwarded.
+//!   4-10 M 64-byte frames/s per core forwarded (the mutex bouncing between CPUs dominates).
 //! - AF_PACKET: receiving makes no syscall while the ring holds ready blocks (a 256 KiB block
 //!   holds ~2000 small frames; a block is handed over when full or after
 //!   [`afpacket::AfPacketConfig::block_timeout_ms`], which bounds the added latency at low rates);
 //!   per frame the kernel copies into the ring and we copy into the batch. Transmitting is one
-//!   `sendmmsg` per batch (no qdisc), the kernel builds one skb per frame. ~0.35 M 64-byte
-//!   frames/s per core forwarded (sendmmsg; the TX ring is 5-10% slower).
+//!   `sendmmsg` per batch (no qdisc), the kernel builds one skb per frame. 0.33-0.36 M 64-byte
+//!   frames/s per core forwarded (sendmmsg; the TX ring is 5-10% slower; the V2 frame ring
+//!   receives as fast as V3 blocks).
 //! - AF_XDP copy mode: the kernel copies each received frame into the UMEM without building an
-//!   skb; transmit is one `sendto` kick per 32 frames. ~0.64 M 64-byte frames/s per core.
+//!   skb; transmit is one `sendto` kick per 32 frames. 0.5-0.64 M 64-byte frames/s per core.
 
 #![warn(missing_docs)]
 
