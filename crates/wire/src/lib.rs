@@ -1,1 +1,152 @@
-//! Checked views and builders of the wire formats the data plane reads and writes (Ethernet, ARP, IPv4/6, UDP, TCP, ICMP, GTP-U).
+//! Checked views and builders of the wire formats the data plane reads and writes: Ethernet II
+//! (with an optional 802.1Q tag), ARP, IPv4, IPv6 (extension headers walked), UDP, TCP, ICMP /
+//! ICMPv6 and GTP-U (3GPP TS 29.281), plus GTP-U encapsulation / decapsulation and flow-key
+//! extraction.
+//!
+//! Bytes from outside are checked once, in the style of smoltcp's `wire` module: a view such as
+//! [`Ipv4Packet::new_checked`] validates every length the header announces, after which no
+//! accessor can panic or read out of bounds; a `Repr` (e.g. [`Ipv4Repr`]) is the parsed header
+//! as plain fields with `parse` and `emit`. [`parse_frame`] runs the whole chain over one frame
+//! and either classifies it or names exactly why it is malformed ([`WireError`], whose
+//! [`label`](WireError::label) / [`index`](WireError::index) key drop counters). Nothing here
+//! allocates, does I/O, or panics on any input (fuzzed: `crates/wire/fuzz`); the crate is
+//! `#![no_std]`.
+//!
+//! # Example
+//!
+//! ```
+//! use core::net::{IpAddr, Ipv4Addr};
+//! use sb_wire::{parse_frame, EthernetAddress, FrameKind, GtpuTunnel, OuterIp};
+//! use sb_wire::{EtherType, EthernetRepr, Ipv4Repr, UdpRepr, UdpChecksum};
+//!
+//! // Build a plain Ethernet/IPv4/UDP frame (Internet -> UE 10.0.0.7), leaving headroom in
+//! // front of it for the tunnel headers.
+//! let (server, ue) = (Ipv4Addr::new(203, 0, 113, 9), Ipv4Addr::new(10, 0, 0, 7));
+//! let mut buf = [0u8; 256];
+//! let headroom = 64;
+//! let payload = b"hello";
+//! let ip_len = 20 + 8 + payload.len();
+//! let frame_len = 14 + ip_len;
+//! let f = &mut buf[headroom..headroom + frame_len];
+//! EthernetRepr {
+//!     src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+//!     dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+//!     vlan: None,
+//!     ethertype: EtherType::IPV4,
+//! }
+//! .emit(f)?;
+//! Ipv4Repr::new(server, ue, 17, 8 + payload.len()).emit(&mut f[14..])?;
+//! f[42..].copy_from_slice(payload);
+//! UdpRepr { src_port: 443, dst_port: 5000 }
+//!     .emit(&mut f[34..], server.into(), ue.into(), UdpChecksum::Compute)?;
+//!
+//! // Parse it and extract the flow keys.
+//! let parsed = parse_frame(&buf[headroom..headroom + frame_len])?;
+//! assert_eq!(parsed.dst_addr(), Some(IpAddr::V4(ue))); // the LTE downstream key
+//! let tuple = parsed.five_tuple().unwrap();
+//! assert_eq!((tuple.protocol, tuple.src_port, tuple.dst_port), (17, 443, 5000));
+//! assert_eq!(tuple.key().len(), 13); // proto + src ip + src port + dst ip + dst port
+//!
+//! // Encapsulate the IP packet in GTP-U towards the eNodeB, in place: the headers go into the
+//! // headroom in front of the IP packet, which is not moved.
+//! let tunnel = GtpuTunnel::new(
+//!     EthernetAddress([2, 0, 0, 0, 0, 3]),
+//!     EthernetAddress([2, 0, 0, 0, 0, 4]),
+//!     OuterIp::V4 { src: Ipv4Addr::new(192, 0, 2, 1), dst: Ipv4Addr::new(192, 0, 2, 2) },
+//!     0x1234_5678,
+//! );
+//! let inner_start = headroom + 14;
+//! let start = tunnel.encap_in_place(&mut buf, inner_start, ip_len)?;
+//! let tunnelled = &buf[start..inner_start + ip_len];
+//!
+//! let parsed = parse_frame(tunnelled)?;
+//! assert!(matches!(parsed.kind, FrameKind::Gtpu(_)));
+//! assert_eq!(parsed.teid(), Some(0x1234_5678));
+//! assert_eq!(parsed.five_tuple(), Some(tuple)); // keys come from the inner packet
+//! let d = sb_wire::decapsulate(tunnelled)?;
+//! assert_eq!(d.inner.len(), ip_len);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Cost model
+//!
+//! - Views: `new_checked` is a handful of compares on header fields; accessors are single loads
+//!   (big-endian conversions). IPv6 extension headers: one step per header, at most
+//!   [`ipv6::MAX_EXT_HEADERS`]; GTP-U extension headers: one step per header, bounded by the
+//!   message length.
+//! - [`parse_frame`]: headers only, plus the IPv4 header checksum (20-60 bytes) by default; with
+//!   `verify_l4_checksum` one pass over each UDP/TCP/ICMP payload (about 8 bytes per step).
+//!   Returns a `Copy` struct on the stack (a few hundred bytes); no allocation.
+//! - [`GtpuTunnel::encap_in_place`]: writes 50-82 header bytes; the only pass over the user
+//!   packet is the UDP checksum, which is off by default over IPv4 and mandatory over IPv6.
+//! - Flow keys: [`FiveTuple::key`] builds 13 or 37 bytes on the stack.
+
+#![no_std]
+#![warn(missing_docs)]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod arp;
+pub mod checksum;
+pub mod encap;
+pub mod ethernet;
+mod field;
+pub mod flow;
+pub mod frame;
+pub mod fuzzing;
+pub mod gtpu;
+pub mod icmp;
+pub mod ipv4;
+pub mod ipv6;
+pub mod tcp;
+pub mod udp;
+
+pub use arp::{answer_request, ArpOperation, ArpPacket, ArpRepr};
+pub use encap::{
+    decapsulate, decapsulate_with, DecapError, Decapsulated, EncapError, GtpuTunnel, OuterIp,
+};
+pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, VlanTag};
+pub use flow::{addr_key, FiveTuple, KeyBytes};
+pub use frame::{
+    parse_frame, parse_frame_with, FrameKind, GtpuInfo, IpInfo, ParseOptions, ParsedFrame,
+    WireError, L4,
+};
+pub use gtpu::{GtpuExt, GtpuPacket, GtpuRepr};
+pub use icmp::{IcmpPacket, IcmpRepr, IcmpVersion};
+pub use ipv4::{Fragment, Ipv4Packet, Ipv4Repr};
+pub use ipv6::{Ipv6Packet, Ipv6Repr, UpperLayer};
+pub use tcp::{TcpFlags, TcpPacket, TcpRepr};
+pub use udp::{UdpChecksum, UdpPacket, UdpRepr, GTPU_PORT};
+
+/// Why a header could not be written.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, thiserror::Error)]
+pub enum EmitError {
+    /// The output buffer is shorter than the header (or message) to write.
+    #[error("buffer too small: need {needed} bytes, have {got}")]
+    BufferTooSmall {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes available.
+        got: usize,
+    },
+    /// A length field would overflow (over 65535 bytes).
+    #[error("length exceeds the field's range")]
+    TooLong,
+    /// A field value cannot be encoded (IPv4 fragment offset not a multiple of 8, flow label over
+    /// 20 bits, TCP flags over 9 bits, an invalid GTP-U extension chain).
+    #[error("field value cannot be encoded")]
+    BadField,
+    /// Source and destination addresses of a pseudo-header are of different families, or an
+    /// ICMPv6 checksum was asked for without addresses.
+    #[error("pseudo-header addresses missing or of different families")]
+    AddressFamilyMismatch,
+}
+
+/// The first `n` bytes of `buf`, or `BufferTooSmall`.
+#[inline]
+pub(crate) fn prefix_mut(buf: &mut [u8], n: usize) -> Result<&mut [u8], EmitError> {
+    let got = buf.len();
+    buf.get_mut(..n)
+        .ok_or(EmitError::BufferTooSmall { needed: n, got })
+}

@@ -1,0 +1,457 @@
+//! The address plan: a pure function from (prefix, node count, UE pool) to the description of every
+//! namespace, interface, MAC, address and route. Nothing here touches the system.
+//!
+//! Nodes are numbered `0..N` (the values a GPT maps keys to). For node `i`:
+//!
+//! | namespace | interface | MAC | address | peer |
+//! |---|---|---|---|---|
+//! | `P-node{i}` | `inet` | `02:73:62:01:hi:lo` | `10.1.{i}.1/24` | `P-inet{i}`/`eth0` |
+//! | `P-node{i}` | `ran` | `02:73:62:02:hi:lo` | `10.2.{i}.1/24` | `P-ran{i}`/`eth0` |
+//! | `P-node{i}` | `fabric` | `02:73:62:03:hi:lo` | `10.0.0.{i+1}/24` | `P-sw`/`node{i}` (bridge port) |
+//! | `P-inet{i}` | `eth0` | `02:73:62:04:hi:lo` | `10.1.{i}.2/24` | the node's `inet` |
+//! | `P-ran{i}` | `eth0` | `02:73:62:05:hi:lo` | `10.2.{i}.2/24` | the node's `ran` |
+//! | `P-sw` | `node{i}` | `02:73:62:06:hi:lo` | none (bridge port of `br0`) | the node's `fabric` |
+//!
+//! where `hi:lo` is the node index as 16 bits and `02:73:62` is a locally administered prefix
+//! ("sb"). The bridge `br0` itself has MAC `02:73:62:07:00:00`. Routes: in a node, the UE pool goes
+//! to the RAN side (`via 10.2.{i}.2 dev ran`) and the default route to the Internet side
+//! (`via 10.1.{i}.2 dev inet`); the Internet-side namespace's default route is the node's `inet`
+//! address, the RAN-side namespace's default route the node's `ran` address. All neighbour entries
+//! are static (`nud permanent`), so no ARP is needed on the data links; IPv6 is off everywhere.
+//! These addresses exist only inside the cluster's own namespaces.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::TopoError;
+
+/// Most nodes a plan supports (the third octet of the link subnets and the fabric host part).
+pub const MAX_NODES: usize = 250;
+
+/// Version of the JSON description format.
+pub const DESCRIPTION_VERSION: u32 = 1;
+
+/// A MAC address, written `02:73:62:01:00:00` in JSON.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mac(pub [u8; 6]);
+
+impl fmt::Display for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
+impl fmt::Debug for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::str::FromStr for Mac {
+    type Err = TopoError;
+    fn from_str(s: &str) -> Result<Self, TopoError> {
+        let bad = || TopoError::Parse(format!("bad MAC address {s:?}"));
+        let mut out = [0u8; 6];
+        let mut parts = s.split(':');
+        for b in &mut out {
+            let p = parts.next().ok_or_else(bad)?;
+            if p.len() != 2 {
+                return Err(bad());
+            }
+            *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+        }
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(Mac(out))
+    }
+}
+
+impl Serialize for Mac {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Mac {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// An IPv4 prefix such as `100.64.0.0/10`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Cidr {
+    /// Network address (host bits zero).
+    pub addr: Ipv4Addr,
+    /// Prefix length, 0..=32.
+    pub len: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` lies inside this prefix.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        let mask = if self.len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(self.len))
+        };
+        u32::from(ip) & mask == u32::from(self.addr) & mask
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = TopoError;
+    fn from_str(s: &str) -> Result<Self, TopoError> {
+        let bad = || TopoError::Parse(format!("bad IPv4 prefix {s:?} (want a.b.c.d/len)"));
+        let (a, l) = s.split_once('/').ok_or_else(bad)?;
+        let addr: Ipv4Addr = a.parse().map_err(|_| bad())?;
+        let len: u8 = l.parse().map_err(|_| bad())?;
+        if len > 32 {
+            return Err(bad());
+        }
+        let mask = if len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(len))
+        };
+        Ok(Cidr {
+            addr: Ipv4Addr::from(u32::from(addr) & mask),
+            len,
+        })
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// How a node moves downstream traffic from `inet` to `ran` until the engine exists.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Forwarding {
+    /// The kernel forwards (`net.ipv4.ip_forward=1`, UE pool routed to the RAN side).
+    Kernel,
+    /// A user-space process per node (started by the caller of [`crate::up`]); kernel forwarding
+    /// is off so every frame is forwarded exactly once.
+    User,
+    /// Nothing forwards (kernel forwarding off, no process): for running the engine.
+    None,
+}
+
+/// One end of a veth pair with its settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Iface {
+    /// Namespace the interface lives in.
+    pub netns: String,
+    /// Interface name inside that namespace.
+    pub name: String,
+    /// Its MAC address.
+    pub mac: Mac,
+    /// Its IPv4 address with prefix length (`10.1.0.1/24`), if it has one.
+    pub addr: Option<String>,
+}
+
+impl Iface {
+    /// The IPv4 address without the prefix length.
+    pub fn ip(&self) -> Option<Ipv4Addr> {
+        self.addr
+            .as_deref()
+            .and_then(|a| a.split('/').next())
+            .and_then(|a| a.parse().ok())
+    }
+}
+
+/// A veth pair: our end and the peer end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    /// The end inside the node namespace.
+    pub local: Iface,
+    /// The other end (neighbour namespace, or bridge port in the switch namespace).
+    pub peer: Iface,
+}
+
+/// A route installed in a namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// Destination prefix, or `default`.
+    pub dst: String,
+    /// Next hop.
+    pub via: Ipv4Addr,
+    /// Outgoing interface.
+    pub dev: String,
+}
+
+/// One cluster node and its two neighbour namespaces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDesc {
+    /// Node index, `0..N`.
+    pub index: usize,
+    /// The node's namespace (`P-node{i}`).
+    pub netns: String,
+    /// The Internet-side neighbour namespace (`P-inet{i}`).
+    pub inet_netns: String,
+    /// The base-station-side neighbour namespace (`P-ran{i}`).
+    pub ran_netns: String,
+    /// `inet` port and its peer `eth0` in the Internet-side namespace.
+    pub inet: Link,
+    /// `ran` port and its peer `eth0` in the RAN-side namespace.
+    pub ran: Link,
+    /// `fabric` port and its peer, a port of the bridge in the switch namespace.
+    pub fabric: Link,
+    /// Routes in the node namespace.
+    pub routes: Vec<Route>,
+    /// Routes in the Internet-side namespace.
+    pub inet_routes: Vec<Route>,
+    /// Routes in the RAN-side namespace.
+    pub ran_routes: Vec<Route>,
+}
+
+/// The switch: one namespace with one bridge.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchDesc {
+    /// Namespace (`P-sw`).
+    pub netns: String,
+    /// Bridge name (`br0`).
+    pub bridge: String,
+    /// Bridge MAC.
+    pub mac: Mac,
+}
+
+/// Everything `cluster up` made, as written to `cluster.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Description {
+    /// Format version ([`DESCRIPTION_VERSION`]).
+    pub version: u32,
+    /// Name prefix of every namespace.
+    pub prefix: String,
+    /// State directory (description, journal, forwarder stats and logs).
+    pub dir: PathBuf,
+    /// The UE address pool routed to the RAN side.
+    pub ue_pool: Cidr,
+    /// How nodes forward downstream traffic.
+    pub forwarding: Forwarding,
+    /// The switch.
+    pub switch: SwitchDesc,
+    /// The nodes, index order.
+    pub nodes: Vec<NodeDesc>,
+}
+
+impl Description {
+    /// Every namespace of the cluster, switch first.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut v = vec![self.switch.netns.clone()];
+        for n in &self.nodes {
+            v.push(n.netns.clone());
+            v.push(n.inet_netns.clone());
+            v.push(n.ran_netns.clone());
+        }
+        v
+    }
+
+    /// The node with index `i`.
+    pub fn node(&self, i: usize) -> Result<&NodeDesc, TopoError> {
+        self.nodes.get(i).ok_or(TopoError::NoSuchNode {
+            node: i,
+            nodes: self.nodes.len(),
+        })
+    }
+}
+
+/// `02:73:62:<kind>:<hi>:<lo>`.
+pub fn mac(kind: u8, index: usize) -> Mac {
+    let i = index as u16;
+    Mac([0x02, 0x73, 0x62, kind, (i >> 8) as u8, i as u8])
+}
+
+/// Checks a name prefix: 1..=24 characters of `[A-Za-z0-9_]`, optionally with inner `-`.
+pub fn check_prefix(prefix: &str) -> Result<(), TopoError> {
+    let ok = !prefix.is_empty()
+        && prefix.len() <= 24
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && !prefix.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(TopoError::BadPrefix(prefix.to_string()))
+    }
+}
+
+/// Computes the full description of an `nodes`-node cluster. Pure: touches nothing.
+pub fn plan(
+    prefix: &str,
+    nodes: usize,
+    ue_pool: Cidr,
+    forwarding: Forwarding,
+    dir: PathBuf,
+) -> Result<Description, TopoError> {
+    check_prefix(prefix)?;
+    if nodes == 0 || nodes > MAX_NODES {
+        return Err(TopoError::BadNodeCount(nodes));
+    }
+    let sw = format!("{prefix}-sw");
+    let iface = |netns: &str, name: &str, mac: Mac, addr: Option<String>| Iface {
+        netns: netns.to_string(),
+        name: name.to_string(),
+        mac,
+        addr,
+    };
+    let nodes = (0..nodes)
+        .map(|i| {
+            let node_ns = format!("{prefix}-node{i}");
+            let inet_ns = format!("{prefix}-inet{i}");
+            let ran_ns = format!("{prefix}-ran{i}");
+            let inet = Link {
+                local: iface(&node_ns, "inet", mac(1, i), Some(format!("10.1.{i}.1/24"))),
+                peer: iface(&inet_ns, "eth0", mac(4, i), Some(format!("10.1.{i}.2/24"))),
+            };
+            let ran = Link {
+                local: iface(&node_ns, "ran", mac(2, i), Some(format!("10.2.{i}.1/24"))),
+                peer: iface(&ran_ns, "eth0", mac(5, i), Some(format!("10.2.{i}.2/24"))),
+            };
+            let fabric = Link {
+                local: iface(
+                    &node_ns,
+                    "fabric",
+                    mac(3, i),
+                    Some(format!("10.0.0.{}/24", i + 1)),
+                ),
+                peer: iface(&sw, &format!("node{i}"), mac(6, i), None),
+            };
+            NodeDesc {
+                index: i,
+                routes: vec![
+                    Route {
+                        dst: ue_pool.to_string(),
+                        via: Ipv4Addr::new(10, 2, i as u8, 2),
+                        dev: "ran".into(),
+                    },
+                    Route {
+                        dst: "default".into(),
+                        via: Ipv4Addr::new(10, 1, i as u8, 2),
+                        dev: "inet".into(),
+                    },
+                ],
+                inet_routes: vec![Route {
+                    dst: "default".into(),
+                    via: Ipv4Addr::new(10, 1, i as u8, 1),
+                    dev: "eth0".into(),
+                }],
+                ran_routes: vec![Route {
+                    dst: "default".into(),
+                    via: Ipv4Addr::new(10, 2, i as u8, 1),
+                    dev: "eth0".into(),
+                }],
+                netns: node_ns,
+                inet_netns: inet_ns,
+                ran_netns: ran_ns,
+                inet,
+                ran,
+                fabric,
+            }
+        })
+        .collect();
+    Ok(Description {
+        version: DESCRIPTION_VERSION,
+        prefix: prefix.to_string(),
+        dir,
+        ue_pool,
+        forwarding,
+        switch: SwitchDesc {
+            netns: sw,
+            bridge: "br0".into(),
+            mac: mac(7, 0),
+        },
+        nodes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> Cidr {
+        "100.64.0.0/10".parse().unwrap()
+    }
+
+    #[test]
+    fn plan_is_deterministic_and_unique() {
+        let a = plan("t", 4, pool(), Forwarding::User, "/tmp/x".into()).unwrap();
+        let b = plan("t", 4, pool(), Forwarding::User, "/tmp/x".into()).unwrap();
+        assert_eq!(a, b);
+        let mut macs = std::collections::HashSet::new();
+        let mut addrs = std::collections::HashSet::new();
+        for n in &a.nodes {
+            for l in [&n.inet, &n.ran, &n.fabric] {
+                for f in [&l.local, &l.peer] {
+                    assert!(macs.insert(f.mac), "duplicate MAC {}", f.mac);
+                    if let Some(ip) = f.ip() {
+                        assert!(addrs.insert(ip), "duplicate address {ip}");
+                    }
+                }
+            }
+        }
+        assert!(macs.insert(a.switch.mac));
+        assert_eq!(a.namespaces().len(), 1 + 3 * 4);
+        assert_eq!(a.nodes[3].fabric.local.addr.as_deref(), Some("10.0.0.4/24"));
+        assert_eq!(a.nodes[2].inet.peer.mac.to_string(), "02:73:62:04:00:02");
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let a = plan("rt", 2, pool(), Forwarding::Kernel, "/run/x".into()).unwrap();
+        let s = serde_json::to_string_pretty(&a).unwrap();
+        let b: Description = serde_json::from_str(&s).unwrap();
+        assert_eq!(a, b);
+        assert!(s.contains("\"02:73:62:01:00:01\""));
+        assert!(s.contains("\"100.64.0.0/10\""));
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(plan("", 2, pool(), Forwarding::User, "/x".into()).is_err());
+        assert!(plan("a b", 2, pool(), Forwarding::User, "/x".into()).is_err());
+        assert!(plan("-a", 2, pool(), Forwarding::User, "/x".into()).is_err());
+        assert!(plan("a", 0, pool(), Forwarding::User, "/x".into()).is_err());
+        assert!(plan("a", 251, pool(), Forwarding::User, "/x".into()).is_err());
+        assert!("1.2.3.4/33".parse::<Cidr>().is_err());
+        assert!("02:00:00:00:00".parse::<Mac>().is_err());
+        assert!("02:00:00:00:00:0g".parse::<Mac>().is_err());
+    }
+
+    #[test]
+    fn cidr_contains() {
+        let c: Cidr = "100.64.1.7/10".parse().unwrap();
+        assert_eq!(c.to_string(), "100.64.0.0/10");
+        assert!(c.contains("100.127.255.255".parse().unwrap()));
+        assert!(!c.contains("100.128.0.0".parse().unwrap()));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("1.2.3.4".parse().unwrap()));
+    }
+}
