@@ -744,6 +744,10 @@ impl Port for XdpPort {
         Ok(r > 0)
     }
 
+    fn rx_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+
     fn stats(&self) -> PortStats {
         let mut s = self.stats;
         if let Some(k) = self.kernel_stats() {
