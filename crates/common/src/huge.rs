@@ -100,7 +100,9 @@ impl<T: Zeroable> HugeArray<T> {
     /// If the size overflows or the kernel refuses the mapping (out of memory), like `Vec`.
     pub fn zeroed(len: usize) -> Self {
         let elem = std::mem::size_of::<T>();
-        let bytes = len.checked_mul(elem).expect("HugeArray size overflows usize");
+        let bytes = len
+            .checked_mul(elem)
+            .expect("HugeArray size overflows usize");
         assert!(
             std::mem::align_of::<T>() <= 4096,
             "HugeArray supports alignments up to a page"
@@ -229,7 +231,12 @@ fn smaps_huge_bytes(start: usize, len: usize) -> usize {
             if overlap == 0 {
                 continue;
             }
-            let kb: usize = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            let kb: usize = rest
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .unwrap_or(0);
             let huge = kb * 1024;
             total += (huge as u128 * overlap as u128 / (b - a) as u128) as usize;
         }

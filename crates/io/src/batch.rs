@@ -307,7 +307,101 @@ mod tests {
         assert!(b.is_empty());
     }
 
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(Vec<u8>),
+        Prepend(usize, u8, usize),
+        Trim(usize, usize),
+        SetLen(usize, usize),
+        Swap(usize, usize),
+        RetainOdd,
+        Pop,
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => proptest::collection::vec(any::<u8>(), 0..200).prop_map(Op::Push),
+            2 => (any::<usize>(), any::<u8>(), 0usize..150).prop_map(|(i, b, n)| Op::Prepend(i, b, n)),
+            2 => (any::<usize>(), 0usize..100).prop_map(|(i, n)| Op::Trim(i, n)),
+            2 => (any::<usize>(), 0usize..300).prop_map(|(i, n)| Op::SetLen(i, n)),
+            1 => (any::<usize>(), any::<usize>()).prop_map(|(i, j)| Op::Swap(i, j)),
+            1 => Just(Op::RetainOdd),
+            1 => Just(Op::Pop),
+            1 => Just(Op::Clear),
+        ]
+    }
+
     proptest! {
+        /// Every operation agrees with a `Vec<Vec<u8>>` model that tracks each frame's headroom
+        /// and tail room; refusals (full, too long, no headroom) happen exactly when the model
+        /// says so.
+        #[test]
+        fn ops_match_vec_model(ops in proptest::collection::vec(op(), 0..80)) {
+            const BUF: usize = 320;
+            let mut b = PacketBatch::with_buf_size(8, BUF);
+            // (bytes, start offset in the buffer)
+            let mut m: Vec<(Vec<u8>, usize)> = Vec::new();
+            for o in ops {
+                match o {
+                    Op::Push(f) => {
+                        let ok = m.len() < 8 && f.len() <= BUF - HEADROOM;
+                        prop_assert_eq!(b.push(&f), ok);
+                        if ok { m.push((f, HEADROOM)); }
+                    }
+                    Op::Prepend(i, byte, n) if !m.is_empty() => {
+                        let i = i % m.len();
+                        let ok = m[i].1 >= n;
+                        match b.prepend(i, n) {
+                            Some(f) => {
+                                prop_assert!(ok);
+                                f[..n].fill(byte);
+                                let mut v = vec![byte; n];
+                                v.extend_from_slice(&m[i].0);
+                                m[i] = (v, m[i].1 - n);
+                            }
+                            None => prop_assert!(!ok),
+                        }
+                    }
+                    Op::Trim(i, n) if !m.is_empty() => {
+                        let i = i % m.len();
+                        let ok = m[i].0.len() >= n;
+                        prop_assert_eq!(b.trim_front(i, n), ok);
+                        if ok { m[i].0.drain(..n); m[i].1 += n; }
+                    }
+                    Op::SetLen(i, n) if !m.is_empty() => {
+                        let i = i % m.len();
+                        let ok = m[i].1 + n <= BUF;
+                        prop_assert_eq!(b.set_len(i, n), ok);
+                        if ok {
+                            // Growing exposes whatever the buffer held: take the batch's bytes.
+                            let cur = b.get(i).to_vec();
+                            prop_assert_eq!(&cur[..n.min(m[i].0.len())], &m[i].0[..n.min(m[i].0.len())]);
+                            m[i].0 = cur;
+                        }
+                    }
+                    Op::Swap(i, j) if !m.is_empty() => {
+                        let (i, j) = (i % m.len(), j % m.len());
+                        b.swap(i, j);
+                        m.swap(i, j);
+                    }
+                    Op::RetainOdd => {
+                        let removed = b.retain(|f| f.len() % 2 == 1);
+                        let before = m.len();
+                        m.retain(|(f, _)| f.len() % 2 == 1);
+                        prop_assert_eq!(removed, before - m.len());
+                    }
+                    Op::Pop => { b.pop(); m.pop(); }
+                    Op::Clear => { b.clear(); m.clear(); }
+                    _ => {}
+                }
+                prop_assert_eq!(b.len(), m.len());
+                for (i, (f, _)) in m.iter().enumerate() {
+                    prop_assert_eq!(b.get(i), f.as_slice());
+                }
+            }
+        }
+
         #[test]
         fn retain_matches_vec_filter(frames in proptest::collection::vec(
             proptest::collection::vec(any::<u8>(), 0..100), 0..32), modulus in 1usize..5) {

@@ -124,6 +124,40 @@ pub fn cpu_times(cpu: usize) -> Option<CpuTimes> {
     })
 }
 
+/// CPU seconds (user + system) used by this process's children that have been waited for
+/// (`getrusage(RUSAGE_CHILDREN)`); take the difference around a child's run.
+pub fn children_cpu_seconds() -> f64 {
+    // SAFETY: rusage is plain data; getrusage writes it whole.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru is a valid rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Nanoseconds thread `tid` of this process has run on a CPU (`/proc/self/task/TID/schedstat`,
+/// the scheduler's own clock: finer than the tick-sampled `stat` times; on kernels without
+/// `CONFIG_IRQ_TIME_ACCOUNTING` it includes softirqs that ran on the thread's stack).
+pub fn thread_runtime_ns(tid: i32) -> Option<u64> {
+    schedstat(&format!("/proc/self/task/{tid}/schedstat"))
+}
+
+/// Like [`thread_runtime_ns`] for process `pid` (e.g. `ksoftirqd/N`).
+pub fn pid_runtime_ns(pid: i32) -> Option<u64> {
+    schedstat(&format!("/proc/{pid}/schedstat"))
+}
+
+fn schedstat(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,14 +17,18 @@
 //! - [`memory`]: connected pairs of in-process ports ([`memory::pair`]) and a replaying source
 //!   ([`memory::ReplayPort`]) for tests and engine benchmarks.
 //! - [`afpacket::AfPacketPort`]: AF_PACKET with a TPACKET_V3 receive ring (mmap'd blocks, the
-//!   kernel hands over a whole block of frames at once) and a transmit path that bypasses the
-//!   qdisc (`sendmmsg` or a TPACKET_V2 TX ring). Needs root (CAP_NET_RAW) only. The default.
+//!   kernel hands over a whole block of frames at once; or a TPACKET_V2 frame ring for low
+//!   latency, [`afpacket::RxMode`]) and a transmit path that bypasses the qdisc (`sendmmsg` or a
+//!   TPACKET_V2 TX ring). Needs root (CAP_NET_RAW) only. The default.
 //! - `xdp::XdpPort` (cargo feature `xdp`): AF_XDP in copy mode with a tiny XDP redirect program
 //!   loaded through the `bpf()` syscall.
 //!
-//! [`netns`] moves the calling thread into a named network namespace and back, so a port can be
-//! opened inside a namespace (a socket stays in the namespace it was created in). [`cpu`] pins
-//! threads and reads the CPU times benchmarks report.
+//! [`wait_any`] sleeps on several ports at once. [`netns`] moves the calling thread into a named
+//! network namespace and back, so a port can be opened inside a namespace (a socket stays in the
+//! namespace it was created in), and makes namespaces and veth pairs for tests. [`cpu`] pins
+//! threads and reads the CPU times benchmarks report. One core per port queue: AF_PACKET ports
+//! on one interface share its traffic by flow hash with
+//! [`afpacket::AfPacketConfig::fanout_group`].
 //!
 //! # Example: forwarding between in-memory ports
 //! ```
@@ -52,17 +56,22 @@
 //! ```
 //!
 //! # Cost model
+//! Measured by `scalebricks bench io` (docs/bench/io.md: one pinned thread forwarding between two
+//! veths, 2 shared vCPUs, numbers per CPU-second of the forwarding core, conservative accounting).
 //! - A batch amortises every per-call cost (syscall, lock, ring-status read) over up to
-//!   `capacity` frames; 32-64 is the sweet spot measured by `scalebricks bench io`.
-//! - [`memory`]: one mutex acquisition per batch plus one `memcpy` per frame each way.
-//! - AF_PACKET receive: no syscall while the ring has full blocks (a block holds hundreds of small
-//!   frames); `poll` only when it is empty. Per frame: the kernel's copy into the ring plus our
-//!   copy into the batch (64 B to 1.5 KB, a few ns). Transmit: one `sendmmsg` per batch, the kernel
-//!   copies each frame into an skb and hands it straight to the driver (no qdisc). On this
-//!   machine's veth (2 shared cores) a single forwarding core moves roughly 0.3 M 64-byte frames/s
-//!   (see docs/bench/io.md).
-//! - AF_XDP copy mode: the kernel copies each frame into the UMEM, no skb on receive; transmit
-//!   is one `sendto` kick per batch.
+//!   `capacity` frames; between 8 and 256 the batch size barely matters for kernel backends
+//!   (the kernel's per-frame work dominates). 64 is the default ([`batch::DEFAULT_BATCH`]).
+//! - [`memory`]: one mutex acquisition per batch plus one `memcpy` per frame each way:
+//!   4-10 M 64-byte frames/s per core forwarded (the mutex bouncing between CPUs dominates).
+//! - AF_PACKET: receiving makes no syscall while the ring holds ready blocks (a 256 KiB block
+//!   holds ~2000 small frames; a block is handed over when full or after
+//!   [`afpacket::AfPacketConfig::block_timeout_ms`], which bounds the added latency at low rates);
+//!   per frame the kernel copies into the ring and we copy into the batch. Transmitting is one
+//!   `sendmmsg` per batch (no qdisc), the kernel builds one skb per frame. 0.33-0.36 M 64-byte
+//!   frames/s per core forwarded (sendmmsg; the TX ring is 5-10% slower; the V2 frame ring
+//!   receives as fast as V3 blocks).
+//! - AF_XDP copy mode: the kernel copies each received frame into the UMEM without building an
+//!   skb; transmit is one `sendto` kick per 32 frames. 0.5-0.64 M 64-byte frames/s per core.
 
 #![warn(missing_docs)]
 
@@ -120,8 +129,80 @@ pub trait Port: Send {
     /// port signalled readiness (a following `rx_batch` may still return 0).
     fn wait_rx(&mut self, timeout: Duration) -> Result<bool, IoError>;
 
-    /// The port's counters.
+    /// The port's counters. Kernel-backed ports read the kernel's drop counters here (one
+    /// `getsockopt`), so call it once a second, not per batch.
     fn stats(&self) -> PortStats;
+
+    /// A descriptor that polls readable when frames may be ready (kernel-backed ports), for
+    /// waiting on several ports at once with [`wait_any`]. `None` for in-memory ports.
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// Sleeps until one of `ports` may have frames to receive, or `timeout` passes. Returns the
+/// indices that signalled through `ready` (cleared first). Ports without a descriptor are
+/// checked by a zero-timeout [`Port::wait_rx`] first; if any of them is ready, nothing sleeps.
+pub fn wait_any(
+    ports: &mut [&mut dyn Port],
+    timeout: Duration,
+    ready: &mut Vec<usize>,
+) -> Result<(), IoError> {
+    ready.clear();
+    let mut fds = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; 16];
+    let mut with_fd = 0usize;
+    let mut fd_less = false;
+    for (i, p) in ports.iter_mut().enumerate() {
+        match p.rx_fd() {
+            Some(fd) if i < fds.len() => {
+                fds[i].fd = fd;
+                with_fd += 1;
+            }
+            _ => {
+                fd_less = true;
+                if p.wait_rx(Duration::ZERO)? {
+                    ready.push(i);
+                }
+            }
+        }
+    }
+    if !ready.is_empty() {
+        return Ok(());
+    }
+    let n = ports.len().min(fds.len());
+    // Without descriptors to sleep on, nap in short slices so fd-less ports are rechecked.
+    let ms = if fd_less {
+        timeout.min(Duration::from_millis(1))
+    } else {
+        timeout
+    };
+    if with_fd == 0 {
+        std::thread::sleep(ms);
+        return Ok(());
+    }
+    poll_fds(&mut fds[..n], ms)?;
+    for (i, f) in fds[..n].iter().enumerate() {
+        if f.fd >= 0 && f.revents & libc::POLLIN != 0 {
+            ready.push(i);
+        }
+    }
+    Ok(())
+}
+
+#[allow(unsafe_code)]
+fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> Result<(), IoError> {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: fds is a valid, exclusively borrowed pollfd array of the given length (entries
+    // with fd -1 are ignored by the kernel).
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+        return Err(IoError::last("poll"));
+    }
+    Ok(())
 }
 
 impl<P: Port + ?Sized> Port for Box<P> {
@@ -139,6 +220,9 @@ impl<P: Port + ?Sized> Port for Box<P> {
     }
     fn stats(&self) -> PortStats {
         (**self).stats()
+    }
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        (**self).rx_fd()
     }
 }
 

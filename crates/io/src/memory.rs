@@ -291,6 +291,26 @@ mod tests {
     }
 
     #[test]
+    fn wait_any_reports_the_ready_port() {
+        let (a0, mut a1) = pair("a", 8);
+        let (mut b0, mut b1) = pair("b", 8);
+        let mut ready = Vec::new();
+        crate::wait_any(
+            &mut [&mut a1, &mut b1],
+            Duration::from_millis(2),
+            &mut ready,
+        )
+        .unwrap();
+        assert!(ready.is_empty());
+        let mut batch = PacketBatch::new(1);
+        batch.push(&[1; 60]);
+        b0.tx_batch(&mut batch);
+        crate::wait_any(&mut [&mut a1, &mut b1], Duration::from_secs(5), &mut ready).unwrap();
+        assert_eq!(ready, vec![1]);
+        assert_eq!(a0.stats().tx_packets, 0);
+    }
+
+    #[test]
     fn replay_counts_and_cycles() {
         let mut p = ReplayPort::with_count("r", vec![vec![1; 60], vec![2; 70]], 5);
         let mut batch = PacketBatch::new(4);

@@ -155,3 +155,52 @@ fn afpacket_forwarding_allocates_nothing_per_packet() {
         );
     }
 }
+
+#[cfg(feature = "xdp")]
+#[test]
+fn xdp_forwarding_allocates_nothing_per_packet() {
+    use sb_io::afpacket::{AfPacketConfig, AfPacketPort};
+    use sb_io::netns::{self, Netns};
+    use sb_io::xdp::{XdpConfig, XdpPort};
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        eprintln!("skipping: needs root for network namespaces");
+        return;
+    }
+    let pid = std::process::id();
+    let g = Netns::create(&format!("sbio-nx-g-{pid}")).unwrap();
+    let f = Netns::create(&format!("sbio-nx-f-{pid}")).unwrap();
+    let s = Netns::create(&format!("sbio-nx-s-{pid}")).unwrap();
+    netns::veth_pair(g.name(), "g0", f.name(), "a").unwrap();
+    netns::veth_pair(f.name(), "b", s.name(), "s0").unwrap();
+    let cfg = AfPacketConfig::default();
+    let xcfg = XdpConfig::default();
+    let mut src = g.run(|| AfPacketPort::open("g0", &cfg)).unwrap().unwrap();
+    let mut dst = s.run(|| AfPacketPort::open("s0", &cfg)).unwrap().unwrap();
+    let mut fa = f.run(|| XdpPort::open("a", &xcfg)).unwrap().unwrap();
+    let mut fb = f.run(|| XdpPort::open("b", &xcfg)).unwrap().unwrap();
+    let mut gen = PacketBatch::new(32);
+    let mut fwd = PacketBatch::new(32);
+    let mut run = |rounds: usize| {
+        let mut got = 0;
+        for _ in 0..rounds {
+            got += forward(&mut src, &mut fa, &mut fb, &mut dst, &mut gen, &mut fwd, 1);
+        }
+        got
+    };
+    run(8);
+    let before = allocs();
+    let n = run(300);
+    let after = allocs();
+    assert!(n > 0, "no frame made it through");
+    assert_eq!(
+        after - before,
+        0,
+        "allocations while forwarding over AF_XDP"
+    );
+}

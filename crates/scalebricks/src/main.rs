@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 mod cmd;
 
 #[derive(Parser)]
-#[command(name = "scalebricks", version, about = "ScaleBricks: a cluster of servers acting as one network function")]
+#[command(
+    name = "scalebricks",
+    version,
+    about = "ScaleBricks: a cluster of servers acting as one network function"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

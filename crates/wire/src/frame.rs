@@ -276,7 +276,25 @@ pub struct IpInfo<'a> {
     pub l4: L4,
 }
 
-impl IpInfo<'_> {
+impl<'a> IpInfo<'a> {
+    /// The upper-layer payload: after the UDP header (up to the UDP length), the TCP header
+    /// (including options), or the 8-byte ICMP header; for an unparsed protocol or a fragment,
+    /// everything after the IP headers.
+    pub fn l4_payload(&self) -> &'a [u8] {
+        let packet: &'a [u8] = self.packet;
+        let rel = self.l4_offset - self.offset;
+        let range = match self.l4 {
+            L4::Udp { len, .. } => rel + crate::udp::HEADER_LEN..rel + usize::from(len),
+            L4::Tcp { .. } => {
+                let doff = packet.get(rel + 12).map_or(0, |b| usize::from(b >> 4) * 4);
+                rel + doff..packet.len()
+            }
+            L4::Icmp { .. } => rel + crate::icmp::HEADER_LEN..packet.len(),
+            L4::Unparsed => rel..packet.len(),
+        };
+        packet.get(range).unwrap_or(&[])
+    }
+
     /// True for IPv6.
     pub fn is_ipv6(&self) -> bool {
         self.dst_addr.is_ipv6()
@@ -381,6 +399,11 @@ impl<'a> ParsedFrame<'a> {
         self.ip().map(|i| i.src_addr)
     }
 
+    /// Upper-layer payload of the innermost IP packet (see [`IpInfo::l4_payload`]).
+    pub fn l4_payload(&self) -> Option<&'a [u8]> {
+        self.ip().map(IpInfo::l4_payload)
+    }
+
     /// 5-tuple of the innermost IP packet; `None` without one or for a fragment.
     pub fn five_tuple(&self) -> Option<FiveTuple> {
         self.ip().and_then(IpInfo::five_tuple)
@@ -443,7 +466,7 @@ fn parse_ip<'a>(
     opts: &ParseOptions,
 ) -> Result<IpInfo<'a>, WireError> {
     let buf = frame.get(off..).unwrap_or(&[]);
-    let (src, dst, proto, ttl, fragment, l4_rel, packet) = if v6 {
+    let (src, dst, proto, ttl, fragment, l4_rel, packet, csum_dst) = if v6 {
         let p = Ipv6Packet::new_checked(buf)?;
         let up = p.upper_layer()?;
         let s = IpAddr::V6(p.src_addr());
@@ -456,6 +479,7 @@ fn parse_ip<'a>(
             up.fragment,
             crate::ipv6::HEADER_LEN + up.offset,
             &buf[..crate::ipv6::HEADER_LEN + usize::from(p.payload_len())],
+            up.final_dst.map_or(d, IpAddr::V6),
         )
     } else {
         let p = Ipv4Packet::new_checked(buf)?;
@@ -472,6 +496,7 @@ fn parse_ip<'a>(
             p.fragment(),
             p.header_len(),
             &buf[..usize::from(p.total_len())],
+            d,
         )
     };
     let mut info = IpInfo {
@@ -489,6 +514,8 @@ fn parse_ip<'a>(
         return Ok(info);
     }
     let seg = packet.get(l4_rel..).unwrap_or(&[]);
+    // Upper-layer checksums use the final destination (RFC 8200 sec. 8.1).
+    let (src, dst) = (src, csum_dst);
     let addrs = (src, dst);
     info.l4 = match proto {
         protocol::UDP => {

@@ -124,8 +124,12 @@ impl<T: AsRef<[u8]>> GtpuPacket<T> {
     }
     /// Type of the first extension header, when the E flag is set and it is not 0.
     pub fn first_ext_type(&self) -> Option<u8> {
+        if self.flags() & FLAG_E == 0 {
+            return None;
+        }
+        // new_checked made sure the optional word is there when E is set.
         let t = self.buffer.as_ref()[11];
-        (self.flags() & FLAG_E != 0 && t != 0).then_some(t)
+        (t != 0).then_some(t)
     }
     /// The extension header chain bytes (empty when there is none).
     pub fn ext_bytes(&self) -> &[u8] {

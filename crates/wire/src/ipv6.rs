@@ -153,6 +153,10 @@ pub struct UpperLayer {
     pub fragment: Option<Fragment>,
     /// How many extension headers were skipped.
     pub ext_headers: u8,
+    /// The final destination named by a routing header with segments left (type 0 or 2: its
+    /// last address; type 4, SRv6: segment list[0]). Upper-layer checksums use it in the
+    /// pseudo-header instead of the header's destination (RFC 8200 sec. 8.1).
+    pub final_dst: Option<Ipv6Addr>,
 }
 
 /// True for the extension headers [`walk`] follows.
@@ -175,6 +179,7 @@ pub fn walk(first: u8, payload: &[u8]) -> Result<UpperLayer, Ipv6Error> {
     let mut off = 0usize;
     let mut fragment = None;
     let mut count = 0u8;
+    let mut final_dst = None;
     while is_extension_header(nh) {
         if usize::from(count) >= MAX_EXT_HEADERS {
             return Err(Ipv6Error::TooManyExtHeaders);
@@ -192,6 +197,13 @@ pub fn walk(first: u8, payload: &[u8]) -> Result<UpperLayer, Ipv6Error> {
         let ext = payload.get(off..off + len).ok_or(Ipv6Error::ExtTruncated)?;
         count += 1;
         off += len;
+        if nh == protocol::IPV6_ROUTE && ext[3] > 0 && len >= 24 {
+            match ext[2] {
+                0 | 2 => final_dst = Some(Ipv6Addr::from(arr16(ext, len - 16))),
+                4 => final_dst = Some(Ipv6Addr::from(arr16(ext, 8))),
+                _ => {}
+            }
+        }
         if nh == protocol::IPV6_FRAG {
             let fo = be16(ext, 2);
             let f = Fragment {
@@ -206,6 +218,7 @@ pub fn walk(first: u8, payload: &[u8]) -> Result<UpperLayer, Ipv6Error> {
                     offset: off,
                     fragment,
                     ext_headers: count,
+                    final_dst,
                 });
             }
         }
@@ -216,6 +229,7 @@ pub fn walk(first: u8, payload: &[u8]) -> Result<UpperLayer, Ipv6Error> {
         offset: off,
         fragment,
         ext_headers: count,
+        final_dst,
     })
 }
 

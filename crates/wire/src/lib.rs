@@ -16,29 +16,16 @@
 //!
 //! ```
 //! use core::net::{IpAddr, Ipv4Addr};
-//! use sb_wire::{parse_frame, EthernetAddress, FrameKind, GtpuTunnel, OuterIp};
-//! use sb_wire::{EtherType, EthernetRepr, Ipv4Repr, UdpRepr, UdpChecksum};
+//! use sb_wire::{parse_frame, EthernetAddress, FrameKind, GtpuTunnel, OuterIp, PacketBuilder};
 //!
-//! // Build a plain Ethernet/IPv4/UDP frame (Internet -> UE 10.0.0.7), leaving headroom in
-//! // front of it for the tunnel headers.
+//! // A plain Ethernet/IPv4/UDP frame (Internet -> UE 10.0.0.7), built with headroom in front
+//! // of it for the tunnel headers added later.
 //! let (server, ue) = (Ipv4Addr::new(203, 0, 113, 9), Ipv4Addr::new(10, 0, 0, 7));
+//! let mac = |x| EthernetAddress([2, 0, 0, 0, 0, x]);
+//! let b = PacketBuilder::udp(mac(1), mac(2), server.into(), ue.into(), 443, 5000);
 //! let mut buf = [0u8; 256];
 //! let headroom = 64;
-//! let payload = b"hello";
-//! let ip_len = 20 + 8 + payload.len();
-//! let frame_len = 14 + ip_len;
-//! let f = &mut buf[headroom..headroom + frame_len];
-//! EthernetRepr {
-//!     src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-//!     dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-//!     vlan: None,
-//!     ethertype: EtherType::IPV4,
-//! }
-//! .emit(f)?;
-//! Ipv4Repr::new(server, ue, 17, 8 + payload.len()).emit(&mut f[14..])?;
-//! f[42..].copy_from_slice(payload);
-//! UdpRepr { src_port: 443, dst_port: 5000 }
-//!     .emit(&mut f[34..], server.into(), ue.into(), UdpChecksum::Compute)?;
+//! let frame_len = b.build(b"hello", &mut buf[headroom..])?;
 //!
 //! // Parse it and extract the flow keys.
 //! let parsed = parse_frame(&buf[headroom..headroom + frame_len])?;
@@ -47,24 +34,26 @@
 //! assert_eq!((tuple.protocol, tuple.src_port, tuple.dst_port), (17, 443, 5000));
 //! assert_eq!(tuple.key().len(), 13); // proto + src ip + src port + dst ip + dst port
 //!
-//! // Encapsulate the IP packet in GTP-U towards the eNodeB, in place: the headers go into the
-//! // headroom in front of the IP packet, which is not moved.
+//! // Encapsulate the IP packet in GTP-U towards the eNodeB, in place: the new headers go into
+//! // the headroom in front of the IP packet (whose Ethernet header they overwrite); the IP
+//! // packet itself is not moved.
+//! let ip = parsed.ip().unwrap();
+//! let (inner_start, inner_len) = (headroom + ip.offset, ip.packet.len());
 //! let tunnel = GtpuTunnel::new(
-//!     EthernetAddress([2, 0, 0, 0, 0, 3]),
-//!     EthernetAddress([2, 0, 0, 0, 0, 4]),
+//!     mac(3),
+//!     mac(4),
 //!     OuterIp::V4 { src: Ipv4Addr::new(192, 0, 2, 1), dst: Ipv4Addr::new(192, 0, 2, 2) },
 //!     0x1234_5678,
 //! );
-//! let inner_start = headroom + 14;
-//! let start = tunnel.encap_in_place(&mut buf, inner_start, ip_len)?;
-//! let tunnelled = &buf[start..inner_start + ip_len];
+//! let start = tunnel.encap_in_place(&mut buf, inner_start, inner_len)?;
+//! let tunnelled = &buf[start..inner_start + inner_len];
 //!
 //! let parsed = parse_frame(tunnelled)?;
 //! assert!(matches!(parsed.kind, FrameKind::Gtpu(_)));
 //! assert_eq!(parsed.teid(), Some(0x1234_5678));
 //! assert_eq!(parsed.five_tuple(), Some(tuple)); // keys come from the inner packet
 //! let d = sb_wire::decapsulate(tunnelled)?;
-//! assert_eq!(d.inner.len(), ip_len);
+//! assert_eq!((d.teid, d.inner.len()), (0x1234_5678, inner_len));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -88,12 +77,14 @@
 extern crate std;
 
 pub mod arp;
+pub mod build;
 pub mod checksum;
 pub mod encap;
 pub mod ethernet;
 mod field;
 pub mod flow;
 pub mod frame;
+pub mod fuzzing;
 pub mod gtpu;
 pub mod icmp;
 pub mod ipv4;
@@ -102,6 +93,7 @@ pub mod tcp;
 pub mod udp;
 
 pub use arp::{answer_request, ArpOperation, ArpPacket, ArpRepr};
+pub use build::{L4Header, PacketBuilder};
 pub use encap::{
     decapsulate, decapsulate_with, DecapError, Decapsulated, EncapError, GtpuTunnel, OuterIp,
 };

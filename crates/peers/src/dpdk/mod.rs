@@ -4,6 +4,8 @@
 
 use std::sync::Mutex;
 
+pub mod efd;
+
 extern "C" {
     fn sb_dpdk_eal_init(mem_mb: u32) -> i32;
 }
@@ -35,7 +37,9 @@ mod tests {
         super::eal_init(256).expect("EAL init");
         super::eal_init(256).expect("second init is a no-op");
         // The EAL pins its main thread to lcore 0; the shim must give the CPU set back.
-        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         assert_eq!(cpus_allowed(), n, "EAL init left the thread pinned");
     }
 
@@ -45,9 +49,15 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("Cpus_allowed_list:"))
             .unwrap();
-        line.split(':').nth(1).unwrap().trim().split(',').map(|r| match r.split_once('-') {
-            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
-            None => 1,
-        }).sum()
+        line.split(':')
+            .nth(1)
+            .unwrap()
+            .trim()
+            .split(',')
+            .map(|r| match r.split_once('-') {
+                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                None => 1,
+            })
+            .sum()
     }
 }

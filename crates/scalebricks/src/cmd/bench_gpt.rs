@@ -1,8 +1,618 @@
-//! `scalebricks bench_gpt` (being built; see the open issues).
+//! `scalebricks bench gpt`: SetSep against DPDK EFD, `sux` VFunc, `ptr_hash` + packed values and
+//! `hashbrown`, all built on the same random keys in one process, one JSON object out.
+//!
+//! Method, identical for every structure:
+//! - keys: `--keys` distinct random byte strings of `--key-bytes` bytes (distinct by
+//!   construction: their first 8 (or 4) bytes are a bijection of the key's index), values
+//!   uniform in `[0, 2^V)`;
+//! - build: the structure's own construction from all keys (EFD and hashbrown: one insert per
+//!   key), timed, with `--threads` threads where the structure builds in parallel;
+//! - check: every key is looked up singly and in batches and compared with its true value; a
+//!   structure with any wrong answer is reported `"correct": false` with the count, and its
+//!   rates are not reported (null);
+//! - lookups: one thread, the keys in one random permutation (the same for all), one key at a
+//!   time ("single") and through the structure's batch API in batches of `--batch` keys
+//!   ("batched"; a structure without one loops over single lookups, and says so), repeated over
+//!   the permutation until at least [`MIN_TIMED_S`] has passed;
+//! - updates: `--updates` changes of the value of random existing keys (the same sequence for
+//!   all), for the structures that can be updated.
+//!
+//! Progress goes to stderr; stdout carries only the JSON.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use sb_setsep::{BuildOptions, Config, SetSep, Updatable};
+use serde::Serialize;
+
+mod peers;
+use peers::Lookup;
+
+/// Lookup passes repeat until at least this many seconds have passed.
+const MIN_TIMED_S: f64 = 0.5;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Number of keys.
+    #[arg(long)]
+    keys: usize,
+    /// Bits of each value (1 to 16).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
+    value_bits: u32,
+    /// Build threads for the structures that build in parallel (SetSep, sux, ptr_hash hashing).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Keys per batched lookup call.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Structures to run (comma separated): setsep, dpdk-efd, sux-vfunc, ptr_hash, hashbrown.
+    #[arg(long, default_value = "setsep,dpdk-efd,sux-vfunc,ptr_hash,hashbrown")]
+    peers: String,
+    /// SetSep configurations (comma separated), one row each.
+    #[arg(long, default_value = "16+8")]
+    configs: String,
+    /// Bytes of each key (4 to 64; 13 = an IPv4 5-tuple).
+    #[arg(long, default_value_t = 13)]
+    key_bytes: usize,
+    /// Seed of the keys, values, lookup order, updates and randomized builds.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Value changes timed per updatable structure (capped at the number of keys).
+    #[arg(long, default_value_t = 200_000)]
+    updates: usize,
+    /// Print the JSON object (otherwise a table).
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`bench_gpt` is not built yet")
+/// One result row; the field names are the JSON's.
+#[derive(Serialize, Default, Clone, Debug)]
+struct Row {
+    name: String,
+    build_mkeys_per_s: Option<f64>,
+    build_threads: usize,
+    bits_per_key: Option<f64>,
+    lookup_mops_single: Option<f64>,
+    lookup_mops_batched: Option<f64>,
+    update_kops: Option<f64>,
+    fallback_ratio: Option<f64>,
+    page_size: String,
+    correct: bool,
+    wrong: u64,
+    note: String,
+}
+
+/// The shared workload.
+struct Work {
+    value_bits: u32,
+    batch: usize,
+    /// Keys in insertion order.
+    keys: Vec<&'static [u8]>,
+    values: Vec<u16>,
+    /// Keys in the lookup order and their true values.
+    perm_keys: Vec<&'static [u8]>,
+    perm_values: Vec<u16>,
+    /// Update sequence: (key index, new value), each a change.
+    updates: Vec<(u32, u16)>,
+}
+
+/// An invertible 64-bit mixer (xor-shifts and odd multiplications are bijections).
+fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// An invertible 32-bit mixer.
+fn mix32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^ (x >> 16)
+}
+
+impl Work {
+    fn generate(a: &Args) -> anyhow::Result<Work> {
+        let n = a.keys;
+        let kb = a.key_bytes;
+        if !(4..=64).contains(&kb) {
+            bail!("--key-bytes must be 4 to 64");
+        }
+        if kb < 8 && n as u64 > u32::MAX as u64 {
+            bail!("at most 2^32 distinct keys of fewer than 8 bytes");
+        }
+        if n > u32::MAX as usize {
+            bail!("at most 2^32 keys");
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
+        let salt: u64 = rng.gen();
+        let mut arena = vec![0u8; n * kb];
+        rng.fill(&mut arena[..]);
+        for (i, k) in arena.chunks_exact_mut(kb).enumerate() {
+            if kb >= 8 {
+                k[..8].copy_from_slice(&mix64((i as u64).wrapping_add(salt)).to_le_bytes());
+            } else {
+                k[..4].copy_from_slice(&mix32((i as u32).wrapping_add(salt as u32)).to_le_bytes());
+            }
+        }
+        // The keys live for the whole process (one benchmark per process).
+        let arena: &'static [u8] = Vec::leak(arena);
+        let keys: Vec<&'static [u8]> = arena.chunks_exact(kb).collect();
+        let mask = ((1u32 << a.value_bits) - 1) as u16;
+        let values: Vec<u16> = (0..n).map(|_| rng.gen::<u16>() & mask).collect();
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.shuffle(&mut rng);
+        let perm_keys = order.iter().map(|&i| keys[i as usize]).collect();
+        let perm_values = order.iter().map(|&i| values[i as usize]).collect();
+        drop(order);
+        let nu = a.updates.min(n);
+        let updates = (0..nu)
+            .map(|_| {
+                let i = rng.gen_range(0..n as u32);
+                // A value different from the current one (for 1-bit values: the other one).
+                let delta = rng.gen_range(1..=mask.max(1));
+                (i, (values[i as usize] ^ delta) & mask)
+            })
+            .collect();
+        Ok(Work {
+            value_bits: a.value_bits,
+            batch: a.batch.max(1),
+            keys,
+            values,
+            perm_keys,
+            perm_values,
+            updates,
+        })
+    }
+
+    fn n(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+/// The lookup part of a row: wrong answers, and the rates when there are none.
+struct LookupResult {
+    wrong: u64,
+    single: Option<f64>,
+    batched: Option<f64>,
+}
+
+/// Checks every key singly and batched against the truth, then (if all are right) times both.
+fn measure(s: &impl Lookup, w: &Work, name: &str) -> LookupResult {
+    let n = w.n();
+    let b = w.batch;
+    let mut out = vec![0u16; b];
+    let mut wrong = 0u64;
+    for (ks, vs) in w.perm_keys.chunks(b).zip(w.perm_values.chunks(b)) {
+        let o = &mut out[..ks.len()];
+        s.get_batch(ks, o);
+        for ((k, v), got) in ks.iter().zip(vs).zip(o.iter()) {
+            if got != v || s.get(k) != *v {
+                wrong += 1;
+            }
+        }
+    }
+    if wrong > 0 {
+        eprintln!("  {name}: {wrong} of {n} keys answered wrong; not timed");
+        return LookupResult {
+            wrong,
+            single: None,
+            batched: None,
+        };
+    }
+    if n == 0 {
+        return LookupResult {
+            wrong,
+            single: None,
+            batched: None,
+        };
+    }
+    let timed = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        let mut passes = 0u64;
+        loop {
+            f();
+            passes += 1;
+            let el = t.elapsed().as_secs_f64();
+            if el >= MIN_TIMED_S {
+                return (passes * n as u64) as f64 / el / 1e6;
+            }
+        }
+    };
+    let single = timed(&mut || {
+        let mut acc = 0u16;
+        for k in &w.perm_keys {
+            acc ^= s.get(k);
+        }
+        black_box(acc);
+    });
+    let batched = timed(&mut || {
+        for ks in w.perm_keys.chunks(b) {
+            let o = &mut out[..ks.len()];
+            s.get_batch(ks, o);
+            black_box(o);
+        }
+    });
+    eprintln!(
+        "  {name}: all {n} keys right; lookups {single:.2} Mops single, {batched:.2} Mops batched"
+    );
+    LookupResult {
+        wrong,
+        single: Some(single),
+        batched: Some(batched),
+    }
+}
+
+fn rate_m(n: usize, secs: f64) -> f64 {
+    n as f64 / secs.max(1e-9) / 1e6
+}
+
+/// Fills the lookup columns of `row` (and clears its rates if anything answered wrong).
+fn finish(row: &mut Row, l: LookupResult, n: usize) {
+    row.wrong += l.wrong;
+    row.correct = row.wrong == 0;
+    row.lookup_mops_single = l.single;
+    row.lookup_mops_batched = l.batched;
+    if !row.correct {
+        row.build_mkeys_per_s = None;
+        row.update_kops = None;
+        row.lookup_mops_single = None;
+        row.lookup_mops_batched = None;
+        let msg = format!("WRONG: {} of {n} keys answered wrong; not timed", row.wrong);
+        row.note = if row.note.is_empty() {
+            msg
+        } else {
+            format!("{msg}; {}", row.note)
+        };
+    }
+}
+
+impl Lookup for SetSep {
+    #[inline]
+    fn get(&self, key: &[u8]) -> u16 {
+        self.lookup(key)
+    }
+
+    fn get_batch(&self, keys: &[&[u8]], out: &mut [u16]) {
+        self.lookup_batch(keys, out)
+    }
+}
+
+fn run_setsep(w: &Work, config: Config, threads: usize, seed: u64) -> anyhow::Result<Row> {
+    let n = w.n();
+    let mut row = Row {
+        name: format!("setsep-{config}"),
+        build_threads: threads,
+        ..Row::default()
+    };
+    let opts = BuildOptions {
+        config,
+        value_bits: w.value_bits as u8,
+        threads,
+        seed,
+        ..BuildOptions::default()
+    };
+    eprintln!("{}: building ({threads} thread(s))", row.name);
+    let t = Instant::now();
+    let s = SetSep::build(&w.keys, &w.values, &opts).context("SetSep build")?;
+    let el = t.elapsed().as_secs_f64();
+    row.build_mkeys_per_s = Some(rate_m(n, el));
+    let st = s.stats();
+    row.bits_per_key = Some(st.bits_per_key);
+    row.fallback_ratio = Some(if n == 0 {
+        0.0
+    } else {
+        st.fallback_keys as f64 / n as f64
+    });
+    row.page_size = st.page_info.label();
+    eprintln!(
+        "  built in {el:.2}s: {:.3} bits/key, {} fallback keys, pages {}",
+        st.bits_per_key, st.fallback_keys, row.page_size
+    );
+    let l = measure(&s, w, &row.name);
+    drop(s);
+    row.note = format!(
+        "batched = lookup_batch (3-stage prefetch pipeline) in batches of {}; updates: Updatable::insert on a table built separately (keeps the keys), each yields a delta",
+        w.batch
+    );
+
+    if l.wrong == 0 && !w.updates.is_empty() {
+        eprintln!("  updates: building the updatable table");
+        let mut u = Updatable::build(&w.keys, &w.values, &opts).context("Updatable build")?;
+        let mut delta_count = 0u64;
+        let t = Instant::now();
+        for &(i, v) in &w.updates {
+            let d = u
+                .insert(w.keys[i as usize], v)
+                .with_context(|| format!("Updatable::insert of key {i}"))?;
+            black_box(&d);
+            delta_count += 1;
+        }
+        let el = t.elapsed().as_secs_f64();
+        row.update_kops = Some(delta_count as f64 / el.max(1e-9) / 1e3);
+        // The updated table must answer the new values.
+        let mut truth = w.values.clone();
+        for &(i, v) in &w.updates {
+            truth[i as usize] = v;
+        }
+        let tab = u.table();
+        let wrong = w
+            .keys
+            .iter()
+            .zip(&truth)
+            .filter(|(k, v)| tab.lookup(k) != **v)
+            .count() as u64;
+        if wrong > 0 {
+            eprintln!("  updates: {wrong} keys wrong after the updates");
+            row.wrong += wrong;
+        }
+        eprintln!(
+            "  updates: {:.1} K/s ({} deltas)",
+            row.update_kops.unwrap_or(0.0),
+            delta_count
+        );
+    }
+    finish(&mut row, l, n);
+    Ok(row)
+}
+
+fn run_sux(w: &Work, threads: usize, seed: u64) -> anyhow::Result<Row> {
+    let n = w.n();
+    let mut row = Row {
+        name: "sux-vfunc".into(),
+        build_threads: threads,
+        page_size: "4K".into(),
+        note: "no batch API: batched = single lookups in batches".into(),
+        ..Row::default()
+    };
+    eprintln!("sux-vfunc: building ({threads} thread(s))");
+    let t = Instant::now();
+    let s = peers::SuxVFunc::build(&w.keys, &w.values, threads, seed).context("sux VFunc build")?;
+    row.build_mkeys_per_s = Some(rate_m(n, t.elapsed().as_secs_f64()));
+    row.bits_per_key = Some(s.bytes() as f64 * 8.0 / n.max(1) as f64);
+    let l = measure(&s, w, &row.name);
+    finish(&mut row, l, n);
+    Ok(row)
+}
+
+fn run_ptr_hash(w: &Work, threads: usize) -> anyhow::Result<Row> {
+    let n = w.n();
+    let mut row = Row {
+        name: "ptr_hash".into(),
+        build_threads: threads,
+        page_size: "4K".into(),
+        note: "minimal perfect hash (default params, XXH3-128 key hash) + packed V-bit array; batched = index_batch of 16".into(),
+        ..Row::default()
+    };
+    eprintln!("ptr_hash: building ({threads} thread(s))");
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("rayon pool")?;
+    let t = Instant::now();
+    let s = pool.install(|| peers::PtrHashValues::build(&w.keys, &w.values, w.value_bits));
+    row.build_mkeys_per_s = Some(rate_m(n, t.elapsed().as_secs_f64()));
+    row.bits_per_key = Some(s.bytes() as f64 * 8.0 / n.max(1) as f64);
+    let l = measure(&s, w, &row.name);
+    finish(&mut row, l, n);
+    Ok(row)
+}
+
+fn run_hashbrown(w: &Work) -> anyhow::Result<Row> {
+    let n = w.n();
+    let mut row = Row {
+        name: "hashbrown".into(),
+        build_threads: 1,
+        page_size: "4K".into(),
+        note: "HashMap<Box<[u8]>, u16> storing the keys; no batch API: batched = single lookups in batches; updates = insert".into(),
+        ..Row::default()
+    };
+    eprintln!("hashbrown: building");
+    let t = Instant::now();
+    let mut s = peers::HashbrownMap::build(&w.keys, &w.values);
+    row.build_mkeys_per_s = Some(rate_m(n, t.elapsed().as_secs_f64()));
+    row.bits_per_key = Some(s.bytes() as f64 * 8.0 / n.max(1) as f64);
+    let l = measure(&s, w, &row.name);
+    if l.wrong == 0 && !w.updates.is_empty() {
+        let t = Instant::now();
+        for &(i, v) in &w.updates {
+            s.insert(w.keys[i as usize], v);
+        }
+        row.update_kops = Some(w.updates.len() as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e3);
+    }
+    finish(&mut row, l, n);
+    Ok(row)
+}
+
+#[cfg(feature = "dpdk")]
+fn run_efd(w: &Work) -> anyhow::Result<Option<Row>> {
+    run_efd_row(w).map(Some)
+}
+
+#[cfg(feature = "dpdk")]
+fn run_efd_row(w: &Work) -> anyhow::Result<Row> {
+    use sb_peers::dpdk::efd::{Efd, EfdError};
+    let n = w.n();
+    let kb = w.keys.first().map_or(13, |k| k.len());
+    let mut row = Row {
+        name: "dpdk-efd".into(),
+        build_threads: 1,
+        page_size: "4K".into(),
+        ..Row::default()
+    };
+    let vbits = Efd::value_bits();
+    row.note = format!(
+        "Debian DPDK EFD, RTE_EFD_VALUE_NUM_BITS={vbits} (values masked to {} bits); EAL started with --force-max-simd-bitwidth=128 because its AVX2 lookup path answers ~75% wrong on this machine; no hugepages (4 KB pages); bits/key = online table only (rte_efd.h formula; the offline key store is extra); build = one rte_efd_update per key; batched = rte_efd_lookup_bulk in bursts of {}; updates = rte_efd_update with a new value",
+        w.value_bits,
+        Efd::burst_max().min(w.batch)
+    );
+    if w.value_bits > vbits {
+        row.note = format!(
+            "skipped: {} value bits > RTE_EFD_VALUE_NUM_BITS={vbits}",
+            w.value_bits
+        );
+        row.correct = false;
+        return Ok(row);
+    }
+    eprintln!("dpdk-efd: inserting {n} keys");
+    let efd = Efd::new(n, kb).context("creating the EFD table")?;
+    let mut peer = peers::EfdPeer {
+        efd,
+        mask: ((1u32 << w.value_bits) - 1) as u16,
+    };
+    let t = Instant::now();
+    for (i, (k, v)) in w.keys.iter().zip(&w.values).enumerate() {
+        match peer.efd.update(k, *v as u32) {
+            Ok(_) => {}
+            Err(EfdError::UpdateFailed) => {
+                row.correct = false;
+                row.note = format!("rte_efd_update failed at key {i} of {n}; {}", row.note);
+                return Ok(row);
+            }
+            Err(e) => return Err(e).context("rte_efd_update"),
+        }
+    }
+    row.build_mkeys_per_s = Some(rate_m(n, t.elapsed().as_secs_f64()));
+    row.bits_per_key = Some(peers::efd_online_bytes(n) as f64 * 8.0 / n.max(1) as f64);
+    // Bursts of at most RTE_EFD_BURST_MAX: batches larger than that are split by the wrapper.
+    let l = measure(&peer, w, &row.name);
+    if l.wrong == 0 && !w.updates.is_empty() {
+        let t = Instant::now();
+        let mut failed = 0u64;
+        for &(i, v) in &w.updates {
+            if peer.efd.update(w.keys[i as usize], v as u32).is_err() {
+                failed += 1;
+            }
+        }
+        row.update_kops = Some(w.updates.len() as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e3);
+        if failed > 0 {
+            row.wrong += failed;
+            row.note = format!("{failed} updates failed; {}", row.note);
+        }
+    }
+    finish(&mut row, l, n);
+    Ok(row)
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn run_efd(_w: &Work) -> anyhow::Result<Option<Row>> {
+    eprintln!("dpdk-efd: skipped (scalebricks was built without the `dpdk` feature)");
+    Ok(None)
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    if a.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let configs: Vec<Config> = a
+        .configs
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse::<Config>()
+                .map_err(|e| anyhow::anyhow!("--configs: `{c}`: {e}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let known = ["setsep", "dpdk-efd", "sux-vfunc", "ptr_hash", "hashbrown"];
+    let peers: Vec<&str> = a
+        .peers
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    for p in &peers {
+        if !known.contains(p) {
+            bail!("--peers: unknown `{p}` (known: {})", known.join(", "));
+        }
+    }
+    eprintln!(
+        "generating {} keys of {} bytes, {}-bit values",
+        a.keys, a.key_bytes, a.value_bits
+    );
+    let w = Work::generate(&a)?;
+    let mut rows = Vec::new();
+    for p in &peers {
+        match *p {
+            "setsep" => {
+                for &c in &configs {
+                    rows.push(run_setsep(&w, c, a.threads, a.seed)?);
+                }
+            }
+            "dpdk-efd" => rows.extend(run_efd(&w)?),
+            "sux-vfunc" => rows.push(run_sux(&w, a.threads, a.seed)?),
+            "ptr_hash" => rows.push(run_ptr_hash(&w, a.threads)?),
+            "hashbrown" => rows.push(run_hashbrown(&w)?),
+            _ => unreachable!("checked above"),
+        }
+    }
+    let params = serde_json::json!({
+        "keys": a.keys,
+        "value_bits": a.value_bits,
+        "threads": a.threads,
+        "batch": w.batch,
+        "key_bytes": a.key_bytes,
+        "seed": a.seed,
+        "configs": configs.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        "peers": peers,
+        "updates": w.updates.len(),
+        "dpdk_feature": cfg!(feature = "dpdk"),
+        "cpu": cpu_model(),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+    });
+    let out = serde_json::json!({ "params": params, "results": rows });
+    if a.json {
+        println!("{out}");
+    } else {
+        print_table(&rows);
+    }
+    Ok(())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+fn print_table(rows: &[Row]) {
+    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
+    println!(
+        "{:<14} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>6} {:>7}",
+        "name",
+        "build M/s",
+        "bits/key",
+        "single M",
+        "batch M",
+        "upd K/s",
+        "fallback",
+        "pages",
+        "correct"
+    );
+    for r in rows {
+        println!(
+            "{:<14} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>6} {:>7}",
+            r.name,
+            f(r.build_mkeys_per_s),
+            f(r.bits_per_key),
+            f(r.lookup_mops_single),
+            f(r.lookup_mops_batched),
+            f(r.update_kops),
+            r.fallback_ratio
+                .map_or("-".into(), |v| format!("{:.5}%", v * 100.0)),
+            r.page_size,
+            r.correct
+        );
+    }
 }

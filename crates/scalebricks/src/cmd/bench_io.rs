@@ -1,8 +1,759 @@
-//! `scalebricks bench_io` (being built; see the open issues).
+//! `scalebricks bench io`: forwards frames between two veths in network namespaces with each
+//! packet I/O backend and reports packets per second per core of the forwarding core.
+//!
+//! Topology (made for the run, deleted after, names include the process id):
+//! ```text
+//!  [gen ns] g0 ==veth== a [fwd ns] b ==veth== s0 [sink ns]
+//!  generator           forwarder (1 thread, pinned)      sink
+//! ```
+//! The generator blasts UDP frames addressed to `a`'s MAC through an AF_PACKET socket (or
+//! `tcpreplay --topspeed` with `--tcpreplay`); the forwarder receives on `a` and transmits every
+//! frame unchanged on `b`; the sink counts.
+//!
+//! Per core (`pps_per_core`) = forwarded frames / (the forwarding thread's utime + stime from
+//! `/proc/self/task/TID/stat` + the pinned CPU's softirq time from `/proc/stat`), both sampled
+//! over the measured interval. On kernels without `CONFIG_IRQ_TIME_ACCOUNTING` (this one) a
+//! softirq tick that lands while the thread runs is counted in both terms, so this is a
+//! conservative figure; the pinned CPU's softirq column also holds other tasks' softirqs.
+//! `pps_per_core_sched` divides instead by the thread's scheduler run time
+//! (`/proc/self/task/TID/schedstat`, ns; it includes softirqs run on the thread's stack, such as
+//! the veth transmit and the sink's receive processing raised by its `sendmmsg`) plus the pinned
+//! CPU's `ksoftirqd` run time: the other end of the range. Receive-side softirq work for
+//! `a` runs on the generator's CPU (the veth transmit of `g0`) and is not charged.
+//!
+//! `--size` is the Ethernet frame size including the 4-byte FCS that veth does not carry
+//! (64 -> 60-byte buffers, 1500 -> 1496), as in RFC 2544.
+
+mod frames;
+
+use anyhow::{bail, Context, Result};
+use sb_io::afpacket::{self, AfPacketConfig, AfPacketPort, RxMode, TxMode};
+use sb_io::netns::{self, Netns};
+use sb_io::{cpu, memory, PacketBatch, Port};
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Backend {
+    /// AF_PACKET, TPACKET_V3 receive ring, qdisc-bypassing transmit.
+    Afpacket,
+    /// AF_XDP copy mode (needs the `xdp` cargo feature).
+    Xdp,
+    /// In-memory port pairs (no kernel; measures the crate's own overhead).
+    Memory,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum TxArg {
+    Sendmmsg,
+    Ring,
+}
+
+impl From<TxArg> for TxMode {
+    fn from(t: TxArg) -> TxMode {
+        match t {
+            TxArg::Sendmmsg => TxMode::Sendmmsg,
+            TxArg::Ring => TxMode::Ring,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum RxArg {
+    Blocks,
+    Frames,
+}
+
+impl From<RxArg> for RxMode {
+    fn from(t: RxArg) -> RxMode {
+        match t {
+            RxArg::Blocks => RxMode::Blocks,
+            RxArg::Frames => RxMode::Frames,
+        }
+    }
+}
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Backends to run (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "afpacket")]
+    backend: Vec<Backend>,
+    /// Frame sizes in bytes including FCS (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![64usize, 1500])]
+    size: Vec<usize>,
+    /// Measured seconds per row (after 0.5 s of warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// AF_PACKET transmit paths to measure (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "sendmmsg")]
+    tx_mode: Vec<TxArg>,
+    /// AF_PACKET receive rings to measure (comma-separated): blocks (TPACKET_V3), frames (V2).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "blocks")]
+    rx_mode: Vec<RxArg>,
+    /// Frames per batch.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// CPU the forwarder is pinned to (default: the last one). Generator and sink share another.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Also measure `tcpreplay --topspeed` into the same veth (as a generator for the AF_PACKET
+    /// forwarder) and report its own rate.
+    #[arg(long)]
+    tcpreplay: bool,
+    /// Keep the pcap files written for tcpreplay in this directory (default: a temporary one).
+    #[arg(long)]
+    pcap_dir: Option<std::path::PathBuf>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`bench_io` is not built yet")
+#[derive(Serialize, Clone, Debug)]
+struct Row {
+    backend: Backend,
+    tx_mode: Option<&'static str>,
+    rx_mode: Option<&'static str>,
+    generator: &'static str,
+    size: usize,
+    frame_bytes: usize,
+    batch: usize,
+    seconds: f64,
+    forwarded: u64,
+    pps: f64,
+    fwd_cpu: usize,
+    /// Forwarding thread utime + stime from /proc/self/task/TID/stat (clock ticks).
+    fwd_thread_cpu_s: f64,
+    /// Softirq time of the pinned CPU from /proc/stat.
+    ksoftirqd_cpu_s: f64,
+    cpu_softirq_s: f64,
+    /// forwarded / (fwd_thread_cpu_s + cpu_softirq_s): the headline number.
+    pps_per_core: f64,
+    /// Forwarding thread run time from /proc/self/task/TID/schedstat (ns clock).
+    fwd_thread_runtime_s: f64,
+    /// forwarded / (fwd_thread_runtime_s + ksoftirqd_cpu_s).
+    pps_per_core_sched: f64,
+    generated: u64,
+    sink_received: u64,
+    fwd_rx_dropped: u64,
+    fwd_tx_dropped: u64,
+}
+
+#[derive(Serialize, Debug)]
+struct TcpreplayRow {
+    size: usize,
+    frame_bytes: usize,
+    packets: u64,
+    seconds: f64,
+    pps: f64,
+    cpu_s: f64,
+    pps_per_core: f64,
+    forwarder: Row,
+}
+
+#[derive(Serialize)]
+struct Report {
+    bench: &'static str,
+    kernel: String,
+    cpus: usize,
+    rows: Vec<Row>,
+    tcpreplay: Vec<TcpreplayRow>,
+}
+
+/// The three namespaces and two veth pairs.
+struct Lab {
+    gen: Netns,
+    fwd: Netns,
+    sink: Netns,
+}
+
+impl Lab {
+    fn create() -> Result<Lab> {
+        let pid = std::process::id();
+        let gen = Netns::create(&format!("sbio-{pid}-gen"))?;
+        let fwd = Netns::create(&format!("sbio-{pid}-fwd"))?;
+        let sink = Netns::create(&format!("sbio-{pid}-sink"))?;
+        netns::veth_pair(gen.name(), "g0", fwd.name(), "a")?;
+        netns::veth_pair(fwd.name(), "b", sink.name(), "s0")?;
+        Ok(Lab { gen, fwd, sink })
+    }
+}
+
+struct Ports {
+    gen: Box<dyn Port>,
+    fwd_a: Box<dyn Port>,
+    fwd_b: Box<dyn Port>,
+    sink: Box<dyn Port>,
+    dst_mac: [u8; 6],
+}
+
+fn afp(ns: &Netns, dev: &str, cfg: &AfPacketConfig) -> Result<Box<dyn Port>> {
+    let p = ns.run(|| AfPacketPort::open(dev, cfg))??;
+    Ok(Box::new(p))
+}
+
+fn open_ports(lab: &Lab, backend: Backend, tx: TxMode, rx: RxMode) -> Result<Ports> {
+    let gen_cfg = AfPacketConfig {
+        tx_only: true,
+        ..AfPacketConfig::default()
+    };
+    let sink_cfg = AfPacketConfig {
+        promiscuous: true,
+        ..AfPacketConfig::default()
+    };
+    let dst_mac = lab.fwd.run(|| afpacket::mac_address("a"))??;
+    let (fwd_a, fwd_b): (Box<dyn Port>, Box<dyn Port>) = match backend {
+        Backend::Afpacket => {
+            let cfg = AfPacketConfig {
+                promiscuous: true,
+                tx_mode: tx,
+                rx_mode: rx,
+                ..AfPacketConfig::default()
+            };
+            (afp(&lab.fwd, "a", &cfg)?, afp(&lab.fwd, "b", &cfg)?)
+        }
+        Backend::Xdp => open_xdp(lab)?,
+        Backend::Memory => bail!("memory backend has no veth ports"),
+    };
+    Ok(Ports {
+        gen: afp(&lab.gen, "g0", &gen_cfg)?,
+        fwd_a,
+        fwd_b,
+        sink: afp(&lab.sink, "s0", &sink_cfg)?,
+        dst_mac,
+    })
+}
+
+#[cfg(feature = "xdp")]
+fn open_xdp(lab: &Lab) -> Result<(Box<dyn Port>, Box<dyn Port>)> {
+    use sb_io::xdp::{XdpConfig, XdpPort};
+    let cfg = XdpConfig::default();
+    let a = lab.fwd.run(|| XdpPort::open("a", &cfg))??;
+    let b = lab.fwd.run(|| XdpPort::open("b", &cfg))??;
+    Ok((Box::new(a), Box::new(b)))
+}
+
+#[cfg(not(feature = "xdp"))]
+fn open_xdp(_lab: &Lab) -> Result<(Box<dyn Port>, Box<dyn Port>)> {
+    bail!("the xdp backend needs a build with `--features xdp`")
+}
+
+fn memory_ports() -> Ports {
+    let (gen, fwd_a) = memory::pair("in", 4096);
+    let (fwd_b, sink) = memory::pair("out", 4096);
+    Ports {
+        gen: Box::new(gen),
+        fwd_a: Box::new(fwd_a),
+        fwd_b: Box::new(fwd_b),
+        sink: Box::new(sink),
+        dst_mac: [0x02, 0, 0, 0, 0, 1],
+    }
+}
+
+/// Counters sampled at the start and end of the measured interval.
+#[derive(Clone, Copy)]
+struct Sample {
+    at: Instant,
+    forwarded: u64,
+    thread: u64,
+    thread_ns: u64,
+    ksoftirqd: u64,
+    ksoftirqd_ns: u64,
+    softirq: u64,
+}
+
+fn sample(fwd: &AtomicU64, tid: i32, ksoft: Option<i32>, cpu_id: usize) -> Sample {
+    Sample {
+        at: Instant::now(),
+        forwarded: fwd.load(Ordering::Relaxed),
+        thread: cpu::thread_ticks(tid).unwrap_or(0),
+        thread_ns: cpu::thread_runtime_ns(tid).unwrap_or(0),
+        ksoftirqd: ksoft.and_then(cpu::pid_ticks).unwrap_or(0),
+        ksoftirqd_ns: ksoft.and_then(cpu::pid_runtime_ns).unwrap_or(0),
+        softirq: cpu::cpu_times(cpu_id).map(|t| t.softirq).unwrap_or(0),
+    }
+}
+
+struct RunOut {
+    row: Row,
+}
+
+/// What feeds the forwarder.
+enum Feed {
+    Builtin,
+    /// tcpreplay on this pcap; returns (packets, seconds, pps, cpu seconds) through the slot.
+    Tcpreplay(std::path::PathBuf, String),
+}
+
+/// A named thread (the name shows in `top -H` and `perf report --comm`).
+fn spawn_named<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .expect("spawning a benchmark thread")
+}
+
+fn pick_cpus(args: &Args) -> (usize, usize) {
+    let n = cpu::online_cpus();
+    let fwd = args.cpu.unwrap_or(n.saturating_sub(1));
+    let other = if fwd == 0 && n > 1 { 1 } else { 0 };
+    (fwd, other)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    ports: Ports,
+    backend: Backend,
+    modes: Option<(TxMode, RxMode)>,
+    size: usize,
+    args: &Args,
+    feed: &Feed,
+    tcpreplay_out: &mut Option<(u64, f64, f64, f64)>,
+) -> Result<RunOut> {
+    let (fwd_cpu, side_cpu) = pick_cpus(args);
+    let frame_bytes = size.saturating_sub(4).max(60);
+    let Ports {
+        mut gen,
+        mut fwd_a,
+        mut fwd_b,
+        mut sink,
+        dst_mac,
+    } = ports;
+    let templates: Vec<Vec<u8>> = (0..64)
+        .map(|i| frames::udp_frame(dst_mac, [0x02, 0, 0, 0, 0, 0x10], frame_bytes, i))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let forwarded = Arc::new(AtomicU64::new(0));
+    let tid = Arc::new(AtomicI32::new(0));
+    let batch_size = args.batch.max(1);
+
+    let sink_t = {
+        let stop = stop.clone();
+        spawn_named("sb-sink", move || {
+            let _ = cpu::pin_current_thread(side_cpu);
+            let mut b = PacketBatch::new(256);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                b.clear();
+                let k = sink.rx_batch(&mut b);
+                if k == 0 {
+                    let _ = sink.wait_rx(Duration::from_millis(10));
+                }
+                n += k as u64;
+            }
+            n
+        })
+    };
+    let fwd_t = {
+        let (stop, forwarded, tid) = (stop.clone(), forwarded.clone(), tid.clone());
+        spawn_named("sb-fwd", move || {
+            let pinned = cpu::pin_current_thread(fwd_cpu);
+            tid.store(cpu::current_tid(), Ordering::Release);
+            let mut b = PacketBatch::new(batch_size);
+            let mut total = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if fwd_a.rx_batch(&mut b) == 0 {
+                    let _ = fwd_a.wait_rx(Duration::from_millis(10));
+                    continue;
+                }
+                total += fwd_b.tx_batch(&mut b) as u64;
+                forwarded.store(total, Ordering::Relaxed);
+            }
+            (pinned, fwd_a.stats(), fwd_b.stats())
+        })
+    };
+    let gen_t = match feed {
+        Feed::Builtin => {
+            let stop = stop.clone();
+            Some(spawn_named("sb-gen", move || {
+                let _ = cpu::pin_current_thread(side_cpu);
+                let mut b = PacketBatch::new(64);
+                while !stop.load(Ordering::Relaxed) {
+                    for t in &templates {
+                        b.push(t);
+                    }
+                    gen.tx_batch(&mut b);
+                }
+                gen.stats().tx_packets
+            }))
+        }
+        Feed::Tcpreplay(..) => None,
+    };
+    while tid.load(Ordering::Acquire) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let tid = tid.load(Ordering::Acquire);
+    let ksoft = cpu::ksoftirqd_pid(fwd_cpu);
+
+    let warmup = Duration::from_millis(500);
+    let measure = Duration::from_secs_f64(args.seconds.max(0.1));
+    let (s0, s1) = match feed {
+        Feed::Builtin => {
+            std::thread::sleep(warmup);
+            let s0 = sample(&forwarded, tid, ksoft, fwd_cpu);
+            std::thread::sleep(measure);
+            (s0, sample(&forwarded, tid, ksoft, fwd_cpu))
+        }
+        Feed::Tcpreplay(pcap, gen_ns) => {
+            // tcpreplay runs for warm-up + measured time; we sample inside its run.
+            let secs = (warmup + measure + Duration::from_millis(500))
+                .as_secs()
+                .max(2);
+            let before_cpu = cpu::children_cpu_seconds();
+            let child = std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    gen_ns,
+                    "taskset",
+                    "-c",
+                    &side_cpu.to_string(),
+                    "tcpreplay",
+                ])
+                .args([
+                    "--topspeed",
+                    "-K",
+                    "--loop=0",
+                    &format!("--duration={secs}"),
+                    "-i",
+                    "g0",
+                ])
+                .arg(pcap)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .context("running tcpreplay (install it: scripts/bench-io.sh does)")?;
+            std::thread::sleep(warmup + Duration::from_millis(300));
+            let s0 = sample(&forwarded, tid, ksoft, fwd_cpu);
+            std::thread::sleep(measure);
+            let s1 = sample(&forwarded, tid, ksoft, fwd_cpu);
+            let out = child.wait_with_output()?;
+            let cpu_s = cpu::children_cpu_seconds() - before_cpu;
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            let (packets, seconds) = parse_tcpreplay(&text)
+                .with_context(|| format!("could not read tcpreplay's output:\n{text}"))?;
+            *tcpreplay_out = Some((packets, seconds, packets as f64 / seconds.max(1e-9), cpu_s));
+            (s0, s1)
+        }
+    };
+    stop.store(true, Ordering::Relaxed);
+    let generated = gen_t.map(|t| t.join().unwrap_or(0)).unwrap_or(0);
+    let (pinned, a_stats, b_stats) = fwd_t
+        .join()
+        .map_err(|_| anyhow::anyhow!("forwarder panicked"))?;
+    pinned.context("pinning the forwarder")?;
+    let sink_received = sink_t.join().unwrap_or(0);
+
+    let hz = cpu::ticks_per_sec() as f64;
+    let seconds = (s1.at - s0.at).as_secs_f64();
+    let fwd_n = s1.forwarded - s0.forwarded;
+    let thread_stat_s = (s1.thread - s0.thread) as f64 / hz;
+    let ksoft_stat_s = (s1.ksoftirqd - s0.ksoftirqd) as f64 / hz;
+    // Prefer the scheduler's nanosecond clock; fall back to the tick-sampled stat times.
+    let thread_s = match s1.thread_ns - s0.thread_ns {
+        0 => thread_stat_s,
+        ns => ns as f64 * 1e-9,
+    };
+    let ksoft_s = if s1.ksoftirqd_ns > 0 {
+        (s1.ksoftirqd_ns - s0.ksoftirqd_ns) as f64 * 1e-9
+    } else {
+        ksoft_stat_s
+    };
+    let softirq_s = (s1.softirq - s0.softirq) as f64 / hz;
+    let core_s = thread_stat_s + softirq_s;
+    let sched_s = thread_s + ksoft_s;
+    let per = |secs: f64| if secs > 0.0 { fwd_n as f64 / secs } else { 0.0 };
+    Ok(RunOut {
+        row: Row {
+            backend,
+            tx_mode: modes.map(|(t, _)| {
+                if t == TxMode::Ring {
+                    "ring"
+                } else {
+                    "sendmmsg"
+                }
+            }),
+            rx_mode: modes.map(|(_, r)| {
+                if r == RxMode::Frames {
+                    "frames"
+                } else {
+                    "blocks"
+                }
+            }),
+            generator: match feed {
+                Feed::Builtin => "builtin",
+                Feed::Tcpreplay(..) => "tcpreplay",
+            },
+            size,
+            frame_bytes,
+            batch: batch_size,
+            seconds,
+            forwarded: fwd_n,
+            pps: fwd_n as f64 / seconds,
+            fwd_cpu,
+            fwd_thread_cpu_s: thread_stat_s,
+            fwd_thread_runtime_s: thread_s,
+            ksoftirqd_cpu_s: ksoft_s,
+            cpu_softirq_s: softirq_s,
+            pps_per_core_sched: per(sched_s),
+            pps_per_core: per(core_s),
+            generated,
+            sink_received,
+            fwd_rx_dropped: a_stats.rx_dropped,
+            fwd_tx_dropped: b_stats.tx_dropped,
+        },
+    })
+}
+
+/// Reads "Actual: N packets (B bytes) sent in S seconds" from tcpreplay's summary.
+fn parse_tcpreplay(text: &str) -> Option<(u64, f64)> {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Actual:"))?;
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let packets = w.get(1)?.parse().ok()?;
+    let i = w.iter().position(|x| *x == "in")?;
+    let secs = w.get(i + 1)?.parse().ok()?;
+    Some((packets, secs))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    let needs_lab = args.tcpreplay || args.backend.iter().any(|b| *b != Backend::Memory);
+    if needs_lab && !is_root {
+        bail!("bench io needs root (network namespaces, AF_PACKET)");
+    }
+    let lab = if needs_lab {
+        Some(Lab::create()?)
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
+    let mut tcp_rows = Vec::new();
+    for &backend in &args.backend {
+        let modes: Vec<Option<(TxMode, RxMode)>> = if backend == Backend::Afpacket {
+            let mut v = Vec::new();
+            for rx in &args.rx_mode {
+                for tx in &args.tx_mode {
+                    v.push(Some(((*tx).into(), (*rx).into())));
+                }
+            }
+            v
+        } else {
+            vec![None]
+        };
+        for mode in modes {
+            for &size in &args.size {
+                let ports = match (backend, &lab) {
+                    (Backend::Memory, _) => memory_ports(),
+                    (_, Some(lab)) => {
+                        let (tx, rx) = mode.unwrap_or((TxMode::Sendmmsg, RxMode::Blocks));
+                        open_ports(lab, backend, tx, rx)?
+                    }
+                    (_, None) => unreachable!("lab exists for kernel backends"),
+                };
+                let out = run_one(ports, backend, mode, size, &args, &Feed::Builtin, &mut None)?;
+                if !args.json {
+                    print_row(&out.row);
+                }
+                rows.push(out.row);
+            }
+        }
+    }
+    if args.tcpreplay {
+        let lab = lab.as_ref().expect("lab exists with --tcpreplay");
+        let (dir, keep) = match &args.pcap_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)?;
+                (d.clone(), true)
+            }
+            None => (tempfile_dir()?, false),
+        };
+        for &size in &args.size {
+            let frame_bytes = size.saturating_sub(4).max(60);
+            let dst = lab.fwd.run(|| afpacket::mac_address("a"))??;
+            let frames: Vec<Vec<u8>> = (0..64)
+                .map(|i| frames::udp_frame(dst, [0x02, 0, 0, 0, 0, 0x10], frame_bytes, i))
+                .collect();
+            let pcap = dir.join(format!("udp-{size}.pcap"));
+            frames::write_pcap(&pcap, &frames)?;
+            let ports = open_ports(lab, Backend::Afpacket, TxMode::Sendmmsg, RxMode::Blocks)?;
+            let mut tr = None;
+            let feed = Feed::Tcpreplay(pcap, lab.gen.name().to_string());
+            let out = run_one(
+                ports,
+                Backend::Afpacket,
+                Some((TxMode::Sendmmsg, RxMode::Blocks)),
+                size,
+                &args,
+                &feed,
+                &mut tr,
+            )?;
+            let (packets, seconds, pps, cpu_s) = tr.unwrap_or((0, 0.0, 0.0, 0.0));
+            let row = TcpreplayRow {
+                size,
+                frame_bytes,
+                packets,
+                seconds,
+                pps,
+                cpu_s,
+                pps_per_core: if cpu_s > 0.0 {
+                    packets as f64 / cpu_s
+                } else {
+                    0.0
+                },
+                forwarder: out.row,
+            };
+            if !args.json {
+                println!(
+                    "tcpreplay --topspeed size {size}: {pps:.0} pps sent ({:.0} pps/core of tcpreplay); forwarder fed by it: {:.0} pps, {:.0} pps/core",
+                    row.pps_per_core, row.forwarder.pps, row.forwarder.pps_per_core
+                );
+            }
+            tcp_rows.push(row);
+        }
+        if !keep {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    drop(lab);
+    if args.json {
+        let report = Report {
+            bench: "io",
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            cpus: cpu::online_cpus(),
+            rows,
+            tcpreplay: tcp_rows,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let d = std::env::temp_dir().join(format!("sbio-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+fn print_row(r: &Row) {
+    println!(
+        "{:<9} {:<9} {:<7} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + cpu softirq {:.2} s over {:.2} s; sched: {:.0} pps/core), rx drop {}, tx drop {}",
+        format!("{:?}", r.backend).to_lowercase(),
+        r.tx_mode.unwrap_or("-"),
+        r.rx_mode.unwrap_or("-"),
+        r.size,
+        r.pps,
+        r.pps_per_core,
+        r.fwd_thread_cpu_s,
+        r.cpu_softirq_s,
+        r.seconds,
+        r.pps_per_core_sched,
+        r.fwd_rx_dropped,
+        r.fwd_tx_dropped
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_backend_forwards_and_reports() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::parse_from([
+            "x",
+            "--backend",
+            "memory",
+            "--size",
+            "64",
+            "--seconds",
+            "0.2",
+        ]);
+        let mut tr = None;
+        let out = run_one(
+            memory_ports(),
+            Backend::Memory,
+            None,
+            64,
+            &cli.args,
+            &Feed::Builtin,
+            &mut tr,
+        )
+        .unwrap();
+        assert!(out.row.forwarded > 0);
+        assert!(out.row.pps_per_core > 0.0);
+        assert_eq!(out.row.frame_bytes, 60);
+        assert!(out.row.sink_received > 0);
+    }
+
+    #[test]
+    fn afpacket_backend_forwards_over_veth() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let root = std::fs::read_to_string("/proc/self/status")
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+            })
+            .unwrap_or(false);
+        if !root {
+            eprintln!("skipping: needs root");
+            return;
+        }
+        let cli = Cli::parse_from(["x", "--size", "64", "--seconds", "0.3"]);
+        let lab = Lab::create().unwrap();
+        for (mode, rx) in [
+            (TxMode::Sendmmsg, RxMode::Blocks),
+            (TxMode::Ring, RxMode::Frames),
+        ] {
+            let ports = open_ports(&lab, Backend::Afpacket, mode, rx).unwrap();
+            let out = run_one(
+                ports,
+                Backend::Afpacket,
+                Some((mode, rx)),
+                64,
+                &cli.args,
+                &Feed::Builtin,
+                &mut None,
+            )
+            .unwrap();
+            assert!(out.row.forwarded > 0, "{mode:?}: nothing forwarded");
+            assert!(out.row.sink_received > 0, "{mode:?}: sink saw nothing");
+            assert!(out.row.generated >= out.row.sink_received);
+        }
+        let name = lab.gen.name().to_string();
+        drop(lab);
+        assert!(!std::path::Path::new(&format!("/var/run/netns/{name}")).exists());
+    }
+
+    #[test]
+    fn parses_tcpreplay_summary() {
+        let t = "Actual: 1234567 packets (79012288 bytes) sent in 3.02 seconds\nRated: 26159035.4 Bps, 209.27 Mbps, 408651.99 pps\n";
+        assert_eq!(parse_tcpreplay(t), Some((1234567, 3.02)));
+        assert_eq!(parse_tcpreplay("nothing"), None);
+    }
 }

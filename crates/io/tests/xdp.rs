@@ -1,0 +1,97 @@
+//! AF_XDP copy-mode ports over a veth pair between two namespaces (feature `xdp`, root only).
+#![cfg(feature = "xdp")]
+
+use sb_io::afpacket::{AfPacketConfig, AfPacketPort};
+use sb_io::netns::{self, Netns};
+use sb_io::xdp::{XdpConfig, XdpMode, XdpPort};
+use sb_io::{PacketBatch, Port};
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn frame(seq: u32, len: usize) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
+    f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xaa]);
+    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    f[14..18].copy_from_slice(&seq.to_be_bytes());
+    for (i, b) in f[18..].iter_mut().enumerate() {
+        *b = (seq as usize * 7 + i) as u8;
+    }
+    f
+}
+
+/// Sends N frames from `tx` to `rx` with at most 256 in flight; checks order and contents.
+fn transfer(tx: &mut dyn Port, rx: &mut dyn Port, n: u32) {
+    let sizes = [60usize, 128, 1514];
+    let mut out = PacketBatch::new(64);
+    let mut inb = PacketBatch::new(64);
+    let (mut next, mut got) = (0u32, 0u32);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got < n {
+        assert!(
+            Instant::now() < deadline,
+            "timed out: received {got} of {n}"
+        );
+        while next < n && next - got < 256 && !out.is_full() {
+            out.push(&frame(next, sizes[next as usize % 3]));
+            next += 1;
+        }
+        let k = out.len();
+        if k > 0 {
+            assert_eq!(tx.tx_batch(&mut out), k);
+        }
+        rx.wait_rx(Duration::from_millis(5)).unwrap();
+        inb.clear();
+        rx.rx_batch(&mut inb);
+        for f in inb.iter() {
+            assert_eq!(
+                f,
+                frame(got, sizes[got as usize % 3]).as_slice(),
+                "frame {got}"
+            );
+            got += 1;
+        }
+    }
+}
+
+#[test]
+fn xdp_copy_mode_over_veth() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    for mode in [XdpMode::Generic, XdpMode::Auto] {
+        let pid = std::process::id();
+        let tag = if mode == XdpMode::Generic { "g" } else { "d" };
+        let na = Netns::create(&format!("sbio-x{tag}-a-{pid}")).unwrap();
+        let nb = Netns::create(&format!("sbio-x{tag}-b-{pid}")).unwrap();
+        netns::veth_pair(na.name(), "va", nb.name(), "vb").unwrap();
+        let cfg = AfPacketConfig {
+            promiscuous: true,
+            ..AfPacketConfig::default()
+        };
+        let mut a = na.run(|| AfPacketPort::open("va", &cfg)).unwrap().unwrap();
+        let xcfg = XdpConfig {
+            mode,
+            ..XdpConfig::default()
+        };
+        let mut x = nb.run(|| XdpPort::open("vb", &xcfg)).unwrap().unwrap();
+        eprintln!("xdp program mode: {:?}", x.mode());
+        transfer(&mut a, &mut x, 3000);
+        transfer(&mut x, &mut a, 3000);
+        let s = x.stats();
+        assert_eq!(s.rx_packets, 3000);
+        assert_eq!(s.tx_packets, 3000);
+        assert_eq!(s.rx_dropped, 0);
+        drop(x);
+        drop(a);
+    }
+}

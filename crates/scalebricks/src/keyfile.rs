@@ -1,0 +1,540 @@
+//! Key files: the CSV format in which `scalebricks gpt build|lookup` (and the traffic tools) read
+//! keys and their values, and the canonical byte encoding of each kind of key.
+//!
+//! One record per line, comma separated, fields trimmed of surrounding blanks:
+//!
+//! - `key,value`: `key` is an IPv4 address (4 bytes), an IPv6 address (16 bytes) or `0x`-prefixed
+//!   hex bytes (4 to 64 bytes, an even number of hex digits);
+//! - `proto,src_ip,src_port,dst_ip,dst_port,value`: a 5-tuple, encoded as
+//!   `proto (1) | src ip | src port (2, big endian) | dst ip | dst port (2, BE)`, so 13 bytes for
+//!   IPv4 and 37 bytes for IPv6 (both addresses of one family). `proto` is a number 0-255 or one
+//!   of `tcp`, `udp`, `icmp`, `icmpv6`, `sctp`.
+//!
+//! The value column is a decimal (or `0x` hex) unsigned integer; readers that only need keys
+//! (lookups) accept lines with or without it. Blank lines and lines starting with `#` are
+//! skipped, and so is a header: the first record line when it is not data and consists only of
+//! words (`key,value`, `proto,src_ip,...`).
+
+use std::collections::hash_map::DefaultHasher;
+use std::fmt;
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::io::{BufRead, BufReader};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// Shortest key accepted (an IPv4 address).
+pub const MIN_KEY_BYTES: usize = 4;
+/// Longest key accepted.
+pub const MAX_KEY_BYTES: usize = 64;
+
+/// Why a key file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A line is not a record of the format.
+    #[error("{path}:{line}: {msg}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// A key appears twice.
+    #[error("{path}:{line}: duplicate key `{key}` (first on line {first})")]
+    Duplicate {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number of the second occurrence.
+        line: usize,
+        /// 1-based line number of the first occurrence.
+        first: usize,
+        /// The key as written on `line`.
+        key: String,
+    },
+    /// A value does not fit in the table's value width.
+    #[error("{path}:{line}: value {value} does not fit in {bits} bits (max {max})")]
+    ValueTooWide {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The value read.
+        value: u64,
+        /// The value width asked for.
+        bits: u32,
+        /// The largest value that fits.
+        max: u64,
+    },
+    /// A line of a table file has no value column.
+    #[error("{path}:{line}: no value column (expected `key,value` or a 5-tuple and a value)")]
+    MissingValue {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+    },
+}
+
+/// One parsed record line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// The key's text exactly as written (the line without its value column, ends trimmed).
+    pub text: &'a str,
+    /// The key's canonical bytes.
+    pub key: Vec<u8>,
+    /// The value column, if the line has one.
+    pub value: Option<u64>,
+}
+
+/// Parses a key written as an IPv4/IPv6 address or `0x` hex bytes into its canonical bytes.
+pub fn parse_key(s: &str) -> Result<Vec<u8>, String> {
+    let s = s.trim();
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        return parse_hex(hex);
+    }
+    match s.parse::<IpAddr>() {
+        Ok(IpAddr::V4(a)) => Ok(a.octets().to_vec()),
+        Ok(IpAddr::V6(a)) => Ok(a.octets().to_vec()),
+        Err(_) => Err(format!(
+            "key `{s}` is not an IPv4/IPv6 address or 0x-prefixed hex bytes"
+        )),
+    }
+}
+
+fn parse_hex(hex: &str) -> Result<Vec<u8>, String> {
+    if hex.len() % 2 != 0 {
+        return Err(format!("hex key `0x{hex}` has an odd number of digits"));
+    }
+    let n = hex.len() / 2;
+    if !(MIN_KEY_BYTES..=MAX_KEY_BYTES).contains(&n) {
+        return Err(format!(
+            "hex key `0x{hex}` is {n} bytes; keys are {MIN_KEY_BYTES} to {MAX_KEY_BYTES} bytes"
+        ));
+    }
+    let digit = |c: u8| -> Result<u8, String> {
+        match c {
+            b'0'..=b'9' => Ok(c - b'0'),
+            b'a'..=b'f' => Ok(c - b'a' + 10),
+            b'A'..=b'F' => Ok(c - b'A' + 10),
+            _ => Err(format!("hex key `0x{hex}` has a non-hex digit")),
+        }
+    };
+    hex.as_bytes()
+        .chunks(2)
+        .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+/// Parses an IP protocol: a number 0-255 or a common name.
+pub fn parse_proto(s: &str) -> Result<u8, String> {
+    let s = s.trim();
+    match s.to_ascii_lowercase().as_str() {
+        "tcp" => Ok(6),
+        "udp" => Ok(17),
+        "icmp" => Ok(1),
+        "icmpv6" => Ok(58),
+        "sctp" => Ok(132),
+        _ => s.parse::<u8>().map_err(|_| {
+            format!("protocol `{s}` is not a number 0-255 or tcp/udp/icmp/icmpv6/sctp")
+        }),
+    }
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    let s = s.trim();
+    s.parse::<u16>()
+        .map_err(|_| format!("port `{s}` is not a number 0-65535"))
+}
+
+/// The canonical bytes of a 5-tuple key: proto, src ip, src port (BE), dst ip, dst port (BE).
+/// Both addresses must be of one family: 13 bytes for IPv4, 37 for IPv6.
+pub fn encode_five_tuple(
+    proto: u8,
+    src: IpAddr,
+    src_port: u16,
+    dst: IpAddr,
+    dst_port: u16,
+) -> Result<Vec<u8>, String> {
+    let mut k = Vec::with_capacity(37);
+    k.push(proto);
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            k.extend_from_slice(&s.octets());
+            k.extend_from_slice(&src_port.to_be_bytes());
+            k.extend_from_slice(&d.octets());
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            k.extend_from_slice(&s.octets());
+            k.extend_from_slice(&src_port.to_be_bytes());
+            k.extend_from_slice(&d.octets());
+        }
+        _ => return Err("source and destination addresses are of different families".into()),
+    }
+    k.extend_from_slice(&dst_port.to_be_bytes());
+    Ok(k)
+}
+
+fn parse_ip(s: &str) -> Result<IpAddr, String> {
+    let s = s.trim();
+    s.parse::<IpAddr>()
+        .map_err(|_| format!("`{s}` is not an IPv4 or IPv6 address"))
+}
+
+/// Parses a value column: decimal or `0x` hex.
+pub fn parse_value(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse::<u64>(),
+    };
+    r.map_err(|_| format!("value `{s}` is not an unsigned integer"))
+}
+
+/// Parses one line. `Ok(None)` for blank and `#` comment lines.
+pub fn parse_line(line: &str) -> Result<Option<Record<'_>>, String> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let fields: Vec<&str> = line.split(',').collect();
+    let (nkey, value) = match fields.len() {
+        1 => (1, None),
+        2 => (1, Some(parse_value(fields[1])?)),
+        5 => (5, None),
+        6 => (5, Some(parse_value(fields[5])?)),
+        n => {
+            return Err(format!(
+                "{n} columns; expected `key,value` (2) or `proto,src_ip,src_port,dst_ip,dst_port,value` (6)"
+            ))
+        }
+    };
+    let key = if nkey == 1 {
+        parse_key(fields[0])?
+    } else {
+        encode_five_tuple(
+            parse_proto(fields[0])?,
+            parse_ip(fields[1])?,
+            parse_port(fields[2])?,
+            parse_ip(fields[3])?,
+            parse_port(fields[4])?,
+        )?
+    };
+    let text = if value.is_some() {
+        line[..line.rfind(',').unwrap_or(line.len())].trim_end()
+    } else {
+        line
+    };
+    Ok(Some(Record { text, key, value }))
+}
+
+/// Whether a line that did not parse looks like a header: only words (letters, `_`, `-`, blanks).
+fn looks_like_header(line: &str) -> bool {
+    line.split(',').all(|f| {
+        let f = f.trim();
+        !f.is_empty()
+            && f.chars()
+                .all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-' || c == ' ')
+    })
+}
+
+/// Reads a key file line by line, skipping comments, blank lines and a header.
+pub struct Reader {
+    path: PathBuf,
+    lines: std::io::Lines<BufReader<File>>,
+    line_no: usize,
+    seen_record_line: bool,
+}
+
+impl Reader {
+    /// Opens `path`.
+    pub fn open(path: &Path) -> Result<Reader, KeyFileError> {
+        let f = File::open(path).map_err(|source| KeyFileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Reader {
+            path: path.to_path_buf(),
+            lines: BufReader::with_capacity(1 << 20, f).lines(),
+            line_no: 0,
+            seen_record_line: false,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Calls `f(line_no, record)` for each record line, in order; stops at the first error
+    /// (its own or `f`'s).
+    pub fn for_each(
+        mut self,
+        mut f: impl FnMut(usize, Record<'_>) -> Result<(), KeyFileError>,
+    ) -> Result<(), KeyFileError> {
+        while let Some(line) = self.lines.next() {
+            self.line_no += 1;
+            let line = line.map_err(|source| KeyFileError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+            match parse_line(&line) {
+                Ok(None) => {}
+                Ok(Some(r)) => {
+                    self.seen_record_line = true;
+                    f(self.line_no, r)?;
+                }
+                Err(msg) => {
+                    let first = !self.seen_record_line;
+                    self.seen_record_line = true;
+                    if !(first && looks_like_header(line.trim())) {
+                        return Err(KeyFileError::Malformed {
+                            path: self.path.clone(),
+                            line: self.line_no,
+                            msg,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A whole key file of a table: keys (in one arena), values and line numbers, in file order,
+/// checked for duplicates and value width.
+#[derive(Debug, Default)]
+pub struct Table {
+    arena: Vec<u8>,
+    ends: Vec<usize>,
+    /// The values, in file order.
+    pub values: Vec<u16>,
+    /// 1-based line numbers of the records, in file order.
+    pub lines: Vec<usize>,
+}
+
+impl Table {
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The `i`-th key's bytes.
+    pub fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.arena[start..self.ends[i]]
+    }
+
+    /// All keys, as slices into the arena.
+    pub fn keys(&self) -> Vec<&[u8]> {
+        (0..self.len()).map(|i| self.key(i)).collect()
+    }
+
+    /// Reads `path`; every line must carry a value that fits in `value_bits` (1 to 16) bits and
+    /// every key must be new.
+    pub fn read(path: &Path, value_bits: u32) -> Result<Table, KeyFileError> {
+        assert!((1..=16).contains(&value_bits), "value_bits must be 1..=16");
+        let max = (1u64 << value_bits) - 1;
+        let mut t = Table::default();
+        Reader::open(path)?.for_each(|line, r| {
+            let value = r.value.ok_or_else(|| KeyFileError::MissingValue {
+                path: path.to_path_buf(),
+                line,
+            })?;
+            if value > max {
+                return Err(KeyFileError::ValueTooWide {
+                    path: path.to_path_buf(),
+                    line,
+                    value,
+                    bits: value_bits,
+                    max,
+                });
+            }
+            t.arena.extend_from_slice(&r.key);
+            t.ends.push(t.arena.len());
+            t.values.push(value as u16);
+            t.lines.push(line);
+            Ok(())
+        })?;
+        if let Some((first, second)) = t.find_duplicate() {
+            // Read the offending line again for its text (errors are rare; keys may be many).
+            let text = line_text(path, t.lines[second]).unwrap_or_default();
+            return Err(KeyFileError::Duplicate {
+                path: path.to_path_buf(),
+                line: t.lines[second],
+                first: t.lines[first],
+                key: text,
+            });
+        }
+        Ok(t)
+    }
+
+    /// The first duplicate in file order: `(first index, second index)`.
+    fn find_duplicate(&self) -> Option<(usize, usize)> {
+        // Sort indices by (hash, key); equal neighbours are duplicates. Among all duplicate
+        // pairs report the one whose second occurrence comes first in the file.
+        let h = |i: usize| {
+            let mut s = DefaultHasher::new();
+            self.key(i).hash(&mut s);
+            s.finish()
+        };
+        let mut idx: Vec<(u64, u32)> = (0..self.len()).map(|i| (h(i), i as u32)).collect();
+        idx.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| self.key(a.1 as usize).cmp(self.key(b.1 as usize)))
+                .then(a.1.cmp(&b.1))
+        });
+        let mut best: Option<(usize, usize)> = None;
+        let mut run_start = 0;
+        for j in 1..=idx.len() {
+            let same = j < idx.len()
+                && idx[j].0 == idx[run_start].0
+                && self.key(idx[j].1 as usize) == self.key(idx[run_start].1 as usize);
+            if !same {
+                if j - run_start > 1 {
+                    let first = idx[run_start].1 as usize;
+                    let second = idx[run_start + 1].1 as usize;
+                    if best.is_none_or(|(_, s)| second < s) {
+                        best = Some((first, second));
+                    }
+                }
+                run_start = j;
+            }
+        }
+        best
+    }
+}
+
+fn line_text(path: &Path, line_no: usize) -> Option<String> {
+    let f = File::open(path).ok()?;
+    let line = BufReader::new(f).lines().nth(line_no - 1)?.ok()?;
+    let r = parse_line(&line).ok()??;
+    Some(r.text.to_string())
+}
+
+/// Writes `key` as `0x` hex (for generated keys).
+pub struct Hex<'a>(pub &'a [u8]);
+
+impl fmt::Display for Hex<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("0x")?;
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn keys_of_every_kind() {
+        assert_eq!(parse_key("10.0.0.1").unwrap(), vec![10, 0, 0, 1]);
+        assert_eq!(parse_key("::1").unwrap().len(), 16);
+        assert_eq!(
+            parse_key("0xdeadBEEF").unwrap(),
+            vec![0xde, 0xad, 0xbe, 0xef]
+        );
+        assert!(parse_key("0xabc").is_err());
+        assert!(parse_key("0xab").is_err(), "too short");
+        assert!(parse_key(&format!("0x{}", "00".repeat(65))).is_err());
+        assert!(parse_key("0xzz00aa11").is_err());
+        assert!(parse_key("10.0.0.256").is_err());
+        assert!(parse_key("key").is_err());
+    }
+
+    #[test]
+    fn five_tuples() {
+        let r = parse_line("6,10.0.0.1,1234,10.0.0.2,80,3")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.key, vec![6, 10, 0, 0, 1, 0x04, 0xd2, 10, 0, 0, 2, 0, 80]);
+        assert_eq!(r.value, Some(3));
+        assert_eq!(r.text, "6,10.0.0.1,1234,10.0.0.2,80");
+        let r = parse_line("udp, 2001:db8::1 ,53,2001:db8::2,5353")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.key.len(), 37);
+        assert_eq!(r.key[0], 17);
+        assert_eq!(r.value, None);
+        assert!(parse_line("6,10.0.0.1,1234,::1,80,3").is_err());
+        assert!(parse_line("6,10.0.0.1,70000,10.0.0.2,80,3").is_err());
+        assert!(parse_line("300,10.0.0.1,7,10.0.0.2,80,3").is_err());
+    }
+
+    #[test]
+    fn lines() {
+        assert_eq!(parse_line("  ").unwrap(), None);
+        assert_eq!(parse_line("# c").unwrap(), None);
+        let r = parse_line("10.0.0.1 , 0x3\r").unwrap().unwrap();
+        assert_eq!((r.text, r.value), ("10.0.0.1", Some(3)));
+        assert!(parse_line("10.0.0.1,1,2").is_err());
+        assert!(parse_line("10.0.0.1,x").is_err());
+        assert!(looks_like_header("key,value"));
+        assert!(looks_like_header(
+            "proto,src_ip,src_port,dst_ip,dst_port,value"
+        ));
+        assert!(!looks_like_header("10.0.0.300,1"));
+    }
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn table_reads_and_checks() {
+        let f = file("key,value\n# comment\n\n10.0.0.1,1\n0x0a000002,0\n::1,1\n");
+        let t = Table::read(f.path(), 1).unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.key(1), &[10, 0, 0, 2]);
+        assert_eq!(t.values, vec![1, 0, 1]);
+        assert_eq!(t.lines, vec![4, 5, 6]);
+
+        let f = file("key,value\n10.0.0.1,1\n10.0.0.2,1\n0x0a000001,0\n10.0.0.2,0\n");
+        match Table::read(f.path(), 1) {
+            Err(KeyFileError::Duplicate {
+                line, first, key, ..
+            }) => assert_eq!((line, first, key.as_str()), (4, 2, "0x0a000001")),
+            other => panic!("{other:?}"),
+        }
+        let f = file("10.0.0.1,1\n10.0.0.2,4\n");
+        assert!(matches!(
+            Table::read(f.path(), 2),
+            Err(KeyFileError::ValueTooWide { line: 2, .. })
+        ));
+        let f = file("key,value\n10.0.0.1,1\nkey,value\n");
+        assert!(matches!(
+            Table::read(f.path(), 2),
+            Err(KeyFileError::Malformed { line: 3, .. })
+        ));
+        let f = file("10.0.0.1\n");
+        assert!(matches!(
+            Table::read(f.path(), 2),
+            Err(KeyFileError::MissingValue { line: 1, .. })
+        ));
+        let f = file("10.0.0.300,1\n");
+        assert!(matches!(
+            Table::read(f.path(), 2),
+            Err(KeyFileError::Malformed { line: 1, .. })
+        ));
+    }
+}

@@ -1,0 +1,2 @@
+//! Timing of build, lookups and updates (see `main`).
+fn main() {}

@@ -1,0 +1,648 @@
+//! Construction: hash and partition keys by block, then per block (in parallel) balance buckets
+//! over groups and search every group's hash functions.
+
+use crate::kernel::{array_for, GKey, Searcher};
+use crate::layout::{
+    locate, num_blocks, BUCKETS_PER_BLOCK, CAND, CHOICES, CHOICE_BYTES_PER_BLOCK, GROUPS_PER_BLOCK,
+    MAX_KEY_LEN, MIN_KEY_LEN,
+};
+use crate::table::{fallback_entry, Header, FB_ENTRY, SLACK};
+use crate::{BuildError, BuildOptions, Config, Kernel, SetSep};
+use rayon::prelude::*;
+use sb_common::{hash128, HugeArray, KeyHash};
+use std::ops::Range;
+
+/// Blocks per parallel task (and per progress report).
+const TASK_BLOCKS: usize = 16;
+
+/// The blocks `range` of a table, built by one node (paper section 4.5); see
+/// [`SetSep::build_blocks`] and [`SetSep::assemble`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub(crate) config: Config,
+    pub(crate) value_bits: u8,
+    pub(crate) seed: u64,
+    pub(crate) total_blocks: u64,
+    pub(crate) range: Range<u64>,
+    pub(crate) keys: u64,
+    pub(crate) choices: Vec<u8>,
+    pub(crate) groups: Vec<u8>,
+    /// Sorted fallback entries.
+    pub(crate) fallback: Vec<u8>,
+}
+
+impl Piece {
+    /// The blocks this piece holds.
+    pub fn range(&self) -> Range<u64> {
+        self.range.clone()
+    }
+    /// Keys in these blocks.
+    pub fn keys(&self) -> u64 {
+        self.keys
+    }
+    /// Blocks of the whole table.
+    pub fn total_blocks(&self) -> u64 {
+        self.total_blocks
+    }
+}
+
+/// One key during the build.
+#[derive(Clone, Copy, Debug, Default)]
+struct Rec {
+    lo: u64,
+    hi: u64,
+    idx: u32,
+    val: u16,
+}
+
+impl Rec {
+    fn hash(&self) -> KeyHash {
+        KeyHash {
+            lo: self.lo,
+            hi: self.hi,
+        }
+    }
+}
+
+pub(crate) fn check_opts(opts: &BuildOptions) -> Result<(), BuildError> {
+    opts.config.validate()?;
+    if !(1..=16).contains(&opts.value_bits) {
+        return Err(BuildError::BadValueBits(opts.value_bits));
+    }
+    if opts.kernel == Kernel::Avx2 && !Kernel::avx2_available() {
+        return Err(BuildError::KernelUnavailable);
+    }
+    Ok(())
+}
+
+fn check_inputs(keys: &[&[u8]], values: &[u16], opts: &BuildOptions) -> Result<(), BuildError> {
+    check_opts(opts)?;
+    if keys.len() != values.len() {
+        return Err(BuildError::LengthMismatch {
+            keys: keys.len(),
+            values: values.len(),
+        });
+    }
+    if keys.len() > u32::MAX as usize {
+        return Err(BuildError::TooManyKeys(keys.len()));
+    }
+    let vb = opts.value_bits;
+    let bad = keys
+        .par_iter()
+        .zip(values.par_iter())
+        .position_first(|(k, &v)| {
+            !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&k.len()) || (vb < 16 && v >> vb != 0)
+        });
+    if let Some(i) = bad {
+        let k = keys[i];
+        if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&k.len()) {
+            return Err(BuildError::BadKeyLength {
+                index: i,
+                len: k.len(),
+            });
+        }
+        return Err(BuildError::ValueTooWide {
+            index: i,
+            value: values[i],
+            value_bits: vb,
+        });
+    }
+    Ok(())
+}
+
+fn pool(threads: usize) -> Result<rayon::ThreadPool, BuildError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| BuildError::ThreadPool(e.to_string()))
+}
+
+/// Builds blocks `range` of a `total`-block table into `choices_out` / `groups_out` (exactly
+/// sized for the range) and returns the sorted fallback entries and the number of keys.
+#[allow(clippy::too_many_arguments)]
+fn build_range(
+    keys: &[&[u8]],
+    values: &[u16],
+    opts: &BuildOptions,
+    range: Range<u64>,
+    total: u64,
+    choices_out: &mut [u8],
+    groups_out: &mut [u8],
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(Vec<u8>, u64), BuildError> {
+    let n = keys.len();
+    let nb = (range.end - range.start) as usize;
+    let threads = if opts.threads == 0 {
+        rayon::current_num_threads()
+    } else {
+        opts.threads
+    };
+    let chunk = n
+        .div_ceil(threads.max(1) * 4)
+        .clamp(1 << 18, 1 << 22)
+        .min(n.max(1));
+    let nchunks = n.div_ceil(chunk);
+    let seed = opts.seed;
+    let start = range.start;
+    // Phase A: hash and counting-sort each input chunk by block.
+    let parts: Vec<(Vec<Rec>, Vec<u32>)> = (0..nchunks)
+        .into_par_iter()
+        .map(|ci| {
+            let s = ci * chunk;
+            let e = (s + chunk).min(n);
+            let mut recs = Vec::with_capacity(e - s);
+            let mut offs = vec![0u32; nb + 1];
+            for i in s..e {
+                let h = hash128(keys[i], seed);
+                let (blk, _) = locate(h, total);
+                if blk >= start && blk < range.end {
+                    offs[(blk - start) as usize + 1] += 1;
+                    recs.push(Rec {
+                        lo: h.lo,
+                        hi: h.hi,
+                        idx: i as u32,
+                        val: values[i],
+                    });
+                }
+            }
+            for b in 0..nb {
+                offs[b + 1] += offs[b];
+            }
+            let mut pos: Vec<u32> = offs[..nb].to_vec();
+            let mut sorted = vec![Rec::default(); recs.len()];
+            for r in recs {
+                let rel = (locate(r.hash(), total).0 - start) as usize;
+                sorted[pos[rel] as usize] = r;
+                pos[rel] += 1;
+            }
+            (sorted, offs)
+        })
+        .collect();
+    let n_in_range: u64 = parts.iter().map(|p| p.0.len() as u64).sum();
+
+    // Phase B: blocks in parallel.
+    let rec_bytes = opts.config.entry_bytes() * opts.value_bits as usize;
+    let gbytes = GROUPS_PER_BLOCK * rec_bytes;
+    let results: Vec<Result<Vec<u8>, BuildError>> = choices_out
+        .par_chunks_mut(TASK_BLOCKS * CHOICE_BYTES_PER_BLOCK)
+        .zip(groups_out.par_chunks_mut(TASK_BLOCKS * gbytes))
+        .enumerate()
+        .map_init(
+            || BlockBuilder::new(opts),
+            |bb, (ti, (cch, gch))| {
+                let mut fb = Vec::new();
+                let nblk = cch.len() / CHOICE_BYTES_PER_BLOCK;
+                for bi in 0..nblk {
+                    let rel = ti * TASK_BLOCKS + bi;
+                    bb.recs.clear();
+                    for (sorted, offs) in &parts {
+                        bb.recs
+                            .extend_from_slice(&sorted[offs[rel] as usize..offs[rel + 1] as usize]);
+                    }
+                    bb.build(
+                        keys,
+                        start + rel as u64,
+                        total,
+                        &mut cch[bi * CHOICE_BYTES_PER_BLOCK..(bi + 1) * CHOICE_BYTES_PER_BLOCK],
+                        &mut gch[bi * gbytes..(bi + 1) * gbytes],
+                        &mut fb,
+                    )?;
+                }
+                progress(nblk as u64);
+                Ok(fb)
+            },
+        )
+        .collect();
+    drop(parts);
+    let mut fb = Vec::new();
+    for r in results {
+        fb.extend_from_slice(&r?);
+    }
+    Ok((sort_fallback(&fb), n_in_range))
+}
+
+/// Sorts fallback entries by hash.
+pub(crate) fn sort_fallback(fb: &[u8]) -> Vec<u8> {
+    let mut ents: Vec<(u64, u64, u16)> = fb
+        .chunks_exact(FB_ENTRY)
+        .map(|e| {
+            (
+                u64::from_le_bytes(e[0..8].try_into().expect("8 bytes")),
+                u64::from_le_bytes(e[8..16].try_into().expect("8 bytes")),
+                u16::from_le_bytes([e[16], e[17]]),
+            )
+        })
+        .collect();
+    ents.sort_unstable();
+    let mut out = Vec::with_capacity(fb.len());
+    for (lo, hi, v) in ents {
+        out.extend_from_slice(&fallback_entry(KeyHash { lo, hi }, v));
+    }
+    out
+}
+
+/// Per-thread state of the block builder.
+pub(crate) struct BlockBuilder {
+    cfg: Config,
+    vbits: u32,
+    seed: u64,
+    runs: u32,
+    searcher: Searcher,
+    weight: [f64; 65],
+    recs: Vec<Rec>,
+    sorted: Vec<Rec>,
+    gkeys: Vec<GKey>,
+    grecs: Vec<Rec>,
+}
+
+impl BlockBuilder {
+    pub(crate) fn new(opts: &BuildOptions) -> Self {
+        // Expected search cost grows about 1.9x (8-bit arrays) / 1.6x (16-bit) per extra key.
+        let r: f64 = if opts.config.array_bits == 8 {
+            1.9
+        } else {
+            1.6
+        };
+        let mut weight = [0f64; 65];
+        for (i, w) in weight.iter_mut().enumerate() {
+            *w = r.powi(i as i32);
+        }
+        BlockBuilder {
+            cfg: opts.config,
+            vbits: opts.value_bits as u32,
+            seed: opts.seed,
+            runs: opts.runs.max(1),
+            searcher: Searcher::new(opts.kernel),
+            weight,
+            recs: Vec::new(),
+            sorted: Vec::new(),
+            gkeys: Vec::new(),
+            grecs: Vec::new(),
+        }
+    }
+
+    fn build(
+        &mut self,
+        keys: &[&[u8]],
+        block: u64,
+        total: u64,
+        choices: &mut [u8],
+        groups: &mut [u8],
+        fb: &mut Vec<u8>,
+    ) -> Result<(), BuildError> {
+        // Bucket sort, then hash order inside each bucket: a canonical order that does not
+        // depend on the input order (so pieces and one-shot builds agree).
+        let mut size = [0u32; BUCKETS_PER_BLOCK];
+        for r in &self.recs {
+            size[locate(r.hash(), total).1] += 1;
+        }
+        let mut bstart = [0u32; BUCKETS_PER_BLOCK + 1];
+        for b in 0..BUCKETS_PER_BLOCK {
+            bstart[b + 1] = bstart[b] + size[b];
+        }
+        self.sorted.clear();
+        self.sorted.resize(self.recs.len(), Rec::default());
+        let mut pos = bstart;
+        for r in &self.recs {
+            let b = locate(r.hash(), total).1;
+            self.sorted[pos[b] as usize] = *r;
+            pos[b] += 1;
+        }
+        for b in 0..BUCKETS_PER_BLOCK {
+            let s = &mut self.sorted[bstart[b] as usize..bstart[b + 1] as usize];
+            if s.len() > 1 {
+                s.sort_unstable_by_key(|r| (r.lo, r.hi));
+                for w in s.windows(2) {
+                    if w[0].lo == w[1].lo && w[0].hi == w[1].hi {
+                        let (i, j) = (w[0].idx.min(w[1].idx), w[0].idx.max(w[1].idx));
+                        return Err(if keys[i as usize] == keys[j as usize] {
+                            BuildError::DuplicateKey {
+                                index: j as usize,
+                                first: i as usize,
+                            }
+                        } else {
+                            BuildError::HashCollision {
+                                a: i as usize,
+                                b: j as usize,
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        let choice = self.balance(block, &size);
+        choices.fill(0);
+        for b in 0..BUCKETS_PER_BLOCK {
+            choices[b / 4] |= (choice[b] as u8) << ((b % 4) * 2);
+        }
+        // Keys of each group, in bucket order.
+        let mut gsize = [0u32; GROUPS_PER_BLOCK + 1];
+        for b in 0..BUCKETS_PER_BLOCK {
+            gsize[CAND[b][choice[b]] as usize + 1] += size[b];
+        }
+        for g in 0..GROUPS_PER_BLOCK {
+            gsize[g + 1] += gsize[g];
+        }
+        let gstart = gsize;
+        let mut gpos = gsize;
+        self.grecs.clear();
+        self.grecs.resize(self.sorted.len(), Rec::default());
+        for b in 0..BUCKETS_PER_BLOCK {
+            let g = CAND[b][choice[b]] as usize;
+            for r in &self.sorted[bstart[b] as usize..bstart[b + 1] as usize] {
+                self.grecs[gpos[g] as usize] = *r;
+                gpos[g] += 1;
+            }
+        }
+        let rec_bytes = self.cfg.entry_bytes() * self.vbits as usize;
+        for g in 0..GROUPS_PER_BLOCK {
+            let rs = &self.grecs[gstart[g] as usize..gstart[g + 1] as usize];
+            self.gkeys.clear();
+            self.gkeys.extend(rs.iter().map(|r| {
+                let (a, b) = crate::layout::family(r.hash());
+                GKey { a, b, v: r.val }
+            }));
+            let out = &mut groups[g * rec_bytes..(g + 1) * rec_bytes];
+            if !solve_group(&mut self.searcher, self.cfg, self.vbits, &self.gkeys, out) {
+                for r in rs {
+                    fb.extend_from_slice(&fallback_entry(r.hash(), r.val));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Greedy balancing (largest bucket first, least-loaded candidate, random tie-break),
+    /// `runs` randomized runs, the cheapest kept. Returns each bucket's choice.
+    fn balance(&self, block: u64, size: &[u32; BUCKETS_PER_BLOCK]) -> [usize; BUCKETS_PER_BLOCK] {
+        // Non-empty buckets by size descending, ties by bucket number.
+        let mut order: Vec<u8> = (0..BUCKETS_PER_BLOCK as u16)
+            .filter(|&b| size[b as usize] > 0)
+            .map(|b| b as u8)
+            .collect();
+        order.sort_by_key(|&b| std::cmp::Reverse(size[b as usize]));
+        let mut best = [0usize; BUCKETS_PER_BLOCK];
+        let mut best_cost = f64::INFINITY;
+        let mut cur = [0usize; BUCKETS_PER_BLOCK];
+        for run in 0..self.runs {
+            let mut rng = mix(self.seed ^ mix(block.wrapping_mul(0x9e37_79b9) ^ run as u64));
+            let mut load = [0u32; GROUPS_PER_BLOCK];
+            for &b in &order {
+                let b = b as usize;
+                let cands = &CAND[b];
+                let mut min = u32::MAX;
+                let mut ties = [0usize; CHOICES];
+                let mut nt = 0;
+                for (c, &g) in cands.iter().enumerate() {
+                    let l = load[g as usize];
+                    if l < min {
+                        min = l;
+                        nt = 0;
+                    }
+                    if l == min {
+                        ties[nt] = c;
+                        nt += 1;
+                    }
+                }
+                let c = if nt == 1 {
+                    ties[0]
+                } else {
+                    rng = mix(rng);
+                    ties[(rng % nt as u64) as usize]
+                };
+                cur[b] = c;
+                load[cands[c] as usize] += size[b];
+            }
+            let cost: f64 = load
+                .iter()
+                .map(|&l| self.weight[(l as usize).min(64)])
+                .sum();
+            if cost < best_cost {
+                best_cost = cost;
+                best = cur;
+            }
+        }
+        best
+    }
+}
+
+/// Searches all value bits of a group and writes its record; on failure writes the fallback
+/// marker and returns false.
+pub(crate) fn solve_group(
+    searcher: &mut Searcher,
+    cfg: Config,
+    vbits: u32,
+    keys: &[GKey],
+    out: &mut [u8],
+) -> bool {
+    let want = ((1u32 << vbits) - 1) as u16;
+    let mut idx = [0u16; 16];
+    let found = searcher.search(cfg, keys, want, &mut idx);
+    if found == want {
+        let entries: Vec<(u16, u32)> = (0..vbits)
+            .map(|j| (idx[j as usize], array_for(cfg, keys, j, idx[j as usize])))
+            .collect();
+        write_record(cfg, &entries, out);
+        true
+    } else {
+        write_mark(cfg, out);
+        false
+    }
+}
+
+/// Writes a group record: one (index, array) entry per value bit.
+pub(crate) fn write_record(cfg: Config, entries: &[(u16, u32)], out: &mut [u8]) {
+    let eb = cfg.entry_bytes();
+    for (j, &(idx, arr)) in entries.iter().enumerate() {
+        let w = (idx as u64) | ((arr as u64) << cfg.index_bits);
+        out[j * eb..(j + 1) * eb].copy_from_slice(&w.to_le_bytes()[..eb]);
+    }
+}
+
+/// Writes the fallback marker record (bit 0 index = `mark`, everything else zero).
+pub(crate) fn write_mark(cfg: Config, out: &mut [u8]) {
+    out.fill(0);
+    let eb = cfg.entry_bytes();
+    let w = cfg.mark() as u64;
+    out[..eb].copy_from_slice(&w.to_le_bytes()[..eb]);
+}
+
+pub(crate) fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl SetSep {
+    /// Builds a table mapping `keys[i]` to `values[i]`.
+    ///
+    /// Keys are 4 to 64 bytes, distinct; values fit in `opts.value_bits` bits. Uses
+    /// `opts.threads` threads of a local pool. The result does not depend on the thread count or
+    /// the kernel.
+    pub fn build(
+        keys: &[&[u8]],
+        values: &[u16],
+        opts: &BuildOptions,
+    ) -> Result<SetSep, BuildError> {
+        Self::build_with_progress(keys, values, opts, &|_| {})
+    }
+
+    /// [`SetSep::build`], calling `on_blocks_done(n)` from the build threads each time `n` more
+    /// blocks are finished (the total is [`num_blocks`]`(keys.len())`).
+    pub fn build_with_progress(
+        keys: &[&[u8]],
+        values: &[u16],
+        opts: &BuildOptions,
+        on_blocks_done: &(dyn Fn(u64) + Sync),
+    ) -> Result<SetSep, BuildError> {
+        let total = num_blocks(keys.len() as u64);
+        let pool = pool(opts.threads)?;
+        pool.install(|| {
+            check_inputs(keys, values, opts)?;
+            let hdr = Header {
+                config: opts.config,
+                value_bits: opts.value_bits,
+                seed: opts.seed,
+                n_keys: keys.len() as u64,
+                n_blocks: total,
+            };
+            let mut choices = HugeArray::<u8>::zeroed(hdr.choice_bytes());
+            let mut groups = HugeArray::<u8>::zeroed(hdr.group_bytes() + SLACK);
+            let gb = hdr.group_bytes();
+            let (fallback, _) = build_range(
+                keys,
+                values,
+                opts,
+                0..total,
+                total,
+                &mut choices,
+                &mut groups[..gb],
+                on_blocks_done,
+            )?;
+            Ok(SetSep {
+                hdr,
+                choices,
+                groups,
+                fallback,
+            })
+        })
+    }
+
+    /// Builds only blocks `range` of a table of `total_blocks` blocks (paper section 4.5): a
+    /// node passes the keys whose [`crate::block_of_key`] is in its range (keys outside the
+    /// range are skipped). [`SetSep::assemble`] joins the pieces into the table a one-shot build
+    /// of all keys gives, byte for byte, when `total_blocks` is [`num_blocks`] of the total key
+    /// count.
+    pub fn build_blocks(
+        keys: &[&[u8]],
+        values: &[u16],
+        range: Range<u64>,
+        total_blocks: u64,
+        opts: &BuildOptions,
+    ) -> Result<Piece, BuildError> {
+        if range.start >= range.end || range.end > total_blocks {
+            return Err(BuildError::BadRange {
+                start: range.start,
+                end: range.end,
+                total: total_blocks,
+            });
+        }
+        let pool = pool(opts.threads)?;
+        pool.install(|| {
+            check_inputs(keys, values, opts)?;
+            let nb = (range.end - range.start) as usize;
+            let rec = opts.config.entry_bytes() * opts.value_bits as usize;
+            let mut choices = vec![0u8; nb * CHOICE_BYTES_PER_BLOCK];
+            let mut groups = vec![0u8; nb * GROUPS_PER_BLOCK * rec];
+            let (fallback, n) = build_range(
+                keys,
+                values,
+                opts,
+                range.clone(),
+                total_blocks,
+                &mut choices,
+                &mut groups,
+                &|_| {},
+            )?;
+            Ok(Piece {
+                config: opts.config,
+                value_bits: opts.value_bits,
+                seed: opts.seed,
+                total_blocks,
+                range,
+                keys: n,
+                choices,
+                groups,
+                fallback,
+            })
+        })
+    }
+
+    /// Joins pieces covering blocks `0..total_blocks` (in any order) into one table.
+    pub fn assemble(mut pieces: Vec<Piece>) -> Result<SetSep, BuildError> {
+        let first = pieces
+            .first()
+            .ok_or(BuildError::PieceMismatch("no pieces"))?
+            .clone();
+        pieces.sort_by_key(|p| p.range.start);
+        let mut next = 0u64;
+        for p in &pieces {
+            if (p.config, p.value_bits, p.seed, p.total_blocks)
+                != (
+                    first.config,
+                    first.value_bits,
+                    first.seed,
+                    first.total_blocks,
+                )
+            {
+                return Err(BuildError::PieceMismatch(
+                    "pieces differ in config, value bits, seed or total blocks",
+                ));
+            }
+            if p.range.start != next {
+                return Err(BuildError::PieceMismatch(
+                    "block ranges overlap or leave a gap",
+                ));
+            }
+            let nb = (p.range.end - p.range.start) as usize;
+            let rec = p.config.entry_bytes() * p.value_bits as usize;
+            if p.choices.len() != nb * CHOICE_BYTES_PER_BLOCK
+                || p.groups.len() != nb * GROUPS_PER_BLOCK * rec
+                || p.fallback.len() % FB_ENTRY != 0
+            {
+                return Err(BuildError::PieceMismatch(
+                    "piece arrays have the wrong size",
+                ));
+            }
+            next = p.range.end;
+        }
+        if next != first.total_blocks {
+            return Err(BuildError::PieceMismatch("pieces do not cover all blocks"));
+        }
+        let hdr = Header {
+            config: first.config,
+            value_bits: first.value_bits,
+            seed: first.seed,
+            n_keys: pieces.iter().map(|p| p.keys).sum(),
+            n_blocks: first.total_blocks,
+        };
+        let mut choices = HugeArray::<u8>::zeroed(hdr.choice_bytes());
+        let mut groups = HugeArray::<u8>::zeroed(hdr.group_bytes() + SLACK);
+        let mut fb = Vec::new();
+        let (mut co, mut go) = (0usize, 0usize);
+        for p in &pieces {
+            choices[co..co + p.choices.len()].copy_from_slice(&p.choices);
+            groups[go..go + p.groups.len()].copy_from_slice(&p.groups);
+            co += p.choices.len();
+            go += p.groups.len();
+            fb.extend_from_slice(&p.fallback);
+        }
+        Ok(SetSep {
+            hdr,
+            choices,
+            groups,
+            fallback: sort_fallback(&fb),
+        })
+    }
+}

@@ -1,0 +1,255 @@
+//! The group search: for each wanted value bit, the smallest hash index `i < 2^x - 1` such that
+//! no two keys of the group with different bits land on the same position of the bit array.
+//!
+//! The one SIMD switch of the crate: [`Searcher`] picks the AVX2 kernel (16 candidates at a time
+//! in 16-bit lanes, see `kernel_avx2`) when the CPU has it and the scalar kernel otherwise. The
+//! scalar kernel is the reference: both return the same indexes, so both build the same table.
+//!
+//! Both kernels test every wanted value bit against a candidate before moving to the next
+//! candidate (the paper's trick), so a 2-bit search costs about the longer of the two searches,
+//! not their sum. Keys are grouped by value first, so per candidate each key costs one position
+//! computation and one OR into its value class; a bit is then checked by OR-ing the classes.
+#![allow(unsafe_code)]
+
+use crate::layout::position;
+use crate::{Config, Kernel};
+
+/// Largest group the AVX2 kernel takes; larger ones (only possible with adversarial or
+/// duplicate-heavy inputs) go through the scalar kernel, which gives the same result.
+pub(crate) const AVX2_MAX_KEYS: usize = 64;
+
+/// One key of a group: its two base hashes and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GKey {
+    pub a: u16,
+    pub b: u16,
+    pub v: u16,
+}
+
+pub(crate) fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A search kernel with its scratch space (one per build thread).
+pub(crate) struct Searcher {
+    avx2: bool,
+    a: Vec<u16>,
+    b: Vec<u16>,
+    cls_end: Vec<usize>,
+    cls_val: Vec<u16>,
+    sorted: Vec<GKey>,
+}
+
+impl Searcher {
+    /// `kernel` must be available (see [`Kernel::avx2_available`]); `Avx2` without it falls back
+    /// to scalar.
+    pub fn new(kernel: Kernel) -> Self {
+        let avx2 = match kernel {
+            Kernel::Scalar => false,
+            Kernel::Auto | Kernel::Avx2 => avx2_available(),
+        };
+        Searcher {
+            avx2,
+            a: Vec::new(),
+            b: Vec::new(),
+            cls_end: Vec::new(),
+            cls_val: Vec::new(),
+            sorted: Vec::new(),
+        }
+    }
+
+    /// Searches the value bits in `want` (bit j = value bit j) for `keys`; for each bit found,
+    /// writes its index into `out[j]`. Returns the mask of bits found.
+    pub fn search(&mut self, cfg: Config, keys: &[GKey], want: u16, out: &mut [u16; 16]) -> u16 {
+        if want == 0 {
+            return 0;
+        }
+        // Group keys by value (stable: the order inside a class does not change the result).
+        self.sorted.clear();
+        self.sorted.extend_from_slice(keys);
+        self.sorted.sort_by_key(|k| k.v);
+        self.a.clear();
+        self.b.clear();
+        self.cls_end.clear();
+        self.cls_val.clear();
+        for (i, k) in self.sorted.iter().enumerate() {
+            self.a.push(k.a);
+            self.b.push(k.b);
+            if self.cls_val.last() != Some(&k.v) || self.cls_end.is_empty() {
+                if !self.cls_end.is_empty() {
+                    *self.cls_end.last_mut().expect("nonempty") = i;
+                }
+                self.cls_val.push(k.v);
+                self.cls_end.push(i + 1);
+            }
+        }
+        if let Some(e) = self.cls_end.last_mut() {
+            *e = self.sorted.len();
+        }
+        let limit = cfg.mark() as u32;
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 && keys.len() <= AVX2_MAX_KEYS {
+            // SAFETY: `self.avx2` is only true when the CPU has AVX2; the group has at most
+            // AVX2_MAX_KEYS keys and at most as many classes, as the kernel requires.
+            return unsafe {
+                crate::kernel_avx2::search(
+                    cfg.array_log(),
+                    limit,
+                    &self.a,
+                    &self.b,
+                    &self.cls_end,
+                    &self.cls_val,
+                    want,
+                    out,
+                )
+            };
+        }
+        search_scalar(
+            cfg.array_log(),
+            limit,
+            &self.a,
+            &self.b,
+            &self.cls_end,
+            &self.cls_val,
+            want,
+            out,
+        )
+    }
+}
+
+/// The reference kernel: candidates one at a time.
+#[allow(clippy::too_many_arguments)]
+fn search_scalar(
+    alog: u32,
+    limit: u32,
+    a: &[u16],
+    b: &[u16],
+    cls_end: &[usize],
+    cls_val: &[u16],
+    want: u16,
+    out: &mut [u16; 16],
+) -> u16 {
+    let mut found = 0u16;
+    let mut accs = vec![0u32; cls_end.len()];
+    for i in 0..limit {
+        let idx = i as u16;
+        let mut s = 0;
+        for (c, &e) in cls_end.iter().enumerate() {
+            let mut acc = 0u32;
+            for k in s..e {
+                acc |= 1 << position(a[k], b[k], idx, alog);
+            }
+            accs[c] = acc;
+            s = e;
+        }
+        let mut todo = want & !found;
+        while todo != 0 {
+            let j = todo.trailing_zeros();
+            todo &= todo - 1;
+            let (mut z, mut o) = (0u32, 0u32);
+            for (c, &v) in cls_val.iter().enumerate() {
+                if (v >> j) & 1 == 1 {
+                    o |= accs[c];
+                } else {
+                    z |= accs[c];
+                }
+            }
+            if z & o == 0 {
+                out[j as usize] = idx;
+                found |= 1 << j;
+            }
+        }
+        if found == want {
+            break;
+        }
+    }
+    found
+}
+
+/// Whether index `idx` separates value bit `j` of `keys`.
+pub(crate) fn separates(cfg: Config, keys: &[GKey], j: u32, idx: u16) -> bool {
+    let alog = cfg.array_log();
+    let (mut z, mut o) = (0u32, 0u32);
+    for k in keys {
+        let m = 1u32 << position(k.a, k.b, idx, alog);
+        if (k.v >> j) & 1 == 1 {
+            o |= m;
+        } else {
+            z |= m;
+        }
+    }
+    z & o == 0
+}
+
+/// The bit array of value bit `j` under index `idx`: ones exactly where keys with bit 1 land.
+pub(crate) fn array_for(cfg: Config, keys: &[GKey], j: u32, idx: u16) -> u32 {
+    let alog = cfg.array_log();
+    let mut o = 0u32;
+    for k in keys {
+        if (k.v >> j) & 1 == 1 {
+            o |= 1u32 << position(k.a, k.b, idx, alog);
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rand_keys(n: usize, vbits: u32, seed: u64) -> Vec<GKey> {
+        let mut s = seed;
+        let mut next = || {
+            s = s.wrapping_add(0x9e3779b97f4a7c15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+            z ^ (z >> 31)
+        };
+        (0..n)
+            .map(|_| {
+                let r = next();
+                GKey {
+                    a: r as u16,
+                    b: (r >> 16) as u16 | 1,
+                    v: ((r >> 32) as u16) & ((1u32 << vbits) - 1) as u16,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn scalar_and_avx2_agree() {
+        let mut sc = Searcher::new(Kernel::Scalar);
+        let mut av = Searcher::new(Kernel::Auto);
+        for cfg in [Config::C16_8, Config::C8_16, Config::C16_16] {
+            for n in [0usize, 1, 2, 5, 16, 19, 23, 40, 64, 70] {
+                for vbits in [1u32, 2, 3, 8] {
+                    let keys = rand_keys(n, vbits, (n as u64) << 8 | vbits as u64);
+                    let want = ((1u32 << vbits) - 1) as u16;
+                    let (mut o1, mut o2) = ([0u16; 16], [0u16; 16]);
+                    let f1 = sc.search(cfg, &keys, want, &mut o1);
+                    let f2 = av.search(cfg, &keys, want, &mut o2);
+                    assert_eq!(f1, f2, "cfg {cfg} n {n} vbits {vbits}");
+                    for j in 0..vbits {
+                        if f1 >> j & 1 == 1 {
+                            assert_eq!(o1[j as usize], o2[j as usize]);
+                            assert!(separates(cfg, &keys, j, o1[j as usize]));
+                            // Nothing smaller separates.
+                            for i in 0..o1[j as usize] {
+                                assert!(!separates(cfg, &keys, j, i));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

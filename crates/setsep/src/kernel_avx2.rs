@@ -1,0 +1,143 @@
+//! The AVX2 group-search kernel: 16 candidate hash indexes at once, one per 16-bit lane.
+//!
+//! For key `k` lane `l` of chunk `c` holds `h = a_k + (16c + l) * b_k (mod 2^16)`; stepping to
+//! the next chunk adds `16 * b_k`. The bit-array position is the top 3 (or 4) bits of `h`, turned
+//! into a one-hot mask with `vpshufb` and OR-ed into the key's value class. A value bit is
+//! separated in a lane when the OR of the classes with that bit 0 and the OR of the classes with
+//! that bit 1 share no position. Returns exactly what the scalar kernel returns.
+#![allow(unsafe_code)]
+
+#[cfg(target_arch = "x86_64")]
+use core::arch::x86_64::*;
+
+/// AVX2 search; see `kernel::search_scalar` for the contract.
+///
+/// # Safety
+/// The CPU must support AVX2; `a.len() == b.len() <= 64`; `cls_end` is increasing, ends at
+/// `a.len()` and has as many entries as `cls_val`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn search(
+    alog: u32,
+    limit: u32,
+    a: &[u16],
+    b: &[u16],
+    cls_end: &[usize],
+    cls_val: &[u16],
+    want: u16,
+    out: &mut [u16; 16],
+) -> u16 {
+    if alog == 3 {
+        run::<false>(limit, a, b, cls_end, cls_val, want, out)
+    } else {
+        run::<true>(limit, a, b, cls_end, cls_val, want, out)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2")]
+fn run<const Y16: bool>(
+    limit: u32,
+    a: &[u16],
+    b: &[u16],
+    cls_end: &[usize],
+    cls_val: &[u16],
+    want: u16,
+    out: &mut [u16; 16],
+) -> u16 {
+    const MAXK: usize = crate::kernel::AVX2_MAX_KEYS;
+    let n = a.len().min(b.len()).min(MAXK);
+    let ncls = cls_end.len().min(cls_val.len()).min(MAXK);
+    let zero = _mm256_setzero_si256();
+    let lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let mut hs = [zero; MAXK];
+    let mut st = [zero; MAXK];
+    for k in 0..n {
+        let bv = _mm256_set1_epi16(b[k] as i16);
+        hs[k] = _mm256_add_epi16(_mm256_set1_epi16(a[k] as i16), _mm256_mullo_epi16(lane, bv));
+        st[k] = _mm256_set1_epi16(b[k].wrapping_mul(16) as i16);
+    }
+    // One-hot tables for vpshufb: position p (low 4 bits of each byte) -> 1 << p.
+    #[rustfmt::skip]
+    let t_lo = _mm256_setr_epi8(
+        1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0,
+        1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0,
+    );
+    #[rustfmt::skip]
+    let t_hi = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128,
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128,
+    );
+    let low_bytes = _mm256_set1_epi16(0x00ff);
+    let nchunks = limit.div_ceil(16);
+    // Lanes of the last chunk at or past `limit` are not candidates.
+    let tail = limit - (nchunks - 1) * 16;
+    let tail_mask: u32 = if tail >= 16 {
+        u32::MAX
+    } else {
+        (1u32 << (2 * tail)) - 1
+    };
+    let mut accs = [zero; MAXK];
+    let mut found = 0u16;
+    for c in 0..nchunks {
+        let mut s = 0usize;
+        for ci in 0..ncls {
+            let e = cls_end[ci].min(n);
+            let mut acc = zero;
+            let mut acc_hi = zero;
+            for k in s..e {
+                let h = hs[k];
+                hs[k] = _mm256_add_epi16(h, st[k]);
+                if Y16 {
+                    let p = _mm256_srli_epi16::<12>(h);
+                    acc = _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p));
+                    acc_hi = _mm256_or_si256(acc_hi, _mm256_shuffle_epi8(t_hi, p));
+                } else {
+                    let p = _mm256_srli_epi16::<13>(h);
+                    acc = _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p));
+                }
+            }
+            accs[ci] = if Y16 {
+                // Low byte of acc: positions 0-7; low byte of acc_hi: positions 8-15.
+                _mm256_or_si256(
+                    _mm256_and_si256(acc, low_bytes),
+                    _mm256_slli_epi16::<8>(acc_hi),
+                )
+            } else {
+                acc
+            };
+            s = e;
+        }
+        let mut todo = want & !found;
+        while todo != 0 {
+            let j = todo.trailing_zeros();
+            todo &= todo - 1;
+            let mut z = zero;
+            let mut o = zero;
+            for ci in 0..ncls {
+                if (cls_val[ci] >> j) & 1 == 1 {
+                    o = _mm256_or_si256(o, accs[ci]);
+                } else {
+                    z = _mm256_or_si256(z, accs[ci]);
+                }
+            }
+            let conf = _mm256_and_si256(z, o);
+            let mm = _mm256_movemask_epi8(_mm256_cmpeq_epi8(conf, zero)) as u32;
+            // Y8: only the low byte of a lane is meaningful; Y16: both bytes must be zero.
+            let mut ok = if Y16 { mm & (mm >> 1) } else { mm } & 0x5555_5555;
+            if c == nchunks - 1 {
+                ok &= tail_mask;
+            }
+            if ok != 0 {
+                out[j as usize] = (c * 16 + ok.trailing_zeros() / 2) as u16;
+                found |= 1 << j;
+            }
+        }
+        if found == want {
+            break;
+        }
+    }
+    found
+}

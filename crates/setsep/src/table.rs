@@ -1,0 +1,420 @@
+//! The lookup side: [`SetSep`] (owned arrays) and the borrowed [`Tables`] view that every lookup
+//! path (owned, zero-copy, mmap'd) runs on.
+
+use crate::layout::{
+    choice_of, family, locate, position, CAND, CHOICE_BYTES_PER_BLOCK, GROUPS_PER_BLOCK,
+};
+use crate::prefetch::prefetch;
+use crate::{Config, Delta, DeltaError};
+use sb_common::{hash128, HugeArray, KeyHash, PageInfo};
+
+/// Bytes of one fallback entry: hash lo (8), hash hi (8), value (2), little endian.
+pub(crate) const FB_ENTRY: usize = 18;
+/// Readable bytes every groups slice has past its last record (so a record entry can be read
+/// with one unaligned 4-byte load).
+pub(crate) const SLACK: usize = 8;
+/// Keys per stage of the batched lookup pipeline.
+pub(crate) const WINDOW: usize = 32;
+
+/// What a table is: the header fields of the binary format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub config: Config,
+    pub value_bits: u8,
+    pub seed: u64,
+    pub n_keys: u64,
+    pub n_blocks: u64,
+}
+
+impl Header {
+    pub fn rec_bytes(&self) -> usize {
+        self.config.entry_bytes() * self.value_bits as usize
+    }
+    pub fn choice_bytes(&self) -> usize {
+        self.n_blocks as usize * CHOICE_BYTES_PER_BLOCK
+    }
+    pub fn n_groups(&self) -> u64 {
+        self.n_blocks * GROUPS_PER_BLOCK as u64
+    }
+    pub fn group_bytes(&self) -> usize {
+        self.n_groups() as usize * self.rec_bytes()
+    }
+}
+
+/// Statistics of a table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stats {
+    /// Keys the table was built with (after updates: the current number of keys).
+    pub keys: u64,
+    /// Bits per value.
+    pub value_bits: u8,
+    /// Hash index and bit array widths.
+    pub config: Config,
+    /// Exact space per key: bucket choices + group records + fallback entries, in bits, divided
+    /// by `keys` (0 for an empty table).
+    pub bits_per_key: f64,
+    /// Keys answered from the fallback table.
+    pub fallback_keys: u64,
+    /// Bytes of the serialized table (header, choices, groups, fallback, checksum).
+    pub bytes: u64,
+    /// 1024-key blocks.
+    pub blocks: u64,
+    /// Groups (64 per block).
+    pub groups: u64,
+    /// Groups whose keys are in the fallback table.
+    pub fallback_groups: u64,
+    /// What backs the in-memory arrays (2 MB or 4 KB pages).
+    pub page_info: PageInfo,
+}
+
+/// A SetSep table: maps every key it was built with to its value; keys are not stored.
+///
+/// Built by [`SetSep::build`], loaded by [`SetSep::from_bytes`], changed only through
+/// [`SetSep::apply_delta`] (the deltas an [`crate::Updatable`] produces).
+#[derive(Clone)]
+pub struct SetSep {
+    pub(crate) hdr: Header,
+    /// 64 bytes per block: 2 bits per bucket.
+    pub(crate) choices: HugeArray<u8>,
+    /// `rec_bytes` per group, then [`SLACK`] zero bytes.
+    pub(crate) groups: HugeArray<u8>,
+    /// Sorted [`FB_ENTRY`]-byte entries.
+    pub(crate) fallback: Vec<u8>,
+}
+
+impl std::fmt::Debug for SetSep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetSep")
+            .field("keys", &self.hdr.n_keys)
+            .field("config", &self.hdr.config)
+            .field("value_bits", &self.hdr.value_bits)
+            .field("blocks", &self.hdr.n_blocks)
+            .field("fallback_keys", &(self.fallback.len() / FB_ENTRY))
+            .finish()
+    }
+}
+
+/// A borrowed view of a table's arrays plus the numbers the lookup needs.
+#[derive(Clone, Copy)]
+pub(crate) struct Tables<'a> {
+    pub hdr: Header,
+    pub choices: &'a [u8],
+    pub groups: &'a [u8],
+    pub fallback: &'a [u8],
+    rec: usize,
+    eb: usize,
+    xbits: u32,
+    xmask: u32,
+    ymask: u32,
+    alog: u32,
+    mark: u16,
+    vbits: usize,
+}
+
+impl<'a> Tables<'a> {
+    pub fn new(hdr: Header, choices: &'a [u8], groups: &'a [u8], fallback: &'a [u8]) -> Self {
+        let c = hdr.config;
+        Tables {
+            hdr,
+            choices,
+            groups,
+            fallback,
+            rec: hdr.rec_bytes(),
+            eb: c.entry_bytes(),
+            xbits: c.index_bits as u32,
+            xmask: (1u32 << c.index_bits) - 1,
+            ymask: ((1u64 << c.array_bits) - 1) as u32,
+            alog: c.array_log(),
+            mark: c.mark(),
+            vbits: hdr.value_bits as usize,
+        }
+    }
+
+    #[inline(always)]
+    pub fn hash(&self, key: &[u8]) -> KeyHash {
+        hash128(key, self.hdr.seed)
+    }
+
+    /// Global group id of a key hash.
+    #[inline(always)]
+    pub fn group_of(&self, h: KeyHash) -> usize {
+        let (blk, bkt) = locate(h, self.hdr.n_blocks);
+        let cb = self.choices[blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4];
+        blk as usize * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize
+    }
+
+    #[inline(always)]
+    fn entry(&self, off: usize) -> u32 {
+        match self.groups.get(off..off + 4) {
+            Some(s) => u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
+            None => {
+                let mut b = [0u8; 4];
+                for (i, x) in b.iter_mut().enumerate() {
+                    *x = self.groups.get(off + i).copied().unwrap_or(0);
+                }
+                u32::from_le_bytes(b)
+            }
+        }
+    }
+
+    /// Value of key hash `h` in global group `gi`.
+    #[inline(always)]
+    pub fn eval_group(&self, gi: usize, h: KeyHash) -> u16 {
+        let base = gi * self.rec;
+        let (a, b) = family(h);
+        let w = self.entry(base);
+        let idx = (w & self.xmask) as u16;
+        if idx == self.mark {
+            return self.fallback_get(h);
+        }
+        let arr = (w >> self.xbits) & self.ymask;
+        let mut v = (arr >> position(a, b, idx, self.alog)) & 1;
+        for j in 1..self.vbits {
+            let w = self.entry(base + j * self.eb);
+            let idx = (w & self.xmask) as u16;
+            let arr = (w >> self.xbits) & self.ymask;
+            v |= ((arr >> position(a, b, idx, self.alog)) & 1) << j;
+        }
+        v as u16
+    }
+
+    /// Whether global group `gi` is answered from the fallback table.
+    pub fn is_fallback_group(&self, gi: usize) -> bool {
+        (self.entry(gi * self.rec) & self.xmask) as u16 == self.mark
+    }
+
+    pub fn fallback_len(&self) -> usize {
+        self.fallback.len() / FB_ENTRY
+    }
+
+    /// Binary search of the fallback table; 0 for a hash that is not there.
+    pub fn fallback_get(&self, h: KeyHash) -> u16 {
+        match fallback_find(self.fallback, h) {
+            Ok(i) => {
+                let e = &self.fallback[i * FB_ENTRY..(i + 1) * FB_ENTRY];
+                u16::from_le_bytes([e[16], e[17]])
+            }
+            Err(_) => 0,
+        }
+    }
+
+    #[inline(always)]
+    pub fn lookup_hash(&self, h: KeyHash) -> u16 {
+        self.eval_group(self.group_of(h), h)
+    }
+
+    /// Algorithm 1 on hashes: stage 1 locates the choice byte and prefetches it, stage 2 reads
+    /// the choice and prefetches the group record, stage 3 evaluates.
+    pub fn lookup_batch_hashes(&self, hs: &[KeyHash], out: &mut [u16]) {
+        assert_eq!(
+            hs.len(),
+            out.len(),
+            "lookup_batch_hashes: hs and out differ in length"
+        );
+        let mut gis = [0usize; WINDOW];
+        let mut cis = [0usize; WINDOW];
+        for (hw, ow) in hs.chunks(WINDOW).zip(out.chunks_mut(WINDOW)) {
+            self.stage_locate(hw, &mut cis);
+            self.stage_group(hw, &cis, &mut gis);
+            for i in 0..hw.len() {
+                ow[i] = self.eval_group(gis[i], hw[i]);
+            }
+        }
+    }
+
+    /// Algorithm 1 on keys: the same three stages, stage 1 also hashes.
+    pub fn lookup_batch(&self, keys: &[&[u8]], out: &mut [u16]) {
+        assert_eq!(
+            keys.len(),
+            out.len(),
+            "lookup_batch: keys and out differ in length"
+        );
+        let mut hs = [KeyHash::default(); WINDOW];
+        let mut gis = [0usize; WINDOW];
+        let mut cis = [0usize; WINDOW];
+        for (kw, ow) in keys.chunks(WINDOW).zip(out.chunks_mut(WINDOW)) {
+            for (h, k) in hs.iter_mut().zip(kw) {
+                *h = self.hash(k);
+            }
+            let hw = &hs[..kw.len()];
+            self.stage_locate(hw, &mut cis);
+            self.stage_group(hw, &cis, &mut gis);
+            for i in 0..hw.len() {
+                ow[i] = self.eval_group(gis[i], hw[i]);
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn stage_locate(&self, hw: &[KeyHash], cis: &mut [usize; WINDOW]) {
+        for (c, h) in cis.iter_mut().zip(hw) {
+            let (blk, bkt) = locate(*h, self.hdr.n_blocks);
+            // Low 8 bits carry the bucket, the rest the choice byte offset.
+            let off = blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4;
+            *c = (off << 8) | bkt;
+            prefetch(self.choices, off);
+        }
+    }
+
+    #[inline(always)]
+    fn stage_group(&self, hw: &[KeyHash], cis: &[usize; WINDOW], gis: &mut [usize; WINDOW]) {
+        for i in 0..hw.len() {
+            let off = cis[i] >> 8;
+            let bkt = cis[i] & 0xff;
+            let cb = self.choices[off];
+            let blk = off / CHOICE_BYTES_PER_BLOCK;
+            let gi = blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize;
+            gis[i] = gi;
+            let base = gi * self.rec;
+            prefetch(self.groups, base);
+            prefetch(self.groups, base + self.rec - 1);
+        }
+    }
+
+    pub fn stats(&self, page_info: PageInfo) -> Stats {
+        let h = &self.hdr;
+        let fb = self.fallback_len() as u64;
+        let bits = h.n_blocks * 256 * 2
+            + h.n_groups() * h.value_bits as u64 * h.config.bits_per_group_bit() as u64
+            + fb * (FB_ENTRY as u64 * 8);
+        let fallback_groups = (0..h.n_groups() as usize)
+            .filter(|&g| self.is_fallback_group(g))
+            .count() as u64;
+        Stats {
+            keys: h.n_keys,
+            value_bits: h.value_bits,
+            config: h.config,
+            bits_per_key: if h.n_keys == 0 {
+                0.0
+            } else {
+                bits as f64 / h.n_keys as f64
+            },
+            fallback_keys: fb,
+            bytes: crate::format::serialized_len(h, fb as usize) as u64,
+            blocks: h.n_blocks,
+            groups: h.n_groups(),
+            fallback_groups,
+            page_info,
+        }
+    }
+}
+
+/// Position of `h` in a sorted fallback byte table (`Ok`) or where it would go (`Err`).
+pub(crate) fn fallback_find(fb: &[u8], h: KeyHash) -> Result<usize, usize> {
+    let key = (h.lo, h.hi);
+    let n = fb.len() / FB_ENTRY;
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let e = fallback_key(fb, mid);
+        match e.cmp(&key) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Ok(mid),
+        }
+    }
+    Err(lo)
+}
+
+/// The `(lo, hi)` hash of fallback entry `i`.
+pub(crate) fn fallback_key(fb: &[u8], i: usize) -> (u64, u64) {
+    let e = &fb[i * FB_ENTRY..(i + 1) * FB_ENTRY];
+    let mut lo = [0u8; 8];
+    let mut hi = [0u8; 8];
+    lo.copy_from_slice(&e[0..8]);
+    hi.copy_from_slice(&e[8..16]);
+    (u64::from_le_bytes(lo), u64::from_le_bytes(hi))
+}
+
+/// Encodes one fallback entry.
+pub(crate) fn fallback_entry(h: KeyHash, v: u16) -> [u8; FB_ENTRY] {
+    let mut e = [0u8; FB_ENTRY];
+    e[0..8].copy_from_slice(&h.lo.to_le_bytes());
+    e[8..16].copy_from_slice(&h.hi.to_le_bytes());
+    e[16..18].copy_from_slice(&v.to_le_bytes());
+    e
+}
+
+impl SetSep {
+    pub(crate) fn tables(&self) -> Tables<'_> {
+        Tables::new(self.hdr, &self.choices, &self.groups, &self.fallback)
+    }
+
+    /// The value of `key` (arbitrary for a key the table was not built with).
+    #[inline]
+    pub fn lookup(&self, key: &[u8]) -> u16 {
+        let t = self.tables();
+        t.lookup_hash(t.hash(key))
+    }
+
+    /// Looks up every key of `keys` into `out` through the three-stage prefetch pipeline of the
+    /// paper's Algorithm 1 (32 keys per stage). Any batch size; results equal [`SetSep::lookup`].
+    ///
+    /// # Panics
+    /// If `keys` and `out` differ in length.
+    pub fn lookup_batch(&self, keys: &[&[u8]], out: &mut [u16]) {
+        self.tables().lookup_batch(keys, out)
+    }
+
+    /// The table's hash of `key` (what [`SetSep::lookup_hash`] takes; the FIB can reuse it).
+    #[inline]
+    pub fn hash_key(&self, key: &[u8]) -> KeyHash {
+        hash128(key, self.hdr.seed)
+    }
+
+    /// The value of the key whose hash is `h` (from [`SetSep::hash_key`]).
+    #[inline]
+    pub fn lookup_hash(&self, h: KeyHash) -> u16 {
+        self.tables().lookup_hash(h)
+    }
+
+    /// Batched [`SetSep::lookup_hash`] (Algorithm 1 without the hashing).
+    ///
+    /// # Panics
+    /// If `hs` and `out` differ in length.
+    pub fn lookup_batch_hashes(&self, hs: &[KeyHash], out: &mut [u16]) {
+        self.tables().lookup_batch_hashes(hs, out)
+    }
+
+    /// Size, space per key and fallback use.
+    pub fn stats(&self) -> Stats {
+        let pi = self.choices.page_info().merge(self.groups.page_info());
+        self.tables().stats(pi)
+    }
+
+    /// Hash seed of the table.
+    pub fn seed(&self) -> u64 {
+        self.hdr.seed
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> u64 {
+        self.hdr.n_keys
+    }
+
+    /// Whether the table has no keys.
+    pub fn is_empty(&self) -> bool {
+        self.hdr.n_keys == 0
+    }
+
+    /// Bits per value.
+    pub fn value_bits(&self) -> u8 {
+        self.hdr.value_bits
+    }
+
+    /// The table's config.
+    pub fn config(&self) -> Config {
+        self.hdr.config
+    }
+
+    /// Number of 1024-key blocks.
+    pub fn num_blocks(&self) -> u64 {
+        self.hdr.n_blocks
+    }
+
+    /// Applies a delta produced by [`crate::Updatable`] on an identical table: copies the group
+    /// record and edits the fallback table. On error the table is unchanged.
+    pub fn apply_delta(&mut self, d: &Delta) -> Result<(), DeltaError> {
+        crate::update::apply(self, d)
+    }
+}

@@ -1,0 +1,478 @@
+//! The update side: [`Updatable`] keeps each group's keys (the RIB), re-searches only the group
+//! of a changed key and emits a [`Delta`] that any replica applies with a memory copy.
+
+use crate::build::{write_mark, write_record};
+use crate::kernel::{array_for, separates, GKey, Searcher};
+use crate::layout::{family, MAX_KEY_LEN, MIN_KEY_LEN};
+use crate::table::{fallback_entry, fallback_find, FB_ENTRY};
+use crate::{BuildError, BuildOptions, Config, DeltaError, SetSep, UpdateError};
+use sb_common::{hash128, KeyHash};
+
+/// One change of a table: the new record of one group, and the fallback entries that leave and
+/// join the fallback table. Produced by [`Updatable`], applied by [`SetSep::apply_delta`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delta {
+    config: Config,
+    value_bits: u8,
+    n_blocks: u64,
+    n_keys: u64,
+    group: u64,
+    record: Vec<u8>,
+    fb_remove: Vec<KeyHash>,
+    fb_insert: Vec<(KeyHash, u16)>,
+}
+
+const DELTA_MAGIC: &[u8; 2] = b"SD";
+const DELTA_VERSION: u8 = 1;
+
+fn put_varint(out: &mut Vec<u8>, mut x: u64) {
+    loop {
+        let b = (x & 0x7f) as u8;
+        x >>= 7;
+        if x == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DeltaError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or(DeltaError::Malformed("truncated"))?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, DeltaError> {
+        Ok(self.take(1)?[0])
+    }
+    fn varint(&mut self) -> Result<u64, DeltaError> {
+        let mut x = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            let part = (b & 0x7f) as u64;
+            if shift == 63 && part > 1 {
+                return Err(DeltaError::Malformed("varint overflows"));
+            }
+            x |= part << shift;
+            if b & 0x80 == 0 {
+                return Ok(x);
+            }
+        }
+        Err(DeltaError::Malformed("varint too long"))
+    }
+    fn u64(&mut self) -> Result<u64, DeltaError> {
+        let s = self.take(8)?;
+        Ok(u64::from_le_bytes(s.try_into().expect("8 bytes")))
+    }
+    fn remaining(&self) -> usize {
+        self.b.len() - self.pos
+    }
+}
+
+impl Delta {
+    /// Global group id (block * 64 + group in block) the delta rewrites.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// Whether the delta moves keys into or out of the fallback table.
+    pub fn touches_fallback(&self) -> bool {
+        !self.fb_remove.is_empty() || !self.fb_insert.is_empty()
+    }
+
+    /// The serialized delta: header, group id, record, fallback edits, checksum.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.record.len());
+        out.extend_from_slice(DELTA_MAGIC);
+        out.push(DELTA_VERSION);
+        out.push(self.config.index_bits);
+        out.push(self.config.array_bits);
+        out.push(self.value_bits);
+        put_varint(&mut out, self.n_blocks);
+        put_varint(&mut out, self.n_keys);
+        put_varint(&mut out, self.group);
+        out.extend_from_slice(&self.record);
+        put_varint(&mut out, self.fb_remove.len() as u64);
+        for h in &self.fb_remove {
+            out.extend_from_slice(&h.lo.to_le_bytes());
+            out.extend_from_slice(&h.hi.to_le_bytes());
+        }
+        put_varint(&mut out, self.fb_insert.len() as u64);
+        for &(h, v) in &self.fb_insert {
+            out.extend_from_slice(&fallback_entry(h, v));
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(&out) as u32;
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Parses and validates a serialized delta (never panics).
+    pub fn from_bytes(b: &[u8]) -> Result<Delta, DeltaError> {
+        if b.len() < 4 + 6 {
+            return Err(DeltaError::Malformed("truncated"));
+        }
+        let (body, sum) = b.split_at(b.len() - 4);
+        if !body.starts_with(DELTA_MAGIC) {
+            return Err(DeltaError::Malformed("bad magic"));
+        }
+        if xxhash_rust::xxh3::xxh3_64(body) as u32
+            != u32::from_le_bytes(sum.try_into().expect("4 bytes"))
+        {
+            return Err(DeltaError::Checksum);
+        }
+        let mut r = Reader { b: body, pos: 2 };
+        if r.u8()? != DELTA_VERSION {
+            return Err(DeltaError::Malformed("unsupported version"));
+        }
+        let config = Config {
+            index_bits: r.u8()?,
+            array_bits: r.u8()?,
+        };
+        config
+            .validate()
+            .map_err(|_| DeltaError::Malformed("bad config"))?;
+        let value_bits = r.u8()?;
+        if !(1..=16).contains(&value_bits) {
+            return Err(DeltaError::Malformed("bad value bits"));
+        }
+        let n_blocks = r.varint()?;
+        let n_keys = r.varint()?;
+        let group = r.varint()?;
+        if n_blocks == 0 || group / 64 >= n_blocks {
+            return Err(DeltaError::Malformed("group out of range"));
+        }
+        let record = r.take(config.entry_bytes() * value_bits as usize)?.to_vec();
+        let nrem = r.varint()?;
+        if nrem > (r.remaining() / 16) as u64 {
+            return Err(DeltaError::Malformed("truncated fallback removals"));
+        }
+        let mut fb_remove = Vec::with_capacity(nrem as usize);
+        for _ in 0..nrem {
+            fb_remove.push(KeyHash {
+                lo: r.u64()?,
+                hi: r.u64()?,
+            });
+        }
+        let nins = r.varint()?;
+        if nins > (r.remaining() / FB_ENTRY) as u64 {
+            return Err(DeltaError::Malformed("truncated fallback insertions"));
+        }
+        let mut fb_insert = Vec::with_capacity(nins as usize);
+        for _ in 0..nins {
+            let h = KeyHash {
+                lo: r.u64()?,
+                hi: r.u64()?,
+            };
+            let v = u16::from_le_bytes(r.take(2)?.try_into().expect("2 bytes"));
+            if value_bits < 16 && v >> value_bits != 0 {
+                return Err(DeltaError::Malformed("fallback value too wide"));
+            }
+            fb_insert.push((h, v));
+        }
+        if r.remaining() != 0 {
+            return Err(DeltaError::Malformed("trailing bytes"));
+        }
+        Ok(Delta {
+            config,
+            value_bits,
+            n_blocks,
+            n_keys,
+            group,
+            record,
+            fb_remove,
+            fb_insert,
+        })
+    }
+}
+
+/// Applies `d` to `t`; on error `t` is unchanged.
+pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
+    if d.config != t.hdr.config || d.value_bits != t.hdr.value_bits {
+        return Err(DeltaError::Mismatch("config or value bits differ"));
+    }
+    if d.n_blocks != t.hdr.n_blocks || d.group >= t.hdr.n_groups() {
+        return Err(DeltaError::Mismatch("number of blocks differs"));
+    }
+    let rec = t.hdr.rec_bytes();
+    if d.record.len() != rec {
+        return Err(DeltaError::Mismatch("record size differs"));
+    }
+    if d.touches_fallback() {
+        let mut fb = t.fallback.clone();
+        for h in &d.fb_remove {
+            match fallback_find(&fb, *h) {
+                Ok(i) => {
+                    fb.drain(i * FB_ENTRY..(i + 1) * FB_ENTRY);
+                }
+                Err(_) => return Err(DeltaError::FallbackMismatch("removed entry is absent")),
+            }
+        }
+        for &(h, v) in &d.fb_insert {
+            match fallback_find(&fb, h) {
+                Ok(_) => return Err(DeltaError::FallbackMismatch("inserted entry is present")),
+                Err(i) => {
+                    let e = fallback_entry(h, v);
+                    fb.splice(i * FB_ENTRY..i * FB_ENTRY, e);
+                }
+            }
+        }
+        t.fallback = fb;
+    }
+    let off = d.group as usize * rec;
+    t.groups[off..off + rec].copy_from_slice(&d.record);
+    t.hdr.n_keys = d.n_keys;
+    Ok(())
+}
+
+/// The update side of a table: the lookup table plus every group's keys and values (the RIB).
+///
+/// Each change re-searches only the key's group (keeping the hash indexes that still work, so
+/// deletions never search) and returns the [`Delta`] it applied to its own table; replicas apply
+/// the same deltas in the same order and stay byte-identical.
+pub struct Updatable {
+    table: SetSep,
+    /// Per global group: entries `[key len u8][key][value u16 LE]`.
+    rib: Vec<Vec<u8>>,
+    len: usize,
+    searcher: Searcher,
+    gkeys: Vec<GKey>,
+    hashes: Vec<KeyHash>,
+}
+
+impl std::fmt::Debug for Updatable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Updatable")
+            .field("table", &self.table)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Finds `key` in a group arena: (offset of the entry, offset of its value).
+fn find(arena: &[u8], key: &[u8]) -> Option<(usize, usize)> {
+    let mut p = 0;
+    while p < arena.len() {
+        let l = arena[p] as usize;
+        let k = &arena[p + 1..p + 1 + l];
+        if k == key {
+            return Some((p, p + 1 + l));
+        }
+        p += 1 + l + 2;
+    }
+    None
+}
+
+fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16)> {
+    let mut p = 0;
+    std::iter::from_fn(move || {
+        if p >= arena.len() {
+            return None;
+        }
+        let l = arena[p] as usize;
+        let k = &arena[p + 1..p + 1 + l];
+        let v = u16::from_le_bytes([arena[p + 1 + l], arena[p + 2 + l]]);
+        p += 1 + l + 2;
+        Some((k, v))
+    })
+}
+
+impl Updatable {
+    /// Builds the table (like [`SetSep::build`]) and the RIB.
+    pub fn build(
+        keys: &[&[u8]],
+        values: &[u16],
+        opts: &BuildOptions,
+    ) -> Result<Updatable, BuildError> {
+        let table = SetSep::build(keys, values, opts)?;
+        let mut rib = vec![Vec::new(); table.hdr.n_groups() as usize];
+        {
+            let t = table.tables();
+            for (k, &v) in keys.iter().zip(values) {
+                let g = t.group_of(t.hash(k));
+                let a = &mut rib[g];
+                a.push(k.len() as u8);
+                a.extend_from_slice(k);
+                a.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        Ok(Updatable {
+            table,
+            rib,
+            len: keys.len(),
+            searcher: Searcher::new(opts.kernel),
+            gkeys: Vec::new(),
+            hashes: Vec::new(),
+        })
+    }
+
+    /// The lookup table (what replicas hold).
+    pub fn table(&self) -> &SetSep {
+        &self.table
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The value of `key`, if it is in the table.
+    pub fn get(&self, key: &[u8]) -> Option<u16> {
+        let t = self.table.tables();
+        let g = t.group_of(t.hash(key));
+        let a = &self.rib[g];
+        find(a, key).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
+    }
+
+    /// Every key and value (in group order).
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u16)> {
+        self.rib.iter().flat_map(|a| entries(a))
+    }
+
+    fn check(&self, key: &[u8], value: u16) -> Result<(), UpdateError> {
+        if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&key.len()) {
+            return Err(UpdateError::BadKeyLength(key.len()));
+        }
+        let vb = self.table.hdr.value_bits;
+        if vb < 16 && value >> vb != 0 {
+            return Err(UpdateError::ValueTooWide {
+                value,
+                value_bits: vb,
+            });
+        }
+        Ok(())
+    }
+
+    /// Inserts `key` or changes its value; returns the delta applied.
+    pub fn insert(&mut self, key: &[u8], value: u16) -> Result<Delta, UpdateError> {
+        self.check(key, value)?;
+        let seed = self.table.hdr.seed;
+        let h = hash128(key, seed);
+        let g = self.table.tables().group_of(h);
+        let old_hashes = self.group_hashes(g);
+        let arena = &mut self.rib[g];
+        match find(arena, key) {
+            Some((_, vo)) => {
+                arena[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
+            }
+            None => {
+                if old_hashes.contains(&h) {
+                    return Err(UpdateError::HashCollision);
+                }
+                arena.push(key.len() as u8);
+                arena.extend_from_slice(key);
+                arena.extend_from_slice(&value.to_le_bytes());
+                self.len += 1;
+            }
+        }
+        Ok(self.resolve(g, old_hashes))
+    }
+
+    /// Removes `key`; returns the delta applied, or `None` if the key was not there.
+    pub fn remove(&mut self, key: &[u8]) -> Result<Option<Delta>, UpdateError> {
+        if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&key.len()) {
+            return Err(UpdateError::BadKeyLength(key.len()));
+        }
+        let h = hash128(key, self.table.hdr.seed);
+        let g = self.table.tables().group_of(h);
+        let Some((p, vo)) = find(&self.rib[g], key) else {
+            return Ok(None);
+        };
+        let old_hashes = self.group_hashes(g);
+        self.rib[g].drain(p..vo + 2);
+        self.len -= 1;
+        Ok(Some(self.resolve(g, old_hashes)))
+    }
+
+    fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
+        let seed = self.table.hdr.seed;
+        entries(&self.rib[g])
+            .map(|(k, _)| hash128(k, seed))
+            .collect()
+    }
+
+    /// Re-solves group `g` from its RIB, applies and returns the delta.
+    fn resolve(&mut self, g: usize, old_hashes: Vec<KeyHash>) -> Delta {
+        let seed = self.table.hdr.seed;
+        let cfg = self.table.hdr.config;
+        let vbits = self.table.hdr.value_bits as u32;
+        let rec = self.table.hdr.rec_bytes();
+        self.gkeys.clear();
+        self.hashes.clear();
+        for (k, v) in entries(&self.rib[g]) {
+            let h = hash128(k, seed);
+            let (a, b) = family(h);
+            self.gkeys.push(GKey { a, b, v });
+            self.hashes.push(h);
+        }
+        let t = self.table.tables();
+        let was_fb = t.is_fallback_group(g);
+        let mut record = vec![0u8; rec];
+        // Current indexes; keep those that still separate.
+        let eb = cfg.entry_bytes();
+        let mut idx = [0u16; 16];
+        let mut want = 0u16;
+        for j in 0..vbits {
+            let off = g * rec + j as usize * eb;
+            let mut w = [0u8; 8];
+            w[..eb].copy_from_slice(&self.table.groups[off..off + eb]);
+            let cur = (u64::from_le_bytes(w) & ((1u64 << cfg.index_bits) - 1)) as u16;
+            idx[j as usize] = cur;
+            if was_fb || !separates(cfg, &self.gkeys, j, cur) {
+                want |= 1 << j;
+            }
+        }
+        let found = self.searcher.search(cfg, &self.gkeys, want, &mut idx);
+        let now_fb = found != want;
+        if now_fb {
+            write_mark(cfg, &mut record);
+        } else {
+            let ents: Vec<(u16, u32)> = (0..vbits)
+                .map(|j| {
+                    (
+                        idx[j as usize],
+                        array_for(cfg, &self.gkeys, j, idx[j as usize]),
+                    )
+                })
+                .collect();
+            write_record(cfg, &ents, &mut record);
+        }
+        let fb_remove = if was_fb { old_hashes } else { Vec::new() };
+        let fb_insert = if now_fb {
+            self.hashes
+                .iter()
+                .zip(&self.gkeys)
+                .map(|(h, k)| (*h, k.v))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let d = Delta {
+            config: cfg,
+            value_bits: vbits as u8,
+            n_blocks: self.table.hdr.n_blocks,
+            n_keys: self.len as u64,
+            group: g as u64,
+            record,
+            fb_remove,
+            fb_insert,
+        };
+        apply(&mut self.table, &d).expect("a delta made from this table applies to it");
+        d
+    }
+}

@@ -1,0 +1,278 @@
+//! Our GTP-U encapsulation decodes correctly in tshark (a decoder we did not write): TEID,
+//! sequence number, outer and inner addresses, lengths, checksums all good, nothing malformed.
+//!
+//! The pcap is written by hand (classic libpcap format, little-endian, link type Ethernet).
+
+mod common;
+mod tools;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::process::Command;
+
+use common::*;
+use sb_wire::{EthernetAddress, GtpuTunnel, IcmpRepr, OuterIp, TcpFlags, VlanTag};
+
+/// Classic pcap: global header then (record header, bytes) per packet.
+fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    v.extend_from_slice(&2u16.to_le_bytes());
+    v.extend_from_slice(&4u16.to_le_bytes());
+    v.extend_from_slice(&0i32.to_le_bytes()); // thiszone
+    v.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
+    v.extend_from_slice(&65535u32.to_le_bytes()); // snaplen
+    v.extend_from_slice(&1u32.to_le_bytes()); // LINKTYPE_ETHERNET
+    for (i, f) in frames.iter().enumerate() {
+        v.extend_from_slice(&(1_700_000_000u32 + i as u32).to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        v.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        v.extend_from_slice(f);
+    }
+    v
+}
+
+struct Case {
+    tunnel: GtpuTunnel,
+    inner: Vec<u8>,
+    inner_src: IpAddr,
+    inner_dst: IpAddr,
+}
+
+fn cases() -> Vec<Case> {
+    let macs = (
+        EthernetAddress([2, 0, 0, 0, 1, 1]),
+        EthernetAddress([2, 0, 0, 0, 1, 2]),
+    );
+    let o4 = OuterIp::V4 {
+        src: Ipv4Addr::new(192, 0, 2, 1),
+        dst: Ipv4Addr::new(192, 0, 2, 200),
+    };
+    let o6 = OuterIp::V6 {
+        src: Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1),
+        dst: Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 2),
+    };
+    let server4: IpAddr = Ipv4Addr::new(203, 0, 113, 5).into();
+    let ue4: IpAddr = Ipv4Addr::new(10, 45, 0, 77).into();
+    let server6: IpAddr = Ipv6Addr::new(0x2001, 0x4860, 0, 0, 0, 0, 0, 0x8888).into();
+    let ue6: IpAddr = Ipv6Addr::new(0x2001, 0xdb8, 0x45, 0, 0, 0, 0, 0x77).into();
+    let inners: Vec<(IpAddr, IpAddr, L4Spec, usize)> = vec![
+        (server4, ue4, L4Spec::Udp(443, 50000), 64),
+        (
+            server4,
+            ue4,
+            L4Spec::Tcp(80, 40000, TcpFlags::ACK | TcpFlags::PSH),
+            1000,
+        ),
+        (
+            server4,
+            ue4,
+            L4Spec::Icmp(IcmpRepr::EchoReply { ident: 5, seq: 6 }),
+            32,
+        ),
+        (server6, ue6, L4Spec::Udp(40053, 33333), 100),
+        (
+            server6,
+            ue6,
+            L4Spec::Tcp(443, 50001, TcpFlags::SYN | TcpFlags::ACK),
+            0,
+        ),
+        (server4, ue4, L4Spec::Udp(1, 2), 1),
+    ];
+    let mut out = Vec::new();
+    for (i, (s, d, l4, n)) in inners.into_iter().enumerate() {
+        let payload: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+        let (p, seg) = l4_segment(s, d, l4, &payload);
+        let inner = ip_packet(s, d, p, &seg, &[]);
+        for (j, outer) in [o4, o6].into_iter().enumerate() {
+            for csum in [false, true] {
+                let teid = 0x1000_0000 + (i as u32) * 16 + (j as u32) * 2 + u32::from(csum);
+                let tunnel = GtpuTunnel {
+                    udp_checksum_v4: csum,
+                    seq_number: csum.then_some(i as u16 * 100),
+                    vlan: (i % 3 == 2).then_some(VlanTag {
+                        pcp: 0,
+                        dei: false,
+                        vid: 42,
+                    }),
+                    udp_src_port: if csum { 40000 + i as u16 } else { 2152 },
+                    ident: i as u16,
+                    ..GtpuTunnel::new(macs.0, macs.1, outer, teid)
+                };
+                out.push(Case {
+                    tunnel,
+                    inner: inner.clone(),
+                    inner_src: s,
+                    inner_dst: d,
+                });
+            }
+        }
+    }
+    out
+}
+
+const FIELDS: &[&str] = &[
+    "frame.number",
+    "gtp.teid",
+    "gtp.message",
+    "gtp.length",
+    "gtp.seq_number",
+    "ip.src",
+    "ip.dst",
+    "ipv6.src",
+    "ipv6.dst",
+    "udp.dstport",
+    "udp.length",
+    "ip.checksum.status",
+    "udp.checksum.status",
+    "tcp.checksum.status",
+    "icmp.checksum.status",
+    "icmpv6.checksum.status",
+    "_ws.malformed",
+    "_ws.expert.severity",
+    "_ws.expert.message",
+    "vlan.id",
+];
+
+fn list(s: &str) -> Vec<&str> {
+    if s.is_empty() {
+        vec![]
+    } else {
+        s.split(',').collect()
+    }
+}
+
+#[test]
+fn tshark_decodes_our_gtpu_encapsulation() {
+    let Some(tshark) = tools::tshark() else {
+        return;
+    };
+    let cases = cases();
+    let frames: Vec<Vec<u8>> = cases
+        .iter()
+        .map(|c| {
+            let mut buf = vec![0u8; 2048];
+            let n = c.tunnel.encap_into(&c.inner, &mut buf).unwrap();
+            buf.truncate(n);
+            buf
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("sb-wire-tshark-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gtpu.pcap");
+    std::fs::write(&file, pcap(&frames)).unwrap();
+    let mut cmd = Command::new(&tshark);
+    cmd.args(["-n", "-r"]).arg(&file);
+    for o in [
+        "ip.check_checksum:TRUE",
+        "udp.check_checksum:TRUE",
+        "tcp.check_checksum:TRUE",
+    ] {
+        cmd.args(["-o", o]);
+    }
+    cmd.args([
+        "-T",
+        "fields",
+        "-E",
+        "separator=|",
+        "-E",
+        "occurrence=a",
+        "-E",
+        "aggregator=,",
+    ]);
+    for f in FIELDS {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("run tshark");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tshark failed: {stderr}");
+    let rows: Vec<Vec<&str>> = stdout.lines().map(|l| l.split('|').collect()).collect();
+    assert_eq!(
+        rows.len(),
+        cases.len(),
+        "one row per packet; stderr: {stderr}\n{stdout}"
+    );
+    let col = |r: &Vec<&str>, name: &str| -> String {
+        let i = FIELDS.iter().position(|f| *f == name).unwrap();
+        r.get(i).copied().unwrap_or("").to_string()
+    };
+    for (k, (c, r)) in cases.iter().zip(&rows).enumerate() {
+        let ctx = format!("packet {} ({:?}): {}", k + 1, c.tunnel.outer, r.join("|"));
+        assert_eq!(col(r, "frame.number"), (k + 1).to_string(), "{ctx}");
+        assert_eq!(
+            col(r, "gtp.teid"),
+            format!("0x{:08x}", c.tunnel.teid),
+            "{ctx}"
+        );
+        assert_eq!(col(r, "gtp.message"), "0xff", "{ctx}");
+        let gtp_len = c.inner.len() + if c.tunnel.seq_number.is_some() { 4 } else { 0 };
+        assert_eq!(col(r, "gtp.length"), gtp_len.to_string(), "{ctx}");
+        assert_eq!(
+            col(r, "gtp.seq_number"),
+            c.tunnel
+                .seq_number
+                .map(|s| format!("0x{s:04x}"))
+                .unwrap_or_default(),
+            "{ctx}"
+        );
+        // Outer then inner addresses, per family.
+        let (mut v4, mut v6) = (Vec::<String>::new(), Vec::<String>::new());
+        let (mut d4, mut d6) = (Vec::<String>::new(), Vec::<String>::new());
+        let (os, od) = match c.tunnel.outer {
+            OuterIp::V4 { src, dst } => (IpAddr::V4(src), IpAddr::V4(dst)),
+            OuterIp::V6 { src, dst } => (IpAddr::V6(src), IpAddr::V6(dst)),
+        };
+        for (s, d) in [(os, od), (c.inner_src, c.inner_dst)] {
+            if s.is_ipv4() {
+                v4.push(s.to_string());
+                d4.push(d.to_string());
+            } else {
+                v6.push(s.to_string());
+                d6.push(d.to_string());
+            }
+        }
+        assert_eq!(list(&col(r, "ip.src")), v4, "{ctx}");
+        assert_eq!(list(&col(r, "ip.dst")), d4, "{ctx}");
+        assert_eq!(list(&col(r, "ipv6.src")), v6, "{ctx}");
+        assert_eq!(list(&col(r, "ipv6.dst")), d6, "{ctx}");
+        let udp_len = 8 + 8 + gtp_len;
+        let lens = col(r, "udp.length");
+        assert_eq!(list(&lens)[0], udp_len.to_string(), "{ctx}");
+        assert_eq!(list(&col(r, "udp.dstport"))[0], "2152", "{ctx}");
+        // Checksum status: 1 = good, 2 = unverified, 3 = not present; never 0 (bad).
+        let outer_udp_csum = list(&col(r, "udp.checksum.status"))[0].to_string();
+        let want = if c.tunnel.udp_checksum_v4 || os.is_ipv6() {
+            "1"
+        } else {
+            "3"
+        };
+        assert_eq!(outer_udp_csum, want, "{ctx}");
+        for f in [
+            "ip.checksum.status",
+            "udp.checksum.status",
+            "tcp.checksum.status",
+            "icmp.checksum.status",
+            "icmpv6.checksum.status",
+        ] {
+            for s in list(&col(r, f)) {
+                assert!(s == "1" || s == "3" || s == "2", "{ctx}: {f} = {s}");
+            }
+        }
+        for s in list(&col(r, "ip.checksum.status")) {
+            assert_eq!(s, "1", "{ctx}: IPv4 header checksums must verify");
+        }
+        assert_eq!(col(r, "_ws.malformed"), "", "{ctx}: malformed");
+        let vlan = c.tunnel.vlan.map(|v| v.vid.to_string()).unwrap_or_default();
+        assert_eq!(col(r, "vlan.id"), vlan, "{ctx}");
+        // Expert infos at error level (severity 0x00800000) mean tshark found a problem.
+        for (sev, msg) in list(&col(r, "_ws.expert.severity"))
+            .iter()
+            .zip(list(&col(r, "_ws.expert.message")))
+        {
+            assert_ne!(*sev, "8388608", "{ctx}: expert error: {msg}");
+        }
+    }
+    eprintln!("tshark decoded {} GTP-U packets alike", rows.len());
+}
