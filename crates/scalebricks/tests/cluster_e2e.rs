@@ -408,6 +408,28 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
         );
     }
 
+    // `cluster status`: the description plus each forwarder's counters (rewritten every second).
+    let t0 = Instant::now();
+    loop {
+        let o = run(
+            &["cluster", "status", "--dir", c.dir()],
+            &[],
+            Duration::from_secs(30),
+        );
+        let st: Value = serde_json::from_str(&ok(&o, "cluster status")).unwrap();
+        assert_eq!(st["nodes"][1]["netns"], format!("{}-node1", c.prefix));
+        let fw = &st["forwarders"];
+        if fw[0]["forwarded"] == 2500 && fw[1]["forwarded"] == 2500 {
+            assert_eq!(fw[0]["malformed"], 0, "{fw}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "forwarder counters: {fw}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     let o = c.down();
     let text = ok(&o, "cluster down");
     assert!(
