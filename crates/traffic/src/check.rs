@@ -186,14 +186,50 @@ impl Checker {
             },
             span_seconds: self
                 .first_ns
-                .map_or(0.0, |f| (self.last_ns - f) as f64 / 1e9),
+                .map_or(0.0, |f| self.last_ns.saturating_sub(f) as f64 / 1e9),
         }
     }
+}
+
+/// The fuzzed logic: feeds `data` to a fresh checker as one frame, then as a stream of frames
+/// (split at every 0xFF byte), and builds the report. Must never panic.
+pub fn fuzz_observe(data: &[u8]) -> SinkReport {
+    let mut c = Checker::new();
+    c.observe(data, u64::from_le_bytes([0, 0, 0, 0, 0, 0, 1, 0]));
+    for (i, part) in data.split(|&b| b == 0xff).enumerate() {
+        c.observe(part, i as u64);
+    }
+    let _ = c.complete(1);
+    c.report(Some(data.len() as u64))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn fuzz_logic_never_panics(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let r = fuzz_observe(&data);
+            proptest::prop_assert!(r.unique <= r.received);
+        }
+
+        #[test]
+        fn stamped_frames_with_random_fields_never_panic(stream: u32, seq: u64, send: u64, total: u32, size in 74usize..300) {
+            let mut buf = vec![0u8; size];
+            let t = crate::frame::FrameTemplate {
+                src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2],
+                src_ip: std::net::Ipv4Addr::new(10, 1, 0, 2), proto: crate::frame::Proto::Udp, dst_port: 1,
+            };
+            let s = Stamp { stream, seq, send_ns: send, flow: 0, total };
+            crate::frame::build_frame(&t, &mut buf, std::net::Ipv4Addr::new(100, 64, 0, 1), &s).unwrap();
+            let mut c = Checker::new();
+            c.observe(&buf, 0);
+            c.observe(&buf, u64::MAX);
+            let r = c.report(None);
+            proptest::prop_assert_eq!(r.received + r.malformed, 2);
+        }
+    }
 
     fn st(stream: u32, seq: u64, total: u32) -> Stamp {
         Stamp {

@@ -1,0 +1,239 @@
+//! Tests of `up`/`down` against the real kernel (root and iproute2 needed: without them the tests
+//! fail with a clear message under `CI=true` and are skipped with a notice otherwise). Each test
+//! has its own prefix and directory, runs serially, and cleans up in a Drop guard.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sb_io::afpacket::{AfPacketConfig, AfPacketPort};
+use sb_io::{PacketBatch, Port};
+use sb_topology::{down, up, Description, Forwarding, TopoError, UpOptions};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn can_run(test: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false);
+    if root {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: needs root (network namespaces); CI must run the tests as root");
+    }
+    eprintln!("NOTICE: skipping {test}: needs root (network namespaces)");
+    false
+}
+
+struct Guard {
+    dir: PathBuf,
+    _tmp: tempfile::TempDir,
+    prefix: String,
+}
+
+impl Guard {
+    fn new(tag: &str) -> Guard {
+        let tmp = tempfile::tempdir().unwrap();
+        Guard {
+            dir: tmp.path().join("state"),
+            _tmp: tmp,
+            prefix: format!("sbtt{}{tag}", std::process::id() % 100_000),
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.dir.join("journal").exists() {
+            if let Err(e) = down(&self.dir) {
+                eprintln!("cleanup failed: {e}");
+            }
+        }
+    }
+}
+
+fn sh(args: &[&str]) -> String {
+    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn sysctl(ns: &str, key: &str) -> String {
+    sh(&["ip", "netns", "exec", ns, "sysctl", "-n", key])
+        .trim()
+        .to_string()
+}
+
+fn ifaces(d: &Description) -> Vec<sb_topology::Iface> {
+    d.nodes
+        .iter()
+        .flat_map(|n| [&n.inet, &n.ran, &n.fabric])
+        .flat_map(|l| [l.local.clone(), l.peer.clone()])
+        .collect()
+}
+
+#[test]
+fn up_builds_the_planned_topology_and_down_removes_it() {
+    if !can_run("up_builds_the_planned_topology_and_down_removes_it") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = Guard::new("a");
+    let d = up(&UpOptions::new(&g.prefix, 3, g.dir.clone())).unwrap();
+    assert_eq!(sb_topology::load(&g.dir).unwrap(), d);
+
+    // Every interface exists where the plan says, with its MAC, address, up, IPv6 off.
+    for i in ifaces(&d) {
+        let out = sh(&["ip", "-n", &i.netns, "-j", "addr", "show", "dev", &i.name]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let v = &v[0];
+        assert_eq!(v["address"], i.mac.to_string(), "{i:?}");
+        assert!(
+            v["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
+            "{i:?} {v}"
+        );
+        let addrs: Vec<String> = v["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+            .collect();
+        assert!(
+            addrs.iter().all(|a| !a.contains(':')),
+            "IPv6 address on {i:?}: {addrs:?}"
+        );
+        assert_eq!(addrs, i.addr.iter().cloned().collect::<Vec<_>>(), "{i:?}");
+        assert_eq!(
+            sysctl(&i.netns, &format!("net.ipv6.conf.{}.disable_ipv6", i.name)),
+            "1"
+        );
+    }
+    // Kernel forwarding on in nodes only; UE pool routed to the RAN side.
+    for n in &d.nodes {
+        assert_eq!(sysctl(&n.netns, "net.ipv4.ip_forward"), "1");
+        assert_eq!(sysctl(&n.inet_netns, "net.ipv4.ip_forward"), "0");
+        let r = sh(&["ip", "-n", &n.netns, "route", "get", "100.64.9.9"]);
+        assert!(
+            r.contains(&format!("via 10.2.{}.2 dev ran", n.index)),
+            "{r}"
+        );
+    }
+    // The bridge: static entries for every fabric MAC, no learning or unknown-unicast flooding.
+    let sw = &d.switch.netns;
+    let fdb = sh(&["bridge", "-n", sw, "fdb", "show"]);
+    for n in &d.nodes {
+        let want = format!(
+            "{} dev {} master br0 static",
+            n.fabric.local.mac, n.fabric.peer.name
+        );
+        assert!(fdb.contains(&want), "{want} not in {fdb}");
+        let l = sh(&[
+            "bridge",
+            "-n",
+            sw,
+            "-d",
+            "link",
+            "show",
+            "dev",
+            &n.fabric.peer.name,
+        ]);
+        assert!(l.contains("learning off") && l.contains("flood off"), "{l}");
+    }
+    // A frame from node 0's fabric port to node 1's fabric MAC crosses the bridge to node 1 and
+    // to no one else.
+    let open = |ns: &str, cfg: &AfPacketConfig| {
+        sb_io::netns::in_netns(ns, || AfPacketPort::open("fabric", cfg))
+            .unwrap()
+            .unwrap()
+    };
+    let cfg = AfPacketConfig::default();
+    let mut p0 = open(&d.nodes[0].netns, &cfg);
+    let mut p1 = open(&d.nodes[1].netns, &cfg);
+    let mut p2 = open(&d.nodes[2].netns, &cfg);
+    let mut b = PacketBatch::new(8);
+    let mut f = vec![0u8; 60];
+    f[0..6].copy_from_slice(&d.nodes[1].fabric.local.mac.0);
+    f[6..12].copy_from_slice(&d.nodes[0].fabric.local.mac.0);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]); // local experimental EtherType
+    f[14..18].copy_from_slice(b"sbx1");
+    for _ in 0..3 {
+        b.push(&f);
+    }
+    assert_eq!(p0.tx_batch(&mut b), 3);
+    let mut got = 0;
+    let t0 = std::time::Instant::now();
+    while got < 3 && t0.elapsed() < Duration::from_secs(5) {
+        let _ = p1.wait_rx(Duration::from_millis(50));
+        b.clear();
+        p1.rx_batch(&mut b);
+        got += b.iter().filter(|x| x.get(14..18) == Some(b"sbx1")).count();
+    }
+    assert_eq!(got, 3);
+    std::thread::sleep(Duration::from_millis(100));
+    b.clear();
+    p2.rx_batch(&mut b);
+    assert_eq!(
+        b.iter().filter(|x| x.get(14..18) == Some(b"sbx1")).count(),
+        0
+    );
+    drop((p0, p1, p2));
+
+    let r = down(&g.dir).unwrap();
+    assert_eq!(r.namespaces.len(), 10);
+    for ns in d.namespaces() {
+        assert!(!sb_topology::sys::netns_exists(&ns), "{ns} left");
+    }
+    assert!(!g.dir.exists());
+}
+
+#[test]
+fn a_forwarder_that_does_not_start_rolls_up_back() {
+    if !can_run("a_forwarder_that_does_not_start_rolls_up_back") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = Guard::new("b");
+    let spawn = |_: &Description, _: usize| Command::new("false");
+    let mut opts = UpOptions::new(&g.prefix, 2, g.dir.clone());
+    opts.forwarding = Forwarding::User;
+    opts.spawn = Some(&spawn);
+    opts.ready_timeout = Duration::from_secs(3);
+    let e = up(&opts).unwrap_err();
+    assert!(matches!(e, TopoError::Forwarder { node: 0, .. }), "{e}");
+    let left: Vec<String> = sb_topology::sys::netns_list()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("{}-", g.prefix)))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(!g.dir.exists());
+}
+
+#[test]
+fn a_pre_existing_empty_dir_is_kept_and_foreign_files_refused() {
+    if !can_run("a_pre_existing_empty_dir_is_kept_and_foreign_files_refused") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let g = Guard::new("c");
+    std::fs::create_dir_all(&g.dir).unwrap();
+    std::fs::write(g.dir.join("mine.txt"), "x").unwrap();
+    let opts = UpOptions::new(&g.prefix, 1, g.dir.clone());
+    assert!(matches!(up(&opts), Err(TopoError::DirNotEmpty(_))));
+    std::fs::remove_file(g.dir.join("mine.txt")).unwrap();
+    up(&opts).unwrap();
+    down(&g.dir).unwrap();
+    assert!(g.dir.exists(), "a directory up did not create stays");
+    assert_eq!(std::fs::read_dir(&g.dir).unwrap().count(), 0);
+}
