@@ -27,6 +27,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+/// Frames per `sendmmsg` batch the transmit path has room for when the port opens.
+const TX_PREALLOC: usize = 256;
 /// How [`AfPacketPort`] transmits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TxMode {
@@ -496,9 +498,19 @@ impl AfPacketPort {
         // A larger send buffer lets more skbs be in flight; failure just keeps the default.
         let _ = setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &sndbuf, "SO_SNDBUF");
         let path = match cfg.tx_mode {
+            // Room for batches of up to TX_PREALLOC frames from the start, so a port allocates
+            // nothing after it is opened unless a caller sends a larger batch (it then grows
+            // once to that size).
             TxMode::Sendmmsg => TxPath::Sendmmsg {
-                msgs: Vec::new(),
-                iovs: Vec::new(),
+                // SAFETY: mmsghdr is plain data; zeroed is a valid value.
+                msgs: vec![unsafe { std::mem::zeroed() }; TX_PREALLOC],
+                iovs: vec![
+                    libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    };
+                    TX_PREALLOC
+                ],
             },
             TxMode::Ring => {
                 let v2: libc::c_int = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
