@@ -3,7 +3,7 @@
 
 use crate::kernel::{array_for, GKey, Searcher};
 use crate::layout::{
-    locate, num_blocks, BUCKETS_PER_BLOCK, CAND, CHOICES, CHOICE_BYTES_PER_BLOCK, GROUPS_PER_BLOCK,
+    locate, num_blocks, BUCKETS_PER_BLOCK, CAND, CHOICE_BYTES_PER_BLOCK, GROUPS_PER_BLOCK,
     MAX_KEY_LEN, MIN_KEY_LEN,
 };
 use crate::table::{fallback_entry, Header, FB_ENTRY, SLACK};
@@ -44,7 +44,112 @@ impl Piece {
     pub fn total_blocks(&self) -> u64 {
         self.total_blocks
     }
+
+    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE1`, index bits,
+    /// array bits, value bits, a zero byte, seed, total blocks, range start, range end, keys,
+    /// fallback entries (u64 each), choices, groups, fallback entries, XXH3-64 of all before.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            PIECE_HEADER + self.choices.len() + self.groups.len() + self.fallback.len() + 8,
+        );
+        out.extend_from_slice(PIECE_MAGIC);
+        out.extend_from_slice(&[
+            self.config.index_bits,
+            self.config.array_bits,
+            self.value_bits,
+            0,
+        ]);
+        for x in [
+            self.seed,
+            self.total_blocks,
+            self.range.start,
+            self.range.end,
+            self.keys,
+            (self.fallback.len() / FB_ENTRY) as u64,
+        ] {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        out.extend_from_slice(&self.choices);
+        out.extend_from_slice(&self.groups);
+        out.extend_from_slice(&self.fallback);
+        let sum = xxhash_rust::xxh3::xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Parses and validates [`Piece::to_bytes`] output (never panics).
+    pub fn from_bytes(b: &[u8]) -> Result<Piece, crate::LoadError> {
+        use crate::LoadError;
+        if b.len() < PIECE_HEADER + 8 {
+            return Err(LoadError::Truncated {
+                needed: (PIECE_HEADER + 8) as u64,
+                got: b.len() as u64,
+            });
+        }
+        if &b[..8] != PIECE_MAGIC {
+            return Err(LoadError::BadMagic);
+        }
+        let (body, sum) = b.split_at(b.len() - 8);
+        if xxhash_rust::xxh3::xxh3_64(body) != u64::from_le_bytes(sum.try_into().expect("8")) {
+            return Err(LoadError::Checksum);
+        }
+        let config = Config {
+            index_bits: b[8],
+            array_bits: b[9],
+        };
+        let value_bits = b[10];
+        if config.validate().is_err() || !(1..=16).contains(&value_bits) || b[11] != 0 {
+            return Err(LoadError::BadHeader("bad config or value bits"));
+        }
+        let u = |i: usize| u64::from_le_bytes(b[12 + 8 * i..20 + 8 * i].try_into().expect("8"));
+        let (seed, total_blocks, start, end, keys, nfb) = (u(0), u(1), u(2), u(3), u(4), u(5));
+        if start >= end || end > total_blocks {
+            return Err(LoadError::BadHeader("bad block range"));
+        }
+        let rec = (config.entry_bytes() * value_bits as usize) as u64;
+        let sizes = (|| {
+            let nb = end - start;
+            let c = nb.checked_mul(CHOICE_BYTES_PER_BLOCK as u64)?;
+            let g = nb.checked_mul(GROUPS_PER_BLOCK as u64)?.checked_mul(rec)?;
+            let f = nfb.checked_mul(FB_ENTRY as u64)?;
+            let t = c
+                .checked_add(g)?
+                .checked_add(f)?
+                .checked_add(PIECE_HEADER as u64)?;
+            Some((c as usize, g as usize, t))
+        })();
+        let Some((c, g, t)) = sizes else {
+            return Err(LoadError::BadHeader("sizes overflow"));
+        };
+        if t != body.len() as u64 {
+            return Err(LoadError::TrailingBytes {
+                expected: t + 8,
+                got: b.len() as u64,
+            });
+        }
+        let fallback = body[PIECE_HEADER + c + g..].to_vec();
+        if sort_fallback(&fallback) != fallback {
+            return Err(LoadError::BadFallback("entries not sorted"));
+        }
+        Ok(Piece {
+            config,
+            value_bits,
+            seed,
+            total_blocks,
+            range: start..end,
+            keys,
+            choices: body[PIECE_HEADER..PIECE_HEADER + c].to_vec(),
+            groups: body[PIECE_HEADER + c..PIECE_HEADER + c + g].to_vec(),
+            fallback,
+        })
+    }
 }
+
+const PIECE_MAGIC: &[u8; 8] = b"SBPIECE1";
+const PIECE_HEADER: usize = 8 + 4 + 6 * 8;
+
+/// One input chunk's keys sorted by block, and each block's start offset.
+type Part = (Vec<Rec>, Vec<u32>);
 
 /// One key during the build.
 #[derive(Clone, Copy, Debug, Default)]
@@ -53,6 +158,8 @@ struct Rec {
     hi: u64,
     idx: u32,
     val: u16,
+    /// Bucket inside the block.
+    bkt: u8,
 }
 
 impl Rec {
@@ -86,24 +193,22 @@ fn check_inputs(keys: &[&[u8]], values: &[u16], opts: &BuildOptions) -> Result<(
     if keys.len() > u32::MAX as usize {
         return Err(BuildError::TooManyKeys(keys.len()));
     }
-    let vb = opts.value_bits;
-    let bad = keys
-        .par_iter()
-        .zip(values.par_iter())
-        .position_first(|(k, &v)| {
-            !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&k.len()) || (vb < 16 && v >> vb != 0)
+    Ok(())
+}
+
+/// The error for key `i` if its length or value is out of range.
+#[inline(always)]
+fn check_key(i: usize, k: &[u8], v: u16, vb: u8) -> Result<(), BuildError> {
+    if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&k.len()) {
+        return Err(BuildError::BadKeyLength {
+            index: i,
+            len: k.len(),
         });
-    if let Some(i) = bad {
-        let k = keys[i];
-        if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&k.len()) {
-            return Err(BuildError::BadKeyLength {
-                index: i,
-                len: k.len(),
-            });
-        }
+    }
+    if vb < 16 && v >> vb != 0 {
         return Err(BuildError::ValueTooWide {
             index: i,
-            value: values[i],
+            value: v,
             value_bits: vb,
         });
     }
@@ -145,7 +250,8 @@ fn build_range(
     let seed = opts.seed;
     let start = range.start;
     // Phase A: hash and counting-sort each input chunk by block.
-    let parts: Vec<(Vec<Rec>, Vec<u32>)> = (0..nchunks)
+    let vb = opts.value_bits;
+    let parts: Vec<Result<Part, BuildError>> = (0..nchunks)
         .into_par_iter()
         .map(|ci| {
             let s = ci * chunk;
@@ -153,8 +259,9 @@ fn build_range(
             let mut recs = Vec::with_capacity(e - s);
             let mut offs = vec![0u32; nb + 1];
             for i in s..e {
+                check_key(i, keys[i], values[i], vb)?;
                 let h = hash128(keys[i], seed);
-                let (blk, _) = locate(h, total);
+                let (blk, bkt) = locate(h, total);
                 if blk >= start && blk < range.end {
                     offs[(blk - start) as usize + 1] += 1;
                     recs.push(Rec {
@@ -162,6 +269,7 @@ fn build_range(
                         hi: h.hi,
                         idx: i as u32,
                         val: values[i],
+                        bkt: bkt as u8,
                     });
                 }
             }
@@ -175,9 +283,11 @@ fn build_range(
                 sorted[pos[rel] as usize] = r;
                 pos[rel] += 1;
             }
-            (sorted, offs)
+            Ok((sorted, offs))
         })
         .collect();
+    // The first bad key in input order.
+    let parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?;
     let n_in_range: u64 = parts.iter().map(|p| p.0.len() as u64).sum();
 
     // Phase B: blocks in parallel.
@@ -290,11 +400,13 @@ impl BlockBuilder {
         groups: &mut [u8],
         fb: &mut Vec<u8>,
     ) -> Result<(), BuildError> {
-        // Bucket sort, then hash order inside each bucket: a canonical order that does not
-        // depend on the input order (so pieces and one-shot builds agree).
+        // Bucket sort. The order of keys inside a bucket or group does not change any result
+        // (the search returns the smallest working index, the fallback table is sorted), so
+        // pieces and one-shot builds agree whatever the input order.
+        let _ = total;
         let mut size = [0u32; BUCKETS_PER_BLOCK];
         for r in &self.recs {
-            size[locate(r.hash(), total).1] += 1;
+            size[r.bkt as usize] += 1;
         }
         let mut bstart = [0u32; BUCKETS_PER_BLOCK + 1];
         for b in 0..BUCKETS_PER_BLOCK {
@@ -304,28 +416,22 @@ impl BlockBuilder {
         self.sorted.resize(self.recs.len(), Rec::default());
         let mut pos = bstart;
         for r in &self.recs {
-            let b = locate(r.hash(), total).1;
+            let b = r.bkt as usize;
             self.sorted[pos[b] as usize] = *r;
             pos[b] += 1;
         }
+        // Equal keys have equal hashes, hence share a bucket: check each bucket's pairs.
         for b in 0..BUCKETS_PER_BLOCK {
             let s = &mut self.sorted[bstart[b] as usize..bstart[b + 1] as usize];
-            if s.len() > 1 {
+            if s.len() > 16 {
                 s.sort_unstable_by_key(|r| (r.lo, r.hi));
-                for w in s.windows(2) {
-                    if w[0].lo == w[1].lo && w[0].hi == w[1].hi {
-                        let (i, j) = (w[0].idx.min(w[1].idx), w[0].idx.max(w[1].idx));
-                        return Err(if keys[i as usize] == keys[j as usize] {
-                            BuildError::DuplicateKey {
-                                index: j as usize,
-                                first: i as usize,
-                            }
-                        } else {
-                            BuildError::HashCollision {
-                                a: i as usize,
-                                b: j as usize,
-                            }
-                        });
+            }
+            let s = &*s;
+            for x in 1..s.len() {
+                let from = if s.len() > 16 { x - 1 } else { 0 };
+                for y in from..x {
+                    if s[x].lo == s[y].lo && s[x].hi == s[y].hi {
+                        return Err(collision(keys, s[x].idx, s[y].idx));
                     }
                 }
             }
@@ -376,39 +482,54 @@ impl BlockBuilder {
     /// `runs` randomized runs, the cheapest kept. Returns each bucket's choice.
     fn balance(&self, block: u64, size: &[u32; BUCKETS_PER_BLOCK]) -> [usize; BUCKETS_PER_BLOCK] {
         // Non-empty buckets by size descending, ties by bucket number.
-        let mut order: Vec<u8> = (0..BUCKETS_PER_BLOCK as u16)
-            .filter(|&b| size[b as usize] > 0)
-            .map(|b| b as u8)
-            .collect();
-        order.sort_by_key(|&b| std::cmp::Reverse(size[b as usize]));
+        // Counting sort (sizes above 63 share the top class; their relative order is by number).
+        let mut cnt = [0u16; 65];
+        for &sz in size.iter() {
+            cnt[64 - (sz as usize).min(64)] += 1;
+        }
+        let mut at = [0u16; 65];
+        for c in 1..65 {
+            at[c] = at[c - 1] + cnt[c - 1];
+        }
+        let nonempty = BUCKETS_PER_BLOCK - cnt[64] as usize;
+        let mut order = [0u8; BUCKETS_PER_BLOCK];
+        for (b, &sz) in size.iter().enumerate() {
+            let c = 64 - (sz as usize).min(64);
+            order[at[c] as usize] = b as u8;
+            at[c] += 1;
+        }
+        let order = &order[..nonempty];
         let mut best = [0usize; BUCKETS_PER_BLOCK];
         let mut best_cost = f64::INFINITY;
         let mut cur = [0usize; BUCKETS_PER_BLOCK];
         for run in 0..self.runs {
             let mut rng = mix(self.seed ^ mix(block.wrapping_mul(0x9e37_79b9) ^ run as u64));
             let mut load = [0u32; GROUPS_PER_BLOCK];
-            for &b in &order {
+            for &b in order {
                 let b = b as usize;
                 let cands = &CAND[b];
-                let mut min = u32::MAX;
-                let mut ties = [0usize; CHOICES];
-                let mut nt = 0;
-                for (c, &g) in cands.iter().enumerate() {
-                    let l = load[g as usize];
-                    if l < min {
-                        min = l;
-                        nt = 0;
-                    }
-                    if l == min {
-                        ties[nt] = c;
-                        nt += 1;
-                    }
-                }
-                let c = if nt == 1 {
-                    ties[0]
+                let l = [
+                    load[cands[0] as usize],
+                    load[cands[1] as usize],
+                    load[cands[2] as usize],
+                    load[cands[3] as usize],
+                ];
+                let min = l[0].min(l[1]).min(l[2].min(l[3]));
+                let ties = (l[0] == min) as u32
+                    | ((l[1] == min) as u32) << 1
+                    | ((l[2] == min) as u32) << 2
+                    | ((l[3] == min) as u32) << 3;
+                let c = if ties & (ties - 1) == 0 {
+                    ties.trailing_zeros() as usize
                 } else {
+                    // The k-th set bit of `ties`, k uniform below its popcount.
                     rng = mix(rng);
-                    ties[(rng % nt as u64) as usize]
+                    let k = sb_common::hash::reduce32(rng as u32, ties.count_ones());
+                    let mut t = ties;
+                    for _ in 0..k {
+                        t &= t - 1;
+                    }
+                    t.trailing_zeros() as usize
                 };
                 cur[b] = c;
                 load[cands[c] as usize] += size[b];
@@ -426,6 +547,15 @@ impl BlockBuilder {
     }
 }
 
+fn collision(keys: &[&[u8]], a: u32, b: u32) -> BuildError {
+    let (i, j) = (a.min(b) as usize, a.max(b) as usize);
+    if keys[i] == keys[j] {
+        BuildError::DuplicateKey { index: j, first: i }
+    } else {
+        BuildError::HashCollision { a: i, b: j }
+    }
+}
+
 /// Searches all value bits of a group and writes its record; on failure writes the fallback
 /// marker and returns false.
 pub(crate) fn solve_group(
@@ -439,10 +569,11 @@ pub(crate) fn solve_group(
     let mut idx = [0u16; 16];
     let found = searcher.search(cfg, keys, want, &mut idx);
     if found == want {
-        let entries: Vec<(u16, u32)> = (0..vbits)
-            .map(|j| (idx[j as usize], array_for(cfg, keys, j, idx[j as usize])))
-            .collect();
-        write_record(cfg, &entries, out);
+        let mut entries = [(0u16, 0u32); 16];
+        for j in 0..vbits {
+            entries[j as usize] = (idx[j as usize], array_for(cfg, keys, j, idx[j as usize]));
+        }
+        write_record(cfg, &entries[..vbits as usize], out);
         true
     } else {
         write_mark(cfg, out);
@@ -510,7 +641,7 @@ impl SetSep {
             let mut choices = HugeArray::<u8>::zeroed(hdr.choice_bytes());
             let mut groups = HugeArray::<u8>::zeroed(hdr.group_bytes() + SLACK);
             let gb = hdr.group_bytes();
-            let (fallback, _) = build_range(
+            let r = build_range(
                 keys,
                 values,
                 opts,
@@ -520,6 +651,7 @@ impl SetSep {
                 &mut groups[..gb],
                 on_blocks_done,
             )?;
+            let (fallback, _) = r;
             Ok(SetSep {
                 hdr,
                 choices,

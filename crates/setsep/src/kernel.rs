@@ -44,7 +44,8 @@ pub(crate) struct Searcher {
     b: Vec<u16>,
     cls_end: Vec<usize>,
     cls_val: Vec<u16>,
-    sorted: Vec<GKey>,
+    cls_of: Vec<u32>,
+    counts: Vec<usize>,
 }
 
 impl Searcher {
@@ -61,7 +62,8 @@ impl Searcher {
             b: Vec::new(),
             cls_end: Vec::new(),
             cls_val: Vec::new(),
-            sorted: Vec::new(),
+            cls_of: Vec::new(),
+            counts: Vec::new(),
         }
     }
 
@@ -71,27 +73,42 @@ impl Searcher {
         if want == 0 {
             return 0;
         }
-        // Group keys by value (stable: the order inside a class does not change the result).
-        self.sorted.clear();
-        self.sorted.extend_from_slice(keys);
-        self.sorted.sort_by_key(|k| k.v);
-        self.a.clear();
-        self.b.clear();
-        self.cls_end.clear();
+        // Group keys by value (neither the order of classes nor the order inside a class
+        // changes the result): find each key's class, count, then place.
         self.cls_val.clear();
-        for (i, k) in self.sorted.iter().enumerate() {
-            self.a.push(k.a);
-            self.b.push(k.b);
-            if self.cls_val.last() != Some(&k.v) || self.cls_end.is_empty() {
-                if !self.cls_end.is_empty() {
-                    *self.cls_end.last_mut().expect("nonempty") = i;
+        self.cls_of.clear();
+        self.counts.clear();
+        // Only the wanted bits matter: keys that agree on them share a class.
+        for k in keys {
+            let v = k.v & want;
+            let c = match self.cls_val.iter().position(|&x| x == v) {
+                Some(c) => c,
+                None => {
+                    self.cls_val.push(v);
+                    self.counts.push(0);
+                    self.cls_val.len() - 1
                 }
-                self.cls_val.push(k.v);
-                self.cls_end.push(i + 1);
-            }
+            };
+            self.cls_of.push(c as u32);
+            self.counts[c] += 1;
         }
-        if let Some(e) = self.cls_end.last_mut() {
-            *e = self.sorted.len();
+        self.cls_end.clear();
+        let mut end = 0usize;
+        for c in self.counts.iter_mut() {
+            let n = *c;
+            *c = end; // becomes the next free slot of the class
+            end += n;
+            self.cls_end.push(end);
+        }
+        self.a.clear();
+        self.a.resize(keys.len(), 0);
+        self.b.clear();
+        self.b.resize(keys.len(), 0);
+        for (k, &c) in keys.iter().zip(&self.cls_of) {
+            let slot = &mut self.counts[c as usize];
+            self.a[*slot] = k.a;
+            self.b[*slot] = k.b;
+            *slot += 1;
         }
         let limit = cfg.mark() as u32;
         #[cfg(target_arch = "x86_64")]
@@ -193,11 +210,45 @@ pub(crate) fn array_for(cfg: Config, keys: &[GKey], j: u32, idx: u16) -> u32 {
     let alog = cfg.array_log();
     let mut o = 0u32;
     for k in keys {
-        if (k.v >> j) & 1 == 1 {
-            o |= 1u32 << position(k.a, k.b, idx, alog);
-        }
+        o |= (((k.v >> j) & 1) as u32) << position(k.a, k.b, idx, alog);
     }
     o
+}
+
+/// Micro-benchmark hook (not API): searches `groups` random groups of `n` keys with `vbits`-bit
+/// values under `cfg`, returns the total number of candidates examined (sum of the largest index
+/// found per group, plus one).
+#[doc(hidden)]
+pub fn bench_search(cfg: Config, kernel: Kernel, n: usize, vbits: u32, groups: u64) -> u64 {
+    let mut s = 7u64;
+    let mut sr = Searcher::new(kernel);
+    let mut total = 0u64;
+    let mut keys = Vec::with_capacity(n);
+    for _ in 0..groups {
+        keys.clear();
+        for _ in 0..n {
+            let r = crate::build::mix(s);
+            s = r;
+            keys.push(GKey {
+                a: r as u16,
+                b: (r >> 16) as u16 | 1,
+                v: ((r >> 32) as u16) & ((1u32 << vbits) - 1) as u16,
+            });
+        }
+        let mut out = [0u16; 16];
+        let want = ((1u32 << vbits) - 1) as u16;
+        let f = sr.search(cfg, &keys, want, &mut out);
+        let mut m = 0u64;
+        for j in 0..vbits {
+            if f >> j & 1 == 1 {
+                m = m.max(out[j as usize] as u64 + 1);
+            } else {
+                m = m.max(cfg.mark() as u64);
+            }
+        }
+        total += m;
+    }
+    total
 }
 
 #[cfg(test)]
@@ -233,18 +284,22 @@ mod tests {
             for n in [0usize, 1, 2, 5, 16, 19, 23, 40, 64, 70] {
                 for vbits in [1u32, 2, 3, 8] {
                     let keys = rand_keys(n, vbits, (n as u64) << 8 | vbits as u64);
-                    let want = ((1u32 << vbits) - 1) as u16;
-                    let (mut o1, mut o2) = ([0u16; 16], [0u16; 16]);
-                    let f1 = sc.search(cfg, &keys, want, &mut o1);
-                    let f2 = av.search(cfg, &keys, want, &mut o2);
-                    assert_eq!(f1, f2, "cfg {cfg} n {n} vbits {vbits}");
-                    for j in 0..vbits {
-                        if f1 >> j & 1 == 1 {
-                            assert_eq!(o1[j as usize], o2[j as usize]);
-                            assert!(separates(cfg, &keys, j, o1[j as usize]));
-                            // Nothing smaller separates.
-                            for i in 0..o1[j as usize] {
-                                assert!(!separates(cfg, &keys, j, i));
+                    let all = ((1u32 << vbits) - 1) as u16;
+                    // All bits, and each single bit (what updates search).
+                    for want in std::iter::once(all).chain((0..vbits).map(|j| 1u16 << j)) {
+                        let (mut o1, mut o2) = ([0u16; 16], [0u16; 16]);
+                        let f1 = sc.search(cfg, &keys, want, &mut o1);
+                        let f2 = av.search(cfg, &keys, want, &mut o2);
+                        assert_eq!(f1, f2, "cfg {cfg} n {n} vbits {vbits}");
+                        assert_eq!(f1 & !want, 0);
+                        for j in 0..vbits {
+                            if f1 >> j & 1 == 1 {
+                                assert_eq!(o1[j as usize], o2[j as usize]);
+                                assert!(separates(cfg, &keys, j, o1[j as usize]));
+                                // Nothing smaller separates.
+                                for i in 0..o1[j as usize] {
+                                    assert!(!separates(cfg, &keys, j, i));
+                                }
                             }
                         }
                     }

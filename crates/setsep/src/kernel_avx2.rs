@@ -9,6 +9,8 @@
 
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
+#[cfg(target_arch = "x86_64")]
+use core::mem::MaybeUninit;
 
 /// AVX2 search; see `kernel::search_scalar` for the contract.
 ///
@@ -52,12 +54,16 @@ fn run<const Y16: bool>(
     let ncls = cls_end.len().min(cls_val.len()).min(MAXK);
     let zero = _mm256_setzero_si256();
     let lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    let mut hs = [zero; MAXK];
-    let mut st = [zero; MAXK];
+    // Only the first n entries are ever written and read (no 2 KB zeroing per call).
+    let mut hs = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
+    let mut st = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     for k in 0..n {
         let bv = _mm256_set1_epi16(b[k] as i16);
-        hs[k] = _mm256_add_epi16(_mm256_set1_epi16(a[k] as i16), _mm256_mullo_epi16(lane, bv));
-        st[k] = _mm256_set1_epi16(b[k].wrapping_mul(16) as i16);
+        hs[k].write(_mm256_add_epi16(
+            _mm256_set1_epi16(a[k] as i16),
+            _mm256_mullo_epi16(lane, bv),
+        ));
+        st[k].write(_mm256_set1_epi16(b[k].wrapping_mul(16) as i16));
     }
     // One-hot tables for vpshufb: position p (low 4 bits of each byte) -> 1 << p.
     #[rustfmt::skip]
@@ -79,65 +85,101 @@ fn run<const Y16: bool>(
     } else {
         (1u32 << (2 * tail)) - 1
     };
-    let mut accs = [zero; MAXK];
+    // UNROLL chunks (16 candidates each) per pass: each key's hash vector is loaded and stored
+    // once per pass.
+    const UNROLL: usize = 4;
+    let mut accs = [[const { MaybeUninit::<__m256i>::uninit() }; MAXK]; UNROLL];
+    let onehot = |acc: __m256i, acc_hi: __m256i, h: __m256i| -> (__m256i, __m256i) {
+        if Y16 {
+            let p = _mm256_srli_epi16::<12>(h);
+            (
+                _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p)),
+                _mm256_or_si256(acc_hi, _mm256_shuffle_epi8(t_hi, p)),
+            )
+        } else {
+            let p = _mm256_srli_epi16::<13>(h);
+            (_mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p)), acc_hi)
+        }
+    };
+    // Low byte of acc: positions 0-7; low byte of acc_hi: positions 8-15.
+    let merge = |acc: __m256i, acc_hi: __m256i| -> __m256i {
+        if Y16 {
+            _mm256_or_si256(
+                _mm256_and_si256(acc, low_bytes),
+                _mm256_slli_epi16::<8>(acc_hi),
+            )
+        } else {
+            acc
+        }
+    };
+    let ok_of = |z: __m256i, o: __m256i, chunk: u32| -> u32 {
+        if chunk >= nchunks {
+            return 0;
+        }
+        let conf = _mm256_and_si256(z, o);
+        let mm = _mm256_movemask_epi8(_mm256_cmpeq_epi8(conf, zero)) as u32;
+        // Y8: only the low byte of a lane is meaningful; Y16: both bytes must be zero.
+        let ok = if Y16 { mm & (mm >> 1) } else { mm } & 0x5555_5555;
+        if chunk == nchunks - 1 {
+            ok & tail_mask
+        } else {
+            ok
+        }
+    };
     let mut found = 0u16;
-    for c in 0..nchunks {
+    let mut c = 0u32;
+    while c < nchunks {
         let mut s = 0usize;
         for ci in 0..ncls {
             let e = cls_end[ci].min(n);
-            let mut acc = zero;
-            let mut acc_hi = zero;
+            let mut acc = [zero; UNROLL];
+            let mut acc_hi = [zero; UNROLL];
             for k in s..e {
-                let h = hs[k];
-                hs[k] = _mm256_add_epi16(h, st[k]);
-                if Y16 {
-                    let p = _mm256_srli_epi16::<12>(h);
-                    acc = _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p));
-                    acc_hi = _mm256_or_si256(acc_hi, _mm256_shuffle_epi8(t_hi, p));
-                } else {
-                    let p = _mm256_srli_epi16::<13>(h);
-                    acc = _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p));
+                // SAFETY: k < e <= n and entries 0..n were written above.
+                let (mut h, step) = unsafe { (hs[k].assume_init(), st[k].assume_init()) };
+                for u in 0..UNROLL {
+                    (acc[u], acc_hi[u]) = onehot(acc[u], acc_hi[u], h);
+                    h = _mm256_add_epi16(h, step);
                 }
+                hs[k].write(h);
             }
-            accs[ci] = if Y16 {
-                // Low byte of acc: positions 0-7; low byte of acc_hi: positions 8-15.
-                _mm256_or_si256(
-                    _mm256_and_si256(acc, low_bytes),
-                    _mm256_slli_epi16::<8>(acc_hi),
-                )
-            } else {
-                acc
-            };
+            for u in 0..UNROLL {
+                accs[u][ci].write(merge(acc[u], acc_hi[u]));
+            }
             s = e;
         }
         let mut todo = want & !found;
         while todo != 0 {
             let j = todo.trailing_zeros();
             todo &= todo - 1;
-            let mut z = zero;
-            let mut o = zero;
+            let mut z = [zero; UNROLL];
+            let mut o = [zero; UNROLL];
             for ci in 0..ncls {
-                if (cls_val[ci] >> j) & 1 == 1 {
-                    o = _mm256_or_si256(o, accs[ci]);
-                } else {
-                    z = _mm256_or_si256(z, accs[ci]);
+                let one = (cls_val[ci] >> j) & 1 == 1;
+                for u in 0..UNROLL {
+                    // SAFETY: every class below ncls was written in this pass's class loop.
+                    let x = unsafe { accs[u][ci].assume_init() };
+                    if one {
+                        o[u] = _mm256_or_si256(o[u], x);
+                    } else {
+                        z[u] = _mm256_or_si256(z[u], x);
+                    }
                 }
             }
-            let conf = _mm256_and_si256(z, o);
-            let mm = _mm256_movemask_epi8(_mm256_cmpeq_epi8(conf, zero)) as u32;
-            // Y8: only the low byte of a lane is meaningful; Y16: both bytes must be zero.
-            let mut ok = if Y16 { mm & (mm >> 1) } else { mm } & 0x5555_5555;
-            if c == nchunks - 1 {
-                ok &= tail_mask;
-            }
-            if ok != 0 {
-                out[j as usize] = (c * 16 + ok.trailing_zeros() / 2) as u16;
-                found |= 1 << j;
+            for u in 0..UNROLL {
+                let chunk = c + u as u32;
+                let ok = ok_of(z[u], o[u], chunk);
+                if ok != 0 {
+                    out[j as usize] = (chunk * 16 + ok.trailing_zeros() / 2) as u16;
+                    found |= 1 << j;
+                    break;
+                }
             }
         }
         if found == want {
             break;
         }
+        c += UNROLL as u32;
     }
     found
 }

@@ -39,26 +39,38 @@
 //! # Cost model
 //!
 //! Space (exact, as [`Stats::bits_per_key`] reports it): 0.5 bits per key for the bucket choices,
-//! plus `(x + y) / 16` bits per key per value bit for the groups, plus 144 bits per fallback key
-//! (a 128-bit hash and a 16-bit value), rounded up to whole 1024-key blocks.
+//! plus `(x + y) / 16` bits per key per value bit for the group records, plus 144 bits per
+//! fallback key (its 128-bit hash and a 16-bit value), with the key count rounded up to whole
+//! 1024-key blocks. A group whose search fails puts all its keys in the fallback table.
 //!
-//! | preset | [`Config`] | bits/key, 1-bit values | bits/key, 2-bit values | search candidates |
-//! |---|---|---|---|---|
-//! | default, compact | [`Config::C16_8`] `16+8` | 2.0 | 3.5 | up to 65535 |
-//! | fast build | [`Config::C8_16`] `8+16` | 2.0 + fallback | 3.5 + fallback | up to 255 |
-//! | no fallback | [`Config::C16_16`] `16+16` | 2.5 | 4.5 | up to 65535 |
+//! | preset | [`Config`] | bits/key, 1-bit values | bits/key, 2-bit values | fallback keys | build, 2-bit values, one core |
+//! |---|---|---|---|---|---|
+//! | default, compact | [`Config::C16_8`] `16+8` | 2.002 | 3.503 | about 0.003% | about 6-7 M keys/s |
+//! | fast build | [`Config::C8_16`] `8+16` | 3.6 (1.1% fallback) | 6.5 (2.1% fallback) | 1-2% | about 10 M keys/s |
+//! | no fallback | [`Config::C16_16`] `16+16` | 2.5 | 4.5 | 0 in practice | about 10 M keys/s |
 //!
-//! Lookup: one hash of the key (XXH3-128), then two dependent memory reads (the block's choice
-//! byte, then the group record of `3 * value_bits` bytes for 16+8). Out of cache that is two cache
-//! misses: about 100-200 ns for a single lookup; [`SetSep::lookup_batch`] overlaps them with the
-//! three-stage prefetch pipeline of the paper's Algorithm 1 and reaches about 20 ns per key at
-//! 16M keys on one core. Tables up to about L3 size (3.5 bits/key: 16M keys = 7 MB) are much faster.
+//! (Measured at 1M and 16M random 13-byte keys on one core of an AMD EPYC (Zen 3) shared with
+//! other jobs; build rates are per CPU-second. `cargo bench -p sb-setsep --bench setsep -- N V
+//! CONFIG BATCH all` prints them.)
 //!
-//! Construction: about 40 hash-function candidates per key (2-bit values), tested 16 at a time by
-//! an AVX2 kernel (16-bit lanes) picked at run time, with a scalar reference kernel that gives
-//! identical tables; blocks are built in parallel on a local rayon pool. Memory during the build:
-//! about 24 bytes per key. Updates ([`Updatable`]) re-search one group and produce a [`Delta`] of
-//! a few bytes that replicas apply with [`SetSep::apply_delta`].
+//! Lookup: one hash of the key (XXH3-128), then two dependent memory reads: the block's choice
+//! byte, then the group record (`3 * value_bits` bytes for 16+8). [`SetSep::lookup_batch`] runs
+//! the three-stage prefetch pipeline of the paper's Algorithm 1 over windows of 32 keys, so the
+//! reads of 32 keys overlap. With 2-bit values, one core: at 4M keys (1.8 MB) about 25 ns per
+//! single lookup and 14 ns per key batched (about 40 and 70 M lookups/s); at 16M keys (7 MB)
+//! about 16 ns per key batched (about 63 M lookups/s), 2-4x single lookups.
+//!
+//! Construction: about 40-60 candidate hash indexes per key (2-bit values), tested 64 at a time
+//! (four 16-lane vectors) by an AVX2 kernel picked at run time (about 1 ns per candidate for a
+//! 16-key group), with a scalar reference kernel that gives identical tables ([`Kernel`]).
+//! Blocks are built in parallel on a local rayon pool of [`BuildOptions::threads`] threads;
+//! the result does not depend on the thread count. Memory during the build: about 24 bytes per
+//! key. [`Updatable`] keeps every group's keys in one huge-page slab (about 25 bytes per 13-byte
+//! key) and re-searches only the changed key's group, only for the value bits whose hash index
+//! stopped working (a deletion searches only a group that sat in the fallback table): about
+//! 1.5-2 us per value change at 16M keys, 0.5-0.7 M updates/s per core. The [`Delta`] it returns
+//! is about 25 bytes; replicas apply it with [`SetSep::apply_delta`] (a record copy) and stay
+//! byte-identical.
 //!
 //! Invariant: this crate never does I/O except [`SetSep::write_to`] and [`MappedSetSep::open`].
 
@@ -74,6 +86,8 @@ mod update;
 
 pub use build::Piece;
 pub use format::{MappedSetSep, SetSepView};
+#[doc(hidden)]
+pub use kernel::bench_search;
 pub use layout::{num_blocks, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use table::{SetSep, Stats};
 pub use update::{Delta, Updatable};
@@ -388,6 +402,100 @@ pub enum UpdateError {
     /// Two different keys have the same 128-bit hash.
     #[error("the key has the same 128-bit hash as another key of the table")]
     HashCollision,
+}
+
+/// Entry points for the cargo-fuzz targets (and the proptests that run the same code).
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::{BuildOptions, Delta, SetSep, SetSepView};
+    use std::sync::OnceLock;
+
+    const PROBES: [&[u8]; 4] = [b"abcd", b"0123456789abc", &[0xff; 64], &[0; 16]];
+
+    /// Loads arbitrary bytes as a table (and as a [`crate::Piece`]); whatever is accepted must
+    /// answer lookups without
+    /// panicking and serialize back to the same bytes. Also tries the bytes with a correct
+    /// checksum appended in place of the last 8, so the checks behind the checksum are reached.
+    pub fn load_table(data: &[u8]) {
+        load_table_once(data);
+        if data.len() >= 8 {
+            let mut fixed = data.to_vec();
+            let n = fixed.len() - 8;
+            let sum = xxhash_rust::xxh3::xxh3_64(&fixed[..n]);
+            fixed[n..].copy_from_slice(&sum.to_le_bytes());
+            load_table_once(&fixed);
+        }
+    }
+
+    fn load_table_once(data: &[u8]) {
+        if let Ok(p) = crate::Piece::from_bytes(data) {
+            assert_eq!(p.to_bytes(), data);
+            if let Ok(t) = SetSep::assemble(vec![p]) {
+                let mut out = [0u16; PROBES.len()];
+                t.lookup_batch(&PROBES, &mut out);
+            }
+        }
+        if let Ok(t) = SetSep::from_bytes(data) {
+            let mut out = [0u16; PROBES.len()];
+            t.lookup_batch(&PROBES, &mut out);
+            for (k, &v) in PROBES.iter().zip(&out) {
+                assert_eq!(t.lookup(k), v);
+            }
+            let _ = t.stats();
+            assert_eq!(t.to_bytes(), data);
+        }
+        if let Ok(v) = SetSepView::from_bytes(data) {
+            let mut out = [0u16; PROBES.len()];
+            v.lookup_batch(&PROBES, &mut out);
+            for (k, &x) in PROBES.iter().zip(&out) {
+                assert_eq!(v.lookup(k), x);
+            }
+        }
+    }
+
+    /// Parses arbitrary bytes as a delta; whatever is accepted must round-trip and apply (or be
+    /// refused) on a small 16+8, 2-bit, one-block table without panicking. Also tries the bytes
+    /// with a correct checksum in place of the last 4.
+    pub fn load_delta(data: &[u8]) {
+        load_delta_once(data);
+        if data.len() >= 4 {
+            let mut fixed = data.to_vec();
+            let n = fixed.len() - 4;
+            let sum = xxhash_rust::xxh3::xxh3_64(&fixed[..n]) as u32;
+            fixed[n..].copy_from_slice(&sum.to_le_bytes());
+            load_delta_once(&fixed);
+        }
+    }
+
+    fn load_delta_once(data: &[u8]) {
+        static TABLE: OnceLock<SetSep> = OnceLock::new();
+        if let Ok(d) = Delta::from_bytes(data) {
+            assert_eq!(Delta::from_bytes(&d.to_bytes()).as_ref(), Ok(&d));
+            let base = TABLE.get_or_init(|| {
+                let keys: Vec<[u8; 4]> = (0u32..500).map(|i| i.to_le_bytes()).collect();
+                let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+                let values: Vec<u16> = (0..500).map(|i| (i % 4) as u16).collect();
+                let opts = BuildOptions {
+                    value_bits: 2,
+                    threads: 1,
+                    ..BuildOptions::default()
+                };
+                SetSep::build(&refs, &values, &opts).expect("fixed table builds")
+            });
+            let mut t = base.clone();
+            if t.apply_delta(&d).is_ok() {
+                let mut out = [0u16; PROBES.len()];
+                t.lookup_batch(&PROBES, &mut out);
+                let _ = SetSep::from_bytes(&t.to_bytes()).expect("an applied delta saves");
+            } else {
+                assert_eq!(
+                    t.to_bytes(),
+                    base.to_bytes(),
+                    "a refused delta changed the table"
+                );
+            }
+        }
+    }
 }
 
 /// Block of a key in a table of `total_blocks` blocks built with `seed` (for distributed builds:

@@ -4,9 +4,10 @@
 use crate::build::{write_mark, write_record};
 use crate::kernel::{array_for, separates, GKey, Searcher};
 use crate::layout::{family, MAX_KEY_LEN, MIN_KEY_LEN};
+use crate::prefetch::prefetch;
 use crate::table::{fallback_entry, fallback_find, FB_ENTRY};
 use crate::{BuildError, BuildOptions, Config, DeltaError, SetSep, UpdateError};
-use sb_common::{hash128, KeyHash};
+use sb_common::{hash128, HugeArray, KeyHash};
 
 /// One change of a table: the new record of one group, and the fallback entries that leave and
 /// join the fallback table. Produced by [`Updatable`], applied by [`SetSep::apply_delta`].
@@ -208,6 +209,7 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
     if d.record.len() != rec {
         return Err(DeltaError::Mismatch("record size differs"));
     }
+    let mut new_fb = None;
     if d.touches_fallback() {
         let mut fb = t.fallback.clone();
         for h in &d.fb_remove {
@@ -227,6 +229,15 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
                 }
             }
         }
+        new_fb = Some(fb);
+    }
+    let n_fb = new_fb.as_ref().unwrap_or(&t.fallback).len() / FB_ENTRY;
+    if n_fb as u64 > d.n_keys {
+        return Err(DeltaError::FallbackMismatch(
+            "more fallback entries than keys",
+        ));
+    }
+    if let Some(fb) = new_fb {
         t.fallback = fb;
     }
     let off = d.group as usize * rec;
@@ -243,11 +254,10 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
 pub struct Updatable {
     table: SetSep,
     /// Per global group: entries `[key len u8][key][value u16 LE]`.
-    rib: Vec<Vec<u8>>,
+    rib: Rib,
     len: usize,
     searcher: Searcher,
     gkeys: Vec<GKey>,
-    hashes: Vec<KeyHash>,
 }
 
 impl std::fmt::Debug for Updatable {
@@ -259,21 +269,129 @@ impl std::fmt::Debug for Updatable {
     }
 }
 
-/// Finds `key` in a group arena: (offset of the entry, offset of its value).
-fn find(arena: &[u8], key: &[u8]) -> Option<(usize, usize)> {
+/// The RIB: every group's entries in one huge-page-backed slab, each group in its own extent
+/// with room to grow (so an update touches one header and one extent, no pointer chasing).
+#[derive(Clone)]
+struct Rib {
+    /// Per group: offset in `data`, bytes used, bytes reserved.
+    head: HugeArray<[u64; 2]>,
+    data: HugeArray<u8>,
+    /// Bytes of `data` handed out.
+    used: usize,
+    /// Bytes of `data` in abandoned extents.
+    holes: usize,
+}
+
+impl Rib {
+    fn unpack(h: [u64; 2]) -> (usize, usize, usize) {
+        (
+            h[0] as usize,
+            (h[1] & 0xffff_ffff) as usize,
+            (h[1] >> 32) as usize,
+        )
+    }
+
+    /// Lays out groups of the given sizes with some slack each.
+    fn with_sizes(sizes: &[u32]) -> Rib {
+        let mut head = HugeArray::<[u64; 2]>::zeroed(sizes.len());
+        let mut off = 0usize;
+        for (h, &sz) in head.iter_mut().zip(sizes) {
+            let cap = Self::cap_for(sz as usize);
+            *h = [off as u64, (cap as u64) << 32];
+            off += cap;
+        }
+        Rib {
+            head,
+            data: HugeArray::zeroed(off + off / 8 + 4096),
+            used: off,
+            holes: 0,
+        }
+    }
+
+    fn cap_for(len: usize) -> usize {
+        (len + len / 4 + 24).next_multiple_of(8)
+    }
+
+    fn group(&self, g: usize) -> &[u8] {
+        let (off, len, _) = Self::unpack(self.head[g]);
+        &self.data[off..off + len]
+    }
+
+    fn group_mut(&mut self, g: usize) -> &mut [u8] {
+        let (off, len, _) = Self::unpack(self.head[g]);
+        &mut self.data[off..off + len]
+    }
+
+    /// Appends `bytes` to group `g`, moving the group to a larger extent when full.
+    fn append(&mut self, g: usize, bytes: &[u8]) {
+        let (mut off, len, mut cap) = Self::unpack(self.head[g]);
+        if len + bytes.len() > cap {
+            let new_cap = Self::cap_for((len + bytes.len()) * 2);
+            if self.used + new_cap > self.data.len() {
+                self.grow(new_cap);
+                (off, _, _) = Self::unpack(self.head[g]);
+            }
+            let new_off = self.used;
+            self.data.copy_within(off..off + len, new_off);
+            self.used += new_cap;
+            self.holes += cap;
+            off = new_off;
+            cap = new_cap;
+        }
+        self.data[off + len..off + len + bytes.len()].copy_from_slice(bytes);
+        self.head[g] = [off as u64, (len + bytes.len()) as u64 | (cap as u64) << 32];
+    }
+
+    /// Removes bytes `range` (relative to the group) from group `g`.
+    fn remove(&mut self, g: usize, range: std::ops::Range<usize>) {
+        let (off, len, cap) = Self::unpack(self.head[g]);
+        self.data
+            .copy_within(off + range.end..off + len, off + range.start);
+        let len = len - range.len();
+        self.head[g] = [off as u64, len as u64 | (cap as u64) << 32];
+    }
+
+    /// Makes room for `extra` more bytes: compacts into a new slab (dropping holes) of about
+    /// twice the live size.
+    fn grow(&mut self, extra: usize) {
+        let live = self.used - self.holes;
+        let mut data = HugeArray::<u8>::zeroed((live + extra) * 2 + 4096);
+        let mut at = 0usize;
+        for h in self.head.iter_mut() {
+            let (off, len, cap) = Self::unpack(*h);
+            data[at..at + len].copy_from_slice(&self.data[off..off + len]);
+            *h = [at as u64, len as u64 | (cap as u64) << 32];
+            at += cap;
+        }
+        self.data = data;
+        self.used = at;
+        self.holes = 0;
+    }
+}
+
+/// Bytes of a RIB entry after its key: value u16, then the key's base hashes `a`, `b` (u16 each)
+/// so that re-searching a group needs no hashing.
+const TAIL: usize = 6;
+
+/// Finds `key` (whose hash is `h`) in a group arena: (offset of the entry, offset of its value).
+/// The stored base hashes are compared before the key bytes.
+fn find(arena: &[u8], key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
+    let (a, b) = family(h);
+    let ab = (a as u32 | (b as u32) << 16).to_le_bytes();
     let mut p = 0;
     while p < arena.len() {
         let l = arena[p] as usize;
-        let k = &arena[p + 1..p + 1 + l];
-        if k == key {
-            return Some((p, p + 1 + l));
+        let vo = p + 1 + l;
+        if arena[vo + 2..vo + 6] == ab && l == key.len() && &arena[p + 1..vo] == key {
+            return Some((p, vo));
         }
-        p += 1 + l + 2;
+        p = vo + TAIL;
     }
     None
 }
 
-fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16)> {
+/// The entries of a group arena: (key, value, a, b).
+fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16, u16, u16)> {
     let mut p = 0;
     std::iter::from_fn(move || {
         if p >= arena.len() {
@@ -281,10 +399,27 @@ fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16)> {
         }
         let l = arena[p] as usize;
         let k = &arena[p + 1..p + 1 + l];
-        let v = u16::from_le_bytes([arena[p + 1 + l], arena[p + 2 + l]]);
-        p += 1 + l + 2;
-        Some((k, v))
+        let t = &arena[p + 1 + l..p + 1 + l + TAIL];
+        p += 1 + l + TAIL;
+        Some((
+            k,
+            u16::from_le_bytes([t[0], t[1]]),
+            u16::from_le_bytes([t[2], t[3]]),
+            u16::from_le_bytes([t[4], t[5]]),
+        ))
     })
+}
+
+/// Encodes a RIB entry into `buf` and returns its length.
+fn encode_entry(buf: &mut [u8; 1 + 64 + TAIL], key: &[u8], v: u16, h: KeyHash) -> usize {
+    let (a, b) = family(h);
+    let l = key.len();
+    buf[0] = l as u8;
+    buf[1..1 + l].copy_from_slice(key);
+    buf[1 + l..3 + l].copy_from_slice(&v.to_le_bytes());
+    buf[3 + l..5 + l].copy_from_slice(&a.to_le_bytes());
+    buf[5 + l..7 + l].copy_from_slice(&b.to_le_bytes());
+    1 + l + TAIL
 }
 
 impl Updatable {
@@ -295,24 +430,29 @@ impl Updatable {
         opts: &BuildOptions,
     ) -> Result<Updatable, BuildError> {
         let table = SetSep::build(keys, values, opts)?;
-        let mut rib = vec![Vec::new(); table.hdr.n_groups() as usize];
-        {
+        let rib = {
             let t = table.tables();
-            for (k, &v) in keys.iter().zip(values) {
-                let g = t.group_of(t.hash(k));
-                let a = &mut rib[g];
-                a.push(k.len() as u8);
-                a.extend_from_slice(k);
-                a.extend_from_slice(&v.to_le_bytes());
+            let ng = table.hdr.n_groups() as usize;
+            // Two passes: sizes, then entries (each group in one extent).
+            let groups: Vec<u32> = keys.iter().map(|k| t.group_of(t.hash(k)) as u32).collect();
+            let mut sizes = vec![0u32; ng];
+            for (k, &g) in keys.iter().zip(&groups) {
+                sizes[g as usize] += (1 + k.len() + TAIL) as u32;
             }
-        }
+            let mut rib = Rib::with_sizes(&sizes);
+            let mut buf = [0u8; 1 + 64 + TAIL];
+            for ((k, &v), &g) in keys.iter().zip(values).zip(&groups) {
+                let n = encode_entry(&mut buf, k, v, t.hash(k));
+                rib.append(g as usize, &buf[..n]);
+            }
+            rib
+        };
         Ok(Updatable {
             table,
             rib,
             len: keys.len(),
             searcher: Searcher::new(opts.kernel),
             gkeys: Vec::new(),
-            hashes: Vec::new(),
         })
     }
 
@@ -334,14 +474,14 @@ impl Updatable {
     /// The value of `key`, if it is in the table.
     pub fn get(&self, key: &[u8]) -> Option<u16> {
         let t = self.table.tables();
-        let g = t.group_of(t.hash(key));
-        let a = &self.rib[g];
-        find(a, key).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
+        let h = t.hash(key);
+        let a = self.rib.group(t.group_of(h));
+        find(a, key, h).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
     }
 
     /// Every key and value (in group order).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u16)> {
-        self.rib.iter().flat_map(|a| entries(a))
+        (0..self.rib.head.len()).flat_map(|g| entries(self.rib.group(g)).map(|(k, v, _, _)| (k, v)))
     }
 
     fn check(&self, key: &[u8], value: u16) -> Result<(), UpdateError> {
@@ -363,20 +503,31 @@ impl Updatable {
         self.check(key, value)?;
         let seed = self.table.hdr.seed;
         let h = hash128(key, seed);
+        self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
-        let old_hashes = self.group_hashes(g);
-        let arena = &mut self.rib[g];
-        match find(arena, key) {
+        self.prefetch_group(g);
+        let was_fb = self.table.tables().is_fallback_group(g);
+        let old_hashes = if was_fb {
+            self.group_hashes(g)
+        } else {
+            Vec::new()
+        };
+        match find(self.rib.group(g), key, h) {
             Some((_, vo)) => {
-                arena[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
+                self.rib.group_mut(g)[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
             }
             None => {
-                if old_hashes.contains(&h) {
+                let (a, b) = family(h);
+                let same_ab: Vec<&[u8]> = entries(self.rib.group(g))
+                    .filter(|e| (e.2, e.3) == (a, b))
+                    .map(|e| e.0)
+                    .collect();
+                if same_ab.iter().any(|k| hash128(k, seed) == h) {
                     return Err(UpdateError::HashCollision);
                 }
-                arena.push(key.len() as u8);
-                arena.extend_from_slice(key);
-                arena.extend_from_slice(&value.to_le_bytes());
+                let mut buf = [0u8; 1 + 64 + TAIL];
+                let n = encode_entry(&mut buf, key, value, h);
+                self.rib.append(g, &buf[..n]);
                 self.len += 1;
             }
         }
@@ -389,36 +540,62 @@ impl Updatable {
             return Err(UpdateError::BadKeyLength(key.len()));
         }
         let h = hash128(key, self.table.hdr.seed);
+        self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
-        let Some((p, vo)) = find(&self.rib[g], key) else {
+        self.prefetch_group(g);
+        let Some((p, vo)) = find(self.rib.group(g), key, h) else {
             return Ok(None);
         };
-        let old_hashes = self.group_hashes(g);
-        self.rib[g].drain(p..vo + 2);
+        let old_hashes = if self.table.tables().is_fallback_group(g) {
+            self.group_hashes(g)
+        } else {
+            Vec::new()
+        };
+        self.rib.remove(g, p..vo + TAIL);
         self.len -= 1;
         Ok(Some(self.resolve(g, old_hashes)))
     }
 
+    /// Starts loading the RIB headers and records of the key's four candidate groups while its
+    /// bucket choice is being read (the choice picks one of them).
+    fn prefetch_candidates(&self, h: KeyHash) {
+        let (blk, bkt) = crate::layout::locate(h, self.table.hdr.n_blocks);
+        let base = blk as usize * crate::layout::GROUPS_PER_BLOCK;
+        let rec = self.table.hdr.rec_bytes();
+        for &c in &crate::layout::CAND[bkt] {
+            let g = base + c as usize;
+            prefetch(&self.rib.head, g);
+            prefetch(&self.table.groups, g * rec);
+        }
+    }
+
+    /// Starts loading group `g`'s record, RIB header and RIB extent, so the three cache misses
+    /// overlap instead of following each other.
+    fn prefetch_group(&self, g: usize) {
+        let rec = self.table.hdr.rec_bytes();
+        prefetch(&self.table.groups, g * rec);
+        let (off, len, _) = Rib::unpack(self.rib.head[g]);
+        for o in (off..off + len).step_by(64) {
+            prefetch(&self.rib.data, o);
+        }
+    }
+
     fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
         let seed = self.table.hdr.seed;
-        entries(&self.rib[g])
-            .map(|(k, _)| hash128(k, seed))
+        entries(self.rib.group(g))
+            .map(|(k, _, _, _)| hash128(k, seed))
             .collect()
     }
 
-    /// Re-solves group `g` from its RIB, applies and returns the delta.
+    /// Re-solves group `g` from its RIB, applies and returns the delta. `old_hashes` are the
+    /// group's fallback entries before the change (empty unless it was a fallback group).
     fn resolve(&mut self, g: usize, old_hashes: Vec<KeyHash>) -> Delta {
-        let seed = self.table.hdr.seed;
         let cfg = self.table.hdr.config;
         let vbits = self.table.hdr.value_bits as u32;
         let rec = self.table.hdr.rec_bytes();
         self.gkeys.clear();
-        self.hashes.clear();
-        for (k, v) in entries(&self.rib[g]) {
-            let h = hash128(k, seed);
-            let (a, b) = family(h);
+        for (_, v, a, b) in entries(self.rib.group(g)) {
             self.gkeys.push(GKey { a, b, v });
-            self.hashes.push(h);
         }
         let t = self.table.tables();
         let was_fb = t.is_fallback_group(g);
@@ -452,12 +629,11 @@ impl Updatable {
                 .collect();
             write_record(cfg, &ents, &mut record);
         }
-        let fb_remove = if was_fb { old_hashes } else { Vec::new() };
+        let fb_remove = old_hashes;
         let fb_insert = if now_fb {
-            self.hashes
-                .iter()
-                .zip(&self.gkeys)
-                .map(|(h, k)| (*h, k.v))
+            let seed = self.table.hdr.seed;
+            entries(self.rib.group(g))
+                .map(|(k, v, _, _)| (hash128(k, seed), v))
                 .collect()
         } else {
             Vec::new()
@@ -474,5 +650,35 @@ impl Updatable {
         };
         apply(&mut self.table, &d).expect("a delta made from this table applies to it");
         d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rib_slab_grows_moves_and_compacts() {
+        let mut rib = Rib::with_sizes(&[0, 10, 0]);
+        let mut model: Vec<Vec<u8>> = vec![Vec::new(); 3];
+        for i in 0..5000usize {
+            let g = i % 3;
+            let bytes: Vec<u8> = (0..(i % 17 + 1)).map(|j| (i + j) as u8).collect();
+            rib.append(g, &bytes);
+            model[g].extend_from_slice(&bytes);
+            if i % 7 == 0 && model[g].len() > 5 {
+                rib.remove(g, 1..4);
+                model[g].drain(1..4);
+            }
+            if i % 11 == 0 {
+                rib.group_mut(g)[0] ^= 0xff;
+                model[g][0] ^= 0xff;
+            }
+        }
+        for (g, m) in model.iter().enumerate() {
+            assert_eq!(rib.group(g), &m[..]);
+        }
+        // The slab grew from its initial few KB (moves and compaction happened).
+        assert!(rib.data.len() > 40_000);
     }
 }
