@@ -8,6 +8,8 @@
 # Settings (environment variables):
 #   SIZES="1000000 4000000 16000000"  BITS="1 2"  THREADS="1 2"  RUNS=3
 #   OUT=out/bench-gpt   BATCH=32   KEY_BYTES=13   UPDATES=200000
+#   PEERS=setsep,dpdk-efd,sux-vfunc,ptr_hash,hashbrown   (the one-thread runs)
+#   KEEP=1   keeps the runs already under $OUT (to add sizes to a table in several steps)
 # Runs with more than one thread time only the structures that build in parallel
 # (SetSep, sux VFunc, ptr_hash); the one-thread runs time everything.
 #
@@ -24,6 +26,8 @@ OUT=${OUT:-out/bench-gpt}
 BATCH=${BATCH:-32}
 KEY_BYTES=${KEY_BYTES:-13}
 UPDATES=${UPDATES:-200000}
+PEERS=${PEERS:-setsep,dpdk-efd,sux-vfunc,ptr_hash,hashbrown}
+KEEP=${KEEP:-0}
 
 step() { printf '==> %s\n' "$*" >&2; }
 
@@ -35,15 +39,16 @@ cargo build --release -p scalebricks --features dpdk >&2
 BIN=target/release/scalebricks
 
 mkdir -p "$OUT"
-rm -f "$OUT"/run-*.json
+[ "$KEEP" = 1 ] || rm -f "$OUT"/run-*.json
 for n in $SIZES; do
     for v in $BITS; do
         for t in $THREADS; do
             if [ "$t" -eq 1 ]; then
-                peers="setsep,dpdk-efd,sux-vfunc,ptr_hash,hashbrown"
+                peers=$PEERS
                 updates=$UPDATES
             else
-                peers="setsep,sux-vfunc,ptr_hash"
+                # Only the structures that build in parallel; untimed updates.
+                peers=$(echo "$PEERS" | tr , '\n' | grep -E '^(setsep|sux-vfunc|ptr_hash)$' | paste -sd,)
                 updates=0
             fi
             for r in $(seq 1 "$RUNS"); do

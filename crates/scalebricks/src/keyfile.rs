@@ -537,4 +537,51 @@ mod tests {
             Err(KeyFileError::Malformed { line: 1, .. })
         ));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_line_never_panics(line in "\\PC{0,120}") {
+            let _ = parse_line(&line);
+            let _ = looks_like_header(&line);
+        }
+
+        #[test]
+        fn parse_line_never_panics_on_near_records(
+            fields in proptest::collection::vec("[0-9a-fA-Fx:.# ]{0,20}", 1..8)
+        ) {
+            let _ = parse_line(&fields.join(","));
+        }
+
+        #[test]
+        fn records_round_trip(
+            src in proptest::prelude::any::<[u8; 16]>(),
+            dst in proptest::prelude::any::<[u8; 16]>(),
+            ports in proptest::prelude::any::<(u16, u16)>(),
+            proto in proptest::prelude::any::<u8>(),
+            v6 in proptest::prelude::any::<bool>(),
+            value in proptest::prelude::any::<u16>(),
+            hex in proptest::collection::vec(proptest::prelude::any::<u8>(), 4..=64),
+        ) {
+            let (s, d): (IpAddr, IpAddr) = if v6 {
+                (std::net::Ipv6Addr::from(src).into(), std::net::Ipv6Addr::from(dst).into())
+            } else {
+                let s4: [u8; 4] = src[..4].try_into().unwrap();
+                let d4: [u8; 4] = dst[..4].try_into().unwrap();
+                (std::net::Ipv4Addr::from(s4).into(), std::net::Ipv4Addr::from(d4).into())
+            };
+            let line = format!("{proto},{s},{},{d},{},{value}", ports.0, ports.1);
+            let r = parse_line(&line).unwrap().unwrap();
+            proptest::prop_assert_eq!(&r.key, &encode_five_tuple(proto, s, ports.0, d, ports.1).unwrap());
+            proptest::prop_assert_eq!(r.key.len(), if v6 { 37 } else { 13 });
+            proptest::prop_assert_eq!(r.value, Some(value as u64));
+            proptest::prop_assert_eq!(r.text, &line[..line.rfind(',').unwrap()]);
+            let line = format!("{},{value}", Hex(&hex));
+            let r = parse_line(&line).unwrap().unwrap();
+            proptest::prop_assert_eq!(&r.key, &hex);
+            let line = format!("{s}");
+            let r = parse_line(&line).unwrap().unwrap();
+            proptest::prop_assert_eq!(r.value, None);
+            proptest::prop_assert_eq!(r.key.len(), if v6 { 16 } else { 4 });
+        }
+    }
 }
