@@ -87,9 +87,8 @@ impl HotFn<usize> for Run<'_> {
         let s = t.s();
         let (keys, hashes, values, found) = (self.keys, self.hashes, self.values, self.found);
         let (kb, vb, seed) = (self.kb, self.vb, self.seed);
-        // Per key of a chunk: hash, primary bucket, tag, version and tag mask of each bucket
+        // Per key of a chunk: primary bucket, tag, version and tag mask of each bucket
         // (the alternate's only where the key may sit there: listed in `two`).
-        let mut h = [KeyHash::default(); CHUNK];
         let mut b1 = [0usize; CHUNK];
         let mut tag = [0u16; CHUNK];
         let mut v1 = [0u64; CHUNK];
@@ -106,14 +105,16 @@ impl HotFn<usize> for Run<'_> {
             .enumerate()
         {
             let start = ci * CHUNK;
-            let m = fc.len();
+            // (`min` and the masks below tell the compiler what holds, `i < CHUNK`, so the
+            // per-key arrays are indexed without bounds checks.)
+            let m = fc.len().min(CHUNK);
             // 1: bucket addresses (primary buckets only).
             for (i, key) in kc.chunks_exact(kb).enumerate() {
+                let i = i % CHUNK;
                 let hi = match hashes {
                     Some(hs) => hs[start + i],
                     None => hash128(key, seed),
                 };
-                h[i] = hi;
                 let (b, tg) = t.primary(hi);
                 b1[i] = b;
                 tag[i] = tg;
@@ -143,7 +144,7 @@ impl HotFn<usize> for Run<'_> {
             }
             // 2b: alternate versions and tags, where needed.
             for &i in &two[..nt] {
-                let i = i as usize;
+                let i = i as usize % CHUNK;
                 v2[i] = t.version(b2[i]);
                 let mk = t.tag_mask(b2[i], tag[i] | ALT_FLAG);
                 m2[i] = mk;
@@ -159,24 +160,23 @@ impl HotFn<usize> for Run<'_> {
             // acquire fence costs no instruction on x86). A key whose buckets changed meanwhile
             // is looked up again with the single-key path, so results are identical to single
             // lookups.
-            for (i, (key, (out, f))) in kc
-                .chunks_exact(kb)
-                .zip(vc.chunks_exact_mut(vb).zip(fc.iter_mut()))
-                .enumerate()
-            {
+            // (Key and value slices are made only where needed: a miss touches neither.)
+            for (i, f) in fc.iter_mut().enumerate() {
+                let i = i % CHUNK;
+                let key = || &kc[i * kb..(i + 1) * kb];
                 let (mk1, mk2, v) = (m1[i], m2[i], v1[i]);
                 // The alternate was read (`two` lists i).
                 let read2 = mk1 == 0 && overflow(v, tag[i]) != 0;
                 let mut ok = v & 1 == 0;
                 let mut hit = None;
                 if mk1 | mk2 != 0 {
-                    key_words(key, &mut q);
+                    key_words(key(), &mut q);
                     hit = t.find_in_mask(b1[i], mk1, &q);
                     if hit.is_none() && mk2 != 0 {
                         hit = t.find_in_mask(b2[i], mk2, &q);
                     }
                     match hit {
-                        Some(sl) => t.read_value_bytes(sl, out),
+                        Some(sl) => t.read_value_bytes(sl, &mut vc[i * vb..(i + 1) * vb]),
                         // A tag matched in b1 but not the key, and b2 was not read: let the
                         // single-key path decide.
                         None => ok &= read2 || overflow(v, tag[i]) == 0,
@@ -189,8 +189,12 @@ impl HotFn<usize> for Run<'_> {
                 let r = if ok {
                     hit.is_some()
                 } else {
-                    key_words(key, &mut q);
-                    t.lookup_q(&q, h[i], out)
+                    let hi = match hashes {
+                        Some(hs) => hs[start + i],
+                        None => hash128(key(), seed),
+                    };
+                    key_words(key(), &mut q);
+                    t.lookup_q(&q, hi, &mut vc[i * vb..(i + 1) * vb])
                 };
                 *f = r;
                 hits += r as usize;
