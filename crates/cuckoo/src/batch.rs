@@ -3,12 +3,13 @@
 //! addresses (prefetch the primary buckets' metadata), tags (read versions and tags, prefetch the
 //! key of the first tag match, or the alternate bucket when the key may live there: only when the
 //! primary bucket's overflow count is non-zero; the value of the first tag match is prefetched
-//! with its key), alternate tags, then keys and values (compare, copy out). One acquire fence then validates the whole chunk; a key whose buckets changed meanwhile
-//! is looked up again with the single-key path, so results are identical to single lookups.
+//! with its key), alternate tags, then keys and values (compare, copy out), each key
+//! validated right after its own reads as in the single-key protocol. A key whose buckets changed meanwhile is looked up again with the
+//! single-key path, so results are identical to single lookups.
 
 use crate::sync::{fence, Ordering::Acquire};
-use crate::table::{key_words, overflow, Candidates, Shared, ALT_FLAG, MAX_KEY_WORDS};
-use sb_common::KeyHash;
+use crate::table::{key_words, overflow, Hot, HotFn, Shared, ALT_FLAG, MAX_KEY_WORDS};
+use sb_common::{hash128, KeyHash};
 
 /// Keys in flight per prefetch round.
 pub const CHUNK: usize = 32;
@@ -56,110 +57,148 @@ impl Shared {
         if let Some(h) = hashes {
             assert_eq!(h.len(), n, "one hash per key");
         }
+        self.with_hot(Run {
+            keys,
+            hashes,
+            values,
+            found,
+            kb,
+            vb,
+            seed: self.params().seed,
+        })
+    }
+}
+
+/// One batched lookup, run on a [`Hot`] view specialized for the table's geometry.
+struct Run<'a> {
+    keys: &'a [u8],
+    hashes: Option<&'a [KeyHash]>,
+    values: &'a mut [u8],
+    found: &'a mut [bool],
+    kb: usize,
+    vb: usize,
+    seed: u64,
+}
+
+impl HotFn<usize> for Run<'_> {
+    #[inline(always)]
+    fn call<const S: usize, const KW: usize>(self, t: Hot<'_, S, KW>) -> usize {
         let mut hits = 0;
-        let mut start = 0;
-        let s = self.slots_per_bucket();
-        let mut h = [KeyHash::default(); CHUNK];
-        let mut c = [Candidates {
-            b1: 0,
-            b2: 0,
-            tag: 0,
-        }; CHUNK];
-        // Per key: versions of b1 and b2 (b2's only read when needed), tag masks, found slot.
-        let mut ver = [(0u64, 0u64); CHUNK];
-        let mut mask = [(0u32, 0u32); CHUNK];
-        let mut need2 = [false; CHUNK];
-        let mut slot = [usize::MAX; CHUNK];
-        let mut slow = [false; CHUNK];
+        let s = t.s();
+        let (keys, hashes, values, found) = (self.keys, self.hashes, self.values, self.found);
+        let (kb, vb, seed) = (self.kb, self.vb, self.seed);
+        // Per key of a chunk: primary bucket, tag, version and tag mask of each bucket
+        // (the alternate's only where the key may sit there: listed in `two`).
+        let mut b1 = [0usize; CHUNK];
+        let mut tag = [0u16; CHUNK];
+        let mut v1 = [0u64; CHUNK];
+        let mut m1 = [0u32; CHUNK];
+        let mut b2 = [0usize; CHUNK];
+        let mut v2 = [0u64; CHUNK];
+        let mut m2 = [0u32; CHUNK];
+        let mut two = [0u8; CHUNK];
         let mut q = [0u64; MAX_KEY_WORDS];
-        while start < n {
-            let m = CHUNK.min(n - start);
-            let key = |i: usize| &keys[(start + i) * kb..(start + i + 1) * kb];
+        for (ci, ((kc, vc), fc)) in keys
+            .chunks(CHUNK * kb)
+            .zip(values.chunks_mut(CHUNK * vb))
+            .zip(found.chunks_mut(CHUNK))
+            .enumerate()
+        {
+            let start = ci * CHUNK;
+            // (`min` and the masks below tell the compiler what holds, `i < CHUNK`, so the
+            // per-key arrays are indexed without bounds checks.)
+            let m = fc.len().min(CHUNK);
             // 1: bucket addresses (primary buckets only).
-            for i in 0..m {
-                h[i] = match hashes {
+            for (i, key) in kc.chunks_exact(kb).enumerate() {
+                let i = i % CHUNK;
+                let hi = match hashes {
                     Some(hs) => hs[start + i],
-                    None => self.hash(key(i)),
+                    None => hash128(key, seed),
                 };
-                c[i] = self.candidates(h[i]);
-                self.prefetch_bucket(c[i].b1);
+                let (b, tg) = t.primary(hi);
+                b1[i] = b;
+                tag[i] = tg;
+                t.prefetch_bucket(b);
             }
-            // 2: primary versions and tags: prefetch the key of the first tag match, or the
-            // alternate bucket when the key is not here and some key of this bucket overflowed.
+            // 2: primary versions and tags: prefetch the key and value of the first tag match,
+            // or the alternate bucket when the key is not here and some key of this bucket
+            // overflowed.
+            let mut nt = 0;
             for i in 0..m {
-                let v1 = self.version(c[i].b1);
-                let m1 = self.tag_mask(c[i].b1, c[i].tag);
-                ver[i] = (v1, 0);
-                mask[i] = (m1, 0);
-                need2[i] = m1 == 0 && overflow(v1, c[i].tag) != 0;
-                if m1 != 0 {
-                    let sl = c[i].b1 * s + m1.trailing_zeros() as usize;
-                    self.prefetch_key(sl);
-                    self.prefetch_value(sl);
-                } else if need2[i] {
-                    self.prefetch_bucket(c[i].b2);
+                let v = t.version(b1[i]);
+                let mk = t.tag_mask(b1[i], tag[i]);
+                v1[i] = v;
+                m1[i] = mk;
+                m2[i] = 0;
+                if mk != 0 {
+                    let sl = b1[i] * s + mk.trailing_zeros() as usize;
+                    t.prefetch_key(sl);
+                    t.prefetch_value(sl);
+                } else if overflow(v, tag[i]) != 0 {
+                    let b = t.alt(b1[i], tag[i]);
+                    b2[i] = b;
+                    t.prefetch_bucket(b);
+                    two[nt] = i as u8;
+                    nt += 1;
                 }
             }
             // 2b: alternate versions and tags, where needed.
-            for i in 0..m {
-                if need2[i] {
-                    ver[i].1 = self.version(c[i].b2);
-                    let m2 = self.tag_mask(c[i].b2, c[i].tag | ALT_FLAG);
-                    mask[i].1 = m2;
-                    if m2 != 0 {
-                        let sl = c[i].b2 * s + m2.trailing_zeros() as usize;
-                        self.prefetch_key(sl);
-                        self.prefetch_value(sl);
-                    }
+            for &i in &two[..nt] {
+                let i = i as usize % CHUNK;
+                v2[i] = t.version(b2[i]);
+                let mk = t.tag_mask(b2[i], tag[i] | ALT_FLAG);
+                m2[i] = mk;
+                if mk != 0 {
+                    let sl = b2[i] * s + mk.trailing_zeros() as usize;
+                    t.prefetch_key(sl);
+                    t.prefetch_value(sl);
                 }
             }
             // 3: keys (only where a tag matched) and, on a match, the value (both prefetched in
-            // stage 2 for the first tag match, which is the key's slot unless tags collide).
-            for i in 0..m {
-                let (m1, m2) = mask[i];
-                slot[i] = usize::MAX;
-                slow[i] = false;
-                if m1 | m2 != 0 {
-                    key_words(key(i), &mut q);
-                    let found = self
-                        .find_in_mask(c[i].b1, m1, &q)
-                        .or_else(|| self.find_in_mask(c[i].b2, m2, &q));
-                    match found {
-                        Some(sl) => {
-                            slot[i] = sl;
-                            self.read_value_bytes(
-                                sl,
-                                &mut values[(start + i) * vb..(start + i + 1) * vb],
-                            );
-                        }
+            // stage 2 for the first tag match, which is the key's slot unless tags collide), then
+            // the validation of the key's buckets (the single-key protocol of `table`, whose
+            // acquire fence costs no instruction on x86). A key whose buckets changed meanwhile
+            // is looked up again with the single-key path, so results are identical to single
+            // lookups.
+            // (Key and value slices are made only where needed: a miss touches neither.)
+            for (i, f) in fc.iter_mut().enumerate() {
+                let i = i % CHUNK;
+                let key = || &kc[i * kb..(i + 1) * kb];
+                let (mk1, mk2, v) = (m1[i], m2[i], v1[i]);
+                // The alternate was read (`two` lists i).
+                let read2 = mk1 == 0 && overflow(v, tag[i]) != 0;
+                let mut ok = v & 1 == 0;
+                let mut hit = None;
+                if mk1 | mk2 != 0 {
+                    key_words(key(), &mut q);
+                    hit = t.find_in_mask(b1[i], mk1, &q);
+                    if hit.is_none() && mk2 != 0 {
+                        hit = t.find_in_mask(b2[i], mk2, &q);
+                    }
+                    match hit {
+                        Some(sl) => t.read_value_bytes(sl, &mut vc[i * vb..(i + 1) * vb]),
                         // A tag matched in b1 but not the key, and b2 was not read: let the
                         // single-key path decide.
-                        None => slow[i] = !need2[i] && overflow(ver[i].0, c[i].tag) != 0,
+                        None => ok &= read2 || overflow(v, tag[i]) == 0,
                     }
                 }
-            }
-            // Validation: one fence for the chunk (see the protocol in `table`).
-            fence(Acquire);
-            for i in 0..m {
-                let (v1, v2) = ver[i];
-                let stable = !slow[i]
-                    && (v1 | v2) & 1 == 0
-                    && self.version_relaxed(c[i].b1) == v1
-                    && (!need2[i] || self.version_relaxed(c[i].b2) == v2);
-                let hit = if stable {
-                    slot[i] != usize::MAX
+                fence(Acquire);
+                ok = ok
+                    && t.version_relaxed(b1[i]) == v
+                    && (!read2 || (v2[i] & 1 == 0 && t.version_relaxed(b2[i]) == v2[i]));
+                let r = if ok {
+                    hit.is_some()
                 } else {
-                    key_words(key(i), &mut q);
-                    self.lookup_q(
-                        &q,
-                        h[i],
-                        &mut values[(start + i) * vb..(start + i + 1) * vb],
-                    )
+                    let hi = match hashes {
+                        Some(hs) => hs[start + i],
+                        None => hash128(key(), seed),
+                    };
+                    key_words(key(), &mut q);
+                    t.lookup_q(&q, hi, &mut vc[i * vb..(i + 1) * vb])
                 };
-                found[start + i] = hit;
-                hits += hit as usize;
+                *f = r;
+                hits += r as usize;
             }
-            start += m;
         }
         hits
     }

@@ -34,10 +34,10 @@ impl Words {
         return &self.a[i];
     }
 
-    /// Address of word `i` for a prefetch (never dereferenced through this pointer).
+    /// A copyable view for hot loops (a slice held in registers, not re-read through `self`).
     #[inline(always)]
-    pub(crate) fn addr(&self, i: usize) -> *const u8 {
-        self.a.as_ptr().wrapping_add(i) as *const u8
+    pub(crate) fn view(&self) -> WordsRef<'_> {
+        WordsRef(&self.a)
     }
 
     pub(crate) fn bytes(&self) -> usize {
@@ -52,5 +52,30 @@ impl Words {
             bytes: self.bytes(),
             ..PageInfo::default()
         };
+    }
+}
+
+/// A borrowed [`Words`]: what the lookup paths index, so that the compiler keeps the base and
+/// length in registers across the protocol's acquire loads (which force re-reads of anything
+/// behind `&Shared`).
+#[derive(Clone, Copy)]
+pub(crate) struct WordsRef<'a>(&'a [AtomicU64]);
+
+impl<'a> WordsRef<'a> {
+    /// Word `i` (in bounds by construction, as for [`Words::w`]).
+    #[inline(always)]
+    pub(crate) fn w(self, i: usize) -> &'a AtomicU64 {
+        debug_assert!(i < self.0.len(), "word {i} of {}", self.0.len());
+        #[cfg(not(debug_assertions))]
+        // SAFETY: `i < len` as argued at `Words::w` (and checked in debug builds).
+        return unsafe { self.0.get_unchecked(i) };
+        #[cfg(debug_assertions)]
+        return &self.0[i];
+    }
+
+    /// Address of word `i` for a prefetch (never dereferenced through this pointer).
+    #[inline(always)]
+    pub(crate) fn addr(self, i: usize) -> *const u8 {
+        self.0.as_ptr().wrapping_add(i) as *const u8
     }
 }

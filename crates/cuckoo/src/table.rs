@@ -64,7 +64,7 @@
 //! `tests/loom.rs` checks a displacement racing a lookup and an update racing a lookup under loom.
 
 use crate::prefetch::prefetch;
-use crate::storage::Words;
+use crate::storage::{Words, WordsRef};
 use crate::sync::{fence, spin, AtomicU64, AtomicUsize, Ordering::*};
 use crate::{InsertError, Params, ParamsError};
 use sb_common::hash::reduce64;
@@ -85,6 +85,14 @@ const LOW15: u64 = 0x7FFF_7FFF_7FFF_7FFF;
 pub(crate) fn tag_matches(word: u64, tag: u16) -> u64 {
     let x = word ^ (tag as u64).wrapping_mul(LANES);
     !(((x & LOW15).wrapping_add(LOW15)) | x | LOW15)
+}
+
+/// The 4-bit mask (bit `j` for lane `j`) of a [`tag_matches`] result: the lanes' high bits
+/// (15, 31, 47, 63), shifted to 0, 16, 32, 48, land on bits 48..=51 by one multiplication whose
+/// other partial products fall on distinct bits below 48 (no carries reach bit 48).
+#[inline(always)]
+pub(crate) fn lane_bits(m: u64) -> u32 {
+    (((m >> 15).wrapping_mul((1 << 48) | (1 << 33) | (1 << 18) | (1 << 3)) >> 48) & 0xF) as u32
 }
 
 /// Set in a slot's tag lane when the key sits in its alternate bucket.
@@ -177,11 +185,18 @@ pub struct Candidates {
     pub tag: u16,
 }
 
+/// The primary bucket and the tag of a key with hash `h` in a table of `n` buckets (what a
+/// lookup needs first; the alternate bucket is computed only when the primary's overflow count
+/// says the key may be there).
+#[inline(always)]
+pub(crate) fn primary(n: usize, h: KeyHash) -> (usize, u16) {
+    (reduce64(h.lo, n as u64) as usize, tag_of(h))
+}
+
 /// The candidates of a key with hash `h` in a table of `n` buckets.
 #[inline(always)]
 pub(crate) fn candidates(n: usize, h: KeyHash) -> Candidates {
-    let b1 = reduce64(h.lo, n as u64) as usize;
-    let tag = tag_of(h);
+    let (b1, tag) = primary(n, h);
     Candidates {
         b1,
         b2: alt(n, b1, tag),
@@ -347,7 +362,7 @@ impl Shared {
     }
 
     #[inline(always)]
-    fn alt(&self, b: usize, tag: u16) -> usize {
+    pub(crate) fn alt(&self, b: usize, tag: u16) -> usize {
         alt(self.n, b, tag)
     }
 
@@ -361,177 +376,43 @@ impl Shared {
         self.meta.w(b * self.mw + 1 + t)
     }
 
+    /// Runs `f` on a [`Hot`] view specialized for this table's geometry where it is a common
+    /// one (4 or 8 slots, keys of up to 16 bytes), else on the generic view.
     #[inline(always)]
-    pub(crate) fn prefetch_bucket(&self, b: usize) {
-        prefetch(self.meta.addr(b * self.mw));
-    }
-
-    #[inline(always)]
-    pub(crate) fn prefetch_key(&self, slot: usize) {
-        prefetch(self.keys.addr(slot * self.kw));
-    }
-
-    /// Prefetches the first (up to) two cache lines of the keys of bucket `b`: the key a lookup
-    /// compares sits there for small keys, and its address does not depend on the tags.
-    #[inline(always)]
-    pub(crate) fn prefetch_bucket_keys(&self, b: usize) {
-        let first = b * self.s * self.kw;
-        prefetch(self.keys.addr(first));
-        if self.s * self.kw > 8 {
-            prefetch(self.keys.addr(first + 8));
+    pub(crate) fn with_hot<R>(&self, f: impl HotFn<R>) -> R {
+        let h = self.hot();
+        match (self.s, self.kw) {
+            (4, 1) => f.call(h.specialize::<4, 1>()),
+            (4, 2) => f.call(h.specialize::<4, 2>()),
+            (8, 1) => f.call(h.specialize::<8, 1>()),
+            (8, 2) => f.call(h.specialize::<8, 2>()),
+            _ => f.call(h),
         }
     }
 
-    /// Prefetches the first (up to) two cache lines of the values of bucket `b`.
+    /// The read paths' view of the table (see [`Hot`]).
     #[inline(always)]
-    pub(crate) fn prefetch_bucket_values(&self, b: usize) {
-        let first = b * self.s * self.vw;
-        prefetch(self.vals.addr(first));
-        if self.s * self.vw > 8 {
-            prefetch(self.vals.addr(first + 8));
+    pub(crate) fn hot(&self) -> Hot<'_> {
+        Hot {
+            meta: self.meta.view(),
+            keys: self.keys.view(),
+            vals: self.vals.view(),
+            n: self.n,
+            s: self.s,
+            mw: self.mw,
+            kw: self.kw,
+            vw: self.vw,
         }
     }
 
-    #[inline(always)]
-    pub(crate) fn prefetch_value(&self, slot: usize) {
-        prefetch(self.vals.addr(slot * self.vw));
-        if self.vw > 8 {
-            prefetch(self.vals.addr(slot * self.vw + self.vw - 1));
-        }
-    }
-
-    #[inline(always)]
-    fn key_eq(&self, slot: usize, q: &[u64; MAX_KEY_WORDS]) -> bool {
-        let base = slot * self.kw;
-        (0..self.kw).all(|i| self.keys.w(base + i).load(Relaxed) == q[i])
-    }
-
-    /// Bit `j` set where slot `j` of bucket `b` has tag `tag` (unvalidated).
-    #[inline(always)]
-    pub(crate) fn tag_mask(&self, b: usize, tag: u16) -> u32 {
-        let mut mask = 0u32;
-        for t in 0..self.s / 4 {
-            let r = tag_matches(self.tag_word(b, t).load(Relaxed), tag) >> 15;
-            mask |= (((r | (r >> 15) | (r >> 30) | (r >> 45)) & 0xF) as u32) << (4 * t);
-        }
-        mask
-    }
-
-    /// The first slot among `mask`'s slots of bucket `b` holding key `q` (unvalidated).
-    #[inline(always)]
-    pub(crate) fn find_in_mask(
-        &self,
-        b: usize,
-        mut mask: u32,
-        q: &[u64; MAX_KEY_WORDS],
-    ) -> Option<usize> {
-        while mask != 0 {
-            let slot = b * self.s + mask.trailing_zeros() as usize;
-            if self.key_eq(slot, q) {
-                return Some(slot);
-            }
-            mask &= mask - 1;
-        }
-        None
-    }
-
-    /// The slot of `q` in bucket `b`, if there (unvalidated: the caller checks the version).
     #[inline(always)]
     pub(crate) fn find_in(&self, b: usize, tag: u16, q: &[u64; MAX_KEY_WORDS]) -> Option<usize> {
-        for t in 0..self.s / 4 {
-            let mut m = tag_matches(self.tag_word(b, t).load(Relaxed), tag);
-            while m != 0 {
-                let slot = b * self.s + t * 4 + (m.trailing_zeros() >> 4) as usize;
-                if self.key_eq(slot, q) {
-                    return Some(slot);
-                }
-                m &= m - 1;
-            }
-        }
-        None
+        self.hot().find_in(b, tag, q)
     }
 
     #[inline(always)]
-    pub(crate) fn read_value(&self, slot: usize, buf: &mut [u64; MAX_VALUE_WORDS]) {
-        let base = slot * self.vw;
-        for (i, w) in buf.iter_mut().enumerate().take(self.vw) {
-            *w = self.vals.w(base + i).load(Relaxed);
-        }
-    }
-
-    /// Copies the value of `slot` into `out` (`value_bytes` long), word by word (unvalidated).
-    #[inline(always)]
-    pub(crate) fn read_value_bytes(&self, slot: usize, out: &mut [u8]) {
-        let base = slot * self.vw;
-        let mut chunks = out.chunks_exact_mut(8);
-        for (i, c) in (&mut chunks).enumerate() {
-            c.copy_from_slice(&self.vals.w(base + i).load(Relaxed).to_le_bytes());
-        }
-        let rest = chunks.into_remainder();
-        if !rest.is_empty() {
-            let b = self.vals.w(base + self.vw - 1).load(Relaxed).to_le_bytes();
-            for (j, x) in rest.iter_mut().enumerate() {
-                *x = b[j];
-            }
-        }
-    }
-
-    #[inline(always)]
-    pub(crate) fn version(&self, b: usize) -> u64 {
-        self.ver(b).load(Acquire)
-    }
-
-    #[inline(always)]
-    pub(crate) fn version_relaxed(&self, b: usize) -> u64 {
-        self.ver(b).load(Relaxed)
-    }
-
-    /// The lock-free lookup: copies the value into `out` (`value_bytes` long) on a hit; on a miss
-    /// `out` is unspecified (a read the validation rejected may have written it).
-    #[inline]
-    pub(crate) fn lookup_q(&self, q: &[u64; MAX_KEY_WORDS], h: KeyHash, out: &mut [u8]) -> bool {
-        let c = self.candidates(h);
-        // Start the misses this lookup will probably need at once: the primary bucket's
-        // metadata, keys and values (most keys sit in their primary bucket).
-        self.prefetch_bucket(c.b1);
-        self.prefetch_bucket_keys(c.b1);
-        self.prefetch_bucket_values(c.b1);
-        loop {
-            let v1 = self.ver(c.b1).load(Acquire);
-            if v1 & 1 == 1 {
-                spin();
-                continue;
-            }
-            if let Some(slot) = self.find_in(c.b1, c.tag, q) {
-                self.read_value_bytes(slot, out);
-                fence(Acquire);
-                if self.ver(c.b1).load(Relaxed) == v1 {
-                    return true;
-                }
-                continue;
-            }
-            if overflow(v1, c.tag) == 0 {
-                // No key of this primary bucket lives in its alternate: a miss.
-                fence(Acquire);
-                if self.ver(c.b1).load(Relaxed) == v1 {
-                    return false;
-                }
-                continue;
-            }
-            let v2 = self.ver(c.b2).load(Acquire);
-            if v2 & 1 == 1 {
-                spin();
-                continue;
-            }
-            let hit = self.find_in(c.b2, c.tag | ALT_FLAG, q);
-            if let Some(slot) = hit {
-                self.read_value_bytes(slot, out);
-            }
-            fence(Acquire);
-            if self.ver(c.b1).load(Relaxed) == v1 && self.ver(c.b2).load(Relaxed) == v2 {
-                return hit.is_some();
-            }
-        }
+    fn read_value(&self, slot: usize, buf: &mut [u64; MAX_VALUE_WORDS]) {
+        self.hot().read_value(slot, buf)
     }
 
     /// Copies the value of `key` into `out` (`value_bytes` long) and returns true, or returns false
@@ -556,7 +437,18 @@ impl Shared {
         }
         let mut q = [0u64; MAX_KEY_WORDS];
         key_words(key, &mut q);
-        self.lookup_q(&q, h, out)
+        struct Single<'q> {
+            q: &'q [u64; MAX_KEY_WORDS],
+            h: KeyHash,
+            out: &'q mut [u8],
+        }
+        impl HotFn<bool> for Single<'_> {
+            #[inline(always)]
+            fn call<const S: usize, const KW: usize>(self, t: Hot<'_, S, KW>) -> bool {
+                t.lookup_q(self.q, self.h, self.out)
+            }
+        }
+        self.with_hot(Single { q: &q, h, out })
     }
 
     /// The value of `key`, copied out.
@@ -965,6 +857,263 @@ impl Shared {
     }
 }
 
+/// A computation generic over the [`Hot`] specializations (a closure cannot be generic).
+pub(crate) trait HotFn<R> {
+    fn call<const S: usize, const KW: usize>(self, h: Hot<'_, S, KW>) -> R;
+}
+
+/// The geometry and arrays of a table copied into a value, which the lookup paths work on: the
+/// protocol's acquire loads and fences make the compiler re-read anything behind `&Shared` (it
+/// holds atomics), while these copies stay in registers.
+///
+/// `S` and `KW`, when not 0, are the slots per bucket and key words as constants: the lookup
+/// entry points dispatch once per call on the common geometries ([`Shared::with_hot`]) so that the
+/// compiler folds them into the address arithmetic.
+#[derive(Clone, Copy)]
+pub(crate) struct Hot<'a, const S: usize = 0, const KW: usize = 0> {
+    meta: WordsRef<'a>,
+    keys: WordsRef<'a>,
+    vals: WordsRef<'a>,
+    n: usize,
+    s: usize,
+    mw: usize,
+    kw: usize,
+    vw: usize,
+}
+
+impl<'a, const S: usize, const KW: usize> Hot<'a, S, KW> {
+    /// Slots per bucket: `S` when the caller specialized it, else the table's.
+    #[inline(always)]
+    pub(crate) fn s(&self) -> usize {
+        if S != 0 {
+            S
+        } else {
+            self.s
+        }
+    }
+
+    /// Key words per slot: `KW` when the caller specialized it, else the table's.
+    #[inline(always)]
+    fn kw(&self) -> usize {
+        if KW != 0 {
+            KW
+        } else {
+            self.kw
+        }
+    }
+
+    /// This view with `S` and `KW` set to the table's values as constants (the caller checked).
+    #[inline(always)]
+    pub(crate) fn specialize<const S2: usize, const KW2: usize>(self) -> Hot<'a, S2, KW2> {
+        debug_assert!((S2 == 0 || S2 == self.s) && (KW2 == 0 || KW2 == self.kw));
+        Hot {
+            meta: self.meta,
+            keys: self.keys,
+            vals: self.vals,
+            n: self.n,
+            s: self.s,
+            mw: self.mw,
+            kw: self.kw,
+            vw: self.vw,
+        }
+    }
+
+    /// The primary bucket and tag of a key with hash `h`.
+    #[inline(always)]
+    pub(crate) fn primary(&self, h: KeyHash) -> (usize, u16) {
+        primary(self.n, h)
+    }
+
+    #[inline(always)]
+    pub(crate) fn alt(&self, b: usize, tag: u16) -> usize {
+        alt(self.n, b, tag)
+    }
+
+    #[inline(always)]
+    pub(crate) fn ver(&self, b: usize) -> &'a AtomicU64 {
+        self.meta.w(b * self.mw)
+    }
+
+    #[inline(always)]
+    pub(crate) fn tag_word(&self, b: usize, t: usize) -> &'a AtomicU64 {
+        self.meta.w(b * self.mw + 1 + t)
+    }
+
+    #[inline(always)]
+    pub(crate) fn prefetch_bucket(&self, b: usize) {
+        prefetch(self.meta.addr(b * self.mw));
+    }
+
+    #[inline(always)]
+    pub(crate) fn prefetch_key(&self, slot: usize) {
+        prefetch(self.keys.addr(slot * self.kw()));
+    }
+
+    /// Prefetches the first (up to) two cache lines of the keys of bucket `b`: the key a lookup
+    /// compares sits there for small keys, and its address does not depend on the tags.
+    #[inline(always)]
+    pub(crate) fn prefetch_bucket_keys(&self, b: usize) {
+        let first = b * self.s() * self.kw();
+        prefetch(self.keys.addr(first));
+        if self.s() * self.kw() > 8 {
+            prefetch(self.keys.addr(first + 8));
+        }
+    }
+
+    /// Prefetches the first (up to) two cache lines of the values of bucket `b`.
+    #[inline(always)]
+    pub(crate) fn prefetch_bucket_values(&self, b: usize) {
+        let first = b * self.s() * self.vw;
+        prefetch(self.vals.addr(first));
+        if self.s() * self.vw > 8 {
+            prefetch(self.vals.addr(first + 8));
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn prefetch_value(&self, slot: usize) {
+        prefetch(self.vals.addr(slot * self.vw));
+        if self.vw > 8 {
+            prefetch(self.vals.addr(slot * self.vw + self.vw - 1));
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn key_eq(&self, slot: usize, q: &[u64; MAX_KEY_WORDS]) -> bool {
+        let base = slot * self.kw();
+        match self.kw() {
+            // The common short keys (up to 16 bytes) without a loop.
+            1 => self.keys.w(base).load(Relaxed) == q[0],
+            2 => {
+                (self.keys.w(base).load(Relaxed) ^ q[0])
+                    | (self.keys.w(base + 1).load(Relaxed) ^ q[1])
+                    == 0
+            }
+            _ => (0..self.kw()).all(|i| self.keys.w(base + i).load(Relaxed) == q[i]),
+        }
+    }
+
+    /// Bit `j` set where slot `j` of bucket `b` has tag `tag` (unvalidated).
+    #[inline(always)]
+    pub(crate) fn tag_mask(&self, b: usize, tag: u16) -> u32 {
+        let lanes = |t: usize| lane_bits(tag_matches(self.tag_word(b, t).load(Relaxed), tag));
+        if self.s() == 4 {
+            lanes(0)
+        } else {
+            lanes(0) | lanes(1) << 4
+        }
+    }
+
+    /// The first slot among `mask`'s slots of bucket `b` holding key `q` (unvalidated).
+    #[inline(always)]
+    pub(crate) fn find_in_mask(
+        &self,
+        b: usize,
+        mut mask: u32,
+        q: &[u64; MAX_KEY_WORDS],
+    ) -> Option<usize> {
+        while mask != 0 {
+            let slot = b * self.s() + mask.trailing_zeros() as usize;
+            if self.key_eq(slot, q) {
+                return Some(slot);
+            }
+            mask &= mask - 1;
+        }
+        None
+    }
+
+    /// The slot of `q` in bucket `b`, if there (unvalidated: the caller checks the version).
+    #[inline(always)]
+    pub(crate) fn find_in(&self, b: usize, tag: u16, q: &[u64; MAX_KEY_WORDS]) -> Option<usize> {
+        self.find_in_mask(b, self.tag_mask(b, tag), q)
+    }
+
+    #[inline(always)]
+    pub(crate) fn read_value(&self, slot: usize, buf: &mut [u64; MAX_VALUE_WORDS]) {
+        let base = slot * self.vw;
+        for (i, w) in buf.iter_mut().enumerate().take(self.vw) {
+            *w = self.vals.w(base + i).load(Relaxed);
+        }
+    }
+
+    /// Copies the value of `slot` into `out` (`value_bytes` long), word by word (unvalidated).
+    #[inline(always)]
+    pub(crate) fn read_value_bytes(&self, slot: usize, out: &mut [u8]) {
+        let base = slot * self.vw;
+        let mut chunks = out.chunks_exact_mut(8);
+        for (i, c) in (&mut chunks).enumerate() {
+            c.copy_from_slice(&self.vals.w(base + i).load(Relaxed).to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            let b = self.vals.w(base + self.vw - 1).load(Relaxed).to_le_bytes();
+            for (j, x) in rest.iter_mut().enumerate() {
+                *x = b[j];
+            }
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn version(&self, b: usize) -> u64 {
+        self.ver(b).load(Acquire)
+    }
+
+    #[inline(always)]
+    pub(crate) fn version_relaxed(&self, b: usize) -> u64 {
+        self.ver(b).load(Relaxed)
+    }
+
+    /// The lock-free lookup: copies the value into `out` (`value_bytes` long) on a hit; on a miss
+    /// `out` is unspecified (a read the validation rejected may have written it).
+    #[inline]
+    pub(crate) fn lookup_q(&self, q: &[u64; MAX_KEY_WORDS], h: KeyHash, out: &mut [u8]) -> bool {
+        let (b1, tag) = primary(self.n, h);
+        // Start the misses this lookup will probably need at once: the primary bucket's
+        // metadata, keys and values (most keys sit in their primary bucket).
+        self.prefetch_bucket(b1);
+        self.prefetch_bucket_keys(b1);
+        self.prefetch_bucket_values(b1);
+        let c = Candidates { b1, b2: 0, tag };
+        loop {
+            let v1 = self.ver(c.b1).load(Acquire);
+            if v1 & 1 == 1 {
+                spin();
+                continue;
+            }
+            if let Some(slot) = self.find_in(c.b1, c.tag, q) {
+                self.read_value_bytes(slot, out);
+                fence(Acquire);
+                if self.ver(c.b1).load(Relaxed) == v1 {
+                    return true;
+                }
+                continue;
+            }
+            if overflow(v1, c.tag) == 0 {
+                // No key of this primary bucket lives in its alternate: a miss.
+                fence(Acquire);
+                if self.ver(c.b1).load(Relaxed) == v1 {
+                    return false;
+                }
+                continue;
+            }
+            let b2 = alt(self.n, c.b1, c.tag);
+            let v2 = self.ver(b2).load(Acquire);
+            if v2 & 1 == 1 {
+                spin();
+                continue;
+            }
+            let hit = self.find_in(b2, c.tag | ALT_FLAG, q);
+            if let Some(slot) = hit {
+                self.read_value_bytes(slot, out);
+            }
+            fence(Acquire);
+            if self.ver(c.b1).load(Relaxed) == v1 && self.ver(b2).load(Relaxed) == v2 {
+                return hit.is_some();
+            }
+        }
+    }
+}
+
 /// Iterator over `(key, value)` pairs, see [`Shared::iter`].
 pub struct Iter<'a> {
     t: &'a Shared,
@@ -1031,6 +1180,16 @@ mod tests {
                     "lane {j} probe {probe:#x}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn lane_bits_compress_every_match_pattern() {
+        for bits in 0u32..16 {
+            let m = (0..4)
+                .filter(|j| bits >> j & 1 == 1)
+                .fold(0u64, |m, j| m | 1 << (16 * j + 15));
+            assert_eq!(lane_bits(m), bits);
         }
     }
 
