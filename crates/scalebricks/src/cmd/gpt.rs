@@ -11,10 +11,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use sb_setsep::{BuildOptions, Config, SetSep};
 
-// Shared with the traffic tools, which use parts the CLI does not.
-#[allow(dead_code)]
-#[path = "../keyfile.rs"]
-pub mod keyfile;
+use crate::keyfile;
 
 /// Builds smaller than this many keys show no progress bar.
 const PROGRESS_MIN_KEYS: usize = 1 << 20;
