@@ -15,6 +15,9 @@ pub(crate) const FB_ENTRY: usize = 18;
 pub(crate) const SLACK: usize = 8;
 /// Keys per stage of the batched lookup pipeline.
 pub(crate) const WINDOW: usize = 32;
+/// Keys between the stages of the batched lookup pipeline (each key's hashing is the time a
+/// prefetch gets to arrive).
+const STAGE_DIST: usize = 6;
 
 /// What a table is: the header fields of the binary format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,25 +207,23 @@ impl<'a> Tables<'a> {
     }
 
     /// Algorithm 1 on hashes: stage 1 locates the choice byte and prefetches it, stage 2 reads
-    /// the choice and prefetches the group record, stage 3 evaluates.
+    /// the choice and prefetches the group record, stage 3 evaluates; the stages run
+    /// [`STAGE_DIST`] keys apart so each load has time to arrive.
     pub fn lookup_batch_hashes(&self, hs: &[KeyHash], out: &mut [u16]) {
         assert_eq!(
             hs.len(),
             out.len(),
             "lookup_batch_hashes: hs and out differ in length"
         );
-        let mut gis = [0usize; WINDOW];
-        let mut cis = [0usize; WINDOW];
-        for (hw, ow) in hs.chunks(WINDOW).zip(out.chunks_mut(WINDOW)) {
-            self.stage_locate(hw, &mut cis);
-            self.stage_group(hw, &cis, &mut gis);
-            for i in 0..hw.len() {
-                ow[i] = self.eval_group(gis[i], hw[i]);
-            }
+        let mut hw = [KeyHash::default(); WINDOW];
+        for (hc, ow) in hs.chunks(WINDOW).zip(out.chunks_mut(WINDOW)) {
+            hw[..hc.len()].copy_from_slice(hc);
+            self.pipeline(hc.len(), ow, |i, hw| hw[i], &mut hw);
         }
     }
 
-    /// Algorithm 1 on keys: the same three stages, stage 1 also hashes.
+    /// Algorithm 1 on keys: the same three stages, stage 1 also hashes; the next window's key
+    /// bytes are prefetched while a window runs.
     pub fn lookup_batch(&self, keys: &[&[u8]], out: &mut [u16]) {
         assert_eq!(
             keys.len(),
@@ -230,44 +231,57 @@ impl<'a> Tables<'a> {
             "lookup_batch: keys and out differ in length"
         );
         let mut hs = [KeyHash::default(); WINDOW];
-        let mut gis = [0usize; WINDOW];
+        for (w, (kw, ow)) in keys.chunks(WINDOW).zip(out.chunks_mut(WINDOW)).enumerate() {
+            // Start loading the next window's key bytes (keys that are not in cache, e.g.
+            // scattered in a large array, would otherwise stall the hashing).
+            if let Some(next) = keys.get((w + 1) * WINDOW..) {
+                for k in next.iter().take(WINDOW) {
+                    prefetch(k, 0);
+                }
+            }
+            self.pipeline(kw.len(), ow, |i, _| self.hash(kw[i]), &mut hs);
+        }
+    }
+
+    /// The three stages over `m <= WINDOW` keys: iteration `i` hashes key `i` (through
+    /// `hash_of`, storing it in `hs[i]`) and prefetches its choice byte, reads the choice of key
+    /// `i - STAGE_DIST` and prefetches its group record, and evaluates key `i - 2 * STAGE_DIST`.
+    #[inline(always)]
+    fn pipeline(
+        &self,
+        m: usize,
+        out: &mut [u16],
+        hash_of: impl Fn(usize, &[KeyHash; WINDOW]) -> KeyHash,
+        hs: &mut [KeyHash; WINDOW],
+    ) {
+        debug_assert!(m <= WINDOW && out.len() == m);
         let mut cis = [0usize; WINDOW];
-        for (kw, ow) in keys.chunks(WINDOW).zip(out.chunks_mut(WINDOW)) {
-            for (h, k) in hs.iter_mut().zip(kw) {
-                *h = self.hash(k);
+        let mut gis = [0usize; WINDOW];
+        let m = m.min(WINDOW).min(out.len());
+        for i in 0..m + 2 * STAGE_DIST {
+            if i < m {
+                let h = hash_of(i, hs);
+                hs[i] = h;
+                let (blk, bkt) = locate(h, self.hdr.n_blocks);
+                // Low 8 bits carry the bucket, the rest the choice byte offset.
+                let off = blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4;
+                cis[i] = (off << 8) | bkt;
+                prefetch(self.choices, off);
             }
-            let hw = &hs[..kw.len()];
-            self.stage_locate(hw, &mut cis);
-            self.stage_group(hw, &cis, &mut gis);
-            for i in 0..hw.len() {
-                ow[i] = self.eval_group(gis[i], hw[i]);
+            if let Some(j) = i.checked_sub(STAGE_DIST).filter(|&j| j < m) {
+                let off = cis[j] >> 8;
+                let bkt = cis[j] & 0xff;
+                let cb = self.choices[off];
+                let blk = off / CHOICE_BYTES_PER_BLOCK;
+                let gi = blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize;
+                gis[j] = gi;
+                let base = gi * self.rec;
+                prefetch(self.groups, base);
+                prefetch(self.groups, base + self.rec - 1);
             }
-        }
-    }
-
-    #[inline(always)]
-    fn stage_locate(&self, hw: &[KeyHash], cis: &mut [usize; WINDOW]) {
-        for (c, h) in cis.iter_mut().zip(hw) {
-            let (blk, bkt) = locate(*h, self.hdr.n_blocks);
-            // Low 8 bits carry the bucket, the rest the choice byte offset.
-            let off = blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4;
-            *c = (off << 8) | bkt;
-            prefetch(self.choices, off);
-        }
-    }
-
-    #[inline(always)]
-    fn stage_group(&self, hw: &[KeyHash], cis: &[usize; WINDOW], gis: &mut [usize; WINDOW]) {
-        for i in 0..hw.len() {
-            let off = cis[i] >> 8;
-            let bkt = cis[i] & 0xff;
-            let cb = self.choices[off];
-            let blk = off / CHOICE_BYTES_PER_BLOCK;
-            let gi = blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize;
-            gis[i] = gi;
-            let base = gi * self.rec;
-            prefetch(self.groups, base);
-            prefetch(self.groups, base + self.rec - 1);
+            if let Some(j) = i.checked_sub(2 * STAGE_DIST).filter(|&j| j < m) {
+                out[j] = self.eval_group(gis[j], hs[j]);
+            }
         }
     }
 
