@@ -982,12 +982,3 @@ impl Port for AfPacketPort {
         s
     }
 }
-
-#[cfg(test)]
-pub(crate) mod tests {
-    /// True when running as root (the namespace tests need it).
-    pub(crate) fn is_root() -> bool {
-        // SAFETY: geteuid has no preconditions.
-        unsafe { libc::geteuid() == 0 }
-    }
-}

@@ -50,6 +50,12 @@ fn setns(f: &File, name: &str) -> Result<(), IoError> {
     Ok(())
 }
 
+/// Whether this process runs with effective uid 0 (namespaces, AF_PACKET and AF_XDP need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Moves the calling thread into network namespace `name` until the guard is dropped.
 pub fn enter(name: &str) -> Result<NetnsGuard, IoError> {
     check_name(name)?;
@@ -181,7 +187,7 @@ mod tests {
 
     #[test]
     fn enter_and_leave() {
-        if !crate::afpacket::tests::is_root() {
+        if !super::is_root() {
             eprintln!("skipping: needs root");
             return;
         }

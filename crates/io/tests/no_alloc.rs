@@ -107,12 +107,7 @@ fn memory_forwarding_allocates_nothing_per_packet() {
 fn afpacket_forwarding_allocates_nothing_per_packet() {
     use sb_io::afpacket::{AfPacketConfig, AfPacketPort, TxMode};
     use sb_io::netns::{self, Netns};
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
+    let root = sb_io::netns::is_root();
     if !root {
         eprintln!("skipping: needs root for network namespaces");
         return;
@@ -162,12 +157,7 @@ fn xdp_forwarding_allocates_nothing_per_packet() {
     use sb_io::afpacket::{AfPacketConfig, AfPacketPort};
     use sb_io::netns::{self, Netns};
     use sb_io::xdp::{XdpConfig, XdpPort};
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
+    let root = sb_io::netns::is_root();
     if !root {
         eprintln!("skipping: needs root for network namespaces");
         return;

@@ -5,14 +5,7 @@ use sb_io::netns::{self, Netns};
 use sb_io::{PacketBatch, Port};
 use std::time::{Duration, Instant};
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+use sb_io::netns::is_root;
 
 /// An Ethernet frame of `len` bytes carrying `seq` (experimental EtherType 0x88b5, so the
 /// kernel's IP stack ignores it).

@@ -7,14 +7,7 @@ use sb_io::xdp::{XdpConfig, XdpMode, XdpPort};
 use sb_io::{PacketBatch, Port};
 use std::time::{Duration, Instant};
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+use sb_io::netns::is_root;
 
 fn frame(seq: u32, len: usize) -> Vec<u8> {
     let mut f = vec![0u8; len];

@@ -18,16 +18,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_scalebricks");
 static SERIAL: Mutex<()> = Mutex::new(());
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
-}
+use sb_io::netns::is_root;
 
 /// Whether `prog` is an executable on PATH (never runs it: `tshark -V` would start capturing).
 fn have(prog: &str) -> bool {

@@ -14,15 +14,7 @@ use sb_topology::{down, up, Description, Forwarding, TopoError, UpOptions};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn can_run(test: &str) -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
-        })
-        .unwrap_or(false);
-    if root {
+    if sb_io::netns::is_root() {
         return true;
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {

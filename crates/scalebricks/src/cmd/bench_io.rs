@@ -524,12 +524,7 @@ fn parse_tcpreplay(text: &str) -> Option<(u64, f64)> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let is_root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
+    let is_root = sb_io::netns::is_root();
     let needs_lab = args.tcpreplay || args.backend.iter().any(|b| *b != Backend::Memory);
     if needs_lab && !is_root {
         bail!("bench io needs root (network namespaces, AF_PACKET)");
@@ -714,12 +709,7 @@ mod tests {
             #[command(flatten)]
             args: Args,
         }
-        let root = std::fs::read_to_string("/proc/self/status")
-            .map(|s| {
-                s.lines()
-                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-            })
-            .unwrap_or(false);
+        let root = sb_io::netns::is_root();
         if !root {
             eprintln!("skipping: needs root");
             return;
