@@ -307,6 +307,10 @@ struct DataPlane {
     lens: Vec<usize>,
     keys: Vec<[u8; 4]>,
     handling: Vec<u16>,
+    /// Reused per ingress node: the batch slots it received, their key hashes, GPT answers.
+    idx: Vec<usize>,
+    hashes: Vec<sb_common::KeyHash>,
+    out: Vec<u16>,
     value: Vec<u8>,
     packets: usize,
     fabric_hops: usize,
@@ -324,6 +328,9 @@ impl DataPlane {
             lens: vec![0; BATCH],
             keys: vec![[0; 4]; BATCH],
             handling: vec![0; BATCH],
+            idx: Vec::with_capacity(BATCH),
+            hashes: Vec::with_capacity(BATCH),
+            out: vec![0; BATCH],
             value: vec![0; FIB_VALUE_BYTES],
             packets: 0,
             fabric_hops: 0,
@@ -346,25 +353,27 @@ impl DataPlane {
         }
         // Ingress: parse, extract the UE address (the downstream key), GPT lookup. The demo
         // groups the batch per ingress node, as each node would see only its own packets.
+        for (s, frame) in self.frames.iter().enumerate().take(batch.len()) {
+            let frame = &frame[HEADROOM..HEADROOM + self.lens[s]];
+            let parsed = parse_frame(frame).map_err(|e| anyhow::anyhow!("parse: {e}"))?;
+            match parsed.dst_addr() {
+                Some(IpAddr::V4(a)) => self.keys[s] = a.octets(),
+                other => bail!("unexpected destination {other:?}"),
+            }
+        }
         for (ingress, gpt) in gpts.iter().enumerate() {
-            let idx: Vec<usize> = (0..batch.len())
-                .filter(|&s| batch[s].1 == ingress)
-                .collect();
-            if idx.is_empty() {
+            self.idx.clear();
+            self.idx
+                .extend((0..batch.len()).filter(|&s| batch[s].1 == ingress));
+            if self.idx.is_empty() {
                 continue;
             }
-            for &s in &idx {
-                let frame = &self.frames[s][HEADROOM..HEADROOM + self.lens[s]];
-                let parsed = parse_frame(frame).map_err(|e| anyhow::anyhow!("parse: {e}"))?;
-                match parsed.dst_addr() {
-                    Some(IpAddr::V4(a)) => self.keys[s] = a.octets(),
-                    other => bail!("unexpected destination {other:?}"),
-                }
-            }
-            let keys: Vec<&[u8]> = idx.iter().map(|&s| &self.keys[s][..]).collect();
-            let mut out = vec![0u16; keys.len()];
-            gpt.lookup_batch(&keys, &mut out);
-            for (&s, &h) in idx.iter().zip(&out) {
+            self.hashes.clear();
+            self.hashes
+                .extend(self.idx.iter().map(|&s| gpt.hash_key(&self.keys[s])));
+            let out = &mut self.out[..self.idx.len()];
+            gpt.lookup_batch_hashes(&self.hashes, out);
+            for (&s, &h) in self.idx.iter().zip(out.iter()) {
                 self.handling[s] = h;
                 self.fabric_hops += usize::from(h as usize != ingress);
                 let indirection =
