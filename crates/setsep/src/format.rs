@@ -1,4 +1,5 @@
-//! The binary format (version 1), its validating and trusted loaders, and the zero-copy view.
+//! The binary format (version 2; version 1 hashed keys with XXH3-128), its validating and
+//! trusted loaders, and the zero-copy view.
 //!
 //! Layout, all integers little endian:
 //!
@@ -28,7 +29,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SBSETSEP";
 const HEADER: usize = 48;
 const CHECKSUM: usize = 8;

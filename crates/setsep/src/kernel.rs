@@ -73,8 +73,44 @@ impl Searcher {
         if want == 0 {
             return 0;
         }
-        // Group keys by value (neither the order of classes nor the order inside a class
-        // changes the result): find each key's class, count, then place.
+        if want.count_ones() == 1 {
+            self.partition_one(keys, want);
+        } else {
+            self.partition(keys, want);
+        }
+        let limit = cfg.mark() as u32;
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 && keys.len() <= AVX2_MAX_KEYS {
+            // SAFETY: `self.avx2` is only true when the CPU has AVX2; the group has at most
+            // AVX2_MAX_KEYS keys and at most as many classes, as the kernel requires.
+            return unsafe {
+                crate::kernel_avx2::search(
+                    cfg.array_log(),
+                    limit,
+                    &self.a,
+                    &self.b,
+                    &self.cls_end,
+                    &self.cls_val,
+                    want,
+                    out,
+                )
+            };
+        }
+        search_scalar(
+            cfg.array_log(),
+            limit,
+            &self.a,
+            &self.b,
+            &self.cls_end,
+            &self.cls_val,
+            want,
+            out,
+        )
+    }
+
+    /// Groups keys by value (neither the order of classes nor the order inside a class changes
+    /// the result): finds each key's class, counts, then places.
+    fn partition(&mut self, keys: &[GKey], want: u16) {
         self.cls_val.clear();
         self.cls_of.clear();
         self.counts.clear();
@@ -110,34 +146,35 @@ impl Searcher {
             self.b[*slot] = k.b;
             *slot += 1;
         }
-        let limit = cfg.mark() as u32;
-        #[cfg(target_arch = "x86_64")]
-        if self.avx2 && keys.len() <= AVX2_MAX_KEYS {
-            // SAFETY: `self.avx2` is only true when the CPU has AVX2; the group has at most
-            // AVX2_MAX_KEYS keys and at most as many classes, as the kernel requires.
-            return unsafe {
-                crate::kernel_avx2::search(
-                    cfg.array_log(),
-                    limit,
-                    &self.a,
-                    &self.b,
-                    &self.cls_end,
-                    &self.cls_val,
-                    want,
-                    out,
-                )
-            };
+    }
+
+    /// [`Self::partition`] for one wanted bit (an update of one value bit): one branch-free
+    /// pass that fills the keys with the bit clear from the front and those with it set from
+    /// the back; empty classes are left out.
+    fn partition_one(&mut self, keys: &[GKey], want: u16) {
+        let n = keys.len();
+        self.a.resize(n, 0);
+        self.b.resize(n, 0);
+        let (a, b) = (&mut self.a[..n], &mut self.b[..n]);
+        let (mut lo, mut hi) = (0usize, n);
+        for k in keys {
+            let one = (k.v & want != 0) as usize;
+            let at = if one == 1 { hi - 1 } else { lo };
+            a[at] = k.a;
+            b[at] = k.b;
+            lo += 1 - one;
+            hi -= one;
         }
-        search_scalar(
-            cfg.array_log(),
-            limit,
-            &self.a,
-            &self.b,
-            &self.cls_end,
-            &self.cls_val,
-            want,
-            out,
-        )
+        self.cls_end.clear();
+        self.cls_val.clear();
+        if lo > 0 {
+            self.cls_end.push(lo);
+            self.cls_val.push(0);
+        }
+        if lo < n {
+            self.cls_end.push(n);
+            self.cls_val.push(want);
+        }
     }
 }
 

@@ -105,11 +105,9 @@ pub(crate) struct Tables<'a> {
     pub groups: &'a [u8],
     pub fallback: &'a [u8],
     rec: usize,
-    eb: usize,
     xbits: u32,
     xmask: u32,
     ymask: u32,
-    alog: u32,
     mark: u16,
     vbits: usize,
 }
@@ -123,11 +121,9 @@ impl<'a> Tables<'a> {
             groups,
             fallback,
             rec: hdr.rec_bytes(),
-            eb: c.entry_bytes(),
             xbits: c.index_bits as u32,
             xmask: (1u32 << c.index_bits) - 1,
             ymask: ((1u64 << c.array_bits) - 1) as u32,
-            alog: c.array_log(),
             mark: c.mark(),
             vbits: hdr.value_bits as usize,
         }
@@ -160,23 +156,37 @@ impl<'a> Tables<'a> {
         }
     }
 
-    /// Value of key hash `h` in global group `gi`.
+    /// Value of key hash `h` in global group `gi` (any config, read at run time).
     #[inline(always)]
     pub fn eval_group(&self, gi: usize, h: KeyHash) -> u16 {
+        match (self.xbits, self.ymask) {
+            (16, 0xff) => self.eval::<16, 8>(gi, h),
+            (8, 0xffff) => self.eval::<8, 16>(gi, h),
+            (16, 0xffff) => self.eval::<16, 16>(gi, h),
+            _ => self.eval::<8, 8>(gi, h),
+        }
+    }
+
+    /// [`Self::eval_group`] for the config `XB+YB`, whose masks and shifts are then constants.
+    #[inline(always)]
+    fn eval<const XB: u32, const YB: u32>(&self, gi: usize, h: KeyHash) -> u16 {
+        debug_assert_eq!((self.xbits, self.ymask), (XB, ((1u64 << YB) - 1) as u32));
+        let eb = ((XB + YB) / 8) as usize;
+        let alog = if YB == 8 { 3 } else { 4 };
+        let xmask = (1u32 << XB) - 1;
+        let ymask = ((1u64 << YB) - 1) as u32;
         let base = gi * self.rec;
         let (a, b) = family(h);
         let w = self.entry(base);
-        let idx = (w & self.xmask) as u16;
-        if idx == self.mark {
+        let idx = (w & xmask) as u16;
+        if idx == xmask as u16 {
             return self.fallback_get(h);
         }
-        let arr = (w >> self.xbits) & self.ymask;
-        let mut v = (arr >> position(a, b, idx, self.alog)) & 1;
+        let mut v = (((w >> XB) & ymask) >> position(a, b, idx, alog)) & 1;
         for j in 1..self.vbits {
-            let w = self.entry(base + j * self.eb);
-            let idx = (w & self.xmask) as u16;
-            let arr = (w >> self.xbits) & self.ymask;
-            v |= ((arr >> position(a, b, idx, self.alog)) & 1) << j;
+            let w = self.entry(base + j * eb);
+            let idx = (w & xmask) as u16;
+            v |= ((((w >> XB) & ymask) >> position(a, b, idx, alog)) & 1) << j;
         }
         v as u16
     }
@@ -215,10 +225,19 @@ impl<'a> Tables<'a> {
             out.len(),
             "lookup_batch_hashes: hs and out differ in length"
         );
+        match (self.xbits, self.ymask) {
+            (16, 0xff) => self.batch_hashes::<16, 8>(hs, out),
+            (8, 0xffff) => self.batch_hashes::<8, 16>(hs, out),
+            (16, 0xffff) => self.batch_hashes::<16, 16>(hs, out),
+            _ => self.batch_hashes::<8, 8>(hs, out),
+        }
+    }
+
+    fn batch_hashes<const XB: u32, const YB: u32>(&self, hs: &[KeyHash], out: &mut [u16]) {
         let mut hw = [KeyHash::default(); WINDOW];
         for (hc, ow) in hs.chunks(WINDOW).zip(out.chunks_mut(WINDOW)) {
             hw[..hc.len()].copy_from_slice(hc);
-            self.pipeline(hc.len(), ow, |i, hw| hw[i], &mut hw);
+            self.pipeline::<XB, YB>(hc.len(), ow, |i, hw| hw[i], &mut hw);
         }
     }
 
@@ -230,6 +249,15 @@ impl<'a> Tables<'a> {
             out.len(),
             "lookup_batch: keys and out differ in length"
         );
+        match (self.xbits, self.ymask) {
+            (16, 0xff) => self.batch_keys::<16, 8>(keys, out),
+            (8, 0xffff) => self.batch_keys::<8, 16>(keys, out),
+            (16, 0xffff) => self.batch_keys::<16, 16>(keys, out),
+            _ => self.batch_keys::<8, 8>(keys, out),
+        }
+    }
+
+    fn batch_keys<const XB: u32, const YB: u32>(&self, keys: &[&[u8]], out: &mut [u16]) {
         let mut hs = [KeyHash::default(); WINDOW];
         for (w, (kw, ow)) in keys.chunks(WINDOW).zip(out.chunks_mut(WINDOW)).enumerate() {
             // Start loading the next window's key bytes (keys that are not in cache, e.g.
@@ -239,49 +267,70 @@ impl<'a> Tables<'a> {
                     prefetch(k, 0);
                 }
             }
-            self.pipeline(kw.len(), ow, |i, _| self.hash(kw[i]), &mut hs);
+            self.pipeline::<XB, YB>(kw.len(), ow, |i, _| self.hash(kw[i]), &mut hs);
         }
     }
 
-    /// The three stages over `m <= WINDOW` keys: iteration `i` hashes key `i` (through
-    /// `hash_of`, storing it in `hs[i]`) and prefetches its choice byte, reads the choice of key
-    /// `i - STAGE_DIST` and prefetches its group record, and evaluates key `i - 2 * STAGE_DIST`.
+    /// The three stages over `m <= WINDOW` keys: step `i` hashes key `i` (through `hash_of`,
+    /// storing it in `hs[i]`) and prefetches its choice byte, reads the choice of key
+    /// `i - STAGE_DIST` and prefetches its group record, and evaluates key `i - 2 * STAGE_DIST`;
+    /// then the last keys drain through stages 2 and 3.
     #[inline(always)]
-    fn pipeline(
+    fn pipeline<const XB: u32, const YB: u32>(
         &self,
         m: usize,
         out: &mut [u16],
         hash_of: impl Fn(usize, &[KeyHash; WINDOW]) -> KeyHash,
         hs: &mut [KeyHash; WINDOW],
     ) {
-        debug_assert!(m <= WINDOW && out.len() == m);
+        let m = m.min(WINDOW).min(out.len());
+        let out = &mut out[..m];
         let mut cis = [0usize; WINDOW];
         let mut gis = [0usize; WINDOW];
-        let m = m.min(WINDOW).min(out.len());
-        for i in 0..m + 2 * STAGE_DIST {
-            if i < m {
-                let h = hash_of(i, hs);
-                hs[i] = h;
-                let (blk, bkt) = locate(h, self.hdr.n_blocks);
-                // Low 8 bits carry the bucket, the rest the choice byte offset.
-                let off = blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4;
-                cis[i] = (off << 8) | bkt;
-                prefetch(self.choices, off);
+        let stage1 = |i: usize, hs: &mut [KeyHash; WINDOW], cis: &mut [usize; WINDOW]| {
+            let h = hash_of(i, hs);
+            hs[i] = h;
+            let (blk, bkt) = locate(h, self.hdr.n_blocks);
+            let off = blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4;
+            // Low 8 bits carry the bucket, the rest the choice byte offset.
+            cis[i] = (off << 8) | bkt;
+            prefetch(self.choices, off);
+        };
+        let stage2 = |j: usize, cis: &[usize; WINDOW], gis: &mut [usize; WINDOW]| {
+            let off = cis[j] >> 8;
+            let bkt = cis[j] & 0xff;
+            let cb = self.choices.get(off).copied().unwrap_or(0);
+            let blk = off / CHOICE_BYTES_PER_BLOCK;
+            let gi = blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize;
+            gis[j] = gi;
+            let base = gi * self.rec;
+            prefetch(self.groups, base);
+            prefetch(self.groups, base + self.rec - 1);
+        };
+        // Keys that have been through stage 2, and through stage 3.
+        let (mut n2, mut n3) = (0usize, 0usize);
+        for i in 0..m {
+            stage1(i, hs, &mut cis);
+            if i >= STAGE_DIST {
+                stage2(n2, &cis, &mut gis);
+                n2 += 1;
+                if i >= 2 * STAGE_DIST {
+                    out[n3] = self.eval::<XB, YB>(gis[n3], hs[n3]);
+                    n3 += 1;
+                }
             }
-            if let Some(j) = i.checked_sub(STAGE_DIST).filter(|&j| j < m) {
-                let off = cis[j] >> 8;
-                let bkt = cis[j] & 0xff;
-                let cb = self.choices[off];
-                let blk = off / CHOICE_BYTES_PER_BLOCK;
-                let gi = blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize;
-                gis[j] = gi;
-                let base = gi * self.rec;
-                prefetch(self.groups, base);
-                prefetch(self.groups, base + self.rec - 1);
+        }
+        while n2 < m {
+            stage2(n2, &cis, &mut gis);
+            n2 += 1;
+            if n2 - n3 > STAGE_DIST {
+                out[n3] = self.eval::<XB, YB>(gis[n3], hs[n3]);
+                n3 += 1;
             }
-            if let Some(j) = i.checked_sub(2 * STAGE_DIST).filter(|&j| j < m) {
-                out[j] = self.eval_group(gis[j], hs[j]);
-            }
+        }
+        while n3 < m {
+            out[n3] = self.eval::<XB, YB>(gis[n3], hs[n3]);
+            n3 += 1;
         }
     }
 

@@ -24,7 +24,7 @@ pub struct Delta {
 }
 
 const DELTA_MAGIC: &[u8; 2] = b"SD";
-const DELTA_VERSION: u8 = 1;
+const DELTA_VERSION: u8 = 2;
 
 fn put_varint(out: &mut Vec<u8>, mut x: u64) {
     loop {
@@ -619,15 +619,11 @@ impl Updatable {
         if now_fb {
             write_mark(cfg, &mut record);
         } else {
-            let ents: Vec<(u16, u32)> = (0..vbits)
-                .map(|j| {
-                    (
-                        idx[j as usize],
-                        array_for(cfg, &self.gkeys, j, idx[j as usize]),
-                    )
-                })
-                .collect();
-            write_record(cfg, &ents, &mut record);
+            let mut ents = [(0u16, 0u32); 16];
+            for (j, e) in ents.iter_mut().enumerate().take(vbits as usize) {
+                *e = (idx[j], array_for(cfg, &self.gkeys, j as u32, idx[j]));
+            }
+            write_record(cfg, &ents[..vbits as usize], &mut record);
         }
         let fb_remove = old_hashes;
         let fb_insert = if now_fb {
