@@ -53,7 +53,7 @@
 //! other jobs; build rates are per CPU-second. `cargo bench -p sb-setsep --bench setsep -- N V
 //! CONFIG BATCH all` prints them.)
 //!
-//! Lookup: one hash of the key (XXH3-128), then two dependent memory reads: the block's choice
+//! Lookup: one hash of the key ([`sb_common::hash128`]), then two dependent memory reads: the block's choice
 //! byte, then the group record (`3 * value_bits` bytes for 16+8). [`SetSep::lookup_batch`] runs
 //! the three-stage prefetch pipeline of the paper's Algorithm 1 over windows of 32 keys, so the
 //! reads of 32 keys overlap. With 2-bit values, one core: at 4M keys (1.8 MB) about 25 ns per
