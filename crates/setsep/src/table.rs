@@ -19,6 +19,19 @@ pub(crate) const WINDOW: usize = 32;
 /// prefetch gets to arrive).
 const STAGE_DIST: usize = 6;
 
+/// Calls `$t.$f::<XB, YB>(args)` with the table's config as the const parameters (the one
+/// place the run-time config picks a specialized lookup).
+macro_rules! by_config {
+    ($t:expr, $f:ident($($a:expr),*)) => {
+        match ($t.xbits, $t.ymask) {
+            (16, 0xff) => $t.$f::<16, 8>($($a),*),
+            (8, 0xffff) => $t.$f::<8, 16>($($a),*),
+            (16, 0xffff) => $t.$f::<16, 16>($($a),*),
+            _ => $t.$f::<8, 8>($($a),*),
+        }
+    };
+}
+
 /// What a table is: the header fields of the binary format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
@@ -159,12 +172,7 @@ impl<'a> Tables<'a> {
     /// Value of key hash `h` in global group `gi` (any config, read at run time).
     #[inline(always)]
     pub fn eval_group(&self, gi: usize, h: KeyHash) -> u16 {
-        match (self.xbits, self.ymask) {
-            (16, 0xff) => self.eval::<16, 8>(gi, h),
-            (8, 0xffff) => self.eval::<8, 16>(gi, h),
-            (16, 0xffff) => self.eval::<16, 16>(gi, h),
-            _ => self.eval::<8, 8>(gi, h),
-        }
+        by_config!(self, eval(gi, h))
     }
 
     /// [`Self::eval_group`] for the config `XB+YB`, whose masks and shifts are then constants.
@@ -225,12 +233,7 @@ impl<'a> Tables<'a> {
             out.len(),
             "lookup_batch_hashes: hs and out differ in length"
         );
-        match (self.xbits, self.ymask) {
-            (16, 0xff) => self.batch_hashes::<16, 8>(hs, out),
-            (8, 0xffff) => self.batch_hashes::<8, 16>(hs, out),
-            (16, 0xffff) => self.batch_hashes::<16, 16>(hs, out),
-            _ => self.batch_hashes::<8, 8>(hs, out),
-        }
+        by_config!(self, batch_hashes(hs, out))
     }
 
     fn batch_hashes<const XB: u32, const YB: u32>(&self, hs: &[KeyHash], out: &mut [u16]) {
@@ -249,12 +252,7 @@ impl<'a> Tables<'a> {
             out.len(),
             "lookup_batch: keys and out differ in length"
         );
-        match (self.xbits, self.ymask) {
-            (16, 0xff) => self.batch_keys::<16, 8>(keys, out),
-            (8, 0xffff) => self.batch_keys::<8, 16>(keys, out),
-            (16, 0xffff) => self.batch_keys::<16, 16>(keys, out),
-            _ => self.batch_keys::<8, 8>(keys, out),
-        }
+        by_config!(self, batch_keys(keys, out))
     }
 
     fn batch_keys<const XB: u32, const YB: u32>(&self, keys: &[&[u8]], out: &mut [u16]) {
