@@ -15,6 +15,8 @@ pub(crate) const FB_ENTRY: usize = 18;
 pub(crate) const SLACK: usize = 8;
 /// Keys per stage of the batched lookup pipeline.
 pub(crate) const WINDOW: usize = 32;
+/// Keys between stage 1 (prefetch the choice byte) and stage 2 (read it) of the batched lookup.
+const CHOICE_DIST: usize = 4;
 
 /// Calls `$t.$f::<XB, YB>(args)` with the table's config as the const parameters (the one
 /// place the run-time config picks a specialized lookup).
@@ -222,8 +224,8 @@ impl<'a> Tables<'a> {
     }
 
     /// Algorithm 1 on hashes: stage 1 locates the choice byte and prefetches it, stage 2 reads
-    /// the choice and prefetches the group record, stage 3 evaluates, each stage for a window of
-    /// [`WINDOW`] keys before the next, so a window's loads are in flight together.
+    /// the choice and prefetches the group record a few keys later, stage 3 evaluates the window
+    /// of [`WINDOW`] keys once all its records are on their way.
     pub fn lookup_batch_hashes(&self, hs: &[KeyHash], out: &mut [u16]) {
         assert_eq!(
             hs.len(),
@@ -266,14 +268,17 @@ impl<'a> Tables<'a> {
         }
     }
 
-    /// The three stages over `m <= WINDOW` keys, each for the whole window before the next: stage
-    /// 1 hashes every key (through `hash_of`, storing it in `hs[i]`) and prefetches its choice
-    /// byte, stage 2 reads every choice and prefetches the group record, stage 3 evaluates.
+    /// The three stages over `m <= WINDOW` keys: stage 1 hashes key `i` (through `hash_of`,
+    /// storing it in `hs[i]`) and prefetches its choice byte; stage 2 runs [`CHOICE_DIST`] keys
+    /// behind it, reading the choice and prefetching the group record; stage 3 evaluates every
+    /// key once all records of the window are on their way.
     ///
-    /// Stage by stage (as Algorithm 1 is written) keeps a whole window of record loads in flight.
-    /// A rolling pipeline with stages 6 keys apart keeps only ~6 and drains at the end of every
-    /// window: at 16M keys, where the records are in DRAM, it was 1.34x slower (median of 15
-    /// interleaved rounds, 39.5 vs 53.0 Mops, batches of 32), and equal at 4M.
+    /// The choice bytes (64 per block) mostly come from the cache, the records from DRAM, so the
+    /// record loads get the longest head start and all of a window's are in flight together. A
+    /// rolling pipeline with all stages 6 keys apart keeps only ~6 record loads in flight and
+    /// drains at the end of every window: at 16M keys it was 1.34x slower than running each stage
+    /// over the whole window (median of 15 interleaved rounds, 39.5 vs 53.0 Mops, batches of 32),
+    /// which in turn was ~1.1x slower than this (48.0 vs 52.9 Mops, 21 rounds); equal at 4M.
     #[inline(always)]
     fn pipeline<const XB: u32, const YB: u32>(
         &self,
@@ -287,6 +292,16 @@ impl<'a> Tables<'a> {
         // global group.
         let mut cis = [0usize; WINDOW];
         let mut gis = [0usize; WINDOW];
+        let stage2 = |j: usize, cis: &[usize; WINDOW], gis: &mut [usize; WINDOW]| {
+            let (off, bkt) = (cis[j] >> 8, cis[j] & 0xff);
+            let cb = self.choices.get(off).copied().unwrap_or(0);
+            let blk = off / CHOICE_BYTES_PER_BLOCK;
+            let gi = blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize;
+            gis[j] = gi;
+            let base = gi * self.rec;
+            prefetch(self.groups, base);
+            prefetch(self.groups, base + self.rec - 1);
+        };
         for i in 0..m {
             let h = hash_of(i, hs);
             hs[i] = h;
@@ -294,15 +309,12 @@ impl<'a> Tables<'a> {
             let off = blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4;
             cis[i] = (off << 8) | bkt;
             prefetch(self.choices, off);
+            if i >= CHOICE_DIST {
+                stage2(i - CHOICE_DIST, &cis, &mut gis);
+            }
         }
-        for (ci, gi) in cis[..m].iter().zip(&mut gis[..m]) {
-            let (off, bkt) = (ci >> 8, ci & 0xff);
-            let cb = self.choices.get(off).copied().unwrap_or(0);
-            let blk = off / CHOICE_BYTES_PER_BLOCK;
-            *gi = blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize;
-            let base = *gi * self.rec;
-            prefetch(self.groups, base);
-            prefetch(self.groups, base + self.rec - 1);
+        for j in m.saturating_sub(CHOICE_DIST)..m {
+            stage2(j, &cis, &mut gis);
         }
         for ((o, &gi), &h) in out[..m].iter_mut().zip(&gis[..m]).zip(&hs[..m]) {
             *o = self.eval::<XB, YB>(gi, h);
