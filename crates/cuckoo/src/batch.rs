@@ -1,14 +1,16 @@
 //! Batched lookups with software prefetching: a chunk of keys goes through stages, each
 //! touching one kind of memory for the whole chunk before the next stage needs it -- bucket
 //! addresses (prefetch the primary buckets' metadata), tags (read versions and tags, prefetch the
-//! key of the first tag match, or the alternate bucket when the key may live there: only when the
-//! primary bucket's overflow count is non-zero; the value of the first tag match is prefetched
-//! with its key), alternate tags, then keys and values (compare, copy out), each key
-//! validated right after its own reads as in the single-key protocol. A key whose buckets changed meanwhile is looked up again with the
-//! single-key path, so results are identical to single lookups.
+//! key and value of the first tag match, or the alternate bucket when the key may live there:
+//! only when the primary bucket's overflow count for the key's class is non-zero), the
+//! validation of the misses decided by the primary bucket alone (most misses: no key or value is
+//! touched; done before the next stage so the alternates have time to arrive), alternate tags,
+//! then keys and values (compare, copy out), each key validated right
+//! after its own reads as in the single-key protocol. A key whose buckets changed meanwhile is
+//! looked up again with the single-key path, so results are identical to single lookups.
 
 use crate::sync::{fence, Ordering::Acquire};
-use crate::table::{key_words, overflow, Hot, HotFn, Shared, ALT_FLAG, MAX_KEY_WORDS};
+use crate::table::{count_bits, key_words, Hot, HotFn, Shared, ALT_FLAG, MAX_KEY_WORDS};
 use sb_common::{hash128, KeyHash};
 
 /// Keys in flight per prefetch round.
@@ -96,7 +98,14 @@ impl HotFn<usize> for Run<'_> {
         let mut b2 = [0usize; CHUNK];
         let mut v2 = [0u64; CHUNK];
         let mut m2 = [0u32; CHUNK];
+        // The keys of a chunk by what is left to do after stage 2: `miss`, only the validation
+        // of the primary bucket (no tag matched there and no key of the class overflowed);
+        // `work`, key compares (a tag matched in the primary bucket, or the alternate is read:
+        // those are also in `two`); `retry`, the single-key path (a bucket changed meanwhile).
+        let mut miss = [0u8; CHUNK];
+        let mut work = [0u8; CHUNK];
         let mut two = [0u8; CHUNK];
+        let mut retry = [0u8; CHUNK];
         let mut q = [0u64; MAX_KEY_WORDS];
         for (ci, ((kc, vc), fc)) in keys
             .chunks(CHUNK * kb)
@@ -121,25 +130,50 @@ impl HotFn<usize> for Run<'_> {
                 t.prefetch_bucket(b);
             }
             // 2: primary versions and tags: prefetch the key and value of the first tag match,
-            // or the alternate bucket when the key is not here and some key of this bucket
-            // overflowed.
-            let mut nt = 0;
+            // or the alternate bucket when the key is not here and some key of its class
+            // overflowed; sort the keys into the lists.
+            let (mut nm, mut nw, mut nt, mut nr) = (0, 0, 0, 0);
+            // (Bucket and tag are read before the acquire load, which the compiler does not
+            // move loads across.)
             for i in 0..m {
-                let v = t.version(b1[i]);
-                let mk = t.tag_mask(b1[i], tag[i]);
+                let (b, tg) = (b1[i], tag[i]);
+                let v = t.version(b);
+                let mk = t.tag_mask(b, tg);
                 v1[i] = v;
                 m1[i] = mk;
-                m2[i] = 0;
                 if mk != 0 {
-                    let sl = b1[i] * s + mk.trailing_zeros() as usize;
+                    let sl = b * s + mk.trailing_zeros() as usize;
                     t.prefetch_key(sl);
                     t.prefetch_value(sl);
-                } else if overflow(v, tag[i]) != 0 {
-                    let b = t.alt(b1[i], tag[i]);
-                    b2[i] = b;
-                    t.prefetch_bucket(b);
+                    work[nw] = i as u8;
+                    nw += 1;
+                } else if v & (count_bits(tg) | 1) == 0 {
+                    // Even version, count 0: a miss if the primary bucket validates.
+                    fc[i] = false;
+                    miss[nm] = i as u8;
+                    nm += 1;
+                } else if v & 1 == 0 {
+                    let a = t.alt(b, tg);
+                    b2[i] = a;
+                    t.prefetch_bucket(a);
                     two[nt] = i as u8;
                     nt += 1;
+                    work[nw] = i as u8;
+                    nw += 1;
+                } else {
+                    retry[nr] = i as u8;
+                    nr += 1;
+                }
+            }
+            // 3: the misses' validation (the single-key protocol of `table`: their reads were
+            // in stage 2; the acquire fence costs no instruction on x86). It runs before stage
+            // 2b so the alternate buckets prefetched in stage 2 have this work's time to arrive.
+            fence(Acquire);
+            for &i in &miss[..nm] {
+                let i = i as usize % CHUNK;
+                if t.version_relaxed(b1[i]) != v1[i] {
+                    retry[nr] = i as u8;
+                    nr += 1;
                 }
             }
             // 2b: alternate versions and tags, where needed.
@@ -154,49 +188,51 @@ impl HotFn<usize> for Run<'_> {
                     t.prefetch_value(sl);
                 }
             }
-            // 3: keys (only where a tag matched) and, on a match, the value (both prefetched in
-            // stage 2 for the first tag match, which is the key's slot unless tags collide), then
-            // the validation of the key's buckets (the single-key protocol of `table`, whose
-            // acquire fence costs no instruction on x86). A key whose buckets changed meanwhile
-            // is looked up again with the single-key path, so results are identical to single
-            // lookups.
-            // (Key and value slices are made only where needed: a miss touches neither.)
-            for (i, f) in fc.iter_mut().enumerate() {
-                let i = i % CHUNK;
-                let key = || &kc[i * kb..(i + 1) * kb];
-                let (mk1, mk2, v) = (m1[i], m2[i], v1[i]);
-                // The alternate was read (`two` lists i).
-                let read2 = mk1 == 0 && overflow(v, tag[i]) != 0;
-                let mut ok = v & 1 == 0;
-                let mut hit = None;
-                if mk1 | mk2 != 0 {
-                    key_words(key(), &mut q);
-                    hit = t.find_in_mask(b1[i], mk1, &q);
-                    if hit.is_none() && mk2 != 0 {
-                        hit = t.find_in_mask(b2[i], mk2, &q);
-                    }
-                    match hit {
-                        Some(sl) => t.read_value_bytes(sl, &mut vc[i * vb..(i + 1) * vb]),
-                        // A tag matched in b1 but not the key, and b2 was not read: let the
-                        // single-key path decide.
-                        None => ok &= read2 || overflow(v, tag[i]) == 0,
-                    }
+            // 4: keys (prefetched in stage 2 for the first tag match, which is the key's slot
+            // unless tags collide) and, on a match, the value, then the validation of the
+            // bucket(s) read. (Key and value slices are made only where needed.)
+            for &i in &work[..nw] {
+                let i = i as usize % CHUNK;
+                let (v, mk1) = (v1[i], m1[i]);
+                key_words(&kc[i * kb..(i + 1) * kb], &mut q);
+                let hit = if mk1 != 0 {
+                    t.find_in_mask(b1[i], mk1, &q)
+                } else {
+                    t.find_in_mask(b2[i], m2[i], &q)
+                };
+                if let Some(sl) = hit {
+                    t.read_value_bytes(sl, &mut vc[i * vb..(i + 1) * vb]);
                 }
                 fence(Acquire);
-                ok = ok
+                let ok = v & 1 == 0
                     && t.version_relaxed(b1[i]) == v
-                    && (!read2 || (v2[i] & 1 == 0 && t.version_relaxed(b2[i]) == v2[i]));
-                let r = if ok {
-                    hit.is_some()
-                } else {
-                    let hi = match hashes {
-                        Some(hs) => hs[start + i],
-                        None => hash128(key(), seed),
+                    && if mk1 != 0 {
+                        // A tag matched in the primary bucket but not the key, and the
+                        // alternate was not read: it decides only if no key could be there.
+                        hit.is_some() || v & count_bits(tag[i]) == 0
+                    } else {
+                        v2[i] & 1 == 0 && t.version_relaxed(b2[i]) == v2[i]
                     };
-                    key_words(key(), &mut q);
-                    t.lookup_q(&q, hi, &mut vc[i * vb..(i + 1) * vb])
+                if ok {
+                    fc[i] = hit.is_some();
+                    hits += hit.is_some() as usize;
+                } else {
+                    retry[nr] = i as u8;
+                    nr += 1;
+                }
+            }
+            // 5: keys whose buckets changed meanwhile, looked up again with the single-key
+            // path, so results are identical to single lookups.
+            for &i in &retry[..nr] {
+                let i = i as usize % CHUNK;
+                let key = &kc[i * kb..(i + 1) * kb];
+                let hi = match hashes {
+                    Some(hs) => hs[start + i],
+                    None => hash128(key, seed),
                 };
-                *f = r;
+                key_words(key, &mut q);
+                let r = t.lookup_q(&q, hi, &mut vc[i * vb..(i + 1) * vb]);
+                fc[i] = r;
                 hits += r as usize;
             }
         }

@@ -139,22 +139,39 @@ fn displacement_racing_lookup() {
     }
 }
 
-/// The same displacements racing a batched lookup of x and of a key that does not move.
+/// An absent key (a 4-byte id from `from`) with x's buckets and tag class (`tag & 7`: the
+/// overflow count the displacement changes).
+fn absent_like(p: &Params, x: &[u8; 4], from: u32) -> [u8; 4] {
+    let xc = p.candidates(x);
+    (from..)
+        .map(|i| i.to_le_bytes())
+        .find(|k| {
+            let c = p.candidates(k);
+            (c.b1, c.b2) == (xc.b1, xc.b2) && c.tag & 7 == xc.tag & 7
+        })
+        .unwrap()
+}
+
+/// The same displacements racing a batched lookup of x, of a key that does not move and of an
+/// absent key with x's buckets and tag class (a miss that reads the alternate bucket or not,
+/// depending on when the displacement changes the class's overflow count).
 #[test]
 fn displacement_racing_batched_lookup() {
     for into_primary in [false, true] {
         let p = params(8);
         let s = scenario(&p, into_primary);
+        let y = absent_like(&p, &s.x, 1 << 24);
         builder().check(move || {
             let (mut w, r) = filled(p, &s).into_concurrent();
             let (x, a0) = (s.x, s.a[0]);
             let reader = thread::spawn(move || {
-                let keys = [x, a0].concat();
-                let mut vals = [0u8; 16];
-                let mut found = [false; 2];
+                let keys = [x, a0, y].concat();
+                let mut vals = [0u8; 24];
+                let mut found = [true; 3];
                 assert_eq!(r.lookup_batch(&keys, &mut vals, &mut found), 2);
+                assert_eq!(found, [true, true, false]);
                 assert_eq!(vals[..8], val(&x, 8)[..]);
-                assert_eq!(vals[8..], val(&a0, 8)[..]);
+                assert_eq!(vals[8..16], val(&a0, 8)[..]);
             });
             assert!(w.insert(&s.new, &val(&s.new, 8)).unwrap());
             reader.join().unwrap();
