@@ -41,7 +41,7 @@
 //! - Instructions (13-byte keys, 16-byte values, 4 slots, table in cache; counted with
 //!   `valgrind --tool=callgrind` on `examples/lookupcost.rs`): about 124 per batched miss, 234
 //!   per batched hit, 185 per single miss and 197 per single hit (single paths counted before
-//!   the batch rework of 2026-11-23b), of which the key hash
+//!   the batch stages were reorganized), of which the key hash
 //!   (`sb_common::hash128`) is about 22.
 //!   The lookup paths run on a register-held view of the table specialized for 4/8 slots and
 //!   1/2 key words.

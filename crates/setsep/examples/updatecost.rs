@@ -1,6 +1,7 @@
 //! Profiling target for the update and batched lookup paths: builds a table of N random 13-byte
 //! keys with 2-bit values, then times value changes and batched lookups (run under `perf record`
-//! or `valgrind --tool=callgrind`).
+//! or `valgrind --tool=callgrind`); `update` also compares one `insert` per update with
+//! `insert_batch` in interleaved rounds.
 //!
 //! `cargo run --release -p sb-setsep --example updatecost -- [N] [UPDATES] [what: update|lookup|both]`
 use sb_setsep::{BuildOptions, SetSep, Updatable};
@@ -45,6 +46,48 @@ fn main() {
         }
         let el = t.elapsed().as_secs_f64();
         println!("updates: {:.1} K/s", nu as f64 / el / 1e3);
+        if what == "update" {
+            // One `insert` per update against `insert_batch` of 32, interleaved in rounds on the
+            // same table: one-by-one rounds set the new values, batched rounds the original
+            // ones back, so every update is a change (except in the first round, dropped).
+            let mut rates = [Vec::new(), Vec::new()];
+            for _ in 0..6 {
+                for (mode, r) in rates.iter_mut().enumerate() {
+                    let batch: Vec<(&[u8], u16)> = ups
+                        .iter()
+                        .zip(ukeys.chunks_exact(13))
+                        .map(|(&(i, v), k)| (k, if mode == 1 { values[i] } else { v }))
+                        .collect();
+                    let t = Instant::now();
+                    if mode == 0 {
+                        for &(k, v) in &batch {
+                            std::hint::black_box(u.insert(k, v).expect("insert"));
+                        }
+                    } else {
+                        for c in batch.chunks(32) {
+                            u.insert_batch(c, |d| {
+                                std::hint::black_box(d);
+                            })
+                            .expect("batch");
+                        }
+                    }
+                    r.push(nu as f64 / t.elapsed().as_secs_f64() / 1e3);
+                }
+            }
+            rates[0].remove(0);
+            rates[1].remove(0);
+            for (name, r) in ["one by one", "insert_batch(32)"]
+                .iter()
+                .zip(rates.iter_mut())
+            {
+                r.sort_by(f64::total_cmp);
+                println!(
+                    "{name}: median {:.1} K/s {:?}",
+                    r[r.len() / 2],
+                    r.iter().map(|x| *x as u32).collect::<Vec<_>>()
+                );
+            }
+        }
     }
     if what != "update" {
         let t = SetSep::build(&keys, &values, &opts).expect("build");

@@ -56,9 +56,10 @@
 //! Lookup: one hash of the key ([`sb_common::hash128`]), then two dependent memory reads: the block's choice
 //! byte, then the group record (`3 * value_bits` bytes for 16+8). [`SetSep::lookup_batch`] runs
 //! the three-stage prefetch pipeline of the paper's Algorithm 1 over windows of 32 keys, so the
-//! reads of 32 keys overlap. With 2-bit values, one core: at 4M keys (1.8 MB) about 25 ns per
-//! single lookup and 14 ns per key batched (about 40 and 70 M lookups/s); at 16M keys (7 MB)
-//! about 16 ns per key batched (about 63 M lookups/s), 2-4x single lookups.
+//! record reads of a window are in flight together. With 2-bit values, one core (medians of
+//! `scalebricks bench gpt` on a shared 2-core VM): at 4M keys (1.8 MB) about 26 ns per single
+//! lookup and 14 ns per key batched (about 38 and 73 M lookups/s); at 16M keys (7 MB, beyond
+//! the cache) about 20 ns per key batched (about 49 M lookups/s), 5x single lookups.
 //!
 //! Construction: about 40-60 candidate hash indexes per key (2-bit values), tested 64 at a time
 //! (four 16-lane vectors) by an AVX2 kernel picked at run time (about 1 ns per candidate for a
@@ -68,7 +69,9 @@
 //! key. [`Updatable`] keeps every group's keys in one huge-page slab (about 25 bytes per 13-byte
 //! key) and re-searches only the changed key's group, only for the value bits whose hash index
 //! stopped working (a deletion searches only a group that sat in the fallback table): about
-//! 1.5-2 us per value change at 16M keys, 0.5-0.7 M updates/s per core. The [`Delta`] it returns
+//! 1.5-2 us per value change at 16M keys, 0.5-0.7 M updates/s per core;
+//! [`Updatable::insert_batch`] starts the next updates' memory loads while one is solved (about
+//! 1.3x at 16M). The [`Delta`] it returns
 //! is about 25 bytes; replicas apply it with [`SetSep::apply_delta`] (a record copy) and stay
 //! byte-identical.
 //!

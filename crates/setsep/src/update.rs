@@ -269,6 +269,10 @@ impl std::fmt::Debug for Updatable {
     }
 }
 
+/// Updates between the start of a key's memory loads and its solving in
+/// [`Updatable::insert_batch`].
+const UPDATE_AHEAD: usize = 3;
+
 /// The RIB: every group's entries in one huge-page-backed slab, each group in its own extent
 /// with room to grow (so an update touches one header and one extent, no pointer chasing).
 #[derive(Clone)]
@@ -501,9 +505,69 @@ impl Updatable {
     /// Inserts `key` or changes its value; returns the delta applied.
     pub fn insert(&mut self, key: &[u8], value: u16) -> Result<Delta, UpdateError> {
         self.check(key, value)?;
-        let seed = self.table.hdr.seed;
-        let h = hash128(key, seed);
+        let h = hash128(key, self.table.hdr.seed);
         self.prefetch_candidates(h);
+        self.insert_hashed(key, value, h)
+    }
+
+    /// [`Updatable::insert`] of every `(key, value)` of `updates`, in order, passing each delta
+    /// to `sink`; the result is the same as inserting them one by one. While one update is
+    /// solved, the memory of the next ones is already on its way (a key's bucket choice and
+    /// candidate groups three updates ahead, its group's RIB extent one ahead), so
+    /// at sizes beyond the cache the updates do not wait on DRAM one after another.
+    ///
+    /// On an error, the updates before the failing one are applied (their deltas went to
+    /// `sink`) and the rest are not.
+    ///
+    /// ```
+    /// use sb_setsep::{BuildOptions, Updatable};
+    /// let keys: Vec<Vec<u8>> = (0u32..1000).map(|i| i.to_be_bytes().to_vec()).collect();
+    /// let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    /// let values = vec![0u16; keys.len()];
+    /// let opts = BuildOptions { value_bits: 1, ..BuildOptions::default() };
+    /// let mut u = Updatable::build(&refs, &values, &opts).unwrap();
+    /// let changes: Vec<(&[u8], u16)> = refs.iter().take(10).map(|k| (*k, 1)).collect();
+    /// let mut deltas = Vec::new();
+    /// u.insert_batch(&changes, |d| deltas.push(d)).unwrap();
+    /// assert_eq!(deltas.len(), 10);
+    /// assert_eq!(u.table().lookup(refs[3]), 1);
+    /// ```
+    pub fn insert_batch(
+        &mut self,
+        updates: &[(&[u8], u16)],
+        mut sink: impl FnMut(Delta),
+    ) -> Result<(), UpdateError> {
+        let seed = self.table.hdr.seed;
+        let mut hs = [KeyHash::default(); UPDATE_AHEAD + 1];
+        let ahead = |u: &Self, i: usize, hs: &mut [KeyHash; UPDATE_AHEAD + 1]| {
+            if let Some(&(k, _)) = updates.get(i) {
+                let h = hash128(k, seed);
+                hs[i % (UPDATE_AHEAD + 1)] = h;
+                u.prefetch_candidates(h);
+            }
+        };
+        for i in 0..UPDATE_AHEAD {
+            ahead(self, i, &mut hs);
+        }
+        for (i, &(key, value)) in updates.iter().enumerate() {
+            ahead(self, i + UPDATE_AHEAD, &mut hs);
+            if i + 1 < updates.len() {
+                // The next key's choice arrived meanwhile: start its RIB extent.
+                let g = self
+                    .table
+                    .tables()
+                    .group_of(hs[(i + 1) % (UPDATE_AHEAD + 1)]);
+                self.prefetch_group(g);
+            }
+            self.check(key, value)?;
+            sink(self.insert_hashed(key, value, hs[i % (UPDATE_AHEAD + 1)])?);
+        }
+        Ok(())
+    }
+
+    /// [`Updatable::insert`] of a checked key whose hash is `h`.
+    fn insert_hashed(&mut self, key: &[u8], value: u16, h: KeyHash) -> Result<Delta, UpdateError> {
+        let seed = self.table.hdr.seed;
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
         let was_fb = self.table.tables().is_fallback_group(g);

@@ -186,3 +186,52 @@ fn update_errors_and_delta_validation() {
     ));
     assert_eq!(other.to_bytes(), before);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    /// `insert_batch` gives the same deltas and the same table as inserting one by one, for
+    /// changes, new keys and repeats of a key within a batch; a bad update stops the batch
+    /// with the updates before it applied.
+    #[test]
+    fn insert_batch_equals_one_by_one(
+        picks in proptest::collection::vec((any::<usize>(), any::<u16>(), any::<bool>()), 0..80),
+        bad_at in proptest::option::of(0usize..80),
+        w in prop_oneof![Just(1u8), Just(2), Just(5)],
+        seed in any::<u64>(),
+    ) {
+        let n0 = 300;
+        let (pool, vals) = random_set(n0 + picks.len(), 13, w, seed);
+        let opts = BuildOptions { value_bits: w, threads: 1, seed, ..BuildOptions::default() };
+        let mask = ((1u32 << w) - 1) as u16;
+        let mut one = Updatable::build(&refs(&pool[..n0]), &vals[..n0], &opts).unwrap();
+        let mut many = Updatable::build(&refs(&pool[..n0]), &vals[..n0], &opts).unwrap();
+        let mut ups: Vec<(&[u8], u16)> = picks
+            .iter()
+            .enumerate()
+            .map(|(i, &(k, v, new))| {
+                let key = if new { &pool[n0 + i] } else { &pool[k % n0] };
+                (key.as_slice(), v & mask)
+            })
+            .collect();
+        if let Some(b) = bad_at.filter(|&b| b < ups.len()) {
+            ups[b].1 = mask + 1;
+        }
+        let mut want = Vec::new();
+        let mut want_err = None;
+        for &(k, v) in &ups {
+            match one.insert(k, v) {
+                Ok(d) => want.push(d.to_bytes()),
+                Err(e) => {
+                    want_err = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut got = Vec::new();
+        let r = many.insert_batch(&ups, |d| got.push(d.to_bytes()));
+        prop_assert_eq!(r.err(), want_err);
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(many.table().to_bytes(), one.table().to_bytes());
+    }
+}

@@ -80,6 +80,10 @@ struct Row {
     lookup_mops_single: Option<f64>,
     lookup_mops_batched: Option<f64>,
     update_kops: Option<f64>,
+    /// SetSep only: the same updates, one `Updatable::insert` call each (`update_kops` is
+    /// `insert_batch` in batches of `--batch`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    update_kops_single: Option<f64>,
     fallback_ratio: Option<f64>,
     page_size: String,
     correct: bool,
@@ -341,21 +345,38 @@ fn run_setsep(w: &Work, config: Config, threads: usize, seed: u64) -> anyhow::Re
     let l = measure(&s, w, &row.name);
     drop(s);
     row.note = format!(
-        "batched = lookup_batch (3-stage prefetch pipeline) in batches of {}; updates: Updatable::insert on a table built separately (keeps the keys), each yields a delta",
-        w.batch
+        "batched = lookup_batch (3-stage prefetch pipeline) in batches of {}; updates: Updatable::insert_batch in batches of {} on a table built separately (keeps the keys), each update yields a delta; update_kops_single: one Updatable::insert call per update",
+        w.batch, w.batch
     );
 
     if l.wrong == 0 && !w.updates.is_empty() {
-        eprintln!("  updates: building the updatable table");
+        eprintln!("  updates: building the updatable tables");
+        // The same updates on two equal tables: one `insert` call per update on the first, then
+        // `insert_batch` in batches of `--batch` (a stream of RIB changes, e.g.) on the second,
+        // whose table is the one checked.
+        let mut single = Updatable::build(&w.keys, &w.values, &opts).context("Updatable build")?;
         let mut u = Updatable::build(&w.keys, &w.values, &opts).context("Updatable build")?;
         let mut delta_count = 0u64;
         let t = Instant::now();
         for &(i, k, v) in &w.updates {
-            let d = u
+            let d = single
                 .insert(k, v)
                 .with_context(|| format!("Updatable::insert of key {i}"))?;
             black_box(&d);
             delta_count += 1;
+        }
+        row.update_kops_single =
+            Some(delta_count as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e3);
+        drop(single);
+        let ups: Vec<(&[u8], u16)> = w.updates.iter().map(|&(_, k, v)| (k, v)).collect();
+        let mut delta_count = 0u64;
+        let t = Instant::now();
+        for c in ups.chunks(w.batch) {
+            u.insert_batch(c, |d| {
+                black_box(&d);
+                delta_count += 1;
+            })
+            .context("Updatable::insert_batch")?;
         }
         let el = t.elapsed().as_secs_f64();
         row.update_kops = Some(delta_count as f64 / el.max(1e-9) / 1e3);
