@@ -540,21 +540,10 @@ impl Shared {
     /// and the sequence numbers are even.
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut need = vec![[0u64; CLASSES as usize]; self.n];
-        for b in 0..self.n {
-            let v = self.ver(b).load(Acquire);
-            if v & 1 == 1 {
-                return Err(format!("bucket {b}: odd version"));
-            }
-            for j in 0..self.s {
-                let lane = self.tag_at(b, j);
-                if lane & ALT_FLAG != 0 {
-                    let tag = lane & !ALT_FLAG;
-                    need[self.alt(b, tag)][class(tag) as usize] += 1;
-                }
-            }
+        if let Some(b) = (0..self.n).find(|&b| self.ver(b).load(Acquire) & 1 == 1) {
+            return Err(format!("bucket {b}: odd version"));
         }
-        for (p, ks) in need.iter().enumerate() {
+        for (p, ks) in self.exact_counts().iter().enumerate() {
             for (class, &k) in ks.iter().enumerate() {
                 let c = overflow(self.ver(p).load(Acquire), class as u16);
                 if c != k.min(COUNT_MAX) && c != COUNT_MAX {
@@ -672,8 +661,9 @@ impl Shared {
         }
     }
 
-    /// Writer, between operations: every bucket's overflow counts set to the exact numbers.
-    pub(crate) fn recount(&self) {
+    /// Per bucket and tag class: how many keys with that primary bucket and class sit in their
+    /// alternate bucket (read without the protocol: for the writer, or with no writer).
+    fn exact_counts(&self) -> Vec<[u64; CLASSES as usize]> {
         let mut need = vec![[0u64; CLASSES as usize]; self.n];
         for b in 0..self.n {
             for j in 0..self.s {
@@ -684,7 +674,12 @@ impl Shared {
                 }
             }
         }
-        for (p, counts) in need.iter().enumerate() {
+        need
+    }
+
+    /// Writer, between operations: every bucket's overflow counts set to the exact numbers.
+    pub(crate) fn recount(&self) {
+        for (p, counts) in self.exact_counts().iter().enumerate() {
             let v = self.ver(p).load(Relaxed);
             let exact = (0..CLASSES).fold(v, |w, c| with_overflow(w, c, counts[c as usize]));
             if exact != v {
