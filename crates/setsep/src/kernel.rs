@@ -37,6 +37,17 @@ pub(crate) fn avx2_available() -> bool {
     }
 }
 
+/// A group's keys grouped by value, as the kernels take them: the base hashes `a`, `b` of the
+/// keys class by class, each class's end in those arrays (increasing, the last is `a.len()`)
+/// and its value.
+#[derive(Clone, Copy)]
+pub(crate) struct Classes<'a> {
+    pub a: &'a [u16],
+    pub b: &'a [u16],
+    pub end: &'a [usize],
+    pub val: &'a [u16],
+}
+
 /// A search kernel with its scratch space (one per build thread).
 pub(crate) struct Searcher {
     avx2: bool,
@@ -78,34 +89,20 @@ impl Searcher {
         } else {
             self.partition(keys, want);
         }
-        let limit = cfg.mark() as u32;
+        let g = Classes {
+            a: &self.a,
+            b: &self.b,
+            end: &self.cls_end,
+            val: &self.cls_val,
+        };
+        let (alog, limit) = (cfg.array_log(), cfg.mark() as u32);
         #[cfg(target_arch = "x86_64")]
         if self.avx2 && keys.len() <= AVX2_MAX_KEYS {
             // SAFETY: `self.avx2` is only true when the CPU has AVX2; the group has at most
             // AVX2_MAX_KEYS keys and at most as many classes, as the kernel requires.
-            return unsafe {
-                crate::kernel_avx2::search(
-                    cfg.array_log(),
-                    limit,
-                    &self.a,
-                    &self.b,
-                    &self.cls_end,
-                    &self.cls_val,
-                    want,
-                    out,
-                )
-            };
+            return unsafe { crate::kernel_avx2::search(alog, limit, &g, want, out) };
         }
-        search_scalar(
-            cfg.array_log(),
-            limit,
-            &self.a,
-            &self.b,
-            &self.cls_end,
-            &self.cls_val,
-            want,
-            out,
-        )
+        search_scalar(alog, limit, &g, want, out)
     }
 
     /// Groups keys by value (neither the order of classes nor the order inside a class changes
@@ -179,17 +176,13 @@ impl Searcher {
 }
 
 /// The reference kernel: candidates one at a time.
-#[allow(clippy::too_many_arguments)]
-fn search_scalar(
-    alog: u32,
-    limit: u32,
-    a: &[u16],
-    b: &[u16],
-    cls_end: &[usize],
-    cls_val: &[u16],
-    want: u16,
-    out: &mut [u16; 16],
-) -> u16 {
+fn search_scalar(alog: u32, limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]) -> u16 {
+    let Classes {
+        a,
+        b,
+        end: cls_end,
+        val: cls_val,
+    } = *g;
     let mut found = 0u16;
     let mut accs = vec![0u32; cls_end.len()];
     for i in 0..limit {

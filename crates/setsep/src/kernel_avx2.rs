@@ -12,43 +12,39 @@ use core::arch::x86_64::*;
 #[cfg(target_arch = "x86_64")]
 use core::mem::MaybeUninit;
 
+#[cfg(target_arch = "x86_64")]
+use crate::kernel::Classes;
+
 /// AVX2 search; see `kernel::search_scalar` for the contract.
 ///
 /// # Safety
-/// The CPU must support AVX2; `a.len() == b.len() <= 64`; `cls_end` is increasing, ends at
-/// `a.len()` and has as many entries as `cls_val`.
+/// The CPU must support AVX2; `g.a.len() == g.b.len() <= 64`; `g.end` is increasing, ends at
+/// `g.a.len()` and has as many entries as `g.val`.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2")]
 pub(crate) unsafe fn search(
     alog: u32,
     limit: u32,
-    a: &[u16],
-    b: &[u16],
-    cls_end: &[usize],
-    cls_val: &[u16],
+    g: &Classes,
     want: u16,
     out: &mut [u16; 16],
 ) -> u16 {
     if alog == 3 {
-        run::<false>(limit, a, b, cls_end, cls_val, want, out)
+        run::<false>(limit, g, want, out)
     } else {
-        run::<true>(limit, a, b, cls_end, cls_val, want, out)
+        run::<true>(limit, g, want, out)
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2")]
-fn run<const Y16: bool>(
-    limit: u32,
-    a: &[u16],
-    b: &[u16],
-    cls_end: &[usize],
-    cls_val: &[u16],
-    want: u16,
-    out: &mut [u16; 16],
-) -> u16 {
+fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]) -> u16 {
+    let Classes {
+        a,
+        b,
+        end: cls_end,
+        val: cls_val,
+    } = *g;
     const MAXK: usize = crate::kernel::AVX2_MAX_KEYS;
     let n = a.len().min(b.len()).min(MAXK);
     let ncls = cls_end.len().min(cls_val.len()).min(MAXK);

@@ -59,7 +59,8 @@
 //! record reads of a window are in flight together. With 2-bit values, one core (medians of
 //! `scalebricks bench gpt` on a shared 2-core VM): at 4M keys (1.8 MB) about 26 ns per single
 //! lookup and 14 ns per key batched (about 38 and 73 M lookups/s); at 16M keys (7 MB, beyond
-//! the cache) about 20 ns per key batched (about 49 M lookups/s), 5x single lookups.
+//! the cache) about 14 ns per key batched (about 69 M lookups/s), 4x single lookups
+//! (`scalebricks bench gpt --keys N --value-bits 2`, docs/bench/gpt.md).
 //!
 //! Construction: about 40-60 candidate hash indexes per key (2-bit values), tested 64 at a time
 //! (four 16-lane vectors) by an AVX2 kernel picked at run time (about 1 ns per candidate for a

@@ -274,11 +274,11 @@ impl<'a> Tables<'a> {
     /// key once all records of the window are on their way.
     ///
     /// The choice bytes (64 per block) mostly come from the cache, the records from DRAM, so the
-    /// record loads get the longest head start and all of a window's are in flight together. A
-    /// rolling pipeline with all stages 6 keys apart keeps only ~6 record loads in flight and
-    /// drains at the end of every window: at 16M keys it was 1.34x slower than running each stage
-    /// over the whole window (median of 15 interleaved rounds, 39.5 vs 53.0 Mops, batches of 32),
-    /// which in turn was ~1.1x slower than this (48.0 vs 52.9 Mops, 21 rounds); equal at 4M.
+    /// record loads get the longest head start and all of a window's are in flight together. The
+    /// rolling pipeline this replaced (all stages 6 keys apart, commit e321413) kept only ~6
+    /// record loads in flight and drained at the end of every window: `scalebricks bench gpt
+    /// --keys 16000000 --value-bits 2` gave 40.7 Mops batched with it and 69.1 with this
+    /// (medians of 3, docs/bench/gpt.md).
     #[inline(always)]
     fn pipeline<const XB: u32, const YB: u32>(
         &self,
