@@ -39,7 +39,7 @@
 //!   was displaced to its alternate (the bucket's overflow count, as in Horton tables), then the
 //!   alternate's too. The batched form overlaps those misses across [`batch::CHUNK`] keys.
 //! - Instructions (13-byte keys, 16-byte values, 4 slots, table in cache; counted with
-//!   `valgrind --tool=callgrind` on `examples/lookupcost.rs`): about 124 per batched miss, 234
+//!   `valgrind --tool=callgrind` on `examples/lookupcost.rs`): about 123 per batched miss, 233
 //!   per batched hit, 185 per single miss and 197 per single hit (single paths counted before
 //!   the batch stages were reorganized), of which the key hash
 //!   (`sb_common::hash128`) is about 22.
