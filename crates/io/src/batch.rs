@@ -1,12 +1,17 @@
 //! [`PacketBatch`]: a fixed set of reusable packet buffers, the unit every [`Port`](crate::Port)
 //! receives into and transmits from.
 //!
-//! A batch owns `capacity` buffers of `buf_size` bytes each, allocated once in one contiguous
-//! block. A frame lives in one buffer, starting after [`HEADROOM`] bytes so that headers can be
-//! prepended in place (encapsulation) and stripped in place (decapsulation) without copying.
-//! Frames are addressed through a small slot table (`len` active slots, then the idle buffers), so
-//! [`PacketBatch::retain`] and [`PacketBatch::swap`] move 8-byte slot entries, never bytes.
-//! Nothing here allocates after [`PacketBatch::new`].
+//! A batch owns `capacity` buffers of `buf_size` bytes each, allocated once. A frame lives in one
+//! buffer, starting after [`HEADROOM`] bytes so that headers can be prepended in place
+//! (encapsulation) and stripped in place (decapsulation) without copying. Frames are addressed
+//! through a slot table (`len` active slots, then the idle buffers), so [`PacketBatch::retain`]
+//! and [`PacketBatch::swap`] move slot entries, never bytes.
+//!
+//! Each frame carries a [`Meta`] (the flow hash, the next hop, flags: what VPP keeps in a
+//! buffer's opaque area) that moves with it. [`PacketBatch::transfer`] hands a frame to another
+//! batch of the same buffer size without copying it: the two batches exchange buffers (the
+//! receiver gives one of its idle buffers back), so an engine splits one received batch into
+//! per-port output batches by moving pointers. Nothing here allocates after [`PacketBatch::new`].
 
 /// Bytes reserved in front of every received frame for headers pushed with
 /// [`PacketBatch::prepend`] (enough for outer Ethernet + IPv6 + UDP + GTP-U with extensions).
@@ -18,14 +23,31 @@ pub const DEFAULT_BUF_SIZE: usize = 2048;
 /// Default number of frames in a batch.
 pub const DEFAULT_BATCH: usize = 64;
 
-#[derive(Clone, Copy, Debug)]
+/// Per-frame metadata that travels with a frame through a batch's stages and through
+/// [`PacketBatch::transfer`]. Its meaning is the engine's: sb-io only stores it. A frame pushed
+/// or received starts with `Meta::default()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// The flow key's 128-bit hash, once computed.
+    pub hash: u128,
+    /// The next hop (a node index) or output port, as the engine defines it.
+    pub next: u16,
+    /// Engine-defined flags (which stage the frame is at, hop count, ...).
+    pub flags: u16,
+    /// Engine-defined word (a drop reason, an offset).
+    pub user: u32,
+}
+
+#[derive(Debug)]
 struct Slot {
-    /// Index of the buffer this slot uses.
-    buf: u32,
+    /// The buffer this slot uses (moved, never copied, between batches).
+    buf: Box<[u8]>,
     /// Offset of the frame's first byte inside its buffer.
     start: u16,
     /// Frame length in bytes.
     len: u16,
+    /// The frame's metadata.
+    meta: Meta,
 }
 
 /// A batch of up to `capacity` frames in reusable fixed-size buffers.
@@ -40,7 +62,6 @@ struct Slot {
 /// assert!(b.is_empty());
 /// ```
 pub struct PacketBatch {
-    data: Box<[u8]>,
     slots: Box<[Slot]>,
     len: usize,
     buf_size: usize,
@@ -68,14 +89,14 @@ impl PacketBatch {
         let buf_size = buf_size.clamp(HEADROOM + 64, u16::MAX as usize);
         let capacity = capacity.max(1);
         let slots = (0..capacity)
-            .map(|i| Slot {
-                buf: i as u32,
+            .map(|_| Slot {
+                buf: vec![0u8; buf_size].into_boxed_slice(),
                 start: HEADROOM as u16,
                 len: 0,
+                meta: Meta::default(),
             })
             .collect();
         Self {
-            data: vec![0u8; capacity * buf_size].into_boxed_slice(),
             slots,
             len: 0,
             buf_size,
@@ -137,25 +158,99 @@ impl PacketBatch {
     }
 
     #[inline]
-    fn range(&self, i: usize) -> std::ops::Range<usize> {
-        let s = self.slots[i];
-        let base = s.buf as usize * self.buf_size + s.start as usize;
-        base..base + s.len as usize
+    fn frame_of(s: &Slot) -> &[u8] {
+        &s.buf[s.start as usize..s.start as usize + s.len as usize]
     }
 
     /// Frame `i`. Panics if `i >= len()`.
     #[inline]
     pub fn get(&self, i: usize) -> &[u8] {
         assert!(i < self.len, "frame index out of range");
-        &self.data[self.range(i)]
+        Self::frame_of(&self.slots[i])
     }
 
     /// Frame `i`, writable. Panics if `i >= len()`.
     #[inline]
     pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
         assert!(i < self.len, "frame index out of range");
-        let r = self.range(i);
-        &mut self.data[r]
+        let s = &mut self.slots[i];
+        &mut s.buf[s.start as usize..s.start as usize + s.len as usize]
+    }
+
+    /// Frame `i` with the headroom in front of it: `(buffer, start)` where the frame is
+    /// `buffer[start..start + len]`. For in-place encapsulation that writes headers in front.
+    #[inline]
+    pub fn buffer_mut(&mut self, i: usize) -> (&mut [u8], usize) {
+        assert!(i < self.len, "frame index out of range");
+        let s = &mut self.slots[i];
+        (&mut s.buf[..], s.start as usize)
+    }
+
+    /// Sets frame `i` to `buffer[start..start + len]` of its buffer (after writing headers in
+    /// front with [`buffer_mut`](Self::buffer_mut)); false, and nothing changed, if that range
+    /// is outside the buffer.
+    pub fn set_range(&mut self, i: usize, start: usize, len: usize) -> bool {
+        assert!(i < self.len, "frame index out of range");
+        let s = &mut self.slots[i];
+        if start.checked_add(len).is_none_or(|e| e > s.buf.len()) {
+            return false;
+        }
+        s.start = start as u16;
+        s.len = len as u16;
+        true
+    }
+
+    /// Metadata of frame `i`. Panics if `i >= len()`.
+    #[inline]
+    pub fn meta(&self, i: usize) -> &Meta {
+        assert!(i < self.len, "frame index out of range");
+        &self.slots[i].meta
+    }
+
+    /// Metadata of frame `i`, writable. Panics if `i >= len()`.
+    #[inline]
+    pub fn meta_mut(&mut self, i: usize) -> &mut Meta {
+        assert!(i < self.len, "frame index out of range");
+        &mut self.slots[i].meta
+    }
+
+    /// Moves frame `i` (bytes, headroom and metadata) to the end of `dst` without copying it:
+    /// the buffer changes owner and `dst` gives one of its idle buffers back, which takes the
+    /// frame's place here. Frame `i` is then empty (length 0) and still counted in `len()`:
+    /// after moving frames out, [`retain_nonempty`](Self::retain_nonempty) or
+    /// [`clear`](Self::clear) drops the holes. False, and nothing moved, if `dst` is full or
+    /// its buffers have another size.
+    pub fn transfer(&mut self, i: usize, dst: &mut PacketBatch) -> bool {
+        assert!(i < self.len, "frame index out of range");
+        if dst.is_full() || dst.buf_size != self.buf_size {
+            return false;
+        }
+        let j = dst.len;
+        let (a, b) = (&mut self.slots[i], &mut dst.slots[j]);
+        std::mem::swap(&mut a.buf, &mut b.buf);
+        b.start = a.start;
+        b.len = a.len;
+        b.meta = a.meta;
+        a.start = HEADROOM as u16;
+        a.len = 0;
+        a.meta = Meta::default();
+        dst.len += 1;
+        true
+    }
+
+    /// Drops every empty frame (the holes [`transfer`](Self::transfer) leaves), keeping the
+    /// order of the rest; returns how many were dropped.
+    pub fn retain_nonempty(&mut self) -> usize {
+        let mut w = 0;
+        for r in 0..self.len {
+            if self.slots[r].len > 0 {
+                self.slots.swap(w, r);
+                w += 1;
+            }
+        }
+        let removed = self.len - w;
+        self.len = w;
+        removed
     }
 
     /// Iterates over the frames in order.
@@ -184,11 +279,12 @@ impl PacketBatch {
             return None;
         }
         let i = self.len;
-        self.slots[i].start = HEADROOM as u16;
-        self.slots[i].len = len as u16;
+        let s = &mut self.slots[i];
+        s.start = HEADROOM as u16;
+        s.len = len as u16;
+        s.meta = Meta::default();
         self.len += 1;
-        let r = self.range(i);
-        Some(&mut self.data[r])
+        Some(&mut s.buf[HEADROOM..HEADROOM + len])
     }
 
     /// Removes the last frame.
@@ -246,11 +342,7 @@ impl PacketBatch {
     pub fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) -> usize {
         let mut w = 0;
         for r in 0..self.len {
-            let k = {
-                let range = self.range(r);
-                keep(&self.data[range])
-            };
-            if k {
+            if keep(Self::frame_of(&self.slots[r])) {
                 self.slots.swap(w, r);
                 w += 1;
             }
@@ -305,6 +397,39 @@ mod tests {
         assert!(!b.set_len(0, 129));
         b.clear();
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn transfer_moves_bytes_headroom_and_meta_without_copying() {
+        let mut a = PacketBatch::with_buf_size(4, 512);
+        let mut b = PacketBatch::with_buf_size(2, 512);
+        for i in 0..3u8 {
+            assert!(a.push(&[i; 10]));
+            a.meta_mut(i as usize).next = u16::from(i) + 100;
+        }
+        a.prepend(1, 4).unwrap()[..4].copy_from_slice(&[7; 4]);
+        let ptr = a.get(1).as_ptr();
+        assert!(a.transfer(1, &mut b));
+        assert_eq!(b.get(0).as_ptr(), ptr, "the buffer moved, the bytes were not copied");
+        assert_eq!(b.get(0), &[7, 7, 7, 7, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
+        assert_eq!(b.meta(0).next, 101);
+        assert_eq!(a.get(1), &[] as &[u8]);
+        assert_eq!(a.meta(1), &Meta::default());
+        assert!(a.transfer(2, &mut b));
+        assert!(!a.transfer(0, &mut b), "dst full");
+        assert_eq!(a.retain_nonempty(), 2);
+        assert_eq!((a.len(), a.get(0), a.meta(0).next), (1, &[0u8; 10][..], 100));
+        // The buffers a got back are whole and reusable.
+        while a.push(&[9; 300]) {}
+        assert_eq!(a.len(), 4);
+        let mut c = PacketBatch::with_buf_size(2, 1024);
+        assert!(!a.transfer(0, &mut c), "different buffer size");
+        // set_range: a frame written in front of its headroom.
+        let (buf, start) = b.buffer_mut(0);
+        buf[start - 2..start].copy_from_slice(&[5, 5]);
+        assert!(b.set_range(0, start - 2, 16));
+        assert_eq!(&b.get(0)[..3], &[5, 5, 7]);
+        assert!(!b.set_range(0, 500, 13));
     }
 
     #[derive(Debug, Clone)]
