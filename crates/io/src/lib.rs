@@ -83,7 +83,7 @@ pub mod netns;
 #[cfg(feature = "xdp")]
 pub mod xdp;
 
-pub use batch::PacketBatch;
+pub use batch::{Meta, PacketBatch};
 
 use std::time::Duration;
 

@@ -1,0 +1,42 @@
+//! The application a node runs: what a flow key is, what a FIB value means and what the action
+//! does to a packet. The LTE packet forwarding engine ([`crate::lte`]) is the first; a NAT or a
+//! load balancer implements the same trait.
+
+use crate::counters::Drop;
+use sb_io::{Meta, PacketBatch};
+
+/// What became of a frame that arrived on the access port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Decapsulated: send it out of the external port (MACs are set by the engine).
+    ToExternal,
+    /// Answered in place (an echo response with its MACs already set): send it back out of the
+    /// access port as it is.
+    Reply,
+}
+
+/// One network function on the engine. All methods work on one frame; the engine batches the
+/// table lookups between them.
+pub trait App: Send {
+    /// Bytes of a flow key (every key has this size: it is the FIB's key size).
+    fn key_bytes(&self) -> usize;
+
+    /// Bytes of a FIB value.
+    fn value_bytes(&self) -> usize;
+
+    /// A frame arrived on the external port (or, still to be looked up, over the fabric):
+    /// writes its flow key into `key` (`key_bytes()` long). May keep what it parsed (offsets)
+    /// in `meta.user` for [`apply`](Self::apply). `Err` drops the frame.
+    fn downstream_key(&self, frame: &[u8], key: &mut [u8], meta: &mut Meta) -> Result<(), Drop>;
+
+    /// The node whose access port serves the flow with FIB value `value`.
+    fn egress_node(&self, value: &[u8]) -> u16;
+
+    /// Applies the flow's action to frame `i` of `batch` in place (encapsulation, TTL); the
+    /// frame's MACs are the engine's business. `Err` drops it.
+    fn apply(&mut self, batch: &mut PacketBatch, i: usize, value: &[u8]) -> Result<(), Drop>;
+
+    /// A frame arrived on the access port (upstream traffic, path management): handles it in
+    /// place.
+    fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop>;
+}

@@ -1,0 +1,302 @@
+//! The engine's counters: plain integers owned by one engine (one core), summed when read.
+
+use sb_wire::WireError;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A node's ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PortId {
+    /// Towards the Internet (the external port: downstream traffic enters here).
+    Inet = 0,
+    /// Towards the base stations (the access port: GTP-U leaves and arrives here).
+    Ran = 1,
+    /// To the switch that joins the nodes.
+    Fabric = 2,
+}
+
+impl PortId {
+    /// The three ports, in index order.
+    pub const ALL: [PortId; 3] = [PortId::Inet, PortId::Ran, PortId::Fabric];
+
+    /// The port's name in counters and configuration (`inet`, `ran`, `fabric`).
+    pub fn label(self) -> &'static str {
+        match self {
+            PortId::Inet => "inet",
+            PortId::Ran => "ran",
+            PortId::Fabric => "fabric",
+        }
+    }
+}
+
+/// Why the engine dropped a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Drop {
+    /// The frame is malformed; the parser said why.
+    Malformed(WireError),
+    /// Well-formed, but not an IP packet (ARP not for us, LLDP, ...).
+    NotIp,
+    /// No FIB entry for the key where the architecture looks it up without a GPT (full
+    /// duplication, hash partitioning), or a GPT answer that names no node.
+    UnknownFlow,
+    /// The GPT sent the packet to this node (or this node itself), but its FIB has no entry:
+    /// an unknown key (the GPT answers something for every key) or a stale GPT.
+    FibMissAfterGpt,
+    /// IPv4 TTL or IPv6 hop limit of 1 or 0: not forwarded.
+    Ttl,
+    /// The output batch was full.
+    NoRoom,
+    /// After the tunnel headers, the packet would exceed the access port's MTU (no
+    /// fragmentation: the packet is dropped, as with DF set).
+    Mtu,
+    /// A fragment of an outer GTP-U packet (not reassembled).
+    OuterFragment,
+    /// A frame on the fabric without a valid shim, or of a kind this architecture never sends.
+    InvalidFabric,
+    /// The packet would cross the fabric more often than the architecture allows.
+    TooManyHops,
+    /// A G-PDU on the access port whose TEID no tunnel of this node has.
+    UnknownTeid,
+    /// A G-PDU whose TEID is known but whose inner source or outer source address is not the
+    /// tunnel's UE or eNodeB address.
+    UplinkMismatch,
+    /// Traffic on the access port that is not a G-PDU or an Echo Request (plain IP, other
+    /// GTP-U messages).
+    NotGpdu,
+}
+
+/// Number of drop reasons other than the malformed ones.
+pub const N_DROPS: usize = 12;
+
+impl Drop {
+    /// Every reason other than `Malformed`, in index order.
+    pub const OTHERS: [Drop; N_DROPS] = [
+        Drop::NotIp,
+        Drop::UnknownFlow,
+        Drop::FibMissAfterGpt,
+        Drop::Ttl,
+        Drop::NoRoom,
+        Drop::Mtu,
+        Drop::OuterFragment,
+        Drop::InvalidFabric,
+        Drop::TooManyHops,
+        Drop::UnknownTeid,
+        Drop::UplinkMismatch,
+        Drop::NotGpdu,
+    ];
+
+    /// A stable name for counters (`malformed` for every malformed reason).
+    pub fn label(self) -> &'static str {
+        match self {
+            Drop::Malformed(_) => "malformed",
+            Drop::NotIp => "not_ip",
+            Drop::UnknownFlow => "unknown_flow",
+            Drop::FibMissAfterGpt => "fib_miss_after_gpt",
+            Drop::Ttl => "ttl",
+            Drop::NoRoom => "no_room",
+            Drop::Mtu => "mtu",
+            Drop::OuterFragment => "outer_fragment",
+            Drop::InvalidFabric => "invalid_fabric",
+            Drop::TooManyHops => "too_many_hops",
+            Drop::UnknownTeid => "unknown_teid",
+            Drop::UplinkMismatch => "uplink_mismatch",
+            Drop::NotGpdu => "not_gpdu",
+        }
+    }
+
+    fn other_index(self) -> Option<usize> {
+        Drop::OTHERS.iter().position(|d| *d == self)
+    }
+}
+
+/// Counters of one port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PortCounters {
+    /// Frames the engine was given from this port.
+    pub rx: u64,
+    /// Frames the engine emitted on this port.
+    pub tx: u64,
+    /// Frames received here that the engine sent on over the fabric.
+    pub to_fabric: u64,
+    /// Frames received here and dropped (all reasons).
+    pub dropped: u64,
+}
+
+/// Counters of one engine. Plain integers: each worker has its own, [`Counters::add`] sums.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counters {
+    /// Per port, indexed by [`PortId`].
+    pub ports: [PortCounters; 3],
+    /// Drops per port and reason ([`Drop::OTHERS`] order).
+    pub drops: [[u64; N_DROPS]; 3],
+    /// Malformed drops by parser reason ([`WireError::index`]), all ports.
+    pub malformed: [u64; WireError::COUNT],
+    /// Downstream packets transmitted on the access port, by fabric crossings (0, 1, 2, 3+).
+    pub crossings: [u64; 4],
+    /// GTP-U Echo Responses sent.
+    pub echo_replies: u64,
+    /// Upstream packets decapsulated and sent to the external port.
+    pub upstream: u64,
+    /// ARP requests for this node's addresses answered.
+    pub arp_replies: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            ports: [PortCounters::default(); 3],
+            drops: [[0; N_DROPS]; 3],
+            malformed: [0; WireError::COUNT],
+            crossings: [0; 4],
+            echo_replies: 0,
+            upstream: 0,
+            arp_replies: 0,
+        }
+    }
+}
+
+impl Counters {
+    /// Counts a drop of a frame received on `port`.
+    #[inline]
+    pub fn drop(&mut self, port: PortId, why: Drop) {
+        let p = port as usize;
+        self.ports[p].dropped += 1;
+        match why {
+            Drop::Malformed(e) => self.malformed[e.index()] += 1,
+            other => {
+                if let Some(i) = other.other_index() {
+                    self.drops[p][i] += 1;
+                }
+            }
+        }
+    }
+
+    /// Drops of reason `why` (any malformed reason for `Malformed`) on every port.
+    pub fn dropped(&self, why: Drop) -> u64 {
+        match why {
+            Drop::Malformed(_) => self.malformed.iter().sum(),
+            other => other
+                .other_index()
+                .map_or(0, |i| self.drops.iter().map(|d| d[i]).sum()),
+        }
+    }
+
+    /// Adds `other` into `self` (to sum per-worker counters).
+    pub fn add(&mut self, other: &Counters) {
+        for p in 0..3 {
+            let (a, b) = (&mut self.ports[p], &other.ports[p]);
+            a.rx += b.rx;
+            a.tx += b.tx;
+            a.to_fabric += b.to_fabric;
+            a.dropped += b.dropped;
+            for i in 0..N_DROPS {
+                self.drops[p][i] += other.drops[p][i];
+            }
+        }
+        for (a, b) in self.malformed.iter_mut().zip(&other.malformed) {
+            *a += b;
+        }
+        for (a, b) in self.crossings.iter_mut().zip(&other.crossings) {
+            *a += b;
+        }
+        self.echo_replies += other.echo_replies;
+        self.upstream += other.upstream;
+        self.arp_replies += other.arp_replies;
+    }
+
+    /// Mean fabric crossings of the downstream packets transmitted on the access port.
+    pub fn mean_crossings(&self) -> f64 {
+        let n: u64 = self.crossings.iter().sum();
+        if n == 0 {
+            return 0.0;
+        }
+        let w: u64 = self
+            .crossings
+            .iter()
+            .enumerate()
+            .map(|(i, c)| i as u64 * c)
+            .sum();
+        w as f64 / n as f64
+    }
+
+    /// Drops by reason label over every port (malformed ones as `malformed:<reason>`), only the
+    /// reasons that occurred.
+    pub fn drops_by_reason(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for d in Drop::OTHERS {
+            let n = self.dropped(d);
+            if n > 0 {
+                m.insert(d.label().to_string(), n);
+            }
+        }
+        for e in WireError::ALL {
+            let n = self.malformed[e.index()];
+            if n > 0 {
+                m.insert(format!("malformed:{}", e.label()), n);
+            }
+        }
+        m
+    }
+
+    /// A serializable snapshot: per port (with its drops by reason), crossings, totals.
+    pub fn report(&self) -> Report {
+        let ports = PortId::ALL
+            .iter()
+            .map(|&p| {
+                let i = p as usize;
+                let drops = Drop::OTHERS
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| self.drops[i][*j] > 0)
+                    .map(|(j, d)| (d.label().to_string(), self.drops[i][j]))
+                    .collect();
+                (
+                    p.label().to_string(),
+                    PortReport {
+                        counters: self.ports[i],
+                        drops,
+                    },
+                )
+            })
+            .collect();
+        Report {
+            ports,
+            drops: self.drops_by_reason(),
+            crossings: self.crossings,
+            mean_crossings: self.mean_crossings(),
+            echo_replies: self.echo_replies,
+            upstream: self.upstream,
+            arp_replies: self.arp_replies,
+        }
+    }
+}
+
+/// One port in a [`Report`].
+#[derive(Clone, Debug, Serialize)]
+pub struct PortReport {
+    /// The counters.
+    #[serde(flatten)]
+    pub counters: PortCounters,
+    /// Drops of frames received on this port by reason (malformed ones are only in the
+    /// report's `drops`).
+    pub drops: BTreeMap<String, u64>,
+}
+
+/// The counters as JSON sees them (`cluster status`, the node's counters file).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// `inet`, `ran`, `fabric`.
+    pub ports: BTreeMap<String, PortReport>,
+    /// All drops by reason (`malformed:<reason>` for parser errors).
+    pub drops: BTreeMap<String, u64>,
+    /// Downstream packets transmitted on `ran` by fabric crossings: 0, 1, 2, 3 or more.
+    pub crossings: [u64; 4],
+    /// Mean of that histogram.
+    pub mean_crossings: f64,
+    /// GTP-U Echo Responses sent.
+    pub echo_replies: u64,
+    /// Upstream packets decapsulated.
+    pub upstream: u64,
+    /// ARP requests answered.
+    pub arp_replies: u64,
+}

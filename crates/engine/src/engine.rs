@@ -1,0 +1,613 @@
+//! The engine: one node's data path over batches, for any of the three architectures.
+
+use crate::app::{Access, App};
+use crate::counters::{Counters, Drop, PortId};
+use crate::fabric::{self, Kind, Shim};
+use crate::fib::Fib;
+use sb_common::{hash128, KeyHash};
+use sb_io::PacketBatch;
+use sb_setsep::SetSep;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+/// How the cluster splits its work (the paper's three designs, on identical code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Every node holds the GPT of all keys and the FIB entries of the flows it handles; the
+    /// ingress node sends a packet to its handling node (at most one fabric crossing), which
+    /// looks it up and transmits it.
+    ScaleBricks,
+    /// Every node holds the whole FIB; the ingress node looks up, applies the action and sends
+    /// the result to the egress node, which transmits it without a lookup.
+    FullDup,
+    /// Each node holds the FIB entries whose key hashes to it; the ingress node sends the packet
+    /// to that indirection node, which looks up and sends it on to the egress node (up to two
+    /// crossings).
+    HashPart,
+}
+
+impl Arch {
+    /// The three, in the order reports list them.
+    pub const ALL: [Arch; 3] = [Arch::ScaleBricks, Arch::FullDup, Arch::HashPart];
+
+    /// The name on the command line and in reports: `scalebricks`, `full-dup`, `hash-part`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Arch::ScaleBricks => "scalebricks",
+            Arch::FullDup => "full-dup",
+            Arch::HashPart => "hash-part",
+        }
+    }
+
+    /// The most fabric crossings a packet may make.
+    pub fn max_hops(self) -> u8 {
+        match self {
+            Arch::ScaleBricks | Arch::FullDup => 1,
+            Arch::HashPart => 2,
+        }
+    }
+
+    /// Which node holds the FIB entry of a key with hash `h` and egress node `egress`:
+    /// `None` for full duplication (every node).
+    pub fn fib_holder(self, h: KeyHash, egress: u16, nodes: u16) -> Option<u16> {
+        match self {
+            Arch::ScaleBricks => Some(egress),
+            Arch::FullDup => None,
+            Arch::HashPart => Some(indirection_node(h, nodes)),
+        }
+    }
+}
+
+impl std::str::FromStr for Arch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Arch, String> {
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.label() == s)
+            .ok_or_else(|| format!("unknown architecture {s:?} (scalebricks, full-dup, hash-part)"))
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Hash partitioning's indirection node of a key: a multiply-shift of a mix of both hash
+/// halves, independent of the bits the FIB's bucket index uses (the top of `lo`).
+#[inline]
+pub fn indirection_node(h: KeyHash, nodes: u16) -> u16 {
+    let x = (h.hi ^ h.lo.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((u128::from(x) * u128::from(nodes)) >> 64) as u16
+}
+
+/// A port's addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortAddr {
+    /// This node's MAC on the port.
+    pub mac: [u8; 6],
+    /// The next hop's MAC (the router on `inet`, the eNodeB side on `ran`).
+    pub peer_mac: [u8; 6],
+    /// This node's IPv4 address on the port, answered for in ARP.
+    pub ip: Option<Ipv4Addr>,
+}
+
+/// What one node's engine needs to know about the cluster.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// The architecture.
+    pub arch: Arch,
+    /// This node's index.
+    pub node: u16,
+    /// Every node's fabric MAC, by index (the cluster size is its length).
+    pub fabric_macs: Vec<[u8; 6]>,
+    /// The `inet` port.
+    pub inet: PortAddr,
+    /// The `ran` port.
+    pub ran: PortAddr,
+    /// The key-hash seed shared by the GPT and the FIB (`hash128(key, seed)` once per packet).
+    pub seed: u64,
+}
+
+/// The output batches of one [`Engine::process`] call, one per port. The driver transmits and
+/// empties them after each call.
+pub struct Outputs {
+    /// To `inet`.
+    pub inet: PacketBatch,
+    /// To `ran`.
+    pub ran: PacketBatch,
+    /// To `fabric`.
+    pub fabric: PacketBatch,
+}
+
+impl Outputs {
+    /// Three batches of `capacity` buffers of `buf_size` bytes (the size of the receive
+    /// batches: frames move between batches of one size).
+    pub fn new(capacity: usize, buf_size: usize) -> Outputs {
+        let b = || PacketBatch::with_buf_size(capacity, buf_size);
+        Outputs {
+            inet: b(),
+            ran: b(),
+            fabric: b(),
+        }
+    }
+
+    /// The batch of `port`.
+    pub fn get_mut(&mut self, port: PortId) -> &mut PacketBatch {
+        match port {
+            PortId::Inet => &mut self.inet,
+            PortId::Ran => &mut self.ran,
+            PortId::Fabric => &mut self.fabric,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dest {
+    Drop(Drop),
+    /// Needs the local FIB stage.
+    Local,
+    /// Out of a port with this node's MACs.
+    Out(PortId),
+    /// Back out of a port as it is (an answer with its MACs set).
+    Reply(PortId),
+    Fabric {
+        to: u16,
+        kind: Kind,
+    },
+}
+
+/// One node's engine: given a batch that arrived on a port, it fills the output batches.
+/// Sans-IO: no sockets, threads or clocks. One per worker thread.
+pub struct Engine<A: App> {
+    cfg: NodeConfig,
+    nodes: u16,
+    gpt: Option<Arc<SetSep>>,
+    fib: Box<dyn Fib>,
+    app: A,
+    counters: Counters,
+    kb: usize,
+    vb: usize,
+    // Per-frame scratch, indexed by position in the received batch.
+    keys: Vec<u8>,
+    hashes: Vec<KeyHash>,
+    dest: Vec<Dest>,
+    hops: Vec<u8>,
+    ingress: Vec<u16>,
+    // Gathered for one batched lookup.
+    idx: Vec<usize>,
+    g_keys: Vec<u8>,
+    g_hashes: Vec<KeyHash>,
+    g_nodes: Vec<u16>,
+    g_values: Vec<u8>,
+    g_found: Vec<bool>,
+    arp_buf: [u8; 128],
+}
+
+/// Why an engine could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// ScaleBricks needs a GPT.
+    #[error("the scalebricks architecture needs a GPT")]
+    NoGpt,
+    /// The FIB's key or value size is not the application's.
+    #[error("FIB keys/values of {fib_key}/{fib_value} bytes, the application uses {app_key}/{app_value}")]
+    Sizes {
+        /// The FIB's key size.
+        fib_key: usize,
+        /// The FIB's value size.
+        fib_value: usize,
+        /// The application's key size.
+        app_key: usize,
+        /// The application's value size.
+        app_value: usize,
+    },
+    /// This node's index is not below the cluster size, or the cluster is empty or too large.
+    #[error("node {node} in a cluster of {nodes} nodes")]
+    Node {
+        /// The index.
+        node: u16,
+        /// The cluster size.
+        nodes: usize,
+    },
+    /// The GPT stores too few value bits to name every node.
+    #[error("the GPT stores {bits} value bits, {nodes} nodes need more")]
+    GptBits {
+        /// Value bits of the GPT.
+        bits: u8,
+        /// Nodes.
+        nodes: usize,
+    },
+}
+
+impl<A: App> Engine<A> {
+    /// An engine for batches of up to `max_batch` frames.
+    pub fn new(
+        cfg: NodeConfig,
+        gpt: Option<Arc<SetSep>>,
+        fib: Box<dyn Fib>,
+        app: A,
+        max_batch: usize,
+    ) -> Result<Engine<A>, EngineError> {
+        let nodes = cfg.fabric_macs.len();
+        if nodes == 0 || nodes > usize::from(u16::MAX) || usize::from(cfg.node) >= nodes {
+            return Err(EngineError::Node {
+                node: cfg.node,
+                nodes,
+            });
+        }
+        if cfg.arch == Arch::ScaleBricks {
+            let g = gpt.as_ref().ok_or(EngineError::NoGpt)?;
+            if (1usize << g.value_bits()) < nodes {
+                return Err(EngineError::GptBits {
+                    bits: g.value_bits(),
+                    nodes,
+                });
+            }
+        }
+        let (kb, vb) = (app.key_bytes(), app.value_bytes());
+        if fib.key_bytes() != kb || fib.value_bytes() != vb {
+            return Err(EngineError::Sizes {
+                fib_key: fib.key_bytes(),
+                fib_value: fib.value_bytes(),
+                app_key: kb,
+                app_value: vb,
+            });
+        }
+        let n = max_batch.max(1);
+        Ok(Engine {
+            nodes: nodes as u16,
+            cfg,
+            gpt,
+            fib,
+            app,
+            counters: Counters::default(),
+            kb,
+            vb,
+            keys: vec![0; n * kb],
+            hashes: vec![KeyHash::default(); n],
+            dest: vec![Dest::Local; n],
+            hops: vec![0; n],
+            ingress: vec![0; n],
+            idx: Vec::with_capacity(n),
+            g_keys: vec![0; n * kb],
+            g_hashes: vec![KeyHash::default(); n],
+            g_nodes: vec![0; n],
+            g_values: vec![0; n * vb],
+            g_found: vec![false; n],
+            arp_buf: [0; 128],
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &NodeConfig {
+        &self.cfg
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The FIB.
+    pub fn fib(&self) -> &dyn Fib {
+        &*self.fib
+    }
+
+    /// The GPT, if the architecture has one.
+    pub fn gpt(&self) -> Option<&SetSep> {
+        self.gpt.as_deref()
+    }
+
+    /// The application.
+    pub fn app(&self) -> &A {
+        &self.app
+    }
+
+    /// Runs every frame of `rx` (received on `port`) to completion: each is moved to one of
+    /// `out`'s batches or dropped and counted. `rx` is empty afterwards. Frames beyond the
+    /// engine's `max_batch` are processed in further rounds.
+    pub fn process(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
+        let cap = self.dest.len();
+        if rx.len() > cap {
+            // Larger than planned: run the batch in windows of `cap` frames.
+            let mut tmp = PacketBatch::with_buf_size(cap, rx.buf_size());
+            for i in 0..rx.len() {
+                if !rx.transfer(i, &mut tmp) {
+                    self.run(port, &mut tmp, out);
+                    rx.transfer(i, &mut tmp);
+                }
+            }
+            self.run(port, &mut tmp, out);
+            rx.clear();
+            return;
+        }
+        self.run(port, rx, out);
+    }
+
+    fn run(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
+        let n = rx.len();
+        if n == 0 {
+            return;
+        }
+        self.counters.ports[port as usize].rx += n as u64;
+        match port {
+            PortId::Inet => self.from_inet(rx),
+            PortId::Fabric => self.from_fabric(rx),
+            PortId::Ran => self.from_ran(rx),
+        }
+        self.emit(port, rx, out);
+        rx.clear();
+    }
+
+    /// Answers an ARP request for `port`'s address in place; true if it was one.
+    fn arp(&mut self, rx: &mut PacketBatch, i: usize, port: PortAddr) -> bool {
+        let Some(ip) = port.ip else {
+            return false;
+        };
+        let f = rx.get(i);
+        if f.len() < 14 || f[12..14] != [0x08, 0x06] {
+            return false;
+        }
+        let Ok(Some(n)) = sb_wire::answer_request(
+            f,
+            sb_wire::EthernetAddress(port.mac),
+            &[ip],
+            &mut self.arp_buf,
+        ) else {
+            return false;
+        };
+        let (buf, start) = rx.buffer_mut(i);
+        buf[start..start + n].copy_from_slice(&self.arp_buf[..n]);
+        rx.set_range(i, start, n);
+        self.counters.arp_replies += 1;
+        true
+    }
+
+    /// Extracts the key of frame `i` and hashes it; `Dest::Local` or a drop.
+    #[inline]
+    fn key_of(&mut self, rx: &mut PacketBatch, i: usize) -> Dest {
+        let kb = self.kb;
+        let (frame, meta) = {
+            let m = *rx.meta(i);
+            (rx.get(i), m)
+        };
+        let mut meta = meta;
+        let key = &mut self.keys[i * kb..(i + 1) * kb];
+        match self.app.downstream_key(frame, key, &mut meta) {
+            Ok(()) => {
+                self.hashes[i] = hash128(key, self.cfg.seed);
+                *rx.meta_mut(i) = meta;
+                Dest::Local
+            }
+            Err(d) => Dest::Drop(d),
+        }
+    }
+
+    fn from_inet(&mut self, rx: &mut PacketBatch) {
+        let n = rx.len();
+        let me = self.cfg.node;
+        for i in 0..n {
+            self.hops[i] = 0;
+            self.ingress[i] = me;
+            self.dest[i] = if self.arp(rx, i, self.cfg.inet) {
+                Dest::Reply(PortId::Inet)
+            } else {
+                self.key_of(rx, i)
+            };
+        }
+        // Which node holds each key's FIB entry.
+        match self.cfg.arch {
+            Arch::FullDup => {}
+            Arch::HashPart => {
+                for i in 0..n {
+                    if self.dest[i] == Dest::Local {
+                        let to = indirection_node(self.hashes[i], self.nodes);
+                        if to != me {
+                            self.dest[i] = Dest::Fabric {
+                                to,
+                                kind: Kind::Lookup,
+                            };
+                        }
+                    }
+                }
+            }
+            Arch::ScaleBricks => {
+                self.idx.clear();
+                for i in 0..n {
+                    if self.dest[i] == Dest::Local {
+                        self.g_hashes[self.idx.len()] = self.hashes[i];
+                        self.idx.push(i);
+                    }
+                }
+                let m = self.idx.len();
+                let gpt = self.gpt.as_ref().expect("checked in new");
+                gpt.lookup_batch_hashes(&self.g_hashes[..m], &mut self.g_nodes[..m]);
+                for (j, &i) in self.idx.iter().enumerate() {
+                    let to = self.g_nodes[j];
+                    self.dest[i] = if to == me {
+                        Dest::Local
+                    } else if to < self.nodes {
+                        Dest::Fabric {
+                            to,
+                            kind: Kind::Lookup,
+                        }
+                    } else {
+                        Dest::Drop(Drop::UnknownFlow)
+                    };
+                }
+            }
+        }
+        self.fib_stage(rx);
+    }
+
+    fn from_fabric(&mut self, rx: &mut PacketBatch) {
+        let arch = self.cfg.arch;
+        for i in 0..rx.len() {
+            let shim = match fabric::parse(rx.get(i)) {
+                Ok(s) => s,
+                Err(_) => {
+                    self.dest[i] = Dest::Drop(Drop::InvalidFabric);
+                    continue;
+                }
+            };
+            let valid = matches!(
+                (arch, shim.kind),
+                (Arch::ScaleBricks, Kind::Lookup)
+                    | (Arch::FullDup, Kind::Transmit)
+                    | (Arch::HashPart, _)
+            ) && shim.hops >= 1
+                && shim.hops <= arch.max_hops()
+                && shim.ingress < self.nodes;
+            if !valid {
+                self.dest[i] = Dest::Drop(Drop::InvalidFabric);
+                continue;
+            }
+            let len = rx.get(i).len();
+            let (buf, start) = rx.buffer_mut(i);
+            let s = fabric::pop(buf, start);
+            rx.set_range(i, s, len - fabric::SHIM_LEN);
+            self.hops[i] = shim.hops;
+            self.ingress[i] = shim.ingress;
+            self.dest[i] = match shim.kind {
+                Kind::Transmit => Dest::Out(PortId::Ran),
+                Kind::Lookup => self.key_of(rx, i),
+            };
+        }
+        self.fib_stage(rx);
+    }
+
+    fn from_ran(&mut self, rx: &mut PacketBatch) {
+        for i in 0..rx.len() {
+            self.dest[i] = if self.arp(rx, i, self.cfg.ran) {
+                Dest::Reply(PortId::Ran)
+            } else {
+                match self.app.access(rx, i) {
+                    Ok(Access::ToExternal) => {
+                        self.counters.upstream += 1;
+                        Dest::Out(PortId::Inet)
+                    }
+                    Ok(Access::Reply) => {
+                        self.counters.echo_replies += 1;
+                        Dest::Reply(PortId::Ran)
+                    }
+                    Err(d) => Dest::Drop(d),
+                }
+            };
+        }
+    }
+
+    /// The batched FIB lookup of every frame marked `Local`, then the action and the next hop.
+    fn fib_stage(&mut self, rx: &mut PacketBatch) {
+        let (kb, vb) = (self.kb, self.vb);
+        self.idx.clear();
+        for i in 0..rx.len() {
+            if self.dest[i] == Dest::Local {
+                let j = self.idx.len();
+                self.g_keys[j * kb..(j + 1) * kb].copy_from_slice(&self.keys[i * kb..(i + 1) * kb]);
+                self.g_hashes[j] = self.hashes[i];
+                self.idx.push(i);
+            }
+        }
+        let m = self.idx.len();
+        if m == 0 {
+            return;
+        }
+        self.fib.lookup_batch(
+            &self.g_keys[..m * kb],
+            &self.g_hashes[..m],
+            &mut self.g_values[..m * vb],
+            &mut self.g_found[..m],
+        );
+        let me = self.cfg.node;
+        let miss = if self.cfg.arch == Arch::ScaleBricks {
+            Drop::FibMissAfterGpt
+        } else {
+            Drop::UnknownFlow
+        };
+        for j in 0..m {
+            let i = self.idx[j];
+            if !self.g_found[j] {
+                self.dest[i] = Dest::Drop(miss);
+                continue;
+            }
+            let value = &self.g_values[j * vb..(j + 1) * vb];
+            let egress = self.app.egress_node(value);
+            if let Err(d) = self.app.apply(rx, i, value) {
+                self.dest[i] = Dest::Drop(d);
+                continue;
+            }
+            self.dest[i] = if egress == me {
+                Dest::Out(PortId::Ran)
+            } else if egress >= self.nodes {
+                Dest::Drop(Drop::UnknownFlow)
+            } else if self.hops[i] >= self.cfg.arch.max_hops() {
+                Dest::Drop(Drop::TooManyHops)
+            } else {
+                Dest::Fabric {
+                    to: egress,
+                    kind: Kind::Transmit,
+                }
+            };
+        }
+    }
+
+    fn emit(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
+        let me = self.cfg.node;
+        for i in 0..rx.len() {
+            let d = self.dest[i];
+            let to_port = match d {
+                Dest::Drop(why) => {
+                    self.counters.drop(port, why);
+                    continue;
+                }
+                Dest::Local => unreachable!("every local frame went through the FIB stage"),
+                Dest::Reply(p) => p,
+                Dest::Out(p) => {
+                    let a = match p {
+                        PortId::Inet => self.cfg.inet,
+                        _ => self.cfg.ran,
+                    };
+                    let f = rx.get_mut(i);
+                    f[..6].copy_from_slice(&a.peer_mac);
+                    f[6..12].copy_from_slice(&a.mac);
+                    p
+                }
+                Dest::Fabric { to, kind } => {
+                    let shim = Shim {
+                        kind,
+                        hops: self.hops[i] + 1,
+                        ingress: self.ingress[i],
+                    };
+                    let len = rx.get(i).len();
+                    let (buf, start) = rx.buffer_mut(i);
+                    let dst = self.cfg.fabric_macs[usize::from(to)];
+                    let src = self.cfg.fabric_macs[usize::from(me)];
+                    match fabric::push(buf, start, len, dst, src, shim) {
+                        Some(s) => {
+                            rx.set_range(i, s, len + fabric::SHIM_LEN);
+                        }
+                        None => {
+                            self.counters.drop(port, Drop::NoRoom);
+                            continue;
+                        }
+                    }
+                    PortId::Fabric
+                }
+            };
+            if !rx.transfer(i, out.get_mut(to_port)) {
+                self.counters.drop(port, Drop::NoRoom);
+                continue;
+            }
+            self.counters.ports[to_port as usize].tx += 1;
+            match d {
+                Dest::Fabric { .. } => self.counters.ports[port as usize].to_fabric += 1,
+                Dest::Out(PortId::Ran) => {
+                    self.counters.crossings[usize::from(self.hops[i].min(3))] += 1
+                }
+                _ => {}
+            }
+        }
+    }
+}

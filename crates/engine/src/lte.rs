@@ -1,0 +1,326 @@
+//! The LTE packet forwarding engine (the S/PGW user plane, or a 5G UPF's N3/N6 path) as an
+//! [`App`].
+//!
+//! - **Key**: the UE's IP address as 16 bytes ([`ue_key`]): an IPv6 address as it is, an IPv4
+//!   address IPv4-mapped (`::ffff:a.b.c.d`), so both families share one FIB. (An IPv6 UE
+//!   address inside `::ffff:0:0/96` would alias an IPv4 one; such addresses are not UE
+//!   addresses.)
+//! - **FIB value** ([`Tunnel::value`], 16 bytes): TEID (4, big endian), eNodeB IPv4 address
+//!   (4), egress node (2, big endian: the node whose `ran` port serves the eNodeB), QoS class
+//!   identifier (1), 5 bytes of zeros. The QCI is carried and reported, not yet applied (no
+//!   scheduler here).
+//! - **Downstream** (`inet` -> `ran`): the IP packet is encapsulated in IPv4/UDP/GTP-U (TS
+//!   29.281, UDP port 2152, a G-PDU with the tunnel's TEID) from the egress node's `ran`
+//!   address to the eNodeB; outer TTL 64, DF set, UDP checksum 0 (allowed over IPv4); the inner
+//!   TTL (hop limit) is decremented, and a packet with TTL 1 or 0 is dropped ([`Drop::Ttl`]). A
+//!   packet that would exceed the `ran` MTU after the 36 bytes of outer headers is dropped
+//!   ([`Drop::Mtu`]) whatever its DF bit: we do not fragment tunnels (TS 29.281 leaves it to
+//!   the IP layer; a gateway that fragments instead sends ICMP too, which we do not).
+//! - **Upstream** (`ran` -> `inet`): a G-PDU's TEID must be one of the tunnels this node's
+//!   `ran` port serves ([`Drop::UnknownTeid`]) and its inner source and outer source must be
+//!   that tunnel's UE and eNodeB ([`Drop::UplinkMismatch`]); the inner packet leaves `inet`
+//!   byte for byte as it was tunnelled (the tunnel endpoint does not route it). Outer fragments
+//!   are dropped ([`Drop::OuterFragment`]), other GTP-U messages too ([`Drop::NotGpdu`]).
+//! - **Path management**: a GTP-U Echo Request on `ran` gets an Echo Response (TS 29.281 sec.
+//!   7.2.2, Recovery IE restart counter 0) back out of `ran`.
+
+use crate::app::{Access, App};
+use crate::counters::Drop;
+use sb_io::{Meta, PacketBatch};
+use sb_wire::{
+    answer_echo_request, gtpu, parse_frame_with, FrameKind, GtpuTunnel, Ipv4Packet, Ipv6Packet,
+    OuterIp, ParseOptions,
+};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Bytes of a flow key.
+pub const KEY_BYTES: usize = 16;
+/// Bytes of a FIB value.
+pub const VALUE_BYTES: usize = 16;
+/// Bytes of an uplink table value: the UE key and the eNodeB address.
+pub const UPLINK_VALUE_BYTES: usize = KEY_BYTES + 4;
+/// Outer header bytes a tunnel adds to the IP packet (IPv4 20 + UDP 8 + GTP-U 8).
+pub const TUNNEL_OVERHEAD: usize = 36;
+
+/// The FIB key of a UE address.
+pub fn ue_key(addr: IpAddr) -> [u8; KEY_BYTES] {
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+/// The UE address of a FIB key.
+pub fn key_addr(key: &[u8; KEY_BYTES]) -> IpAddr {
+    let a = Ipv6Addr::from(*key);
+    match a.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(a),
+    }
+}
+
+/// One UE's tunnel: a line of `flows.csv` (`ue,teid,enb,node`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tunnel {
+    /// The UE's address (the downstream key).
+    pub ue: IpAddr,
+    /// The tunnel endpoint id (downstream, and what upstream G-PDUs carry).
+    pub teid: u32,
+    /// The eNodeB's address.
+    pub enb: Ipv4Addr,
+    /// The node whose `ran` port serves the eNodeB (the handling node under ScaleBricks).
+    pub node: u16,
+    /// QoS class identifier.
+    pub qci: u8,
+}
+
+impl Tunnel {
+    /// The FIB key.
+    pub fn key(&self) -> [u8; KEY_BYTES] {
+        ue_key(self.ue)
+    }
+
+    /// The FIB value.
+    pub fn value(&self) -> [u8; VALUE_BYTES] {
+        let mut v = [0u8; VALUE_BYTES];
+        v[..4].copy_from_slice(&self.teid.to_be_bytes());
+        v[4..8].copy_from_slice(&self.enb.octets());
+        v[8..10].copy_from_slice(&self.node.to_be_bytes());
+        v[10] = self.qci;
+        v
+    }
+
+    /// The uplink table's key (the TEID) and value (UE key, eNodeB address).
+    pub fn uplink_entry(&self) -> ([u8; 4], [u8; UPLINK_VALUE_BYTES]) {
+        let mut v = [0u8; UPLINK_VALUE_BYTES];
+        v[..KEY_BYTES].copy_from_slice(&self.key());
+        v[KEY_BYTES..].copy_from_slice(&self.enb.octets());
+        (self.teid.to_be_bytes(), v)
+    }
+
+    /// The tunnel of a FIB entry.
+    pub fn from_entry(key: &[u8; KEY_BYTES], value: &[u8]) -> Tunnel {
+        let (teid, enb, node, qci) = decode_value(value);
+        Tunnel {
+            ue: key_addr(key),
+            teid,
+            enb,
+            node,
+            qci,
+        }
+    }
+}
+
+#[inline]
+fn decode_value(v: &[u8]) -> (u32, Ipv4Addr, u16, u8) {
+    (
+        u32::from_be_bytes([v[0], v[1], v[2], v[3]]),
+        Ipv4Addr::new(v[4], v[5], v[6], v[7]),
+        u16::from_be_bytes([v[8], v[9]]),
+        v[10],
+    )
+}
+
+/// What the LTE application needs to know about the cluster.
+#[derive(Clone, Debug)]
+pub struct LteConfig {
+    /// The `ran` (S1-U) address of every node: the outer source of the tunnels it serves.
+    pub ran_addrs: Vec<Ipv4Addr>,
+    /// The largest IP packet the `ran` link carries (its MTU, 1500 on Ethernet).
+    pub ran_mtu: usize,
+}
+
+/// The LTE packet forwarding engine.
+pub struct Lte {
+    cfg: LteConfig,
+    uplink: sb_cuckoo::Reader,
+    scratch: [u8; 256],
+}
+
+impl Lte {
+    /// The application with `uplink`: this node's tunnels by TEID ([`Lte::uplink_table`]).
+    pub fn new(cfg: LteConfig, uplink: sb_cuckoo::Reader) -> Lte {
+        Lte {
+            cfg,
+            uplink,
+            scratch: [0; 256],
+        }
+    }
+
+    /// The uplink table of the tunnels a node serves (key TEID, value UE key + eNodeB).
+    pub fn uplink_table<'a>(
+        tunnels: impl IntoIterator<Item = &'a Tunnel>,
+        seed: u64,
+    ) -> Result<sb_cuckoo::Reader, sb_cuckoo::InsertError> {
+        let tunnels: Vec<&Tunnel> = tunnels.into_iter().collect();
+        let mut p =
+            sb_cuckoo::Params::fast(4, UPLINK_VALUE_BYTES, (tunnels.len() * 10 / 9).max(64));
+        p.seed = seed;
+        p.grow = true;
+        let mut t = sb_cuckoo::CuckooTable::new(p).expect("valid uplink table parameters");
+        for tn in tunnels {
+            let (k, v) = tn.uplink_entry();
+            t.insert(&k, &v)?;
+        }
+        Ok(t.into_concurrent().1)
+    }
+
+    /// Another instance sharing the uplink table (for another worker).
+    pub fn handle(&self) -> Lte {
+        Lte::new(self.cfg.clone(), self.uplink.clone())
+    }
+
+    /// Bytes of the uplink table.
+    pub fn uplink_bytes(&self) -> usize {
+        self.uplink.memory_bytes()
+    }
+}
+
+const DOWNSTREAM: ParseOptions = ParseOptions {
+    verify_ipv4_checksum: true,
+    verify_l4_checksum: false,
+    gtpu_port: sb_wire::GTPU_PORT,
+    // From the Internet, GTP-U is just UDP to a UE.
+    parse_gtpu: false,
+};
+
+impl App for Lte {
+    fn key_bytes(&self) -> usize {
+        KEY_BYTES
+    }
+
+    fn value_bytes(&self) -> usize {
+        VALUE_BYTES
+    }
+
+    #[inline]
+    fn downstream_key(&self, frame: &[u8], key: &mut [u8], meta: &mut Meta) -> Result<(), Drop> {
+        let p = parse_frame_with(frame, &DOWNSTREAM).map_err(Drop::Malformed)?;
+        let FrameKind::Ip(ip) = p.kind else {
+            return Err(Drop::NotIp);
+        };
+        if ip.ttl <= 1 {
+            return Err(Drop::Ttl);
+        }
+        key.copy_from_slice(&ue_key(ip.dst_addr));
+        meta.user = ip.offset as u32 | (ip.packet.len() as u32) << 16;
+        Ok(())
+    }
+
+    #[inline]
+    fn egress_node(&self, value: &[u8]) -> u16 {
+        u16::from_be_bytes([value[8], value[9]])
+    }
+
+    fn apply(&mut self, batch: &mut PacketBatch, i: usize, value: &[u8]) -> Result<(), Drop> {
+        let (teid, enb, node, _qci) = decode_value(value);
+        let user = batch.meta(i).user;
+        let (off, ip_len) = ((user & 0xffff) as usize, (user >> 16) as usize);
+        if ip_len + TUNNEL_OVERHEAD > self.cfg.ran_mtu {
+            return Err(Drop::Mtu);
+        }
+        let src = *self
+            .cfg
+            .ran_addrs
+            .get(usize::from(node))
+            .ok_or(Drop::UnknownFlow)?;
+        let (buf, start) = batch.buffer_mut(i);
+        let ip_start = start + off;
+        let ip = buf
+            .get_mut(ip_start..ip_start + ip_len)
+            .ok_or(Drop::NotIp)?;
+        match ip[0] >> 4 {
+            4 => {
+                let mut p = Ipv4Packet::new_checked(ip).map_err(|_| Drop::NotIp)?;
+                p.decrement_ttl().ok_or(Drop::Ttl)?;
+            }
+            _ => {
+                let mut p = Ipv6Packet::new_checked(ip).map_err(|_| Drop::NotIp)?;
+                let h = p.hop_limit();
+                if h <= 1 {
+                    return Err(Drop::Ttl);
+                }
+                p.set_hop_limit(h - 1);
+            }
+        }
+        let t = GtpuTunnel::new(
+            sb_wire::EthernetAddress([0; 6]),
+            sb_wire::EthernetAddress([0; 6]),
+            OuterIp::V4 { src, dst: enb },
+            teid,
+        );
+        let s = t
+            .encap_in_place(buf, ip_start, ip_len)
+            .map_err(|_| Drop::NoRoom)?;
+        batch.set_range(i, s, ip_start + ip_len - s);
+        Ok(())
+    }
+
+    fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop> {
+        let frame = batch.get(i);
+        let p = parse_frame_with(frame, &ParseOptions::default()).map_err(Drop::Malformed)?;
+        let g = match p.kind {
+            FrameKind::Gtpu(g) => g,
+            FrameKind::Ip(ip) if ip.fragment.is_some() => return Err(Drop::OuterFragment),
+            FrameKind::Ip(_) => return Err(Drop::NotGpdu),
+            FrameKind::Arp(_) | FrameKind::Other(_) => return Err(Drop::NotIp),
+        };
+        match g.msg_type {
+            gtpu::msg_type::ECHO_REQUEST => {
+                let n = answer_echo_request(frame, &mut self.scratch)
+                    .ok()
+                    .flatten()
+                    .ok_or(Drop::NotGpdu)?;
+                let (buf, start) = batch.buffer_mut(i);
+                buf.get_mut(start..start + n)
+                    .ok_or(Drop::NoRoom)?
+                    .copy_from_slice(&self.scratch[..n]);
+                batch.set_range(i, start, n);
+                Ok(Access::Reply)
+            }
+            gtpu::msg_type::G_PDU => {
+                let inner = g.inner.ok_or(Drop::NotGpdu)?;
+                let mut v = [0u8; UPLINK_VALUE_BYTES];
+                if !self.uplink.lookup_into(&g.teid.to_be_bytes(), &mut v) {
+                    return Err(Drop::UnknownTeid);
+                }
+                let ue = &v[..KEY_BYTES];
+                let enb = Ipv4Addr::new(v[16], v[17], v[18], v[19]);
+                if ue != ue_key(inner.src_addr) || g.outer.src_addr != IpAddr::V4(enb) {
+                    return Err(Drop::UplinkMismatch);
+                }
+                let (off, len) = (inner.offset, inner.packet.len());
+                let ethertype: u16 = if inner.is_ipv6() { 0x86DD } else { 0x0800 };
+                let (buf, start) = batch.buffer_mut(i);
+                let s = start + off - 14;
+                buf[s + 12..s + 14].copy_from_slice(&ethertype.to_be_bytes());
+                batch.set_range(i, s, 14 + len);
+                Ok(Access::ToExternal)
+            }
+            _ => Err(Drop::NotGpdu),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_values_round_trip() {
+        for ue in [
+            IpAddr::V4(Ipv4Addr::new(100, 64, 0, 7)),
+            IpAddr::V6("2001:db8::7".parse().unwrap()),
+        ] {
+            let t = Tunnel {
+                ue,
+                teid: 0xdead_beef,
+                enb: Ipv4Addr::new(192, 0, 2, 9),
+                node: 3,
+                qci: 9,
+            };
+            assert_eq!(key_addr(&t.key()), ue);
+            assert_eq!(Tunnel::from_entry(&t.key(), &t.value()), t);
+        }
+    }
+}
