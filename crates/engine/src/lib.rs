@@ -106,6 +106,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod cluster;
 pub mod counters;
 mod engine;
 pub mod fabric;

@@ -1,0 +1,294 @@
+//! A cluster's tables, planned in memory: the tunnels, which node's FIB holds which of them
+//! under each architecture, the GPT, and a deterministic in-process cluster ([`SimCluster`])
+//! that runs N engines joined by an ideal fabric (tests, `bench node`).
+
+use crate::engine::{indirection_node, Arch, Engine, NodeConfig, Outputs, PortAddr};
+use crate::fib::{CuckooFib, Fib, FibError};
+use crate::lte::{Lte, LteConfig, Tunnel};
+use crate::PortId;
+use sb_common::hash128;
+use sb_io::PacketBatch;
+use sb_setsep::{BuildOptions, Config, SetSep};
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+/// Bits of GPT value a cluster of `nodes` needs (at least 1).
+pub fn value_bits(nodes: usize) -> u8 {
+    (usize::BITS - nodes.saturating_sub(1).leading_zeros()).max(1) as u8
+}
+
+/// `count` tunnels with distinct UE addresses and distinct TEIDs, spread uniformly over
+/// `nodes` nodes: UE addresses from 100.64.0.0/10 (every `v6_every`-th one an IPv6 address
+/// from 2001:db8::/32 instead, 0 for none), eNodeBs 192.0.2.1-254 ... reproducible from `seed`.
+pub fn generate_tunnels(count: usize, nodes: usize, seed: u64, v6_every: usize) -> Vec<Tunnel> {
+    let mut x = seed ^ 0x5ca1_ab1e;
+    let mut next = move || {
+        // splitmix64
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut ues = HashSet::with_capacity(count);
+    let mut teids = HashSet::with_capacity(count);
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        let r = next();
+        let ue = if v6_every > 0 && out.len() % v6_every == v6_every - 1 {
+            IpAddr::V6(Ipv6Addr::new(
+                0x2001,
+                0xdb8,
+                (r >> 48) as u16,
+                (r >> 32) as u16,
+                0,
+                0,
+                (r >> 16) as u16,
+                r as u16 | 1,
+            ))
+        } else {
+            // 100.64.0.0/10, avoiding .0 and .255 in the last octet.
+            let a = 0x6440_0000u32 | ((r as u32) & 0x003f_ffff);
+            if matches!(a & 0xff, 0 | 255) {
+                continue;
+            }
+            IpAddr::V4(Ipv4Addr::from(a))
+        };
+        let teid = (r >> 32) as u32;
+        if teid == 0 || !ues.insert(ue) {
+            continue;
+        }
+        if !teids.insert(teid) {
+            ues.remove(&ue);
+            continue;
+        }
+        let n = next();
+        out.push(Tunnel {
+            ue,
+            teid,
+            enb: Ipv4Addr::new(192, 0, 2, 1 + (n % 254) as u8),
+            node: ((n >> 8) % nodes as u64) as u16,
+            qci: 1 + ((n >> 16) % 9) as u8,
+        });
+    }
+    out
+}
+
+/// Which tunnels (indices into `tunnels`) node `node`'s FIB holds under `arch`: its own
+/// (ScaleBricks), all (full duplication), or those whose key hashes to it (hash partitioning).
+pub fn fib_slice(arch: Arch, tunnels: &[Tunnel], node: u16, nodes: u16, seed: u64) -> Vec<usize> {
+    (0..tunnels.len())
+        .filter(|&i| {
+            let t = &tunnels[i];
+            match arch {
+                Arch::ScaleBricks => t.node == node,
+                Arch::FullDup => true,
+                Arch::HashPart => indirection_node(hash128(&t.key(), seed), nodes) == node,
+            }
+        })
+        .collect()
+}
+
+/// The GPT of `tunnels`: UE key -> handling node, 16+8, `threads` build threads (0: all).
+pub fn build_gpt(
+    tunnels: &[Tunnel],
+    nodes: usize,
+    seed: u64,
+    threads: usize,
+) -> Result<SetSep, sb_setsep::BuildError> {
+    let keys: Vec<[u8; 16]> = tunnels.iter().map(Tunnel::key).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    let values: Vec<u16> = tunnels.iter().map(|t| t.node).collect();
+    let opts = BuildOptions {
+        config: Config::C16_8,
+        value_bits: value_bits(nodes),
+        threads,
+        seed,
+        ..BuildOptions::default()
+    };
+    SetSep::build(&refs, &values, &opts)
+}
+
+/// The FIB of node `node` with our cuckoo table.
+pub fn build_cuckoo_fib(
+    arch: Arch,
+    tunnels: &[Tunnel],
+    node: u16,
+    nodes: u16,
+    seed: u64,
+) -> Result<CuckooFib, FibError> {
+    let slice = fib_slice(arch, tunnels, node, nodes, seed);
+    let entries: Vec<([u8; 16], [u8; 16])> = slice
+        .iter()
+        .map(|&i| (tunnels[i].key(), tunnels[i].value()))
+        .collect();
+    let (_w, fib) = CuckooFib::build(16, 16, seed, entries.iter().map(|(k, v)| (&k[..], &v[..])))?;
+    Ok(fib)
+}
+
+/// MAC of node `node`'s port `port` in simulated clusters: `02:5b:<port>:00:<node>`.
+pub fn sim_mac(port: PortId, node: u16, peer: bool) -> [u8; 6] {
+    let [h, l] = node.to_be_bytes();
+    [0x02, 0x5b, port as u8, u8::from(peer), h, l]
+}
+
+/// The `ran` (S1-U) address of node `node` in simulated clusters: 10.1.<node>.1.
+pub fn sim_ran_addr(node: u16) -> Ipv4Addr {
+    Ipv4Addr::new(10, 1 + (node >> 8) as u8, node as u8, 1)
+}
+
+/// N engines in one process joined by an ideal fabric (frames to a node's fabric MAC reach its
+/// fabric port in order, nothing is lost), driven one batch at a time: deterministic.
+pub struct SimCluster {
+    /// The engines, by node.
+    pub engines: Vec<Engine<Lte>>,
+    /// Frames each node sent out of `ran` (downstream GTP-U and echo responses).
+    pub ran_out: Vec<Vec<Vec<u8>>>,
+    /// Frames each node sent out of `inet` (upstream, ARP answers).
+    pub inet_out: Vec<Vec<Vec<u8>>>,
+    /// Frames on the fabric that named no node's MAC.
+    pub fabric_lost: u64,
+    fabric_in: Vec<PacketBatch>,
+    out: Outputs,
+    batch: usize,
+}
+
+impl SimCluster {
+    /// A cluster of `nodes` engines for `arch` over `tunnels` (the tables built here, with our
+    /// cuckoo FIB and seed `seed`), processing batches of `batch` frames.
+    pub fn new(
+        arch: Arch,
+        tunnels: &[Tunnel],
+        nodes: u16,
+        seed: u64,
+        batch: usize,
+    ) -> Result<SimCluster, Box<dyn std::error::Error + Send + Sync>> {
+        let gpt = match arch {
+            Arch::ScaleBricks => Some(Arc::new(build_gpt(tunnels, nodes.into(), seed, 0)?)),
+            _ => None,
+        };
+        let fibs = (0..nodes)
+            .map(|n| {
+                build_cuckoo_fib(arch, tunnels, n, nodes, seed).map(|f| Box::new(f) as Box<dyn Fib>)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::with_fibs(arch, tunnels, nodes, seed, batch, gpt, fibs)
+    }
+
+    /// Like [`new`](Self::new) with the GPT and the FIBs given (another backend, tables built
+    /// elsewhere).
+    pub fn with_fibs(
+        arch: Arch,
+        tunnels: &[Tunnel],
+        nodes: u16,
+        seed: u64,
+        batch: usize,
+        gpt: Option<Arc<SetSep>>,
+        fibs: Vec<Box<dyn Fib>>,
+    ) -> Result<SimCluster, Box<dyn std::error::Error + Send + Sync>> {
+        let fabric_macs: Vec<[u8; 6]> = (0..nodes)
+            .map(|n| sim_mac(PortId::Fabric, n, false))
+            .collect();
+        let ran_addrs: Vec<Ipv4Addr> = (0..nodes).map(sim_ran_addr).collect();
+        let mut engines = Vec::new();
+        for (n, fib) in (0..nodes).zip(fibs) {
+            let cfg = NodeConfig {
+                arch,
+                node: n,
+                fabric_macs: fabric_macs.clone(),
+                inet: PortAddr {
+                    mac: sim_mac(PortId::Inet, n, false),
+                    peer_mac: sim_mac(PortId::Inet, n, true),
+                    ip: Some(Ipv4Addr::new(10, 0, n as u8, 1)),
+                },
+                ran: PortAddr {
+                    mac: sim_mac(PortId::Ran, n, false),
+                    peer_mac: sim_mac(PortId::Ran, n, true),
+                    ip: Some(sim_ran_addr(n)),
+                },
+                seed,
+            };
+            let uplink = Lte::uplink_table(tunnels.iter().filter(|t| t.node == n), seed)?;
+            let app = Lte::new(
+                LteConfig {
+                    ran_addrs: ran_addrs.clone(),
+                    ran_mtu: 1500,
+                },
+                uplink,
+            );
+            engines.push(Engine::new(cfg, gpt.clone(), fib, app, batch)?);
+        }
+        let n = usize::from(nodes);
+        Ok(SimCluster {
+            engines,
+            ran_out: vec![Vec::new(); n],
+            inet_out: vec![Vec::new(); n],
+            fabric_lost: 0,
+            fabric_in: (0..n).map(|_| PacketBatch::new(batch)).collect(),
+            out: Outputs::new(batch, sb_io::batch::DEFAULT_BUF_SIZE),
+            batch,
+        })
+    }
+
+    /// Feeds `frames` into node `node`'s port `port` (in batches), then runs the fabric until
+    /// no frame is in flight. Outputs accumulate in `ran_out` / `inet_out`.
+    pub fn inject(&mut self, node: u16, port: PortId, frames: &[Vec<u8>]) {
+        let mut rx = PacketBatch::new(self.batch);
+        for chunk in frames.chunks(self.batch) {
+            for f in chunk {
+                assert!(rx.push(f), "frame larger than a batch buffer");
+            }
+            self.process(node, port, &mut rx);
+            self.drain_fabric();
+        }
+    }
+
+    fn process(&mut self, node: u16, port: PortId, rx: &mut PacketBatch) {
+        let n = usize::from(node);
+        self.engines[n].process(port, rx, &mut self.out);
+        for f in self.out.ran.iter() {
+            self.ran_out[n].push(f.to_vec());
+        }
+        for f in self.out.inet.iter() {
+            self.inet_out[n].push(f.to_vec());
+        }
+        self.out.ran.clear();
+        self.out.inet.clear();
+        for i in 0..self.out.fabric.len() {
+            let dst = &self.out.fabric.get(i)[..6];
+            match (0..self.engines.len()).find(|&k| self.engines[k].config().fabric_macs[k] == dst)
+            {
+                Some(k) => {
+                    if !self.fabric_in[k].push(self.out.fabric.get(i)) {
+                        self.fabric_lost += 1;
+                    }
+                }
+                None => self.fabric_lost += 1,
+            }
+        }
+        self.out.fabric.clear();
+    }
+
+    /// Delivers every frame in flight on the fabric, until none is left.
+    pub fn drain_fabric(&mut self) {
+        loop {
+            let Some(k) = (0..self.fabric_in.len()).find(|&k| !self.fabric_in[k].is_empty()) else {
+                return;
+            };
+            let mut b = std::mem::replace(&mut self.fabric_in[k], PacketBatch::new(1));
+            self.process(k as u16, PortId::Fabric, &mut b);
+            b.clear();
+            self.fabric_in[k] = b;
+        }
+    }
+
+    /// Every engine's counters summed.
+    pub fn counters(&self) -> crate::Counters {
+        let mut c = crate::Counters::default();
+        for e in &self.engines {
+            c.add(e.counters());
+        }
+        c
+    }
+}

@@ -1,0 +1,341 @@
+//! A 4-node cluster in one process for each architecture: downstream packets of known flows
+//! enter random nodes and must leave exactly once, at the handling node's `ran` port, as the
+//! right GTP-U tunnel around the same packet (TTL one lower); unknown flows, malformed frames,
+//! TTL 1 and oversized packets are dropped by the right reason; the fabric-crossing histogram
+//! matches what the architecture promises; upstream G-PDUs leave `inet` byte-identical, echo
+//! requests are answered, bad upstream and bad fabric frames are dropped and counted.
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use sb_engine::cluster::{generate_tunnels, sim_mac, sim_ran_addr, SimCluster};
+use sb_engine::lte::Tunnel;
+use sb_engine::{fabric, indirection_node, Arch, Drop, PortId};
+use sb_wire::{
+    decapsulate, parse_frame, EthernetAddress, GtpuRepr, GtpuTunnel, OuterIp, PacketBuilder,
+};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+const NODES: u16 = 4;
+const SEED: u64 = 42;
+
+fn mac(x: u8) -> EthernetAddress {
+    EthernetAddress([2, 0, 0, 0, 0, x])
+}
+
+fn server_for(ue: IpAddr) -> IpAddr {
+    match ue {
+        IpAddr::V4(_) => Ipv4Addr::new(203, 0, 113, 5).into(),
+        IpAddr::V6(_) => "2001:db8:ffff::5".parse::<Ipv6Addr>().unwrap().into(),
+    }
+}
+
+/// A downstream frame to `ue` whose payload names packet `id`.
+fn downstream(ue: IpAddr, id: u64, ttl: u8, payload_len: usize) -> Vec<u8> {
+    let b = PacketBuilder {
+        ttl,
+        ..PacketBuilder::udp(mac(1), mac(2), server_for(ue), ue, 443, 5000)
+    };
+    let mut payload = vec![0u8; payload_len.max(8)];
+    payload[..8].copy_from_slice(&id.to_be_bytes());
+    let mut out = vec![0u8; b.header_len() + payload.len()];
+    let n = b.build(&payload, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+/// The IP packet of a frame built by `downstream`.
+fn ip_of(frame: &[u8]) -> &[u8] {
+    &frame[14..]
+}
+
+fn gpdu(t: &Tunnel, inner_src: IpAddr, outer_src: Ipv4Addr, teid: u32) -> (Vec<u8>, Vec<u8>) {
+    let b = PacketBuilder::udp(mac(3), mac(4), inner_src, server_for(inner_src), 5000, 443);
+    let mut inner = vec![0u8; b.header_len() + 20];
+    let n = b.build(b"upstream payload 123", &mut inner).unwrap();
+    inner.truncate(n);
+    let ip = inner[14..].to_vec();
+    let tunnel = GtpuTunnel::new(
+        mac(5),
+        EthernetAddress(sim_mac(PortId::Ran, t.node, false)),
+        OuterIp::V4 {
+            src: outer_src,
+            dst: sim_ran_addr(t.node),
+        },
+        teid,
+    );
+    let mut f = vec![0u8; tunnel.header_len() + ip.len()];
+    tunnel.encap_into(&ip, &mut f).unwrap();
+    (f, ip)
+}
+
+fn echo_request(node: u16, seq: u16) -> Vec<u8> {
+    let g = GtpuRepr {
+        msg_type: sb_wire::gtpu::msg_type::ECHO_REQUEST,
+        teid: 0,
+        seq_number: Some(seq),
+        npdu_number: None,
+        extensions: None,
+    };
+    let mut msg = vec![0u8; g.header_len()];
+    g.emit(&mut msg, 0).unwrap();
+    let b = PacketBuilder::udp(
+        mac(5),
+        EthernetAddress(sim_mac(PortId::Ran, node, false)),
+        Ipv4Addr::new(192, 0, 2, 77).into(),
+        sim_ran_addr(node).into(),
+        40000,
+        2152,
+    );
+    let mut f = vec![0u8; b.header_len() + msg.len()];
+    let n = b.build(&msg, &mut f).unwrap();
+    f.truncate(n);
+    f
+}
+
+fn run_arch(arch: Arch) {
+    let tunnels = generate_tunnels(2000, NODES.into(), SEED, 5);
+    let mut c = SimCluster::new(arch, &tunnels, NODES, SEED, 32).unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+
+    // Known flows, from random ingress nodes.
+    let mut sent: HashMap<u64, (usize, u16, Vec<u8>)> = HashMap::new();
+    let mut per_ingress: Vec<Vec<Vec<u8>>> = vec![Vec::new(); NODES.into()];
+    let mut expect_hops = [0u64; 4];
+    for id in 0..3000u64 {
+        let ti = rng.gen_range(0..tunnels.len());
+        let ingress = rng.gen_range(0..NODES);
+        let f = downstream(
+            tunnels[ti].ue,
+            id,
+            rng.gen_range(2..=64),
+            rng.gen_range(8..600),
+        );
+        sent.insert(id, (ti, ingress, ip_of(&f).to_vec()));
+        per_ingress[ingress as usize].push(f);
+        let t = &tunnels[ti];
+        let hops = match arch {
+            Arch::ScaleBricks | Arch::FullDup => u8::from(ingress != t.node),
+            Arch::HashPart => {
+                let ind = indirection_node(sb_common::hash128(&t.key(), SEED), NODES);
+                u8::from(ingress != ind) + u8::from(ind != t.node)
+            }
+        };
+        expect_hops[hops as usize] += 1;
+    }
+    // Unknown UEs, TTL 1, an oversized packet and malformed frames, at node 1.
+    let mut bad = Vec::new();
+    for i in 0..20u32 {
+        bad.push(downstream(
+            Ipv4Addr::from(0x0a63_0000 + i).into(),
+            1_000_000,
+            64,
+            20,
+        ));
+    }
+    let t0 = &tunnels[0];
+    bad.push(downstream(t0.ue, 1_000_001, 1, 20)); // TTL 1
+    bad.push(downstream(t0.ue, 1_000_002, 0, 20)); // TTL 0
+    let mut bad_csum = downstream(t0.ue, 1_000_003, 64, 20);
+    bad_csum[14 + 10] ^= 0xff; // IPv4 header checksum
+    let truncated = downstream(t0.ue, 1_000_004, 64, 20)[..30].to_vec();
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 9, 0x08, 0x06]);
+    arp.extend_from_slice(&[0u8; 28]); // a malformed ARP body (hardware type 0)
+    bad.extend([bad_csum, truncated, arp]);
+    let v4_tunnel = tunnels.iter().find(|t| t.ue.is_ipv4()).unwrap();
+    let oversized = downstream(v4_tunnel.ue, 1_000_005, 64, 1480 - 28);
+    bad.push(oversized);
+    for (n, frames) in per_ingress.iter().enumerate() {
+        c.inject(n as u16, PortId::Inet, frames);
+    }
+    c.inject(1, PortId::Inet, &bad);
+
+    // Every known packet leaves exactly once, at its handling node's ran, correctly tunnelled.
+    let mut seen = HashMap::new();
+    for (node, frames) in c.ran_out.iter().enumerate() {
+        for f in frames {
+            assert_eq!(
+                &f[..6],
+                &sim_mac(PortId::Ran, node as u16, true),
+                "{arch}: dst MAC"
+            );
+            assert_eq!(
+                &f[6..12],
+                &sim_mac(PortId::Ran, node as u16, false),
+                "{arch}: src MAC"
+            );
+            let d = decapsulate(f).unwrap_or_else(|e| panic!("{arch}: not a G-PDU: {e}"));
+            // The id sits at the start of the UDP payload.
+            let p = parse_frame(f).unwrap();
+            let pl = p.l4_payload().unwrap();
+            let id2 = u64::from_be_bytes(pl[..8].try_into().unwrap());
+            let (ti, _ingress, ip) = sent
+                .get(&id2)
+                .unwrap_or_else(|| panic!("{arch}: unknown id {id2}"));
+            let t = &tunnels[*ti];
+            assert_eq!(
+                node as u16, t.node,
+                "{arch}: packet {id2} left the wrong node"
+            );
+            assert_eq!(d.teid, t.teid, "{arch}: TEID");
+            assert_eq!(d.outer_dst, IpAddr::V4(t.enb), "{arch}: eNodeB");
+            assert_eq!(
+                d.outer_src,
+                IpAddr::V4(sim_ran_addr(t.node)),
+                "{arch}: S1-U address"
+            );
+            // The inner packet: identical except the TTL (and, for IPv4, its header checksum).
+            let inner = d.inner;
+            assert_eq!(inner.len(), ip.len());
+            match t.ue {
+                IpAddr::V4(_) => {
+                    assert_eq!(inner[8] + 1, ip[8], "{arch}: TTL decremented");
+                    assert_eq!(&inner[..8], &ip[..8]);
+                    assert_eq!(&inner[12..], &ip[12..]);
+                    assert_eq!(
+                        sb_wire::checksum::checksum(&inner[..20]),
+                        0,
+                        "{arch}: IPv4 checksum"
+                    );
+                }
+                IpAddr::V6(_) => {
+                    assert_eq!(inner[7] + 1, ip[7], "{arch}: hop limit decremented");
+                    assert_eq!(&inner[..7], &ip[..7]);
+                    assert_eq!(&inner[8..], &ip[8..]);
+                }
+            }
+            *seen.entry(id2).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(seen.len(), sent.len(), "{arch}: every known packet arrives");
+    assert!(seen.values().all(|&n| n == 1), "{arch}: exactly once");
+
+    let cn = c.counters();
+    assert_eq!(cn.crossings, expect_hops, "{arch}: crossings histogram");
+    assert_eq!(c.fabric_lost, 0);
+    let unknown = cn.dropped(Drop::UnknownFlow) + cn.dropped(Drop::FibMissAfterGpt);
+    assert_eq!(
+        unknown,
+        20,
+        "{arch}: unknown flows, {:?}",
+        cn.drops_by_reason()
+    );
+    if arch != Arch::ScaleBricks {
+        assert_eq!(cn.dropped(Drop::FibMissAfterGpt), 0);
+    }
+    assert_eq!(cn.dropped(Drop::Ttl), 2, "{arch}");
+    assert_eq!(cn.dropped(Drop::Mtu), 1, "{arch}");
+    assert_eq!(
+        cn.dropped(Drop::Malformed(sb_wire::WireError::ALL[0])),
+        3,
+        "{arch}"
+    );
+    assert_eq!(cn.dropped(Drop::InvalidFabric), 0);
+    match arch {
+        Arch::ScaleBricks | Arch::FullDup => assert_eq!(cn.crossings[2], 0),
+        Arch::HashPart => assert!(cn.crossings[2] > 0),
+    }
+
+    // Upstream: each node's tunnels, from their eNodeBs.
+    let mut expect_up = HashMap::new();
+    for t in tunnels.iter().take(200) {
+        let (f, ip) = gpdu(t, t.ue, t.enb, t.teid);
+        expect_up.entry(t.node).or_insert_with(Vec::new).push(ip);
+        c.inject(t.node, PortId::Ran, &[f]);
+    }
+    for (node, ips) in &expect_up {
+        let out = &c.inet_out[usize::from(*node)];
+        assert_eq!(
+            out.len(),
+            ips.len(),
+            "{arch}: upstream packets of node {node}"
+        );
+        for (f, ip) in out.iter().zip(ips) {
+            assert_eq!(&f[14..], &ip[..], "{arch}: upstream byte-identical");
+            assert_eq!(&f[..6], &sim_mac(PortId::Inet, *node, true));
+        }
+    }
+    let t = &tunnels[0];
+    let other = tunnels.iter().find(|x| x.node != t.node).unwrap();
+    let (unknown_teid, _) = gpdu(t, t.ue, t.enb, 0x7777_7777);
+    let (wrong_node, _) = gpdu(other, other.ue, other.enb, other.teid);
+    let (spoofed, _) = gpdu(t, other.ue, t.enb, t.teid);
+    let (wrong_enb, _) = gpdu(t, t.ue, Ipv4Addr::new(198, 51, 100, 1), t.teid);
+    let plain = downstream(t.ue, 5, 64, 20);
+    c.inject(
+        t.node,
+        PortId::Ran,
+        &[
+            unknown_teid,
+            wrong_node,
+            spoofed,
+            wrong_enb,
+            plain,
+            echo_request(t.node, 99),
+        ],
+    );
+    let cn = c.counters();
+    assert_eq!(
+        cn.dropped(Drop::UnknownTeid),
+        2,
+        "{arch}: unknown TEID and a TEID of another node"
+    );
+    assert_eq!(cn.dropped(Drop::UplinkMismatch), 2, "{arch}");
+    assert_eq!(cn.dropped(Drop::NotGpdu), 1, "{arch}");
+    assert_eq!(cn.echo_replies, 1);
+    let reply = c.ran_out[usize::from(t.node)].last().unwrap();
+    // The response goes to the request's source port (40000): parse GTP-U there.
+    let opts = sb_wire::ParseOptions {
+        gtpu_port: 40000,
+        ..Default::default()
+    };
+    let p = sb_wire::parse_frame_with(reply, &opts).unwrap();
+    let sb_wire::FrameKind::Gtpu(g) = p.kind else {
+        panic!("echo response is GTP-U")
+    };
+    assert_eq!((g.msg_type, g.seq_number), (2, Some(99)));
+
+    // Fabric frames that are not valid for the architecture.
+    let before = c.counters().dropped(Drop::InvalidFabric);
+    let s = fabric::Shim {
+        kind: fabric::Kind::Transmit,
+        hops: 1,
+        ingress: 0,
+    };
+    let mut buf = vec![0u8; 6];
+    buf.extend_from_slice(&downstream(t.ue, 6, 64, 20));
+    let len = buf.len() - 6;
+    let start = fabric::push(
+        &mut buf,
+        6,
+        len,
+        sim_mac(PortId::Fabric, 1, false),
+        sim_mac(PortId::Fabric, 0, false),
+        s,
+    )
+    .unwrap();
+    let shim_transmit = buf[start..].to_vec();
+    let mut too_many = shim_transmit.clone();
+    too_many[15] = 3;
+    let invalid = vec![downstream(t.ue, 7, 64, 20), too_many, shim_transmit];
+    c.inject(1, PortId::Fabric, &invalid);
+    let added = c.counters().dropped(Drop::InvalidFabric) - before;
+    // A plain frame and 3 hops are invalid everywhere; a Transmit frame only under ScaleBricks.
+    let want = if arch == Arch::ScaleBricks { 3 } else { 2 };
+    assert_eq!(added, want, "{arch}: invalid fabric frames");
+}
+
+#[test]
+fn scalebricks_forwards_every_packet_right() {
+    run_arch(Arch::ScaleBricks);
+}
+
+#[test]
+fn full_duplication_forwards_every_packet_right() {
+    run_arch(Arch::FullDup);
+}
+
+#[test]
+fn hash_partitioning_forwards_every_packet_right() {
+    run_arch(Arch::HashPart);
+}
