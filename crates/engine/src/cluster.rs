@@ -22,6 +22,45 @@ pub fn value_bits(nodes: usize) -> u8 {
 /// `nodes` nodes: UE addresses from 100.64.0.0/10 (every `v6_every`-th one an IPv6 address
 /// from 2001:db8::/32 instead, 0 for none), eNodeBs 192.0.2.1-254 ... reproducible from `seed`.
 pub fn generate_tunnels(count: usize, nodes: usize, seed: u64, v6_every: usize) -> Vec<Tunnel> {
+    generate_tunnels_in(
+        Ipv4Addr::new(100, 64, 0, 0),
+        10,
+        count,
+        nodes,
+        seed,
+        v6_every,
+    )
+}
+
+/// [`generate_tunnels`] with the IPv4 UE addresses drawn from `pool`/`prefix_len` (at most
+/// half of the pool is used: `count` must leave room, or the IPv6 share must be larger).
+///
+/// # Panics
+/// If the pool cannot hold the IPv4 share of `count` addresses twice over.
+pub fn generate_tunnels_in(
+    pool: Ipv4Addr,
+    prefix_len: u8,
+    count: usize,
+    nodes: usize,
+    seed: u64,
+    v6_every: usize,
+) -> Vec<Tunnel> {
+    let host_bits = 32 - u32::from(prefix_len.min(32));
+    let host_mask = if host_bits == 32 {
+        u32::MAX
+    } else {
+        (1u32 << host_bits) - 1
+    };
+    let v4_count = if v6_every == 0 {
+        count
+    } else {
+        count - count / v6_every
+    };
+    assert!(
+        (v4_count as u64) * 2 <= u64::from(host_mask) + 1,
+        "a /{prefix_len} pool is too small for {v4_count} UE addresses"
+    );
+    let net = u32::from(pool) & !host_mask;
     let mut x = seed ^ 0x5ca1_ab1e;
     let mut next = move || {
         // splitmix64
@@ -48,9 +87,9 @@ pub fn generate_tunnels(count: usize, nodes: usize, seed: u64, v6_every: usize) 
                 r as u16 | 1,
             ))
         } else {
-            // 100.64.0.0/10, avoiding .0 and .255 in the last octet.
-            let a = 0x6440_0000u32 | ((r as u32) & 0x003f_ffff);
-            if matches!(a & 0xff, 0 | 255) {
+            // In the pool, avoiding .0 and .255 in the last octet (when the pool is that wide).
+            let a = net | ((r as u32) & host_mask);
+            if host_bits >= 8 && matches!(a & 0xff, 0 | 255) {
                 continue;
             }
             IpAddr::V4(Ipv4Addr::from(a))

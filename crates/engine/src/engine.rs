@@ -333,9 +333,9 @@ impl<A: App> Engine<A> {
         }
         self.counters.ports[port as usize].rx += n as u64;
         match port {
-            PortId::Inet => self.from_inet(rx),
-            PortId::Fabric => self.from_fabric(rx),
-            PortId::Ran => self.from_ran(rx),
+            PortId::Inet => self.on_inet(rx),
+            PortId::Fabric => self.on_fabric(rx),
+            PortId::Ran => self.on_ran(rx),
         }
         self.emit(port, rx, out);
         rx.clear();
@@ -385,7 +385,7 @@ impl<A: App> Engine<A> {
         }
     }
 
-    fn from_inet(&mut self, rx: &mut PacketBatch) {
+    fn on_inet(&mut self, rx: &mut PacketBatch) {
         let n = rx.len();
         let me = self.cfg.node;
         for i in 0..n {
@@ -442,7 +442,7 @@ impl<A: App> Engine<A> {
         self.fib_stage(rx);
     }
 
-    fn from_fabric(&mut self, rx: &mut PacketBatch) {
+    fn on_fabric(&mut self, rx: &mut PacketBatch) {
         let arch = self.cfg.arch;
         for i in 0..rx.len() {
             let shim = match fabric::parse(rx.get(i)) {
@@ -478,7 +478,7 @@ impl<A: App> Engine<A> {
         self.fib_stage(rx);
     }
 
-    fn from_ran(&mut self, rx: &mut PacketBatch) {
+    fn on_ran(&mut self, rx: &mut PacketBatch) {
         for i in 0..rx.len() {
             self.dest[i] = if self.arp(rx, i, self.cfg.ran) {
                 Dest::Reply(PortId::Ran)

@@ -121,6 +121,84 @@ fn decode_value(v: &[u8]) -> (u32, Ipv4Addr, u16, u8) {
     )
 }
 
+/// The header line of a flows file.
+pub const FLOWS_HEADER: &str = "ue,teid,enb,node";
+
+/// Writes tunnels as a flows file: the header line `ue,teid,enb,node`, then one line per
+/// tunnel (UE address first, so `scalebricks gen --flows` reads the file as it is).
+pub fn write_flows(mut w: impl std::io::Write, tunnels: &[Tunnel]) -> std::io::Result<()> {
+    writeln!(w, "{FLOWS_HEADER}")?;
+    for t in tunnels {
+        writeln!(w, "{},{},{},{}", t.ue, t.teid, t.enb, t.node)?;
+    }
+    w.flush()
+}
+
+/// A line of a flows file that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {why}")]
+pub struct FlowsError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub why: String,
+}
+
+/// Reads a flows file written by [`write_flows`] (or by hand): an optional header line, then
+/// `ue,teid,enb,node[,qci]` per line (QCI 9 when absent); blank lines and `#` comments are
+/// skipped. Every node must be below `nodes`; UE addresses and TEIDs must be unique.
+pub fn read_flows(text: &str, nodes: usize) -> Result<Vec<Tunnel>, FlowsError> {
+    let mut out = Vec::new();
+    let mut ues = std::collections::HashSet::new();
+    let mut teids = std::collections::HashSet::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        let err = |why: String| FlowsError { line: i + 1, why };
+        if line.is_empty() || line.starts_with('#') || (i == 0 && line.starts_with("ue")) {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        if !(4..=5).contains(&f.len()) {
+            return Err(err(format!(
+                "expected ue,teid,enb,node[,qci], got {} fields",
+                f.len()
+            )));
+        }
+        let ue: IpAddr = f[0]
+            .parse()
+            .map_err(|_| err(format!("bad UE address {:?}", f[0])))?;
+        let teid: u32 = f[1]
+            .parse()
+            .map_err(|_| err(format!("bad TEID {:?}", f[1])))?;
+        let enb: Ipv4Addr = f[2]
+            .parse()
+            .map_err(|_| err(format!("bad eNodeB IPv4 address {:?}", f[2])))?;
+        let node: u16 = f[3]
+            .parse()
+            .ok()
+            .filter(|&n: &u16| usize::from(n) < nodes)
+            .ok_or_else(|| err(format!("node {:?} is not one of 0..{nodes}", f[3])))?;
+        let qci: u8 = match f.get(4) {
+            Some(q) => q.parse().map_err(|_| err(format!("bad QCI {q:?}")))?,
+            None => 9,
+        };
+        if !ues.insert(ue) {
+            return Err(err(format!("UE address {ue} appears twice")));
+        }
+        if !teids.insert(teid) {
+            return Err(err(format!("TEID {teid} appears twice")));
+        }
+        out.push(Tunnel {
+            ue,
+            teid,
+            enb,
+            node,
+            qci,
+        });
+    }
+    Ok(out)
+}
+
 /// What the LTE application needs to know about the cluster.
 #[derive(Clone, Debug)]
 pub struct LteConfig {
@@ -322,5 +400,28 @@ mod tests {
             assert_eq!(key_addr(&t.key()), ue);
             assert_eq!(Tunnel::from_entry(&t.key(), &t.value()), t);
         }
+    }
+
+    #[test]
+    fn flows_file_round_trips_and_names_bad_lines() {
+        let ts = crate::cluster::generate_tunnels(100, 4, 1, 7);
+        let mut buf = Vec::new();
+        write_flows(&mut buf, &ts).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.starts_with("ue,teid,enb,node\n"));
+        let back = read_flows(&text, 4).unwrap();
+        // QCI is not in the file: 9 on reading.
+        let want: Vec<Tunnel> = ts.iter().map(|t| Tunnel { qci: 9, ..*t }).collect();
+        assert_eq!(back, want);
+        let e = read_flows(
+            "ue,teid,enb,node\n100.64.0.1,1,192.0.2.1,0\n100.64.0.2,2,192.0.2.1,4\n",
+            4,
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 3);
+        let e = read_flows("100.64.0.1,1,192.0.2.1,0\n100.64.0.1,2,192.0.2.1,1\n", 4).unwrap_err();
+        assert!(e.why.contains("twice"), "{e}");
+        assert!(read_flows("100.64.0.1,x,192.0.2.1,0", 4).is_err());
+        assert!(read_flows("100.64.0.1,1,2001:db8::1,0", 4).is_err());
     }
 }

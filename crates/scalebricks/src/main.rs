@@ -30,6 +30,8 @@ enum Command {
     /// Bring a cluster topology of network namespaces up or down.
     #[command(subcommand)]
     Cluster(cmd::cluster::ClusterCmd),
+    /// Run one node of a cluster (`cluster up` starts them).
+    Node(cmd::node::Args),
     /// Send downstream traffic into the running cluster.
     Gen(cmd::gen::Args),
     /// Receive and check traffic in a node's neighbour namespace.
@@ -56,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCmd::Fib(a)) => cmd::bench_fib::run(a),
         Command::Bench(BenchCmd::Io(a)) => cmd::bench_io::run(a),
         Command::Cluster(c) => cmd::cluster::run(c),
+        Command::Node(a) => cmd::node::run(a),
         Command::Gen(a) => cmd::gen::run(a),
         Command::Sink(a) => cmd::sink::run(a),
         Command::Demo(a) => cmd::demo::run(a),

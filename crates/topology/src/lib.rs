@@ -50,6 +50,9 @@ pub enum TopoError {
     /// The state directory already holds a journal.
     #[error("cluster already up (journal in {0}); run `scalebricks cluster down --dir {0}` first")]
     AlreadyUp(PathBuf),
+    /// Preparing the nodes' files failed.
+    #[error("preparing the nodes: {0}")]
+    Prepare(String),
     /// No journal in the state directory.
     #[error("no cluster is up in {0} (no journal there)")]
     NotUp(PathBuf),
@@ -136,6 +139,11 @@ impl TopoError {
 /// process must write [`forwarder_stats_path`] once it is ready to forward.
 pub type SpawnFn<'a> = &'a dyn Fn(&Description, usize) -> Command;
 
+/// Writes files the node processes need (their configuration, their tables) into the state
+/// directory once the description exists, before any process starts; returns their names
+/// (relative to the directory), which are journaled so `down` removes them.
+pub type PrepareFn<'a> = &'a dyn Fn(&Description) -> Result<Vec<String>, String>;
+
 /// What [`up`] should build.
 pub struct UpOptions<'a> {
     /// Name prefix of every namespace.
@@ -150,6 +158,8 @@ pub struct UpOptions<'a> {
     pub forwarding: Forwarding,
     /// For [`Forwarding::User`]: how to start a node's forwarder. Without it no process is started.
     pub spawn: Option<SpawnFn<'a>>,
+    /// Called after the description is written and before the namespaces are made.
+    pub prepare: Option<PrepareFn<'a>>,
     /// Test hook: stop (as if crashed, removing nothing) right after node `k` is complete.
     pub abort_after_node: Option<usize>,
     /// How long to wait for each forwarder to become ready.
@@ -166,6 +176,7 @@ impl<'a> UpOptions<'a> {
             ue_pool: DEFAULT_UE_POOL.parse().expect("valid default pool"),
             forwarding: Forwarding::Kernel,
             spawn: None,
+            prepare: None,
             abort_after_node: None,
             ready_timeout: Duration::from_secs(10),
         }
@@ -359,6 +370,12 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
     let dir = &desc.dir;
     let json = serde_json::to_vec_pretty(desc).map_err(|e| TopoError::Parse(e.to_string()))?;
     write_file(j, dir, DESCRIPTION_FILE, &json)?;
+    if let Some(prepare) = opts.prepare {
+        let files = prepare(desc).map_err(TopoError::Prepare)?;
+        for f in files {
+            j.record(&Entry::File(f))?;
+        }
+    }
 
     let sw = &desc.switch;
     create_netns(j, &sw.netns, false)?;

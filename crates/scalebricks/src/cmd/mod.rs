@@ -7,4 +7,5 @@ pub mod cluster;
 pub mod demo;
 pub mod gen;
 pub mod gpt;
+pub mod node;
 pub mod sink;

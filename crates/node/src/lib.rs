@@ -1,0 +1,20 @@
+//! A scalebricks node: loads the tables `cluster up` wrote (refusing any that belong to
+//! another cluster or node), opens its three ports inside its network namespace, and drives
+//! one [`sb_engine::Engine`] per worker thread over them; it writes its counters as JSON every
+//! second and when it stops, sleeps when its ports are idle, and stops when told to
+//! (`scalebricks node` sets the flag on SIGTERM).
+//!
+//! - [`config`]: the node file (`node{i}.json`): ports, architecture, backends, table paths.
+//! - [`tables`]: the table files and [`tables::write_cluster_tables`], which `cluster up`
+//!   calls to write them.
+//! - [`run`](mod@run): [`run::run`] (the node process), [`run::drive`] (one worker's loop over
+//!   any three ports: the demo drives in-memory ports with it).
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod run;
+pub mod tables;
+
+pub use config::NodeFile;
+pub use run::{drive, run, NodeError};

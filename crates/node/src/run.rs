@@ -1,0 +1,484 @@
+//! Running a node: load the tables, open the ports, drive one engine per worker thread.
+
+use crate::config::{parse_mac, FibBackend, IoBackend, NodeFile};
+use crate::tables::{read_entries, read_gpt, EntryKind, TableError};
+use sb_engine::lte::{Lte, LteConfig};
+use sb_engine::{App, Counters, CuckooFib, Engine, Fib, NodeConfig, Outputs, PortAddr, PortId};
+use sb_io::{PacketBatch, Port, PortStats};
+use sb_setsep::SetSep;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Why a node could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The configuration is wrong.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A table could not be loaded.
+    #[error(transparent)]
+    Table(#[from] TableError),
+    /// A table does not fit the application.
+    #[error("{0}")]
+    Tables(String),
+    /// The engine refused its configuration.
+    #[error(transparent)]
+    Engine(#[from] sb_engine::EngineError),
+    /// A port could not be opened.
+    #[error("opening port {port}: {source}")]
+    Port {
+        /// The port.
+        port: String,
+        /// The error.
+        #[source]
+        source: sb_io::IoError,
+    },
+    /// Writing the counters failed.
+    #[error("writing {path}: {source}")]
+    Counters {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something this build cannot do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A worker thread panicked.
+    #[error("worker {0} panicked")]
+    Worker(usize),
+}
+
+/// A node's tables, loaded and checked.
+pub struct Tables {
+    /// The GPT (ScaleBricks).
+    pub gpt: Option<Arc<SetSep>>,
+    fib: FibHandle,
+    uplink: sb_cuckoo::Reader,
+    /// Sizes for reports.
+    pub sizes: TableSizes,
+}
+
+/// Table sizes a node reports.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct TableSizes {
+    /// GPT keys (0 without a GPT).
+    pub gpt_keys: u64,
+    /// GPT bytes.
+    pub gpt_bytes: usize,
+    /// FIB entries.
+    pub fib_entries: usize,
+    /// FIB bytes.
+    pub fib_bytes: usize,
+    /// Uplink entries.
+    pub uplink_entries: usize,
+    /// Uplink table bytes.
+    pub uplink_bytes: usize,
+}
+
+enum FibHandle {
+    Cuckoo(CuckooFib, #[allow(dead_code)] sb_cuckoo::Writer),
+    #[cfg(feature = "dpdk")]
+    Rte(sb_engine::RteHashFib),
+}
+
+impl FibHandle {
+    fn handle(&self) -> Result<Box<dyn Fib>, NodeError> {
+        Ok(match self {
+            FibHandle::Cuckoo(f, _) => Box::new(f.handle()),
+            #[cfg(feature = "dpdk")]
+            FibHandle::Rte(f) => {
+                Box::new(f.handle().map_err(|e| NodeError::Tables(e.to_string()))?)
+            }
+        })
+    }
+    fn sizes(&self) -> (usize, usize) {
+        match self {
+            FibHandle::Cuckoo(f, _) => (f.len(), f.memory_bytes()),
+            #[cfg(feature = "dpdk")]
+            FibHandle::Rte(f) => (f.len(), f.memory_bytes()),
+        }
+    }
+}
+
+/// Loads the node's tables and checks they belong to its cluster and node.
+pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
+    let gpt = match &cfg.gpt {
+        Some(p) if cfg.arch()? == sb_engine::Arch::ScaleBricks => {
+            let g = read_gpt(p, cfg.seed)?;
+            Some(Arc::new(g))
+        }
+        _ => None,
+    };
+    let fib_e = read_entries(&cfg.fib_table, cfg.cluster_id, cfg.node, EntryKind::Fib)?;
+    if (fib_e.key_bytes, fib_e.value_bytes)
+        != (sb_engine::lte::KEY_BYTES, sb_engine::lte::VALUE_BYTES)
+    {
+        return Err(NodeError::Tables(format!(
+            "{}: entries of {}+{} bytes, the LTE application uses 16+16",
+            cfg.fib_table.display(),
+            fib_e.key_bytes,
+            fib_e.value_bytes
+        )));
+    }
+    let fib = match cfg.fib {
+        FibBackend::Cuckoo => {
+            let (w, f) = CuckooFib::build(16, 16, cfg.seed, fib_e.iter())
+                .map_err(|e| NodeError::Tables(e.to_string()))?;
+            FibHandle::Cuckoo(f, w)
+        }
+        #[cfg(feature = "dpdk")]
+        FibBackend::RteHash => {
+            let mb = (fib_e.len() as u64 * 256 / 1_000_000 + 128) as u32;
+            sb_peers::dpdk::eal_init(mb).map_err(|e| NodeError::Tables(e.to_string()))?;
+            FibHandle::Rte(
+                sb_engine::RteHashFib::build(16, 16, fib_e.iter())
+                    .map_err(|e| NodeError::Tables(e.to_string()))?,
+            )
+        }
+        #[cfg(not(feature = "dpdk"))]
+        FibBackend::RteHash => {
+            return Err(NodeError::Unsupported(
+                "the rte_hash FIB needs a build with the `dpdk` feature".into(),
+            ))
+        }
+    };
+    let up_e = read_entries(
+        &cfg.uplink_table,
+        cfg.cluster_id,
+        cfg.node,
+        EntryKind::Uplink,
+    )?;
+    if (up_e.key_bytes, up_e.value_bytes) != (4, sb_engine::lte::UPLINK_VALUE_BYTES) {
+        return Err(NodeError::Tables(format!(
+            "{}: uplink entries of the wrong size",
+            cfg.uplink_table.display()
+        )));
+    }
+    let mut p = sb_cuckoo::Params::fast(
+        4,
+        sb_engine::lte::UPLINK_VALUE_BYTES,
+        (up_e.len() * 10 / 9).max(64),
+    );
+    p.seed = cfg.seed;
+    p.grow = true;
+    let mut t = sb_cuckoo::CuckooTable::new(p).map_err(|e| NodeError::Tables(e.to_string()))?;
+    for (k, v) in up_e.iter() {
+        t.insert(k, v)
+            .map_err(|e| NodeError::Tables(e.to_string()))?;
+    }
+    let (uplink_entries, uplink_bytes) = (t.len(), t.memory_bytes());
+    let uplink = t.into_concurrent().1;
+    let (fib_entries, fib_bytes) = fib.sizes();
+    let sizes = TableSizes {
+        gpt_keys: gpt.as_ref().map_or(0, |g| g.len()),
+        gpt_bytes: gpt.as_ref().map_or(0, |g| g.stats().bytes as usize),
+        fib_entries,
+        fib_bytes,
+        uplink_entries,
+        uplink_bytes,
+    };
+    Ok(Tables {
+        gpt,
+        fib,
+        uplink,
+        sizes,
+    })
+}
+
+/// The engine configuration of a node file.
+pub fn node_config(cfg: &NodeFile) -> Result<NodeConfig, NodeError> {
+    let port = |p: &crate::config::PortFile| -> Result<PortAddr, NodeError> {
+        Ok(PortAddr {
+            mac: parse_mac(&p.mac)?,
+            peer_mac: parse_mac(&p.peer_mac)?,
+            ip: p.ip,
+        })
+    };
+    Ok(NodeConfig {
+        arch: cfg.arch()?,
+        node: cfg.node,
+        fabric_macs: cfg
+            .fabric_macs
+            .iter()
+            .map(|m| parse_mac(m))
+            .collect::<Result<_, _>>()?,
+        inet: port(&cfg.inet)?,
+        ran: port(&cfg.ran)?,
+        seed: cfg.seed,
+    })
+}
+
+/// An engine for one worker over the loaded tables.
+pub fn make_engine(cfg: &NodeFile, t: &Tables) -> Result<Engine<Lte>, NodeError> {
+    let app = Lte::new(
+        LteConfig {
+            ran_addrs: cfg.ran_addrs.clone(),
+            ran_mtu: cfg.ran_mtu,
+        },
+        t.uplink.clone(),
+    );
+    Ok(Engine::new(
+        node_config(cfg)?,
+        t.gpt.clone(),
+        t.fib.handle()?,
+        app,
+        cfg.batch,
+    )?)
+}
+
+/// The loop of one worker: receive on each port, run the batch to completion, transmit the
+/// outputs; sleep on the ports when all are idle; publish the counters into `published`
+/// every few hundred batches and when idle (and the ports' own statistics into `io` about once
+/// a second); return when `stop` is set.
+pub fn drive<A: App>(
+    engine: &mut Engine<A>,
+    ports: &mut [Box<dyn Port>; 3],
+    batch: usize,
+    stop: &AtomicBool,
+    published: &Mutex<Counters>,
+    io: Option<&Mutex<[PortStats; 3]>>,
+) {
+    let mut last_io = Instant::now();
+    let buf_size = sb_io::batch::DEFAULT_BUF_SIZE;
+    let mut rx = PacketBatch::with_buf_size(batch, buf_size);
+    let mut out = Outputs::new(batch, buf_size);
+    let mut ready = Vec::with_capacity(3);
+    let mut since_publish = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        let mut busy = false;
+        for (pi, port) in PortId::ALL.into_iter().enumerate() {
+            if ports[pi].rx_batch(&mut rx) == 0 {
+                continue;
+            }
+            busy = true;
+            engine.process(port, &mut rx, &mut out);
+            for (qi, q) in PortId::ALL.into_iter().enumerate() {
+                let b = out.get_mut(q);
+                if !b.is_empty() {
+                    ports[qi].tx_batch(b);
+                    b.clear();
+                }
+            }
+        }
+        since_publish += 1;
+        if !busy || since_publish >= 256 {
+            *published.lock().unwrap_or_else(|e| e.into_inner()) = engine.counters().clone();
+            since_publish = 0;
+            if let Some(io) = io {
+                if last_io.elapsed() >= Duration::from_secs(1) {
+                    *io.lock().unwrap_or_else(|e| e.into_inner()) =
+                        [ports[0].stats(), ports[1].stats(), ports[2].stats()];
+                    last_io = Instant::now();
+                }
+            }
+        }
+        if !busy {
+            let mut refs: Vec<&mut dyn Port> = ports
+                .iter_mut()
+                .map(|p| &mut **p as &mut dyn Port)
+                .collect();
+            let _ = sb_io::wait_any(&mut refs, Duration::from_millis(20), &mut ready);
+        }
+    }
+    *published.lock().unwrap_or_else(|e| e.into_inner()) = engine.counters().clone();
+    if let Some(io) = io {
+        *io.lock().unwrap_or_else(|e| e.into_inner()) =
+            [ports[0].stats(), ports[1].stats(), ports[2].stats()];
+    }
+}
+
+fn open_ports(cfg: &NodeFile, worker: usize) -> Result<[Box<dyn Port>; 3], NodeError> {
+    let open = || -> Result<[Box<dyn Port>; 3], NodeError> {
+        let names = [&cfg.inet.ifname, &cfg.ran.ifname, &cfg.fabric.ifname];
+        let mut v: Vec<Box<dyn Port>> = Vec::new();
+        for (i, name) in names.into_iter().enumerate() {
+            let err = |source| NodeError::Port {
+                port: name.clone(),
+                source,
+            };
+            let p: Box<dyn Port> = match cfg.io {
+                IoBackend::Afpacket => {
+                    let c = sb_io::afpacket::AfPacketConfig {
+                        promiscuous: i != 2,
+                        rx_mode: sb_io::afpacket::RxMode::Frames,
+                        fanout_group: (cfg.workers > 1)
+                            .then(|| ((std::process::id() as u16) & 0x3fff) * 3 + i as u16),
+                        ..Default::default()
+                    };
+                    Box::new(sb_io::afpacket::AfPacketPort::open(name, &c).map_err(err)?)
+                }
+                #[cfg(feature = "xdp")]
+                IoBackend::Xdp => {
+                    if cfg.workers > 1 {
+                        return Err(NodeError::Unsupported(
+                            "AF_XDP ports take one worker (veth has one queue)".into(),
+                        ));
+                    }
+                    let c = sb_io::xdp::XdpConfig::default();
+                    Box::new(sb_io::xdp::XdpPort::open(name, &c).map_err(err)?)
+                }
+                #[cfg(not(feature = "xdp"))]
+                IoBackend::Xdp => {
+                    return Err(NodeError::Unsupported(
+                        "AF_XDP ports need a build with the `xdp` feature".into(),
+                    ))
+                }
+            };
+            v.push(p);
+        }
+        let _ = worker;
+        Ok(v.try_into().unwrap_or_else(|_| unreachable!("three ports")))
+    };
+    match &cfg.netns {
+        Some(ns) => sb_io::netns::in_netns(ns, open).map_err(|source| NodeError::Port {
+            port: format!("namespace {ns}"),
+            source,
+        })?,
+        None => open(),
+    }
+}
+
+/// What the counters file says (besides the engine's counters).
+fn counters_json(
+    cfg: &NodeFile,
+    sizes: &TableSizes,
+    c: &Counters,
+    io: &[[PortStats; 3]],
+    running: bool,
+) -> serde_json::Value {
+    let mut io_sum = [PortStats::default(); 3];
+    for w in io {
+        for (a, b) in io_sum.iter_mut().zip(w) {
+            a.rx_packets += b.rx_packets;
+            a.rx_bytes += b.rx_bytes;
+            a.tx_packets += b.tx_packets;
+            a.tx_bytes += b.tx_bytes;
+            a.rx_dropped += b.rx_dropped;
+            a.tx_dropped += b.tx_dropped;
+            a.rx_errors += b.rx_errors;
+            a.tx_errors += b.tx_errors;
+        }
+    }
+    let port = |s: &PortStats| {
+        json!({"rx_packets": s.rx_packets, "rx_bytes": s.rx_bytes, "rx_dropped": s.rx_dropped,
+               "rx_errors": s.rx_errors, "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes,
+               "tx_dropped": s.tx_dropped, "tx_errors": s.tx_errors})
+    };
+    json!({
+        "node": cfg.node,
+        "pid": std::process::id(),
+        "running": running,
+        "arch": cfg.arch,
+        "fib": cfg.fib,
+        "io": cfg.io,
+        "workers": cfg.workers,
+        "tables": sizes,
+        "engine": c.report(),
+        "ports": {"inet": port(&io_sum[0]), "ran": port(&io_sum[1]), "fabric": port(&io_sum[2])},
+    })
+}
+
+fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<(), NodeError> {
+    let tmp = path.with_extension("json.tmp");
+    let err = |source| NodeError::Counters {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::write(&tmp, serde_json::to_vec_pretty(v).expect("serializable")).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// Runs a node until `stop` is set: loads its tables, opens its ports (in its namespace), runs
+/// `workers` engines on their own threads, and writes the counters to `cfg.counters` once it
+/// is ready, every second, and when it stops. `on_ready` is called once the ports are open.
+pub fn run(
+    cfg: &NodeFile,
+    stop: &AtomicBool,
+    on_ready: impl FnOnce(),
+) -> Result<Counters, NodeError> {
+    cfg.check()?;
+    let tables = load_tables(cfg)?;
+    // A bound UDP socket on the GTP-U port keeps the node's own kernel from answering G-PDUs
+    // and echo requests to its ran address with ICMP port unreachable.
+    let _gtpu_guard = match &cfg.netns {
+        Some(ns) => {
+            sb_io::netns::in_netns(ns, || std::net::UdpSocket::bind(("0.0.0.0", 2152)).ok())
+                .ok()
+                .flatten()
+        }
+        None => None,
+    };
+    let mut engines = Vec::new();
+    let mut ports = Vec::new();
+    for w in 0..cfg.workers {
+        engines.push(make_engine(cfg, &tables)?);
+        ports.push(open_ports(cfg, w)?);
+    }
+    let published: Vec<Arc<Mutex<Counters>>> = (0..cfg.workers)
+        .map(|_| Arc::new(Mutex::new(Counters::default())))
+        .collect();
+    let io_stats: Vec<Arc<Mutex<[PortStats; 3]>>> = (0..cfg.workers)
+        .map(|_| Arc::new(Mutex::new([PortStats::default(); 3])))
+        .collect();
+    let sum = |published: &[Arc<Mutex<Counters>>]| {
+        let mut c = Counters::default();
+        for p in published {
+            c.add(&p.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        c
+    };
+    let io_now = |io_stats: &[Arc<Mutex<[PortStats; 3]>>]| -> Vec<[PortStats; 3]> {
+        io_stats
+            .iter()
+            .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    };
+    write_json(
+        &cfg.counters,
+        &counters_json(cfg, &tables.sizes, &Counters::default(), &[], true),
+    )?;
+    on_ready();
+    let result = std::thread::scope(|s| {
+        let mut handles = Vec::new();
+        for (w, (mut engine, mut p)) in engines.into_iter().zip(ports).enumerate() {
+            let (pubc, ios) = (published[w].clone(), io_stats[w].clone());
+            let batch = cfg.batch;
+            handles.push(s.spawn(move || {
+                drive(&mut engine, &mut p, batch, stop, &pubc, Some(&ios));
+            }));
+        }
+        let mut last = Instant::now();
+        while !stop.load(Ordering::Relaxed) && !handles.iter().any(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(50));
+            if last.elapsed() >= Duration::from_secs(1) {
+                write_json(
+                    &cfg.counters,
+                    &counters_json(
+                        cfg,
+                        &tables.sizes,
+                        &sum(&published),
+                        &io_now(&io_stats),
+                        true,
+                    ),
+                )?;
+                last = Instant::now();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for (w, h) in handles.into_iter().enumerate() {
+            h.join().map_err(|_| NodeError::Worker(w))?;
+        }
+        Ok::<(), NodeError>(())
+    });
+    let c = sum(&published);
+    write_json(
+        &cfg.counters,
+        &counters_json(cfg, &tables.sizes, &c, &io_now(&io_stats), false),
+    )?;
+    result?;
+    Ok(c)
+}
