@@ -29,6 +29,14 @@ pub trait App: Send {
     /// in `meta.user` for [`apply`](Self::apply). `Err` drops the frame.
     fn downstream_key(&self, frame: &[u8], key: &mut [u8], meta: &mut Meta) -> Result<(), Drop>;
 
+    /// Like [`downstream_key`](Self::downstream_key) for a frame another node of the cluster
+    /// already parsed and validated at its ingress (a lookup frame from the fabric): an
+    /// application may read the key without validating the packet again, as long as no input
+    /// makes it panic or read out of bounds. The default parses in full.
+    fn fabric_key(&self, frame: &[u8], key: &mut [u8], meta: &mut Meta) -> Result<(), Drop> {
+        self.downstream_key(frame, key, meta)
+    }
+
     /// The node whose access port serves the flow with FIB value `value`.
     fn egress_node(&self, value: &[u8]) -> u16;
 

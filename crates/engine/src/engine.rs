@@ -365,9 +365,10 @@ impl<A: App> Engine<A> {
         true
     }
 
-    /// Extracts the key of frame `i` and hashes it; `Dest::Local` or a drop.
+    /// Extracts the key of frame `i` (a full parse at ingress, the application's trusted
+    /// path for lookup frames from the fabric) and hashes it; `Dest::Local` or a drop.
     #[inline]
-    fn key_of(&mut self, rx: &mut PacketBatch, i: usize) -> Dest {
+    fn key_of(&mut self, rx: &mut PacketBatch, i: usize, from_fabric: bool) -> Dest {
         let kb = self.kb;
         let (frame, meta) = {
             let m = *rx.meta(i);
@@ -375,7 +376,12 @@ impl<A: App> Engine<A> {
         };
         let mut meta = meta;
         let key = &mut self.keys[i * kb..(i + 1) * kb];
-        match self.app.downstream_key(frame, key, &mut meta) {
+        let r = if from_fabric {
+            self.app.fabric_key(frame, key, &mut meta)
+        } else {
+            self.app.downstream_key(frame, key, &mut meta)
+        };
+        match r {
             Ok(()) => {
                 self.hashes[i] = hash128(key, self.cfg.seed);
                 *rx.meta_mut(i) = meta;
@@ -394,7 +400,7 @@ impl<A: App> Engine<A> {
             self.dest[i] = if self.arp(rx, i, self.cfg.inet) {
                 Dest::Reply(PortId::Inet)
             } else {
-                self.key_of(rx, i)
+                self.key_of(rx, i, false)
             };
         }
         // Which node holds each key's FIB entry.
@@ -472,7 +478,7 @@ impl<A: App> Engine<A> {
             self.ingress[i] = shim.ingress;
             self.dest[i] = match shim.kind {
                 Kind::Transmit => Dest::Out(PortId::Ran),
-                Kind::Lookup => self.key_of(rx, i),
+                Kind::Lookup => self.key_of(rx, i, true),
             };
         }
         self.fib_stage(rx);

@@ -285,6 +285,39 @@ impl App for Lte {
         Ok(())
     }
 
+    /// The ingress node validated the packet: read the destination address at its fixed
+    /// offset (no VLAN tag on the fabric, no IPv4 options read), checking only the lengths.
+    #[inline]
+    fn fabric_key(&self, frame: &[u8], key: &mut [u8], meta: &mut Meta) -> Result<(), Drop> {
+        let et = frame.get(12..14).ok_or(Drop::InvalidFabric)?;
+        let (dst, ttl, len) = match (et, frame.get(14).map(|b| b >> 4)) {
+            ([0x08, 0x00], Some(4)) => {
+                let h = frame.get(14..34).ok_or(Drop::InvalidFabric)?;
+                let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+                let a = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+                (IpAddr::V4(a), h[8], len)
+            }
+            ([0x86, 0xdd], Some(6)) => {
+                let h = frame.get(14..54).ok_or(Drop::InvalidFabric)?;
+                let len = 40 + usize::from(u16::from_be_bytes([h[4], h[5]]));
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&h[24..40]);
+                (IpAddr::V6(Ipv6Addr::from(a)), h[7], len)
+            }
+            ([0x81, 0x00], _) => return self.downstream_key(frame, key, meta),
+            _ => return Err(Drop::InvalidFabric),
+        };
+        if len < 20 || 14 + len > frame.len() {
+            return Err(Drop::InvalidFabric);
+        }
+        if ttl <= 1 {
+            return Err(Drop::Ttl);
+        }
+        key.copy_from_slice(&ue_key(dst));
+        meta.user = 14 | (len as u32) << 16;
+        Ok(())
+    }
+
     #[inline]
     fn egress_node(&self, value: &[u8]) -> u16 {
         u16::from_be_bytes([value[8], value[9]])

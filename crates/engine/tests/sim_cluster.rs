@@ -339,3 +339,47 @@ fn full_duplication_forwards_every_packet_right() {
 fn hash_partitioning_forwards_every_packet_right() {
     run_arch(Arch::HashPart);
 }
+
+mod random_frames {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Arbitrary bytes on any port of any node, raw or behind a valid fabric shim, never
+        /// make an engine panic, and every frame is either forwarded or counted as dropped.
+        #[test]
+        fn arbitrary_frames_never_panic(
+            arch in 0usize..3,
+            frames in proptest::collection::vec(
+                (0u16..4, 0usize..3, any::<bool>(), proptest::collection::vec(any::<u8>(), 0..300)), 1..40),
+        ) {
+            let arch = Arch::ALL[arch];
+            let tunnels = generate_tunnels(50, 4, 9, 3);
+            let mut c = SimCluster::new(arch, &tunnels, 4, 9, 8).unwrap();
+            let mut injected = 0u64;
+            for (node, port, shim, mut bytes) in frames {
+                let port = PortId::ALL[port];
+                if shim && bytes.len() >= 14 {
+                    let mut buf = vec![0u8; fabric::SHIM_LEN];
+                    buf.extend_from_slice(&bytes);
+                    let len = bytes.len();
+                    let kind = if bytes[0] % 2 == 0 { fabric::Kind::Lookup } else { fabric::Kind::Transmit };
+                    let s = fabric::push(&mut buf, fabric::SHIM_LEN, len,
+                        sim_mac(PortId::Fabric, node, false), sim_mac(PortId::Fabric, (node + 1) % 4, false),
+                        fabric::Shim { kind, hops: 1 + bytes[1] % 2, ingress: u16::from(bytes[2] % 4) }).unwrap();
+                    bytes = buf[s..].to_vec();
+                }
+                c.inject(node, port, &[bytes]);
+                injected += 1;
+            }
+            let cn = c.counters();
+            let rx: u64 = cn.ports.iter().map(|p| p.rx).sum();
+            let out: u64 = cn.ports.iter().map(|p| p.tx).sum();
+            let dropped: u64 = cn.ports.iter().map(|p| p.dropped).sum();
+            // Every frame received (injected or forwarded over the fabric) left once or was dropped.
+            prop_assert_eq!(rx, out + dropped);
+            prop_assert!(rx >= injected);
+        }
+    }
+}

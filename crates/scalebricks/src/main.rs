@@ -48,6 +48,8 @@ enum BenchCmd {
     Fib(cmd::bench_fib::Args),
     /// Packet I/O backends forwarding between two veths.
     Io(cmd::bench_io::Args),
+    /// One node's engine per core: the three architectures and FIB backends (Figures 8, 9).
+    Node(cmd::bench_node::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCmd::Gpt(a)) => cmd::bench_gpt::run(a),
         Command::Bench(BenchCmd::Fib(a)) => cmd::bench_fib::run(a),
         Command::Bench(BenchCmd::Io(a)) => cmd::bench_io::run(a),
+        Command::Bench(BenchCmd::Node(a)) => cmd::bench_node::run(a),
         Command::Cluster(c) => cmd::cluster::run(c),
         Command::Node(a) => cmd::node::run(a),
         Command::Gen(a) => cmd::gen::run(a),

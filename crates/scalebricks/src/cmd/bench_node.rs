@@ -1,0 +1,516 @@
+//! `scalebricks bench node`: one node's work per core under each architecture and FIB backend,
+//! the paper's Figures 8 and 9 (`--bubble`).
+//!
+//! The node is node 0 of an `--nodes`-node cluster holding `--fib-entries` tunnels in all. Its
+//! engine runs on the calling thread, on in-memory batches (no packet I/O: `bench io` measures
+//! that), over two kinds of work in the proportions a symmetric cluster gives it:
+//! - **external**: 64-byte downstream frames arriving on `inet`, UE addresses drawn uniformly
+//!   (or Zipf) from every tunnel of the cluster;
+//! - **internal**: what the other nodes send it over the fabric for every external packet it
+//!   receives, as they would build them: ScaleBricks, `(N-1)/N` lookup frames of flows it
+//!   handles; full duplication, `(N-1)/N` encapsulated frames of flows whose `ran` it serves;
+//!   hash partitioning, `(N-1)/N` lookup frames of keys it holds plus `(N-1)/N` encapsulated
+//!   frames of flows it serves that another node looked up.
+//!
+//! `mpps_per_core` is external packets per second of engine time (its `process` calls, timed
+//! one batch at a time), the per-node throughput of a cluster whose nodes run one such core.
+//! With `--bubble` a thread on another core streams over a buffer of half the last-level
+//! cache while the engine runs (the paper's "half L3" experiment, Figure 9).
+
+use anyhow::{bail, ensure, Context};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand_distr::Distribution;
+use sb_engine::cluster::{self, sim_mac, sim_ran_addr};
+use sb_engine::lte::{Lte, LteConfig, Tunnel};
+use sb_engine::{
+    fabric, indirection_node, Arch, Engine, Fib, NodeConfig, Outputs, PortAddr, PortId,
+};
+use sb_io::PacketBatch;
+use serde_json::json;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Architectures (comma separated): scalebricks, full-dup, hash-part.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "scalebricks,full-dup,hash-part"
+    )]
+    arch: Vec<String>,
+    /// FIB backends (comma separated): cuckoo, rte_hash (needs `--features dpdk`).
+    #[arg(long, value_delimiter = ',', default_value = "cuckoo")]
+    fib: Vec<String>,
+    /// Nodes in the cluster.
+    #[arg(long, default_value_t = 4)]
+    nodes: u16,
+    /// FIB entries (tunnels) in the whole cluster; a comma-separated list runs each.
+    #[arg(long, value_delimiter = ',', default_value = "1000000")]
+    fib_entries: Vec<usize>,
+    /// Zipf exponent of the flows' popularity (uniform when absent).
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// Run a cache-polluting thread on another core (half the last-level cache).
+    #[arg(long)]
+    bubble: bool,
+    /// Frames per batch.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Distinct prebuilt external frames (the sequence repeats after them).
+    #[arg(long, default_value_t = 1 << 21)]
+    pool: usize,
+    /// Seconds of engine time per row.
+    #[arg(long, default_value_t = 2.0)]
+    secs: f64,
+    /// Seed of the tunnels and the traffic.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+const FRAME: usize = 64;
+
+fn downstream_frame(ue: IpAddr) -> Vec<u8> {
+    let server: IpAddr = match ue {
+        IpAddr::V4(_) => Ipv4Addr::new(203, 0, 113, 1).into(),
+        IpAddr::V6(_) => "2001:db8:ffff::1"
+            .parse::<std::net::Ipv6Addr>()
+            .expect("literal")
+            .into(),
+    };
+    let b = sb_wire::PacketBuilder {
+        udp_checksum_v4: false,
+        ..sb_wire::PacketBuilder::udp(
+            sb_wire::EthernetAddress(sim_mac(PortId::Inet, 0, true)),
+            sb_wire::EthernetAddress(sim_mac(PortId::Inet, 0, false)),
+            server,
+            ue,
+            443,
+            5000,
+        )
+    };
+    let payload = [0u8; FRAME];
+    let n = FRAME.saturating_sub(b.header_len()).max(4);
+    let mut out = vec![0u8; b.header_len() + n];
+    let len = b.build(&payload[..n], &mut out).expect("frame fits");
+    out.truncate(len);
+    out
+}
+
+/// A frame from node `from` to node `to` over the fabric: the downstream frame with the shim.
+fn lookup_frame(t: &Tunnel, from: u16, to: u16) -> Vec<u8> {
+    with_shim(
+        &downstream_frame(t.ue),
+        fabric::Kind::Lookup,
+        1,
+        from,
+        from,
+        to,
+    )
+}
+
+/// The encapsulated frame node `from` sends to the egress node.
+fn transmit_frame(t: &Tunnel, hops: u8, ingress: u16, from: u16) -> Vec<u8> {
+    let f = downstream_frame(t.ue);
+    let mut ip = f[14..].to_vec();
+    ip[8] -= 1; // the TTL the looking-up node decremented (checksum not needed: not re-parsed)
+    let tun = sb_wire::GtpuTunnel::new(
+        sb_wire::EthernetAddress([0; 6]),
+        sb_wire::EthernetAddress([0; 6]),
+        sb_wire::OuterIp::V4 {
+            src: sim_ran_addr(t.node),
+            dst: t.enb,
+        },
+        t.teid,
+    );
+    let mut g = vec![0u8; tun.header_len() + ip.len()];
+    tun.encap_into(&ip, &mut g).expect("fits");
+    with_shim(&g, fabric::Kind::Transmit, hops, ingress, from, t.node)
+}
+
+fn with_shim(f: &[u8], kind: fabric::Kind, hops: u8, ingress: u16, from: u16, to: u16) -> Vec<u8> {
+    let mut buf = vec![0u8; fabric::SHIM_LEN];
+    buf.extend_from_slice(f);
+    let s = fabric::push(
+        &mut buf,
+        fabric::SHIM_LEN,
+        f.len(),
+        sim_mac(PortId::Fabric, to, false),
+        sim_mac(PortId::Fabric, from, false),
+        fabric::Shim {
+            kind,
+            hops,
+            ingress,
+        },
+    )
+    .expect("room for the shim");
+    buf[s..].to_vec()
+}
+
+/// Draws tunnel indices uniformly or by Zipf popularity (hot ranks spread by a permutation).
+struct Draw {
+    zipf: Option<(rand_distr::Zipf<f64>, Vec<u32>)>,
+    n: usize,
+}
+
+impl Draw {
+    fn new(n: usize, zipf: Option<f64>, rng: &mut StdRng) -> anyhow::Result<Draw> {
+        let zipf = match zipf {
+            Some(a) => {
+                let mut perm: Vec<u32> = (0..n as u32).collect();
+                for i in (1..n).rev() {
+                    perm.swap(i, rng.gen_range(0..=i));
+                }
+                Some((
+                    rand_distr::Zipf::new(n as u64, a).context("zipf exponent")?,
+                    perm,
+                ))
+            }
+            None => None,
+        };
+        Ok(Draw { zipf, n })
+    }
+    fn next(&self, rng: &mut StdRng) -> usize {
+        match &self.zipf {
+            Some((z, perm)) => perm[(z.sample(rng) as usize - 1).min(self.n - 1)] as usize,
+            None => rng.gen_range(0..self.n),
+        }
+    }
+}
+
+struct Work {
+    external: Vec<Vec<u8>>,
+    internal: Vec<Vec<u8>>,
+}
+
+fn workload(arch: Arch, tunnels: &[Tunnel], a: &Args, seed: u64) -> anyhow::Result<Work> {
+    let n = a.nodes;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let draw = Draw::new(tunnels.len(), a.zipf, &mut rng)?;
+    let external: Vec<Vec<u8>> = (0..a.pool)
+        .map(|_| downstream_frame(tunnels[draw.next(&mut rng)].ue))
+        .collect();
+    // Internal frames: (N-1)/N per external packet of each kind.
+    let per_kind = a.pool * usize::from(n - 1) / usize::from(n);
+    let ind = |t: &Tunnel| indirection_node(sb_common::hash128(&t.key(), a.seed), n);
+    let mut internal = Vec::new();
+    let pick = |want: &dyn Fn(&Tunnel) -> bool,
+                make: &dyn Fn(&Tunnel, &mut StdRng) -> Vec<u8>,
+                rng: &mut StdRng| {
+        let mut out = Vec::with_capacity(per_kind);
+        while out.len() < per_kind {
+            let t = &tunnels[draw.next(rng)];
+            if want(t) {
+                out.push(make(t, rng));
+            }
+        }
+        out
+    };
+    let other = |rng: &mut StdRng| rng.gen_range(1..n);
+    match arch {
+        Arch::ScaleBricks => {
+            internal = pick(
+                &|t| t.node == 0,
+                &|t, r| lookup_frame(t, other(r), 0),
+                &mut rng,
+            );
+        }
+        Arch::FullDup => {
+            internal = pick(
+                &|t| t.node == 0,
+                &|t, r| {
+                    let from = other(r);
+                    transmit_frame(t, 1, from, from)
+                },
+                &mut rng,
+            );
+        }
+        Arch::HashPart => {
+            let lookups = pick(
+                &|t| ind(t) == 0,
+                &|t, r| lookup_frame(t, other(r), 0),
+                &mut rng,
+            );
+            let transmits = pick(
+                &|t| t.node == 0 && ind(t) != 0,
+                &|t, r| {
+                    let k = ind(t);
+                    let ingress = r.gen_range(0..n);
+                    transmit_frame(t, 1 + u8::from(ingress != k), ingress, k)
+                },
+                &mut rng,
+            );
+            // Interleave the two kinds.
+            for (l, t) in lookups.into_iter().zip(transmits) {
+                internal.push(l);
+                internal.push(t);
+            }
+        }
+    }
+    Ok(Work { external, internal })
+}
+
+fn make_fib(
+    kind: &str,
+    arch: Arch,
+    tunnels: &[Tunnel],
+    nodes: u16,
+    seed: u64,
+) -> anyhow::Result<Box<dyn Fib>> {
+    match kind {
+        "cuckoo" => Ok(Box::new(cluster::build_cuckoo_fib(
+            arch, tunnels, 0, nodes, seed,
+        )?)),
+        #[cfg(feature = "dpdk")]
+        "rte_hash" => {
+            let slice = cluster::fib_slice(arch, tunnels, 0, nodes, seed);
+            let mb = (slice.len() as u64 * 256 / 1_000_000 + 256) as u32;
+            sb_peers::dpdk::eal_init(mb).context("DPDK EAL")?;
+            let kv: Vec<([u8; 16], [u8; 16])> = slice
+                .iter()
+                .map(|&i| (tunnels[i].key(), tunnels[i].value()))
+                .collect();
+            Ok(Box::new(sb_engine::RteHashFib::build(
+                16,
+                16,
+                kv.iter().map(|(k, v)| (&k[..], &v[..])),
+            )?))
+        }
+        #[cfg(not(feature = "dpdk"))]
+        "rte_hash" => bail!("the rte_hash FIB needs a build with --features dpdk"),
+        other => bail!("unknown FIB backend {other:?} (cuckoo, rte_hash)"),
+    }
+}
+
+/// Streams over `bytes` of memory until `stop` (the cache bubble).
+fn bubble(bytes: usize, stop: &AtomicBool) -> u64 {
+    let buf = vec![1u64; bytes / 8];
+    let mut sum = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        for chunk in buf.chunks(8) {
+            sum = sum.wrapping_add(chunk[0]);
+        }
+        std::hint::black_box(&buf);
+    }
+    sum
+}
+
+fn llc_bytes() -> usize {
+    for idx in 0..8 {
+        let base = format!("/sys/devices/system/cpu/cpu0/cache/index{idx}");
+        let level = std::fs::read_to_string(format!("{base}/level")).unwrap_or_default();
+        if level.trim() == "3" {
+            let s = std::fs::read_to_string(format!("{base}/size")).unwrap_or_default();
+            let s = s.trim();
+            if let Some(k) = s.strip_suffix('K') {
+                return k.parse::<usize>().unwrap_or(8192) * 1024;
+            }
+            if let Some(m) = s.strip_suffix('M') {
+                return m.parse::<usize>().unwrap_or(8) << 20;
+            }
+        }
+    }
+    8 << 20
+}
+
+struct Row {
+    mpps: f64,
+    fib_entries: usize,
+    fib_bytes: usize,
+    gpt_bytes: usize,
+    mean_crossings_sent: f64,
+    external: u64,
+    internal: u64,
+}
+
+fn measure(engine: &mut Engine<Lte>, w: &Work, a: &Args) -> anyhow::Result<Row> {
+    let mut rx = PacketBatch::new(a.batch);
+    let mut out = Outputs::new(a.batch, rx.buf_size());
+    let ratio = w.internal.len() as f64 / w.external.len() as f64;
+    let (mut ei, mut ii) = (0usize, 0usize);
+    let (mut ext, mut int) = (0u64, 0u64);
+    let mut busy = Duration::ZERO;
+    let deadline = Duration::from_secs_f64(a.secs);
+    let wall = Instant::now();
+    while busy < deadline && wall.elapsed() < deadline * 20 {
+        for _ in 0..a.batch {
+            rx.push(&w.external[ei]);
+            ei = (ei + 1) % w.external.len();
+        }
+        let t = Instant::now();
+        engine.process(PortId::Inet, &mut rx, &mut out);
+        busy += t.elapsed();
+        ext += a.batch as u64;
+        out.inet.clear();
+        out.ran.clear();
+        out.fabric.clear();
+        while (int as f64) < ext as f64 * ratio {
+            for _ in 0..a.batch {
+                rx.push(&w.internal[ii]);
+                ii = (ii + 1) % w.internal.len();
+            }
+            let t = Instant::now();
+            engine.process(PortId::Fabric, &mut rx, &mut out);
+            busy += t.elapsed();
+            int += a.batch as u64;
+            out.inet.clear();
+            out.ran.clear();
+            out.fabric.clear();
+        }
+    }
+    let c = engine.counters();
+    let dropped: u64 = c.ports.iter().map(|p| p.dropped).sum();
+    ensure!(
+        dropped == 0,
+        "the engine dropped {dropped} of the benchmark's packets: {:?}",
+        c.drops_by_reason()
+    );
+    let sent_fabric =
+        c.ports[PortId::Inet as usize].to_fabric + c.ports[PortId::Fabric as usize].to_fabric;
+    Ok(Row {
+        mpps: ext as f64 / busy.as_secs_f64() / 1e6,
+        fib_entries: engine.fib().len(),
+        fib_bytes: engine.fib().memory_bytes(),
+        gpt_bytes: engine.gpt().map_or(0, |g| g.stats().bytes as usize),
+        mean_crossings_sent: sent_fabric as f64 / ext as f64,
+        external: ext,
+        internal: int,
+    })
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    ensure!((2..=64).contains(&a.nodes), "--nodes must be 2 to 64");
+    ensure!(a.batch >= 1 && a.batch <= 1024, "--batch must be 1 to 1024");
+    ensure!(a.pool >= 1024, "--pool must be at least 1024");
+    let archs: Vec<Arch> = a
+        .arch
+        .iter()
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<_>>()?;
+    let _ = sb_io::cpu::pin_current_thread(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let bubble_thread = if a.bubble {
+        let bytes = llc_bytes() / 2;
+        let s = stop.clone();
+        Some((
+            bytes,
+            std::thread::spawn(move || {
+                let _ = sb_io::cpu::pin_current_thread(1);
+                bubble(bytes, &s)
+            }),
+        ))
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
+    for &entries in &a.fib_entries {
+        ensure!(entries >= 1000, "--fib-entries must be at least 1000");
+        if !a.json {
+            eprintln!("generating {entries} tunnels");
+        }
+        let tunnels = cluster::generate_tunnels_in(
+            Ipv4Addr::new(16, 0, 0, 0),
+            4,
+            entries,
+            a.nodes.into(),
+            a.seed,
+            0,
+        );
+        let mut gpt = None;
+        for &arch in &archs {
+            if arch == Arch::ScaleBricks && gpt.is_none() {
+                gpt = Some(Arc::new(cluster::build_gpt(
+                    &tunnels,
+                    a.nodes.into(),
+                    a.seed,
+                    0,
+                )?));
+            }
+            let w = workload(arch, &tunnels, &a, a.seed + 1)?;
+            for fib_kind in &a.fib {
+                let fib = make_fib(fib_kind, arch, &tunnels, a.nodes, a.seed)?;
+                let cfg = NodeConfig {
+                    arch,
+                    node: 0,
+                    fabric_macs: (0..a.nodes)
+                        .map(|n| sim_mac(PortId::Fabric, n, false))
+                        .collect(),
+                    inet: PortAddr {
+                        mac: sim_mac(PortId::Inet, 0, false),
+                        peer_mac: sim_mac(PortId::Inet, 0, true),
+                        ip: None,
+                    },
+                    ran: PortAddr {
+                        mac: sim_mac(PortId::Ran, 0, false),
+                        peer_mac: sim_mac(PortId::Ran, 0, true),
+                        ip: None,
+                    },
+                    seed: a.seed,
+                };
+                let uplink = Lte::uplink_table(std::iter::empty(), a.seed)?;
+                let app = Lte::new(
+                    LteConfig {
+                        ran_addrs: (0..a.nodes).map(sim_ran_addr).collect(),
+                        ran_mtu: 1500,
+                    },
+                    uplink,
+                );
+                let g = if arch == Arch::ScaleBricks {
+                    gpt.clone()
+                } else {
+                    None
+                };
+                let mut engine = Engine::new(cfg, g, fib, app, a.batch)?;
+                let r = measure(&mut engine, &w, &a)?;
+                if !a.json {
+                    eprintln!(
+                        "{:>11} {:>8} {:>9} entries: {:6.2} Mpps per core, FIB {} entries {:.1} MB, GPT {:.2} MB",
+                        arch.label(), fib_kind, entries, r.mpps, r.fib_entries,
+                        r.fib_bytes as f64 / 1e6, r.gpt_bytes as f64 / 1e6
+                    );
+                }
+                rows.push(json!({
+                    "arch": arch.label(),
+                    "fib": fib_kind,
+                    "fib_entries": entries,
+                    "mpps_per_core": r.mpps,
+                    "fib_entries_per_node": r.fib_entries,
+                    "fib_bytes_per_node": r.fib_bytes,
+                    "gpt_bytes": r.gpt_bytes,
+                    "fabric_sends_per_external_packet": r.mean_crossings_sent,
+                    "external_packets": r.external,
+                    "internal_packets": r.internal,
+                }));
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let bubble_bytes = match bubble_thread {
+        Some((b, h)) => {
+            let _ = h.join();
+            Some(b)
+        }
+        None => None,
+    };
+    let out = json!({
+        "benchmark": "node",
+        "nodes": a.nodes,
+        "batch": a.batch,
+        "frame_bytes": FRAME,
+        "zipf": a.zipf,
+        "bubble_bytes": bubble_bytes,
+        "machine": { "cpus": sb_io::cpu::online_cpus(), "llc_bytes": llc_bytes() },
+        "results": rows,
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("{}", serde_json::to_string(&out)?);
+    }
+    Ok(())
+}
