@@ -51,11 +51,7 @@ pub fn generate_tunnels_in(
     } else {
         (1u32 << host_bits) - 1
     };
-    let v4_count = if v6_every == 0 {
-        count
-    } else {
-        count - count / v6_every
-    };
+    let v4_count = count - count.checked_div(v6_every).unwrap_or(0);
     assert!(
         (v4_count as u64) * 2 <= u64::from(host_mask) + 1,
         "a /{prefix_len} pool is too small for {v4_count} UE addresses"
