@@ -14,8 +14,10 @@
 //! an engine can push a tunnel header in place.
 //!
 //! Backends:
-//! - [`memory`]: connected pairs of in-process ports ([`memory::pair`]) and a replaying source
-//!   ([`memory::ReplayPort`]) for tests and engine benchmarks.
+//! - [`memory`]: connected pairs of in-process ports ([`memory::pair`]), an L2 switch with one
+//!   port per MAC address that forwards by destination MAC without a thread of its own
+//!   ([`memory::switch()`], so N engine nodes run deterministically in one test process), and a
+//!   replaying source ([`memory::ReplayPort`]) for tests and engine benchmarks.
 //! - [`afpacket::AfPacketPort`]: AF_PACKET with a TPACKET_V3 receive ring (mmap'd blocks, the
 //!   kernel hands over a whole block of frames at once; or a TPACKET_V2 frame ring for low
 //!   latency, [`afpacket::RxMode`]) and a transmit path that bypasses the qdisc (`sendmmsg` or a
