@@ -160,9 +160,7 @@ fn switch_forwarding_allocates_nothing_per_packet() {
 fn afpacket_forwarding_allocates_nothing_per_packet() {
     use sb_io::afpacket::{AfPacketConfig, AfPacketPort, TxMode};
     use sb_io::netns::{self, Netns};
-    let root = sb_io::netns::is_root();
-    if !root {
-        eprintln!("skipping: needs root for network namespaces");
+    if !sb_io::netns::root_or_skip("needs network namespaces") {
         return;
     }
     let pid = std::process::id();
@@ -210,9 +208,7 @@ fn xdp_forwarding_allocates_nothing_per_packet() {
     use sb_io::afpacket::{AfPacketConfig, AfPacketPort};
     use sb_io::netns::{self, Netns};
     use sb_io::xdp::{XdpConfig, XdpPort};
-    let root = sb_io::netns::is_root();
-    if !root {
-        eprintln!("skipping: needs root for network namespaces");
+    if !sb_io::netns::root_or_skip("needs network namespaces") {
         return;
     }
     let pid = std::process::id();
