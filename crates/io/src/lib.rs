@@ -104,8 +104,17 @@ pub struct PortStats {
     pub rx_dropped: u64,
     /// Frames given to `tx_batch` that could not be transmitted (ring full, peer full).
     pub tx_dropped: u64,
-    /// Receive-side errors (malformed ring entries, failed syscalls).
+    /// Receive-side errors (malformed ring entries, failed syscalls, frames with a partial
+    /// checksum that could not be completed).
     pub rx_errors: u64,
+    /// Frames dropped on receive because the kernel handed over only part of them (the
+    /// captured length was shorter than the frame: larger than a ring frame). Never delivered
+    /// as if complete.
+    pub rx_truncated: u64,
+    /// Frames received with a partial UDP/TCP checksum (from a local sender with transmit
+    /// checksum offload, `TP_STATUS_CSUMNOTREADY`) whose checksum the port completed before
+    /// handing them over.
+    pub rx_csum_completed: u64,
     /// Transmit-side errors (failed syscalls other than "full").
     pub tx_errors: u64,
 }

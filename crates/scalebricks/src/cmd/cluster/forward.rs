@@ -63,6 +63,7 @@ fn port_json(s: &PortStats) -> serde_json::Value {
         "rx_packets": s.rx_packets, "rx_bytes": s.rx_bytes, "rx_dropped": s.rx_dropped,
         "rx_errors": s.rx_errors, "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes,
         "tx_dropped": s.tx_dropped, "tx_errors": s.tx_errors,
+        "rx_truncated": s.rx_truncated, "rx_csum_completed": s.rx_csum_completed,
     })
 }
 
