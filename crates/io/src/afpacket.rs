@@ -15,6 +15,13 @@
 //!   `sendmmsg` per batch; [`TxMode::Ring`] copies frames into a TPACKET_V2 TX ring and kicks it
 //!   with one `send`. `scalebricks bench io` measures both.
 //!
+//! Several ports on one interface can share its traffic, one port per core: ports opened with
+//! the same [`AfPacketConfig::fanout_group`] form a `PACKET_FANOUT_HASH` group, in which the
+//! kernel hands each received frame to exactly one member, chosen by the flow hash of its
+//! headers, so all frames of a flow reach the same port in order. Group ids are scoped to the
+//! network namespace; every member must be opened with the same ring settings. Ports without a
+//! group (or in another group) on the same interface each see every frame.
+//!
 //! VLAN tags the kernel moved into packet metadata are put back into the frame, so a port
 //! returns frames as they were on the wire. A port never hands over a frame that is not what a
 //! wire would carry:

@@ -460,3 +460,77 @@ fn afpacket_partial_udp_checksums_are_completed() {
         assert_eq!(s.rx_errors, 0);
     }
 }
+
+/// A fanout group keeps each flow on one member, in order, and a port outside the group still
+/// sees everything.
+#[test]
+fn afpacket_fanout_keeps_each_flow_on_one_port_in_order() {
+    if !sb_io::netns::root_or_skip("needs network namespaces") {
+        return;
+    }
+    let (na, nb) = tio_pair("fan");
+    let open = |ns: &Netns, dev: &str, fanout_group| {
+        let cfg = AfPacketConfig {
+            fanout_group,
+            ..AfPacketConfig::default()
+        };
+        ns.run(|| AfPacketPort::open(dev, &cfg)).unwrap().unwrap()
+    };
+    let mut a = open(&na, "ta", None);
+    let mut members = [open(&nb, "tb", Some(3)), open(&nb, "tb", Some(3))];
+    let mut outsider = open(&nb, "tb", None);
+    const FLOWS: u32 = 16;
+    const PER_FLOW: u32 = 100;
+    // IPv4/UDP frames of FLOWS flows (source port = flow), sequence number in the payload.
+    let udp = |flow: u32, seq: u32| {
+        let mut f = frame(seq, 64);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14..34].copy_from_slice(&[
+            0x45, 0, 0, 50, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ]);
+        f[34..36].copy_from_slice(&(1000 + flow as u16).to_be_bytes());
+        f[36..38].copy_from_slice(&2000u16.to_be_bytes());
+        f[42..46].copy_from_slice(&seq.to_be_bytes());
+        f
+    };
+    let mut tx = PacketBatch::new(FLOWS as usize);
+    // per flow: (member that got it, next sequence number expected)
+    let mut owner: Vec<Option<usize>> = vec![None; FLOWS as usize];
+    let mut next = vec![0u32; FLOWS as usize];
+    let mut outsider_got = 0u32;
+    let mut rx = PacketBatch::new(64);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for seq in 0..PER_FLOW {
+        for flow in 0..FLOWS {
+            tx.push(&udp(flow, seq));
+        }
+        assert_eq!(a.tx_batch(&mut tx), FLOWS as usize);
+        // Drain as we go so no ring overflows.
+        while next.iter().any(|&n| n <= seq) || outsider_got < (seq + 1) * FLOWS {
+            assert!(Instant::now() < deadline, "timed out at {seq}: {next:?}");
+            for (m, p) in members.iter_mut().enumerate() {
+                rx.clear();
+                p.rx_batch(&mut rx);
+                for f in rx.iter().filter(|f| f[12..14] == [8, 0]) {
+                    let flow = (u16::from_be_bytes([f[34], f[35]]) - 1000) as usize;
+                    let s = u32::from_be_bytes([f[42], f[43], f[44], f[45]]);
+                    assert_eq!(*owner[flow].get_or_insert(m), m, "flow {flow} moved");
+                    assert_eq!(s, next[flow], "flow {flow} out of order");
+                    next[flow] += 1;
+                }
+            }
+            rx.clear();
+            outsider.rx_batch(&mut rx);
+            outsider_got += rx.iter().filter(|f| f[12..14] == [8, 0]).count() as u32;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    assert!(next.iter().all(|&n| n == PER_FLOW));
+    assert_eq!(outsider_got, FLOWS * PER_FLOW);
+    let used: std::collections::HashSet<_> = owner.iter().flatten().collect();
+    assert_eq!(
+        used.len(),
+        2,
+        "16 flows all hashed to one member: {owner:?}"
+    );
+}
