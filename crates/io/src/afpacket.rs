@@ -15,8 +15,27 @@
 //!   `sendmmsg` per batch; [`TxMode::Ring`] copies frames into a TPACKET_V2 TX ring and kicks it
 //!   with one `send`. `scalebricks bench io` measures both.
 //!
+//! Several ports on one interface can share its traffic, one port per core: ports opened with
+//! the same [`AfPacketConfig::fanout_group`] form a `PACKET_FANOUT_HASH` group, in which the
+//! kernel hands each received frame to exactly one member, chosen by the flow hash of its
+//! headers, so all frames of a flow reach the same port in order. Group ids are scoped to the
+//! network namespace; every member must be opened with the same ring settings. Ports without a
+//! group (or in another group) on the same interface each see every frame.
+//!
 //! VLAN tags the kernel moved into packet metadata are put back into the frame, so a port
-//! returns frames as they were on the wire.
+//! returns frames as they were on the wire. A port never hands over a frame that is not what a
+//! wire would carry:
+//! - a frame the kernel cut short (larger than a frame-ring slot, 2048 bytes in
+//!   [`RxMode::Frames`]; `tp_snaplen < tp_len`) is dropped and counted in
+//!   [`PortStats::rx_truncated`];
+//! - a frame from a local sender with transmit checksum offload arrives with only the
+//!   pseudo-header sum in its UDP/TCP checksum field (`TP_STATUS_CSUMNOTREADY`); the port
+//!   computes the checksum ([`PortStats::rx_csum_completed`]), or drops the frame
+//!   ([`PortStats::rx_errors`]) if it is not UDP/TCP over IPv4/IPv6 without extension headers.
+//!
+//! Segmentation offloads (TSO/GSO on the sending veth, GRO on the receiving one) make a kernel
+//! TCP connection's data arrive as one super-frame of up to 64 KB; switch them off on links a
+//! port serves ([`crate::netns::set_offloads`]; `sb-topology` does so for every link it makes).
 #![allow(unsafe_code)]
 
 use crate::{IoError, PacketBatch, Port, PortStats};
@@ -635,11 +654,14 @@ impl AfPacketPort {
                 let frame = unsafe {
                     std::slice::from_raw_parts(ring.map.ptr.as_ptr().add(base + mac), len)
                 };
-                if push_frame(batch, frame, st, h.tp_vlan_tci, h.tp_vlan_tpid) {
+                let info = FrameInfo {
+                    status: st,
+                    wire_len: h.tp_len,
+                    vlan_tci: h.tp_vlan_tci,
+                    vlan_tpid: h.tp_vlan_tpid,
+                };
+                if take_frame(&mut self.stats, batch, frame, &info) {
                     n += 1;
-                    self.stats.rx_bytes += len as u64;
-                } else {
-                    self.stats.rx_dropped += 1;
                 }
             }
             status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
@@ -815,6 +837,132 @@ impl AfPacketPort {
     }
 }
 
+/// What the ring header says about one received frame.
+struct FrameInfo {
+    /// `tp_status`.
+    status: u32,
+    /// `tp_len`: the frame's length on the wire (the captured part is `tp_snaplen` long).
+    wire_len: u32,
+    vlan_tci: u16,
+    vlan_tpid: u16,
+}
+
+/// Appends one frame the kernel handed over (`frame` is its captured part) to `batch` and
+/// counts it: a truncated frame is dropped (`rx_truncated`), a frame larger than the batch's
+/// buffers too (`rx_dropped`); a partial UDP/TCP checksum is completed (`rx_csum_completed`),
+/// or the frame dropped (`rx_errors`) when it cannot be. True if the frame was appended.
+#[inline]
+fn take_frame(stats: &mut PortStats, batch: &mut PacketBatch, frame: &[u8], f: &FrameInfo) -> bool {
+    if (frame.len() as u64) < u64::from(f.wire_len) {
+        stats.rx_truncated += 1;
+        return false;
+    }
+    if !push_frame(batch, frame, f.status, f.vlan_tci, f.vlan_tpid) {
+        stats.rx_dropped += 1; // larger than the batch's buffers
+        return false;
+    }
+    if f.status & libc::TP_STATUS_CSUMNOTREADY != 0 {
+        let last = batch.len() - 1;
+        if complete_l4_checksum(batch.get_mut(last)) {
+            stats.rx_csum_completed += 1;
+        } else {
+            batch.pop();
+            stats.rx_errors += 1;
+            return false;
+        }
+    }
+    stats.rx_bytes += frame.len() as u64;
+    true
+}
+
+/// Computes and stores the UDP or TCP checksum of `frame` (Ethernet, optional VLAN tags,
+/// IPv4 or IPv6 without extension headers), whatever its checksum field holds: the kernel
+/// leaves only the pseudo-header sum there when the sender offloads checksumming
+/// (`CHECKSUM_PARTIAL`, `TP_STATUS_CSUMNOTREADY`) and the device would have finished it. False
+/// (frame unchanged) when the frame is not such a packet or is malformed.
+fn complete_l4_checksum(frame: &mut [u8]) -> bool {
+    use sb_wire::checksum;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let be16 = |b: &[u8], o: usize| u16::from_be_bytes([b[o], b[o + 1]]);
+    if frame.len() < 14 {
+        return false;
+    }
+    let mut off = 14;
+    let mut ethertype = be16(frame, 12);
+    while ethertype == 0x8100 || ethertype == 0x88a8 {
+        if frame.len() < off + 4 {
+            return false;
+        }
+        ethertype = be16(frame, off + 2);
+        off += 4;
+    }
+    let (src, dst, proto, l4) = match ethertype {
+        0x0800 => {
+            if frame.len() < off + 20 || frame[off] >> 4 != 4 {
+                return false;
+            }
+            let ihl = usize::from(frame[off] & 0x0f) * 4;
+            let total = usize::from(be16(frame, off + 2));
+            // Fragments never carry a partial checksum; refuse them rather than guess.
+            if ihl < 20
+                || total < ihl
+                || frame.len() < off + total
+                || be16(frame, off + 6) & 0x3fff != 0
+            {
+                return false;
+            }
+            let a = |o: usize| Ipv4Addr::new(frame[o], frame[o + 1], frame[o + 2], frame[o + 3]);
+            (
+                IpAddr::V4(a(off + 12)),
+                IpAddr::V4(a(off + 16)),
+                frame[off + 9],
+                off + ihl..off + total,
+            )
+        }
+        0x86dd => {
+            if frame.len() < off + 40 || frame[off] >> 4 != 6 {
+                return false;
+            }
+            let payload = usize::from(be16(frame, off + 4));
+            if frame.len() < off + 40 + payload {
+                return false;
+            }
+            let a = |o: usize| {
+                let mut b = [0u8; 16];
+                b.copy_from_slice(&frame[o..o + 16]);
+                Ipv6Addr::from(b)
+            };
+            (
+                IpAddr::V6(a(off + 8)),
+                IpAddr::V6(a(off + 24)),
+                frame[off + 6],
+                off + 40..off + 40 + payload,
+            )
+        }
+        _ => return false,
+    };
+    let seg = &mut frame[l4];
+    return match proto {
+        6 if seg.len() >= 20 => fill(seg, 16, src, dst, proto),
+        17 if seg.len() >= 8 => {
+            let udp_len = usize::from(be16(seg, 4));
+            udp_len >= 8 && udp_len <= seg.len() && fill(&mut seg[..udp_len], 6, src, dst, proto)
+        }
+        _ => false,
+    };
+
+    fn fill(seg: &mut [u8], field: usize, src: IpAddr, dst: IpAddr, proto: u8) -> bool {
+        seg[field..field + 2].fill(0);
+        let Some(c) = checksum::upper_layer(src, dst, proto, seg) else {
+            return false;
+        };
+        // UDP sends a computed zero as 0xffff (zero means "no checksum").
+        let c = if proto == 17 && c == 0 { 0xffff } else { c };
+        seg[field..field + 2].copy_from_slice(&c.to_be_bytes());
+        true
+    }
+}
+
 /// Appends `frame` to `batch`, putting back a VLAN tag the kernel moved into metadata.
 #[inline]
 fn push_frame(batch: &mut PacketBatch, frame: &[u8], status: u32, tci: u16, tpid: u16) -> bool {
@@ -904,18 +1052,14 @@ impl Port for AfPacketPort {
                 let frame = unsafe {
                     std::slice::from_raw_parts(ring.map.ptr.as_ptr().add(block + mac), len)
                 };
-                let ok = push_frame(
-                    batch,
-                    frame,
-                    h.tp_status,
-                    h.hv1.tp_vlan_tci as u16,
-                    h.hv1.tp_vlan_tpid,
-                );
-                if ok {
+                let info = FrameInfo {
+                    status: h.tp_status,
+                    wire_len: h.tp_len,
+                    vlan_tci: h.hv1.tp_vlan_tci as u16,
+                    vlan_tpid: h.hv1.tp_vlan_tpid,
+                };
+                if take_frame(&mut self.stats, batch, frame, &info) {
                     n += 1;
-                    self.stats.rx_bytes += len as u64;
-                } else {
-                    self.stats.rx_dropped += 1; // larger than the batch's buffers
                 }
             }
             ring.remaining -= 1;
@@ -980,5 +1124,157 @@ impl Port for AfPacketPort {
         let mut s = self.stats;
         s.rx_dropped += self.kernel_drops.get();
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sb_wire::{
+        parse_frame_with, EthernetAddress, L4Header, PacketBuilder, ParseOptions, TcpFlags, VlanTag,
+    };
+    use std::net::IpAddr;
+
+    fn verify(frame: &[u8]) -> bool {
+        let opts = ParseOptions {
+            verify_l4_checksum: true,
+            ..ParseOptions::default()
+        };
+        parse_frame_with(frame, &opts).is_ok()
+    }
+
+    fn built(src: &str, dst: &str, tcp: bool, vlan: bool, payload_len: usize) -> Vec<u8> {
+        let mut b = PacketBuilder::udp(
+            EthernetAddress([2, 0, 0, 0, 0, 1]),
+            EthernetAddress([2, 0, 0, 0, 0, 2]),
+            src.parse::<IpAddr>().unwrap(),
+            dst.parse::<IpAddr>().unwrap(),
+            4000,
+            5000,
+        );
+        if tcp {
+            b.l4 = L4Header::Tcp {
+                src_port: 4000,
+                dst_port: 5000,
+                seq_number: 7,
+                ack_number: 9,
+                flags: TcpFlags::ACK,
+                window: 1000,
+            };
+        }
+        if vlan {
+            b.vlan = Some(VlanTag::from_tci(42));
+        }
+        let payload: Vec<u8> = (0..payload_len).map(|i| (i * 7) as u8).collect();
+        let mut out = vec![0u8; 2000];
+        let n = b.build(&payload, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    /// Where the L4 checksum field is in a frame from `built`.
+    fn csum_at(src: &str, tcp: bool, vlan: bool) -> usize {
+        let l3 = if vlan { 18 } else { 14 };
+        let ip = if src.contains(':') { 40 } else { 20 };
+        l3 + ip + if tcp { 16 } else { 6 }
+    }
+
+    #[test]
+    fn partial_checksums_are_completed() {
+        for (src, dst) in [("10.0.0.1", "10.0.0.2"), ("fd00::1", "fd00::2")] {
+            for tcp in [false, true] {
+                for vlan in [false, true] {
+                    for len in [0, 1, 2, 33, 1000] {
+                        let good = built(src, dst, tcp, vlan, len);
+                        assert!(verify(&good));
+                        let at = csum_at(src, tcp, vlan);
+                        // What a CHECKSUM_PARTIAL skb holds: a pseudo-header sum, not the
+                        // checksum; anything but the right value must be replaced.
+                        for junk in [[0u8, 0], [0x12, 0x34], [0xff, 0xff]] {
+                            let mut f = good.clone();
+                            f[at..at + 2].copy_from_slice(&junk);
+                            assert!(complete_l4_checksum(&mut f), "{src} tcp={tcp} len={len}");
+                            assert!(verify(&f), "{src} tcp={tcp} vlan={vlan} len={len}");
+                            assert_eq!(f, good);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn frames_that_cannot_be_completed_are_left_alone() {
+        let good = built("10.0.0.1", "10.0.0.2", false, false, 10);
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("runt", good[..13].to_vec()),
+            ("arp", {
+                let mut f = good.clone();
+                f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+                f
+            }),
+            ("ip cut short", good[..30].to_vec()),
+            ("fragment", {
+                let mut f = good.clone();
+                f[14 + 6] = 0x20; // more fragments
+                f
+            }),
+            ("udp length beyond the packet", {
+                let mut f = good.clone();
+                f[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&500u16.to_be_bytes());
+                f
+            }),
+            ("icmp", {
+                let mut f = good.clone();
+                f[14 + 9] = 1;
+                f
+            }),
+        ];
+        for (what, f) in cases {
+            let mut g = f.clone();
+            assert!(!complete_l4_checksum(&mut g), "{what}");
+            assert_eq!(g, f, "{what}: unchanged");
+        }
+    }
+
+    #[test]
+    fn truncated_and_partial_frames_are_counted() {
+        let good = built("10.0.0.1", "10.0.0.2", true, false, 100);
+        let mut stats = PortStats::default();
+        let mut batch = PacketBatch::new(4);
+        let info = |status, wire_len| FrameInfo {
+            status,
+            wire_len,
+            vlan_tci: 0,
+            vlan_tpid: 0,
+        };
+        let len = good.len() as u32;
+        assert!(!take_frame(
+            &mut stats,
+            &mut batch,
+            &good[..80],
+            &info(libc::TP_STATUS_USER, len)
+        ));
+        assert_eq!((stats.rx_truncated, batch.len()), (1, 0));
+        let mut partial = good.clone();
+        partial[14 + 20 + 16] ^= 0x5a;
+        let st = libc::TP_STATUS_USER | libc::TP_STATUS_CSUMNOTREADY;
+        assert!(take_frame(&mut stats, &mut batch, &partial, &info(st, len)));
+        assert_eq!(batch.get(0), &good[..]);
+        assert_eq!(stats.rx_csum_completed, 1);
+        // A partial frame that is not UDP/TCP is dropped, not passed on unverified.
+        let mut arp = good.clone();
+        arp[12] = 0x08;
+        arp[13] = 0x06;
+        assert!(!take_frame(&mut stats, &mut batch, &arp, &info(st, len)));
+        assert_eq!((stats.rx_errors, batch.len()), (1, 1));
+        assert!(take_frame(
+            &mut stats,
+            &mut batch,
+            &good,
+            &info(libc::TP_STATUS_USER, len)
+        ));
+        assert_eq!(stats.rx_bytes, 2 * len as u64);
+        assert_eq!(stats.rx_truncated, 1);
     }
 }

@@ -14,8 +14,10 @@
 //! an engine can push a tunnel header in place.
 //!
 //! Backends:
-//! - [`memory`]: connected pairs of in-process ports ([`memory::pair`]) and a replaying source
-//!   ([`memory::ReplayPort`]) for tests and engine benchmarks.
+//! - [`memory`]: connected pairs of in-process ports ([`memory::pair`]), an L2 switch with one
+//!   port per MAC address that forwards by destination MAC without a thread of its own
+//!   ([`memory::switch()`], so N engine nodes run deterministically in one test process), and a
+//!   replaying source ([`memory::ReplayPort`]) for tests and engine benchmarks.
 //! - [`afpacket::AfPacketPort`]: AF_PACKET with a TPACKET_V3 receive ring (mmap'd blocks, the
 //!   kernel hands over a whole block of frames at once; or a TPACKET_V2 frame ring for low
 //!   latency, [`afpacket::RxMode`]) and a transmit path that bypasses the qdisc (`sendmmsg` or a
@@ -102,8 +104,17 @@ pub struct PortStats {
     pub rx_dropped: u64,
     /// Frames given to `tx_batch` that could not be transmitted (ring full, peer full).
     pub tx_dropped: u64,
-    /// Receive-side errors (malformed ring entries, failed syscalls).
+    /// Receive-side errors (malformed ring entries, failed syscalls, frames with a partial
+    /// checksum that could not be completed).
     pub rx_errors: u64,
+    /// Frames dropped on receive because the kernel handed over only part of them (the
+    /// captured length was shorter than the frame: larger than a ring frame). Never delivered
+    /// as if complete.
+    pub rx_truncated: u64,
+    /// Frames received with a partial UDP/TCP checksum (from a local sender with transmit
+    /// checksum offload, `TP_STATUS_CSUMNOTREADY`) whose checksum the port completed before
+    /// handing them over.
+    pub rx_csum_completed: u64,
     /// Transmit-side errors (failed syscalls other than "full").
     pub tx_errors: u64,
 }

@@ -1,20 +1,43 @@
-//! In-memory ports: connected pairs ([`pair`]) and a replaying source/sink ([`ReplayPort`]).
+//! In-memory ports: connected pairs ([`pair`]), an L2 switch with one port per MAC address
+//! ([`switch()`], see [`mod@switch`]) and a replaying source/sink ([`ReplayPort`]).
 //!
 //! A pair behaves like a cable with a bounded queue in each direction: what one end transmits,
 //! the other receives, in order. When a direction's queue is full, transmitted frames are
 //! dropped and counted (`tx_dropped`), like a NIC with a full ring. Each queue is a ring of
 //! fixed-size buffers allocated once; one mutex acquisition per batch.
+//!
+//! A switch connects N ports through the same queues, one receive queue per port: a frame
+//! transmitted on one port goes straight into the queue of the port whose MAC is its
+//! destination (no switch thread), so N engine nodes run deterministically in one test process.
+
+pub mod switch;
+
+pub use switch::{switch, switch_with_buf_size, Switch, SwitchPort, SwitchPortStats, SwitchStats};
 
 use crate::{batch::DEFAULT_BUF_SIZE, IoError, PacketBatch, Port, PortStats};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+/// A bounded FIFO of frames in fixed-size buffers allocated once.
 struct Ring {
     data: Box<[u8]>,
     lens: Box<[u16]>,
     buf_size: usize,
     head: usize,
     len: usize,
+    /// Frames ever queued (for the switch's per-port counters).
+    enqueued: u64,
+    /// Frames refused because the ring was full (for the switch's per-port counters).
+    full_drops: u64,
+}
+
+/// Why [`Ring::push`] refused a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PushError {
+    /// The ring holds `capacity` frames already.
+    Full,
+    /// The frame is larger than one buffer.
+    TooLarge,
 }
 
 impl Ring {
@@ -25,20 +48,85 @@ impl Ring {
             buf_size,
             head: 0,
             len: 0,
+            enqueued: 0,
+            full_drops: 0,
         }
+    }
+
+    /// Copies `f` to the tail of the ring.
+    fn push(&mut self, f: &[u8]) -> Result<(), PushError> {
+        let cap = self.lens.len();
+        if f.len() > self.buf_size {
+            return Err(PushError::TooLarge);
+        }
+        if self.len == cap {
+            self.full_drops += 1;
+            return Err(PushError::Full);
+        }
+        let slot = (self.head + self.len) % cap;
+        let off = slot * self.buf_size;
+        self.data[off..off + f.len()].copy_from_slice(f);
+        self.lens[slot] = f.len() as u16;
+        self.len += 1;
+        self.enqueued += 1;
+        Ok(())
+    }
+
+    /// Moves frames from the head of the ring into `batch` until one of them is empty or full,
+    /// counting them in `stats` (frames larger than the batch's buffers in `rx_dropped`).
+    /// Returns how many were appended.
+    fn pop_into(&mut self, batch: &mut PacketBatch, stats: &mut PortStats) -> usize {
+        let cap = self.lens.len();
+        let mut n = 0;
+        while self.len > 0 && !batch.is_full() {
+            let h = self.head;
+            let len = self.lens[h] as usize;
+            let off = h * self.buf_size;
+            if batch.push(&self.data[off..off + len]) {
+                stats.rx_packets += 1;
+                stats.rx_bytes += len as u64;
+                n += 1;
+            } else {
+                stats.rx_dropped += 1; // larger than the caller's buffers
+            }
+            self.head = (h + 1) % cap;
+            self.len -= 1;
+        }
+        n
     }
 }
 
+/// A ring shared between threads, with a condition variable signalled when frames arrive.
 struct Queue {
     ring: Mutex<Ring>,
     ready: Condvar,
 }
 
 impl Queue {
+    fn new(capacity: usize, buf_size: usize) -> Arc<Queue> {
+        Arc::new(Queue {
+            ring: Mutex::new(Ring::new(capacity, buf_size)),
+            ready: Condvar::new(),
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, Ring> {
         // A poisoned lock only means another thread panicked mid-copy; the ring's indices are
         // always consistent between statements, so keep going.
         self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sleeps until the ring holds a frame or `timeout` passes; true if it holds one.
+    fn wait(&self, timeout: Duration) -> bool {
+        let r = self.lock();
+        if r.len > 0 {
+            return true;
+        }
+        let (r, _) = self
+            .ready
+            .wait_timeout_while(r, timeout, |r| r.len == 0)
+            .unwrap_or_else(|e| e.into_inner());
+        r.len > 0
     }
 }
 
@@ -60,12 +148,7 @@ pub fn pair(name: &str, capacity: usize) -> (MemPort, MemPort) {
 pub fn pair_with_buf_size(name: &str, capacity: usize, buf_size: usize) -> (MemPort, MemPort) {
     let capacity = capacity.max(1);
     let buf_size = buf_size.clamp(64, u16::MAX as usize);
-    let q = || {
-        Arc::new(Queue {
-            ring: Mutex::new(Ring::new(capacity, buf_size)),
-            ready: Condvar::new(),
-        })
-    };
+    let q = || Queue::new(capacity, buf_size);
     let (ab, ba) = (q(), q());
     (
         MemPort {
@@ -96,43 +179,21 @@ impl Port for MemPort {
     }
 
     fn rx_batch(&mut self, batch: &mut PacketBatch) -> usize {
-        let mut r = self.rx.lock();
-        let cap = r.lens.len();
-        let mut n = 0;
-        while r.len > 0 && !batch.is_full() {
-            let h = r.head;
-            let len = r.lens[h] as usize;
-            let off = h * r.buf_size;
-            if batch.push(&r.data[off..off + len]) {
-                self.stats.rx_packets += 1;
-                self.stats.rx_bytes += len as u64;
-                n += 1;
-            } else {
-                self.stats.rx_dropped += 1; // larger than the caller's buffers
-            }
-            r.head = (h + 1) % cap;
-            r.len -= 1;
-        }
-        n
+        self.rx.lock().pop_into(batch, &mut self.stats)
     }
 
     fn tx_batch(&mut self, batch: &mut PacketBatch) -> usize {
         let mut sent = 0;
         {
             let mut r = self.tx.lock();
-            let cap = r.lens.len();
             for f in batch.iter() {
-                if r.len == cap || f.len() > r.buf_size {
-                    self.stats.tx_dropped += 1;
-                    continue;
+                match r.push(f) {
+                    Ok(()) => {
+                        sent += 1;
+                        self.stats.tx_bytes += f.len() as u64;
+                    }
+                    Err(_) => self.stats.tx_dropped += 1,
                 }
-                let slot = (r.head + r.len) % cap;
-                let off = slot * r.buf_size;
-                r.data[off..off + f.len()].copy_from_slice(f);
-                r.lens[slot] = f.len() as u16;
-                r.len += 1;
-                sent += 1;
-                self.stats.tx_bytes += f.len() as u64;
             }
         }
         self.stats.tx_packets += sent as u64;
@@ -144,16 +205,7 @@ impl Port for MemPort {
     }
 
     fn wait_rx(&mut self, timeout: Duration) -> Result<bool, IoError> {
-        let r = self.rx.lock();
-        if r.len > 0 {
-            return Ok(true);
-        }
-        let (r, _) = self
-            .rx
-            .ready
-            .wait_timeout_while(r, timeout, |r| r.len == 0)
-            .unwrap_or_else(|e| e.into_inner());
-        Ok(r.len > 0)
+        Ok(self.rx.wait(timeout))
     }
 
     fn stats(&self) -> PortStats {

@@ -104,12 +104,63 @@ fn memory_forwarding_allocates_nothing_per_packet() {
 }
 
 #[test]
+fn switch_forwarding_allocates_nothing_per_packet() {
+    // Ports: 0 the source, 1 and 2 a forwarding node's two sides, 3 the sink.
+    let macs = [
+        [2, 0, 0, 0, 0, 10],
+        [2, 0, 0, 0, 0, 11],
+        [2, 0, 0, 0, 0, 12],
+        [2, 0, 0, 0, 0, 1],
+    ];
+    let (sw, mut ports) = memory::switch("na", &macs, 256);
+    let mut gen = PacketBatch::new(32);
+    let mut fwd = PacketBatch::new(32);
+    let mut round = |ports: &mut [memory::SwitchPort]| {
+        for i in 0..gen.capacity() {
+            let f = gen.alloc(64 + i % 1400).unwrap();
+            // One broadcast per batch (flooded to 1, 2 and 3), the rest unicast to port 1.
+            f[..6].copy_from_slice(if i == 0 { &[0xff; 6] } else { &macs[1] });
+        }
+        ports[0].tx_batch(&mut gen);
+        // The node forwards what it receives on side 1 out of side 2 to the sink (the forward
+        // helper's rewrite of the destination MAC to 02:00:00:00:00:01).
+        while ports[1].rx_batch(&mut fwd) > 0 {
+            for j in 0..fwd.len() {
+                fwd.get_mut(j)[..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+            }
+            ports[2].tx_batch(&mut fwd);
+        }
+        fwd.clear();
+        while ports[2].rx_batch(&mut fwd) > 0 {
+            fwd.clear();
+        }
+        let mut got = 0;
+        while ports[3].rx_batch(&mut gen) > 0 {
+            got += gen.len() as u64;
+            gen.clear();
+        }
+        got
+    };
+    for _ in 0..4 {
+        round(&mut ports);
+    }
+    let before = allocs();
+    let mut n = 0;
+    for _ in 0..1000 {
+        n += round(&mut ports);
+    }
+    let after = allocs();
+    // 32 forwarded + 1 flooded directly to the sink per round.
+    assert_eq!(n, 33_000);
+    assert_eq!(after - before, 0, "allocations while switching {n} frames");
+    assert_eq!(sw.stats().queue_full, 0);
+}
+
+#[test]
 fn afpacket_forwarding_allocates_nothing_per_packet() {
     use sb_io::afpacket::{AfPacketConfig, AfPacketPort, TxMode};
     use sb_io::netns::{self, Netns};
-    let root = sb_io::netns::is_root();
-    if !root {
-        eprintln!("skipping: needs root for network namespaces");
+    if !sb_io::netns::root_or_skip("needs network namespaces") {
         return;
     }
     let pid = std::process::id();
@@ -157,9 +208,7 @@ fn xdp_forwarding_allocates_nothing_per_packet() {
     use sb_io::afpacket::{AfPacketConfig, AfPacketPort};
     use sb_io::netns::{self, Netns};
     use sb_io::xdp::{XdpConfig, XdpPort};
-    let root = sb_io::netns::is_root();
-    if !root {
-        eprintln!("skipping: needs root for network namespaces");
+    if !sb_io::netns::root_or_skip("needs network namespaces") {
         return;
     }
     let pid = std::process::id();

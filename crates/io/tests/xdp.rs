@@ -7,8 +7,6 @@ use sb_io::xdp::{XdpConfig, XdpMode, XdpPort};
 use sb_io::{PacketBatch, Port};
 use std::time::{Duration, Instant};
 
-use sb_io::netns::is_root;
-
 fn frame(seq: u32, len: usize) -> Vec<u8> {
     let mut f = vec![0u8; len];
     f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xbb]);
@@ -57,8 +55,7 @@ fn transfer(tx: &mut dyn Port, rx: &mut dyn Port, n: u32) {
 
 #[test]
 fn xdp_copy_mode_over_veth() {
-    if !is_root() {
-        eprintln!("skipping: needs root");
+    if !sb_io::netns::root_or_skip("needs network namespaces") {
         return;
     }
     for mode in [XdpMode::Generic, XdpMode::Auto] {

@@ -361,12 +361,15 @@ fn counters_json(
             a.tx_dropped += b.tx_dropped;
             a.rx_errors += b.rx_errors;
             a.tx_errors += b.tx_errors;
+            a.rx_truncated += b.rx_truncated;
+            a.rx_csum_completed += b.rx_csum_completed;
         }
     }
     let port = |s: &PortStats| {
         json!({"rx_packets": s.rx_packets, "rx_bytes": s.rx_bytes, "rx_dropped": s.rx_dropped,
                "rx_errors": s.rx_errors, "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes,
-               "tx_dropped": s.tx_dropped, "tx_errors": s.tx_errors})
+               "tx_dropped": s.tx_dropped, "tx_errors": s.tx_errors,
+               "rx_truncated": s.rx_truncated, "rx_csum_completed": s.rx_csum_completed})
     };
     json!({
         "node": cfg.node,

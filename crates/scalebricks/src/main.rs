@@ -34,7 +34,8 @@ enum Command {
     Node(cmd::node::Args),
     /// Send downstream traffic into the running cluster.
     Gen(cmd::gen::Args),
-    /// Receive and check traffic in a node's neighbour namespace.
+    /// Receive and check traffic in a node's neighbour namespace (frame ring: latency without
+    /// the 1 ms block timeout).
     Sink(cmd::sink::Args),
     /// The main job: a demonstration on generated keys that needs no setup.
     Demo(cmd::demo::Args),

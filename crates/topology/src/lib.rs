@@ -10,9 +10,13 @@
 //! exactly what exists, also after `up` died halfway. `up` on a directory holding a journal is an
 //! error ([`TopoError::AlreadyUp`]).
 //!
-//! Everything is done by running iproute2 (`ip`, `bridge`) and `sysctl`; no link is ever created in
-//! the caller's namespace (veths are created directly inside their namespaces), so deleting the
-//! namespaces removes every link.
+//! Everything is done by running iproute2 (`ip`, `bridge`) and `sysctl`, except the offloads:
+//! every veth end gets transmit checksumming, TSO, GSO and GRO switched off (the equivalent of
+//! `ethtool -K DEV tx off tso off gso off gro off`, through [`sb_io::netns::set_offloads`], no
+//! `ethtool` needed), so a packet socket on a link sees complete, checksummed, MTU-sized frames
+//! also from the kernel's own TCP/UDP sockets. MTUs: 1500 on `inet`/`ran`, 9000 on the fabric
+//! (see [`plan`]). No link is ever created in the caller's namespace (veths are created directly
+//! inside their namespaces), so deleting the namespaces removes every link.
 //!
 //! ```no_run
 //! use sb_topology::{down, load, up, Forwarding, UpOptions};
@@ -101,6 +105,17 @@ pub enum TopoError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// Switching a link's offloads off failed.
+    #[error("turning offloads off on {dev} in namespace {netns}: {source}")]
+    Offloads {
+        /// The namespace.
+        netns: String,
+        /// The interface.
+        dev: String,
+        /// Why.
+        #[source]
+        source: sb_io::IoError,
     },
     /// Text that should be a MAC, prefix or JSON description is not.
     #[error("parse error: {0}")]
@@ -303,12 +318,30 @@ fn create_netns(j: &mut Journal, name: &str, forward: bool) -> Result<(), TopoEr
     Ok(())
 }
 
+/// Sets the interface's MTU, switches its offloads off, adds its address and brings it up.
 fn addr_up(i: &Iface) -> Result<(), TopoError> {
+    let mtu = i.mtu.to_string();
+    sys::ip(&["-n", &i.netns, "link", "set", "dev", &i.name, "mtu", &mtu])?;
+    offloads_off(i)?;
     if let Some(a) = &i.addr {
         sys::ip(&["-n", &i.netns, "addr", "add", a, "dev", &i.name])?;
     }
     sys::ip(&["-n", &i.netns, "link", "set", &i.name, "up"])?;
     Ok(())
+}
+
+/// `ethtool -K DEV tx off tso off gso off gro off`, inside the interface's namespace.
+fn offloads_off(i: &Iface) -> Result<(), TopoError> {
+    let err = |source| TopoError::Offloads {
+        netns: i.netns.clone(),
+        dev: i.name.clone(),
+        source,
+    };
+    sb_io::netns::in_netns(&i.netns, || {
+        sb_io::netns::set_offloads(&i.name, &sb_io::netns::Offloads::OFF)
+    })
+    .map_err(err)?
+    .map_err(err)
 }
 
 fn veth(l: &Link) -> Result<(), TopoError> {
@@ -380,6 +413,7 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
     let sw = &desc.switch;
     create_netns(j, &sw.netns, false)?;
     let brmac = sw.mac.to_string();
+    let brmtu = sw.mtu.to_string();
     sys::ip(&[
         "-n",
         &sw.netns,
@@ -388,6 +422,8 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
         &sw.bridge,
         "address",
         &brmac,
+        "mtu",
+        &brmtu,
         "type",
         "bridge",
         "stp_state",
@@ -411,11 +447,13 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
         addr_up(&n.ran.peer)?;
         // Bridge port: static forwarding entry for the node's fabric MAC, no learning, no
         // flooding of unknown unicast (broadcast still reaches everyone, e.g. ARP on the fabric).
+        // Its MTU is set first, so the bridge (whose MTU follows its smallest port's unless
+        // set) stays at the fabric MTU.
         let port = &n.fabric.peer;
+        addr_up(port)?;
         sys::ip(&[
             "-n", &sw.netns, "link", "set", &port.name, "master", &sw.bridge,
         ])?;
-        sys::ip(&["-n", &sw.netns, "link", "set", &port.name, "up"])?;
         sys::run(
             "bridge",
             &[

@@ -19,6 +19,11 @@
 //! address, the RAN-side namespace's default route the node's `ran` address. All neighbour entries
 //! are static (`nud permanent`), so no ARP is needed on the data links; IPv6 is off everywhere.
 //! These addresses exist only inside the cluster's own namespaces.
+//!
+//! MTUs: the `inet` and `ran` links carry ordinary 1500-byte packets ([`EDGE_MTU`]); the fabric
+//! links (each node's `fabric`, its bridge port and `br0`) take [`FABRIC_MTU`] = 9000, so a frame
+//! that gained a fabric shim or a GTP-U tunnel header (up to ~100 bytes) still crosses the
+//! fabric. Every veth end has its checksum and segmentation offloads off (see [`crate::up`]).
 
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -30,6 +35,16 @@ use crate::TopoError;
 
 /// Most nodes a plan supports (the third octet of the link subnets and the fabric host part).
 pub const MAX_NODES: usize = 250;
+
+/// MTU of the `inet` and `ran` links (and of old descriptions that did not record one).
+pub const EDGE_MTU: u32 = 1500;
+
+/// MTU of the fabric links and the bridge: room for a shim or tunnel header on a full-size packet.
+pub const FABRIC_MTU: u32 = 9000;
+
+fn default_mtu() -> u32 {
+    EDGE_MTU
+}
 
 /// Version of the JSON description format.
 pub const DESCRIPTION_VERSION: u32 = 1;
@@ -174,6 +189,10 @@ pub struct Iface {
     pub mac: Mac,
     /// Its IPv4 address with prefix length (`10.1.0.1/24`), if it has one.
     pub addr: Option<String>,
+    /// Its MTU ([`EDGE_MTU`] or [`FABRIC_MTU`]); descriptions written before this field existed
+    /// read as [`EDGE_MTU`], what those clusters had.
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
 }
 
 impl Iface {
@@ -240,6 +259,9 @@ pub struct SwitchDesc {
     pub bridge: String,
     /// Bridge MAC.
     pub mac: Mac,
+    /// Bridge MTU ([`FABRIC_MTU`]; [`EDGE_MTU`] in descriptions that did not record one).
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
 }
 
 /// Everything `cluster up` made, as written to `cluster.json`.
@@ -321,6 +343,11 @@ pub fn plan(
         name: name.to_string(),
         mac,
         addr,
+        mtu: if name == "fabric" || netns == sw {
+            FABRIC_MTU
+        } else {
+            EDGE_MTU
+        },
     };
     let nodes = (0..nodes)
         .map(|i| {
@@ -387,6 +414,7 @@ pub fn plan(
             netns: sw,
             bridge: "br0".into(),
             mac: mac(7, 0),
+            mtu: FABRIC_MTU,
         },
         nodes,
     })
@@ -421,6 +449,33 @@ mod tests {
         assert_eq!(a.namespaces().len(), 1 + 3 * 4);
         assert_eq!(a.nodes[3].fabric.local.addr.as_deref(), Some("10.0.0.4/24"));
         assert_eq!(a.nodes[2].inet.peer.mac.to_string(), "02:73:62:04:00:02");
+        for n in &a.nodes {
+            for f in [&n.inet.local, &n.inet.peer, &n.ran.local, &n.ran.peer] {
+                assert_eq!(f.mtu, EDGE_MTU, "{f:?}");
+            }
+            assert_eq!(
+                (n.fabric.local.mtu, n.fabric.peer.mtu),
+                (FABRIC_MTU, FABRIC_MTU)
+            );
+        }
+        assert_eq!(a.switch.mtu, FABRIC_MTU);
+    }
+
+    #[test]
+    fn descriptions_without_mtus_still_load() {
+        let a = plan("old", 1, pool(), Forwarding::Kernel, "/run/x".into()).unwrap();
+        let mut v = serde_json::to_value(&a).unwrap();
+        let n = &mut v["nodes"][0];
+        for l in ["inet", "ran", "fabric"] {
+            for e in ["local", "peer"] {
+                n[l][e].as_object_mut().unwrap().remove("mtu").unwrap();
+            }
+        }
+        v["switch"].as_object_mut().unwrap().remove("mtu").unwrap();
+        let b: Description = serde_json::from_value(v).unwrap();
+        assert_eq!(b.nodes[0].fabric.local.mtu, EDGE_MTU);
+        assert_eq!(b.switch.mtu, EDGE_MTU);
+        assert_eq!(b.nodes[0].inet, a.nodes[0].inet);
     }
 
     #[test]

@@ -229,3 +229,158 @@ fn a_pre_existing_empty_dir_is_kept_and_foreign_files_refused() {
     assert!(g.dir.exists(), "a directory up did not create stays");
     assert_eq!(std::fs::read_dir(&g.dir).unwrap().count(), 0);
 }
+
+/// Every veth end has its offloads off and the planned MTU; a jumbo frame crosses the fabric;
+/// a kernel TCP connection over `inet` reaches a packet socket as MTU-sized, checksummed frames
+/// (and, as a control, does not once the offloads are back on).
+#[test]
+fn links_have_offloads_off_and_planned_mtus() {
+    use sb_io::netns::{in_netns, mtu, offloads, set_offloads, Offloads};
+    use sb_topology::plan::{EDGE_MTU, FABRIC_MTU};
+    if !can_run("links_have_offloads_off_and_planned_mtus") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut g = Guard::new("o");
+    g.prefix = format!("tio{}o", std::process::id() % 100_000);
+    let mut opts = UpOptions::new(&g.prefix, 2, g.dir.clone());
+    opts.forwarding = Forwarding::None;
+    let d = up(&opts).unwrap();
+
+    let has_ethtool = Command::new("ethtool").arg("--version").output().is_ok();
+    for i in ifaces(&d) {
+        let got = in_netns(&i.netns, || offloads(&i.name)).unwrap().unwrap();
+        assert_eq!(got, Offloads::OFF, "{i:?}");
+        assert_eq!(in_netns(&i.netns, || mtu(&i.name)).unwrap().unwrap(), i.mtu);
+        let want = if i.name == "fabric" || i.netns == d.switch.netns {
+            FABRIC_MTU
+        } else {
+            EDGE_MTU
+        };
+        assert_eq!(i.mtu, want, "{i:?}");
+        if has_ethtool {
+            let k = sh(&["ip", "netns", "exec", &i.netns, "ethtool", "-k", &i.name]);
+            for f in [
+                "tx-checksumming: off",
+                "tcp-segmentation-offload: off",
+                "generic-segmentation-offload: off",
+                "generic-receive-offload: off",
+            ] {
+                assert!(k.contains(f), "{i:?}: no {f:?} in {k}");
+            }
+        }
+    }
+    let br = in_netns(&d.switch.netns, || mtu(&d.switch.bridge));
+    assert_eq!(br.unwrap().unwrap(), FABRIC_MTU);
+    assert_eq!(d.switch.mtu, FABRIC_MTU);
+
+    // A frame 100 bytes over the edge MTU (a full packet plus a tunnel header) crosses the
+    // fabric from node 0 to node 1.
+    let cfg = AfPacketConfig::default();
+    let open = |ns: &str, dev: &str| {
+        in_netns(ns, || AfPacketPort::open(dev, &cfg))
+            .unwrap()
+            .unwrap()
+    };
+    let mut p0 = open(&d.nodes[0].netns, "fabric");
+    let mut p1 = open(&d.nodes[1].netns, "fabric");
+    let mut f = vec![0x5au8; 1514 + 100];
+    f[0..6].copy_from_slice(&d.nodes[1].fabric.local.mac.0);
+    f[6..12].copy_from_slice(&d.nodes[0].fabric.local.mac.0);
+    f[12..14].copy_from_slice(&[0x88, 0xb5]);
+    let mut b = PacketBatch::new(8);
+    b.push(&f);
+    assert_eq!(p0.tx_batch(&mut b), 1);
+    let t0 = std::time::Instant::now();
+    let mut seen = false;
+    while !seen && t0.elapsed() < Duration::from_secs(5) {
+        let _ = p1.wait_rx(Duration::from_millis(50));
+        b.clear();
+        p1.rx_batch(&mut b);
+        seen = b.iter().any(|x| x == f.as_slice());
+    }
+    assert!(seen, "a {}-byte frame did not cross the fabric", f.len());
+    drop((p0, p1));
+
+    // TCP from the Internet side to the node, 200 KB, watched on the node's `inet`.
+    let n = &d.nodes[0];
+    let watch = |label: &str| -> (Vec<usize>, usize, sb_io::PortStats) {
+        let mut port = open(&n.netns, "inet");
+        let node_ip = n.inet.local.ip().unwrap();
+        let listener = in_netns(&n.netns, || std::net::TcpListener::bind((node_ip, 0)))
+            .unwrap()
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut sink = Vec::new();
+            std::io::Read::read_to_end(&mut s, &mut sink).unwrap();
+            sink.len()
+        });
+        let mut c = in_netns(&n.inet_netns, || {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        })
+        .unwrap()
+        .unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 31) as u8).collect();
+        std::io::Write::write_all(&mut c, &data).unwrap();
+        drop(c);
+        assert_eq!(server.join().unwrap(), data.len(), "{label}");
+        // Everything is in the ring by now (4 MB of blocks); drain it.
+        std::thread::sleep(Duration::from_millis(20));
+        let opts = sb_wire::ParseOptions {
+            verify_l4_checksum: true,
+            ..sb_wire::ParseOptions::default()
+        };
+        let (mut lens, mut payload) = (Vec::new(), 0usize);
+        let mut rx = PacketBatch::with_buf_size(64, 65535);
+        while port.rx_batch(&mut rx) > 0 {
+            for fr in rx.iter() {
+                let Ok(p) = sb_wire::parse_frame_with(fr, &sb_wire::ParseOptions::default()) else {
+                    continue;
+                };
+                if p.five_tuple().is_some_and(|t| t.protocol == 6) {
+                    lens.push(fr.len());
+                    assert!(
+                        sb_wire::parse_frame_with(fr, &opts).is_ok(),
+                        "{label}: TCP segment with a bad checksum"
+                    );
+                    payload += p.l4_payload().map_or(0, |x| x.len());
+                }
+            }
+            rx.clear();
+        }
+        (lens, payload, port.stats())
+    };
+    let (lens, payload, st) = watch("offloads off");
+    assert!(payload >= 200_000, "saw {payload} TCP payload bytes");
+    assert!(
+        lens.iter().all(|&l| l <= 1514),
+        "frames over 1514 bytes: {:?}",
+        lens.iter().filter(|&&l| l > 1514).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        (st.rx_csum_completed, st.rx_truncated, st.rx_dropped),
+        (0, 0, 0),
+        "{st:?}"
+    );
+
+    // Control: with the offloads back on at the sender, the same transfer shows super-frames or
+    // partial checksums, so the checks above can fail.
+    let on = Offloads {
+        tx_checksum: true,
+        tso: true,
+        gso: true,
+        gro: true,
+    };
+    in_netns(&n.inet_netns, || set_offloads("eth0", &on))
+        .unwrap()
+        .unwrap();
+    let (lens, _, st) = watch("offloads on");
+    assert!(
+        lens.iter().any(|&l| l > 1514) || st.rx_csum_completed > 0,
+        "offloads on changed nothing: {st:?}"
+    );
+
+    down(&g.dir).unwrap();
+}

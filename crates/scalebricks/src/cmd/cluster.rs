@@ -232,7 +232,7 @@ fn node_config(
             .iter()
             .map(|m| m.ran.local.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED))
             .collect(),
-        ran_mtu: 1500,
+        ran_mtu: n.ran.local.mtu as usize,
         gpt: (arch == Arch::ScaleBricks).then(|| d.dir.join(tables::GPT_FILE)),
         fib_table: d.dir.join(tables::fib_file(i)),
         uplink_table: d.dir.join(tables::uplink_file(i)),
