@@ -171,6 +171,12 @@ impl MemPort {
     pub fn pending(&self) -> usize {
         self.rx.lock().len
     }
+
+    /// Frames sent from this end that the other end has not received yet (a sender's flow
+    /// control: a queue of `capacity` frames drops what does not fit).
+    pub fn queued_tx(&self) -> usize {
+        self.tx.lock().len
+    }
 }
 
 impl Port for MemPort {

@@ -1,441 +1,526 @@
-//! `scalebricks demo`: the main job until the cluster engine exists. It plays a ScaleBricks
-//! cluster in one process, on generated flows, and checks every answer:
-//!
-//! 1. the RIB owner builds the Global Partition Table (SetSep) over every flow's UE address,
-//!    mapping it to its handling node; each node gets a replica loaded from the serialized table;
-//! 2. each node builds its partial FIB (cuckoo table) with only the flows it handles: the GTP-U
-//!    tunnel (TEID, eNodeB address) of each;
-//! 3. downstream packets (Ethernet/IPv4/UDP to a UE) enter random nodes; each ingress node parses
-//!    the frame, looks the UE address up in its GPT replica in batches, sends the packet over the
-//!    fabric at most once, and the handling node looks up its FIB and encapsulates in GTP-U;
-//! 4. flows migrate between nodes: make before break (new FIB entry, GPT delta broadcast to the
-//!    replicas, old FIB entry removed), and the replicas stay byte-identical to the owner's table.
-//!
-//! It prints what it measured and exits non-zero if any check failed.
+//! `scalebricks demo`: the main job. A ScaleBricks cluster of `--nodes` nodes, each a thread
+//! running the engine (`sb_node::drive`) over three in-memory ports: `inet` and `ran` are
+//! cables to this command, `fabric` a port of an in-memory switch that joins the nodes. The
+//! three architectures run one after the other on the same tunnels and the same traffic:
+//! downstream packets to known UEs entering random nodes, plus packets to unknown UEs, with
+//! TTL 1 and malformed frames. Every frame that comes out of a `ran` port is checked (right
+//! node, tunnel, eNodeB, inner packet byte for byte but the TTL), every deliberate drop must
+//! be counted by its reason, and a table compares the architectures. `--netns` runs the same
+//! comparison on real node processes in network namespaces (`cluster up`, root).
 
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sb_cuckoo::{CuckooTable, Params};
-use sb_setsep::{BuildOptions, Config, SetSep, Updatable};
-use sb_wire::{
-    parse_frame, EtherType, EthernetAddress, EthernetRepr, GtpuTunnel, Ipv4Repr, OuterIp,
-    UdpChecksum, UdpRepr,
-};
-use serde_json::json;
-use std::collections::HashSet;
+use sb_engine::cluster::{self, sim_mac, sim_ran_addr};
+use sb_engine::lte::{Lte, LteConfig, Tunnel};
+use sb_engine::{Arch, Counters, Engine, Fib, NodeConfig, PortAddr, PortId};
+use sb_io::memory::{self, MemPort};
+use sb_io::{PacketBatch, Port};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Nodes in the cluster (the GPT stores ceil(log2 nodes) bits per flow).
+    /// Nodes in the cluster.
     #[arg(long, default_value_t = 4)]
-    nodes: usize,
-    /// Flows (FIB entries) in the whole cluster.
+    nodes: u16,
+    /// Tunnels (FIB entries) in the whole cluster.
     #[arg(long, default_value_t = 1_000_000)]
     flows: usize,
-    /// Downstream packets to push through the cluster.
+    /// Downstream packets of known flows per architecture.
     #[arg(long, default_value_t = 1_000_000)]
     packets: usize,
-    /// Flows to migrate from one node to another.
-    #[arg(long, default_value_t = 10_000)]
-    migrate: usize,
-    /// GPT build threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
-    /// Seed of the generated flows and of the tables.
+    /// Architectures, in order (comma separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "scalebricks,full-dup,hash-part"
+    )]
+    arch: Vec<String>,
+    /// Seed of the tunnels, the tables and the traffic.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Frames per batch.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Run on real node processes in network namespaces (`cluster up`; needs root).
+    #[arg(long)]
+    netns: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
 }
 
-/// FIB value of a flow: TEID (4 bytes, BE), eNodeB IPv4 address (4 bytes), QoS class (1 byte),
-/// padding to 16 bytes.
-const FIB_VALUE_BYTES: usize = 16;
-const BATCH: usize = 32;
-const HEADROOM: usize = 64;
+/// Deliberate drops per architecture: unknown UEs, TTL 1, malformed frames.
+const UNKNOWN: usize = 1000;
+const TTL1: usize = 100;
+const MALFORMED: usize = 100;
+/// Packets in flight at most (the cables' queues hold more, so nothing is lost for room).
+const WINDOW: usize = 4096;
 
-fn fib_value(teid: u32, enb: Ipv4Addr, qci: u8) -> [u8; FIB_VALUE_BYTES] {
-    let mut v = [0u8; FIB_VALUE_BYTES];
-    v[..4].copy_from_slice(&teid.to_be_bytes());
-    v[4..8].copy_from_slice(&enb.octets());
-    v[8] = qci;
-    v
+fn frame(ue: IpAddr, id: u64, ttl: u8, ingress: u16) -> Vec<u8> {
+    let server: IpAddr = match ue {
+        IpAddr::V4(_) => Ipv4Addr::new(203, 0, 113, 7).into(),
+        IpAddr::V6(_) => "2001:db8:ffff::7"
+            .parse::<std::net::Ipv6Addr>()
+            .expect("literal")
+            .into(),
+    };
+    let b = sb_wire::PacketBuilder {
+        ttl,
+        ..sb_wire::PacketBuilder::udp(
+            sb_wire::EthernetAddress(sim_mac(PortId::Inet, ingress, true)),
+            sb_wire::EthernetAddress(sim_mac(PortId::Inet, ingress, false)),
+            server,
+            ue,
+            443,
+            5000,
+        )
+    };
+    let payload = id.to_be_bytes();
+    let mut out = vec![0u8; b.header_len() + payload.len() + 14];
+    let mut p = [0u8; 22];
+    p[..8].copy_from_slice(&payload);
+    let n = b.build(&p, &mut out).expect("fits");
+    out.truncate(n);
+    out
 }
 
-struct Flow {
-    ue: Ipv4Addr,
-    node: u16,
-    value: [u8; FIB_VALUE_BYTES],
+/// The traffic of one run: (ingress node, frame, tunnel index or None for a deliberate drop).
+struct Traffic {
+    packets: Vec<(u16, Vec<u8>, Option<usize>)>,
+    ttl: Vec<u8>,
 }
 
-pub fn run(args: Args) -> Result<()> {
+fn traffic(tunnels: &[Tunnel], a: &Args) -> Traffic {
+    let mut rng = StdRng::seed_from_u64(a.seed ^ 0xdead);
+    let total = a.packets + UNKNOWN + TTL1 + MALFORMED;
+    let mut packets = Vec::with_capacity(total);
+    let mut ttl = Vec::with_capacity(total);
+    for id in 0..total as u64 {
+        let ingress = rng.gen_range(0..a.nodes);
+        let i = id as usize;
+        let (f, t, known) = if i < a.packets {
+            let ti = rng.gen_range(0..tunnels.len());
+            let t = rng.gen_range(2..=64);
+            (frame(tunnels[ti].ue, id, t, ingress), t, Some(ti))
+        } else if i < a.packets + UNKNOWN {
+            // 198.18.0.0/15 (benchmarking addresses): never a UE of the generated tunnels.
+            let ue = Ipv4Addr::from(0xc612_0000 | rng.gen_range(0..0x1_0000u32));
+            (frame(ue.into(), id, 64, ingress), 64, None)
+        } else if i < a.packets + UNKNOWN + TTL1 {
+            let ti = rng.gen_range(0..tunnels.len());
+            (frame(tunnels[ti].ue, id, 1, ingress), 1, None)
+        } else {
+            let ti = rng.gen_range(0..tunnels.len());
+            let mut f = frame(tunnels[ti].ue, id, 64, ingress);
+            f[14 + 10] ^= 0x5a; // IPv4 header checksum
+            (f, 64, None)
+        };
+        packets.push((ingress, f, known));
+        ttl.push(t);
+    }
+    // Deliberate drops mixed in among the rest.
+    for i in (1..packets.len()).rev() {
+        let j = rng.gen_range(0..=i);
+        packets.swap(i, j);
+        ttl.swap(i, j);
+    }
+    Traffic { packets, ttl }
+}
+
+/// Checks one frame that left node `node`'s ran port; returns the packet id if it is right.
+fn check(f: &[u8], node: u16, tunnels: &[Tunnel], t: &Traffic, ids: &[u32]) -> Option<usize> {
+    if f.get(..6)? != sim_mac(PortId::Ran, node, true)
+        || f.get(6..12)? != sim_mac(PortId::Ran, node, false)
+    {
+        return None;
+    }
+    let d = sb_wire::decapsulate(f).ok()?;
+    let p = sb_wire::parse_frame(f).ok()?;
+    let id = u64::from_be_bytes(p.l4_payload()?.get(..8)?.try_into().ok()?) as usize;
+    let slot = *ids.get(id)? as usize;
+    let (_, sent, known) = t.packets.get(slot)?;
+    let tn = &tunnels[(*known)?];
+    if tn.node != node
+        || d.teid != tn.teid
+        || d.outer_dst != IpAddr::V4(tn.enb)
+        || d.outer_src != IpAddr::V4(sim_ran_addr(node))
+    {
+        return None;
+    }
+    // Inner packet: what was sent, TTL one lower, header checksum still right.
+    let ip = &sent[14..];
+    let inner = d.inner;
+    if inner.len() != ip.len() || inner[8].checked_add(1)? != ip[8] || inner[8] + 1 != t.ttl[slot] {
+        return None;
+    }
+    if inner[..8] != ip[..8]
+        || inner[12..] != ip[12..]
+        || sb_wire::checksum::checksum(&inner[..20]) != 0
+    {
+        return None;
+    }
+    Some(slot)
+}
+
+struct RunResult {
+    mpps_per_core: f64,
+    node_cpu_s: f64,
+    wall_s: f64,
+    counters: Counters,
+    fib_entries: Vec<usize>,
+    fib_bytes: Vec<usize>,
+    gpt_bytes: usize,
+    wrong: u64,
+    lost: u64,
+    expected_drops_ok: bool,
+}
+
+fn run_arch(
+    arch: Arch,
+    tunnels: &[Tunnel],
+    t: &Traffic,
+    ids: &[u32],
+    a: &Args,
+    quiet: bool,
+) -> Result<RunResult> {
+    let n = a.nodes;
+    let gpt = match arch {
+        Arch::ScaleBricks => Some(Arc::new(cluster::build_gpt(tunnels, n.into(), a.seed, 0)?)),
+        _ => None,
+    };
+    let mut engines = Vec::new();
+    let (mut fib_entries, mut fib_bytes) = (Vec::new(), Vec::new());
+    for node in 0..n {
+        let fib = cluster::build_cuckoo_fib(arch, tunnels, node, n, a.seed)?;
+        fib_entries.push(fib.len());
+        fib_bytes.push(fib.memory_bytes());
+        let uplink = Lte::uplink_table(tunnels.iter().filter(|x| x.node == node), a.seed)?;
+        let app = Lte::new(
+            LteConfig {
+                ran_addrs: (0..n).map(sim_ran_addr).collect(),
+                ran_mtu: 1500,
+            },
+            uplink,
+        );
+        let cfg = NodeConfig {
+            arch,
+            node,
+            fabric_macs: (0..n).map(|k| sim_mac(PortId::Fabric, k, false)).collect(),
+            inet: PortAddr {
+                mac: sim_mac(PortId::Inet, node, false),
+                peer_mac: sim_mac(PortId::Inet, node, true),
+                ip: None,
+            },
+            ran: PortAddr {
+                mac: sim_mac(PortId::Ran, node, false),
+                peer_mac: sim_mac(PortId::Ran, node, true),
+                ip: None,
+            },
+            seed: a.seed,
+        };
+        engines.push(Engine::new(
+            cfg,
+            gpt.clone(),
+            Box::new(fib) as Box<dyn Fib>,
+            app,
+            a.batch,
+        )?);
+    }
+    let gpt_bytes = gpt.as_ref().map_or(0, |g| g.stats().bytes as usize);
+    // The cables and the switch.
+    let fabric_macs: Vec<[u8; 6]> = (0..n).map(|k| sim_mac(PortId::Fabric, k, false)).collect();
+    let (switch, fabric_ports) = memory::switch("fabric", &fabric_macs, 4 * WINDOW + 1024);
+    let mut inet_out: Vec<MemPort> = Vec::new();
+    let mut ran_in: Vec<MemPort> = Vec::new();
+    let stop = AtomicBool::new(false);
+    let published: Vec<Mutex<Counters>> = (0..n).map(|_| Mutex::new(Counters::default())).collect();
+    let cpu_ns: Vec<Mutex<u64>> = (0..n).map(|_| Mutex::new(0)).collect();
+    let mut node_ports = Vec::new();
+    for (k, fp) in fabric_ports.into_iter().enumerate() {
+        let (outside_inet, node_inet) = memory::pair(&format!("inet{k}"), WINDOW + 1024);
+        let (node_ran, outside_ran) = memory::pair(&format!("ran{k}"), 2 * WINDOW + 1024);
+        inet_out.push(outside_inet);
+        ran_in.push(outside_ran);
+        let ports: [Box<dyn Port>; 3] = [Box::new(node_inet), Box::new(node_ran), Box::new(fp)];
+        node_ports.push(ports);
+    }
+    let progress = if quiet || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        let pb = ProgressBar::new(t.packets.len() as u64);
+        pb.set_style(
+            ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec})")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        pb.set_message(arch.label().to_string());
+        pb
+    };
+    let t0 = Instant::now();
+    let outcome = std::thread::scope(|s| -> Result<(u64, u64, Vec<bool>)> {
+        for (k, (mut engine, mut ports)) in engines.into_iter().zip(node_ports).enumerate() {
+            let (stop, published, cpu) = (&stop, &published[k], &cpu_ns[k]);
+            let batch = a.batch;
+            s.spawn(move || {
+                let tid = sb_io::cpu::current_tid();
+                sb_node::drive(&mut engine, &mut ports, batch, stop, published, None);
+                *cpu.lock().unwrap_or_else(|e| e.into_inner()) =
+                    sb_io::cpu::thread_runtime_ns(tid).unwrap_or(0);
+            });
+        }
+        // Generator and checker: this thread.
+        let known_total = t.packets.iter().filter(|p| p.2.is_some()).count() as u64;
+        let mut seen = vec![false; t.packets.len()];
+        let (mut sent_known, mut got, mut wrong) = (0u64, 0u64, 0u64);
+        let mut tx: Vec<PacketBatch> = (0..n).map(|_| PacketBatch::new(a.batch)).collect();
+        let mut rx = PacketBatch::new(256);
+        let mut next = 0usize;
+        let mut last_progress = Instant::now();
+        let deadline = Duration::from_secs(30 + (t.packets.len() / 20_000) as u64);
+        while got < known_total {
+            // Send while the window allows.
+            while next < t.packets.len() && (sent_known - got) < WINDOW as u64 {
+                let (ingress, f, known) = &t.packets[next];
+                let b = &mut tx[usize::from(*ingress)];
+                b.push(f);
+                if known.is_some() {
+                    sent_known += 1;
+                }
+                if b.is_full() {
+                    inet_out[usize::from(*ingress)].tx_batch(b);
+                }
+                next += 1;
+            }
+            if next == t.packets.len() {
+                for (k, b) in tx.iter_mut().enumerate() {
+                    if !b.is_empty() {
+                        inet_out[k].tx_batch(b);
+                    }
+                }
+            }
+            // Receive and check.
+            let mut any = false;
+            for (k, port) in ran_in.iter_mut().enumerate() {
+                while port.rx_batch(&mut rx) > 0 {
+                    any = true;
+                    for f in rx.iter() {
+                        match check(f, k as u16, tunnels, t, ids) {
+                            Some(slot) if !seen[slot] => {
+                                seen[slot] = true;
+                                got += 1;
+                            }
+                            _ => wrong += 1,
+                        }
+                    }
+                    rx.clear();
+                }
+            }
+            if any {
+                last_progress = Instant::now();
+                progress.set_position(next as u64);
+            } else if last_progress.elapsed() > Duration::from_secs(5) || t0.elapsed() > deadline {
+                break;
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        // Let the nodes finish what is in flight (deliberate drops are counted as they go).
+        let quiet_since = Instant::now();
+        loop {
+            let dropped: u64 = published
+                .iter()
+                .map(|p| {
+                    p.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .ports
+                        .iter()
+                        .map(|x| x.dropped)
+                        .sum::<u64>()
+                })
+                .sum();
+            if dropped >= (UNKNOWN + TTL1 + MALFORMED) as u64
+                || quiet_since.elapsed() > Duration::from_secs(3)
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Relaxed);
+        Ok((got, wrong, seen))
+    })?;
+    progress.finish_and_clear();
+    let wall_s = t0.elapsed().as_secs_f64();
+    let (got, wrong, _seen) = outcome;
+    let mut counters = Counters::default();
+    for p in &published {
+        counters.add(&p.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+    let node_cpu_s: f64 = cpu_ns
+        .iter()
+        .map(|c| *c.lock().unwrap_or_else(|e| e.into_inner()) as f64)
+        .sum::<f64>()
+        / 1e9;
+    let external = t.packets.len() as f64;
+    let known_total = t.packets.iter().filter(|p| p.2.is_some()).count() as u64;
+    let unknown = counters.dropped(sb_engine::Drop::UnknownFlow)
+        + counters.dropped(sb_engine::Drop::FibMissAfterGpt);
+    let expected_drops_ok = unknown == UNKNOWN as u64
+        && counters.dropped(sb_engine::Drop::Ttl) == TTL1 as u64
+        && counters.dropped(sb_engine::Drop::Malformed(sb_wire::WireError::ALL[0]))
+            == MALFORMED as u64
+        && counters.ports.iter().map(|p| p.dropped).sum::<u64>()
+            == (UNKNOWN + TTL1 + MALFORMED) as u64;
+    let _ = switch.stats();
+    Ok(RunResult {
+        mpps_per_core: if node_cpu_s > 0.0 {
+            external / node_cpu_s / 1e6
+        } else {
+            0.0
+        },
+        node_cpu_s,
+        wall_s,
+        counters,
+        fib_entries,
+        fib_bytes,
+        gpt_bytes,
+        wrong,
+        lost: known_total - got,
+        expected_drops_ok,
+    })
+}
+
+pub fn run(a: Args) -> Result<()> {
+    ensure!((2..=64).contains(&a.nodes), "--nodes must be 2 to 64");
     ensure!(
-        (2..=1024).contains(&args.nodes),
-        "--nodes must be 2 to 1024"
+        a.flows >= 1 && a.flows <= 16 << 20,
+        "--flows must be 1 to 16M"
     );
-    ensure!(args.flows >= 1, "--flows must be at least 1");
-    ensure!(
-        args.flows <= 64 << 20,
-        "--flows above 64M needs more memory than this demo plans for"
-    );
+    ensure!(a.packets >= 1, "--packets must be at least 1");
+    ensure!((1..=256).contains(&a.batch), "--batch must be 1 to 256");
+    let archs: Vec<Arch> = a
+        .arch
+        .iter()
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .collect::<Result<_>>()?;
+    if a.netns {
+        return super::demo_netns::run(&a.netns_args(), &archs);
+    }
     let say = |s: String| {
-        if !args.json {
+        if !a.json {
             println!("{s}");
         }
     };
-    let value_bits = (usize::BITS - (args.nodes - 1).leading_zeros()).max(1) as u8;
-    let mut rng = StdRng::seed_from_u64(args.seed);
-
-    // Flows: distinct UE addresses, each with a handling node and a tunnel.
-    let mut seen = HashSet::with_capacity(args.flows);
-    let mut flows = Vec::with_capacity(args.flows);
-    while flows.len() < args.flows {
-        let ue = Ipv4Addr::from(rng.gen::<u32>());
-        if !seen.insert(ue) {
-            continue;
+    say(format!(
+        "scalebricks demo: {} nodes as threads on in-memory ports and an in-memory switch, {} tunnels, {} packets per architecture (+{} unknown UEs, {} TTL 1, {} malformed)",
+        a.nodes, a.flows, a.packets, UNKNOWN, TTL1, MALFORMED
+    ));
+    let tunnels = cluster::generate_tunnels(a.flows, a.nodes.into(), a.seed, 0);
+    let t = traffic(&tunnels, &a);
+    // Packet id -> position in the shuffled traffic.
+    let mut ids = vec![0u32; t.packets.len()];
+    for (slot, (_, f, _)) in t.packets.iter().enumerate() {
+        let id = u64::from_be_bytes(f[42..50].try_into().expect("8 bytes")) as usize;
+        ids[id] = slot as u32;
+    }
+    let mut rows = Vec::new();
+    let mut failed = Vec::new();
+    for &arch in &archs {
+        let r =
+            run_arch(arch, &tunnels, &t, &ids, &a, a.json).with_context(|| format!("{arch}"))?;
+        let n = f64::from(a.nodes);
+        let drops: BTreeMap<String, u64> = r.counters.drops_by_reason();
+        if r.wrong > 0 || r.lost > 0 || !r.expected_drops_ok {
+            failed.push(format!(
+                "{arch}: {} wrong, {} lost, drops {:?}",
+                r.wrong, r.lost, drops
+            ));
         }
-        let node = rng.gen_range(0..args.nodes) as u16;
-        let enb = Ipv4Addr::new(192, 0, 2, rng.gen_range(1..=254));
-        flows.push(Flow {
-            ue,
-            node,
-            value: fib_value(rng.gen(), enb, rng.gen_range(1..=9)),
+        rows.push(json!({
+            "arch": arch.label(),
+            "mpps_per_core": r.mpps_per_core,
+            "node_cpu_seconds": r.node_cpu_s,
+            "wall_seconds": r.wall_s,
+            "mean_fabric_crossings": r.counters.mean_crossings(),
+            "crossings": r.counters.crossings,
+            "fib_entries_per_node": r.fib_entries.iter().sum::<usize>() as f64 / n,
+            "fib_bytes_per_node": r.fib_bytes.iter().sum::<usize>() as f64 / n,
+            "gpt_bytes": r.gpt_bytes,
+            "drops": drops,
+            "wrong": r.wrong,
+            "lost": r.lost,
+        }));
+    }
+    if a.json {
+        let v = json!({
+            "nodes": a.nodes, "flows": a.flows, "packets": a.packets,
+            "deliberate_drops": {"unknown_ue": UNKNOWN, "ttl": TTL1, "malformed": MALFORMED},
+            "results": rows,
+            "ok": failed.is_empty(),
         });
-    }
-    drop(seen);
-    say(format!(
-        "scalebricks demo: {} nodes, {} flows, {} value bits per flow in the GPT",
-        args.nodes, args.flows, value_bits
-    ));
-
-    // 1. The GPT, built by the RIB owner and replicated to every node.
-    let keys: Vec<[u8; 4]> = flows.iter().map(|f| f.ue.octets()).collect();
-    let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-    let values: Vec<u16> = flows.iter().map(|f| f.node).collect();
-    let opts = BuildOptions {
-        config: Config::C16_8,
-        value_bits,
-        threads: args.threads,
-        seed: args.seed,
-        ..BuildOptions::default()
-    };
-    let t0 = Instant::now();
-    let mut owner = Updatable::build(&key_refs, &values, &opts).context("building the GPT")?;
-    let build_s = t0.elapsed().as_secs_f64();
-    let image = owner.table().to_bytes();
-    let mut replicas: Vec<SetSep> = (0..args.nodes)
-        .map(|_| SetSep::from_bytes(&image))
-        .collect::<Result<_, _>>()
-        .context("loading a GPT replica")?;
-    let stats = owner.table().stats();
-    say(format!(
-        "GPT: built in {:.2} s ({:.2} M flows/s), {:.3} bits/flow, {} bytes, {} fallback flows, pages {}",
-        build_s,
-        args.flows as f64 / build_s / 1e6,
-        stats.bits_per_key,
-        stats.bytes,
-        stats.fallback_keys,
-        stats.page_info.label()
-    ));
-
-    // 2. Each node's partial FIB holds only its own flows.
-    let per_node = args.flows / args.nodes + 1;
-    let mut fibs: Vec<CuckooTable> = (0..args.nodes)
-        .map(|_| {
-            let mut p = Params::new(4, FIB_VALUE_BYTES, (per_node * 10 / 9).max(64));
-            p.seed = args.seed;
-            p.grow = true;
-            CuckooTable::new(p)
-        })
-        .collect::<Result<_, _>>()
-        .context("creating the FIBs")?;
-    for f in &flows {
-        fibs[f.node as usize]
-            .insert(&f.ue.octets(), &f.value)
-            .context("filling a FIB")?;
-    }
-    let fib_bytes: usize = fibs.iter().map(|t| t.memory_bytes()).sum();
-    let full_dup_bytes = fibs[0].memory_bytes() * args.nodes * args.nodes;
-    say(format!(
-        "FIBs: {} entries on node 0 .. {} on node {}; per node GPT + FIB = {:.1} MB, full duplication would need {:.1} MB per node",
-        fibs[0].len(),
-        fibs[args.nodes - 1].len(),
-        args.nodes - 1,
-        (stats.bytes as f64 + (fib_bytes / args.nodes) as f64) / 1e6,
-        full_dup_bytes as f64 / args.nodes as f64 / 1e6,
-    ));
-
-    // 3. Downstream packets through the cluster.
-    let progress = progress_bar(args.packets as u64, args.json);
-    let mut dp = DataPlane::new(args.nodes);
-    let t0 = Instant::now();
-    let mut pending: Vec<(usize, usize)> = Vec::with_capacity(BATCH);
-    for i in 0..args.packets {
-        pending.push((rng.gen_range(0..args.flows), rng.gen_range(0..args.nodes)));
-        if pending.len() == BATCH || i + 1 == args.packets {
-            dp.forward(&pending, &flows, &replicas, &fibs)?;
-            progress.inc(pending.len() as u64);
-            pending.clear();
-        }
-    }
-    progress.finish_and_clear();
-    let dp_s = t0.elapsed().as_secs_f64();
-    say(format!(
-        "data plane: {} packets in {:.2} s ({:.2} Mpps on one core, frame build + parse + GPT + FIB + GTP-U encap); {} fabric crossings ({} packets stayed local); hash partitioning would have needed {}",
-        dp.packets,
-        dp_s,
-        dp.packets as f64 / dp_s / 1e6,
-        dp.fabric_hops,
-        dp.packets - dp.fabric_hops,
-        dp.hashpart_hops,
-    ));
-    ensure!(
-        dp.wrong == 0,
-        "{} packets were delivered with a wrong tunnel",
-        dp.wrong
-    );
-
-    // 4. Flows migrate: make before break, deltas broadcast to the replicas.
-    let t0 = Instant::now();
-    let mut delta_bytes = 0usize;
-    let migrate = args.migrate.min(args.flows);
-    for _ in 0..migrate {
-        let i = rng.gen_range(0..flows.len());
-        let old = flows[i].node;
-        let new = (old as usize + rng.gen_range(1..args.nodes)) % args.nodes;
-        let key = flows[i].ue.octets();
-        fibs[new]
-            .insert(&key, &flows[i].value)
-            .context("installing a migrated flow")?;
-        let delta = owner.insert(&key, new as u16).context("updating the GPT")?;
-        let wire = delta.to_bytes();
-        delta_bytes += wire.len();
-        let delta = sb_setsep::Delta::from_bytes(&wire).context("decoding a delta")?;
-        for r in &mut replicas {
-            r.apply_delta(&delta).context("applying a delta")?;
-        }
-        ensure!(fibs[old as usize].remove(&key), "old FIB entry missing");
-        flows[i].node = new as u16;
-    }
-    let mig_s = t0.elapsed().as_secs_f64();
-    let owner_image = owner.table().to_bytes();
-    for (n, r) in replicas.iter().enumerate() {
-        if r.to_bytes() != owner_image {
-            bail!("replica on node {n} differs from the owner's table after the deltas");
-        }
-    }
-    say(format!(
-        "migration: {} flows moved in {:.2} s ({:.0} K/s incl. FIB changes), deltas {:.1} bytes on average, {} replicas byte-identical",
-        migrate,
-        mig_s,
-        migrate as f64 / mig_s.max(1e-9) / 1e3,
-        delta_bytes as f64 / migrate.max(1) as f64,
-        replicas.len()
-    ));
-
-    // Every flow again, after the migration.
-    let mut dp2 = DataPlane::new(args.nodes);
-    let all: Vec<(usize, usize)> = (0..flows.len()).map(|i| (i, i % args.nodes)).collect();
-    for chunk in all.chunks(BATCH) {
-        dp2.forward(chunk, &flows, &replicas, &fibs)?;
-    }
-    ensure!(
-        dp2.wrong == 0,
-        "{} flows reached a wrong tunnel after migration",
-        dp2.wrong
-    );
-    say(format!(
-        "after migration: all {} flows reach their handling node and the right tunnel",
-        flows.len()
-    ));
-
-    if args.json {
-        println!(
-            "{}",
-            json!({
-                "nodes": args.nodes,
-                "flows": args.flows,
-                "value_bits": value_bits,
-                "gpt": {
-                    "build_s": build_s,
-                    "bits_per_key": stats.bits_per_key,
-                    "bytes": stats.bytes,
-                    "fallback_keys": stats.fallback_keys,
-                    "page_size": stats.page_info.label(),
-                },
-                "fib_bytes_per_node": fib_bytes / args.nodes,
-                "packets": dp.packets,
-                "fabric_hops": dp.fabric_hops,
-                "hash_partitioning_fabric_hops": dp.hashpart_hops,
-                "wrong": dp.wrong + dp2.wrong,
-                "mpps": dp.packets as f64 / dp_s / 1e6,
-                "migrated": migrate,
-                "delta_bytes_avg": delta_bytes as f64 / migrate.max(1) as f64,
-                "replicas_identical": true,
-            })
-        );
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("all checks passed");
+        print_table(&rows);
     }
+    if !failed.is_empty() {
+        bail!("checks failed: {}", failed.join("; "));
+    }
+    say("every packet came out once, at its handling node, in the right tunnel; every deliberate drop was counted by its reason".into());
     Ok(())
 }
 
-fn progress_bar(len: u64, quiet: bool) -> ProgressBar {
-    if quiet || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new(len);
-    pb.set_style(
-        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec})")
-            .expect("valid template")
-            .progress_chars("=> "),
+pub(crate) fn print_table(rows: &[Value]) {
+    println!(
+        "{:<12} {:>14} {:>10} {:>14} {:>13} {:>10} {:>7} {:>5}  drops",
+        "arch",
+        "Mpps/node core",
+        "crossings",
+        "FIB entries/n",
+        "FIB MB/node",
+        "GPT MB",
+        "wrong",
+        "lost"
     );
-    pb.set_message("packets");
-    pb
-}
-
-/// Per-batch state of the simulated data plane: frames, parsed keys, GPT answers.
-struct DataPlane {
-    nodes: usize,
-    frames: Vec<Vec<u8>>,
-    lens: Vec<usize>,
-    keys: Vec<[u8; 4]>,
-    handling: Vec<u16>,
-    /// Reused per ingress node: the batch slots it received, their key hashes, GPT answers.
-    idx: Vec<usize>,
-    hashes: Vec<sb_common::KeyHash>,
-    out: Vec<u16>,
-    value: Vec<u8>,
-    packets: usize,
-    fabric_hops: usize,
-    /// Fabric crossings the same packets would need under hash partitioning (ingress ->
-    /// indirection node chosen by the key's hash -> handling node).
-    hashpart_hops: usize,
-    wrong: usize,
-}
-
-impl DataPlane {
-    fn new(nodes: usize) -> Self {
-        DataPlane {
-            nodes,
-            frames: vec![vec![0u8; 256]; BATCH],
-            lens: vec![0; BATCH],
-            keys: vec![[0; 4]; BATCH],
-            handling: vec![0; BATCH],
-            idx: Vec::with_capacity(BATCH),
-            hashes: Vec::with_capacity(BATCH),
-            out: vec![0; BATCH],
-            value: vec![0; FIB_VALUE_BYTES],
-            packets: 0,
-            fabric_hops: 0,
-            hashpart_hops: 0,
-            wrong: 0,
-        }
-    }
-
-    /// Pushes a batch of `(flow, ingress node)` packets through the cluster.
-    fn forward(
-        &mut self,
-        batch: &[(usize, usize)],
-        flows: &[Flow],
-        gpts: &[SetSep],
-        fibs: &[CuckooTable],
-    ) -> Result<()> {
-        // The Internet side sends one frame per packet towards the UE.
-        for (slot, &(flow, _)) in batch.iter().enumerate() {
-            self.lens[slot] = build_downstream(&mut self.frames[slot], flows[flow].ue)?;
-        }
-        // Ingress: parse, extract the UE address (the downstream key), GPT lookup. The demo
-        // groups the batch per ingress node, as each node would see only its own packets.
-        for (s, frame) in self.frames.iter().enumerate().take(batch.len()) {
-            let frame = &frame[HEADROOM..HEADROOM + self.lens[s]];
-            let parsed = parse_frame(frame).map_err(|e| anyhow::anyhow!("parse: {e}"))?;
-            match parsed.dst_addr() {
-                Some(IpAddr::V4(a)) => self.keys[s] = a.octets(),
-                other => bail!("unexpected destination {other:?}"),
-            }
-        }
-        for (ingress, gpt) in gpts.iter().enumerate() {
-            self.idx.clear();
-            self.idx
-                .extend((0..batch.len()).filter(|&s| batch[s].1 == ingress));
-            if self.idx.is_empty() {
-                continue;
-            }
-            self.hashes.clear();
-            self.hashes
-                .extend(self.idx.iter().map(|&s| gpt.hash_key(&self.keys[s])));
-            let out = &mut self.out[..self.idx.len()];
-            gpt.lookup_batch_hashes(&self.hashes, out);
-            for (&s, &h) in self.idx.iter().zip(out.iter()) {
-                self.handling[s] = h;
-                self.fabric_hops += usize::from(h as usize != ingress);
-                let indirection =
-                    (sb_common::hash128(&self.keys[s], 7).lo % self.nodes as u64) as usize;
-                self.hashpart_hops +=
-                    usize::from(indirection != ingress) + usize::from(indirection != h as usize);
-            }
-        }
-        // Handling node: FIB lookup and GTP-U encapsulation towards the eNodeB.
-        for (s, &(flow, _)) in batch.iter().enumerate() {
-            let node = self.handling[s] as usize;
-            let fib = fibs
-                .get(node)
-                .context("GPT named a node that does not exist")?;
-            if !fib.lookup_into(&self.keys[s], &mut self.value) || self.value != flows[flow].value {
-                self.wrong += 1;
-                continue;
-            }
-            let teid = u32::from_be_bytes(self.value[..4].try_into().expect("4 bytes"));
-            let enb = Ipv4Addr::new(self.value[4], self.value[5], self.value[6], self.value[7]);
-            let tunnel = GtpuTunnel::new(
-                EthernetAddress([2, 0, 0, 0, 2, node as u8]),
-                EthernetAddress([2, 0, 0, 0, 3, 1]),
-                OuterIp::V4 {
-                    src: Ipv4Addr::new(192, 0, 2, 250),
-                    dst: enb,
-                },
-                teid,
-            );
-            let ip_len = self.lens[s] - 14;
-            tunnel
-                .encap_in_place(&mut self.frames[s], HEADROOM + 14, ip_len)
-                .map_err(|e| anyhow::anyhow!("encap: {e}"))?;
-        }
-        self.packets += batch.len();
-        Ok(())
+    for r in rows {
+        let drops = r["drops"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        println!(
+            "{:<12} {:>14.2} {:>10.3} {:>14.0} {:>13.1} {:>10.2} {:>7} {:>5}  {}",
+            r["arch"].as_str().unwrap_or(""),
+            r["mpps_per_core"].as_f64().unwrap_or(0.0),
+            r["mean_fabric_crossings"].as_f64().unwrap_or(0.0),
+            r["fib_entries_per_node"].as_f64().unwrap_or(0.0),
+            r["fib_bytes_per_node"].as_f64().unwrap_or(0.0) / 1e6,
+            r["gpt_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            r["wrong"].as_u64().unwrap_or(0),
+            r["lost"].as_u64().unwrap_or(0),
+            drops
+        );
     }
 }
 
-/// Writes an Ethernet/IPv4/UDP frame to `ue` at `HEADROOM` in `buf`; returns its length.
-fn build_downstream(buf: &mut [u8], ue: Ipv4Addr) -> Result<usize> {
-    let server = Ipv4Addr::new(203, 0, 113, 9);
-    let payload = 18;
-    let frame_len = 14 + 20 + 8 + payload;
-    let f = &mut buf[HEADROOM..HEADROOM + frame_len];
-    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("building a frame: {e}");
-    EthernetRepr {
-        src_addr: EthernetAddress([2, 0, 0, 0, 1, 1]),
-        dst_addr: EthernetAddress([2, 0, 0, 0, 1, 2]),
-        vlan: None,
-        ethertype: EtherType::IPV4,
+impl Args {
+    fn netns_args(&self) -> super::demo_netns::NetnsArgs {
+        super::demo_netns::NetnsArgs {
+            nodes: self.nodes,
+            flows: self.flows,
+            packets: self.packets,
+            seed: self.seed,
+            json: self.json,
+        }
     }
-    .emit(f)
-    .map_err(|e| err(&e))?;
-    Ipv4Repr::new(server, ue, 17, 8 + payload)
-        .emit(&mut f[14..])
-        .map_err(|e| err(&e))?;
-    UdpRepr {
-        src_port: 443,
-        dst_port: 5000,
-    }
-    .emit(&mut f[34..], server.into(), ue.into(), UdpChecksum::Compute)
-    .map_err(|e| err(&e))?;
-    Ok(frame_len)
 }

@@ -6,6 +6,7 @@ pub mod bench_io;
 pub mod bench_node;
 pub mod cluster;
 pub mod demo;
+pub mod demo_netns;
 pub mod gen;
 pub mod gpt;
 pub mod node;
