@@ -51,6 +51,8 @@ enum BenchCmd {
     Io(cmd::bench_io::Args),
     /// One node's engine per core: the three architectures and FIB backends (Figures 8, 9).
     Node(cmd::bench_node::Args),
+    /// One-way latency through a namespace cluster per architecture (Figure 10; root).
+    Latency(cmd::bench_latency::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCmd::Fib(a)) => cmd::bench_fib::run(a),
         Command::Bench(BenchCmd::Io(a)) => cmd::bench_io::run(a),
         Command::Bench(BenchCmd::Node(a)) => cmd::bench_node::run(a),
+        Command::Bench(BenchCmd::Latency(a)) => cmd::bench_latency::run(a),
         Command::Cluster(c) => cmd::cluster::run(c),
         Command::Node(a) => cmd::node::run(a),
         Command::Gen(a) => cmd::gen::run(a),

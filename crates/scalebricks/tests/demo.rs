@@ -46,7 +46,11 @@ fn demo_runs_three_architectures_and_checks_every_packet() {
     // (2 value bits, 3 nodes) a value naming no node.
     let sb = &rows[0]["drops"];
     let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    assert_eq!(n(&sb["fib_miss_after_gpt"]) + n(&sb["unknown_flow"]), 1000, "{sb}");
+    assert_eq!(
+        n(&sb["fib_miss_after_gpt"]) + n(&sb["unknown_flow"]),
+        1000,
+        "{sb}"
+    );
     assert!(n(&sb["fib_miss_after_gpt"]) > 500);
     assert_eq!(rows[1]["drops"]["unknown_flow"], 1000);
     // Memory: ScaleBricks and hash partitioning hold a third of full duplication's FIB.

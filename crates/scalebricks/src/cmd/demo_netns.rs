@@ -215,6 +215,7 @@ pub fn run(a: &NetnsArgs, archs: &[Arch]) -> Result<()> {
         );
     } else {
         super::demo::print_table(&rows);
+        println!("(namespaces: Mpps per node CPU second at the generator's {rate} pps, the nodes idle most of the time: not a peak rate, which `scalebricks bench node` measures)");
     }
     if !failed.is_empty() {
         bail!("checks failed: {}", failed.join("; "));

@@ -3,6 +3,7 @@
 pub mod bench_fib;
 pub mod bench_gpt;
 pub mod bench_io;
+pub mod bench_latency;
 pub mod bench_node;
 pub mod cluster;
 pub mod demo;
