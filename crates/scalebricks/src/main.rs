@@ -24,9 +24,13 @@ enum Command {
     /// Build, query and inspect a Global Partition Table (SetSep).
     #[command(subcommand)]
     Gpt(cmd::gpt::GptCmd),
-    /// Benchmarks: our structures and their peers side by side, JSON out.
-    #[command(subcommand)]
-    Bench(BenchCmd),
+    /// Benchmarks (`bench gpt|fib|io ...`): runs the scalebricks-bench binary next to this one.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The arguments of `scalebricks-bench`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Bring a cluster topology of network namespaces up or down.
     #[command(subcommand)]
     Cluster(cmd::cluster::ClusterCmd),
@@ -38,23 +42,11 @@ enum Command {
     Demo(cmd::demo::Args),
 }
 
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// SetSep against DPDK EFD, sux VFunc, ptr_hash and hashbrown.
-    Gpt(cmd::bench_gpt::Args),
-    /// The partial FIB (cuckoo table) against rte_hash, libcuckoo, hashbrown and a concurrent map.
-    Fib(cmd::bench_fib::Args),
-    /// Packet I/O backends forwarding between two veths.
-    Io(cmd::bench_io::Args),
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Gpt(c) => cmd::gpt::run(c),
-        Command::Bench(BenchCmd::Gpt(a)) => cmd::bench_gpt::run(a),
-        Command::Bench(BenchCmd::Fib(a)) => cmd::bench_fib::run(a),
-        Command::Bench(BenchCmd::Io(a)) => cmd::bench_io::run(a),
+        Command::Bench { args } => cmd::bench::run(args),
         Command::Cluster(c) => cmd::cluster::run(c),
         Command::Gen(a) => cmd::gen::run(a),
         Command::Sink(a) => cmd::sink::run(a),

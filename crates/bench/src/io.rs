@@ -1,4 +1,4 @@
-//! `scalebricks bench io`: forwards frames between two veths in network namespaces with each
+//! `scalebricks-bench io`: forwards frames between two veths in network namespaces with each
 //! packet I/O backend and reports packets per second per core of the forwarding core.
 //!
 //! Topology (made for the run, deleted after, names include the process id):
