@@ -410,7 +410,11 @@ mod tests {
         a.prepend(1, 4).unwrap()[..4].copy_from_slice(&[7; 4]);
         let ptr = a.get(1).as_ptr();
         assert!(a.transfer(1, &mut b));
-        assert_eq!(b.get(0).as_ptr(), ptr, "the buffer moved, the bytes were not copied");
+        assert_eq!(
+            b.get(0).as_ptr(),
+            ptr,
+            "the buffer moved, the bytes were not copied"
+        );
         assert_eq!(b.get(0), &[7, 7, 7, 7, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
         assert_eq!(b.meta(0).next, 101);
         assert_eq!(a.get(1), &[] as &[u8]);
@@ -418,7 +422,10 @@ mod tests {
         assert!(a.transfer(2, &mut b));
         assert!(!a.transfer(0, &mut b), "dst full");
         assert_eq!(a.retain_nonempty(), 2);
-        assert_eq!((a.len(), a.get(0), a.meta(0).next), (1, &[0u8; 10][..], 100));
+        assert_eq!(
+            (a.len(), a.get(0), a.meta(0).next),
+            (1, &[0u8; 10][..], 100)
+        );
         // The buffers a got back are whole and reusable.
         while a.push(&[9; 300]) {}
         assert_eq!(a.len(), 4);
