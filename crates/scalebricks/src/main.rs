@@ -4,9 +4,6 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
-// The key CSV format; parts of it (5-tuple encoding, hex output) are not used by every command.
-#[allow(dead_code)]
-mod keyfile;
 
 #[derive(Parser)]
 #[command(

@@ -300,7 +300,7 @@ fn malformed_lines_name_their_line() {
         "key,value\n10.0.0.1,1\nkey,value\n",
         "1",
         3,
-        "is not an unsigned integer",
+        "key `key` is not an IPv4/IPv6 address",
     );
 }
 
