@@ -237,7 +237,7 @@ fn open_xdp(lab: &Lab) -> Result<(Box<dyn Port>, Box<dyn Port>)> {
 
 #[cfg(not(feature = "xdp"))]
 fn open_xdp(_lab: &Lab) -> Result<(Box<dyn Port>, Box<dyn Port>)> {
-    bail!("the xdp backend needs a build with `--features xdp`")
+    bail!("the xdp backend needs scalebricks-bench built with `-p sb-bench --features xdp`")
 }
 
 fn memory_ports() -> Ports {
