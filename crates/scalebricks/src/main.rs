@@ -1,5 +1,6 @@
-//! `scalebricks`: the one binary of the project. Every subcommand lives in its own module under
-//! `cmd/`; this file only parses the command line and dispatches.
+//! `scalebricks`: the node's binary. Every subcommand lives in its own module under `cmd/`; this
+//! file only parses the command line and dispatches. The benchmarks are another binary,
+//! `scalebricks-bench` (crate `sb-bench`), which `scalebricks bench` runs.
 
 use clap::{Parser, Subcommand};
 
