@@ -11,8 +11,8 @@ mkdir -p "$OUT"
 if [ "$(id -u)" = 0 ] || command -v sudo >/dev/null; then
     scripts/install-peers.sh
 fi
-cargo build --release -p scalebricks --features dpdk,libcuckoo
-BIN=target/release/scalebricks
+cargo build --release -p sb-bench --features dpdk,libcuckoo
+BIN=target/release/scalebricks-bench
 
 # name|arguments
 CONFIGS=(
@@ -45,9 +45,9 @@ for c in "${CONFIGS[@]}"; do
   name=${c%%|*}
   args=${c#*|}
   for r in $(seq 1 "$RUNS"); do
-    echo "== $name run $r: scalebricks bench fib $args --json" >&2
+    echo "== $name run $r: scalebricks-bench fib $args --json" >&2
     # shellcheck disable=SC2086
-    "$BIN" bench fib $args --json > "$OUT/$name.$r.json"
+    "$BIN" fib $args --json > "$OUT/$name.$r.json"
   done
 done
 
@@ -60,7 +60,7 @@ fields = ["lookup_mops", "lookup_mops_cpu", "insert_mops", "bytes_per_entry", "m
 for c in configs:
     name, args = c.split("|", 1)
     docs = [json.load(open(f"{out}/{name}.{r}.json")) for r in range(1, runs + 1)]
-    print(f"\n### {name}\n\n`scalebricks bench fib {args} --json` (median of {runs})\n")
+    print(f"\n### {name}\n\n`scalebricks-bench fib {args} --json` (median of {runs})\n")
     print("| structure | " + " | ".join(fields) + " | page | wrong (verify) |")
     print("|---" * (len(fields) + 3) + "|")
     for row in docs[0]["results"]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SetSep against its peers (DPDK EFD, sux VFunc, ptr_hash, hashbrown): installs the Debian
-# packages, builds the release binary with every peer enabled, runs `scalebricks bench gpt` at
+# packages, builds the release `scalebricks-bench` with every peer enabled, runs its `gpt` harness at
 # each size / value width / thread count RUNS times, keeps every JSON under $OUT, and prints the
 # median of each number per row as a markdown table (also written to $OUT/summary.md, with the
 # medians as JSON in $OUT/summary.json).
@@ -34,9 +34,9 @@ step() { printf '==> %s\n' "$*" >&2; }
 step "installing the peers' Debian packages"
 scripts/install-peers.sh >&2
 
-step "building scalebricks (release, --features dpdk)"
-cargo build --release -p scalebricks --features dpdk >&2
-BIN=target/release/scalebricks
+step "building scalebricks-bench (release, --features dpdk)"
+cargo build --release -p sb-bench --features dpdk >&2
+BIN=target/release/scalebricks-bench
 
 mkdir -p "$OUT"
 [ "$KEEP" = 1 ] || rm -f "$OUT"/run-*.json
@@ -54,7 +54,7 @@ for n in $SIZES; do
             for r in $(seq 1 "$RUNS"); do
                 f="$OUT/run-n$n-v$v-t$t-r$r.json"
                 step "keys=$n value_bits=$v threads=$t run $r/$RUNS -> $f"
-                "$BIN" bench gpt --keys "$n" --value-bits "$v" --threads "$t" \
+                "$BIN" gpt --keys "$n" --value-bits "$v" --threads "$t" \
                     --batch "$BATCH" --key-bytes "$KEY_BYTES" --updates "$updates" \
                     --peers "$peers" --seed "$r" --json > "$f.tmp"
                 mv "$f.tmp" "$f"

@@ -17,10 +17,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 scripts/apt-install.sh tcpreplay iproute2 util-linux
 
-cargo build --release -p scalebricks --features xdp
+cargo build --release -p sb-bench --features xdp
 
 echo "kernel $(uname -r), $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-target/release/scalebricks bench io \
+target/release/scalebricks-bench io \
     --backend afpacket,xdp,memory --tx-mode sendmmsg,ring --rx-mode blocks,frames --size 64,1500 \
     --seconds "$secs" --tcpreplay --pcap-dir "$out" --json | tee "$out/io.json"
 

@@ -1,12 +1,10 @@
-//! `scalebricks`: the one binary of the project. Every subcommand lives in its own module under
-//! `cmd/`; this file only parses the command line and dispatches.
+//! `scalebricks`: the node's binary. Every subcommand lives in its own module under `cmd/`; this
+//! file only parses the command line and dispatches. The benchmarks are another binary,
+//! `scalebricks-bench` (crate `sb-bench`), which `scalebricks bench` runs.
 
 use clap::{Parser, Subcommand};
 
 mod cmd;
-// The key CSV format; parts of it (5-tuple encoding, hex output) are not used by every command.
-#[allow(dead_code)]
-mod keyfile;
 
 #[derive(Parser)]
 #[command(
@@ -24,9 +22,13 @@ enum Command {
     /// Build, query and inspect a Global Partition Table (SetSep).
     #[command(subcommand)]
     Gpt(cmd::gpt::GptCmd),
-    /// Benchmarks: our structures and their peers side by side, JSON out.
-    #[command(subcommand)]
-    Bench(BenchCmd),
+    /// Benchmarks (`bench gpt|fib|io ...`): runs the scalebricks-bench binary next to this one.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The arguments of `scalebricks-bench`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Bring a cluster topology of network namespaces up or down.
     #[command(subcommand)]
     Cluster(cmd::cluster::ClusterCmd),
@@ -41,29 +43,11 @@ enum Command {
     Demo(cmd::demo::Args),
 }
 
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// SetSep against DPDK EFD, sux VFunc, ptr_hash and hashbrown.
-    Gpt(cmd::bench_gpt::Args),
-    /// The partial FIB (cuckoo table) against rte_hash, libcuckoo, hashbrown and a concurrent map.
-    Fib(cmd::bench_fib::Args),
-    /// Packet I/O backends forwarding between two veths.
-    Io(cmd::bench_io::Args),
-    /// One node's engine per core: the three architectures and FIB backends (Figures 8, 9).
-    Node(cmd::bench_node::Args),
-    /// One-way latency through a namespace cluster per architecture (Figure 10; root).
-    Latency(cmd::bench_latency::Args),
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Gpt(c) => cmd::gpt::run(c),
-        Command::Bench(BenchCmd::Gpt(a)) => cmd::bench_gpt::run(a),
-        Command::Bench(BenchCmd::Fib(a)) => cmd::bench_fib::run(a),
-        Command::Bench(BenchCmd::Io(a)) => cmd::bench_io::run(a),
-        Command::Bench(BenchCmd::Node(a)) => cmd::bench_node::run(a),
-        Command::Bench(BenchCmd::Latency(a)) => cmd::bench_latency::run(a),
+        Command::Bench { args } => cmd::bench::run(args),
         Command::Cluster(c) => cmd::cluster::run(c),
         Command::Node(a) => cmd::node::run(a),
         Command::Gen(a) => cmd::gen::run(a),

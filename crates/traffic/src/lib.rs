@@ -1,7 +1,9 @@
 //! The traffic generator and sink: downstream flows stamped with sequence numbers and send times,
 //! checked on arrival.
 //!
-//! - [`flows`]: the UE addresses of a flows file (first CSV column).
+//! - [`keys`]: the key CSV parser (IPv4/IPv6 addresses, `0x` hex, 5-tuples encoded by
+//!   [`sb_wire::FiveTuple::key`]), for key/value tables and flows files alike.
+//! - [`flows`]: the UE addresses of a flows file (its first CSV column, read by [`keys`]).
 //! - [`dist`]: uniform or Zipf choice of flow per packet; fixed or IMIX frame sizes.
 //! - [`frame`]: Ethernet/IPv4/UDP|TCP frames built with sb-wire, carrying a [`stamp::Stamp`]
 //!   (magic, stream, sequence number, CLOCK_MONOTONIC send time, flow index, stream total).
@@ -52,6 +54,7 @@ pub mod dist;
 pub mod flows;
 pub mod frame;
 pub mod gen;
+pub mod keys;
 pub mod pcap;
 pub mod sink;
 pub mod stamp;

@@ -15,7 +15,8 @@ use sb_traffic::pcap::PcapWriter;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Flows file: CSV whose first column is the UE IPv4 address (the format `gpt build` reads).
+    /// Flows file: CSV whose first column is the UE IPv4 address (read by `sb_traffic::keys`;
+    /// other columns ignored, a header line such as `ue,teid,enb,node` allowed).
     #[arg(long)]
     flows: PathBuf,
     /// Packets per second over all target nodes; 0 = as fast as possible.

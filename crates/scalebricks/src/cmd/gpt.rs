@@ -1,5 +1,5 @@
 //! `scalebricks gpt build|lookup|inspect`: build a Global Partition Table (SetSep) from a CSV of
-//! keys and values, query it, and describe it. The CSV format is [`keyfile`]'s.
+//! keys and values, query it, and describe it. The CSV format is [`sb_traffic::keys`]'.
 //!
 //! A failed build leaves no output file behind: the table is written to a temporary file in the
 //! output's directory and renamed over the output only once it is complete.
@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use sb_setsep::{BuildOptions, Config, SetSep};
 
-use crate::keyfile;
+use sb_traffic::keys::{KeyFileError, Reader, Table};
 
 /// Builds smaller than this many keys show no progress bar.
 const PROGRESS_MIN_KEYS: usize = 1 << 20;
@@ -83,7 +83,7 @@ fn build(
     output: &Path,
 ) -> anyhow::Result<()> {
     let t0 = Instant::now();
-    let table = keyfile::Table::read(input, value_bits)?;
+    let table = Table::read(input, value_bits)?;
     let keys = table.keys();
     let threads = match threads {
         Some(0) => bail!("--threads must be at least 1"),
@@ -211,13 +211,13 @@ fn lookup(file: &Path, input: &Path) -> anyhow::Result<()> {
         Ok(())
     };
     let mut io_err: Option<std::io::Error> = None;
-    let r = keyfile::Reader::open(input)?.for_each(|_, rec| {
+    let r = Reader::open(input)?.for_each(|_, rec| {
         texts.push(rec.text.to_string());
         keys.push(rec.key);
         if keys.len() == LOOKUP_BATCH {
             if let Err(e) = flush(&mut texts, &mut keys, &mut out) {
                 io_err = Some(e);
-                return Err(keyfile::KeyFileError::Io {
+                return Err(KeyFileError::Io {
                     path: PathBuf::from("<stdout>"),
                     source: std::io::Error::other("write failed"),
                 });

@@ -1,7 +1,12 @@
-//! Key files: the CSV format in which `scalebricks gpt build|lookup` (and the traffic tools) read
-//! keys and their values, and the canonical byte encoding of each kind of key.
+//! Key files: the one CSV parser of the project. `scalebricks gpt build|lookup` read keys and
+//! their values with it, and flows files (`scalebricks gen --flows`, [`crate::flows`]) read their
+//! first column with it; 5-tuples are encoded by [`sb_wire::FiveTuple::key`].
 //!
-//! One record per line, comma separated, fields trimmed of surrounding blanks:
+//! A line starts with its key, comma separated, fields trimmed of surrounding blanks: an IPv4
+//! address (4 bytes), an IPv6 address (16 bytes), `0x`-prefixed hex bytes (4 to 64 bytes), or a
+//! 5-tuple in five columns (below). [`parse_key_columns`] reads the key and hands back the
+//! columns after it (a flows file's `teid,enb,node`); [`parse_line`] is the stricter format of a
+//! table file, the key and at most one value column:
 //!
 //! - `key,value`: `key` is an IPv4 address (4 bytes), an IPv6 address (16 bytes) or `0x`-prefixed
 //!   hex bytes (4 to 64 bytes, an even number of hex digits);
@@ -13,7 +18,7 @@
 //! The value column is a decimal (or `0x` hex) unsigned integer; readers that only need keys
 //! (lookups) accept lines with or without it. Blank lines and lines starting with `#` are
 //! skipped, and so is a header: the first record line when it is not data and consists only of
-//! words (`key,value`, `proto,src_ip,...`).
+//! words (`key,value`, `proto,src_ip,...`, `ue,teid,enb,node`). Errors name the line.
 
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
@@ -22,6 +27,8 @@ use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+use sb_wire::FiveTuple;
 
 /// Shortest key accepted (an IPv4 address).
 pub const MIN_KEY_BYTES: usize = 4;
@@ -85,7 +92,59 @@ pub enum KeyFileError {
     },
 }
 
-/// One parsed record line.
+/// What kind of key a line starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    /// An IPv4 address: 4 bytes.
+    Ipv4,
+    /// An IPv6 address: 16 bytes.
+    Ipv6,
+    /// `0x` hex bytes.
+    Hex,
+    /// A 5-tuple in five columns: 13 bytes (IPv4) or 37 (IPv6).
+    FiveTuple,
+}
+
+/// A line's key and the columns after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyColumns<'a> {
+    /// The key's text exactly as written (its column or columns, ends trimmed).
+    pub text: &'a str,
+    /// What kind of key it is.
+    pub kind: KeyKind,
+    /// The key's canonical bytes.
+    pub key: Vec<u8>,
+    /// The columns after the key, each trimmed.
+    pub rest: Vec<&'a str>,
+}
+
+impl<'a> KeyColumns<'a> {
+    /// The line as a table record: the key and at most one value column.
+    pub fn into_record(self) -> Result<Record<'a>, String> {
+        let value = match self.rest.as_slice() {
+            [] => None,
+            [v] => Some(parse_value(v)?),
+            more => {
+                let n = more.len()
+                    + if self.kind == KeyKind::FiveTuple {
+                        5
+                    } else {
+                        1
+                    };
+                return Err(format!(
+                    "{n} columns; expected `key,value` (2) or `proto,src_ip,src_port,dst_ip,dst_port,value` (6)"
+                ));
+            }
+        };
+        Ok(Record {
+            text: self.text,
+            key: self.key,
+            value,
+        })
+    }
+}
+
+/// One parsed record line of a table file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record<'a> {
     /// The key's text exactly as written (the line without its value column, ends trimmed).
@@ -98,17 +157,28 @@ pub struct Record<'a> {
 
 /// Parses a key written as an IPv4/IPv6 address or `0x` hex bytes into its canonical bytes.
 pub fn parse_key(s: &str) -> Result<Vec<u8>, String> {
+    parse_single_key(s).map(|(_, k)| k)
+}
+
+fn parse_single_key(s: &str) -> Result<(KeyKind, Vec<u8>), String> {
     let s = s.trim();
     if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        return parse_hex(hex);
+        return Ok((KeyKind::Hex, parse_hex(hex)?));
     }
     match s.parse::<IpAddr>() {
-        Ok(IpAddr::V4(a)) => Ok(a.octets().to_vec()),
-        Ok(IpAddr::V6(a)) => Ok(a.octets().to_vec()),
+        Ok(IpAddr::V4(a)) => Ok((KeyKind::Ipv4, a.octets().to_vec())),
+        Ok(IpAddr::V6(a)) => Ok((KeyKind::Ipv6, a.octets().to_vec())),
         Err(_) => Err(format!(
             "key `{s}` is not an IPv4/IPv6 address or 0x-prefixed hex bytes"
         )),
     }
+}
+
+/// Whether a field is written as a single key (an address or `0x` hex), right or wrong; a
+/// 5-tuple's first field (a protocol number or name) never is.
+fn is_single_key(s: &str) -> bool {
+    let s = s.trim();
+    s.starts_with("0x") || s.starts_with("0X") || s.parse::<IpAddr>().is_ok()
 }
 
 fn parse_hex(hex: &str) -> Result<Vec<u8>, String> {
@@ -156,8 +226,8 @@ fn parse_port(s: &str) -> Result<u16, String> {
         .map_err(|_| format!("port `{s}` is not a number 0-65535"))
 }
 
-/// The canonical bytes of a 5-tuple key: proto, src ip, src port (BE), dst ip, dst port (BE).
-/// Both addresses must be of one family: 13 bytes for IPv4, 37 for IPv6.
+/// The canonical bytes of a 5-tuple key, [`FiveTuple::key`]: proto, src ip, src port (BE), dst
+/// ip, dst port (BE). Both addresses must be of one family: 13 bytes for IPv4, 37 for IPv6.
 pub fn encode_five_tuple(
     proto: u8,
     src: IpAddr,
@@ -165,23 +235,17 @@ pub fn encode_five_tuple(
     dst: IpAddr,
     dst_port: u16,
 ) -> Result<Vec<u8>, String> {
-    let mut k = Vec::with_capacity(37);
-    k.push(proto);
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            k.extend_from_slice(&s.octets());
-            k.extend_from_slice(&src_port.to_be_bytes());
-            k.extend_from_slice(&d.octets());
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            k.extend_from_slice(&s.octets());
-            k.extend_from_slice(&src_port.to_be_bytes());
-            k.extend_from_slice(&d.octets());
-        }
-        _ => return Err("source and destination addresses are of different families".into()),
+    if src.is_ipv4() != dst.is_ipv4() {
+        return Err("source and destination addresses are of different families".into());
     }
-    k.extend_from_slice(&dst_port.to_be_bytes());
-    Ok(k)
+    let t = FiveTuple {
+        protocol: proto,
+        src_addr: src,
+        src_port,
+        dst_addr: dst,
+        dst_port,
+    };
+    Ok(t.key().to_vec())
 }
 
 fn parse_ip(s: &str) -> Result<IpAddr, String> {
@@ -200,41 +264,44 @@ pub fn parse_value(s: &str) -> Result<u64, String> {
     r.map_err(|_| format!("value `{s}` is not an unsigned integer"))
 }
 
-/// Parses one line. `Ok(None)` for blank and `#` comment lines.
-pub fn parse_line(line: &str) -> Result<Option<Record<'_>>, String> {
+/// Parses the key at the start of a line and splits off the columns after it. `Ok(None)` for
+/// blank and `#` comment lines. The first column decides: an address or `0x` hex is a key of one
+/// column; anything else starts a 5-tuple of five columns.
+pub fn parse_key_columns(line: &str) -> Result<Option<KeyColumns<'_>>, String> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
     }
     let fields: Vec<&str> = line.split(',').collect();
-    let (nkey, value) = match fields.len() {
-        1 => (1, None),
-        2 => (1, Some(parse_value(fields[1])?)),
-        5 => (5, None),
-        6 => (5, Some(parse_value(fields[5])?)),
-        n => {
-            return Err(format!(
-                "{n} columns; expected `key,value` (2) or `proto,src_ip,src_port,dst_ip,dst_port,value` (6)"
-            ))
-        }
-    };
-    let key = if nkey == 1 {
-        parse_key(fields[0])?
+    let (kind, key, nkey) = if is_single_key(fields[0]) || fields.len() < 5 {
+        let (kind, key) = parse_single_key(fields[0])?;
+        (kind, key, 1)
     } else {
-        encode_five_tuple(
+        let key = encode_five_tuple(
             parse_proto(fields[0])?,
             parse_ip(fields[1])?,
             parse_port(fields[2])?,
             parse_ip(fields[3])?,
             parse_port(fields[4])?,
-        )?
+        )?;
+        (KeyKind::FiveTuple, key, 5)
     };
-    let text = if value.is_some() {
-        line[..line.rfind(',').unwrap_or(line.len())].trim_end()
-    } else {
-        line
-    };
-    Ok(Some(Record { text, key, value }))
+    // The key's columns as written: up to the comma after its last field.
+    let end = fields[..nkey].iter().map(|f| f.len()).sum::<usize>() + (nkey - 1);
+    Ok(Some(KeyColumns {
+        text: line[..end].trim_end(),
+        kind,
+        key,
+        rest: fields[nkey..].iter().map(|f| f.trim()).collect(),
+    }))
+}
+
+/// Parses one line of a table file: a key and at most one value column. `Ok(None)` for blank
+/// and `#` comment lines.
+pub fn parse_line(line: &str) -> Result<Option<Record<'_>>, String> {
+    parse_key_columns(line)?
+        .map(KeyColumns::into_record)
+        .transpose()
 }
 
 /// Whether a line that did not parse looks like a header: only words (letters, `_`, `-`, blanks).
@@ -248,26 +315,33 @@ fn looks_like_header(line: &str) -> bool {
 }
 
 /// Reads a key file line by line, skipping comments, blank lines and a header.
-pub struct Reader {
+pub struct Reader<'a> {
     path: PathBuf,
-    lines: std::io::Lines<BufReader<File>>,
+    lines: std::io::Lines<Box<dyn BufRead + 'a>>,
     line_no: usize,
     seen_record_line: bool,
 }
 
-impl Reader {
+impl Reader<'static> {
     /// Opens `path`.
-    pub fn open(path: &Path) -> Result<Reader, KeyFileError> {
+    pub fn open(path: &Path) -> Result<Reader<'static>, KeyFileError> {
         let f = File::open(path).map_err(|source| KeyFileError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(Reader {
-            path: path.to_path_buf(),
-            lines: BufReader::with_capacity(1 << 20, f).lines(),
+        Ok(Reader::new(path, BufReader::with_capacity(1 << 20, f)))
+    }
+}
+
+impl<'a> Reader<'a> {
+    /// Reads from `r`; `path` names it in errors.
+    pub fn new(path: impl Into<PathBuf>, r: impl BufRead + 'a) -> Reader<'a> {
+        Reader {
+            path: path.into(),
+            lines: (Box::new(r) as Box<dyn BufRead + 'a>).lines(),
             line_no: 0,
             seen_record_line: false,
-        })
+        }
     }
 
     /// The file's path.
@@ -275,38 +349,70 @@ impl Reader {
         &self.path
     }
 
-    /// Calls `f(line_no, record)` for each record line, in order; stops at the first error
-    /// (its own or `f`'s).
+    /// Calls `f(line_no, record)` for each record line of a table file ([`parse_line`]), in
+    /// order; stops at the first error (its own or `f`'s).
     pub fn for_each(
         mut self,
         mut f: impl FnMut(usize, Record<'_>) -> Result<(), KeyFileError>,
     ) -> Result<(), KeyFileError> {
-        while let Some(line) = self.lines.next() {
-            self.line_no += 1;
-            let line = line.map_err(|source| KeyFileError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
+        while let Some(line) = self.next_line()? {
             match parse_line(&line) {
                 Ok(None) => {}
                 Ok(Some(r)) => {
                     self.seen_record_line = true;
                     f(self.line_no, r)?;
                 }
-                Err(msg) => {
-                    let first = !self.seen_record_line;
-                    self.seen_record_line = true;
-                    if !(first && looks_like_header(line.trim())) {
-                        return Err(KeyFileError::Malformed {
-                            path: self.path.clone(),
-                            line: self.line_no,
-                            msg,
-                        });
-                    }
-                }
+                Err(msg) => self.not_a_record(&line, msg)?,
             }
         }
         Ok(())
+    }
+
+    /// Calls `f(line_no, key_and_columns)` for each record line ([`parse_key_columns`]: the
+    /// key and whatever columns follow it), in order; stops at the first error (its own or
+    /// `f`'s).
+    pub fn for_each_key(
+        mut self,
+        mut f: impl FnMut(usize, KeyColumns<'_>) -> Result<(), KeyFileError>,
+    ) -> Result<(), KeyFileError> {
+        while let Some(line) = self.next_line()? {
+            match parse_key_columns(&line) {
+                Ok(None) => {}
+                Ok(Some(k)) => {
+                    self.seen_record_line = true;
+                    f(self.line_no, k)?;
+                }
+                Err(msg) => self.not_a_record(&line, msg)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn next_line(&mut self) -> Result<Option<String>, KeyFileError> {
+        let Some(line) = self.lines.next() else {
+            return Ok(None);
+        };
+        self.line_no += 1;
+        line.map(Some).map_err(|source| KeyFileError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// A line that did not parse: fine if it is the header (the first record line, only
+    /// words), the error `msg` otherwise.
+    fn not_a_record(&mut self, line: &str, msg: String) -> Result<(), KeyFileError> {
+        let first = !self.seen_record_line;
+        self.seen_record_line = true;
+        if first && looks_like_header(line.trim()) {
+            Ok(())
+        } else {
+            Err(KeyFileError::Malformed {
+                path: self.path.clone(),
+                line: self.line_no,
+                msg,
+            })
+        }
     }
 }
 
@@ -492,6 +598,46 @@ mod tests {
             "proto,src_ip,src_port,dst_ip,dst_port,value"
         ));
         assert!(!looks_like_header("10.0.0.300,1"));
+    }
+
+    #[test]
+    fn cluster_flows_file_keys() {
+        // The cluster's flows file: header `ue,teid,enb,node`, the UE address is the key.
+        let text = "ue,teid,enb,node\n100.64.0.7,305419896,192.0.2.9,2\n";
+        let k = parse_key_columns("100.64.0.7,305419896,192.0.2.9,2")
+            .unwrap()
+            .unwrap();
+        assert_eq!((k.kind, k.text), (KeyKind::Ipv4, "100.64.0.7"));
+        assert_eq!(k.key, vec![100, 64, 0, 7]);
+        assert_eq!(k.rest, vec!["305419896", "192.0.2.9", "2"]);
+        let mut seen = Vec::new();
+        Reader::new("flows.csv", text.as_bytes())
+            .for_each_key(|line, k| {
+                seen.push((line, k.key));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen, vec![(2, vec![100, 64, 0, 7])]);
+        // A table file takes one value column, not three.
+        let e = Reader::new("flows.csv", text.as_bytes())
+            .for_each(|_, _| Ok(()))
+            .unwrap_err();
+        assert!(matches!(e, KeyFileError::Malformed { line: 2, .. }), "{e}");
+        // A 5-tuple followed by more columns, and its key as sb-wire encodes it.
+        let k = parse_key_columns("tcp,10.0.0.1,1234,10.0.0.2,80,x,y")
+            .unwrap()
+            .unwrap();
+        assert_eq!(k.kind, KeyKind::FiveTuple);
+        assert_eq!(k.text, "tcp,10.0.0.1,1234,10.0.0.2,80");
+        assert_eq!(k.rest, vec!["x", "y"]);
+        let t = FiveTuple {
+            protocol: 6,
+            src_addr: "10.0.0.1".parse().unwrap(),
+            src_port: 1234,
+            dst_addr: "10.0.0.2".parse().unwrap(),
+            dst_port: 80,
+        };
+        assert_eq!(k.key, t.key().to_vec());
     }
 
     fn file(text: &str) -> tempfile::NamedTempFile {

@@ -1,4 +1,4 @@
-//! `scalebricks bench io`: forwards frames between two veths in network namespaces with each
+//! `scalebricks-bench io`: forwards frames between two veths in network namespaces with each
 //! packet I/O backend and reports packets per second per core of the forwarding core.
 //!
 //! Topology (made for the run, deleted after, names include the process id):
@@ -237,7 +237,7 @@ fn open_xdp(lab: &Lab) -> Result<(Box<dyn Port>, Box<dyn Port>)> {
 
 #[cfg(not(feature = "xdp"))]
 fn open_xdp(_lab: &Lab) -> Result<(Box<dyn Port>, Box<dyn Port>)> {
-    bail!("the xdp backend needs a build with `--features xdp`")
+    bail!("the xdp backend needs scalebricks-bench built with `-p sb-bench --features xdp`")
 }
 
 fn memory_ports() -> Ports {

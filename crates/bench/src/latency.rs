@@ -49,8 +49,16 @@ pub struct Args {
     json: bool,
 }
 
+/// The `scalebricks` binary next to this one (for `cluster up`, `gen`, `cluster down`).
 fn me() -> Result<std::path::PathBuf> {
-    std::env::current_exe().context("cannot find our own executable")
+    let exe = std::env::current_exe().context("cannot find our own executable")?;
+    let p = exe.with_file_name("scalebricks");
+    ensure!(
+        p.exists(),
+        "{} not found: build it with `cargo build --release -p scalebricks`",
+        p.display()
+    );
+    Ok(p)
 }
 
 fn run_ok(args: &[&str]) -> Result<String> {

@@ -1,4 +1,4 @@
-//! `scalebricks bench gpt`: SetSep against DPDK EFD, `sux` VFunc, `ptr_hash` + packed values and
+//! `scalebricks-bench gpt`: SetSep against DPDK EFD, `sux` VFunc, `ptr_hash` + packed values and
 //! `hashbrown`, all built on the same random keys in one process, one JSON object out.
 //!
 //! Method, identical for every structure:
@@ -546,7 +546,7 @@ fn run_efd_row(w: &Work) -> anyhow::Result<Row> {
 
 #[cfg(not(feature = "dpdk"))]
 fn run_efd(_w: &Work) -> anyhow::Result<Option<Row>> {
-    eprintln!("dpdk-efd: skipped (scalebricks was built without the `dpdk` feature)");
+    eprintln!("dpdk-efd: skipped (scalebricks-bench was built without the `dpdk` feature)");
     Ok(None)
 }
 

@@ -1,4 +1,4 @@
-//! `scalebricks bench fib`: the partial FIB (our cuckoo table) against DPDK rte_hash, libcuckoo,
+//! `scalebricks-bench fib`: the partial FIB (our cuckoo table) against DPDK rte_hash, libcuckoo,
 //! hashbrown and dashmap, on the same keys and the same access sequence, in one process; JSON out.
 //!
 //! Each structure is built for `entries` keys at load factor `load` (capacity `entries / load`

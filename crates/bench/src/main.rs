@@ -1,0 +1,39 @@
+//! `scalebricks-bench`: the benchmark binary. It only parses the command line and calls the
+//! harnesses of the `sb-bench` library. `scalebricks bench ...` runs this binary.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "scalebricks-bench",
+    version,
+    about = "Benchmarks: our structures and their peers side by side, JSON out"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// SetSep against DPDK EFD, sux VFunc, ptr_hash and hashbrown.
+    Gpt(sb_bench::gpt::Args),
+    /// The partial FIB (cuckoo table) against rte_hash, libcuckoo, hashbrown and a concurrent map.
+    Fib(sb_bench::fib::Args),
+    /// Packet I/O backends forwarding between two veths.
+    Io(sb_bench::io::Args),
+    /// One node's engine per core: the three architectures and FIB backends (Figures 8, 9).
+    Node(sb_bench::node::Args),
+    /// One-way latency through a namespace cluster per architecture (Figure 10; root).
+    Latency(sb_bench::latency::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Gpt(a) => sb_bench::gpt::run(a),
+        Command::Fib(a) => sb_bench::fib::run(a),
+        Command::Io(a) => sb_bench::io::run(a),
+        Command::Node(a) => sb_bench::node::run(a),
+        Command::Latency(a) => sb_bench::latency::run(a),
+    }
+}

@@ -1,0 +1,87 @@
+//! `scalebricks-bench` checked from outside: the built binary's JSON and its refusals.
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_scalebricks-bench"))
+        .env("RUST_BACKTRACE", "0")
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn bench_gpt_prints_one_json_object_of_checked_rows() {
+    let o = run(&[
+        "gpt",
+        "--keys",
+        "3000",
+        "--value-bits",
+        "2",
+        "--updates",
+        "200",
+        "--batch",
+        "7",
+        "--configs",
+        "16+8,16+16",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON object");
+    assert_eq!(j["params"]["keys"].as_u64(), Some(3000));
+    assert_eq!(j["params"]["batch"].as_u64(), Some(7));
+    let rows = j["results"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    let mut want = vec!["setsep-16+8", "setsep-16+16"];
+    if cfg!(feature = "dpdk") {
+        want.push("dpdk-efd");
+    }
+    want.extend(["sux-vfunc", "ptr_hash", "hashbrown"]);
+    assert_eq!(names, want);
+    for r in rows {
+        let name = r["name"].as_str().unwrap();
+        assert_eq!(r["correct"], serde_json::Value::Bool(true), "{r}");
+        for f in [
+            "build_mkeys_per_s",
+            "bits_per_key",
+            "lookup_mops_single",
+            "lookup_mops_batched",
+        ] {
+            assert!(r[f].as_f64().unwrap() > 0.0, "{name}: {f}: {r}");
+        }
+        let updatable = name.starts_with("setsep") || name == "dpdk-efd" || name == "hashbrown";
+        assert_eq!(r["update_kops"].is_number(), updatable, "{name}: {r}");
+        assert_eq!(
+            r["fallback_ratio"].is_number(),
+            name.starts_with("setsep"),
+            "{r}"
+        );
+        assert!(r["page_size"].is_string() && r["note"].is_string(), "{r}");
+    }
+    // Unknown peers and configs are refused.
+    let o = run(&[
+        "gpt",
+        "--keys",
+        "10",
+        "--value-bits",
+        "1",
+        "--peers",
+        "nope",
+    ]);
+    assert!(!o.status.success());
+    let o = run(&[
+        "gpt",
+        "--keys",
+        "10",
+        "--value-bits",
+        "1",
+        "--configs",
+        "3+3",
+    ]);
+    assert!(!o.status.success());
+}
