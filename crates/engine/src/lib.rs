@@ -111,6 +111,7 @@ pub mod counters;
 mod engine;
 pub mod fabric;
 pub mod fib;
+pub mod fuzzing;
 pub mod lte;
 
 pub use app::{Access, App};

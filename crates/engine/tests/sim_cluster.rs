@@ -341,6 +341,14 @@ fn hash_partitioning_forwards_every_packet_right() {
 }
 
 mod random_frames {
+    proptest::proptest! {
+        /// The fuzz target's entry point on random inputs (the same checks it makes).
+        #[test]
+        fn fuzz_entry_point_on_random_bytes(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            sb_engine::fuzzing::run_frames(&data);
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
 
