@@ -109,6 +109,26 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
     assert_all_gone(&c, &all_macs(&desc), &pids);
 }
 
+/// `cluster up` returns a cluster that forwards: every veth has carrier and every bridge port
+/// of the fabric forwards. (Veth carrier reaches the bridge through linkwatch, which may take
+/// up to a second; until then the bridge drops fabric frames silently.)
+#[test]
+fn up_returns_with_every_link_up() {
+    if !can_run("up_returns_with_every_link_up") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    ok(&c.up_with(4, "user", &["--flows", "100"]), "cluster up");
+    let bad = links_not_ready(&c);
+    let took = wait_links_up(&c);
+    assert!(
+        bad.is_empty(),
+        "right after `cluster up` ({took:?} before all were up): {bad:#?}"
+    );
+    ok(&c.down(), "cluster down");
+}
+
 #[test]
 fn kernel_forwarding_carries_traffic_too() {
     if !can_run("kernel_forwarding_carries_traffic_too") {

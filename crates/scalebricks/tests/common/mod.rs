@@ -550,3 +550,49 @@ pub fn mac_bytes(s: &str) -> Vec<u8> {
         .map(|b| u8::from_str_radix(b, 16).unwrap())
         .collect()
 }
+
+/// Links of the cluster that are not ready: any interface without carrier in any of its
+/// namespaces, and bridge ports of PREFIX-sw not forwarding.
+pub fn links_not_ready(c: &Cluster) -> Vec<String> {
+    let mut bad = Vec::new();
+    for ns in c.namespaces() {
+        let o = Command::new("ip")
+            .args(["-n", &ns, "-o", "link", "show"])
+            .output()
+            .unwrap();
+        for l in String::from_utf8_lossy(&o.stdout).lines() {
+            if l.contains("NO-CARRIER") {
+                bad.push(format!("{ns}: {l}"));
+            }
+        }
+    }
+    let sw = format!("{}-sw", c.prefix);
+    let o = Command::new("bridge")
+        .args(["-n", &sw, "link", "show"])
+        .output()
+        .unwrap();
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        if !l.contains("state forwarding") {
+            bad.push(format!("{sw}: {l}"));
+        }
+    }
+    bad
+}
+
+/// Waits until every link of the cluster has carrier and every bridge port forwards (veth
+/// carrier reaches the bridge through linkwatch, up to a second after the link is set up);
+/// returns how long that took.
+pub fn wait_links_up(c: &Cluster) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let bad = links_not_ready(c);
+        if bad.is_empty() {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "links not up: {bad:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
