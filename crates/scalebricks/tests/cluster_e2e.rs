@@ -45,6 +45,8 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
         assert!(line.contains(mac.as_str().unwrap()), "{line}");
     }
 
+    // `up` may return before the fabric's bridge ports forward (up_returns_with_every_link_up).
+    wait_links_up(&c);
     // Traffic to node 1's tunnels enters both nodes (round robin): all of it leaves node 1's
     // RAN side GTP-U encapsulated (the sink reads the stamp inside), half after one crossing.
     let flows = c._tmp.path().join("flows-node1.csv");
