@@ -54,6 +54,9 @@ pub enum TopoError {
     /// The state directory already holds a journal.
     #[error("cluster already up (journal in {0}); run `scalebricks cluster down --dir {0}` first")]
     AlreadyUp(PathBuf),
+    /// Links still had no carrier, or bridge ports did not forward, long after `up` set them up.
+    #[error("links not ready: {0}")]
+    LinksDown(String),
     /// Preparing the nodes' files failed.
     #[error("preparing the nodes: {0}")]
     Prepare(String),
@@ -502,7 +505,50 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
     for (node, pid, start) in spawned {
         wait_ready(dir, node, pid, start, opts.ready_timeout)?;
     }
+    if opts.abort_after_node.is_none() {
+        wait_links_ready(desc, Duration::from_secs(10))?;
+    }
     Ok(())
+}
+
+/// What is not ready yet: links without carrier in any of the cluster's namespaces, and bridge
+/// ports that do not forward. (A veth's carrier reaches the bridge through the kernel's
+/// linkwatch, up to a second after the link is set up; until then the bridge drops what it
+/// should forward to that port, and nothing counts it.)
+fn links_not_ready(desc: &Description) -> Result<Vec<String>, TopoError> {
+    let mut bad = Vec::new();
+    for ns in desc.namespaces() {
+        let out = sys::ip(&["-n", &ns, "-o", "link", "show"])?;
+        bad.extend(
+            out.lines()
+                .filter(|l| l.contains("NO-CARRIER"))
+                .map(|l| format!("{ns}: {l}")),
+        );
+    }
+    let sw = &desc.switch.netns;
+    let out = sys::run("bridge", &["-n", sw, "link", "show"])?;
+    bad.extend(
+        out.lines()
+            .filter(|l| !l.trim().is_empty() && !l.contains("state forwarding"))
+            .map(|l| format!("{sw}: {l}")),
+    );
+    Ok(bad)
+}
+
+/// Waits until every link has carrier and every bridge port forwards, so that `up` returns a
+/// cluster that carries traffic at once.
+fn wait_links_ready(desc: &Description, timeout: Duration) -> Result<(), TopoError> {
+    let t0 = Instant::now();
+    loop {
+        let bad = links_not_ready(desc)?;
+        if bad.is_empty() {
+            return Ok(());
+        }
+        if t0.elapsed() > timeout {
+            return Err(TopoError::LinksDown(bad.join("; ")));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn spawn_forwarder(
