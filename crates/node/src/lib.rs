@@ -9,10 +9,13 @@
 //!   calls to write them.
 //! - [`run`](mod@run): [`run::run`] (the node process), [`run::drive`] (one worker's loop over
 //!   any three ports: the demo drives in-memory ports with it).
+//! - [`inproc`]: the cluster in one process (node threads, in-memory ports and switch, every
+//!   packet checked): what `scalebricks demo` runs.
 
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod inproc;
 pub mod run;
 pub mod tables;
 
