@@ -28,6 +28,7 @@ fn main() {
     let opts = BuildOptions {
         value_bits: 2,
         threads: 1,
+        seed: 0x5eed_5e75_e900_0001,
         ..BuildOptions::default()
     };
     if what != "lookup" {

@@ -45,7 +45,7 @@ impl Piece {
         self.total_blocks
     }
 
-    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE2`, index bits,
+    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE3`, index bits,
     /// array bits, value bits, a zero byte, seed, total blocks, range start, range end, keys,
     /// fallback entries (u64 each), choices, groups, fallback entries, XXH3-64 of all before.
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -145,7 +145,7 @@ impl Piece {
     }
 }
 
-const PIECE_MAGIC: &[u8; 8] = b"SBPIECE2";
+const PIECE_MAGIC: &[u8; 8] = b"SBPIECE3";
 const PIECE_HEADER: usize = 8 + 4 + 6 * 8;
 
 /// One input chunk's keys sorted by block, and each block's start offset.

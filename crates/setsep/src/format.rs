@@ -1,4 +1,5 @@
-//! The binary format (version 2; version 1 hashed keys with XXH3-128), its validating and
+//! The binary format (version 3; version 2 hashed keys with the first multiply-fold hash,
+//! which crafted keys could collapse, version 1 with XXH3-128), its validating and
 //! trusted loaders, and the zero-copy view.
 //!
 //! Layout, all integers little endian:
@@ -6,7 +7,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `SBSETSEP` |
-//! | 8 | 4 | format version (1) |
+//! | 8 | 4 | format version (3) |
 //! | 12 | 1 | index bits (x) |
 //! | 13 | 1 | array bits (y) |
 //! | 14 | 1 | value bits |
@@ -29,7 +30,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 const MAGIC: &[u8; 8] = b"SBSETSEP";
 const HEADER: usize = 48;
 const CHECKSUM: usize = 8;

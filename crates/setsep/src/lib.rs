@@ -219,7 +219,10 @@ pub struct BuildOptions {
     pub value_bits: u8,
     /// Build threads; 0 means all cores.
     pub threads: usize,
-    /// Seed of the key hash (stored in the table).
+    /// Seed of the key hash (stored in the table). [`BuildOptions::default`] draws it from the
+    /// OS ([`sb_common::random_seed`]), so nobody outside the process can craft keys that
+    /// collide or crowd one block; set it for a reproducible build, and give every node that
+    /// builds pieces of one table ([`SetSep::build_blocks`]) the same seed.
     pub seed: u64,
     /// Randomized greedy balancing runs per block (at least 1); the best is kept.
     pub runs: u32,
@@ -233,7 +236,7 @@ impl Default for BuildOptions {
             config: Config::C16_8,
             value_bits: 1,
             threads: 0,
-            seed: 0x5eed_5e75_e900_0001,
+            seed: sb_common::random_seed(),
             runs: 4,
             kernel: Kernel::Auto,
         }
@@ -482,6 +485,7 @@ pub mod fuzzing {
                 let opts = BuildOptions {
                     value_bits: 2,
                     threads: 1,
+                    seed: 0x5eed_5e75_e900_0001,
                     ..BuildOptions::default()
                 };
                 SetSep::build(&refs, &values, &opts).expect("fixed table builds")

@@ -24,7 +24,7 @@ pub struct Delta {
 }
 
 const DELTA_MAGIC: &[u8; 2] = b"SD";
-const DELTA_VERSION: u8 = 2;
+const DELTA_VERSION: u8 = 3;
 
 fn put_varint(out: &mut Vec<u8>, mut x: u64) {
     loop {

@@ -147,6 +147,7 @@ fn update_errors_and_delta_validation() {
     let (keys, values) = random_set(1000, 13, 2, 1);
     let opts = BuildOptions {
         value_bits: 2,
+        seed: 0x5eed_5e75_e900_0001,
         ..BuildOptions::default()
     };
     let mut up = Updatable::build(&refs(&keys), &values, &opts).unwrap();
