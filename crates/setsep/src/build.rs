@@ -77,7 +77,10 @@ impl Piece {
         out
     }
 
-    /// Parses and validates [`Piece::to_bytes`] output (never panics).
+    /// Parses and validates [`Piece::to_bytes`] output (never panics): the checks of
+    /// [`SetSep::from_bytes`] (config, sizes, checksum, fallback entries strictly sorted with
+    /// values that fit the value bits, no more of them than keys) and a block range inside the
+    /// table.
     pub fn from_bytes(b: &[u8]) -> Result<Piece, crate::LoadError> {
         use crate::LoadError;
         if b.len() < PIECE_HEADER + 8 {
@@ -106,6 +109,9 @@ impl Piece {
         if start >= end || end > total_blocks {
             return Err(LoadError::BadHeader("bad block range"));
         }
+        if nfb > keys {
+            return Err(LoadError::BadHeader("more fallback entries than keys"));
+        }
         let rec = (config.entry_bytes() * value_bits as usize) as u64;
         let sizes = (|| {
             let nb = end - start;
@@ -128,9 +134,9 @@ impl Piece {
             });
         }
         let fallback = body[PIECE_HEADER + c + g..].to_vec();
-        if sort_fallback(&fallback) != fallback {
-            return Err(LoadError::BadFallback("entries not sorted"));
-        }
+        // The checks `SetSep::from_bytes` makes: a piece that passed none of them assembled
+        // into a table that answered values wider than its value bits and did not reload.
+        crate::format::check_fallback(&fallback, value_bits)?;
         Ok(Piece {
             config,
             value_bits,
@@ -770,11 +776,17 @@ impl SetSep {
             go += p.groups.len();
             fb.extend_from_slice(&p.fallback);
         }
+        let fallback = sort_fallback(&fb);
+        if crate::format::check_fallback(&fallback, hdr.value_bits).is_err() {
+            return Err(BuildError::PieceMismatch(
+                "two pieces hold the same fallback entry",
+            ));
+        }
         Ok(SetSep {
             hdr,
             choices,
             groups,
-            fallback: sort_fallback(&fb),
+            fallback,
         })
     }
 }

@@ -64,7 +64,6 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 #[derive(Clone, Copy, Debug)]
 struct Parsed {
     hdr: Header,
-    n_fb: usize,
     choices: usize,
     groups: usize,
     fallback: usize,
@@ -152,7 +151,6 @@ fn parse(b: &[u8]) -> Result<Parsed, LoadError> {
             n_keys,
             n_blocks,
         },
-        n_fb: n_fb as usize,
         choices,
         groups,
         fallback,
@@ -166,14 +164,21 @@ fn validate(b: &[u8], p: &Parsed) -> Result<(), LoadError> {
     if sum != u64_at(b, p.checksum) {
         return Err(LoadError::Checksum);
     }
-    let fb = &b[p.fallback..p.checksum];
-    let vb = p.hdr.value_bits;
-    for i in 0..p.n_fb {
+    check_fallback(&b[p.fallback..p.checksum], p.hdr.value_bits)
+}
+
+/// The fallback checks of every loader (tables and pieces): whole entries, strictly sorted by
+/// hash (no duplicates), values that fit `value_bits`.
+pub(crate) fn check_fallback(fb: &[u8], value_bits: u8) -> Result<(), LoadError> {
+    if fb.len() % FB_ENTRY != 0 {
+        return Err(LoadError::BadFallback("not a whole number of entries"));
+    }
+    for i in 0..fb.len() / FB_ENTRY {
         if i > 0 && fallback_key(fb, i - 1) >= fallback_key(fb, i) {
             return Err(LoadError::BadFallback("entries not strictly sorted"));
         }
         let v = u16::from_le_bytes([fb[i * FB_ENTRY + 16], fb[i * FB_ENTRY + 17]]);
-        if vb < 16 && v >> vb != 0 {
+        if value_bits < 16 && v >> value_bits != 0 {
             return Err(LoadError::BadFallback("value wider than the value bits"));
         }
     }
