@@ -662,7 +662,7 @@ impl SetSep {
                 hdr,
                 choices,
                 groups,
-                fallback,
+                fallback: crate::table::fb_map(&fallback),
             })
         })
     }
@@ -786,7 +786,7 @@ impl SetSep {
             hdr,
             choices,
             groups,
-            fallback,
+            fallback: crate::table::fb_map(&fallback),
         })
     }
 }

@@ -23,7 +23,9 @@
 #![allow(unsafe_code)]
 
 use crate::layout::CHOICE_BYTES_PER_BLOCK;
-use crate::table::{fallback_key, Header, Tables, FB_ENTRY, SLACK};
+use crate::table::{
+    fallback_entry, fallback_key, fb_map, Fallback, Header, Tables, FB_ENTRY, SLACK,
+};
 use crate::{Config, LoadError, SetSep, Stats};
 use sb_common::{HugeArray, KeyHash, PageInfo};
 use std::io::Write;
@@ -191,7 +193,7 @@ fn tables_of<'a>(b: &'a [u8], p: &Parsed) -> Tables<'a> {
         p.hdr,
         &b[p.choices..p.groups],
         &b[p.groups..p.fallback + SLACK.min(b.len() - p.fallback)],
-        &b[p.fallback..p.checksum],
+        Fallback::Bytes(&b[p.fallback..p.checksum]),
     )
 }
 
@@ -199,23 +201,29 @@ impl SetSep {
     /// Writes the table in the binary format (see the module docs of `format`).
     pub fn write_to<W: Write>(&self, mut w: W) -> std::io::Result<()> {
         let gb = self.hdr.group_bytes();
-        let hdr = header_bytes(&self.hdr, self.fallback.len() / FB_ENTRY);
+        let hdr = header_bytes(&self.hdr, self.fallback.len());
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        for part in [
-            &hdr[..],
-            &self.choices[..],
-            &self.groups[..gb],
-            &self.fallback[..],
-        ] {
+        for part in [&hdr[..], &self.choices[..], &self.groups[..gb]] {
             hasher.update(part);
             w.write_all(part)?;
+        }
+        // The map iterates in hash order: the image's sorted entries, in chunks.
+        let mut buf = Vec::with_capacity(FB_ENTRY * 256);
+        let mut it = self.fallback.iter().peekable();
+        while it.peek().is_some() {
+            buf.clear();
+            for (&(lo, hi), &v) in it.by_ref().take(256) {
+                buf.extend_from_slice(&fallback_entry(sb_common::KeyHash { lo, hi }, v));
+            }
+            hasher.update(&buf);
+            w.write_all(&buf)?;
         }
         w.write_all(&hasher.digest().to_le_bytes())
     }
 
     /// The table in the binary format.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(serialized_len(&self.hdr, self.fallback.len() / FB_ENTRY));
+        let mut v = Vec::with_capacity(serialized_len(&self.hdr, self.fallback.len()));
         self.write_to(&mut v).expect("writing to a Vec cannot fail");
         v
     }
@@ -317,7 +325,10 @@ impl<'a> SetSepView<'a> {
             hdr: h,
             choices,
             groups,
-            fallback: self.t.fallback.to_vec(),
+            fallback: match self.t.fallback {
+                Fallback::Bytes(b) => fb_map(b),
+                Fallback::Map(m) => m.clone(),
+            },
         }
     }
 }

@@ -5,7 +5,7 @@ use crate::build::{write_mark, write_record};
 use crate::kernel::{array_for, separates, GKey, Searcher};
 use crate::layout::{family, MAX_KEY_LEN, MIN_KEY_LEN};
 use crate::prefetch::prefetch;
-use crate::table::{fallback_entry, fallback_find, FB_ENTRY};
+use crate::table::{fallback_entry, FB_ENTRY};
 use crate::{BuildError, BuildOptions, Config, DeltaError, SetSep, UpdateError};
 use sb_common::{hash128, HugeArray, KeyHash};
 
@@ -209,36 +209,39 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
     if d.record.len() != rec {
         return Err(DeltaError::Mismatch("record size differs"));
     }
-    let mut new_fb = None;
     if d.touches_fallback() {
-        let mut fb = t.fallback.clone();
+        // Check every edit before making any, in O(edits * log n): removals present and
+        // distinct, insertions absent once the removals are made and distinct.
+        let key = |h: &KeyHash| (h.lo, h.hi);
+        let mut removed = std::collections::BTreeSet::new();
         for h in &d.fb_remove {
-            match fallback_find(&fb, *h) {
-                Ok(i) => {
-                    fb.drain(i * FB_ENTRY..(i + 1) * FB_ENTRY);
-                }
-                Err(_) => return Err(DeltaError::FallbackMismatch("removed entry is absent")),
+            if !t.fallback.contains_key(&key(h)) || !removed.insert(key(h)) {
+                return Err(DeltaError::FallbackMismatch("removed entry is absent"));
             }
         }
-        for &(h, v) in &d.fb_insert {
-            match fallback_find(&fb, h) {
-                Ok(_) => return Err(DeltaError::FallbackMismatch("inserted entry is present")),
-                Err(i) => {
-                    let e = fallback_entry(h, v);
-                    fb.splice(i * FB_ENTRY..i * FB_ENTRY, e);
-                }
+        let mut inserted = std::collections::BTreeSet::new();
+        for (h, _) in &d.fb_insert {
+            let present = t.fallback.contains_key(&key(h)) && !removed.contains(&key(h));
+            if present || !inserted.insert(key(h)) {
+                return Err(DeltaError::FallbackMismatch("inserted entry is present"));
             }
         }
-        new_fb = Some(fb);
-    }
-    let n_fb = new_fb.as_ref().unwrap_or(&t.fallback).len() / FB_ENTRY;
-    if n_fb as u64 > d.n_keys {
+        let n_fb = t.fallback.len() - d.fb_remove.len() + d.fb_insert.len();
+        if n_fb as u64 > d.n_keys {
+            return Err(DeltaError::FallbackMismatch(
+                "more fallback entries than keys",
+            ));
+        }
+        for h in &d.fb_remove {
+            t.fallback.remove(&key(h));
+        }
+        for (h, v) in &d.fb_insert {
+            t.fallback.insert(key(h), *v);
+        }
+    } else if t.fallback.len() as u64 > d.n_keys {
         return Err(DeltaError::FallbackMismatch(
             "more fallback entries than keys",
         ));
-    }
-    if let Some(fb) = new_fb {
-        t.fallback = fb;
     }
     let off = d.group as usize * rec;
     t.groups[off..off + rec].copy_from_slice(&d.record);
