@@ -31,6 +31,7 @@ fn main() {
         value_bits: 2,
         threads: 1,
         seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     let mut owner = Updatable::build(&keys, &values, &opts).expect("build");

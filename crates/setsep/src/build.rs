@@ -22,6 +22,7 @@ pub struct Piece {
     pub(crate) config: Config,
     pub(crate) value_bits: u8,
     pub(crate) seed: u64,
+    pub(crate) build_id: u64,
     pub(crate) total_blocks: u64,
     pub(crate) range: Range<u64>,
     pub(crate) keys: u64,
@@ -44,9 +45,18 @@ impl Piece {
     pub fn total_blocks(&self) -> u64 {
         self.total_blocks
     }
+    /// Hash seed of the table the piece belongs to.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    /// Build id of the table the piece belongs to ([`BuildOptions::build_id`]).
+    pub fn build_id(&self) -> u64 {
+        self.build_id
+    }
 
-    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE3`, index bits,
-    /// array bits, value bits, a zero byte, seed, total blocks, range start, range end, keys,
+    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE4`, index bits,
+    /// array bits, value bits, a zero byte, seed, build id, total blocks, range start, range
+    /// end, keys,
     /// fallback entries (u64 each), choices, groups, fallback entries, XXH3-64 of all before.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
@@ -61,6 +71,7 @@ impl Piece {
         ]);
         for x in [
             self.seed,
+            self.build_id,
             self.total_blocks,
             self.range.start,
             self.range.end,
@@ -105,7 +116,8 @@ impl Piece {
             return Err(LoadError::BadHeader("bad config or value bits"));
         }
         let u = |i: usize| u64::from_le_bytes(b[12 + 8 * i..20 + 8 * i].try_into().expect("8"));
-        let (seed, total_blocks, start, end, keys, nfb) = (u(0), u(1), u(2), u(3), u(4), u(5));
+        let (seed, build_id, total_blocks) = (u(0), u(1), u(2));
+        let (start, end, keys, nfb) = (u(3), u(4), u(5), u(6));
         if start >= end || end > total_blocks {
             return Err(LoadError::BadHeader("bad block range"));
         }
@@ -141,6 +153,7 @@ impl Piece {
             config,
             value_bits,
             seed,
+            build_id,
             total_blocks,
             range: start..end,
             keys,
@@ -151,8 +164,8 @@ impl Piece {
     }
 }
 
-const PIECE_MAGIC: &[u8; 8] = b"SBPIECE3";
-const PIECE_HEADER: usize = 8 + 4 + 6 * 8;
+const PIECE_MAGIC: &[u8; 8] = b"SBPIECE4";
+const PIECE_HEADER: usize = 8 + 4 + 7 * 8;
 
 /// One input chunk's keys sorted by block, and each block's start offset.
 type Part = (Vec<Rec>, Vec<u32>);
@@ -643,6 +656,9 @@ impl SetSep {
                 seed: opts.seed,
                 n_keys: keys.len() as u64,
                 n_blocks: total,
+                build_id: opts.build_id,
+                seq: 0,
+                last_delta: 0,
             };
             let mut choices = HugeArray::<u8>::zeroed(hdr.choice_bytes());
             let mut groups = HugeArray::<u8>::zeroed(hdr.group_bytes() + SLACK);
@@ -707,6 +723,7 @@ impl SetSep {
                 config: opts.config,
                 value_bits: opts.value_bits,
                 seed: opts.seed,
+                build_id: opts.build_id,
                 total_blocks,
                 range,
                 keys: n,
@@ -726,16 +743,17 @@ impl SetSep {
         pieces.sort_by_key(|p| p.range.start);
         let mut next = 0u64;
         for p in &pieces {
-            if (p.config, p.value_bits, p.seed, p.total_blocks)
+            if (p.config, p.value_bits, p.seed, p.build_id, p.total_blocks)
                 != (
                     first.config,
                     first.value_bits,
                     first.seed,
+                    first.build_id,
                     first.total_blocks,
                 )
             {
                 return Err(BuildError::PieceMismatch(
-                    "pieces differ in config, value bits, seed or total blocks",
+                    "pieces differ in config, value bits, seed, build id or total blocks",
                 ));
             }
             if p.range.start != next {
@@ -764,6 +782,9 @@ impl SetSep {
             seed: first.seed,
             n_keys: pieces.iter().map(|p| p.keys).sum(),
             n_blocks: first.total_blocks,
+            build_id: first.build_id,
+            seq: 0,
+            last_delta: 0,
         };
         let mut choices = HugeArray::<u8>::zeroed(hdr.choice_bytes());
         let mut groups = HugeArray::<u8>::zeroed(hdr.group_bytes() + SLACK);

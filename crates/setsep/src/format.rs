@@ -1,5 +1,6 @@
-//! The binary format (version 3; version 2 hashed keys with the first multiply-fold hash,
-//! which crafted keys could collapse, version 1 with XXH3-128), its validating and
+//! The binary format (version 4; version 3 had no build id or sequence number, version 2 hashed
+//! keys with the first multiply-fold hash, which crafted keys could collapse, version 1 with
+//! XXH3-128), its validating and
 //! trusted loaders, and the zero-copy view.
 //!
 //! Layout, all integers little endian:
@@ -7,7 +8,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `SBSETSEP` |
-//! | 8 | 4 | format version (3) |
+//! | 8 | 4 | format version (4) |
 //! | 12 | 1 | index bits (x) |
 //! | 13 | 1 | array bits (y) |
 //! | 14 | 1 | value bits |
@@ -16,7 +17,10 @@
 //! | 24 | 8 | number of keys |
 //! | 32 | 8 | number of blocks B |
 //! | 40 | 8 | number of fallback entries F |
-//! | 48 | 64 B | bucket choices, 2 bits per bucket |
+//! | 48 | 8 | build id |
+//! | 56 | 8 | sequence number of the last delta applied (0: none) |
+//! | 64 | 8 | digest of that delta (0 when none) |
+//! | 72 | 64 B | bucket choices, 2 bits per bucket |
 //! | | 64 B (x+y)/8 V | group records: per group, per value bit, `index | array << x` in (x+y)/8 bytes |
 //! | | 18 F | fallback entries sorted by (hash lo, hash hi): hash lo, hash hi, value (u16) |
 //! | | 8 | XXH3-64 of everything before |
@@ -32,9 +36,9 @@ use std::io::Write;
 use std::path::Path;
 
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 const MAGIC: &[u8; 8] = b"SBSETSEP";
-const HEADER: usize = 48;
+const HEADER: usize = 72;
 const CHECKSUM: usize = 8;
 
 pub(crate) fn serialized_len(h: &Header, n_fb: usize) -> usize {
@@ -53,6 +57,9 @@ fn header_bytes(h: &Header, n_fb: usize) -> [u8; HEADER] {
     b[24..32].copy_from_slice(&h.n_keys.to_le_bytes());
     b[32..40].copy_from_slice(&h.n_blocks.to_le_bytes());
     b[40..48].copy_from_slice(&(n_fb as u64).to_le_bytes());
+    b[48..56].copy_from_slice(&h.build_id.to_le_bytes());
+    b[56..64].copy_from_slice(&h.seq.to_le_bytes());
+    b[64..72].copy_from_slice(&h.last_delta.to_le_bytes());
     b
 }
 
@@ -112,6 +119,12 @@ fn parse(b: &[u8]) -> Result<Parsed, LoadError> {
     let n_keys = u64_at(b, 24);
     let n_blocks = u64_at(b, 32);
     let n_fb = u64_at(b, 40);
+    let (build_id, seq, last_delta) = (u64_at(b, 48), u64_at(b, 56), u64_at(b, 64));
+    if (seq == 0) != (last_delta == 0) {
+        return Err(LoadError::BadHeader(
+            "a sequence number needs a delta digest and none without",
+        ));
+    }
     if n_blocks == 0 {
         return Err(LoadError::BadHeader("zero blocks"));
     }
@@ -152,6 +165,9 @@ fn parse(b: &[u8]) -> Result<Parsed, LoadError> {
             seed,
             n_keys,
             n_blocks,
+            build_id,
+            seq,
+            last_delta,
         },
         choices,
         groups,

@@ -84,9 +84,28 @@ pub(crate) struct Header {
     pub seed: u64,
     pub n_keys: u64,
     pub n_blocks: u64,
+    /// Identity of the build ([`crate::BuildOptions::build_id`]).
+    pub build_id: u64,
+    /// Sequence number of the last delta applied (0: none since the build).
+    pub seq: u64,
+    /// Digest of that delta (0 when `seq` is 0), so a duplicate of it is told from another
+    /// delta with its number.
+    pub last_delta: u64,
 }
 
 impl Header {
+    /// The table's fingerprint: a digest of its seed, shape and build id.
+    pub fn fingerprint(&self) -> u64 {
+        let mut b = [0u8; 27];
+        b[0..8].copy_from_slice(&self.seed.to_le_bytes());
+        b[8..16].copy_from_slice(&self.build_id.to_le_bytes());
+        b[16..24].copy_from_slice(&self.n_blocks.to_le_bytes());
+        b[24] = self.config.index_bits;
+        b[25] = self.config.array_bits;
+        b[26] = self.value_bits;
+        xxhash_rust::xxh3::xxh3_64(&b)
+    }
+
     pub fn rec_bytes(&self) -> usize {
         self.config.entry_bytes() * self.value_bits as usize
     }
@@ -481,6 +500,23 @@ impl SetSep {
         self.hdr.seed
     }
 
+    /// Build id of the table ([`crate::BuildOptions::build_id`]).
+    pub fn build_id(&self) -> u64 {
+        self.hdr.build_id
+    }
+
+    /// The table's fingerprint: a digest of its seed, shape (config, value bits, blocks) and
+    /// build id. Every [`Delta`] carries its table's; [`SetSep::apply_delta`] refuses others.
+    pub fn fingerprint(&self) -> u64 {
+        self.hdr.fingerprint()
+    }
+
+    /// Sequence number of the last delta applied to this table (its owner's count of changes;
+    /// 0 after the build). The next delta it accepts is `seq() + 1`.
+    pub fn seq(&self) -> u64 {
+        self.hdr.seq
+    }
+
     /// Number of keys.
     pub fn len(&self) -> u64 {
         self.hdr.n_keys
@@ -507,7 +543,12 @@ impl SetSep {
     }
 
     /// Applies a delta produced by [`crate::Updatable`] on an identical table: copies the group
-    /// record and edits the fallback table. On error the table is unchanged.
+    /// record and edits the fallback table. Deltas apply in their owner's order: the table
+    /// takes delta `seq() + 1`, takes a duplicate of the last one it applied as a no-op, and
+    /// refuses a delta of another table ([`DeltaError::ForeignTable`]), an older one
+    /// ([`DeltaError::Stale`]), a different one with the last number
+    /// ([`DeltaError::Conflict`]) and one past a gap ([`DeltaError::Gap`]: resync from a
+    /// snapshot). On error the table is unchanged.
     pub fn apply_delta(&mut self, d: &Delta) -> Result<(), DeltaError> {
         crate::update::apply(self, d)
     }

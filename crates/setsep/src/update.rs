@@ -11,12 +11,21 @@ use sb_common::{hash128, HugeArray, KeyHash};
 
 /// One change of a table: the new record of one group, and the fallback entries that leave and
 /// join the fallback table. Produced by [`Updatable`], applied by [`SetSep::apply_delta`].
+///
+/// A delta knows its table and its place: it carries the table's fingerprint
+/// ([`SetSep::fingerprint`]: seed, shape, build id) and its owner's sequence number
+/// ([`Delta::seq`], one count per table, 1 for the first delta after the build).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delta {
     config: Config,
     value_bits: u8,
+    /// Fingerprint of the table the delta was made for.
+    table: u64,
     n_blocks: u64,
     n_keys: u64,
+    seq: u64,
+    /// XXH3-64 of the serialized body (never 0): what the table remembers of its last delta.
+    digest: u64,
     group: u64,
     record: Vec<u8>,
     fb_remove: Vec<KeyHash>,
@@ -24,7 +33,7 @@ pub struct Delta {
 }
 
 const DELTA_MAGIC: &[u8; 2] = b"SD";
-const DELTA_VERSION: u8 = 3;
+const DELTA_VERSION: u8 = 4;
 
 fn put_varint(out: &mut Vec<u8>, mut x: u64) {
     loop {
@@ -92,16 +101,36 @@ impl Delta {
         !self.fb_remove.is_empty() || !self.fb_insert.is_empty()
     }
 
-    /// The serialized delta: header, group id, record, fallback edits, checksum.
+    /// The owner's sequence number of this delta: the table's [`SetSep::seq`] after it.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Fingerprint of the table the delta was made for ([`SetSep::fingerprint`]).
+    pub fn table_fingerprint(&self) -> u64 {
+        self.table
+    }
+
+    /// The serialized delta: header, table fingerprint, sequence number, group id, record,
+    /// fallback edits, checksum.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.record.len());
+        let mut out = self.body();
+        let sum = self.digest as u32;
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    fn body(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(40 + self.record.len());
         out.extend_from_slice(DELTA_MAGIC);
         out.push(DELTA_VERSION);
         out.push(self.config.index_bits);
         out.push(self.config.array_bits);
         out.push(self.value_bits);
+        out.extend_from_slice(&self.table.to_le_bytes());
         put_varint(&mut out, self.n_blocks);
         put_varint(&mut out, self.n_keys);
+        put_varint(&mut out, self.seq);
         put_varint(&mut out, self.group);
         out.extend_from_slice(&self.record);
         put_varint(&mut out, self.fb_remove.len() as u64);
@@ -113,9 +142,13 @@ impl Delta {
         for &(h, v) in &self.fb_insert {
             out.extend_from_slice(&fallback_entry(h, v));
         }
-        let sum = xxhash_rust::xxh3::xxh3_64(&out) as u32;
-        out.extend_from_slice(&sum.to_le_bytes());
         out
+    }
+
+    /// The digest of a serialized body (the checksum is its low 32 bits); never 0, which the
+    /// table header keeps for "no delta yet".
+    fn digest_of(body: &[u8]) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(body).max(1)
     }
 
     /// Parses and validates a serialized delta (never panics).
@@ -127,9 +160,8 @@ impl Delta {
         if !body.starts_with(DELTA_MAGIC) {
             return Err(DeltaError::Malformed("bad magic"));
         }
-        if xxhash_rust::xxh3::xxh3_64(body) as u32
-            != u32::from_le_bytes(sum.try_into().expect("4 bytes"))
-        {
+        let digest = Self::digest_of(body);
+        if digest as u32 != u32::from_le_bytes(sum.try_into().expect("4 bytes")) {
             return Err(DeltaError::Checksum);
         }
         let mut r = Reader { b: body, pos: 2 };
@@ -147,8 +179,13 @@ impl Delta {
         if !(1..=16).contains(&value_bits) {
             return Err(DeltaError::Malformed("bad value bits"));
         }
+        let table = r.u64()?;
         let n_blocks = r.varint()?;
         let n_keys = r.varint()?;
+        let seq = r.varint()?;
+        if seq == 0 {
+            return Err(DeltaError::Malformed("sequence number 0"));
+        }
         let group = r.varint()?;
         if n_blocks == 0 || group / 64 >= n_blocks {
             return Err(DeltaError::Malformed("group out of range"));
@@ -187,8 +224,11 @@ impl Delta {
         Ok(Delta {
             config,
             value_bits,
+            table,
             n_blocks,
             n_keys,
+            seq,
+            digest,
             group,
             record,
             fb_remove,
@@ -208,6 +248,32 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
     let rec = t.hdr.rec_bytes();
     if d.record.len() != rec {
         return Err(DeltaError::Mismatch("record size differs"));
+    }
+    let expected = t.hdr.fingerprint();
+    if d.table != expected {
+        return Err(DeltaError::ForeignTable {
+            expected,
+            got: d.table,
+        });
+    }
+    let applied = t.hdr.seq;
+    if d.seq <= applied {
+        return if d.seq < applied {
+            Err(DeltaError::Stale {
+                seq: d.seq,
+                applied,
+            })
+        } else if d.digest == t.hdr.last_delta {
+            Ok(()) // the last delta again: already applied
+        } else {
+            Err(DeltaError::Conflict { seq: d.seq })
+        };
+    }
+    if d.seq != applied + 1 {
+        return Err(DeltaError::Gap {
+            expected: applied + 1,
+            got: d.seq,
+        });
     }
     if d.touches_fallback() {
         // Check every edit before making any, in O(edits * log n): removals present and
@@ -246,6 +312,8 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
     let off = d.group as usize * rec;
     t.groups[off..off + rec].copy_from_slice(&d.record);
     t.hdr.n_keys = d.n_keys;
+    t.hdr.seq = d.seq;
+    t.hdr.last_delta = d.digest;
     Ok(())
 }
 
@@ -701,16 +769,20 @@ impl Updatable {
         } else {
             Vec::new()
         };
-        let d = Delta {
+        let mut d = Delta {
             config: cfg,
             value_bits: vbits as u8,
+            table: self.table.hdr.fingerprint(),
             n_blocks: self.table.hdr.n_blocks,
             n_keys: self.len as u64,
+            seq: self.table.hdr.seq + 1,
+            digest: 0,
             group: g as u64,
             record,
             fb_remove,
             fb_insert,
         };
+        d.digest = Delta::digest_of(&d.body());
         apply(&mut self.table, &d).expect("a delta made from this table applies to it");
         d
     }

@@ -32,6 +32,7 @@ fn crafted_keys_build_a_normal_table() {
             value_bits: 2,
             threads: 1,
             seed,
+            build_id: 1,
             ..BuildOptions::default()
         };
         let t = match SetSep::build(&refs, &values, &opts) {

@@ -36,6 +36,7 @@ fn build_and_check(n: usize, vbits: u8, max_bits_per_key: f64) {
         value_bits: vbits,
         threads: 0,
         seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     let t0 = Instant::now();
@@ -109,6 +110,7 @@ fn large_updates_at_1m_keys() {
     let opts = BuildOptions {
         value_bits: 2,
         seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     let mut up = Updatable::build(&kr, &values, &opts).expect("build");

@@ -16,6 +16,7 @@ fn opts(config: Config, value_bits: u8) -> BuildOptions {
         value_bits,
         threads: 2,
         seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     }
 }

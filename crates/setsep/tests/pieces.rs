@@ -19,6 +19,7 @@ fn pieces_assemble_into_the_one_shot_table() {
             value_bits: w,
             threads: 2,
             seed: 0x5eed_5e75_e900_0001,
+            build_id: 1,
             ..BuildOptions::default()
         };
         let whole = SetSep::build(&kr, &values, &opts).unwrap();
@@ -83,6 +84,7 @@ fn pieces_assemble_into_the_one_shot_table() {
 fn bad_ranges_are_refused() {
     let opts = BuildOptions {
         seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     for (r, total) in [(3..3, 10), (5..11, 10), (0..1, 0)] {
@@ -106,6 +108,7 @@ fn piece_with_fallback() -> (sb_setsep::Piece, Vec<u8>) {
         value_bits: 2,
         threads: 1,
         seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     let total = num_blocks(kr.len() as u64);
@@ -151,9 +154,9 @@ fn crafted_pieces_are_refused_like_tables() {
         Err(LoadError::BadFallback(_))
     ));
 
-    // More fallback entries than keys (the key count at header offset 44 set to 1).
+    // More fallback entries than keys (the key count at header offset 52 set to 1).
     let mut count = b.clone();
-    count[44..52].copy_from_slice(&1u64.to_le_bytes());
+    count[52..60].copy_from_slice(&1u64.to_le_bytes());
     fix_checksum(&mut count);
     assert!(matches!(
         Piece::from_bytes(&count),
