@@ -156,9 +156,9 @@ fn finish(a: u64, b: u64, s: u64, t: u64) -> KeyHash {
 
 /// [`hash128`] of a key longer than 16 bytes: one Feistel round (one multiply) per 16 bytes on
 /// a 128-bit state that starts as the seed words, then the last 16 bytes (overlapping) go
-/// through [`finish`] with the state as seed words. Each step is a bijection of the state
-/// given the block, and of the block given the state, so keys that differ in one block never
-/// share the state (version 1 folded each block into 64 bits with `(w0 ^ t) * (w1 ^ s)`,
+/// through the short-key finish with the state as seed words. Each step is a bijection of the
+/// state given the block, and of the block given the state, so keys that differ in one block
+/// never share the state (version 1 folded each block into 64 bits with `(w0 ^ t) * (w1 ^ s)`,
 /// which a block whose first word was `t` zeroed: the state was wiped).
 #[inline(never)]
 pub fn hash_long(key: &[u8], seed: u64) -> KeyHash {
