@@ -646,7 +646,7 @@ impl SetSep {
         opts: &BuildOptions,
         on_blocks_done: &(dyn Fn(u64) + Sync),
     ) -> Result<SetSep, BuildError> {
-        let total = num_blocks(keys.len() as u64);
+        let total = num_blocks((keys.len() as u64).max(opts.capacity));
         let pool = pool(opts.threads)?;
         pool.install(|| {
             check_inputs(keys, values, opts)?;

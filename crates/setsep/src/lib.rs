@@ -93,6 +93,11 @@
 //! (`cargo run --release -p sb-setsep --example applycost`, medians of 3 on the shared 2-core AMD
 //! EPYC VM).
 //!
+//! A table has the blocks for its keys, or for [`BuildOptions::capacity`] keys (headroom for
+//! inserts). An [`Updatable`] with a [`Growth`] policy grows as inserts fill it: past the
+//! policy's load it rebuilds itself from its RIB with more blocks, and replicas load the grown
+//! table's image; [`Growth`] says what that costs and what it does not do yet.
+//!
 //! Invariant: this crate never does I/O except [`SetSep::write_to`] and [`MappedSetSep::open`].
 
 mod build;
@@ -111,7 +116,7 @@ pub use format::{MappedSetSep, SetSepView};
 pub use kernel::bench_search;
 pub use layout::{num_blocks, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use table::{SetSep, Stats};
-pub use update::{Delta, Updatable};
+pub use update::{Delta, Growth, Updatable};
 
 use std::fmt;
 use std::str::FromStr;
@@ -246,6 +251,10 @@ pub struct BuildOptions {
     /// refuse each other's deltas. [`BuildOptions::default`] draws it from the OS; every node
     /// that builds pieces of one table uses the same one; set it for a reproducible image.
     pub build_id: u64,
+    /// Keys the table is sized for (headroom for inserts): it gets
+    /// [`num_blocks`]`(max(keys, capacity))` blocks. 0: the number of keys given. Bits per key
+    /// grow with the headroom (3.5 / load for 16+8 and 2-bit values); see [`Growth`].
+    pub capacity: u64,
     /// Randomized greedy balancing runs per block (at least 1); the best is kept.
     pub runs: u32,
     /// Which search kernel to use.
@@ -260,6 +269,7 @@ impl Default for BuildOptions {
             threads: 0,
             seed: sb_common::random_seed(),
             build_id: sb_common::random_seed(),
+            capacity: 0,
             runs: 4,
             kernel: Kernel::Auto,
         }
@@ -465,6 +475,10 @@ pub enum UpdateError {
     /// Two different keys have the same 128-bit hash.
     #[error("the key has the same 128-bit hash as another key of the table")]
     HashCollision,
+    /// The key went in, but growing the table afterwards ([`Growth`]) failed; the table is
+    /// the one before the growth, with the key.
+    #[error("the key went in but the table could not grow: {0}")]
+    Grow(BuildError),
 }
 
 /// Entry points for the cargo-fuzz targets (and the proptests that run the same code).
