@@ -497,6 +497,38 @@ impl BlockBuilder {
         Ok(())
     }
 
+    /// Rebuilds one block of a table of `total` blocks from its keys' hashes and values:
+    /// bucket choices (64 bytes), group records (64 records) and the block's fallback entries
+    /// (sorted), exactly as a build of these keys would make the block. The hashes must be
+    /// distinct.
+    pub(crate) fn rebuild_block(
+        &mut self,
+        keys: &[(KeyHash, u16)],
+        block: u64,
+        total: u64,
+    ) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        self.recs.clear();
+        self.recs
+            .extend(keys.iter().enumerate().map(|(i, &(h, val))| {
+                let (blk, bkt) = locate(h, total);
+                debug_assert_eq!(blk, block);
+                Rec {
+                    lo: h.lo,
+                    hi: h.hi,
+                    idx: i as u32,
+                    val,
+                    bkt: bkt as u8,
+                }
+            }));
+        let rec_bytes = self.cfg.entry_bytes() * self.vbits as usize;
+        let mut choices = vec![0u8; CHOICE_BYTES_PER_BLOCK];
+        let mut groups = vec![0u8; GROUPS_PER_BLOCK * rec_bytes];
+        let mut fb = Vec::new();
+        self.build(&[], block, total, &mut choices, &mut groups, &mut fb)
+            .expect("distinct hashes build");
+        (choices, groups, sort_fallback(&fb))
+    }
+
     /// Greedy balancing (largest bucket first, least-loaded candidate, random tie-break),
     /// `runs` randomized runs, the cheapest kept. Returns each bucket's choice.
     fn balance(&self, block: u64, size: &[u32; BUCKETS_PER_BLOCK]) -> [usize; BUCKETS_PER_BLOCK] {

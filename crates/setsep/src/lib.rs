@@ -96,7 +96,11 @@
 //! A table has the blocks for its keys, or for [`BuildOptions::capacity`] keys (headroom for
 //! inserts). An [`Updatable`] with a [`Growth`] policy grows as inserts fill it: past the
 //! policy's load it rebuilds itself from its RIB with more blocks, and replicas load the grown
-//! table's image; [`Growth`] says what that costs and what it does not do yet.
+//! table's image; when an insert would send a group to the fallback table it re-balances the
+//! group's block instead (one block delta). From 1M to 8M keys by inserts alone (16+8, 2-bit
+//! values) that kept fallback at most 0.0022% of the keys and bits/key at most 3.93, at 0.6-0.7x
+//! the insert rate of a table that does not grow; [`Growth`] has the measurements and the
+//! cost to replicas.
 //!
 //! Invariant: this crate never does I/O except [`SetSep::write_to`] and [`MappedSetSep::open`].
 

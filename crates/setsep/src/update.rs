@@ -1,9 +1,13 @@
 //! The update side: [`Updatable`] keeps each group's keys (the RIB), re-searches only the group
 //! of a changed key and emits a [`Delta`] that any replica applies with a memory copy.
 
+use crate::build::BlockBuilder;
 use crate::build::{write_mark, write_record};
 use crate::kernel::{array_for, separates, GKey, Searcher};
-use crate::layout::{family, MAX_KEY_LEN, MIN_KEY_LEN};
+use crate::layout::{
+    choice_of, family, locate, CAND, CHOICE_BYTES_PER_BLOCK, GROUPS_PER_BLOCK, MAX_KEY_LEN,
+    MIN_KEY_LEN,
+};
 use crate::prefetch::prefetch;
 use crate::table::{fallback_entry, FB_ENTRY};
 use crate::{BuildError, BuildOptions, Config, DeltaError, SetSep, UpdateError};
@@ -26,8 +30,13 @@ pub struct Delta {
     seq: u64,
     /// XXH3-64 of the serialized body (never 0): what the table remembers of its last delta.
     digest: u64,
+    /// The group rewritten, or the first group of the block a block delta rewrites.
     group: u64,
+    /// Its record, or the block's 64 records.
     record: Vec<u8>,
+    /// A block delta's bucket choices (64 bytes): a growing owner re-balances a block when an
+    /// insert would send one of its groups to the fallback table.
+    choices: Option<Vec<u8>>,
     fb_remove: Vec<KeyHash>,
     fb_insert: Vec<(KeyHash, u16)>,
 }
@@ -91,9 +100,16 @@ impl<'a> Reader<'a> {
 }
 
 impl Delta {
-    /// Global group id (block * 64 + group in block) the delta rewrites.
+    /// Global group id (block * 64 + group in block) the delta rewrites (for a block delta,
+    /// the block's first group).
     pub fn group(&self) -> u64 {
         self.group
+    }
+
+    /// Whether the delta rewrites a whole block (bucket choices and 64 group records): what a
+    /// growing owner sends when it re-balances a block.
+    pub fn is_block(&self) -> bool {
+        self.choices.is_some()
     }
 
     /// Whether the delta moves keys into or out of the fallback table.
@@ -111,8 +127,8 @@ impl Delta {
         self.table
     }
 
-    /// The serialized delta: header, table fingerprint, sequence number, group id, record,
-    /// fallback edits, checksum.
+    /// The serialized delta: header, table fingerprint, sequence number, group id, kind (0: one
+    /// group's record; 1: a block's 64 choice bytes and 64 records), fallback edits, checksum.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = self.body();
         let sum = self.digest as u32;
@@ -132,6 +148,13 @@ impl Delta {
         put_varint(&mut out, self.n_keys);
         put_varint(&mut out, self.seq);
         put_varint(&mut out, self.group);
+        match &self.choices {
+            None => out.push(0),
+            Some(c) => {
+                out.push(1);
+                out.extend_from_slice(c);
+            }
+        }
         out.extend_from_slice(&self.record);
         put_varint(&mut out, self.fb_remove.len() as u64);
         for h in &self.fb_remove {
@@ -190,7 +213,18 @@ impl Delta {
         if n_blocks == 0 || group / 64 >= n_blocks {
             return Err(DeltaError::Malformed("group out of range"));
         }
-        let record = r.take(config.entry_bytes() * value_bits as usize)?.to_vec();
+        let rec = config.entry_bytes() * value_bits as usize;
+        let (choices, record) = match r.u8()? {
+            0 => (None, r.take(rec)?.to_vec()),
+            1 => {
+                if group % GROUPS_PER_BLOCK as u64 != 0 {
+                    return Err(DeltaError::Malformed("block delta not at a block"));
+                }
+                let c = r.take(CHOICE_BYTES_PER_BLOCK)?.to_vec();
+                (Some(c), r.take(rec * GROUPS_PER_BLOCK)?.to_vec())
+            }
+            _ => return Err(DeltaError::Malformed("bad delta kind")),
+        };
         let nrem = r.varint()?;
         if nrem > (r.remaining() / 16) as u64 {
             return Err(DeltaError::Malformed("truncated fallback removals"));
@@ -231,6 +265,7 @@ impl Delta {
             digest,
             group,
             record,
+            choices,
             fb_remove,
             fb_insert,
         })
@@ -246,7 +281,12 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
         return Err(DeltaError::Mismatch("number of blocks differs"));
     }
     let rec = t.hdr.rec_bytes();
-    if d.record.len() != rec {
+    let groups = if d.choices.is_some() {
+        GROUPS_PER_BLOCK
+    } else {
+        1
+    };
+    if d.record.len() != rec * groups {
         return Err(DeltaError::Mismatch("record size differs"));
     }
     let expected = t.hdr.fingerprint();
@@ -310,7 +350,11 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
         ));
     }
     let off = d.group as usize * rec;
-    t.groups[off..off + rec].copy_from_slice(&d.record);
+    t.groups[off..off + rec * groups].copy_from_slice(&d.record);
+    if let Some(c) = &d.choices {
+        let at = (d.group as usize / GROUPS_PER_BLOCK) * CHOICE_BYTES_PER_BLOCK;
+        t.choices[at..at + CHOICE_BYTES_PER_BLOCK].copy_from_slice(c);
+    }
     t.hdr.n_keys = d.n_keys;
     t.hdr.seq = d.seq;
     t.hdr.last_delta = d.digest;
@@ -331,15 +375,19 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
 /// number to go on from. A replica pays one image load per growth (the whole table, about
 /// 3.5-4 bits per key) and serves lookups from its old table until then.
 ///
-/// What it does not do yet: inserts never re-balance bucket choices, so between growths the
-/// groups of a block fill unevenly and some move to the fallback table. Measured with
+/// Inserts do not re-balance bucket choices, so between growths a block's groups fill
+/// unevenly; when an insert would send a group to the fallback table, a growing owner rebuilds
+/// that block instead (new bucket choices, all 64 groups searched again, about one 1024-key
+/// block build) and sends one block delta (64 choice bytes and 64 records, about 480 bytes for
+/// 16+8 and 2-bit values). Measured with
 /// `cargo run --release -p sb-setsep --example growcost -- 1048576 8388608 1048576 grow`
-/// (16+8, 2-bit values, the default bounds, one thread, shared 2-core AMD EPYC VM): inserts
-/// ran at 355-452 K/s per million (rebuilds included; 512 K/s median without growth for
-/// the first 16K inserts at 1M keys), but fallback reached 0.65% of the keys and bits/key
-/// 4.43 at worst (sampled every 4096 inserts), above the 0.1% and 4.0 a growing GPT should
-/// keep. Re-balancing a block when an insert sends one of its groups to the fallback table
-/// (a delta of a whole block) is the missing piece.
+/// (16+8, 2-bit values, the default bounds, one thread, shared 2-core AMD EPYC VM): from 1M to
+/// 8M keys by inserts alone, fallback at most 0.0022% of the keys and bits/key at most 3.932
+/// (sampled every 4096 inserts; the same in all 3 runs), inserts 361 K/s over the 7M (median
+/// of 3 runs: 345, 361, 391; growth rebuilds and re-balances included) against 512 K/s (median
+/// of 3: 342, 512, 585) for the first 16K inserts into a 1M table without growth
+/// (`growcost -- 1048576 1064960 16384`). Without the block re-balance, fallback reached 0.65%
+/// and bits/key 4.43.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Growth {
     /// Grow once the keys pass this percentage of 1024 per block.
@@ -376,6 +424,9 @@ pub struct Updatable {
     opts: BuildOptions,
     growth: Option<Growth>,
     growths: u64,
+    rebalances: u64,
+    /// For block re-balances (made on first use).
+    builder: Option<Box<BlockBuilder>>,
 }
 
 impl std::fmt::Debug for Updatable {
@@ -578,6 +629,8 @@ impl Updatable {
             opts: opts.clone(),
             growth: None,
             growths: 0,
+            rebalances: 0,
+            builder: None,
         })
     }
 
@@ -592,6 +645,12 @@ impl Updatable {
         self.growths
     }
 
+    /// How many blocks a growing owner re-balanced instead of sending a group to the fallback
+    /// table (each was one block delta).
+    pub fn rebalances(&self) -> u64 {
+        self.rebalances
+    }
+
     /// Rebuilds the table from the RIB with `blocks` blocks (at least enough for its keys),
     /// keeping the seed and build id; the sequence number starts again at 0. On error the
     /// table is unchanged.
@@ -604,10 +663,11 @@ impl Updatable {
             };
             Updatable::build(&keys, &values, &opts)?
         };
-        let (growth, growths) = (self.growth, self.growths + 1);
+        let (growth, growths, rebalances) = (self.growth, self.growths + 1, self.rebalances);
         *self = grown;
         self.growth = growth;
         self.growths = growths;
+        self.rebalances = rebalances;
         Ok(())
     }
 
@@ -821,6 +881,77 @@ impl Updatable {
             .collect()
     }
 
+    /// Rebuilds block `blk` from its RIB (new bucket choices, all 64 groups searched again),
+    /// moves its keys to their new groups, applies and returns the block delta. A growing
+    /// owner does this instead of sending a group to the fallback table: inserts do not
+    /// re-balance buckets, so a block's groups fill unevenly between growths.
+    fn rebalance_block(&mut self, blk: usize) -> Delta {
+        let seed = self.table.hdr.seed;
+        let n_blocks = self.table.hdr.n_blocks;
+        let first = blk * GROUPS_PER_BLOCK;
+        let mut fb_remove = Vec::new();
+        let mut keys: Vec<(KeyHash, u16)> = Vec::new();
+        let mut raw: Vec<(Vec<u8>, u16, KeyHash)> = Vec::new();
+        {
+            let t = self.table.tables();
+            for g in first..first + GROUPS_PER_BLOCK {
+                // A fallback group's RIB keys are the ones in the fallback table: only the
+                // group being changed differs, and it was not a fallback group.
+                let in_fb = t.is_fallback_group(g);
+                for (k, v, _, _) in entries(self.rib.group(g)) {
+                    let h = hash128(k, seed);
+                    if in_fb {
+                        fb_remove.push(h);
+                    }
+                    keys.push((h, v));
+                    raw.push((k.to_vec(), v, h));
+                }
+            }
+        }
+        let opts = &self.opts;
+        let builder = self
+            .builder
+            .get_or_insert_with(|| Box::new(BlockBuilder::new(opts)));
+        let (choices, record, fb) = builder.rebuild_block(&keys, blk as u64, n_blocks);
+        // Move every key of the block to its new group.
+        for g in first..first + GROUPS_PER_BLOCK {
+            let len = self.rib.group(g).len();
+            self.rib.remove(g, 0..len);
+        }
+        let mut buf = [0u8; 1 + 64 + TAIL];
+        for (k, v, h) in &raw {
+            let bkt = locate(*h, n_blocks).1;
+            let g = first + CAND[bkt][choice_of(choices[bkt / 4], bkt)] as usize;
+            let n = encode_entry(&mut buf, k, *v, *h);
+            self.rib.append(g, &buf[..n]);
+        }
+        let fb_insert = (0..fb.len() / FB_ENTRY)
+            .map(|i| {
+                let (lo, hi) = crate::table::fallback_key(&fb, i);
+                let v = u16::from_le_bytes([fb[i * FB_ENTRY + 16], fb[i * FB_ENTRY + 17]]);
+                (KeyHash { lo, hi }, v)
+            })
+            .collect();
+        let mut d = Delta {
+            config: self.table.hdr.config,
+            value_bits: self.table.hdr.value_bits,
+            table: self.table.hdr.fingerprint(),
+            n_blocks,
+            n_keys: self.len as u64,
+            seq: self.table.hdr.seq + 1,
+            digest: 0,
+            group: first as u64,
+            record,
+            choices: Some(choices),
+            fb_remove,
+            fb_insert,
+        };
+        d.digest = Delta::digest_of(&d.body());
+        apply(&mut self.table, &d).expect("a delta made from this table applies to it");
+        self.rebalances += 1;
+        d
+    }
+
     /// Re-solves group `g` from its RIB, applies and returns the delta. `old_hashes` are the
     /// group's fallback entries before the change (empty unless it was a fallback group).
     fn resolve(&mut self, g: usize, old_hashes: Vec<KeyHash>) -> Delta {
@@ -850,6 +981,9 @@ impl Updatable {
         }
         let found = self.searcher.search(cfg, &self.gkeys, want, &mut idx);
         let now_fb = found != want;
+        if now_fb && !was_fb && self.growth.is_some() {
+            return self.rebalance_block(g / GROUPS_PER_BLOCK);
+        }
         if now_fb {
             write_mark(cfg, &mut record);
         } else {
@@ -878,6 +1012,7 @@ impl Updatable {
             digest: 0,
             group: g as u64,
             record,
+            choices: None,
             fb_remove,
             fb_insert,
         };

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{random_set, refs};
-use sb_setsep::{num_blocks, BuildOptions, Config, DeltaError, Growth, SetSep, Updatable};
+use sb_setsep::{num_blocks, BuildOptions, Config, Delta, DeltaError, Growth, SetSep, Updatable};
 use std::collections::HashMap;
 
 fn opts() -> BuildOptions {
@@ -62,9 +62,12 @@ fn growing_owner_answers_every_key_and_replicas_follow() {
     let mut replica = SetSep::from_bytes(&owner.table().to_bytes()).unwrap();
     // A replica that missed the last growth's image.
     let mut stale: Option<SetSep> = None;
-    let (mut seen_growths, mut refused) = (0, 0);
+    let (mut seen_growths, mut refused, mut block_deltas) = (0, 0, 0u64);
+    let mut worst_fb = 0f64;
     for i in 2048..kr.len() {
-        let d = owner.insert(kr[i], values[i]).unwrap();
+        // Deltas travel as bytes (block deltas included).
+        let d = Delta::from_bytes(&owner.insert(kr[i], values[i]).unwrap().to_bytes()).unwrap();
+        block_deltas += d.is_block() as u64;
         oracle.insert(kr[i], values[i]);
         if let Some(mut old) = stale.take() {
             // A delta of the grown table does not fit the table before the growth.
@@ -85,8 +88,16 @@ fn growing_owner_answers_every_key_and_replicas_follow() {
             replica = SetSep::from_bytes(&grown.to_bytes()).unwrap();
         }
         assert_eq!(replica.to_bytes(), owner.table().to_bytes());
+        if i % 128 == 0 {
+            worst_fb = worst_fb.max(t_fallback(&owner) as f64 / owner.len() as f64);
+        }
     }
     assert!(owner.growths() >= 3, "{} growths", owner.growths());
+    // Groups that would have gone to the fallback table re-balanced their blocks instead:
+    // fallback stays under 0.1% of the keys all along (without the re-balance it does not).
+    assert!(worst_fb <= 0.001, "fallback reached {worst_fb} of the keys");
+    assert_eq!(block_deltas, owner.rebalances());
+    assert!(owner.rebalances() > 0);
     assert!(refused >= owner.growths() - 1);
     let t = owner.table();
     assert_eq!(t.len() as usize, oracle.len());
@@ -97,4 +108,8 @@ fn growing_owner_answers_every_key_and_replicas_follow() {
         assert_eq!(t.lookup(k), *v);
         assert_eq!(owner.get(k), Some(*v));
     }
+}
+
+fn t_fallback(u: &Updatable) -> u64 {
+    u.table().stats().fallback_keys
 }
