@@ -7,30 +7,33 @@
 //!
 //! The function is a multiply-fold hash in the style of wyhash: keys of up to 16 bytes (IPv4 and
 //! IPv6 addresses, 5-tuples) are read as two overlapping 64-bit words and finished with four
-//! 64x64->128-bit multiplies, the last two independent, about 40 instructions with the key
-//! loads and no loop or call; longer keys first absorb 16 bytes per multiply into a 128-bit
-//! state. The lookups of both tables hash every key, so this is a large share of their
-//! instructions (XXH3-128, used before, took about twice as many on 13-byte keys). Its
-//! statistical quality is checked by the avalanche and distribution tests below.
+//! 64x64->128-bit multiplies, two independent ones after two independent ones, about 36
+//! instructions with the key loads and no loop or call; longer keys first absorb 16 bytes per
+//! multiply into a 128-bit state. The lookups of both tables hash every key, so this is a large
+//! share of their instructions (XXH3-128, used before, took about twice as many on 13-byte
+//! keys). Its statistical quality is checked by the avalanche and distribution tests below.
 //!
-//! Cost, measured on the shared 2-core AMD EPYC VM against version 1 of this function (three
-//! multiplies, no Feistel rounds): callgrind on the cuckoo table's `examples/lookupcost.rs`
-//! (`valgrind --tool=callgrind target/release/examples/lookupcost MODE ROUNDS`, instructions
-//! per lookup from ROUNDS 120 minus ROUNDS 20) counts the hash at 32 -> 40 instructions per
-//! batched lookup, and the whole lookup at 124 -> 134 (batched miss), 233 -> 243 (batched
-//! hit), 189 -> 194 (single miss), 203 -> 208 (single hit). `cargo run --release -p sb-cuckoo
-//! --example hashcost` (CPU time, medians of 3 interleaved runs, load average about 10):
-//! `hash128` 1.31 -> 2.26 ns, `lookup_into` 13.11 -> 13.97 ns, `lookup_batch` 12.45 -> 14.24
-//! ns per key; `lookup_with_hash`, which does not hash, moved 11.33 -> 11.65 ns, which is the
-//! noise of that machine.
+//! Cost against version 1 of this function (three multiplies, two deep, no folding back),
+//! measured on the shared 2-core AMD EPYC VM. Callgrind on the cuckoo table's
+//! `examples/lookupcost.rs` (`valgrind --tool=callgrind target/release/examples/lookupcost MODE
+//! ROUNDS`, instructions per lookup from ROUNDS 120 minus ROUNDS 20): the hash 32 -> 36
+//! instructions per batched lookup; the whole lookup 124.0 -> 130.8 (batched miss), 233.2 ->
+//! 239.7 (batched hit), 188.9 -> 193.0 (single miss), 203.2 -> 207.2 (single hit). SetSep
+//! batched lookups (`valgrind --tool=callgrind --toggle-collect='*lookup_batch*'
+//! target/release/examples/updatecost 200000 0 lookup`, 3M lookups): 152.3 -> 156.3.
+//! Time, medians of 3 interleaved runs: `cargo run --release -p sb-cuckoo --example hashcost`
+//! `hash128` 1.26 -> 1.69 ns, `lookup_into` 11.14 -> 11.65 ns, `lookup_batch` 11.14 -> 11.26
+//! ns/key (`lookup_with_hash`, which does not hash, 8.54 -> 8.37); `cargo run --release -p
+//! sb-setsep --example updatecost -- 1000000 0 lookup` single 81.4 -> 74.7 M lookups/s,
+//! batched 99.9 -> 99.8.
 //!
 //! # Hash flooding
 //!
-//! No multiply can zero out part of the key: a key of up to 16 bytes goes through a Feistel
-//! network (a bijection for every seed, so two such keys of one length never share the 128-bit
-//! state the final multiplies start from), every block of a longer key enters a 128-bit
-//! state through a Feistel round too, and the two final multiplies differ in their constants,
-//! so no family of keys zeroes both halves. (Version 1 of this function multiplied
+//! No multiply can zero out part of the key: the two words of a key of up to 16 bytes each get
+//! a multiply-fold of the other folded in (so keys that share a word never share the 128-bit
+//! state the final multiplies start from), every block of a longer key enters a 128-bit state
+//! through a Feistel round (a bijection of the state), and the two final multiplies differ in
+//! their constants, so no family of keys zeroes both halves. (Version 1 of this function multiplied
 //! `(a ^ t) * (b ^ s)`: every key whose first word equalled the seed word `t` hashed alike.)
 //! The tests below check the crafted families (first word equal to the seed word, equal
 //! second words, zero blocks, 13- and 37-byte 5-tuples) for collisions.
@@ -136,18 +139,22 @@ fn seed_t(seed: u64) -> u64 {
 
 /// Mixes the two key words with the seed words into 128 bits.
 ///
-/// First two Feistel rounds, `x = a ^ t`, `y = b ^ s ^ F(x)`, `x ^= G(y)` (`F`, `G` one
-/// multiply-fold by a constant each, the input folded back around the product): a bijection of
-/// `(a, b)` for every seed, so keys of up to 16 bytes (whose two words hold every key byte)
-/// never share `(x, y)`, and both words depend on both key words through a multiply whichever
-/// of them is fixed. (Version 1 multiplied `(a ^ t) * (b ^ s)`: 0 for every key whose first
-/// word was `t`, which all got one hash.) Then two independent multiply-folds of `x` by `y`
-/// with different constants: no `(x, y)` other than single points zeroes both.
+/// First two crossed multiply-folds, computed in parallel: with `a' = a ^ t`, `b' = b ^ s`,
+/// `x = a' ^ H(b')` and `y = b' ^ F(a')` (`F`, `H` one multiply-fold by a constant each, the
+/// input folded back around the product). For a fixed first word `y` is injective in the
+/// second and for a fixed second word `x` is injective in the first, so two keys of up to 16
+/// bytes (whose two words hold every key byte) that share a word never share `(x, y)`, and
+/// keys that differ in both share it only if two independent multiply-folds agree by chance.
+/// Each of `x`, `y` depends on both key words through a multiply whichever word is fixed.
+/// (Version 1 multiplied `(a ^ t) * (b ^ s)`: 0 for every key whose first word was `t`, which
+/// all got one hash.) Then two independent multiply-folds of `x` by `y` with different
+/// constants: no `(x, y)` other than single points zeroes both. Two multiplies deep, as
+/// version 1; a version with the two rounds in sequence (a Feistel network) was three deep and
+/// cost about 10% on single lookups.
 #[inline(always)]
 fn finish(a: u64, b: u64, s: u64, t: u64) -> KeyHash {
-    let x = a ^ t;
-    let y = b ^ s ^ fold(x, K[7]);
-    let x = x ^ fold(y, K[9]);
+    let (a, b) = (a ^ t, b ^ s);
+    let (x, y) = (a ^ fold(b, K[9]), b ^ fold(a, K[7]));
     KeyHash {
         lo: fold(x ^ K[2], y),
         hi: fold(x, y ^ K[5]),
@@ -515,35 +522,35 @@ mod tests {
         }
     }
 
-    /// Keys built by inverting the two Feistel rounds so that a final multiplicand is 0 or 1
-    /// (what only someone who knows the seed can do): one 64-bit half may then be constant, but
-    /// the 128-bit hashes stay distinct.
+    /// Keys built so that a final multiplicand is 0 or 1 (what only someone who knows the seed
+    /// can do: fix `x` and solve for the first word, or fix `y` and solve for the second): one
+    /// 64-bit half may then be constant, but the 128-bit hashes stay distinct.
     #[test]
     fn final_multiplicands_zero_or_one_keep_keys_apart() {
         let seed = 0x5eed;
         let (s, t) = seed_words(seed, 16);
-        for (name, xt, fixed_y) in [
-            ("x ^ K2 = 0", K[2], None),
-            ("x ^ K2 = 1", K[2] ^ 1, None),
-            ("x = 0", 0, None),
-            ("x = 1", 1, None),
-            ("y = 0", 0, Some(0u64)),
-            ("y ^ K5 = 1", 0, Some(K[5] ^ 1)),
+        for (name, fixed_x, target) in [
+            ("x ^ K2 = 0", true, K[2]),
+            ("x ^ K2 = 1", true, K[2] ^ 1),
+            ("x = 0", true, 0),
+            ("y = 0", false, 0u64),
+            ("y ^ K5 = 1", false, K[5] ^ 1),
+            ("y = 1", false, 1),
         ] {
             let mut seen = std::collections::HashSet::new();
             for i in 0..4096u64 {
-                // (x, y) after both rounds; invert: x0 = x ^ G(y), b = y ^ s ^ F(x0), a = x0 ^ t.
-                let (x, y) = match fixed_y {
-                    None => (xt, i.wrapping_mul(K[0])),
-                    Some(y) => (i.wrapping_mul(K[1]), y),
+                // x = a' ^ fold(b', K9), y = b' ^ fold(a', K7) with a' = a ^ t, b' = b ^ s.
+                let (a1, b1) = if fixed_x {
+                    let b1 = i.wrapping_mul(K[0]);
+                    (target ^ fold(b1, K[9]), b1)
+                } else {
+                    let a1 = i.wrapping_mul(K[1]);
+                    (a1, target ^ fold(a1, K[7]))
                 };
-                let x0 = x ^ fold(y, K[9]);
-                let b = y ^ s ^ fold(x0, K[7]);
-                let a = x0 ^ t;
-                let key = [a.to_le_bytes(), b.to_le_bytes()].concat();
+                let key = [(a1 ^ t).to_le_bytes(), (b1 ^ s).to_le_bytes()].concat();
                 let h = hash128(&key, seed);
-                if xt == K[2] || fixed_y == Some(0) {
-                    // The inversion hit its target: this half's multiplicand is 0.
+                if (fixed_x && target == K[2]) || (!fixed_x && target == 0) {
+                    // The construction hit its target: this half's multiplicand is 0.
                     assert_eq!(h.lo, 0, "{name}");
                 }
                 assert!(seen.insert(h), "{name}: 128-bit collision");

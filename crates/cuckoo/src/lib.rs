@@ -41,10 +41,11 @@
 //! - Instructions (13-byte keys, 16-byte values, 4 slots, table in cache; counted with
 //!   `valgrind --tool=callgrind` on `examples/lookupcost.rs`, instructions per lookup = the
 //!   difference of `lookupcost MODE 120` and `lookupcost MODE 20` over 102,400 lookups): about
-//!   134 per batched miss, 243 per batched hit, 194 per single miss and 208 per single hit, of
-//!   which the key hash (`sb_common::hash128`, inlined, with the key loads) is about 40. The
-//!   flood-resistant hash (two Feistel rounds before the final multiplies) cost 8.1%, 4.0%,
-//!   2.8% and 2.5% more than the first multiply-fold hash (124, 233, 189, 203; 32 in the hash).
+//!   131 per batched miss, 240 per batched hit, 193 per single miss and 207 per single hit, of
+//!   which the key hash (`sb_common::hash128`, inlined, with the key loads) is about 36. The
+//!   flood-resistant hash (crossed multiply-folds before the final multiplies) cost 5.5%,
+//!   2.8%, 2.2% and 2.0% more than the first multiply-fold hash (124, 233, 189, 203; 32 in the
+//!   hash).
 //!   The lookup paths run on a register-held view of the table specialized for 4/8 slots and
 //!   1/2 key words.
 //! - Insert: two bucket reads when a candidate has room; otherwise a BFS over at most
