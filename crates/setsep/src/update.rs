@@ -382,12 +382,12 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
 /// 16+8 and 2-bit values). Measured with
 /// `cargo run --release -p sb-setsep --example growcost -- 1048576 8388608 1048576 grow`
 /// (16+8, 2-bit values, the default bounds, one thread, shared 2-core AMD EPYC VM): from 1M to
-/// 8M keys by inserts alone, fallback at most 0.0022% of the keys and bits/key at most 3.932
-/// (sampled every 4096 inserts; the same in all 3 runs), inserts 361 K/s over the 7M (median
-/// of 3 runs: 345, 361, 391; growth rebuilds and re-balances included) against 512 K/s (median
-/// of 3: 342, 512, 585) for the first 16K inserts into a 1M table without growth
-/// (`growcost -- 1048576 1064960 16384`). Without the block re-balance, fallback reached 0.65%
-/// and bits/key 4.43.
+/// 8M keys by inserts alone, fallback at most 0.0031% of the keys and bits/key at most 3.933
+/// (sampled every 4096 inserts; the same in all 3 runs), inserts 390 K/s over the 7M (median
+/// of 3 runs: 386, 390, 404; growth rebuilds and re-balances included) against 683 K/s (median
+/// of 3: 585, 683, 1025) for the first 16K inserts into a 1M table without growth
+/// (`growcost -- 1048576 1064960 16384`), 0.57x. Without the block re-balance, fallback
+/// reached 0.65% and bits/key 4.43.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Growth {
     /// Grow once the keys pass this percentage of 1024 per block.
