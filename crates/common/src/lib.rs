@@ -2,10 +2,11 @@
 //! 2 MB transparent huge pages.
 //!
 //! Invariant: nothing here does packet I/O; the only syscalls are `mmap`/`madvise`/`munmap`
-//! in [`huge`] and the read of `/proc/self/smaps` that reports the page size actually used.
+//! in [`huge`], the read of `/proc/self/smaps` that reports the page size actually used, and
+//! the OS random source behind [`random_seed`] (the default seed of every table).
 
 pub mod hash;
 pub mod huge;
 
-pub use hash::{hash128, KeyHash};
+pub use hash::{hash128, random_seed, KeyHash};
 pub use huge::{HugeArray, PageInfo};

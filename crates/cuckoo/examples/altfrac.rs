@@ -31,7 +31,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let log2: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(20);
     let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(10);
-    let mut t = CuckooTable::new(Params::fast(13, 16, 1 << log2)).unwrap();
+    let mut t = CuckooTable::new(Params::fast(13, 16, 1 << log2).with_seed(0x5eed)).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let target = (t.capacity() as f64 * 0.9) as usize;
     let mut present: Vec<[u8; 13]> = Vec::with_capacity(target);

@@ -35,7 +35,7 @@ fn main() {
         "hash128: {:.2} ns ({acc})",
         t.elapsed().as_nanos() as f64 / n as f64
     );
-    let mut tb = CuckooTable::new(Params::fast(13, 16, 2048)).unwrap();
+    let mut tb = CuckooTable::new(Params::fast(13, 16, 2048).with_seed(0)).unwrap();
     for k in &keys {
         tb.insert(k, &[1u8; 16]).unwrap();
     }

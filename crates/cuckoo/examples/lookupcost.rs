@@ -13,7 +13,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "batch-miss".into());
     let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100);
-    let mut tb = CuckooTable::new(Params::fast(13, 16, 4096)).unwrap();
+    let mut tb = CuckooTable::new(Params::fast(13, 16, 4096).with_seed(0)).unwrap();
     for i in 0..3500u32 {
         tb.insert(&key(i), &[1u8; 16]).unwrap();
     }

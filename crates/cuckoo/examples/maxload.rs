@@ -11,7 +11,7 @@ fn main() {
         .nth(2)
         .and_then(|s| s.parse().ok())
         .unwrap_or(8);
-    let mut p = Params::new(13, 16, n);
+    let mut p = Params::new(13, 16, n).with_seed(0x5eed);
     p.slots_per_bucket = slots;
     let mut t = CuckooTable::new(p).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);

@@ -39,10 +39,13 @@
 //!   was displaced to its alternate (the bucket's overflow count, as in Horton tables), then the
 //!   alternate's too. The batched form overlaps those misses across [`batch::CHUNK`] keys.
 //! - Instructions (13-byte keys, 16-byte values, 4 slots, table in cache; counted with
-//!   `valgrind --tool=callgrind` on `examples/lookupcost.rs`): about 123 per batched miss, 233
-//!   per batched hit, 185 per single miss and 197 per single hit (single paths counted before
-//!   the batch stages were reorganized), of which the key hash
-//!   (`sb_common::hash128`) is about 22.
+//!   `valgrind --tool=callgrind` on `examples/lookupcost.rs`, instructions per lookup = the
+//!   difference of `lookupcost MODE 120` and `lookupcost MODE 20` over 102,400 lookups): about
+//!   131 per batched miss, 240 per batched hit, 193 per single miss and 207 per single hit, of
+//!   which the key hash (`sb_common::hash128`, inlined, with the key loads) is about 36. The
+//!   flood-resistant hash (crossed multiply-folds before the final multiplies) cost 5.5%,
+//!   2.8%, 2.2% and 2.0% more than the first multiply-fold hash (124, 233, 189, 203; 32 in the
+//!   hash).
 //!   The lookup paths run on a register-held view of the table specialized for 4/8 slots and
 //!   1/2 key words.
 //! - Insert: two bucket reads when a candidate has room; otherwise a BFS over at most
@@ -73,30 +76,53 @@ pub struct Params {
     pub capacity: usize,
     /// Slots per bucket: 4 or 8.
     pub slots_per_bucket: usize,
-    /// Hash seed: keys are hashed with `sb_common::hash128(key, seed)`.
+    /// Hash seed: keys are hashed with `sb_common::hash128(key, seed)`. [`Params::new`] draws
+    /// it from the OS ([`sb_common::random_seed`]), so nobody outside the process can craft
+    /// keys that crowd one bucket; set it ([`Params::with_seed`]) for a reproducible table, or
+    /// to the GPT's seed so a hash computed for the GPT lookup serves the FIB lookup too.
     pub seed: u64,
     /// Longest displacement path (moves), 1..=8.
     pub max_path: usize,
     /// Most buckets one BFS visits.
     pub max_bfs_buckets: usize,
     /// Whether [`CuckooTable::insert`] doubles the table when an insert finds no room (the
-    /// concurrent [`Writer`] never grows: it reports [`InsertError::Full`]).
+    /// concurrent [`Writer`] never grows: it reports [`InsertError::Full`]). Growth is bounded:
+    /// see [`InsertError::Crowded`] and [`Params::max_capacity`].
     pub grow: bool,
+    /// Most slots growth may reach (a bound on memory); a table that would have to grow past
+    /// it reports [`InsertError::GrowthLimit`]. [`Params::new`]: 2^40, the largest capacity.
+    pub max_capacity: usize,
 }
 
+/// Below this load factor a failed insert does not grow the table: keys crowd a few buckets
+/// far beyond chance (about 0.95 of the slots fill before the first failure with random
+/// hashes), so doubling would not help.
+pub const MIN_GROW_LOAD: f64 = 0.5;
+
+/// Tables of fewer slots may grow at any load (a few buckets fill unevenly by chance).
+const MIN_GROW_CHECK_SLOTS: usize = 1024;
+
 impl Params {
-    /// 8-slot buckets, seed 0, paths up to 5 moves, BFS over up to 2048 buckets, no growth.
+    /// 8-slot buckets, a random seed from the OS ([`sb_common::random_seed`]), paths up to 5
+    /// moves, BFS over up to 2048 buckets, no growth.
     pub fn new(key_bytes: usize, value_bytes: usize, capacity: usize) -> Self {
         Params {
             key_bytes,
             value_bytes,
             capacity,
             slots_per_bucket: 8,
-            seed: 0,
+            seed: sb_common::random_seed(),
             max_path: 5,
             max_bfs_buckets: 2048,
             grow: false,
+            max_capacity: 1 << 40,
         }
+    }
+
+    /// The same parameters with an explicit hash seed: for reproducible tables (tests,
+    /// benchmarks) and for a FIB that shares the GPT's hash.
+    pub fn with_seed(self, seed: u64) -> Self {
+        Params { seed, ..self }
     }
 
     /// Number of buckets a table with these parameters has.
@@ -178,6 +204,23 @@ pub enum InsertError {
     /// unchanged apart from keys moved between their two buckets).
     #[error("table full: no room for the key ({len} keys in {capacity} slots)")]
     Full { len: usize, capacity: usize },
+    /// A growing table ([`Params::grow`]) found no room although it is less than
+    /// [`MIN_GROW_LOAD`] full: keys crowd a few buckets far beyond chance (keys crafted by
+    /// someone who knows the seed, or a seed shared with an attacker), so the table does not
+    /// double (it would double for ever). The key was not inserted; the table is unchanged
+    /// apart from keys moved between their two buckets.
+    #[error(
+        "{len} keys crowd a {capacity}-slot table that is less than half full: not growing \
+         (keys crafted against the hash seed?)"
+    )]
+    Crowded { len: usize, capacity: usize },
+    /// A growing table would have to grow past [`Params::max_capacity`]. The key was not
+    /// inserted; the table is unchanged apart from keys moved between their two buckets.
+    #[error("table full at {capacity} slots: growing would pass max_capacity {max_capacity}")]
+    GrowthLimit {
+        capacity: usize,
+        max_capacity: usize,
+    },
 }
 
 /// A table with a single owner: the simple API for single-threaded use (and the only handle that
@@ -204,20 +247,39 @@ impl CuckooTable {
     }
 
     /// Inserts `key -> value`, or overwrites the value when `key` is present. `Ok(true)` when the
-    /// key is new. With `params.grow`, a full table doubles (rehash) instead of failing.
+    /// key is new. With `params.grow`, a full table doubles (rehash) instead of failing, unless
+    /// it is less than [`MIN_GROW_LOAD`] full ([`InsertError::Crowded`]) or would pass
+    /// `params.max_capacity` ([`InsertError::GrowthLimit`]).
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, InsertError> {
         loop {
             match self.t.insert(key, value, &mut self.nodes) {
-                Err(InsertError::Full { .. }) if self.t.params().grow => self.grow(),
+                Err(InsertError::Full { .. }) if self.t.params().grow => self.grow()?,
                 r => return r,
             }
         }
     }
 
     /// Doubles the capacity, re-inserting every key (doubling again if a re-insert fails).
-    pub fn grow(&mut self) {
-        let mut cap = self.t.capacity() * 2;
-        'again: loop {
+    /// Refuses, leaving the table as it was, when the table is less than [`MIN_GROW_LOAD`]
+    /// full or a re-insert fails in a table less than that full ([`InsertError::Crowded`]),
+    /// and when the capacity would pass `params.max_capacity` ([`InsertError::GrowthLimit`]).
+    pub fn grow(&mut self) -> Result<(), InsertError> {
+        let crowded = |len: usize, capacity: usize| {
+            capacity >= MIN_GROW_CHECK_SLOTS && (len as f64) < MIN_GROW_LOAD * capacity as f64
+        };
+        let (len, capacity) = (self.t.len(), self.t.capacity());
+        if crowded(len, capacity) {
+            return Err(InsertError::Crowded { len, capacity });
+        }
+        let max_capacity = self.t.params().max_capacity;
+        let mut cap = capacity * 2;
+        loop {
+            if cap > max_capacity {
+                return Err(InsertError::GrowthLimit {
+                    capacity,
+                    max_capacity,
+                });
+            }
             let mut p = *self.t.params();
             p.capacity = cap;
             let bigger = Shared::new(p).expect("params were valid at half the capacity");
@@ -227,12 +289,17 @@ impl CuckooTable {
                     ok = false;
                 }
             });
-            if !ok {
-                cap *= 2;
-                continue 'again;
+            if ok {
+                self.t = bigger;
+                return Ok(());
             }
-            self.t = bigger;
-            return;
+            if crowded(bigger.len(), bigger.capacity()) {
+                return Err(InsertError::Crowded {
+                    len: bigger.len(),
+                    capacity: bigger.capacity(),
+                });
+            }
+            cap *= 2;
         }
     }
 

@@ -7,7 +7,7 @@ use sb_cuckoo::{CuckooTable, Params};
 
 /// Three 4-slot buckets, 4-byte keys.
 fn params(value_bytes: usize) -> Params {
-    let mut p = Params::new(4, value_bytes, 12);
+    let mut p = Params::new(4, value_bytes, 12).with_seed(0x5eed);
     p.slots_per_bucket = 4;
     p
 }

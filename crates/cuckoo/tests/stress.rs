@@ -49,7 +49,7 @@ fn large_one_writer_many_readers() {
     }
     let stable = 300_000u32;
     let churn = 60_000u32;
-    let mut p = Params::new(KB, VB, 360_000);
+    let mut p = Params::new(KB, VB, 360_000).with_seed(0x5eed);
     p.slots_per_bucket = 4;
     let mut t = CuckooTable::new(p).unwrap();
     for id in 0..stable {

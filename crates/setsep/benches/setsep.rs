@@ -79,6 +79,8 @@ fn main() {
         config,
         value_bits: vbits,
         threads: 1,
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     if let Some(r) = std::env::var("SB_RUNS").ok().and_then(|r| r.parse().ok()) {

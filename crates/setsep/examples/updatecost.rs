@@ -28,6 +28,8 @@ fn main() {
     let opts = BuildOptions {
         value_bits: 2,
         threads: 1,
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     if what != "lookup" {

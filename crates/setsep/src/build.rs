@@ -22,6 +22,7 @@ pub struct Piece {
     pub(crate) config: Config,
     pub(crate) value_bits: u8,
     pub(crate) seed: u64,
+    pub(crate) build_id: u64,
     pub(crate) total_blocks: u64,
     pub(crate) range: Range<u64>,
     pub(crate) keys: u64,
@@ -44,9 +45,18 @@ impl Piece {
     pub fn total_blocks(&self) -> u64 {
         self.total_blocks
     }
+    /// Hash seed of the table the piece belongs to.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+    /// Build id of the table the piece belongs to ([`BuildOptions::build_id`]).
+    pub fn build_id(&self) -> u64 {
+        self.build_id
+    }
 
-    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE2`, index bits,
-    /// array bits, value bits, a zero byte, seed, total blocks, range start, range end, keys,
+    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE4`, index bits,
+    /// array bits, value bits, a zero byte, seed, build id, total blocks, range start, range
+    /// end, keys,
     /// fallback entries (u64 each), choices, groups, fallback entries, XXH3-64 of all before.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
@@ -61,6 +71,7 @@ impl Piece {
         ]);
         for x in [
             self.seed,
+            self.build_id,
             self.total_blocks,
             self.range.start,
             self.range.end,
@@ -77,7 +88,10 @@ impl Piece {
         out
     }
 
-    /// Parses and validates [`Piece::to_bytes`] output (never panics).
+    /// Parses and validates [`Piece::to_bytes`] output (never panics): the checks of
+    /// [`SetSep::from_bytes`] (config, sizes, checksum, fallback entries strictly sorted with
+    /// values that fit the value bits, no more of them than keys) and a block range inside the
+    /// table.
     pub fn from_bytes(b: &[u8]) -> Result<Piece, crate::LoadError> {
         use crate::LoadError;
         if b.len() < PIECE_HEADER + 8 {
@@ -102,9 +116,13 @@ impl Piece {
             return Err(LoadError::BadHeader("bad config or value bits"));
         }
         let u = |i: usize| u64::from_le_bytes(b[12 + 8 * i..20 + 8 * i].try_into().expect("8"));
-        let (seed, total_blocks, start, end, keys, nfb) = (u(0), u(1), u(2), u(3), u(4), u(5));
+        let (seed, build_id, total_blocks) = (u(0), u(1), u(2));
+        let (start, end, keys, nfb) = (u(3), u(4), u(5), u(6));
         if start >= end || end > total_blocks {
             return Err(LoadError::BadHeader("bad block range"));
+        }
+        if nfb > keys {
+            return Err(LoadError::BadHeader("more fallback entries than keys"));
         }
         let rec = (config.entry_bytes() * value_bits as usize) as u64;
         let sizes = (|| {
@@ -128,13 +146,14 @@ impl Piece {
             });
         }
         let fallback = body[PIECE_HEADER + c + g..].to_vec();
-        if sort_fallback(&fallback) != fallback {
-            return Err(LoadError::BadFallback("entries not sorted"));
-        }
+        // The checks `SetSep::from_bytes` makes: a piece that passed none of them assembled
+        // into a table that answered values wider than its value bits and did not reload.
+        crate::format::check_fallback(&fallback, value_bits)?;
         Ok(Piece {
             config,
             value_bits,
             seed,
+            build_id,
             total_blocks,
             range: start..end,
             keys,
@@ -145,8 +164,8 @@ impl Piece {
     }
 }
 
-const PIECE_MAGIC: &[u8; 8] = b"SBPIECE2";
-const PIECE_HEADER: usize = 8 + 4 + 6 * 8;
+const PIECE_MAGIC: &[u8; 8] = b"SBPIECE4";
+const PIECE_HEADER: usize = 8 + 4 + 7 * 8;
 
 /// One input chunk's keys sorted by block, and each block's start offset.
 type Part = (Vec<Rec>, Vec<u32>);
@@ -478,6 +497,38 @@ impl BlockBuilder {
         Ok(())
     }
 
+    /// Rebuilds one block of a table of `total` blocks from its keys' hashes and values:
+    /// bucket choices (64 bytes), group records (64 records) and the block's fallback entries
+    /// (sorted), exactly as a build of these keys would make the block. The hashes must be
+    /// distinct.
+    pub(crate) fn rebuild_block(
+        &mut self,
+        keys: &[(KeyHash, u16)],
+        block: u64,
+        total: u64,
+    ) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        self.recs.clear();
+        self.recs
+            .extend(keys.iter().enumerate().map(|(i, &(h, val))| {
+                let (blk, bkt) = locate(h, total);
+                debug_assert_eq!(blk, block);
+                Rec {
+                    lo: h.lo,
+                    hi: h.hi,
+                    idx: i as u32,
+                    val,
+                    bkt: bkt as u8,
+                }
+            }));
+        let rec_bytes = self.cfg.entry_bytes() * self.vbits as usize;
+        let mut choices = vec![0u8; CHOICE_BYTES_PER_BLOCK];
+        let mut groups = vec![0u8; GROUPS_PER_BLOCK * rec_bytes];
+        let mut fb = Vec::new();
+        self.build(&[], block, total, &mut choices, &mut groups, &mut fb)
+            .expect("distinct hashes build");
+        (choices, groups, sort_fallback(&fb))
+    }
+
     /// Greedy balancing (largest bucket first, least-loaded candidate, random tie-break),
     /// `runs` randomized runs, the cheapest kept. Returns each bucket's choice.
     fn balance(&self, block: u64, size: &[u32; BUCKETS_PER_BLOCK]) -> [usize; BUCKETS_PER_BLOCK] {
@@ -627,7 +678,7 @@ impl SetSep {
         opts: &BuildOptions,
         on_blocks_done: &(dyn Fn(u64) + Sync),
     ) -> Result<SetSep, BuildError> {
-        let total = num_blocks(keys.len() as u64);
+        let total = num_blocks((keys.len() as u64).max(opts.capacity));
         let pool = pool(opts.threads)?;
         pool.install(|| {
             check_inputs(keys, values, opts)?;
@@ -637,6 +688,9 @@ impl SetSep {
                 seed: opts.seed,
                 n_keys: keys.len() as u64,
                 n_blocks: total,
+                build_id: opts.build_id,
+                seq: 0,
+                last_delta: 0,
             };
             let mut choices = HugeArray::<u8>::zeroed(hdr.choice_bytes());
             let mut groups = HugeArray::<u8>::zeroed(hdr.group_bytes() + SLACK);
@@ -656,7 +710,7 @@ impl SetSep {
                 hdr,
                 choices,
                 groups,
-                fallback,
+                fallback: crate::table::fb_map(&fallback),
             })
         })
     }
@@ -701,6 +755,7 @@ impl SetSep {
                 config: opts.config,
                 value_bits: opts.value_bits,
                 seed: opts.seed,
+                build_id: opts.build_id,
                 total_blocks,
                 range,
                 keys: n,
@@ -720,16 +775,17 @@ impl SetSep {
         pieces.sort_by_key(|p| p.range.start);
         let mut next = 0u64;
         for p in &pieces {
-            if (p.config, p.value_bits, p.seed, p.total_blocks)
+            if (p.config, p.value_bits, p.seed, p.build_id, p.total_blocks)
                 != (
                     first.config,
                     first.value_bits,
                     first.seed,
+                    first.build_id,
                     first.total_blocks,
                 )
             {
                 return Err(BuildError::PieceMismatch(
-                    "pieces differ in config, value bits, seed or total blocks",
+                    "pieces differ in config, value bits, seed, build id or total blocks",
                 ));
             }
             if p.range.start != next {
@@ -758,6 +814,9 @@ impl SetSep {
             seed: first.seed,
             n_keys: pieces.iter().map(|p| p.keys).sum(),
             n_blocks: first.total_blocks,
+            build_id: first.build_id,
+            seq: 0,
+            last_delta: 0,
         };
         let mut choices = HugeArray::<u8>::zeroed(hdr.choice_bytes());
         let mut groups = HugeArray::<u8>::zeroed(hdr.group_bytes() + SLACK);
@@ -770,11 +829,17 @@ impl SetSep {
             go += p.groups.len();
             fb.extend_from_slice(&p.fallback);
         }
+        let fallback = sort_fallback(&fb);
+        if crate::format::check_fallback(&fallback, hdr.value_bits).is_err() {
+            return Err(BuildError::PieceMismatch(
+                "two pieces hold the same fallback entry",
+            ));
+        }
         Ok(SetSep {
             hdr,
             choices,
             groups,
-            fallback: sort_fallback(&fb),
+            fallback: crate::table::fb_map(&fallback),
         })
     }
 }

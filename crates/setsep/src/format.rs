@@ -1,4 +1,6 @@
-//! The binary format (version 2; version 1 hashed keys with XXH3-128), its validating and
+//! The binary format (version 4; version 3 had no build id or sequence number, version 2 hashed
+//! keys with the first multiply-fold hash, which crafted keys could collapse, version 1 with
+//! XXH3-128), its validating and
 //! trusted loaders, and the zero-copy view.
 //!
 //! Layout, all integers little endian:
@@ -6,7 +8,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `SBSETSEP` |
-//! | 8 | 4 | format version (1) |
+//! | 8 | 4 | format version (4) |
 //! | 12 | 1 | index bits (x) |
 //! | 13 | 1 | array bits (y) |
 //! | 14 | 1 | value bits |
@@ -15,23 +17,28 @@
 //! | 24 | 8 | number of keys |
 //! | 32 | 8 | number of blocks B |
 //! | 40 | 8 | number of fallback entries F |
-//! | 48 | 64 B | bucket choices, 2 bits per bucket |
+//! | 48 | 8 | build id |
+//! | 56 | 8 | sequence number of the last delta applied (0: none) |
+//! | 64 | 8 | digest of that delta (0 when none) |
+//! | 72 | 64 B | bucket choices, 2 bits per bucket |
 //! | | 64 B (x+y)/8 V | group records: per group, per value bit, `index | array << x` in (x+y)/8 bytes |
 //! | | 18 F | fallback entries sorted by (hash lo, hash hi): hash lo, hash hi, value (u16) |
 //! | | 8 | XXH3-64 of everything before |
 #![allow(unsafe_code)]
 
 use crate::layout::CHOICE_BYTES_PER_BLOCK;
-use crate::table::{fallback_key, Header, Tables, FB_ENTRY, SLACK};
+use crate::table::{
+    fallback_entry, fallback_key, fb_map, Fallback, Header, Tables, FB_ENTRY, SLACK,
+};
 use crate::{Config, LoadError, SetSep, Stats};
 use sb_common::{HugeArray, KeyHash, PageInfo};
 use std::io::Write;
 use std::path::Path;
 
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 4;
 const MAGIC: &[u8; 8] = b"SBSETSEP";
-const HEADER: usize = 48;
+const HEADER: usize = 72;
 const CHECKSUM: usize = 8;
 
 pub(crate) fn serialized_len(h: &Header, n_fb: usize) -> usize {
@@ -50,6 +57,9 @@ fn header_bytes(h: &Header, n_fb: usize) -> [u8; HEADER] {
     b[24..32].copy_from_slice(&h.n_keys.to_le_bytes());
     b[32..40].copy_from_slice(&h.n_blocks.to_le_bytes());
     b[40..48].copy_from_slice(&(n_fb as u64).to_le_bytes());
+    b[48..56].copy_from_slice(&h.build_id.to_le_bytes());
+    b[56..64].copy_from_slice(&h.seq.to_le_bytes());
+    b[64..72].copy_from_slice(&h.last_delta.to_le_bytes());
     b
 }
 
@@ -63,7 +73,6 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 #[derive(Clone, Copy, Debug)]
 struct Parsed {
     hdr: Header,
-    n_fb: usize,
     choices: usize,
     groups: usize,
     fallback: usize,
@@ -110,6 +119,12 @@ fn parse(b: &[u8]) -> Result<Parsed, LoadError> {
     let n_keys = u64_at(b, 24);
     let n_blocks = u64_at(b, 32);
     let n_fb = u64_at(b, 40);
+    let (build_id, seq, last_delta) = (u64_at(b, 48), u64_at(b, 56), u64_at(b, 64));
+    if (seq == 0) != (last_delta == 0) {
+        return Err(LoadError::BadHeader(
+            "a sequence number needs a delta digest and none without",
+        ));
+    }
     if n_blocks == 0 {
         return Err(LoadError::BadHeader("zero blocks"));
     }
@@ -150,8 +165,10 @@ fn parse(b: &[u8]) -> Result<Parsed, LoadError> {
             seed,
             n_keys,
             n_blocks,
+            build_id,
+            seq,
+            last_delta,
         },
-        n_fb: n_fb as usize,
         choices,
         groups,
         fallback,
@@ -165,14 +182,21 @@ fn validate(b: &[u8], p: &Parsed) -> Result<(), LoadError> {
     if sum != u64_at(b, p.checksum) {
         return Err(LoadError::Checksum);
     }
-    let fb = &b[p.fallback..p.checksum];
-    let vb = p.hdr.value_bits;
-    for i in 0..p.n_fb {
+    check_fallback(&b[p.fallback..p.checksum], p.hdr.value_bits)
+}
+
+/// The fallback checks of every loader (tables and pieces): whole entries, strictly sorted by
+/// hash (no duplicates), values that fit `value_bits`.
+pub(crate) fn check_fallback(fb: &[u8], value_bits: u8) -> Result<(), LoadError> {
+    if fb.len() % FB_ENTRY != 0 {
+        return Err(LoadError::BadFallback("not a whole number of entries"));
+    }
+    for i in 0..fb.len() / FB_ENTRY {
         if i > 0 && fallback_key(fb, i - 1) >= fallback_key(fb, i) {
             return Err(LoadError::BadFallback("entries not strictly sorted"));
         }
         let v = u16::from_le_bytes([fb[i * FB_ENTRY + 16], fb[i * FB_ENTRY + 17]]);
-        if vb < 16 && v >> vb != 0 {
+        if value_bits < 16 && v >> value_bits != 0 {
             return Err(LoadError::BadFallback("value wider than the value bits"));
         }
     }
@@ -185,7 +209,7 @@ fn tables_of<'a>(b: &'a [u8], p: &Parsed) -> Tables<'a> {
         p.hdr,
         &b[p.choices..p.groups],
         &b[p.groups..p.fallback + SLACK.min(b.len() - p.fallback)],
-        &b[p.fallback..p.checksum],
+        Fallback::Bytes(&b[p.fallback..p.checksum]),
     )
 }
 
@@ -193,23 +217,29 @@ impl SetSep {
     /// Writes the table in the binary format (see the module docs of `format`).
     pub fn write_to<W: Write>(&self, mut w: W) -> std::io::Result<()> {
         let gb = self.hdr.group_bytes();
-        let hdr = header_bytes(&self.hdr, self.fallback.len() / FB_ENTRY);
+        let hdr = header_bytes(&self.hdr, self.fallback.len());
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-        for part in [
-            &hdr[..],
-            &self.choices[..],
-            &self.groups[..gb],
-            &self.fallback[..],
-        ] {
+        for part in [&hdr[..], &self.choices[..], &self.groups[..gb]] {
             hasher.update(part);
             w.write_all(part)?;
+        }
+        // The map iterates in hash order: the image's sorted entries, in chunks.
+        let mut buf = Vec::with_capacity(FB_ENTRY * 256);
+        let mut it = self.fallback.iter().peekable();
+        while it.peek().is_some() {
+            buf.clear();
+            for (&(lo, hi), &v) in it.by_ref().take(256) {
+                buf.extend_from_slice(&fallback_entry(sb_common::KeyHash { lo, hi }, v));
+            }
+            hasher.update(&buf);
+            w.write_all(&buf)?;
         }
         w.write_all(&hasher.digest().to_le_bytes())
     }
 
     /// The table in the binary format.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(serialized_len(&self.hdr, self.fallback.len() / FB_ENTRY));
+        let mut v = Vec::with_capacity(serialized_len(&self.hdr, self.fallback.len()));
         self.write_to(&mut v).expect("writing to a Vec cannot fail");
         v
     }
@@ -311,7 +341,10 @@ impl<'a> SetSepView<'a> {
             hdr: h,
             choices,
             groups,
-            fallback: self.t.fallback.to_vec(),
+            fallback: match self.t.fallback {
+                Fallback::Bytes(b) => fb_map(b),
+                Fallback::Map(m) => m.clone(),
+            },
         }
     }
 }

@@ -73,8 +73,35 @@
 //! 1.5-2 us per value change at 16M keys, 0.5-0.7 M updates/s per core;
 //! [`Updatable::insert_batch`] starts the next updates' memory loads while one is solved (about
 //! 1.3x at 16M). The [`Delta`] it returns
-//! is about 25 bytes; replicas apply it with [`SetSep::apply_delta`] (a record copy) and stay
+//! is about 30 bytes; replicas apply it with [`SetSep::apply_delta`] (a record copy) and stay
 //! byte-identical.
+//!
+//! Deltas know their table and their place. Every table has a fingerprint
+//! ([`SetSep::fingerprint`]: a digest of its seed, shape and [`BuildOptions::build_id`]) and a
+//! sequence number ([`SetSep::seq`]: the deltas applied since the build, kept in the image
+//! with a digest of the last one). Every delta carries the fingerprint and its owner's next
+//! number, one count per table; every [`Piece`] carries the seed and build id. A replica
+//! takes delta `seq() + 1` only, takes a duplicate of its last delta as a no-op, and refuses
+//! a foreign, stale, conflicting or gapped delta with a [`DeltaError`] that says which,
+//! leaving the table unchanged; after a [`DeltaError::Gap`] it resyncs from a snapshot of the
+//! owner's table (whose image carries the number to go on from).
+//!
+//! A delta that moves a group into or out of the fallback table also edits the owned table's
+//! fallback map, O(log n) per entry: on a replica at 1M keys with 8+16 and 2-bit values (22,441
+//! fallback keys) such a delta took 80 us when the fallback table was a sorted vector cloned and
+//! spliced per delta, and 3.6 us now; other deltas about 0.03-0.05 us
+//! (`cargo run --release -p sb-setsep --example applycost`, medians of 3 on the shared 2-core AMD
+//! EPYC VM, measured before the last change of the key hash; on the final code one run gave
+//! 22,535 fallback keys, 3.62 us per fallback delta and 0.055 us per other delta).
+//!
+//! A table has the blocks for its keys, or for [`BuildOptions::capacity`] keys (headroom for
+//! inserts). An [`Updatable`] with a [`Growth`] policy grows as inserts fill it: past the
+//! policy's load it rebuilds itself from its RIB with more blocks, and replicas load the grown
+//! table's image; when an insert would send a group to the fallback table it re-balances the
+//! group's block instead (one block delta). From 1M to 8M keys by inserts alone (16+8, 2-bit
+//! values) that kept fallback at most 0.0031% of the keys and bits/key at most 3.933, at about
+//! 0.6x the insert rate of a table that does not grow; [`Growth`] has the measurements and the
+//! cost to replicas.
 //!
 //! Invariant: this crate never does I/O except [`SetSep::write_to`] and [`MappedSetSep::open`].
 
@@ -94,7 +121,7 @@ pub use format::{MappedSetSep, SetSepView};
 pub use kernel::bench_search;
 pub use layout::{num_blocks, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use table::{SetSep, Stats};
-pub use update::{Delta, Updatable};
+pub use update::{Delta, Growth, Updatable};
 
 use std::fmt;
 use std::str::FromStr;
@@ -219,8 +246,20 @@ pub struct BuildOptions {
     pub value_bits: u8,
     /// Build threads; 0 means all cores.
     pub threads: usize,
-    /// Seed of the key hash (stored in the table).
+    /// Seed of the key hash (stored in the table). [`BuildOptions::default`] draws it from the
+    /// OS ([`sb_common::random_seed`]), so nobody outside the process can craft keys that
+    /// collide or crowd one block; set it for a reproducible build, and give every node that
+    /// builds pieces of one table ([`SetSep::build_blocks`]) the same seed.
     pub seed: u64,
+    /// Identity of this build (stored in the table, in its pieces and, through the table's
+    /// fingerprint, in every delta): two tables with one seed and shape but different builds
+    /// refuse each other's deltas. [`BuildOptions::default`] draws it from the OS; every node
+    /// that builds pieces of one table uses the same one; set it for a reproducible image.
+    pub build_id: u64,
+    /// Keys the table is sized for (headroom for inserts): it gets
+    /// [`num_blocks`]`(max(keys, capacity))` blocks. 0: the number of keys given. Bits per key
+    /// grow with the headroom (3.5 / load for 16+8 and 2-bit values); see [`Growth`].
+    pub capacity: u64,
     /// Randomized greedy balancing runs per block (at least 1); the best is kept.
     pub runs: u32,
     /// Which search kernel to use.
@@ -233,7 +272,9 @@ impl Default for BuildOptions {
             config: Config::C16_8,
             value_bits: 1,
             threads: 0,
-            seed: 0x5eed_5e75_e900_0001,
+            seed: sb_common::random_seed(),
+            build_id: sb_common::random_seed(),
+            capacity: 0,
             runs: 4,
             kernel: Kernel::Auto,
         }
@@ -384,9 +425,42 @@ pub enum DeltaError {
     /// The delta is for a table of another shape (config, value bits or size).
     #[error("delta does not fit this table: {0}")]
     Mismatch(&'static str),
-    /// The delta's fallback edits do not match this table's fallback table (a missed delta?).
+    /// The delta's fallback edits do not match this table's fallback table.
     #[error("delta fallback edits do not match this table: {0}")]
     FallbackMismatch(&'static str),
+    /// The delta was made for another table: same shape, but another seed or build id (its
+    /// fingerprint differs from [`SetSep::fingerprint`]).
+    #[error("delta is for another table (fingerprint {got:#018x}, this table's {expected:#018x})")]
+    ForeignTable {
+        /// This table's fingerprint.
+        expected: u64,
+        /// The delta's.
+        got: u64,
+    },
+    /// Deltas were missed: this one's sequence number is past the next one the table takes.
+    /// Resync from a snapshot of the owner's table.
+    #[error("missed deltas: expected sequence number {expected}, got {got}")]
+    Gap {
+        /// The number the table takes next ([`SetSep::seq`] + 1).
+        expected: u64,
+        /// The delta's number.
+        got: u64,
+    },
+    /// The delta is older than the last one applied (a replay, or deltas out of order).
+    #[error("stale delta: sequence number {seq}, the table has applied up to {applied}")]
+    Stale {
+        /// The delta's number.
+        seq: u64,
+        /// [`SetSep::seq`].
+        applied: u64,
+    },
+    /// The delta has the number of the last one applied but is a different delta (two owners
+    /// of one table?); a duplicate of the last delta is accepted as a no-op.
+    #[error("conflicting delta: another delta with sequence number {seq} was applied")]
+    Conflict {
+        /// The sequence number.
+        seq: u64,
+    },
 }
 
 /// Why an update was refused.
@@ -406,6 +480,10 @@ pub enum UpdateError {
     /// Two different keys have the same 128-bit hash.
     #[error("the key has the same 128-bit hash as another key of the table")]
     HashCollision,
+    /// The key went in, but growing the table afterwards ([`Growth`]) failed; the table is
+    /// the one before the growth, with the key.
+    #[error("the key went in but the table could not grow: {0}")]
+    Grow(BuildError),
 }
 
 /// Entry points for the cargo-fuzz targets (and the proptests that run the same code).
@@ -482,6 +560,8 @@ pub mod fuzzing {
                 let opts = BuildOptions {
                     value_bits: 2,
                     threads: 1,
+                    seed: 0x5eed_5e75_e900_0001,
+                    build_id: 1,
                     ..BuildOptions::default()
                 };
                 SetSep::build(&refs, &values, &opts).expect("fixed table builds")

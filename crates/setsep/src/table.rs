@@ -13,6 +13,51 @@ pub(crate) const FB_ENTRY: usize = 18;
 /// Readable bytes every groups slice has past its last record (so a record entry can be read
 /// with one unaligned 4-byte load).
 pub(crate) const SLACK: usize = 8;
+/// The fallback table of an owned [`SetSep`]: `(hash lo, hash hi) -> value`, in the order of
+/// the image's sorted entries, so that a delta edits it in O(log n) per entry (a sorted byte
+/// vector cost a copy of the whole table per delta).
+pub(crate) type FbMap = std::collections::BTreeMap<(u64, u64), u16>;
+
+/// The fallback table a lookup view reads: an image's sorted entries or an owned table's map.
+#[derive(Clone, Copy)]
+pub(crate) enum Fallback<'a> {
+    /// Sorted [`FB_ENTRY`]-byte entries (an image, zero-copy).
+    Bytes(&'a [u8]),
+    /// An owned table's map.
+    Map(&'a FbMap),
+}
+
+impl Fallback<'_> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        match self {
+            Fallback::Bytes(b) => b.len() / FB_ENTRY,
+            Fallback::Map(m) => m.len(),
+        }
+    }
+
+    /// The value of `h`; 0 for a hash that is not there.
+    pub fn get(&self, h: KeyHash) -> u16 {
+        match self {
+            Fallback::Bytes(b) => match fallback_find(b, h) {
+                Ok(i) => u16::from_le_bytes([b[i * FB_ENTRY + 16], b[i * FB_ENTRY + 17]]),
+                Err(_) => 0,
+            },
+            Fallback::Map(m) => m.get(&(h.lo, h.hi)).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// The map of sorted fallback entries (as the loaders checked them).
+pub(crate) fn fb_map(fb: &[u8]) -> FbMap {
+    (0..fb.len() / FB_ENTRY)
+        .map(|i| {
+            let e = &fb[i * FB_ENTRY..(i + 1) * FB_ENTRY];
+            (fallback_key(fb, i), u16::from_le_bytes([e[16], e[17]]))
+        })
+        .collect()
+}
+
 /// Keys per stage of the batched lookup pipeline.
 pub(crate) const WINDOW: usize = 32;
 /// Keys between stage 1 (prefetch the choice byte) and stage 2 (read it) of the batched lookup.
@@ -39,9 +84,28 @@ pub(crate) struct Header {
     pub seed: u64,
     pub n_keys: u64,
     pub n_blocks: u64,
+    /// Identity of the build ([`crate::BuildOptions::build_id`]).
+    pub build_id: u64,
+    /// Sequence number of the last delta applied (0: none since the build).
+    pub seq: u64,
+    /// Digest of that delta (0 when `seq` is 0), so a duplicate of it is told from another
+    /// delta with its number.
+    pub last_delta: u64,
 }
 
 impl Header {
+    /// The table's fingerprint: a digest of its seed, shape and build id.
+    pub fn fingerprint(&self) -> u64 {
+        let mut b = [0u8; 27];
+        b[0..8].copy_from_slice(&self.seed.to_le_bytes());
+        b[8..16].copy_from_slice(&self.build_id.to_le_bytes());
+        b[16..24].copy_from_slice(&self.n_blocks.to_le_bytes());
+        b[24] = self.config.index_bits;
+        b[25] = self.config.array_bits;
+        b[26] = self.value_bits;
+        xxhash_rust::xxh3::xxh3_64(&b)
+    }
+
     pub fn rec_bytes(&self) -> usize {
         self.config.entry_bytes() * self.value_bits as usize
     }
@@ -93,8 +157,8 @@ pub struct SetSep {
     pub(crate) choices: HugeArray<u8>,
     /// `rec_bytes` per group, then [`SLACK`] zero bytes.
     pub(crate) groups: HugeArray<u8>,
-    /// Sorted [`FB_ENTRY`]-byte entries.
-    pub(crate) fallback: Vec<u8>,
+    /// The fallback entries, by hash.
+    pub(crate) fallback: FbMap,
 }
 
 impl std::fmt::Debug for SetSep {
@@ -104,7 +168,7 @@ impl std::fmt::Debug for SetSep {
             .field("config", &self.hdr.config)
             .field("value_bits", &self.hdr.value_bits)
             .field("blocks", &self.hdr.n_blocks)
-            .field("fallback_keys", &(self.fallback.len() / FB_ENTRY))
+            .field("fallback_keys", &self.fallback.len())
             .finish()
     }
 }
@@ -115,7 +179,7 @@ pub(crate) struct Tables<'a> {
     pub hdr: Header,
     pub choices: &'a [u8],
     pub groups: &'a [u8],
-    pub fallback: &'a [u8],
+    pub fallback: Fallback<'a>,
     rec: usize,
     xbits: u32,
     xmask: u32,
@@ -125,7 +189,7 @@ pub(crate) struct Tables<'a> {
 }
 
 impl<'a> Tables<'a> {
-    pub fn new(hdr: Header, choices: &'a [u8], groups: &'a [u8], fallback: &'a [u8]) -> Self {
+    pub fn new(hdr: Header, choices: &'a [u8], groups: &'a [u8], fallback: Fallback<'a>) -> Self {
         let c = hdr.config;
         Tables {
             hdr,
@@ -204,18 +268,12 @@ impl<'a> Tables<'a> {
     }
 
     pub fn fallback_len(&self) -> usize {
-        self.fallback.len() / FB_ENTRY
+        self.fallback.len()
     }
 
-    /// Binary search of the fallback table; 0 for a hash that is not there.
+    /// The fallback table's value of `h`; 0 for a hash that is not there.
     pub fn fallback_get(&self, h: KeyHash) -> u16 {
-        match fallback_find(self.fallback, h) {
-            Ok(i) => {
-                let e = &self.fallback[i * FB_ENTRY..(i + 1) * FB_ENTRY];
-                u16::from_le_bytes([e[16], e[17]])
-            }
-            Err(_) => 0,
-        }
+        self.fallback.get(h)
     }
 
     #[inline(always)]
@@ -387,7 +445,12 @@ pub(crate) fn fallback_entry(h: KeyHash, v: u16) -> [u8; FB_ENTRY] {
 
 impl SetSep {
     pub(crate) fn tables(&self) -> Tables<'_> {
-        Tables::new(self.hdr, &self.choices, &self.groups, &self.fallback)
+        Tables::new(
+            self.hdr,
+            &self.choices,
+            &self.groups,
+            Fallback::Map(&self.fallback),
+        )
     }
 
     /// The value of `key` (arbitrary for a key the table was not built with).
@@ -437,6 +500,23 @@ impl SetSep {
         self.hdr.seed
     }
 
+    /// Build id of the table ([`crate::BuildOptions::build_id`]).
+    pub fn build_id(&self) -> u64 {
+        self.hdr.build_id
+    }
+
+    /// The table's fingerprint: a digest of its seed, shape (config, value bits, blocks) and
+    /// build id. Every [`Delta`] carries its table's; [`SetSep::apply_delta`] refuses others.
+    pub fn fingerprint(&self) -> u64 {
+        self.hdr.fingerprint()
+    }
+
+    /// Sequence number of the last delta applied to this table (its owner's count of changes;
+    /// 0 after the build). The next delta it accepts is `seq() + 1`.
+    pub fn seq(&self) -> u64 {
+        self.hdr.seq
+    }
+
     /// Number of keys.
     pub fn len(&self) -> u64 {
         self.hdr.n_keys
@@ -463,7 +543,12 @@ impl SetSep {
     }
 
     /// Applies a delta produced by [`crate::Updatable`] on an identical table: copies the group
-    /// record and edits the fallback table. On error the table is unchanged.
+    /// record and edits the fallback table. Deltas apply in their owner's order: the table
+    /// takes delta `seq() + 1`, takes a duplicate of the last one it applied as a no-op, and
+    /// refuses a delta of another table ([`DeltaError::ForeignTable`]), an older one
+    /// ([`DeltaError::Stale`]), a different one with the last number
+    /// ([`DeltaError::Conflict`]) and one past a gap ([`DeltaError::Gap`]: resync from a
+    /// snapshot). On error the table is unchanged.
     pub fn apply_delta(&mut self, d: &Delta) -> Result<(), DeltaError> {
         crate::update::apply(self, d)
     }

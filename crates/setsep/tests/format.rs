@@ -12,6 +12,8 @@ fn small_table(w: u8, n: usize, config: Config) -> (SetSep, Vec<Vec<u8>>, Vec<u1
     let opts = BuildOptions {
         config,
         value_bits: w,
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     (

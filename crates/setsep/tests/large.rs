@@ -35,6 +35,8 @@ fn build_and_check(n: usize, vbits: u8, max_bits_per_key: f64) {
         config: Config::C16_8,
         value_bits: vbits,
         threads: 0,
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     let t0 = Instant::now();
@@ -107,6 +109,8 @@ fn large_updates_at_1m_keys() {
     let kr: Vec<&[u8]> = raw.iter().map(|k| k.as_slice()).collect();
     let opts = BuildOptions {
         value_bits: 2,
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     let mut up = Updatable::build(&kr, &values, &opts).expect("build");

@@ -15,6 +15,8 @@ fn opts(config: Config, value_bits: u8) -> BuildOptions {
         config,
         value_bits,
         threads: 2,
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     }
 }

@@ -18,6 +18,8 @@ fn pieces_assemble_into_the_one_shot_table() {
             config,
             value_bits: w,
             threads: 2,
+            seed: 0x5eed_5e75_e900_0001,
+            build_id: 1,
             ..BuildOptions::default()
         };
         let whole = SetSep::build(&kr, &values, &opts).unwrap();
@@ -80,7 +82,11 @@ fn pieces_assemble_into_the_one_shot_table() {
 
 #[test]
 fn bad_ranges_are_refused() {
-    let opts = BuildOptions::default();
+    let opts = BuildOptions {
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
+        ..BuildOptions::default()
+    };
     for (r, total) in [(3..3, 10), (5..11, 10), (0..1, 0)] {
         assert!(matches!(
             SetSep::build_blocks(&[], &[], r, total, &opts),
@@ -91,4 +97,77 @@ fn bad_ranges_are_refused() {
         SetSep::assemble(vec![]),
         Err(BuildError::PieceMismatch(_))
     ));
+}
+
+/// A piece of a 2-bit, 8+16 table (which has fallback entries) and its bytes.
+fn piece_with_fallback() -> (sb_setsep::Piece, Vec<u8>) {
+    let (keys, values) = random_set(5000, 0, 2, 23);
+    let kr = refs(&keys);
+    let opts = BuildOptions {
+        config: Config::C8_16,
+        value_bits: 2,
+        threads: 1,
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
+        ..BuildOptions::default()
+    };
+    let total = num_blocks(kr.len() as u64);
+    let p = SetSep::build_blocks(&kr, &values, 0..total, total, &opts).unwrap();
+    let b = p.to_bytes();
+    (p, b)
+}
+
+/// Replaces the checksum (the last 8 bytes) with the right one, as an attacker would.
+fn fix_checksum(b: &mut [u8]) {
+    let n = b.len() - 8;
+    let sum = xxhash_rust::xxh3::xxh3_64(&b[..n]);
+    b[n..].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// Regression: `Piece::from_bytes` checked only that the fallback entries were sorted, so a
+/// crafted piece with a correct checksum assembled into a table that answered 65535 with 2-bit
+/// values and could not be reloaded. It now makes the checks `SetSep::from_bytes` makes.
+#[test]
+fn crafted_pieces_are_refused_like_tables() {
+    use sb_setsep::{LoadError, Piece};
+    let (p, b) = piece_with_fallback();
+    let whole = SetSep::assemble(vec![p.clone()]).unwrap();
+    let nfb = whole.stats().fallback_keys as usize;
+    assert!(nfb >= 2, "the piece has fallback entries");
+    let fb_start = b.len() - 8 - nfb * 18;
+
+    // A value too wide for 2 bits.
+    let mut wide = b.clone();
+    wide[b.len() - 10..b.len() - 8].copy_from_slice(&0xffffu16.to_le_bytes());
+    fix_checksum(&mut wide);
+    assert!(matches!(
+        Piece::from_bytes(&wide),
+        Err(LoadError::BadFallback(_))
+    ));
+
+    // A duplicate entry (the second becomes a copy of the first): sorted, not strictly.
+    let mut dup = b.clone();
+    dup.copy_within(fb_start..fb_start + 18, fb_start + 18);
+    fix_checksum(&mut dup);
+    assert!(matches!(
+        Piece::from_bytes(&dup),
+        Err(LoadError::BadFallback(_))
+    ));
+
+    // More fallback entries than keys (the key count at header offset 52 set to 1).
+    let mut count = b.clone();
+    count[52..60].copy_from_slice(&1u64.to_le_bytes());
+    fix_checksum(&mut count);
+    assert!(matches!(
+        Piece::from_bytes(&count),
+        Err(LoadError::BadHeader(_))
+    ));
+
+    // The untouched piece loads, assembles and the table reloads.
+    let ok = Piece::from_bytes(&b).unwrap();
+    let t = SetSep::assemble(vec![ok]).unwrap();
+    assert_eq!(
+        SetSep::from_bytes(&t.to_bytes()).unwrap().to_bytes(),
+        t.to_bytes()
+    );
 }

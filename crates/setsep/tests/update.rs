@@ -40,6 +40,7 @@ fn run(config: Config, w: u8, n0: usize, ops: &[Op], seed: u64) -> usize {
         value_bits: w,
         threads: 1,
         seed,
+        build_id: 1,
         ..BuildOptions::default()
     };
     let mut up = Updatable::build(&refs(init), &pool_values[..n0], &opts).expect("build");
@@ -147,6 +148,8 @@ fn update_errors_and_delta_validation() {
     let (keys, values) = random_set(1000, 13, 2, 1);
     let opts = BuildOptions {
         value_bits: 2,
+        seed: 0x5eed_5e75_e900_0001,
+        build_id: 1,
         ..BuildOptions::default()
     };
     let mut up = Updatable::build(&refs(&keys), &values, &opts).unwrap();
@@ -202,7 +205,7 @@ proptest! {
     ) {
         let n0 = 300;
         let (pool, vals) = random_set(n0 + picks.len(), 13, w, seed);
-        let opts = BuildOptions { value_bits: w, threads: 1, seed, ..BuildOptions::default() };
+        let opts = BuildOptions { value_bits: w, threads: 1, seed, build_id: 1, ..BuildOptions::default() };
         let mask = ((1u32 << w) - 1) as u16;
         let mut one = Updatable::build(&refs(&pool[..n0]), &vals[..n0], &opts).unwrap();
         let mut many = Updatable::build(&refs(&pool[..n0]), &vals[..n0], &opts).unwrap();

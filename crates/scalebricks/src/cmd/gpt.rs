@@ -97,7 +97,9 @@ fn build(
         ..BuildOptions::default()
     };
     if let Some(s) = seed {
+        // Same seed, same table: the build id (in the image) is fixed by the seed too.
         opts.seed = s;
+        opts.build_id = s;
     }
     eprintln!(
         "read {} keys from {} in {:.2}s; building {} with {} thread(s)",
