@@ -9,7 +9,6 @@ use crate::PortId;
 use sb_common::hash128;
 use sb_io::PacketBatch;
 use sb_setsep::{BuildOptions, Config, SetSep};
-use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -35,6 +34,9 @@ pub fn generate_tunnels(count: usize, nodes: usize, seed: u64, v6_every: usize) 
 /// [`generate_tunnels`] with the IPv4 UE addresses drawn from `pool`/`prefix_len` (at most
 /// half of the pool is used: `count` must leave room, or the IPv6 share must be larger).
 ///
+/// Addresses and TEIDs are distinct by construction (a seeded bijection of a counter, no set of
+/// what was drawn), so 32M tunnels take seconds.
+///
 /// # Panics
 /// If the pool cannot hold the IPv4 share of `count` addresses twice over.
 pub fn generate_tunnels_in(
@@ -46,59 +48,64 @@ pub fn generate_tunnels_in(
     v6_every: usize,
 ) -> Vec<Tunnel> {
     let host_bits = 32 - u32::from(prefix_len.min(32));
-    let host_mask = if host_bits == 32 {
-        u32::MAX
+    let host_mask: u64 = if host_bits == 32 {
+        u64::from(u32::MAX)
     } else {
-        (1u32 << host_bits) - 1
+        (1u64 << host_bits) - 1
     };
     let v4_count = count - count.checked_div(v6_every).unwrap_or(0);
     assert!(
-        (v4_count as u64) * 2 <= u64::from(host_mask) + 1,
+        (v4_count as u64) * 2 <= host_mask + 1,
         "a /{prefix_len} pool is too small for {v4_count} UE addresses"
     );
-    let net = u32::from(pool) & !host_mask;
-    let mut x = seed ^ 0x5ca1_ab1e;
-    let mut next = move || {
-        // splitmix64
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
+    let net = u32::from(pool) & !(host_mask as u32);
+    let mix = |x: u64| {
+        let mut z = x.wrapping_add(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     };
-    let mut ues = HashSet::with_capacity(count);
-    let mut teids = HashSet::with_capacity(count);
+    // A bijection of the host bits: multiply by an odd constant and add, modulo 2^host_bits.
+    let (mul, add) = ((mix(1) | 1) & host_mask, mix(2) & host_mask);
+    let host = |i: u64| (i.wrapping_mul(mul).wrapping_add(add)) & host_mask;
+    // TEIDs: a bijection of u32 (odd multiplier), 0 skipped.
+    let (tmul, tadd) = ((mix(3) as u32) | 1, mix(4) as u32);
     let mut out = Vec::with_capacity(count);
+    let (mut next_v4, mut next_v6, mut next_teid) = (0u64, 0u64, 0u32);
     while out.len() < count {
-        let r = next();
-        let ue = if v6_every > 0 && out.len() % v6_every == v6_every - 1 {
+        let i = out.len();
+        let ue = if v6_every > 0 && i % v6_every == v6_every - 1 {
+            let r = mix(1 << 40 | next_v6);
+            next_v6 += 1;
+            // Distinct: the counter sits in the address, the rest is decoration.
             IpAddr::V6(Ipv6Addr::new(
                 0x2001,
                 0xdb8,
-                (r >> 48) as u16,
-                (r >> 32) as u16,
-                0,
+                (next_v6 >> 32) as u16,
+                (next_v6 >> 16) as u16,
+                next_v6 as u16,
                 0,
                 (r >> 16) as u16,
                 r as u16 | 1,
             ))
         } else {
-            // In the pool, avoiding .0 and .255 in the last octet (when the pool is that wide).
-            let a = net | ((r as u32) & host_mask);
-            if host_bits >= 8 && matches!(a & 0xff, 0 | 255) {
-                continue;
+            loop {
+                let a = net | host(next_v4) as u32;
+                next_v4 += 1;
+                // Avoid .0 and .255 in the last octet (when the pool is that wide).
+                if host_bits < 8 || !matches!(a & 0xff, 0 | 255) {
+                    break IpAddr::V4(Ipv4Addr::from(a));
+                }
             }
-            IpAddr::V4(Ipv4Addr::from(a))
         };
-        let teid = (r >> 32) as u32;
-        if teid == 0 || !ues.insert(ue) {
-            continue;
-        }
-        if !teids.insert(teid) {
-            ues.remove(&ue);
-            continue;
-        }
-        let n = next();
+        let teid = loop {
+            let t = next_teid.wrapping_mul(tmul).wrapping_add(tadd);
+            next_teid += 1;
+            if t != 0 {
+                break t;
+            }
+        };
+        let n = mix(1 << 50 | i as u64);
         out.push(Tunnel {
             ue,
             teid,
@@ -325,5 +332,39 @@ impl SimCluster {
             c.add(e.counters());
         }
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_tunnels_are_distinct_in_the_pool_and_reproducible() {
+        for (pool, len, count, v6) in [
+            ((100, 64, 0, 0), 10, 50_000, 0),
+            ((10, 0, 0, 0), 16, 20_000, 7),
+            ((192, 168, 1, 0), 24, 100, 0),
+        ] {
+            let pool = Ipv4Addr::new(pool.0, pool.1, pool.2, pool.3);
+            let t = generate_tunnels_in(pool, len, count, 5, 3, v6);
+            assert_eq!(t.len(), count);
+            let ues: std::collections::HashSet<_> = t.iter().map(|x| x.ue).collect();
+            let teids: std::collections::HashSet<_> = t.iter().map(|x| x.teid).collect();
+            assert_eq!((ues.len(), teids.len()), (count, count));
+            assert!(t.iter().all(|x| x.teid != 0 && x.node < 5));
+            let mask = u32::MAX << (32 - len);
+            for x in &t {
+                if let IpAddr::V4(a) = x.ue {
+                    assert_eq!(u32::from(a) & mask, u32::from(pool));
+                    assert!(!matches!(u32::from(a) & 0xff, 0 | 255) || len > 24);
+                }
+            }
+            assert_eq!(t, generate_tunnels_in(pool, len, count, 5, 3, v6));
+            assert_ne!(t, generate_tunnels_in(pool, len, count, 5, 4, v6));
+            // Spread over the nodes.
+            let on0 = t.iter().filter(|x| x.node == 0).count();
+            assert!(count < 1000 || (on0 as f64 / count as f64 - 0.2).abs() < 0.02);
+        }
     }
 }
