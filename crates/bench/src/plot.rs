@@ -707,7 +707,7 @@ fn draw_latency_into(buf: &mut [u8], pts: &[LatencyPoint]) -> DrawResult<()> {
         )
         .margin(16)
         .x_label_area_size(48)
-        .y_label_area_size(64)
+        .y_label_area_size(90)
         .build_cartesian_2d(0.0..n, 0.0..ymax)?;
     chart
         .configure_mesh()
