@@ -643,7 +643,12 @@ fn draw_throughput_into(buf: &mut [u8], title: &str, pts: &[NodePoint]) -> DrawR
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(64)
-        .build_cartesian_2d((x0..x1).log_scale(), 0.0..ymax)?;
+        .build_cartesian_2d(
+            (x0..x1)
+                .log_scale()
+                .with_key_points(xs.iter().map(|&x| x as f64).collect()),
+            0.0..ymax,
+        )?;
     chart
         .configure_mesh()
         .x_desc("FIB entries in the cluster")
@@ -691,12 +696,15 @@ fn draw_latency_into(buf: &mut [u8], pts: &[LatencyPoint]) -> DrawResult<()> {
     use plotters::prelude::*;
     let root = BitMapBackend::with_buffer(buf, (W, H)).into_drawing_area();
     root.fill(&WHITE)?;
-    let ymax = pts
-        .iter()
-        .flat_map(|p| [p.p50_us, p.p99_us])
-        .filter(|y| y.is_finite())
-        .fold(0.0f64, f64::max)
-        * 1.2;
+    let top = |f: fn(&LatencyPoint) -> f64| {
+        pts.iter()
+            .map(f)
+            .filter(|y| y.is_finite())
+            .fold(0.0f64, f64::max)
+    };
+    // A p99 tail far above every median would flatten the medians: such bars are cut at 5x the
+    // largest median and say "off scale" beside their value.
+    let ymax = top(|p| p.p99_us).min(5.0 * top(|p| p.p50_us)) * 1.2;
     let ymax = if ymax > 0.0 { ymax } else { 1.0 };
     let n = pts.len().max(1) as f64;
     let names: Vec<String> = pts.iter().map(|p| arch_name(&p.arch).to_string()).collect();
@@ -736,13 +744,18 @@ fn draw_latency_into(buf: &mut [u8], pts: &[LatencyPoint]) -> DrawResult<()> {
             if !v.is_finite() {
                 continue;
             }
+            let (h, label) = if v > ymax {
+                (ymax, format!("{v:.1} (off scale)"))
+            } else {
+                (v, format!("{v:.1}"))
+            };
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(lo, 0.0), (hi, v)],
+                [(lo, 0.0), (hi, h)],
                 c.filled(),
             )))?;
             chart.draw_series(std::iter::once(Text::new(
-                format!("{v:.1}"),
-                (lo + 0.04, v + ymax * 0.01),
+                label,
+                (lo + 0.02, (h + ymax * 0.01).min(ymax * 0.96)),
                 ("sans-serif", 15).into_font().color(&BLACK),
             )))?;
         }
