@@ -105,9 +105,13 @@ args=(--node "${node_files[@]}")
 "$BIN" plot "${args[@]}" --out-dir docs/bench
 {
     echo
-    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(machine);"
-    echo "node: \`--nodes $NODES --fib $FIBS --secs $SECS\`, $RUNS run(s) each; latency:"
-    echo "\`--flows $LATENCY_FLOWS --packets $LATENCY_PACKETS --rate $LATENCY_RATE\`. Raw JSON:"
+    if [ "$PLOT_ONLY" = 1 ]; then
+        echo "Replotted $(date -u '+%Y-%m-%d %H:%M UTC') from every run kept in $RAW. Raw JSON:"
+    else
+        echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(machine);"
+        echo "node: \`--nodes $NODES --fib $FIBS --secs $SECS\`, $RUNS run(s) each; latency:"
+        echo "\`--flows $LATENCY_FLOWS --packets $LATENCY_PACKETS --rate $LATENCY_RATE\`. Raw JSON:"
+    fi
     for f in "${node_files[@]}" "${bubble_files[@]}" "${latency_files[@]}"; do
         echo "- \`$f\`"
     done
