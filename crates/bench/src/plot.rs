@@ -388,6 +388,17 @@ pub fn checks(node: &[NodePoint], bubble: &[NodePoint], lat: &[LatencyPoint]) ->
                 "FIB 75% smaller on 4 nodes",
                 |r| (0.9..=1.1).contains(&r),
             ));
+            out.push(Check::new(
+                format!(
+                    "FIB + GPT bytes per node, ScaleBricks / (full duplication / {}), {fib}, {} entries",
+                    sb.nodes,
+                    millions(n)
+                ),
+                ratio(Some(sb.fib_bytes_per_node + sb.gpt_bytes), Some(share)),
+                "within 0.90-1.10",
+                "-",
+                |r| (0.9..=1.1).contains(&r),
+            ));
         }
     }
     out
@@ -933,6 +944,13 @@ mod tests {
         );
         assert!((c.ours - 1.04).abs() < 1e-12);
         assert_eq!(c.met, Some(true));
+        // With the GPT: (26 + 7) / 25 = 1.32, not within 10%.
+        let c = check(
+            &cs,
+            "FIB + GPT bytes per node, ScaleBricks / (full duplication / 4), cuckoo",
+        );
+        assert!((c.ours - 1.32).abs() < 1e-12);
+        assert_eq!(c.met, Some(false));
         let c = check(
             &cs,
             "FIB bytes per node, ScaleBricks / (full duplication / 4), rte_hash",
