@@ -23,10 +23,24 @@
 //!
 //! `--size` is the Ethernet frame size including the 4-byte FCS that veth does not carry
 //! (64 -> 60-byte buffers, 1500 -> 1496), as in RFC 2544.
+//!
+//! With `--engine` the forwarding thread runs, instead of the plain forwarder, the engine of a
+//! one-node ScaleBricks cluster (`sb-engine`, `nodes = 1`): `a` is its `inet` port, `b` its `ran`
+//! port; every frame goes through the GPT lookup (SetSep, batched), the cuckoo FIB lookup and
+//! GTP-U encapsulation (36 bytes more on `b`), over `--engine-flows` tunnels. The generator sends
+//! to UE addresses of those tunnels (`--engine-frames` distinct frames, drawn uniformly), so
+//! every lookup hits. Nothing crosses a fabric with one node, so the engine has no fabric port:
+//! what it would send there is counted (`fabric_out`, 0 expected). Frames of `--size 1500` are
+//! cut to 1482 so that the encapsulated frame fits the 1500-byte MTU of `b`. The same per-core
+//! figures with and without `--engine` show how much of the packet budget the lookups and the
+//! encapsulation take.
 
 mod frames;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
+use sb_engine::cluster;
+use sb_engine::lte::{Lte, LteConfig, Tunnel};
+use sb_engine::{Arch, Engine, NodeConfig, Outputs, PortAddr, PortId};
 use sb_io::afpacket::{self, AfPacketConfig, AfPacketPort, RxMode, TxMode};
 use sb_io::netns::{self, Netns};
 use sb_io::{cpu, memory, PacketBatch, Port};
@@ -106,19 +120,143 @@ pub struct Args {
     /// Keep the pcap files written for tcpreplay in this directory (default: a temporary one).
     #[arg(long)]
     pcap_dir: Option<std::path::PathBuf>,
+    /// Run a one-node ScaleBricks engine (GPT + cuckoo FIB + GTP-U encapsulation) between the
+    /// veths instead of the plain forwarder: `a` is its inet port, `b` its ran port.
+    #[arg(long)]
+    engine: bool,
+    /// Tunnels in the engine's GPT and FIB (`--engine`).
+    #[arg(long, default_value_t = 1_000_000)]
+    engine_flows: usize,
+    /// Distinct frames the generator cycles through with `--engine` (UEs drawn uniformly from
+    /// the tunnels).
+    #[arg(long, default_value_t = 1 << 16)]
+    engine_frames: usize,
+    /// Seed of the engine's tunnels, tables and the generator's choice of UEs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
 }
 
+/// Frames leave `b` this much longer with `--engine` (outer IPv4 20 + UDP 8 + GTP-U 8).
+const TUNNEL_OVERHEAD: usize = 36;
+/// The generator's source MAC.
+const GEN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x10];
+/// The sink's MAC as the engine's `ran` peer (the sink is promiscuous).
+const SINK_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x20];
+
+/// What the engine of `--engine` did in one row.
+#[derive(Serialize, Clone, Debug)]
+struct EngineRow {
+    flows: usize,
+    generator_frames: usize,
+    gpt_bytes: u64,
+    fib_entries: usize,
+    fib_bytes: usize,
+    /// Frames the engine emitted for the fabric (none expected with one node).
+    fabric_out: u64,
+    /// Frames the engine dropped, over the whole row (warm-up included), by reason.
+    dropped: u64,
+    drops: std::collections::BTreeMap<String, u64>,
+}
+
+/// The tables of the one-node engine, built once per invocation.
+struct EngineTables {
+    tunnels: Vec<Tunnel>,
+    gpt: Arc<sb_setsep::SetSep>,
+    seed: u64,
+    frames: usize,
+}
+
+impl EngineTables {
+    fn build(args: &Args) -> Result<EngineTables> {
+        ensure!(args.engine_flows >= 1, "--engine-flows must be at least 1");
+        ensure!(
+            args.engine_frames >= 1,
+            "--engine-frames must be at least 1"
+        );
+        // IPv4 UEs only (the generator's frames are IPv4), from 16.0.0.0/4 as `bench node`.
+        let tunnels = cluster::generate_tunnels_in(
+            std::net::Ipv4Addr::new(16, 0, 0, 0),
+            4,
+            args.engine_flows,
+            1,
+            args.seed,
+            0,
+        );
+        let gpt = Arc::new(cluster::build_gpt(&tunnels, 1, args.seed, 0)?);
+        Ok(EngineTables {
+            tunnels,
+            gpt,
+            seed: args.seed,
+            frames: args.engine_frames,
+        })
+    }
+
+    /// A fresh engine (its own FIB) whose `inet` is `inet_mac` and `ran` is `ran_mac`.
+    fn engine(&self, inet_mac: [u8; 6], ran_mac: [u8; 6], batch: usize) -> Result<Engine<Lte>> {
+        let fib = cluster::build_cuckoo_fib(Arch::ScaleBricks, &self.tunnels, 0, 1, self.seed)?;
+        let cfg = NodeConfig {
+            arch: Arch::ScaleBricks,
+            node: 0,
+            fabric_macs: vec![cluster::sim_mac(PortId::Fabric, 0, false)],
+            inet: PortAddr {
+                mac: inet_mac,
+                peer_mac: GEN_MAC,
+                ip: None,
+            },
+            ran: PortAddr {
+                mac: ran_mac,
+                peer_mac: SINK_MAC,
+                ip: None,
+            },
+            seed: self.seed,
+        };
+        let app = Lte::new(
+            LteConfig {
+                ran_addrs: vec![cluster::sim_ran_addr(0)],
+                ran_mtu: 1500,
+            },
+            Lte::uplink_table(std::iter::empty(), self.seed)?,
+        );
+        Ok(Engine::new(
+            cfg,
+            Some(self.gpt.clone()),
+            Box::new(fib),
+            app,
+            batch,
+        )?)
+    }
+
+    /// The generator's frames: to UEs of the tunnels, drawn uniformly.
+    fn frames(&self, dst_mac: [u8; 6], frame_bytes: usize) -> Vec<Vec<u8>> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(self.seed ^ 0xf4a3e5);
+        (0..self.frames)
+            .map(|i| {
+                let t = &self.tunnels[rng.gen_range(0..self.tunnels.len())];
+                let std::net::IpAddr::V4(ue) = t.ue else {
+                    unreachable!("IPv4 tunnels only")
+                };
+                frames::udp_frame_to(dst_mac, GEN_MAC, frame_bytes, i as u16, ue.octets())
+            })
+            .collect()
+    }
+}
+
 #[derive(Serialize, Clone, Debug)]
 struct Row {
+    /// `forward` (frames unchanged) or `engine` (`--engine`).
+    mode: &'static str,
     backend: Backend,
     tx_mode: Option<&'static str>,
     rx_mode: Option<&'static str>,
     generator: &'static str,
     size: usize,
     frame_bytes: usize,
+    /// Bytes of the frames leaving on `b` (frame_bytes + 36 with `--engine`).
+    out_frame_bytes: usize,
     batch: usize,
     seconds: f64,
     forwarded: u64,
@@ -139,6 +277,7 @@ struct Row {
     sink_received: u64,
     fwd_rx_dropped: u64,
     fwd_tx_dropped: u64,
+    engine: Option<EngineRow>,
 }
 
 #[derive(Serialize, Debug)]
@@ -187,6 +326,8 @@ struct Ports {
     fwd_b: Box<dyn Port>,
     sink: Box<dyn Port>,
     dst_mac: [u8; 6],
+    /// MAC of `b` (the engine's `ran` port).
+    ran_mac: [u8; 6],
 }
 
 fn afp(ns: &Netns, dev: &str, cfg: &AfPacketConfig) -> Result<Box<dyn Port>> {
@@ -204,6 +345,7 @@ fn open_ports(lab: &Lab, backend: Backend, tx: TxMode, rx: RxMode) -> Result<Por
         ..AfPacketConfig::default()
     };
     let dst_mac = lab.fwd.run(|| afpacket::mac_address("a"))??;
+    let ran_mac = lab.fwd.run(|| afpacket::mac_address("b"))??;
     let (fwd_a, fwd_b): (Box<dyn Port>, Box<dyn Port>) = match backend {
         Backend::Afpacket => {
             let cfg = AfPacketConfig {
@@ -223,6 +365,7 @@ fn open_ports(lab: &Lab, backend: Backend, tx: TxMode, rx: RxMode) -> Result<Por
         fwd_b,
         sink: afp(&lab.sink, "s0", &sink_cfg)?,
         dst_mac,
+        ran_mac,
     })
 }
 
@@ -249,6 +392,7 @@ fn memory_ports() -> Ports {
         fwd_b: Box::new(fwd_b),
         sink: Box::new(sink),
         dst_mac: [0x02, 0, 0, 0, 0, 1],
+        ran_mac: [0x02, 0, 0, 0, 0, 2],
     }
 }
 
@@ -314,23 +458,45 @@ fn run_one(
     args: &Args,
     feed: &Feed,
     tcpreplay_out: &mut Option<(u64, f64, f64, f64)>,
+    tables: Option<&EngineTables>,
 ) -> Result<RunOut> {
     let (fwd_cpu, side_cpu) = pick_cpus(args);
-    let frame_bytes = size.saturating_sub(4).max(60);
+    let mut frame_bytes = size.saturating_sub(4).max(60);
+    if tables.is_some() {
+        // The encapsulated frame must fit the 1500-byte MTU of `b`.
+        frame_bytes = frame_bytes.min(14 + 1500 - TUNNEL_OVERHEAD);
+    }
     let Ports {
         mut gen,
         mut fwd_a,
         mut fwd_b,
         mut sink,
         dst_mac,
+        ran_mac,
     } = ports;
-    let templates: Vec<Vec<u8>> = (0..64)
-        .map(|i| frames::udp_frame(dst_mac, [0x02, 0, 0, 0, 0, 0x10], frame_bytes, i))
-        .collect();
+    let batch_size = args.batch.max(1);
+    let (templates, mut engine) = match tables {
+        Some(t) => (
+            t.frames(dst_mac, frame_bytes),
+            Some(t.engine(dst_mac, ran_mac, batch_size)?),
+        ),
+        None => (
+            (0..64)
+                .map(|i| frames::udp_frame(dst_mac, GEN_MAC, frame_bytes, i))
+                .collect(),
+            None,
+        ),
+    };
+    let engine_info = engine.as_ref().map(|e| {
+        (
+            e.gpt().map_or(0, |g| g.stats().bytes),
+            e.fib().len(),
+            e.fib().memory_bytes(),
+        )
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let forwarded = Arc::new(AtomicU64::new(0));
     let tid = Arc::new(AtomicI32::new(0));
-    let batch_size = args.batch.max(1);
 
     let sink_t = {
         let stop = stop.clone();
@@ -356,15 +522,44 @@ fn run_one(
             tid.store(cpu::current_tid(), Ordering::Release);
             let mut b = PacketBatch::new(batch_size);
             let mut total = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                if fwd_a.rx_batch(&mut b) == 0 {
-                    let _ = fwd_a.wait_rx(Duration::from_millis(10));
-                    continue;
+            let mut fabric_out = 0u64;
+            match engine.as_mut() {
+                None => {
+                    while !stop.load(Ordering::Relaxed) {
+                        if fwd_a.rx_batch(&mut b) == 0 {
+                            let _ = fwd_a.wait_rx(Duration::from_millis(10));
+                            continue;
+                        }
+                        total += fwd_b.tx_batch(&mut b) as u64;
+                        forwarded.store(total, Ordering::Relaxed);
+                    }
                 }
-                total += fwd_b.tx_batch(&mut b) as u64;
-                forwarded.store(total, Ordering::Relaxed);
+                Some(engine) => {
+                    // One worker of a node, as sb-node's `drive` runs it, on the inet port only.
+                    let mut out = Outputs::new(batch_size, b.buf_size());
+                    while !stop.load(Ordering::Relaxed) {
+                        if fwd_a.rx_batch(&mut b) == 0 {
+                            let _ = fwd_a.wait_rx(Duration::from_millis(10));
+                            continue;
+                        }
+                        engine.process(PortId::Inet, &mut b, &mut out);
+                        b.clear();
+                        if !out.ran.is_empty() {
+                            total += fwd_b.tx_batch(&mut out.ran) as u64;
+                            out.ran.clear();
+                        }
+                        if !out.inet.is_empty() {
+                            fwd_a.tx_batch(&mut out.inet);
+                            out.inet.clear();
+                        }
+                        fabric_out += out.fabric.len() as u64;
+                        out.fabric.clear();
+                        forwarded.store(total, Ordering::Relaxed);
+                    }
+                }
             }
-            (pinned, fwd_a.stats(), fwd_b.stats())
+            let counters = engine.map(|e| (e.counters().clone(), fabric_out));
+            (pinned, fwd_a.stats(), fwd_b.stats(), counters)
         })
     };
     let gen_t = match feed {
@@ -374,10 +569,16 @@ fn run_one(
                 let _ = cpu::pin_current_thread(side_cpu);
                 let mut b = PacketBatch::new(64);
                 while !stop.load(Ordering::Relaxed) {
-                    for t in &templates {
-                        b.push(t);
+                    for chunk in templates.chunks(64) {
+                        for t in chunk {
+                            b.push(t);
+                        }
+                        gen.tx_batch(&mut b);
+                        b.clear();
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                     }
-                    gen.tx_batch(&mut b);
                 }
                 gen.stats().tx_packets
             }))
@@ -444,7 +645,7 @@ fn run_one(
     };
     stop.store(true, Ordering::Relaxed);
     let generated = gen_t.map(|t| t.join().unwrap_or(0)).unwrap_or(0);
-    let (pinned, a_stats, b_stats) = fwd_t
+    let (pinned, a_stats, b_stats, counters) = fwd_t
         .join()
         .map_err(|_| anyhow::anyhow!("forwarder panicked"))?;
     pinned.context("pinning the forwarder")?;
@@ -471,6 +672,11 @@ fn run_one(
     let per = |secs: f64| if secs > 0.0 { fwd_n as f64 / secs } else { 0.0 };
     Ok(RunOut {
         row: Row {
+            mode: if tables.is_some() {
+                "engine"
+            } else {
+                "forward"
+            },
             backend,
             tx_mode: modes.map(|(t, _)| {
                 if t == TxMode::Ring {
@@ -492,6 +698,7 @@ fn run_one(
             },
             size,
             frame_bytes,
+            out_frame_bytes: frame_bytes + if tables.is_some() { TUNNEL_OVERHEAD } else { 0 },
             batch: batch_size,
             seconds,
             forwarded: fwd_n,
@@ -507,6 +714,21 @@ fn run_one(
             sink_received,
             fwd_rx_dropped: a_stats.rx_dropped,
             fwd_tx_dropped: b_stats.tx_dropped,
+            engine: match (tables, counters, engine_info) {
+                (Some(t), Some((c, fabric_out)), Some((gpt_bytes, fib_entries, fib_bytes))) => {
+                    Some(EngineRow {
+                        flows: t.tunnels.len(),
+                        generator_frames: t.frames,
+                        gpt_bytes,
+                        fib_entries,
+                        fib_bytes,
+                        fabric_out,
+                        dropped: c.ports.iter().map(|p| p.dropped).sum(),
+                        drops: c.drops_by_reason(),
+                    })
+                }
+                _ => None,
+            },
         },
     })
 }
@@ -534,6 +756,20 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         None
     };
+    if args.engine && args.tcpreplay {
+        bail!("--tcpreplay replays plain frames: run it without --engine");
+    }
+    let tables = if args.engine {
+        if !args.json {
+            eprintln!(
+                "building the engine's tables: {} tunnels",
+                args.engine_flows
+            );
+        }
+        Some(EngineTables::build(&args)?)
+    } else {
+        None
+    };
     let mut rows = Vec::new();
     let mut tcp_rows = Vec::new();
     for &backend in &args.backend {
@@ -558,7 +794,16 @@ pub fn run(args: Args) -> Result<()> {
                     }
                     (_, None) => unreachable!("lab exists for kernel backends"),
                 };
-                let out = run_one(ports, backend, mode, size, &args, &Feed::Builtin, &mut None)?;
+                let out = run_one(
+                    ports,
+                    backend,
+                    mode,
+                    size,
+                    &args,
+                    &Feed::Builtin,
+                    &mut None,
+                    tables.as_ref(),
+                )?;
                 if !args.json {
                     print_row(&out.row);
                 }
@@ -594,6 +839,7 @@ pub fn run(args: Args) -> Result<()> {
                 &args,
                 &feed,
                 &mut tr,
+                None,
             )?;
             let (packets, seconds, pps, cpu_s) = tr.unwrap_or((0, 0.0, 0.0, 0.0));
             let row = TcpreplayRow {
@@ -647,7 +893,8 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
 
 fn print_row(r: &Row) {
     println!(
-        "{:<9} {:<9} {:<7} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + cpu softirq {:.2} s over {:.2} s; sched: {:.0} pps/core), rx drop {}, tx drop {}",
+        "{:<7} {:<9} {:<9} {:<7} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + cpu softirq {:.2} s over {:.2} s; sched: {:.0} pps/core), rx drop {}, tx drop {}",
+        r.mode,
         format!("{:?}", r.backend).to_lowercase(),
         r.tx_mode.unwrap_or("-"),
         r.rx_mode.unwrap_or("-"),
@@ -661,6 +908,19 @@ fn print_row(r: &Row) {
         r.fwd_rx_dropped,
         r.fwd_tx_dropped
     );
+    if let Some(e) = &r.engine {
+        println!(
+            "        engine: {} tunnels, GPT {:.2} MB, FIB {} entries {:.1} MB, frames out {} B, dropped {} {:?}, to fabric {}",
+            e.flows,
+            e.gpt_bytes as f64 / 1e6,
+            e.fib_entries,
+            e.fib_bytes as f64 / 1e6,
+            r.out_frame_bytes,
+            e.dropped,
+            e.drops,
+            e.fabric_out
+        );
+    }
 }
 
 #[cfg(test)]
@@ -693,12 +953,94 @@ mod tests {
             &cli.args,
             &Feed::Builtin,
             &mut tr,
+            None,
         )
         .unwrap();
         assert!(out.row.forwarded > 0);
         assert!(out.row.pps_per_core > 0.0);
         assert_eq!(out.row.frame_bytes, 60);
         assert!(out.row.sink_received > 0);
+    }
+
+    #[test]
+    fn memory_backend_runs_the_engine_and_encapsulates() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::parse_from([
+            "x",
+            "--backend",
+            "memory",
+            "--seconds",
+            "0.2",
+            "--engine",
+            "--engine-flows",
+            "5000",
+            "--engine-frames",
+            "300",
+        ]);
+        let tables = EngineTables::build(&cli.args).unwrap();
+        for (size, inner, outer) in [(64, 60, 96), (1500, 1478, 1514)] {
+            let out = run_one(
+                memory_ports(),
+                Backend::Memory,
+                None,
+                size,
+                &cli.args,
+                &Feed::Builtin,
+                &mut None,
+                Some(&tables),
+            )
+            .unwrap();
+            let r = &out.row;
+            assert_eq!(r.mode, "engine");
+            assert!(r.forwarded > 0 && r.sink_received > 0, "{r:?}");
+            assert_eq!((r.frame_bytes, r.out_frame_bytes), (inner, outer));
+            let e = r.engine.as_ref().unwrap();
+            // Every UE the generator sends to is in the tables: no drop, nothing to the fabric.
+            assert_eq!((e.dropped, e.fabric_out), (0, 0), "{e:?}");
+            assert_eq!((e.flows, e.fib_entries), (5000, 5000));
+            assert!(e.gpt_bytes > 0);
+        }
+    }
+
+    #[test]
+    fn engine_frames_are_encapsulated_for_their_tunnel() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::parse_from(["x", "--engine-flows", "1000", "--engine-frames", "64"]);
+        let t = EngineTables::build(&cli.args).unwrap();
+        let frames = t.frames([2, 0, 0, 0, 0, 1], 60);
+        let mut e = t
+            .engine([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 64)
+            .unwrap();
+        let mut b = PacketBatch::new(64);
+        for f in &frames {
+            b.push(f);
+        }
+        let mut out = Outputs::new(64, b.buf_size());
+        e.process(PortId::Inet, &mut b, &mut out);
+        assert_eq!(out.ran.len(), 64);
+        for (i, f) in out.ran.iter().enumerate() {
+            assert_eq!(f.len(), 96);
+            // Outer destination: the eNodeB of the tunnel whose UE the inner frame is sent to.
+            let ue = &frames[i][30..34];
+            let tun = t
+                .tunnels
+                .iter()
+                .find(|x| x.ue == std::net::IpAddr::from([ue[0], ue[1], ue[2], ue[3]]))
+                .unwrap();
+            assert_eq!(&f[30..34], &tun.enb.octets());
+            assert_eq!(&f[14 + 36 + 16..14 + 36 + 20], ue);
+            assert_eq!(u32::from_be_bytes([f[46], f[47], f[48], f[49]]), tun.teid);
+        }
     }
 
     #[test]
@@ -729,6 +1071,7 @@ mod tests {
                 &cli.args,
                 &Feed::Builtin,
                 &mut None,
+                None,
             )
             .unwrap();
             assert!(out.row.forwarded > 0, "{mode:?}: nothing forwarded");

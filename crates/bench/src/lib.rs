@@ -9,13 +9,16 @@
 //!
 //! - [`gpt`]: SetSep against DPDK EFD, sux VFunc, ptr_hash and hashbrown;
 //! - [`fib`]: the partial FIB (cuckoo table) against rte_hash, libcuckoo, hashbrown and dashmap;
-//! - [`io`]: packet I/O backends forwarding between two veths (root);
+//! - [`io`]: packet I/O backends forwarding between two veths (root); `--engine` runs a one-node
+//!   ScaleBricks engine between them instead of the plain forwarder;
 //! - [`node`]: one node's engine per core for each architecture and FIB backend (Figures 8, 9);
 //! - [`latency`]: one-way latency through a namespace cluster per architecture (Figure 10;
-//!   root; runs the `scalebricks` binary next to this one).
+//!   root; runs the `scalebricks` binary next to this one);
+//! - [`plot`]: the PNG figures and the markdown table of `node` and `latency` results.
 
 pub mod fib;
 pub mod gpt;
 pub mod io;
 pub mod latency;
 pub mod node;
+pub mod plot;

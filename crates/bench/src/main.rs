@@ -26,6 +26,8 @@ enum Command {
     Node(sb_bench::node::Args),
     /// One-way latency through a namespace cluster per architecture (Figure 10; root).
     Latency(sb_bench::latency::Args),
+    /// Figures 8, 9, 10 (PNG) and cluster-tables.md from the JSON of `node` and `latency`.
+    Plot(sb_bench::plot::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,5 +37,6 @@ fn main() -> anyhow::Result<()> {
         Command::Io(a) => sb_bench::io::run(a),
         Command::Node(a) => sb_bench::node::run(a),
         Command::Latency(a) => sb_bench::latency::run(a),
+        Command::Plot(a) => sb_bench::plot::run(a),
     }
 }

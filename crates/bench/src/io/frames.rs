@@ -5,6 +5,11 @@ use std::io::Write;
 /// An Ethernet II / IPv4 / UDP frame of `len` bytes (no FCS) from `src` to `dst`, with valid
 /// IPv4 header checksum and a UDP source port that varies with `flow`.
 pub fn udp_frame(dst: [u8; 6], src: [u8; 6], len: usize, flow: u16) -> Vec<u8> {
+    udp_frame_to(dst, src, len, flow, [198, 19, 0, 1])
+}
+
+/// [`udp_frame`] to the IPv4 address `dst_ip` (a UE address of the engine's tables).
+pub fn udp_frame_to(dst: [u8; 6], src: [u8; 6], len: usize, flow: u16, dst_ip: [u8; 4]) -> Vec<u8> {
     let len = len.max(60);
     let mut f = vec![0u8; len];
     f[..6].copy_from_slice(&dst);
@@ -17,7 +22,7 @@ pub fn udp_frame(dst: [u8; 6], src: [u8; 6], len: usize, flow: u16) -> Vec<u8> {
     ip[8] = 64;
     ip[9] = 17;
     ip[12..16].copy_from_slice(&[198, 18, 0, 1]);
-    ip[16..20].copy_from_slice(&[198, 19, 0, 1]);
+    ip[16..20].copy_from_slice(&dst_ip);
     let mut sum = 0u32;
     for c in ip.chunks(2) {
         sum += u16::from_be_bytes([c[0], c[1]]) as u32;
@@ -71,6 +76,13 @@ mod tests {
         assert_eq!(sum, 0xffff);
         assert_eq!(u16::from_be_bytes([f[16], f[17]]), 46);
         assert_eq!(u16::from_be_bytes([f[38], f[39]]), 26);
+    }
+
+    #[test]
+    fn frame_to_a_ue_carries_its_address() {
+        let f = udp_frame_to([2; 6], [4; 6], 60, 3, [16, 1, 2, 3]);
+        assert_eq!(&f[30..34], &[16, 1, 2, 3]);
+        assert!(sb_wire::parse_frame(&f).is_ok());
     }
 
     #[test]

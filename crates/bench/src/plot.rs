@@ -1,0 +1,1008 @@
+//! `scalebricks-bench plot`: the figures and the table of the cluster benchmarks (the paper's
+//! Figures 8, 9 and 10) from the JSON that `node` and `latency` print.
+//!
+//! Inputs may hold one run (one JSON object), an array of runs, or several objects one after the
+//! other; several files add up. Rows of the same (arch, fib, fib_entries) are reduced to their
+//! median, latency rows to the median per arch. Outputs, in `--out-dir`:
+//! - `fig8-node-throughput.png`: Mpps per core against FIB entries in the cluster (log x), one
+//!   line per architecture x FIB backend;
+//! - `fig9-node-throughput-bubble.png`: the same under the half-L3 bubble (`--node-bubble`);
+//! - `fig10-latency.png`: p50 and p99 one-way latency per architecture;
+//! - `cluster-tables.md`: our medians next to what the paper reports, and the ratios the project
+//!   must show, each marked met or not met.
+//!
+//! The PNGs are drawn by plotters into a memory buffer and written with the `png` crate; the text
+//! uses DejaVu Sans embedded in the binary, so no system font is needed.
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// JSON output(s) of `scalebricks-bench node` without `--bubble` (Figure 8).
+    #[arg(long, num_args = 1.., required = true)]
+    node: Vec<PathBuf>,
+    /// JSON output(s) of `scalebricks-bench node --bubble` (Figure 9).
+    #[arg(long, num_args = 1..)]
+    node_bubble: Vec<PathBuf>,
+    /// JSON output(s) of `scalebricks-bench latency` (Figure 10).
+    #[arg(long, num_args = 1..)]
+    latency: Vec<PathBuf>,
+    /// Where the PNGs and `cluster-tables.md` go.
+    #[arg(long, default_value = "docs/bench")]
+    out_dir: PathBuf,
+}
+
+/// Median of the node benchmark's rows of one (arch, fib, fib_entries).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePoint {
+    pub arch: String,
+    pub fib: String,
+    pub fib_entries: u64,
+    pub nodes: u64,
+    pub runs: usize,
+    pub mpps_per_core: f64,
+    pub fib_entries_per_node: f64,
+    pub fib_bytes_per_node: f64,
+    pub gpt_bytes: f64,
+}
+
+/// Median of the latency benchmark's rows of one arch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatencyPoint {
+    pub arch: String,
+    pub runs: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub mean_us: f64,
+    pub max_us: f64,
+    pub packets: f64,
+    pub lost: f64,
+}
+
+/// The runs (top-level objects) in a JSON text: one object, an array of them, or a stream.
+pub fn parse_runs(text: &str) -> Result<Vec<Value>> {
+    let mut runs = Vec::new();
+    for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
+        match v.context("not JSON")? {
+            Value::Array(a) => {
+                for o in a {
+                    if !o.is_object() {
+                        bail!("expected a JSON object in the array, found {o}");
+                    }
+                    runs.push(o);
+                }
+            }
+            o @ Value::Object(_) => runs.push(o),
+            other => bail!("expected a JSON object or array of objects, found {other}"),
+        }
+    }
+    Ok(runs)
+}
+
+fn load(paths: &[PathBuf]) -> Result<Vec<Value>> {
+    let mut runs = Vec::new();
+    for p in paths {
+        let t = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        runs.extend(parse_runs(&t).with_context(|| format!("in {}", p.display()))?);
+    }
+    Ok(runs)
+}
+
+/// The median (the mean of the two middle values for an even count); NaN when empty.
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn num(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(f64::NAN)
+}
+
+/// Medians per (arch, fib, fib_entries) over every row of every run, sorted by fib_entries.
+pub fn node_points(runs: &[Value]) -> Result<Vec<NodePoint>> {
+    type Acc = (u64, Vec<[f64; 4]>);
+    let mut groups: BTreeMap<(String, String, u64), Acc> = BTreeMap::new();
+    for run in runs {
+        let nodes = run["nodes"]
+            .as_u64()
+            .context("a node run without `nodes`")?;
+        let rows = run["results"]
+            .as_array()
+            .context("a node run without `results`")?;
+        for r in rows {
+            let key = (
+                r["arch"].as_str().context("row without arch")?.to_string(),
+                r["fib"].as_str().context("row without fib")?.to_string(),
+                r["fib_entries"]
+                    .as_u64()
+                    .context("row without fib_entries")?,
+            );
+            let g = groups.entry(key.clone()).or_insert((nodes, Vec::new()));
+            if g.0 != nodes {
+                bail!(
+                    "runs of {} {} {} entries disagree on the node count ({} and {nodes})",
+                    key.0,
+                    key.1,
+                    key.2,
+                    g.0
+                );
+            }
+            g.1.push([
+                num(r, "mpps_per_core"),
+                num(r, "fib_entries_per_node"),
+                num(r, "fib_bytes_per_node"),
+                num(r, "gpt_bytes"),
+            ]);
+        }
+    }
+    let mut out: Vec<NodePoint> = groups
+        .into_iter()
+        .map(|((arch, fib, fib_entries), (nodes, rows))| {
+            let col = |i: usize| median(&rows.iter().map(|r| r[i]).collect::<Vec<_>>());
+            NodePoint {
+                arch,
+                fib,
+                fib_entries,
+                nodes,
+                runs: rows.len(),
+                mpps_per_core: col(0),
+                fib_entries_per_node: col(1),
+                fib_bytes_per_node: col(2),
+                gpt_bytes: col(3),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (a.fib_entries, arch_rank(&a.arch), &a.fib).cmp(&(
+            b.fib_entries,
+            arch_rank(&b.arch),
+            &b.fib,
+        ))
+    });
+    Ok(out)
+}
+
+/// Medians per arch over every row of every latency run, in the order scalebricks, full-dup,
+/// hash-part.
+pub fn latency_points(runs: &[Value]) -> Result<Vec<LatencyPoint>> {
+    let mut groups: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for run in runs {
+        for r in run["results"]
+            .as_array()
+            .context("a latency run without `results`")?
+        {
+            let arch = r["arch"].as_str().context("row without arch")?.to_string();
+            groups.entry(arch).or_default().push(r);
+        }
+    }
+    let mut out: Vec<LatencyPoint> = groups
+        .into_iter()
+        .map(|(arch, rows)| {
+            let col = |k: &str| median(&rows.iter().map(|r| num(r, k)).collect::<Vec<_>>());
+            LatencyPoint {
+                runs: rows.len(),
+                p50_us: col("p50_us"),
+                p99_us: col("p99_us"),
+                mean_us: col("mean_us"),
+                max_us: col("max_us"),
+                packets: col("packets"),
+                lost: col("lost"),
+                arch,
+            }
+        })
+        .collect();
+    out.sort_by_key(|p| arch_rank(&p.arch));
+    Ok(out)
+}
+
+fn arch_rank(a: &str) -> usize {
+    match a {
+        "scalebricks" => 0,
+        "full-dup" => 1,
+        "hash-part" => 2,
+        _ => 3,
+    }
+}
+
+fn arch_name(a: &str) -> &str {
+    match a {
+        "scalebricks" => "ScaleBricks",
+        "full-dup" => "full duplication",
+        "hash-part" => "hash partitioning",
+        other => other,
+    }
+}
+
+fn find<'a>(pts: &'a [NodePoint], arch: &str, fib: &str, entries: u64) -> Option<&'a NodePoint> {
+    pts.iter()
+        .find(|p| p.arch == arch && p.fib == fib && p.fib_entries == entries)
+}
+
+/// One row of the ratio table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    pub what: String,
+    /// Our value (NaN: not measured).
+    pub ours: f64,
+    pub target: String,
+    pub paper: String,
+    /// None: not measured.
+    pub met: Option<bool>,
+}
+
+impl Check {
+    fn new(
+        what: String,
+        ours: Option<f64>,
+        target: &str,
+        paper: &str,
+        ok: fn(f64) -> bool,
+    ) -> Self {
+        let ours = ours.unwrap_or(f64::NAN);
+        Check {
+            what,
+            ours,
+            target: target.to_string(),
+            paper: paper.to_string(),
+            met: ours.is_finite().then(|| ok(ours)),
+        }
+    }
+}
+
+/// The sizes the throughput checks look at: 16M and 32M where measured, else the largest.
+fn check_sizes(pts: &[NodePoint]) -> Vec<u64> {
+    let mut measured: Vec<u64> = pts.iter().map(|p| p.fib_entries).collect();
+    measured.dedup();
+    let want: Vec<u64> = [16_000_000, 32_000_000]
+        .into_iter()
+        .filter(|s| measured.contains(s))
+        .collect();
+    if want.is_empty() {
+        measured.last().copied().into_iter().collect()
+    } else {
+        want
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// The ratios the project must show, from the medians.
+pub fn checks(node: &[NodePoint], bubble: &[NodePoint], lat: &[LatencyPoint]) -> Vec<Check> {
+    let mut out = Vec::new();
+    let mpps = |pts: &[NodePoint], arch: &str, fib: &str, n: u64| {
+        find(pts, arch, fib, n).map(|p| p.mpps_per_core)
+    };
+    for (pts, fig, paper_ck, paper_rte) in [
+        (
+            node,
+            "Fig. 8",
+            "up to 1.22",
+            "up to 1.20 (1.19 on the figure)",
+        ),
+        (bubble, "Fig. 9, half L3", "up to 1.23", "up to 1.19"),
+    ] {
+        if pts.is_empty() {
+            continue;
+        }
+        for n in check_sizes(pts) {
+            let m = millions(n);
+            out.push(Check::new(
+                format!(
+                    "{fig}: ScaleBricks / full duplication, Mpps per core, cuckoo, {m} entries"
+                ),
+                ratio(
+                    mpps(pts, "scalebricks", "cuckoo", n),
+                    mpps(pts, "full-dup", "cuckoo", n),
+                ),
+                ">= 1.15",
+                paper_ck,
+                |r| r >= 1.15,
+            ));
+            out.push(Check::new(
+                format!(
+                    "{fig}: ScaleBricks / full duplication, Mpps per core, rte_hash, {m} entries"
+                ),
+                ratio(
+                    mpps(pts, "scalebricks", "rte_hash", n),
+                    mpps(pts, "full-dup", "rte_hash", n),
+                ),
+                "> 1.0",
+                paper_rte,
+                |r| r > 1.0,
+            ));
+        }
+        for arch in ["scalebricks", "full-dup", "hash-part"] {
+            // The median over sizes of cuckoo / rte_hash at each size.
+            let rs: Vec<f64> = sizes(pts)
+                .into_iter()
+                .filter_map(|n| ratio(mpps(pts, arch, "cuckoo", n), mpps(pts, arch, "rte_hash", n)))
+                .collect();
+            if rs.is_empty() && !pts.iter().any(|p| p.arch == arch) {
+                continue;
+            }
+            out.push(Check::new(
+                format!(
+                    "{fig}: cuckoo / rte_hash, Mpps per core, {} (median over sizes)",
+                    arch_name(arch)
+                ),
+                (!rs.is_empty()).then(|| median(&rs)),
+                ">= 1.5 (the paper's)",
+                "1.5",
+                |r| r >= 1.5,
+            ));
+        }
+    }
+    let p50 = |arch: &str| lat.iter().find(|p| p.arch == arch).map(|p| p.p50_us);
+    if !lat.is_empty() {
+        out.push(Check::new(
+            "Fig. 10: hash partitioning / ScaleBricks, median latency".into(),
+            ratio(p50("hash-part"), p50("scalebricks")),
+            ">= 1.25",
+            "1.52 (34% lower, mean latency)",
+            |r| r >= 1.25,
+        ));
+        out.push(Check::new(
+            "Fig. 10: ScaleBricks / full duplication, median latency".into(),
+            ratio(p50("scalebricks"), p50("full-dup")),
+            "<= 1.0",
+            "0.90 (10% lower, mean latency)",
+            |r| r <= 1.0,
+        ));
+    }
+    for n in check_sizes(node) {
+        for fib in fibs(node) {
+            let (Some(sb), Some(fd)) = (
+                find(node, "scalebricks", &fib, n),
+                find(node, "full-dup", &fib, n),
+            ) else {
+                continue;
+            };
+            let share = fd.fib_bytes_per_node / sb.nodes as f64;
+            out.push(Check::new(
+                format!(
+                    "FIB bytes per node, ScaleBricks / (full duplication / {}), {fib}, {} entries (GPT {:.1} MB more)",
+                    sb.nodes,
+                    millions(n),
+                    sb.gpt_bytes / 1e6
+                ),
+                ratio(Some(sb.fib_bytes_per_node), Some(share)),
+                "within 0.90-1.10",
+                "FIB 75% smaller on 4 nodes",
+                |r| (0.9..=1.1).contains(&r),
+            ));
+            out.push(Check::new(
+                format!(
+                    "FIB + GPT bytes per node, ScaleBricks / (full duplication / {}), {fib}, {} entries",
+                    sb.nodes,
+                    millions(n)
+                ),
+                ratio(Some(sb.fib_bytes_per_node + sb.gpt_bytes), Some(share)),
+                "within 0.90-1.10",
+                "-",
+                |r| (0.9..=1.1).contains(&r),
+            ));
+        }
+    }
+    out
+}
+
+fn sizes(pts: &[NodePoint]) -> Vec<u64> {
+    let mut v: Vec<u64> = pts.iter().map(|p| p.fib_entries).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn fibs(pts: &[NodePoint]) -> Vec<String> {
+    let mut v: Vec<String> = pts.iter().map(|p| p.fib.clone()).collect();
+    v.sort_by_key(|f| (f != "cuckoo", f.clone()));
+    v.dedup();
+    v
+}
+
+fn series(pts: &[NodePoint]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = pts
+        .iter()
+        .map(|p| (p.arch.clone(), p.fib.clone()))
+        .collect();
+    v.sort_by_key(|(a, f)| (arch_rank(a), f != "cuckoo", f.clone()));
+    v.dedup();
+    v
+}
+
+fn millions(n: u64) -> String {
+    if n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1_000_000 {
+        format!("{:.1}M", n as f64 / 1e6)
+    } else if n % 1000 == 0 {
+        format!("{}K", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+fn f(x: f64, digits: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.digits$}")
+    } else {
+        "-".into()
+    }
+}
+
+fn throughput_table(s: &mut String, pts: &[NodePoint]) {
+    let ser = series(pts);
+    let _ = write!(s, "| FIB entries (cluster) |");
+    for (a, fb) in &ser {
+        let _ = write!(s, " {} {fb} |", arch_name(a));
+    }
+    for fb in fibs(pts) {
+        let _ = write!(s, " ScaleBricks / full dup. ({fb}) |");
+    }
+    s.push('\n');
+    s.push_str("|---|");
+    for _ in 0..ser.len() + fibs(pts).len() {
+        s.push_str("---|");
+    }
+    s.push('\n');
+    for n in sizes(pts) {
+        let _ = write!(s, "| {} |", millions(n));
+        for (a, fb) in &ser {
+            match find(pts, a, fb, n) {
+                Some(p) => {
+                    let _ = write!(s, " {} ({} runs) |", f(p.mpps_per_core, 2), p.runs);
+                }
+                None => s.push_str(" - |"),
+            }
+        }
+        for fb in fibs(pts) {
+            let r = ratio(
+                find(pts, "scalebricks", &fb, n).map(|p| p.mpps_per_core),
+                find(pts, "full-dup", &fb, n).map(|p| p.mpps_per_core),
+            );
+            let _ = write!(s, " {} |", r.map_or("-".into(), |r| f(r, 2)));
+        }
+        s.push('\n');
+    }
+}
+
+fn memory_table(s: &mut String, pts: &[NodePoint]) {
+    s.push_str("| FIB entries (cluster) | arch | FIB | entries per node | FIB MB per node | GPT MB |\n|---|---|---|---|---|---|\n");
+    for p in pts {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            millions(p.fib_entries),
+            arch_name(&p.arch),
+            p.fib,
+            f(p.fib_entries_per_node, 0),
+            f(p.fib_bytes_per_node / 1e6, 1),
+            f(p.gpt_bytes / 1e6, 2)
+        );
+    }
+}
+
+/// The markdown of `cluster-tables.md`.
+pub fn tables(node: &[NodePoint], bubble: &[NodePoint], lat: &[LatencyPoint]) -> String {
+    let mut s = String::new();
+    s.push_str("<!-- written by `scalebricks-bench plot` (scripts/bench-cluster.sh); do not edit by hand -->\n\n");
+    s.push_str(PAPER_SETUP);
+    let nodes = node.first().map_or(0, |p| p.nodes);
+    let _ = writeln!(
+        s,
+        "\n### Per-node throughput (Figure 8), ours: Mpps per core, {nodes} nodes, medians\n"
+    );
+    throughput_table(&mut s, node);
+    s.push_str(PAPER_FIG8);
+    if !bubble.is_empty() {
+        s.push_str("\n### Per-node throughput with half the L3 taken by a bubble thread (Figure 9), ours\n\n");
+        throughput_table(&mut s, bubble);
+        s.push_str(PAPER_FIG9);
+    }
+    if !lat.is_empty() {
+        s.push_str("\n### One-way latency (Figure 10), ours: medians over runs, microseconds\n\n");
+        s.push_str("| arch | p50 | p99 | mean | max | packets | lost | runs |\n|---|---|---|---|---|---|---|---|\n");
+        for p in lat {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                arch_name(&p.arch),
+                f(p.p50_us, 1),
+                f(p.p99_us, 1),
+                f(p.mean_us, 1),
+                f(p.max_us, 1),
+                f(p.packets, 0),
+                f(p.lost, 0),
+                p.runs
+            );
+        }
+        s.push_str(PAPER_FIG10);
+    }
+    s.push_str("\n### FIB and GPT memory per node, ours (medians)\n\n");
+    memory_table(&mut s, node);
+    s.push_str("\n### What the project must show\n\n| check | ours | target | paper | |\n|---|---|---|---|---|\n");
+    for c in checks(node, bubble, lat) {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            c.what,
+            f(c.ours, 2),
+            c.target,
+            c.paper,
+            match c.met {
+                Some(true) => "met",
+                Some(false) => "**not met**",
+                None => "not measured",
+            }
+        );
+    }
+    s
+}
+
+const PAPER_SETUP: &str =
+    "The paper's numbers below are from its text and figure labels (ScaleBricks, SIGCOMM 2015, \
+sec. 6.2): **paper** = 4 dual-socket servers, 2x Intel Xeon E5-2697 v2 at 2.70 GHz, 30 MiB L3 \
+each, 128 GiB DDR3, Intel 82599ES 10GbE; one core per port, downstream traffic from a Spirent \
+SPT-N11U, 1M-32M static tunnels. Its Figures 8 and 9 give per-node throughput only as curves \
+(the y axis spans 9-15 Mpps), so only the ratios it states are quoted. **Ours** = one engine \
+core on in-memory batches (`scalebricks-bench node`), the machine in `docs/bench/cluster.md`.\n";
+
+const PAPER_FIG8: &str = "\n**Paper (Fig. 8, 30 MiB L3, 4 nodes):** ScaleBricks over full \
+duplication up to +22% with the optimized cuckoo table and up to +20% with rte_hash (+19% on the \
+figure's label); the cuckoo table +50% over rte_hash; per-node hash table up to 75% smaller.\n";
+
+const PAPER_FIG9: &str = "\n**Paper (Fig. 9, 15 MiB L3 left by the bubble thread):** all tables \
+slower than in Fig. 8; ScaleBricks over full duplication up to +23% (cuckoo) and +19% (rte_hash).\n";
+
+const PAPER_FIG10: &str = "\n**Paper (Fig. 10, 1M tunnels, mean latency, Spirent RFC 2544, six \
+setups: rte_hash and cuckoo x three architectures, y axis 18-33 us):** ScaleBricks up to 10% \
+lower than full duplication and up to 34% lower than hash partitioning. Ours runs the cuckoo FIB \
+only, through namespaces and AF_PACKET (not a hardware tester), and reports percentiles.\n";
+
+// ---------------------------------------------------------------------------------------------
+// Drawing
+
+const W: u32 = 1000;
+const H: u32 = 640;
+
+fn register_font() -> Result<()> {
+    static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *DONE.get_or_init(|| {
+        plotters::style::register_font(
+            "sans-serif",
+            plotters::style::FontStyle::Normal,
+            dejavu::sans::regular(),
+        )
+        .is_ok()
+    });
+    anyhow::ensure!(ok, "the embedded DejaVu Sans font did not load");
+    Ok(())
+}
+
+fn write_png(path: &Path, rgb: &[u8]) -> Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), W, H);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut w = enc.write_header()?;
+    w.write_image_data(rgb)?;
+    w.finish()?;
+    Ok(())
+}
+
+fn color(arch: &str, fib: &str) -> plotters::style::RGBColor {
+    use plotters::style::RGBColor;
+    let dark = fib == "cuckoo";
+    match (arch, dark) {
+        ("scalebricks", true) => RGBColor(214, 39, 40),
+        ("scalebricks", false) => RGBColor(255, 152, 150),
+        ("full-dup", true) => RGBColor(31, 119, 180),
+        ("full-dup", false) => RGBColor(158, 202, 225),
+        ("hash-part", true) => RGBColor(44, 160, 44),
+        ("hash-part", false) => RGBColor(152, 223, 138),
+        _ => RGBColor(90, 90, 90),
+    }
+}
+
+type DrawResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Mpps per core against FIB entries (log x), one line per arch x fib.
+pub fn draw_throughput(path: &Path, title: &str, pts: &[NodePoint]) -> Result<()> {
+    register_font()?;
+    let mut buf = vec![0u8; (W * H * 3) as usize];
+    draw_throughput_into(&mut buf, title, pts).map_err(|e| anyhow::anyhow!("drawing: {e}"))?;
+    write_png(path, &buf)
+}
+
+fn draw_throughput_into(buf: &mut [u8], title: &str, pts: &[NodePoint]) -> DrawResult<()> {
+    use plotters::prelude::*;
+    let root = BitMapBackend::with_buffer(buf, (W, H)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let xs = sizes(pts);
+    let (x0, x1) = match (xs.first(), xs.last()) {
+        (Some(&a), Some(&b)) => (a as f64 / 1.5, b as f64 * 1.5),
+        _ => (1e5, 1e8),
+    };
+    let ymax = pts
+        .iter()
+        .map(|p| p.mpps_per_core)
+        .filter(|y| y.is_finite())
+        .fold(0.0f64, f64::max)
+        * 1.15;
+    let ymax = if ymax > 0.0 { ymax } else { 1.0 };
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(
+            (x0..x1)
+                .log_scale()
+                .with_key_points(xs.iter().map(|&x| x as f64).collect()),
+            0.0..ymax,
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("FIB entries in the cluster")
+        .y_desc("Mpps per core (external packets)")
+        .x_label_formatter(&|x| millions(x.round() as u64))
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()?;
+    for (arch, fib) in series(pts) {
+        let c = color(&arch, &fib);
+        let line: Vec<(f64, f64)> = pts
+            .iter()
+            .filter(|p| p.arch == arch && p.fib == fib && p.mpps_per_core.is_finite())
+            .map(|p| (p.fib_entries as f64, p.mpps_per_core))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(line.clone(), c.stroke_width(3)))?
+            .label(format!("{} ({fib})", arch_name(&arch)))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(3)));
+        chart.draw_series(
+            line.iter()
+                .map(|&(x, y)| Circle::new((x, y), 4, c.filled())),
+        )?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .position(SeriesLabelPosition::LowerLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Bars of p50 and p99 one-way latency per architecture.
+pub fn draw_latency(path: &Path, pts: &[LatencyPoint]) -> Result<()> {
+    register_font()?;
+    let mut buf = vec![0u8; (W * H * 3) as usize];
+    draw_latency_into(&mut buf, pts).map_err(|e| anyhow::anyhow!("drawing: {e}"))?;
+    write_png(path, &buf)
+}
+
+fn draw_latency_into(buf: &mut [u8], pts: &[LatencyPoint]) -> DrawResult<()> {
+    use plotters::prelude::*;
+    let root = BitMapBackend::with_buffer(buf, (W, H)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let top = |f: fn(&LatencyPoint) -> f64| {
+        pts.iter()
+            .map(f)
+            .filter(|y| y.is_finite())
+            .fold(0.0f64, f64::max)
+    };
+    // A p99 tail far above every median would flatten the medians: such bars are cut at 5x the
+    // largest median and say "off scale" beside their value.
+    let ymax = top(|p| p.p99_us).min(5.0 * top(|p| p.p50_us)) * 1.2;
+    let ymax = if ymax > 0.0 { ymax } else { 1.0 };
+    let n = pts.len().max(1) as f64;
+    let names: Vec<String> = pts.iter().map(|p| arch_name(&p.arch).to_string()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "One-way latency through the namespace cluster (Fig. 10)",
+            ("sans-serif", 24),
+        )
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0.0..n, 0.0..ymax)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(pts.len() * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - x.floor() - 0.5).abs() < 0.01 && i < names.len() {
+                names[i].clone()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("microseconds")
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()?;
+    let p50c = RGBColor(31, 119, 180);
+    let p99c = RGBColor(255, 127, 14);
+    for (i, p) in pts.iter().enumerate() {
+        let x = i as f64;
+        for (lo, hi, v, c) in [
+            (x + 0.15, x + 0.48, p.p50_us, p50c),
+            (x + 0.52, x + 0.85, p.p99_us, p99c),
+        ] {
+            if !v.is_finite() {
+                continue;
+            }
+            let (h, label) = if v > ymax {
+                (ymax, format!("{v:.1} (off scale)"))
+            } else {
+                (v, format!("{v:.1}"))
+            };
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(lo, 0.0), (hi, h)],
+                c.filled(),
+            )))?;
+            chart.draw_series(std::iter::once(Text::new(
+                label,
+                (lo + 0.02, (h + ymax * 0.01).min(ymax * 0.96)),
+                ("sans-serif", 15).into_font().color(&BLACK),
+            )))?;
+        }
+    }
+    for (label, c) in [("p50", p50c), ("p99", p99c)] {
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let node = node_points(&load(&a.node)?)?;
+    let bubble = node_points(&load(&a.node_bubble)?)?;
+    let lat = latency_points(&load(&a.latency)?)?;
+    std::fs::create_dir_all(&a.out_dir)?;
+    let mut written = Vec::new();
+    let nodes = node.first().map_or(0, |p| p.nodes);
+    let p = a.out_dir.join("fig8-node-throughput.png");
+    draw_throughput(
+        &p,
+        &format!("Per-node throughput, {nodes} nodes (Fig. 8)"),
+        &node,
+    )?;
+    written.push(p);
+    if !bubble.is_empty() {
+        let p = a.out_dir.join("fig9-node-throughput-bubble.png");
+        draw_throughput(
+            &p,
+            &format!("Per-node throughput, half L3 taken, {nodes} nodes (Fig. 9)"),
+            &bubble,
+        )?;
+        written.push(p);
+    }
+    if !lat.is_empty() {
+        let p = a.out_dir.join("fig10-latency.png");
+        draw_latency(&p, &lat)?;
+        written.push(p);
+    }
+    let p = a.out_dir.join("cluster-tables.md");
+    std::fs::write(&p, tables(&node, &bubble, &lat))?;
+    written.push(p);
+    for p in written {
+        println!("{}", p.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two runs of 4 nodes (one as an array, one as a second object in the stream), and a third
+    /// run of ScaleBricks/cuckoo at 16M only.
+    const NODE: &str = r#"
+    [{"benchmark":"node","nodes":4,"results":[
+      {"arch":"scalebricks","fib":"cuckoo","fib_entries":16000000,"mpps_per_core":12.0,"fib_entries_per_node":4000000,"fib_bytes_per_node":26000000,"gpt_bytes":7000000},
+      {"arch":"full-dup","fib":"cuckoo","fib_entries":16000000,"mpps_per_core":10.0,"fib_entries_per_node":16000000,"fib_bytes_per_node":100000000,"gpt_bytes":0},
+      {"arch":"scalebricks","fib":"rte_hash","fib_entries":16000000,"mpps_per_core":7.0,"fib_entries_per_node":4000000,"fib_bytes_per_node":40000000,"gpt_bytes":7000000},
+      {"arch":"full-dup","fib":"rte_hash","fib_entries":16000000,"mpps_per_core":7.5,"fib_entries_per_node":16000000,"fib_bytes_per_node":160000000,"gpt_bytes":0}
+    ]}]
+    {"benchmark":"node","nodes":4,"results":[
+      {"arch":"scalebricks","fib":"cuckoo","fib_entries":16000000,"mpps_per_core":14.0,"fib_entries_per_node":4000000,"fib_bytes_per_node":26000000,"gpt_bytes":7000000},
+      {"arch":"full-dup","fib":"cuckoo","fib_entries":16000000,"mpps_per_core":11.0,"fib_entries_per_node":16000000,"fib_bytes_per_node":100000000,"gpt_bytes":0},
+      {"arch":"scalebricks","fib":"cuckoo","fib_entries":1000000,"mpps_per_core":20.0,"fib_entries_per_node":250000,"fib_bytes_per_node":2000000,"gpt_bytes":500000}
+    ]}
+    {"benchmark":"node","nodes":4,"results":[
+      {"arch":"scalebricks","fib":"cuckoo","fib_entries":16000000,"mpps_per_core":100.0,"fib_entries_per_node":4000000,"fib_bytes_per_node":26000000,"gpt_bytes":7000000}
+    ]}"#;
+
+    const LAT: &str = r#"{"benchmark":"latency","results":[
+      {"arch":"full-dup","p50_us":20.0,"p99_us":40.0,"mean_us":21.0,"max_us":90.0,"packets":500,"lost":0,"duplicates":0},
+      {"arch":"scalebricks","p50_us":19.0,"p99_us":35.0,"mean_us":20.0,"max_us":80.0,"packets":500,"lost":1,"duplicates":0},
+      {"arch":"hash-part","p50_us":30.0,"p99_us":50.0,"mean_us":31.0,"max_us":99.0,"packets":500,"lost":0,"duplicates":0}]}
+    {"benchmark":"latency","results":[
+      {"arch":"scalebricks","p50_us":21.0,"p99_us":37.0,"mean_us":22.0,"max_us":70.0,"packets":500,"lost":3,"duplicates":0}]}"#;
+
+    #[test]
+    fn medians() {
+        assert!(median(&[]).is_nan());
+        assert_eq!(median(&[3.0]), 3.0);
+        assert_eq!(median(&[5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[1.0, f64::NAN, 2.0]), 1.5);
+    }
+
+    #[test]
+    fn parses_objects_arrays_and_streams() {
+        assert_eq!(parse_runs(NODE).unwrap().len(), 3);
+        assert_eq!(parse_runs(LAT).unwrap().len(), 2);
+        assert!(parse_runs("[1]").is_err());
+        assert!(parse_runs("{").is_err());
+    }
+
+    #[test]
+    fn node_medians_per_arch_fib_size() {
+        let pts = node_points(&parse_runs(NODE).unwrap()).unwrap();
+        assert_eq!(pts.len(), 5);
+        // Sorted by size, then scalebricks before full-dup, then fib name.
+        assert_eq!(pts[0].fib_entries, 1_000_000);
+        let sb = find(&pts, "scalebricks", "cuckoo", 16_000_000).unwrap();
+        assert_eq!((sb.runs, sb.mpps_per_core), (3, 14.0)); // median of 12, 14, 100
+        let fd = find(&pts, "full-dup", "cuckoo", 16_000_000).unwrap();
+        assert_eq!((fd.runs, fd.mpps_per_core), (2, 10.5));
+        assert_eq!(fd.nodes, 4);
+        assert_eq!(pts[1].arch, "scalebricks");
+    }
+
+    #[test]
+    fn node_runs_with_different_node_counts_are_refused() {
+        let t = r#"{"nodes":4,"results":[{"arch":"scalebricks","fib":"cuckoo","fib_entries":1000,"mpps_per_core":1.0}]}
+                   {"nodes":8,"results":[{"arch":"scalebricks","fib":"cuckoo","fib_entries":1000,"mpps_per_core":1.0}]}"#;
+        assert!(node_points(&parse_runs(t).unwrap()).is_err());
+    }
+
+    #[test]
+    fn latency_medians_per_arch_in_order() {
+        let pts = latency_points(&parse_runs(LAT).unwrap()).unwrap();
+        let archs: Vec<&str> = pts.iter().map(|p| p.arch.as_str()).collect();
+        assert_eq!(archs, ["scalebricks", "full-dup", "hash-part"]);
+        assert_eq!((pts[0].runs, pts[0].p50_us, pts[0].lost), (2, 20.0, 2.0));
+    }
+
+    fn check<'a>(cs: &'a [Check], what: &str) -> &'a Check {
+        cs.iter()
+            .find(|c| c.what.contains(what))
+            .unwrap_or_else(|| panic!("no check {what:?} in {cs:#?}"))
+    }
+
+    #[test]
+    fn ratios_and_verdicts() {
+        let node = node_points(&parse_runs(NODE).unwrap()).unwrap();
+        let lat = latency_points(&parse_runs(LAT).unwrap()).unwrap();
+        let cs = checks(&node, &[], &lat);
+        // 16M is measured, 32M is not: only 16M rows.
+        assert!(!cs.iter().any(|c| c.what.contains("32M")));
+        let c = check(
+            &cs,
+            "Fig. 8: ScaleBricks / full duplication, Mpps per core, cuckoo, 16M",
+        );
+        assert!((c.ours - 14.0 / 10.5).abs() < 1e-12);
+        assert_eq!(c.met, Some(true));
+        let c = check(&cs, "rte_hash, 16M");
+        assert!((c.ours - 7.0 / 7.5).abs() < 1e-12);
+        assert_eq!(c.met, Some(false));
+        let c = check(&cs, "cuckoo / rte_hash, Mpps per core, ScaleBricks");
+        assert!((c.ours - 2.0).abs() < 1e-12);
+        assert_eq!(c.met, Some(true));
+        let c = check(&cs, "cuckoo / rte_hash, Mpps per core, full duplication");
+        assert!((c.ours - 10.5 / 7.5).abs() < 1e-12);
+        assert_eq!(c.met, Some(false));
+        // No hash-partitioning node rows: no such check.
+        assert!(!cs
+            .iter()
+            .any(|c| c.what.contains("rte_hash, Mpps per core, hash")));
+        let c = check(&cs, "hash partitioning / ScaleBricks");
+        assert!((c.ours - 1.5).abs() < 1e-12);
+        assert_eq!(c.met, Some(true));
+        let c = check(&cs, "ScaleBricks / full duplication, median latency");
+        assert_eq!((c.ours, c.met), (1.0, Some(true)));
+        // 26 MB against 100 MB / 4 = 25 MB: 1.04, within 10%; rte_hash 40 / 40.
+        let c = check(
+            &cs,
+            "FIB bytes per node, ScaleBricks / (full duplication / 4), cuckoo",
+        );
+        assert!((c.ours - 1.04).abs() < 1e-12);
+        assert_eq!(c.met, Some(true));
+        // With the GPT: (26 + 7) / 25 = 1.32, not within 10%.
+        let c = check(
+            &cs,
+            "FIB + GPT bytes per node, ScaleBricks / (full duplication / 4), cuckoo",
+        );
+        assert!((c.ours - 1.32).abs() < 1e-12);
+        assert_eq!(c.met, Some(false));
+        let c = check(
+            &cs,
+            "FIB bytes per node, ScaleBricks / (full duplication / 4), rte_hash",
+        );
+        assert_eq!(c.met, Some(true));
+    }
+
+    #[test]
+    fn missing_sizes_fall_back_to_the_largest_and_say_not_measured() {
+        let t = r#"{"nodes":4,"results":[
+          {"arch":"scalebricks","fib":"cuckoo","fib_entries":100000,"mpps_per_core":9.0},
+          {"arch":"full-dup","fib":"cuckoo","fib_entries":100000,"mpps_per_core":10.0},
+          {"arch":"full-dup","fib":"cuckoo","fib_entries":200000,"mpps_per_core":8.0}]}"#;
+        let node = node_points(&parse_runs(t).unwrap()).unwrap();
+        let cs = checks(&node, &[], &[]);
+        let c = check(&cs, "cuckoo, 200K");
+        assert_eq!(c.met, None);
+        assert!(c.ours.is_nan());
+        let md = tables(&node, &[], &[]);
+        assert!(md.contains("not measured"));
+        assert!(
+            md.contains("| 100K | 9.00 (1 runs) | 10.00 (1 runs) | 0.90 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn table_names_the_paper_and_the_verdicts() {
+        let node = node_points(&parse_runs(NODE).unwrap()).unwrap();
+        let lat = latency_points(&parse_runs(LAT).unwrap()).unwrap();
+        let md = tables(&node, &node, &lat);
+        assert!(md.contains("Xeon E5-2697 v2"));
+        assert!(md.contains("**Paper (Fig. 8"));
+        assert!(md.contains("**Paper (Fig. 9"));
+        assert!(md.contains("**Paper (Fig. 10"));
+        assert!(md.contains("| 16M | 14.00 (3 runs) | 7.00 (1 runs) | 10.50 (2 runs) | 7.50 (1 runs) | 1.33 | 0.93 |"), "{md}");
+        assert!(md.contains("| met |"));
+        assert!(md.contains("| **not met** |"));
+        assert!(md.contains("| ScaleBricks | 20.0 | 36.0 |"), "{md}");
+    }
+
+    #[test]
+    fn writes_pngs() {
+        let node = node_points(&parse_runs(NODE).unwrap()).unwrap();
+        let lat = latency_points(&parse_runs(LAT).unwrap()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.png");
+        draw_throughput(&p, "test", &node).unwrap();
+        let b = std::fs::read(&p).unwrap();
+        assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n");
+        let p = dir.path().join("l.png");
+        draw_latency(&p, &lat).unwrap();
+        assert_eq!(&std::fs::read(&p).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    }
+}
