@@ -269,8 +269,7 @@ fn make_fib(
         #[cfg(feature = "dpdk")]
         "rte_hash" => {
             let slice = cluster::fib_slice(arch, tunnels, 0, nodes, seed);
-            let mb = (slice.len() as u64 * 256 / 1_000_000 + 256) as u32;
-            sb_peers::dpdk::eal_init(mb).context("DPDK EAL")?;
+            // The EAL was started once by `run`, sized for the largest table.
             let kv: Vec<([u8; 16], [u8; 16])> = slice
                 .iter()
                 .map(|&i| (tunnels[i].key(), tunnels[i].value()))
@@ -392,6 +391,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .iter()
         .map(|s| s.parse().map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<_>>()?;
+    #[cfg(feature = "dpdk")]
+    if a.fib.iter().any(|f| f == "rte_hash") {
+        // One EAL per process: size it for the largest table of the run (full duplication
+        // holds every entry; about 112 bytes per slot with its key, value and RCU queues;
+        // tables are freed between rows).
+        let max = a.fib_entries.iter().copied().max().unwrap_or(0) as u64;
+        let mb = ((max * 10 / 9 + 64) * 112 >> 20) as u32 + 512;
+        sb_peers::dpdk::eal_init(mb).context("DPDK EAL")?;
+    }
     let _ = sb_io::cpu::pin_current_thread(0);
     let stop = Arc::new(AtomicBool::new(false));
     let bubble_thread = if a.bubble {
