@@ -58,14 +58,7 @@ pub fn generate_tunnels_in(
     );
     let net = u32::from(pool) & !host_mask;
     let mut x = seed ^ 0x5ca1_ab1e;
-    let mut next = move || {
-        // splitmix64
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
+    let mut next = move || sb_common::splitmix64(&mut x);
     let mut ues = HashSet::with_capacity(count);
     let mut teids = HashSet::with_capacity(count);
     let mut out = Vec::with_capacity(count);
