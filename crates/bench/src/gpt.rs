@@ -19,6 +19,10 @@
 //!   all, the keys' bytes again contiguous in update order), for the structures that can be
 //!   updated.
 //!
+//! With `--grow FROM:TO` it runs instead the growth benchmark of [`grow`]: one SetSep owner
+//! growing by inserts from FROM to TO keys, a row per doubling (insert rate, bits/key,
+//! fallback, bytes sent to replicas per inserted key).
+//!
 //! Progress goes to stderr; stdout carries only the JSON.
 
 use std::hint::black_box;
@@ -30,6 +34,7 @@ use rand::{Rng, SeedableRng};
 use sb_setsep::{BuildOptions, Config, SetSep, Updatable};
 use serde::Serialize;
 
+mod grow;
 mod peers;
 use peers::Lookup;
 
@@ -39,8 +44,8 @@ const MIN_TIMED_S: f64 = 0.5;
 #[derive(clap::Args)]
 pub struct Args {
     /// Number of keys.
-    #[arg(long)]
-    keys: usize,
+    #[arg(long, required_unless_present = "grow")]
+    keys: Option<usize>,
     /// Bits of each value (1 to 16).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
     value_bits: u32,
@@ -65,6 +70,11 @@ pub struct Args {
     /// Value changes timed per updatable structure (capped at the number of keys).
     #[arg(long, default_value_t = 200_000)]
     updates: usize,
+    /// Instead of the comparison: a growing SetSep owner built from FROM keys is given keys
+    /// up to TO by inserts (`--batch` per call), one row per doubling (`gpt/grow.rs` says what
+    /// each field counts). Uses the first of `--configs`.
+    #[arg(long, value_name = "FROM:TO", conflicts_with_all = ["keys", "peers", "updates"])]
+    grow: Option<String>,
     /// Print the JSON object (otherwise a table).
     #[arg(long)]
     json: bool,
@@ -126,8 +136,7 @@ fn mix32(mut x: u32) -> u32 {
 }
 
 impl Work {
-    fn generate(a: &Args) -> anyhow::Result<Work> {
-        let n = a.keys;
+    fn generate(a: &Args, n: usize) -> anyhow::Result<Work> {
         let kb = a.key_bytes;
         if !(4..=64).contains(&kb) {
             bail!("--key-bytes must be 4 to 64");
@@ -563,6 +572,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("--configs: `{c}`: {e}"))
         })
         .collect::<anyhow::Result<_>>()?;
+    if let Some(range) = &a.grow {
+        return run_grow(&a, range, configs[0]);
+    }
+    let n_keys = a.keys.context("--keys is required")?;
     let known = ["setsep", "dpdk-efd", "sux-vfunc", "ptr_hash", "hashbrown"];
     let peers: Vec<&str> = a
         .peers
@@ -576,10 +589,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     eprintln!(
-        "generating {} keys of {} bytes, {}-bit values",
-        a.keys, a.key_bytes, a.value_bits
+        "generating {n_keys} keys of {} bytes, {}-bit values",
+        a.key_bytes, a.value_bits
     );
-    let w = Work::generate(&a)?;
+    let w = Work::generate(&a, n_keys)?;
     let mut rows = Vec::new();
     for p in &peers {
         match *p {
@@ -596,7 +609,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let params = serde_json::json!({
-        "keys": a.keys,
+        "keys": n_keys,
         "value_bits": a.value_bits,
         "threads": a.threads,
         "batch": w.batch,
@@ -615,6 +628,59 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         println!("{out}");
     } else {
         print_table(&rows);
+    }
+    Ok(())
+}
+
+/// `--grow FROM:TO`: the growth run of [`grow`], one JSON object (or a table) out.
+fn run_grow(a: &Args, range: &str, config: Config) -> anyhow::Result<()> {
+    let (from, to) = grow::parse_range(range)?;
+    let (rows, wrong) = grow::run(a, from, to, config)?;
+    let params = serde_json::json!({
+        "grow_from": from,
+        "grow_to": to,
+        "value_bits": a.value_bits,
+        "threads": a.threads,
+        "batch": a.batch.max(1),
+        "key_bytes": a.key_bytes,
+        "seed": a.seed,
+        "config": config.to_string(),
+        "growth": "default (grow past 100% of 1024 keys per block to 89%)",
+        "cpu": cpu_model(),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "peak_rss_mib": peak_rss_mib(),
+    });
+    let out = serde_json::json!({
+        "params": params,
+        "results": rows,
+        "correct": wrong == 0,
+        "wrong": wrong,
+    });
+    if a.json {
+        println!("{out}");
+    } else {
+        println!(
+            "{:>10} {:>7} {:>9} {:>10} {:>11} {:>13} {:>7}",
+            "keys", "blocks", "bits/key", "fallback", "insert K/s", "bytes/insert", "growths"
+        );
+        for r in &out["results"].as_array().cloned().unwrap_or_default() {
+            let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            let u = |k: &str| r[k].as_u64().unwrap_or(0);
+            println!(
+                "{:>10} {:>7} {:>9.3} {:>9.5}% {:>11.1} {:>13.2} {:>7}",
+                u("keys"),
+                u("blocks"),
+                f("bits_per_key"),
+                f("fallback_ratio") * 100.0,
+                f("insert_kops"),
+                f("delta_bytes_per_key"),
+                u("growths")
+            );
+        }
+        println!("replica and owner correct: {}", wrong == 0);
+    }
+    if wrong > 0 {
+        bail!("{wrong} wrong answers after the growth run");
     }
     Ok(())
 }

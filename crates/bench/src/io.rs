@@ -1051,9 +1051,7 @@ mod tests {
             #[command(flatten)]
             args: Args,
         }
-        let root = sb_io::netns::is_root();
-        if !root {
-            eprintln!("skipping: needs root");
+        if !sb_io::netns::root_or_skip("afpacket_backend_forwards_over_veth") {
             return;
         }
         let cli = Cli::parse_from(["x", "--size", "64", "--seconds", "0.3"]);

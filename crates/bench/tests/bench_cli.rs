@@ -85,3 +85,54 @@ fn bench_gpt_prints_one_json_object_of_checked_rows() {
     ]);
     assert!(!o.status.success());
 }
+
+#[test]
+fn bench_gpt_grow_prints_a_row_per_doubling() {
+    let o = run(&[
+        "gpt",
+        "--grow",
+        "20000:80000",
+        "--value-bits",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON object");
+    assert_eq!(j["params"]["grow_from"].as_u64(), Some(20000));
+    assert_eq!(j["params"]["grow_to"].as_u64(), Some(80000));
+    assert_eq!(j["correct"], serde_json::Value::Bool(true), "{j}");
+    let rows = j["results"].as_array().unwrap();
+    let keys: Vec<u64> = rows.iter().map(|r| r["keys"].as_u64().unwrap()).collect();
+    assert_eq!(keys, [40000, 80000]);
+    for r in rows {
+        for f in ["bits_per_key", "insert_kops", "delta_bytes_per_key"] {
+            assert!(r[f].as_f64().unwrap() > 0.0, "{f}: {r}");
+        }
+        let fb = r["fallback_ratio"].as_f64().unwrap();
+        assert!((0.0..0.01).contains(&fb), "{r}");
+        // A delta is at least one group record plus its header: more than 8 bytes per insert.
+        assert!(r["delta_bytes_per_key"].as_f64().unwrap() > 8.0, "{r}");
+    }
+    // 20000 keys fill 20 blocks; 80000 keys need more: the owner grew, and a replica loaded
+    // each grown image.
+    let last = rows.last().unwrap();
+    assert!(last["growths"].as_u64().unwrap() >= 1, "{last}");
+    assert!(last["blocks"].as_u64().unwrap() >= 79, "{last}");
+    assert!(
+        rows.iter()
+            .map(|r| r["image_bytes"].as_u64().unwrap())
+            .sum::<u64>()
+            > 0,
+        "{j}"
+    );
+}
+
+#[test]
+fn bench_gpt_grow_refuses_a_bad_range() {
+    for range in ["80000:20000", "0:10", "abc"] {
+        let o = run(&["gpt", "--grow", range, "--value-bits", "2"]);
+        assert!(!o.status.success(), "{range}");
+        assert!(stderr(&o).contains("--grow"), "{range}: {}", stderr(&o));
+    }
+}

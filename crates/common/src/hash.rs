@@ -51,11 +51,37 @@ pub struct KeyHash {
     pub hi: u64,
 }
 
-const fn splitmix(i: u64) -> u64 {
-    let mut z = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+/// The increment of the splitmix64 generator's state (2^64 / the golden ratio, odd).
+pub const SPLITMIX64_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The splitmix64 finalizer: a bijection on `u64` that mixes every input bit into every output
+/// bit. `splitmix64_mix(k * SPLITMIX64_GAMMA)` is the `k`-th output of [`splitmix64`] started
+/// from state 0. Not keyed, not flood resistant: for deterministic test data, constants and
+/// layouts, never for hashing keys from outside (that is [`hash128`]).
+#[inline]
+pub const fn splitmix64_mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) | 1
+    z ^ (z >> 31)
+}
+
+/// One step of the splitmix64 generator (Steele, Lea, Flood 2014): advances `state` by
+/// [`SPLITMIX64_GAMMA`] and returns the mixed new state. The workspace's one copy: test keys,
+/// benchmark workloads and the SetSep block layout all draw from it.
+///
+/// ```
+/// let mut s = 0u64;
+/// assert_eq!(sb_common::splitmix64(&mut s), 0xe220_a839_7b1d_cdaf);
+/// ```
+#[inline]
+pub const fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(SPLITMIX64_GAMMA);
+    splitmix64_mix(*state)
+}
+
+/// The `i`-th splitmix64 output from state 0, made odd.
+const fn splitmix(i: u64) -> u64 {
+    splitmix64_mix(i.wrapping_mul(SPLITMIX64_GAMMA)) | 1
 }
 
 /// Odd 64-bit constants with about half their bits set (splitmix64 outputs of 1..=12).
@@ -242,13 +268,7 @@ mod tests {
 
     /// A small deterministic generator for the tests.
     fn rng(mut x: u64) -> impl FnMut() -> u64 {
-        move || {
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
+        move || splitmix64(&mut x)
     }
 
     fn bits(h: KeyHash) -> u128 {

@@ -307,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn large_array_is_aligned_and_advised() {
+    fn multi_page_array_is_aligned_and_advised() {
         let mut a: HugeArray<u64> = HugeArray::zeroed(3 * HUGE_PAGE / 8 + 5);
         assert_eq!(a.as_ptr() as usize % HUGE_PAGE, 0);
         for (i, x) in a.iter_mut().enumerate() {

@@ -8,5 +8,5 @@
 pub mod hash;
 pub mod huge;
 
-pub use hash::{hash128, random_seed, KeyHash};
+pub use hash::{hash128, random_seed, splitmix64, splitmix64_mix, KeyHash, SPLITMIX64_GAMMA};
 pub use huge::{HugeArray, PageInfo};

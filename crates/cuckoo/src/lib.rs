@@ -49,8 +49,11 @@
 //!   The lookup paths run on a register-held view of the table specialized for 4/8 slots and
 //!   1/2 key words.
 //! - Insert: two bucket reads when a candidate has room; otherwise a BFS over at most
-//!   `max_bfs_buckets` buckets and `max_path` moves. The table fills to about 0.95 (4 slots) /
-//!   0.98 (8 slots) before the first failed insert.
+//!   `max_bfs_buckets` buckets and `max_path` moves. With random keys the table fills to about
+//!   0.97 (4 slots: 0.972 of 2^20 slots, 0.970 of 2^24) / 0.995 (8 slots, 2^20) before the
+//!   first failed insert (docs/bench/fib.md: `cargo run --release -p sb-cuckoo --example
+//!   maxload -- 1048576 4` and `... 8`, and `scalebricks bench fib ... --max-load`; the
+//!   example re-run on 2026-11-23 after the key-hash rework printed 0.9735 and 0.9940).
 //! - Readers never block; a reader retries a lookup only if the writer changed one of its two
 //!   buckets meanwhile. See [`table`] for the protocol and its memory-ordering argument.
 
@@ -95,8 +98,8 @@ pub struct Params {
 }
 
 /// Below this load factor a failed insert does not grow the table: keys crowd a few buckets
-/// far beyond chance (about 0.95 of the slots fill before the first failure with random
-/// hashes), so doubling would not help.
+/// far beyond chance (about 0.97 of the slots with 4-slot buckets, 0.995 with 8, fill before the
+/// first failure with random hashes), so doubling would not help.
 pub const MIN_GROW_LOAD: f64 = 0.5;
 
 /// Tables of fewer slots may grow at any load (a few buckets fill unevenly by chance).
@@ -137,7 +140,8 @@ impl Params {
     }
 
     /// 4-slot buckets: the fastest lookups (one tag word per bucket, a bucket's keys and values
-    /// each in one cache line for keys and values up to 16 bytes); fills to about 0.97.
+    /// each in one cache line for keys and values up to 16 bytes); fills to about 0.97 (0.972
+    /// measured at 2^20 slots, docs/bench/fib.md).
     pub fn fast(key_bytes: usize, value_bytes: usize, capacity: usize) -> Self {
         Params {
             slots_per_bucket: 4,
@@ -145,7 +149,8 @@ impl Params {
         }
     }
 
-    /// 8-slot buckets (the default of [`Params::new`]): fills to about 0.99, lookups a little
+    /// 8-slot buckets (the default of [`Params::new`]): fills to about 0.995 (measured at 2^20
+    /// slots, docs/bench/fib.md), lookups a little
     /// slower than [`Params::fast`].
     pub fn compact(key_bytes: usize, value_bytes: usize, capacity: usize) -> Self {
         Params::new(key_bytes, value_bytes, capacity)

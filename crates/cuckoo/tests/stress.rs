@@ -1,6 +1,6 @@
 //! One writer inserting, deleting, updating and displacing while readers run single and batched
-//! lookups and check every answer against what the writer has committed. Release mode, gated by
-//! `SB_LARGE_TESTS=1` (`cargo test -p sb-cuckoo --release -- large_`).
+//! lookups and check every answer against what the writer has committed. Release mode, `#[ignore]`d:
+//! `cargo test -p sb-cuckoo --release --test stress -- --ignored large_`.
 
 use rand::{Rng, SeedableRng};
 use sb_cuckoo::{CuckooTable, Params};
@@ -38,15 +38,9 @@ fn valid(id: u32, v: &[u8]) -> bool {
     w0 as u32 == id && w1 == mix(id, (w0 >> 32) as u32)
 }
 
-fn large_enabled() -> bool {
-    std::env::var("SB_LARGE_TESTS").is_ok_and(|v| v == "1")
-}
-
 #[test]
+#[ignore = "large: threads for seconds, release mode; run with --ignored"]
 fn large_one_writer_many_readers() {
-    if !large_enabled() {
-        return;
-    }
     let stable = 300_000u32;
     let churn = 60_000u32;
     let mut p = Params::new(KB, VB, 360_000).with_seed(0x5eed);

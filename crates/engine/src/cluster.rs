@@ -60,10 +60,7 @@ pub fn generate_tunnels_in(
     );
     let net = u32::from(pool) & !(host_mask as u32);
     let mix = |x: u64| {
-        let mut z = x.wrapping_add(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        sb_common::splitmix64_mix(x.wrapping_add(seed.wrapping_mul(sb_common::SPLITMIX64_GAMMA)))
     };
     // A bijection of the host bits: multiply by an odd constant and add, modulo 2^host_bits.
     let (mul, add) = ((mix(1) | 1) & host_mask, mix(2) & host_mask);

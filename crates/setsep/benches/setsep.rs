@@ -6,6 +6,7 @@
 //! per CPU second (getrusage), since the machine may be shared.
 #![allow(unsafe_code)]
 
+use sb_common::splitmix64 as splitmix;
 use sb_setsep::{BuildOptions, Config, Kernel, SetSep, Updatable};
 use std::hint::black_box;
 use std::time::Instant;
@@ -23,14 +24,6 @@ fn cpu_secs() -> f64 {
     let ru = unsafe { ru.assume_init() };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
     t(ru.ru_utime) + t(ru.ru_stime)
-}
-
-fn splitmix(s: &mut u64) -> u64 {
-    *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Runs `f`, returns (wall seconds, cpu seconds).

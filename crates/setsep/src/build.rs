@@ -649,11 +649,9 @@ pub(crate) fn write_mark(cfg: Config, out: &mut [u8]) {
     out[..eb].copy_from_slice(&w.to_le_bytes()[..eb]);
 }
 
+/// One splitmix64 step from state `z`.
 pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    sb_common::splitmix64(&mut z)
 }
 
 impl SetSep {

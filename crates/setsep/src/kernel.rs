@@ -287,13 +287,7 @@ mod tests {
 
     fn rand_keys(n: usize, vbits: u32, seed: u64) -> Vec<GKey> {
         let mut s = seed;
-        let mut next = || {
-            s = s.wrapping_add(0x9e3779b97f4a7c15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
-            z ^ (z >> 31)
-        };
+        let mut next = || sb_common::splitmix64(&mut s);
         (0..n)
             .map(|_| {
                 let r = next();

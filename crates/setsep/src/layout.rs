@@ -5,6 +5,7 @@
 //! changes every table, so the format version must change with it.
 
 use sb_common::hash::reduce64;
+use sb_common::splitmix64 as splitmix;
 use sb_common::KeyHash;
 
 /// Buckets per block.
@@ -52,14 +53,6 @@ pub fn position(a: u16, b: u16, idx: u16, array_log: u32) -> u32 {
 /// modulo 64, so every group is a candidate of exactly 16 buckets (4 per choice), repaired by
 /// swaps so that the four candidates of a bucket are distinct.
 pub static CAND: [[u8; CHOICES]; BUCKETS_PER_BLOCK] = make_cand();
-
-const fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 const fn conflicts(t: &[[u8; CHOICES]; BUCKETS_PER_BLOCK], b: usize, c: usize, g: u8) -> bool {
     let mut j = 0;

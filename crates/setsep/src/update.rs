@@ -410,9 +410,12 @@ impl Default for Growth {
 
 /// The update side of a table: the lookup table plus every group's keys and values (the RIB).
 ///
-/// Each change re-searches only the key's group (keeping the hash indexes that still work, so
-/// deletions never search) and returns the [`Delta`] it applied to its own table; replicas apply
-/// the same deltas in the same order and stay byte-identical.
+/// Each change re-searches only the key's group, keeping the hash indexes that still separate
+/// its keys: a deletion from a group outside the fallback table searches nothing (the remaining
+/// keys are still separated; only the arrays are recomputed), while a deletion from a fallback
+/// group searches every value bit again, which may take the group out of the fallback table. It
+/// returns the [`Delta`] it applied to its own table; replicas apply the same deltas in the same
+/// order and stay byte-identical.
 pub struct Updatable {
     table: SetSep,
     /// Per global group: entries `[key len u8][key][value u16 LE]`.

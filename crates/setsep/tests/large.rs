@@ -1,14 +1,11 @@
-//! Release-mode tests at 16M keys; they return at once unless `SB_LARGE_TESTS=1`.
+//! Release-mode tests at 16M keys, `#[ignore]`d: run them with
+//! `cargo test -p sb-setsep --release --test large -- --ignored` (scripts/test.sh does).
 
 mod common;
 
 use common::splitmix;
 use sb_setsep::{BuildOptions, Config, SetSep, Updatable};
 use std::time::Instant;
-
-fn enabled() -> bool {
-    std::env::var("SB_LARGE_TESTS").as_deref() == Ok("1")
-}
 
 /// `n` random 13-byte keys (5-tuple sized) and `vbits`-bit values.
 fn keys(n: usize, vbits: u8, seed: u64) -> (Vec<[u8; 13]>, Vec<u16>) {
@@ -75,35 +72,27 @@ fn build_and_check(n: usize, vbits: u8, max_bits_per_key: f64) {
 }
 
 #[test]
+#[ignore = "large: 1M-16M keys, release mode; run with --ignored"]
 fn large_16m_keys_2bit_values() {
-    if !enabled() {
-        return;
-    }
     build_and_check(16 << 20, 2, 3.55);
 }
 
 #[test]
+#[ignore = "large: 1M-16M keys, release mode; run with --ignored"]
 fn large_16m_keys_1bit_values() {
-    if !enabled() {
-        return;
-    }
     build_and_check(16 << 20, 1, 2.05);
 }
 
 #[test]
+#[ignore = "large: 1M-16M keys, release mode; run with --ignored"]
 fn large_1m_keys_both_widths() {
-    if !enabled() {
-        return;
-    }
     build_and_check(1 << 20, 1, 2.05);
     build_and_check(1 << 20, 2, 3.55);
 }
 
 #[test]
+#[ignore = "large: 1M-16M keys, release mode; run with --ignored"]
 fn large_updates_at_1m_keys() {
-    if !enabled() {
-        return;
-    }
     let n = 1 << 20;
     let (raw, mut values) = keys(n, 2, 99);
     let kr: Vec<&[u8]> = raw.iter().map(|k| k.as_slice()).collect();

@@ -8,12 +8,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
-
-fn mix64(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
+use sb_common::splitmix64_mix as mix64;
 
 /// A bijection on u32 (odd multiplications and xor-shifts are invertible).
 fn perm32(mut x: u32, seed: u32) -> u32 {

@@ -19,7 +19,8 @@ pub struct EalError(pub i32);
 
 /// Starts DPDK's EAL once per process with `mem_mb` MB of (4 KB page) memory; later calls return
 /// the first call's outcome. The EAL is started with `--force-max-simd-bitwidth=128`: Debian's
-/// DPDK 22.11 EFD answers wrong from its AVX2 lookup path on these machines.
+/// DPDK 22.11 EFD answers wrong from its AVX2 lookup path on these machines (every lookup answers
+/// 0; `crates/peers/repro/efd_avx2.c` shows it with the DPDK API alone).
 pub fn eal_init(mem_mb: u32) -> Result<(), EalError> {
     static LOCK: Mutex<()> = Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());

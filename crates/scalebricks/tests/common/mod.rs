@@ -62,6 +62,21 @@ pub fn can_run(test: &str) -> bool {
     }
 }
 
+/// True if `prog` is on PATH; panics under `CI=true` when it is not, prints a notice otherwise
+/// (the caller then skips the part of `test` that needs it).
+pub fn have_or_skip(test: &str, prog: &str) -> bool {
+    if have(prog) {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!(
+            "{test}: needs {prog} (scripts/apt-install.sh installs it); CI=true: refusing to skip"
+        );
+    }
+    eprintln!("NOTICE: {test}: {prog} not installed; the part that needs it is skipped");
+    false
+}
+
 /// Runs the binary, killing it after `limit`.
 pub fn run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
     let mut c = Command::new(BIN);

@@ -3,13 +3,7 @@
 
 use std::collections::HashMap;
 
-pub fn splitmix(s: &mut u64) -> u64 {
-    *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+pub use sb_common::splitmix64 as splitmix;
 
 /// `n` distinct random keys of length `len` (or random lengths 4..=64 when `len` is 0) with
 /// random values of `vbits` bits.
