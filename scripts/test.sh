@@ -66,3 +66,8 @@ fi
 
 step "release-mode large tests"
 cargo test --workspace --release "${features[@]}" -- --ignored large_
+
+step "the README's main job (cargo run --release --bin scalebricks -- demo)"
+# The same release build as the step above (its features), so nothing is built again.
+cargo run --release "${features[@]}" --bin scalebricks -- demo --json > target/demo.json
+grep -q '"ok": true' target/demo.json
