@@ -397,7 +397,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // holds every entry; about 112 bytes per slot with its key, value and RCU queues;
         // tables are freed between rows).
         let max = a.fib_entries.iter().copied().max().unwrap_or(0) as u64;
-        let mb = ((max * 10 / 9 + 64) * 112 >> 20) as u32 + 512;
+        let mb = (((max * 10 / 9 + 64) * 112) >> 20) as u32 + 512;
         sb_peers::dpdk::eal_init(mb).context("DPDK EAL")?;
     }
     let _ = sb_io::cpu::pin_current_thread(0);
