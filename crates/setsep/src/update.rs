@@ -85,6 +85,11 @@ impl<'a> Reader<'a> {
             }
             x |= part << shift;
             if b & 0x80 == 0 {
+                // One encoding per value (what `to_bytes` writes): no trailing zero groups, so
+                // an accepted delta re-encodes to the same bytes (and digest).
+                if shift > 0 && b == 0 {
+                    return Err(DeltaError::Malformed("varint not in its shortest form"));
+                }
                 return Ok(x);
             }
         }

@@ -238,3 +238,14 @@ proptest! {
         prop_assert_eq!(many.table().to_bytes(), one.table().to_bytes());
     }
 }
+
+/// A fuzzer find (crates/setsep/fuzz, delta_from_bytes): a varint with a redundant zero group
+/// (`0xf5 0x00` for 117) was accepted and re-encoded to other bytes; now it is refused.
+#[test]
+fn non_canonical_varints_are_refused() {
+    let data: &[u8] = &[
+        83, 68, 4, 16, 16, 1, 10, 68, 246, 16, 0, 0, 0, 65, 255, 10, 129, 245, 48, 245, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 63,
+    ];
+    sb_setsep::fuzzing::load_delta(data);
+}
