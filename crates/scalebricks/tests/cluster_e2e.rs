@@ -111,6 +111,59 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
     assert_all_gone(&c, &all_macs(&desc), &pids);
 }
 
+/// Two workers per node (one AF_PACKET socket per port each, in a fanout group): every packet
+/// is handled by exactly one worker, so each arrives once; the node's counters sum its workers.
+#[test]
+fn two_workers_per_node_forward_every_packet_once() {
+    if !can_run("two_workers_per_node_forward_every_packet_once") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    ok(
+        &c.up_with(
+            2,
+            "user",
+            &["--seed", "12", "--flows", "2000", "--workers", "2"],
+        ),
+        "cluster up",
+    );
+    let flows = c._tmp.path().join("flows-node0.csv");
+    assert!(write_flows_file(&flows, &c.flows(), |f| f.node == 0) > 100);
+    let s0 = c.sink(0, 30, 3000);
+    let g = gen(
+        &c,
+        &flows,
+        &["--rate", "2000", "--count", "3000", "--to", "all"],
+    );
+    assert_eq!(g["sent"], 3000, "{g}");
+    let s = finish_sink(s0, Duration::from_secs(40));
+    assert_eq!(s["unique"], 3000, "{s}");
+    assert_eq!(s["duplicates"], 0, "{s}");
+    let t0 = Instant::now();
+    loop {
+        let st = c.status();
+        let e0 = &st["node_status"][0];
+        if e0["engine"]["ports"]["ran"]["tx"] == 3000 {
+            assert_eq!(e0["workers"], 2, "{e0}");
+            assert_eq!(st["node_status"][1]["workers"], 2);
+            assert_eq!(
+                e0["engine"]["crossings"],
+                serde_json::json!([1500, 1500, 0, 0]),
+                "{e0}"
+            );
+            assert_eq!(e0["engine"]["drops"], serde_json::json!({}), "{e0}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{}",
+            st["node_status"]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// `cluster up` returns a cluster that forwards: every veth has carrier and every bridge port
 /// of the fabric forwards. (Veth carrier reaches the bridge through linkwatch, which may take
 /// up to a second; until then the bridge drops fabric frames silently.)
