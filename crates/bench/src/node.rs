@@ -21,10 +21,8 @@ use anyhow::{bail, ensure, Context};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::Distribution;
 use sb_engine::cluster::{self, sim_mac, sim_ran_addr};
-use sb_engine::lte::{Lte, LteConfig, Tunnel};
-use sb_engine::{
-    fabric, indirection_node, Arch, Engine, Fib, NodeConfig, Outputs, PortAddr, PortId,
-};
+use sb_engine::lte::{Lte, Tunnel};
+use sb_engine::{fabric, indirection_node, Arch, Engine, Fib, Outputs, PortId};
 use sb_io::PacketBatch;
 use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr};
@@ -75,31 +73,14 @@ pub struct Args {
 
 const FRAME: usize = 64;
 
+/// A `FRAME`-byte downstream frame (IPv4; IPv6 ones are longer) to `ue` entering node 0.
 fn downstream_frame(ue: IpAddr) -> Vec<u8> {
-    let server: IpAddr = match ue {
-        IpAddr::V4(_) => Ipv4Addr::new(203, 0, 113, 1).into(),
-        IpAddr::V6(_) => "2001:db8:ffff::1"
-            .parse::<std::net::Ipv6Addr>()
-            .expect("literal")
-            .into(),
-    };
-    let b = sb_wire::PacketBuilder {
-        udp_checksum_v4: false,
-        ..sb_wire::PacketBuilder::udp(
-            sb_wire::EthernetAddress(sim_mac(PortId::Inet, 0, true)),
-            sb_wire::EthernetAddress(sim_mac(PortId::Inet, 0, false)),
-            server,
-            ue,
-            443,
-            5000,
-        )
+    let headers = match ue {
+        IpAddr::V4(_) => 14 + 20 + 8,
+        IpAddr::V6(_) => 14 + 40 + 8,
     };
     let payload = [0u8; FRAME];
-    let n = FRAME.saturating_sub(b.header_len()).max(4);
-    let mut out = vec![0u8; b.header_len() + n];
-    let len = b.build(&payload[..n], &mut out).expect("frame fits");
-    out.truncate(len);
-    out
+    cluster::sim_downstream_frame(ue, 0, 64, &payload[..FRAME.saturating_sub(headers).max(4)])
 }
 
 /// A frame from node `from` to node `to` over the fabric: the downstream frame with the shim.
@@ -442,38 +423,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let w = workload(arch, &tunnels, &a, a.seed + 1)?;
             for fib_kind in &a.fib {
                 let fib = make_fib(fib_kind, arch, &tunnels, a.nodes, a.seed)?;
-                let cfg = NodeConfig {
-                    arch,
-                    node: 0,
-                    fabric_macs: (0..a.nodes)
-                        .map(|n| sim_mac(PortId::Fabric, n, false))
-                        .collect(),
-                    inet: PortAddr {
-                        mac: sim_mac(PortId::Inet, 0, false),
-                        peer_mac: sim_mac(PortId::Inet, 0, true),
-                        ip: None,
-                    },
-                    ran: PortAddr {
-                        mac: sim_mac(PortId::Ran, 0, false),
-                        peer_mac: sim_mac(PortId::Ran, 0, true),
-                        ip: None,
-                    },
-                    seed: a.seed,
-                };
+                // Node 0 serves no upstream traffic here: an empty uplink table.
                 let uplink = Lte::uplink_table(std::iter::empty(), a.seed)?;
-                let app = Lte::new(
-                    LteConfig {
-                        ran_addrs: (0..a.nodes).map(sim_ran_addr).collect(),
-                        ran_mtu: 1500,
-                    },
-                    uplink,
-                );
                 let g = if arch == Arch::ScaleBricks {
                     gpt.clone()
                 } else {
                     None
                 };
-                let mut engine = Engine::new(cfg, g, fib, app, a.batch)?;
+                let mut engine =
+                    cluster::sim_engine(arch, 0, a.nodes, a.seed, g, fib, uplink, a.batch)?;
                 let r = measure(&mut engine, &w, &a)?;
                 if !a.json {
                     eprintln!(

@@ -177,6 +177,72 @@ pub fn sim_ran_addr(node: u16) -> Ipv4Addr {
     Ipv4Addr::new(10, 1 + (node >> 8) as u8, node as u8, 1)
 }
 
+/// A downstream frame as node `ingress`'s Internet neighbour sends it in a simulated cluster:
+/// UDP 443 -> 5000 from a server (203.0.113.1 or 2001:db8:ffff::1) to `ue`, with `ttl` and
+/// `payload`.
+pub fn sim_downstream_frame(ue: IpAddr, ingress: u16, ttl: u8, payload: &[u8]) -> Vec<u8> {
+    let server: IpAddr = match ue {
+        IpAddr::V4(_) => Ipv4Addr::new(203, 0, 113, 1).into(),
+        IpAddr::V6(_) => Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1).into(),
+    };
+    let b = sb_wire::PacketBuilder {
+        ttl,
+        ..sb_wire::PacketBuilder::udp(
+            sb_wire::EthernetAddress(sim_mac(PortId::Inet, ingress, true)),
+            sb_wire::EthernetAddress(sim_mac(PortId::Inet, ingress, false)),
+            server,
+            ue,
+            443,
+            5000,
+        )
+    };
+    let mut out = vec![0u8; b.header_len() + payload.len()];
+    let n = b
+        .build(payload, &mut out)
+        .expect("the buffer fits the frame");
+    out.truncate(n);
+    out
+}
+
+/// Node `node`'s engine in a simulated cluster of `nodes` (MACs from [`sim_mac`], S1-U
+/// addresses from [`sim_ran_addr`], ARP answered for 10.0.<node>.1 and the S1-U address),
+/// running `arch` over `gpt` and `fib`, with `uplink` as its LTE uplink table.
+#[allow(clippy::too_many_arguments)]
+pub fn sim_engine(
+    arch: Arch,
+    node: u16,
+    nodes: u16,
+    seed: u64,
+    gpt: Option<Arc<SetSep>>,
+    fib: Box<dyn Fib>,
+    uplink: sb_cuckoo::Reader,
+    batch: usize,
+) -> Result<Engine<Lte>, crate::EngineError> {
+    let port = |p: PortId, ip: Ipv4Addr| PortAddr {
+        mac: sim_mac(p, node, false),
+        peer_mac: sim_mac(p, node, true),
+        ip: Some(ip),
+    };
+    let cfg = NodeConfig {
+        arch,
+        node,
+        fabric_macs: (0..nodes)
+            .map(|n| sim_mac(PortId::Fabric, n, false))
+            .collect(),
+        inet: port(PortId::Inet, Ipv4Addr::new(10, 0, node as u8, 1)),
+        ran: port(PortId::Ran, sim_ran_addr(node)),
+        seed,
+    };
+    let app = Lte::new(
+        LteConfig {
+            ran_addrs: (0..nodes).map(sim_ran_addr).collect(),
+            ran_mtu: 1500,
+        },
+        uplink,
+    );
+    Engine::new(cfg, gpt, fib, app, batch)
+}
+
 /// N engines in one process joined by an ideal fabric (frames to a node's fabric MAC reach its
 /// fabric port in order, nothing is lost), driven one batch at a time: deterministic.
 pub struct SimCluster {
@@ -226,37 +292,19 @@ impl SimCluster {
         gpt: Option<Arc<SetSep>>,
         fibs: Vec<Box<dyn Fib>>,
     ) -> Result<SimCluster, Box<dyn std::error::Error + Send + Sync>> {
-        let fabric_macs: Vec<[u8; 6]> = (0..nodes)
-            .map(|n| sim_mac(PortId::Fabric, n, false))
-            .collect();
-        let ran_addrs: Vec<Ipv4Addr> = (0..nodes).map(sim_ran_addr).collect();
         let mut engines = Vec::new();
         for (n, fib) in (0..nodes).zip(fibs) {
-            let cfg = NodeConfig {
-                arch,
-                node: n,
-                fabric_macs: fabric_macs.clone(),
-                inet: PortAddr {
-                    mac: sim_mac(PortId::Inet, n, false),
-                    peer_mac: sim_mac(PortId::Inet, n, true),
-                    ip: Some(Ipv4Addr::new(10, 0, n as u8, 1)),
-                },
-                ran: PortAddr {
-                    mac: sim_mac(PortId::Ran, n, false),
-                    peer_mac: sim_mac(PortId::Ran, n, true),
-                    ip: Some(sim_ran_addr(n)),
-                },
-                seed,
-            };
             let uplink = Lte::uplink_table(tunnels.iter().filter(|t| t.node == n), seed)?;
-            let app = Lte::new(
-                LteConfig {
-                    ran_addrs: ran_addrs.clone(),
-                    ran_mtu: 1500,
-                },
+            engines.push(sim_engine(
+                arch,
+                n,
+                nodes,
+                seed,
+                gpt.clone(),
+                fib,
                 uplink,
-            );
-            engines.push(Engine::new(cfg, gpt.clone(), fib, app, batch)?);
+                batch,
+            )?);
         }
         let n = usize::from(nodes);
         Ok(SimCluster {

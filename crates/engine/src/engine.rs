@@ -306,24 +306,30 @@ impl<A: App> Engine<A> {
     }
 
     /// Runs every frame of `rx` (received on `port`) to completion: each is moved to one of
-    /// `out`'s batches or dropped and counted. `rx` is empty afterwards. Frames beyond the
-    /// engine's `max_batch` are processed in further rounds.
+    /// `out`'s batches or dropped and counted. `rx` is empty afterwards. A batch larger than
+    /// the engine's `max_batch` grows its per-frame arrays once (the only allocation after
+    /// `new`).
     pub fn process(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
-        let cap = self.dest.len();
-        if rx.len() > cap {
-            // Larger than planned: run the batch in windows of `cap` frames.
-            let mut tmp = PacketBatch::with_buf_size(cap, rx.buf_size());
-            for i in 0..rx.len() {
-                if !rx.transfer(i, &mut tmp) {
-                    self.run(port, &mut tmp, out);
-                    rx.transfer(i, &mut tmp);
-                }
-            }
-            self.run(port, &mut tmp, out);
-            rx.clear();
-            return;
+        if rx.len() > self.dest.len() {
+            self.reserve(rx.len());
         }
         self.run(port, rx, out);
+    }
+
+    /// Sizes the per-frame arrays for batches of `n` frames.
+    fn reserve(&mut self, n: usize) {
+        let (kb, vb) = (self.kb, self.vb);
+        self.keys.resize(n * kb, 0);
+        self.hashes.resize(n, KeyHash::default());
+        self.dest.resize(n, Dest::Local);
+        self.hops.resize(n, 0);
+        self.ingress.resize(n, 0);
+        self.idx.reserve(n.saturating_sub(self.idx.capacity()));
+        self.g_keys.resize(n * kb, 0);
+        self.g_hashes.resize(n, KeyHash::default());
+        self.g_nodes.resize(n, 0);
+        self.g_values.resize(n * vb, 0);
+        self.g_found.resize(n, false);
     }
 
     fn run(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
@@ -507,25 +513,35 @@ impl<A: App> Engine<A> {
     /// The batched FIB lookup of every frame marked `Local`, then the action and the next hop.
     fn fib_stage(&mut self, rx: &mut PacketBatch) {
         let (kb, vb) = (self.kb, self.vb);
+        let n = rx.len();
         self.idx.clear();
-        for i in 0..rx.len() {
-            if self.dest[i] == Dest::Local {
-                let j = self.idx.len();
-                self.g_keys[j * kb..(j + 1) * kb].copy_from_slice(&self.keys[i * kb..(i + 1) * kb]);
-                self.g_hashes[j] = self.hashes[i];
-                self.idx.push(i);
-            }
-        }
+        self.idx
+            .extend((0..n).filter(|&i| self.dest[i] == Dest::Local));
         let m = self.idx.len();
         if m == 0 {
             return;
         }
-        self.fib.lookup_batch(
-            &self.g_keys[..m * kb],
-            &self.g_hashes[..m],
-            &mut self.g_values[..m * vb],
-            &mut self.g_found[..m],
-        );
+        if m == n {
+            // Every frame is looked up here (full duplication's ingress, a batch of lookup
+            // frames from the fabric): the keys and hashes are already contiguous.
+            self.fib.lookup_batch(
+                &self.keys[..m * kb],
+                &self.hashes[..m],
+                &mut self.g_values[..m * vb],
+                &mut self.g_found[..m],
+            );
+        } else {
+            for (j, &i) in self.idx.iter().enumerate() {
+                self.g_keys[j * kb..(j + 1) * kb].copy_from_slice(&self.keys[i * kb..(i + 1) * kb]);
+                self.g_hashes[j] = self.hashes[i];
+            }
+            self.fib.lookup_batch(
+                &self.g_keys[..m * kb],
+                &self.g_hashes[..m],
+                &mut self.g_values[..m * vb],
+                &mut self.g_found[..m],
+            );
+        }
         let me = self.cfg.node;
         let miss = if self.cfg.arch == Arch::ScaleBricks {
             Drop::FibMissAfterGpt

@@ -32,6 +32,27 @@ pub trait Fib: Send {
     ) -> usize;
 }
 
+/// A cuckoo table holding `entries` (key, value) pairs, sized for a load of about 0.9 (4-slot
+/// buckets), hashing with `seed` (the cluster's key-hash seed, so the GPT's hash is reused).
+/// Every exact-match table of a node (the FIB, the LTE uplink table) is built this way.
+pub fn cuckoo_table<'a>(
+    key_bytes: usize,
+    value_bytes: usize,
+    seed: u64,
+    entries: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<sb_cuckoo::CuckooTable, FibError> {
+    let n = entries.len();
+    let mut p = sb_cuckoo::Params::fast(key_bytes, value_bytes, (n * 10 / 9).max(64));
+    p.seed = seed;
+    p.grow = true;
+    let mut t = sb_cuckoo::CuckooTable::new(p).map_err(|e| FibError::Create(e.to_string()))?;
+    for (k, v) in entries {
+        t.insert(k, v)
+            .map_err(|e| FibError::Insert(e.to_string()))?;
+    }
+    Ok(t)
+}
+
 /// Our cuckoo table (a reader: many engines share one table).
 pub struct CuckooFib {
     reader: sb_cuckoo::Reader,
@@ -43,24 +64,14 @@ impl CuckooFib {
         CuckooFib { reader }
     }
 
-    /// A table holding `entries` (key, value) pairs, sized for a load of about 0.9 (4-slot
-    /// buckets), hashing with `seed`.
+    /// A table holding `entries` (key, value) pairs ([`cuckoo_table`]), with its writer.
     pub fn build<'a>(
         key_bytes: usize,
         value_bytes: usize,
         seed: u64,
         entries: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(sb_cuckoo::Writer, CuckooFib), FibError> {
-        let n = entries.len();
-        let mut p = sb_cuckoo::Params::fast(key_bytes, value_bytes, (n * 10 / 9).max(64));
-        p.seed = seed;
-        p.grow = true;
-        let mut t = sb_cuckoo::CuckooTable::new(p).map_err(|e| FibError::Create(e.to_string()))?;
-        for (k, v) in entries {
-            t.insert(k, v)
-                .map_err(|e| FibError::Insert(e.to_string()))?;
-        }
-        let (w, r) = t.into_concurrent();
+        let (w, r) = cuckoo_table(key_bytes, value_bytes, seed, entries)?.into_concurrent();
         Ok((w, CuckooFib { reader: r }))
     }
 

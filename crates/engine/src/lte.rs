@@ -229,17 +229,15 @@ impl Lte {
     pub fn uplink_table<'a>(
         tunnels: impl IntoIterator<Item = &'a Tunnel>,
         seed: u64,
-    ) -> Result<sb_cuckoo::Reader, sb_cuckoo::InsertError> {
-        let tunnels: Vec<&Tunnel> = tunnels.into_iter().collect();
-        let mut p =
-            sb_cuckoo::Params::fast(4, UPLINK_VALUE_BYTES, (tunnels.len() * 10 / 9).max(64));
-        p.seed = seed;
-        p.grow = true;
-        let mut t = sb_cuckoo::CuckooTable::new(p).expect("valid uplink table parameters");
-        for tn in tunnels {
-            let (k, v) = tn.uplink_entry();
-            t.insert(&k, &v)?;
-        }
+    ) -> Result<sb_cuckoo::Reader, crate::FibError> {
+        let entries: Vec<([u8; 4], [u8; UPLINK_VALUE_BYTES])> =
+            tunnels.into_iter().map(Tunnel::uplink_entry).collect();
+        let t = crate::fib::cuckoo_table(
+            4,
+            UPLINK_VALUE_BYTES,
+            seed,
+            entries.iter().map(|(k, v)| (&k[..], &v[..])),
+        )?;
         Ok(t.into_concurrent().1)
     }
 

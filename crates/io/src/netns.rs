@@ -319,13 +319,17 @@ pub fn mtu(ifname: &str) -> Result<u32, IoError> {
 /// returns false with a note on stderr, so the caller returns early; but under `CI=true` it
 /// panics instead, so a CI run without root fails rather than silently passing.
 pub fn root_or_skip(what: &str) -> bool {
-    if is_root() {
-        return true;
-    }
+    is_root() || skip_or_fail(what, "needs root (network namespaces)")
+}
+
+/// A test's precondition `why` is missing: under `CI=true` that is a failure (panics, so a test
+/// that cannot run never passes there); otherwise prints a notice and returns false for the
+/// caller to skip.
+pub fn skip_or_fail(what: &str, why: &str) -> bool {
     if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{what}: needs root, and CI=true: refusing to skip");
+        panic!("{what}: {why}, and CI=true: refusing to skip");
     }
-    eprintln!("skipping {what}: needs root (set CI=true to make this a failure)");
+    eprintln!("NOTICE: skipping {what}: {why} (set CI=true to make this a failure)");
     false
 }
 

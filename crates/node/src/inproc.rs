@@ -7,8 +7,8 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sb_engine::cluster::{self, sim_mac, sim_ran_addr};
-use sb_engine::lte::{Lte, LteConfig, Tunnel};
-use sb_engine::{Arch, Counters, Engine, Fib, NodeConfig, PortAddr, PortId};
+use sb_engine::lte::{Lte, Tunnel};
+use sb_engine::{Arch, Counters, Fib, PortId};
 use sb_io::memory::{self, MemPort};
 use sb_io::{PacketBatch, Port};
 use std::net::{IpAddr, Ipv4Addr};
@@ -25,32 +25,11 @@ pub const MALFORMED: usize = 100;
 /// Packets in flight at most (the cables' queues hold more, so nothing is lost for room).
 const WINDOW: usize = 4096;
 
+/// A downstream frame whose UDP payload starts with the packet's id (22 payload bytes).
 fn frame(ue: IpAddr, id: u64, ttl: u8, ingress: u16) -> Vec<u8> {
-    let server: IpAddr = match ue {
-        IpAddr::V4(_) => Ipv4Addr::new(203, 0, 113, 7).into(),
-        IpAddr::V6(_) => "2001:db8:ffff::7"
-            .parse::<std::net::Ipv6Addr>()
-            .expect("literal")
-            .into(),
-    };
-    let b = sb_wire::PacketBuilder {
-        ttl,
-        ..sb_wire::PacketBuilder::udp(
-            sb_wire::EthernetAddress(sim_mac(PortId::Inet, ingress, true)),
-            sb_wire::EthernetAddress(sim_mac(PortId::Inet, ingress, false)),
-            server,
-            ue,
-            443,
-            5000,
-        )
-    };
-    let payload = id.to_be_bytes();
-    let mut out = vec![0u8; b.header_len() + payload.len() + 14];
     let mut p = [0u8; 22];
-    p[..8].copy_from_slice(&payload);
-    let n = b.build(&p, &mut out).expect("fits");
-    out.truncate(n);
-    out
+    p[..8].copy_from_slice(&id.to_be_bytes());
+    cluster::sim_downstream_frame(ue, ingress, ttl, &p)
 }
 
 /// The traffic of a run: the same for every architecture.
@@ -229,34 +208,14 @@ pub fn run_arch(
         fib_bytes.push(fib.memory_bytes());
         let uplink = Lte::uplink_table(tunnels.iter().filter(|x| x.node == node), a.seed)
             .map_err(|e| tables(&e))?;
-        let app = Lte::new(
-            LteConfig {
-                ran_addrs: (0..n).map(sim_ran_addr).collect(),
-                ran_mtu: 1500,
-            },
-            uplink,
-        );
-        let cfg = NodeConfig {
+        engines.push(cluster::sim_engine(
             arch,
             node,
-            fabric_macs: (0..n).map(|k| sim_mac(PortId::Fabric, k, false)).collect(),
-            inet: PortAddr {
-                mac: sim_mac(PortId::Inet, node, false),
-                peer_mac: sim_mac(PortId::Inet, node, true),
-                ip: None,
-            },
-            ran: PortAddr {
-                mac: sim_mac(PortId::Ran, node, false),
-                peer_mac: sim_mac(PortId::Ran, node, true),
-                ip: None,
-            },
-            seed: a.seed,
-        };
-        engines.push(Engine::new(
-            cfg,
+            n,
+            a.seed,
             gpt.clone(),
-            Box::new(fib) as Box<dyn Fib>,
-            app,
+            Box::new(fib),
+            uplink,
             a.batch,
         )?);
     }

@@ -158,18 +158,9 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
             cfg.uplink_table.display()
         )));
     }
-    let mut p = sb_cuckoo::Params::fast(
-        4,
-        sb_engine::lte::UPLINK_VALUE_BYTES,
-        (up_e.len() * 10 / 9).max(64),
-    );
-    p.seed = cfg.seed;
-    p.grow = true;
-    let mut t = sb_cuckoo::CuckooTable::new(p).map_err(|e| NodeError::Tables(e.to_string()))?;
-    for (k, v) in up_e.iter() {
-        t.insert(k, v)
+    let t =
+        sb_engine::fib::cuckoo_table(4, sb_engine::lte::UPLINK_VALUE_BYTES, cfg.seed, up_e.iter())
             .map_err(|e| NodeError::Tables(e.to_string()))?;
-    }
     let (uplink_entries, uplink_bytes) = (t.len(), t.memory_bytes());
     let uplink = t.into_concurrent().1;
     let (fib_entries, fib_bytes) = fib.sizes();

@@ -14,14 +14,7 @@ use sb_topology::{down, up, Description, Forwarding, TopoError, UpOptions};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn can_run(test: &str) -> bool {
-    if sb_io::netns::is_root() {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: needs root (network namespaces); CI must run the tests as root");
-    }
-    eprintln!("NOTICE: skipping {test}: needs root (network namespaces)");
-    false
+    sb_io::netns::root_or_skip(test)
 }
 
 struct Guard {

@@ -17,8 +17,6 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_scalebricks");
 pub static SERIAL: Mutex<()> = Mutex::new(());
 pub static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-pub use sb_io::netns::is_root;
-
 /// Whether `prog` is an executable on PATH (never runs it: `tshark -V` would start capturing).
 pub fn have(prog: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -44,37 +42,17 @@ pub fn run_prog(prog: &str, args: &[&str], limit: Duration) -> Output {
 
 /// True if the test can run; panics under CI without root, prints a notice otherwise.
 pub fn can_run(test: &str) -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let why = if !is_root() {
-        Some("needs root (network namespaces)")
-    } else if !have("ip") {
-        Some("needs iproute2 (`ip`)")
-    } else {
-        None
-    };
-    match why {
-        None => true,
-        Some(w) if ci => panic!("{test}: {w}; CI must run the tests as root with iproute2"),
-        Some(w) => {
-            eprintln!("NOTICE: skipping {test}: {w}");
-            false
-        }
-    }
+    sb_io::netns::root_or_skip(test) && have_or_skip(test, "ip")
 }
 
 /// True if `prog` is on PATH; panics under `CI=true` when it is not, prints a notice otherwise
 /// (the caller then skips the part of `test` that needs it).
 pub fn have_or_skip(test: &str, prog: &str) -> bool {
-    if have(prog) {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "{test}: needs {prog} (scripts/apt-install.sh installs it); CI=true: refusing to skip"
-        );
-    }
-    eprintln!("NOTICE: {test}: {prog} not installed; the part that needs it is skipped");
-    false
+    have(prog)
+        || sb_io::netns::skip_or_fail(
+            test,
+            &format!("needs {prog} (scripts/apt-install.sh installs it)"),
+        )
 }
 
 /// Runs the binary, killing it after `limit`.
