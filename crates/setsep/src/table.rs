@@ -5,7 +5,7 @@ use crate::layout::{
     choice_of, family, locate, position, CAND, CHOICE_BYTES_PER_BLOCK, GROUPS_PER_BLOCK,
 };
 use crate::prefetch::prefetch;
-use crate::{Config, Delta, DeltaError};
+use crate::{BuildError, Config, Delta, DeltaError};
 use sb_common::{hash128, HugeArray, KeyHash, PageInfo};
 
 /// Bytes of one fallback entry: hash lo (8), hash hi (8), value (2), little endian.
@@ -550,6 +550,79 @@ impl SetSep {
     /// ([`DeltaError::Conflict`]) and one past a gap ([`DeltaError::Gap`]: resync from a
     /// snapshot). On error the table is unchanged.
     pub fn apply_delta(&mut self, d: &Delta) -> Result<(), DeltaError> {
-        crate::update::apply(self, d)
+        crate::update::apply(self, d, true)
+    }
+
+    /// Applies a delta of one of several owners, each of which owns a range of the table's
+    /// blocks and runs its own [`crate::Updatable`] (built with the same seed, build id and
+    /// block count: [`crate::BuildOptions::capacity`]): the checks of
+    /// [`SetSep::apply_delta`] (shape, fingerprint, fallback edits) except the sequence
+    /// number, which the caller keeps per owner (each owner numbers its own deltas 1, 2, ...;
+    /// `sb-control` refuses gaps and replays before calling this). The table's own
+    /// [`SetSep::seq`] and key count are left as they are. On error the table is unchanged.
+    ///
+    /// Owners touch disjoint groups and disjoint fallback entries, so replicas that apply each
+    /// owner's deltas in that owner's order end byte-identical whatever the interleaving of
+    /// owners ([`SetSep::content_digest`]).
+    pub fn apply_owner_delta(&mut self, d: &Delta) -> Result<(), DeltaError> {
+        crate::update::apply(self, d, false)
+    }
+
+    /// A digest of what lookups read: fingerprint, bucket choices, group records and fallback
+    /// entries (not the key count or the sequence number, which differ between a single-owner
+    /// table and the replicas of a table with several owners). Two tables with one digest
+    /// answer every lookup alike.
+    pub fn content_digest(&self) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(&self.hdr.fingerprint().to_le_bytes());
+        h.update(&self.choices[..self.hdr.choice_bytes()]);
+        h.update(&self.groups[..self.hdr.group_bytes()]);
+        for (&(lo, hi), &v) in &self.fallback {
+            h.update(&fallback_entry(KeyHash { lo, hi }, v));
+        }
+        h.digest()
+    }
+
+    /// Replaces blocks `piece.range()` (their bucket choices, records and fallback entries)
+    /// with the piece's: how a replica resyncs one owner's range, or joins the pieces of a
+    /// distributed build one at a time. The piece must be of this table (config, value bits,
+    /// seed, build id, block count); on error the table is unchanged.
+    pub fn install_piece(&mut self, p: &crate::Piece) -> Result<(), BuildError> {
+        let h = &self.hdr;
+        if (p.config, p.value_bits, p.seed, p.build_id, p.total_blocks)
+            != (h.config, h.value_bits, h.seed, h.build_id, h.n_blocks)
+        {
+            return Err(BuildError::PieceMismatch(
+                "piece differs from the table in config, value bits, seed, build id or blocks",
+            ));
+        }
+        let (start, end) = (p.range.start as usize, p.range.end as usize);
+        let rec = h.rec_bytes();
+        let (c0, c1) = (start * CHOICE_BYTES_PER_BLOCK, end * CHOICE_BYTES_PER_BLOCK);
+        let (g0, g1) = (start * GROUPS_PER_BLOCK * rec, end * GROUPS_PER_BLOCK * rec);
+        if p.choices.len() != c1 - c0
+            || p.groups.len() != g1 - g0
+            || p.fallback.len() % FB_ENTRY != 0
+        {
+            return Err(BuildError::PieceMismatch(
+                "piece arrays have the wrong size",
+            ));
+        }
+        let n_blocks = h.n_blocks;
+        let in_range = |k: &(u64, u64)| {
+            let b = crate::layout::locate(KeyHash { lo: k.0, hi: k.1 }, n_blocks).0;
+            p.range.contains(&b)
+        };
+        let incoming = fb_map(&p.fallback);
+        if incoming.keys().any(|k| !in_range(k)) {
+            return Err(BuildError::PieceMismatch(
+                "piece holds a fallback entry outside its blocks",
+            ));
+        }
+        self.fallback.retain(|k, _| !in_range(k));
+        self.fallback.extend(incoming);
+        self.choices[c0..c1].copy_from_slice(&p.choices);
+        self.groups[g0..g1].copy_from_slice(&p.groups);
+        Ok(())
     }
 }

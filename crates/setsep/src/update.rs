@@ -277,8 +277,10 @@ impl Delta {
     }
 }
 
-/// Applies `d` to `t`; on error `t` is unchanged.
-pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
+/// Applies `d` to `t`; on error `t` is unchanged. `sequenced`: check the delta against the
+/// table's own sequence number (one owner); otherwise the caller orders each owner's deltas
+/// ([`SetSep::apply_owner_delta`]) and the table's number and key count stay as they are.
+pub(crate) fn apply(t: &mut SetSep, d: &Delta, sequenced: bool) -> Result<(), DeltaError> {
     if d.config != t.hdr.config || d.value_bits != t.hdr.value_bits {
         return Err(DeltaError::Mismatch("config or value bits differ"));
     }
@@ -302,6 +304,12 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
         });
     }
     let applied = t.hdr.seq;
+    if !sequenced {
+        // Several owners, one per block range: their key counts are not this table's.
+        apply_fallback_edits(t, d, u64::MAX)?;
+        write_delta_records(t, d, rec, groups);
+        return Ok(());
+    }
     if d.seq <= applied {
         return if d.seq < applied {
             Err(DeltaError::Stale {
@@ -320,6 +328,16 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
             got: d.seq,
         });
     }
+    apply_fallback_edits(t, d, d.n_keys)?;
+    write_delta_records(t, d, rec, groups);
+    t.hdr.n_keys = d.n_keys;
+    t.hdr.seq = d.seq;
+    t.hdr.last_delta = d.digest;
+    Ok(())
+}
+
+/// The delta's fallback edits, all checked before any is made; `max_keys` bounds the entries.
+fn apply_fallback_edits(t: &mut SetSep, d: &Delta, max_keys: u64) -> Result<(), DeltaError> {
     if d.touches_fallback() {
         // Check every edit before making any, in O(edits * log n): removals present and
         // distinct, insertions absent once the removals are made and distinct.
@@ -338,7 +356,7 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
             }
         }
         let n_fb = t.fallback.len() - d.fb_remove.len() + d.fb_insert.len();
-        if n_fb as u64 > d.n_keys {
+        if n_fb as u64 > max_keys {
             return Err(DeltaError::FallbackMismatch(
                 "more fallback entries than keys",
             ));
@@ -349,21 +367,22 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta) -> Result<(), DeltaError> {
         for (h, v) in &d.fb_insert {
             t.fallback.insert(key(h), *v);
         }
-    } else if t.fallback.len() as u64 > d.n_keys {
+    } else if t.fallback.len() as u64 > max_keys {
         return Err(DeltaError::FallbackMismatch(
             "more fallback entries than keys",
         ));
     }
+    Ok(())
+}
+
+/// Copies the delta's record(s) and bucket choices into the table.
+fn write_delta_records(t: &mut SetSep, d: &Delta, rec: usize, groups: usize) {
     let off = d.group as usize * rec;
     t.groups[off..off + rec * groups].copy_from_slice(&d.record);
     if let Some(c) = &d.choices {
         let at = (d.group as usize / GROUPS_PER_BLOCK) * CHOICE_BYTES_PER_BLOCK;
         t.choices[at..at + CHOICE_BYTES_PER_BLOCK].copy_from_slice(c);
     }
-    t.hdr.n_keys = d.n_keys;
-    t.hdr.seq = d.seq;
-    t.hdr.last_delta = d.digest;
-    Ok(())
 }
 
 /// When an [`Updatable`] grows ([`Updatable::with_growth`]): once an insert brings its keys past
@@ -695,6 +714,50 @@ impl Updatable {
         self.grow_to(want as u64).map_err(UpdateError::Grow)
     }
 
+    /// Blocks `range` of the table as a [`crate::Piece`] (bucket choices, records, fallback
+    /// entries, key count), for replicas to [`SetSep::install_piece`] or
+    /// [`SetSep::assemble`]: how the owner of a block range distributes its part of a table
+    /// built from its keys alone (`BuildOptions::capacity` giving every owner the same block
+    /// count), and how it resyncs a replica that missed deltas.
+    pub fn piece(&self, range: std::ops::Range<u64>) -> Result<crate::Piece, BuildError> {
+        let h = &self.table.hdr;
+        if range.start >= range.end || range.end > h.n_blocks {
+            return Err(BuildError::BadRange {
+                start: range.start,
+                end: range.end,
+                total: h.n_blocks,
+            });
+        }
+        let (start, end) = (range.start as usize, range.end as usize);
+        let rec = h.rec_bytes();
+        let groups = start * GROUPS_PER_BLOCK..end * GROUPS_PER_BLOCK;
+        let keys = groups
+            .clone()
+            .map(|g| entries(self.rib.group(g)).count() as u64)
+            .sum();
+        let mut fallback = Vec::new();
+        for (&(lo, hi), &v) in &self.table.fallback {
+            let kh = KeyHash { lo, hi };
+            if range.contains(&locate(kh, h.n_blocks).0) {
+                fallback.extend_from_slice(&fallback_entry(kh, v));
+            }
+        }
+        Ok(crate::Piece {
+            config: h.config,
+            value_bits: h.value_bits,
+            seed: h.seed,
+            build_id: h.build_id,
+            total_blocks: h.n_blocks,
+            range,
+            keys,
+            choices: self.table.choices
+                [start * CHOICE_BYTES_PER_BLOCK..end * CHOICE_BYTES_PER_BLOCK]
+                .to_vec(),
+            groups: self.table.groups[groups.start * rec..groups.end * rec].to_vec(),
+            fallback,
+        })
+    }
+
     /// The lookup table (what replicas hold).
     pub fn table(&self) -> &SetSep {
         &self.table
@@ -955,7 +1018,7 @@ impl Updatable {
             fb_insert,
         };
         d.digest = Delta::digest_of(&d.body());
-        apply(&mut self.table, &d).expect("a delta made from this table applies to it");
+        apply(&mut self.table, &d, true).expect("a delta made from this table applies to it");
         self.rebalances += 1;
         d
     }
@@ -1025,7 +1088,7 @@ impl Updatable {
             fb_insert,
         };
         d.digest = Delta::digest_of(&d.body());
-        apply(&mut self.table, &d).expect("a delta made from this table applies to it");
+        apply(&mut self.table, &d, true).expect("a delta made from this table applies to it");
         d
     }
 }
