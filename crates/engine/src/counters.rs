@@ -63,10 +63,14 @@ pub enum Drop {
     /// Traffic on the access port that is not a G-PDU or an Echo Request (plain IP, other
     /// GTP-U messages).
     NotGpdu,
+    /// An IPv4, IPv6 or ARP frame on the fabric: traffic between the nodes' own kernels (the
+    /// control plane's UDP between fabric addresses), not a fabric frame. The kernel has its
+    /// own copy; the engine leaves it alone.
+    Host,
 }
 
 /// Number of drop reasons other than the malformed ones.
-pub const N_DROPS: usize = 12;
+pub const N_DROPS: usize = 13;
 
 impl Drop {
     /// Every reason other than `Malformed`, in index order.
@@ -83,6 +87,7 @@ impl Drop {
         Drop::UnknownTeid,
         Drop::UplinkMismatch,
         Drop::NotGpdu,
+        Drop::Host,
     ];
 
     /// A stable name for counters (`malformed` for every malformed reason).
@@ -101,6 +106,7 @@ impl Drop {
             Drop::UnknownTeid => "unknown_teid",
             Drop::UplinkMismatch => "uplink_mismatch",
             Drop::NotGpdu => "not_gpdu",
+            Drop::Host => "host",
         }
     }
 

@@ -459,6 +459,10 @@ impl<A: App> Engine<A> {
         for i in 0..rx.len() {
             let shim = match fabric::parse(rx.get(i)) {
                 Ok(s) => s,
+                Err(fabric::ShimError::EtherType(0x0800 | 0x86dd | 0x0806)) => {
+                    self.dest[i] = Dest::Drop(Drop::Host);
+                    continue;
+                }
                 Err(_) => {
                     self.dest[i] = Dest::Drop(Drop::InvalidFabric);
                     continue;
