@@ -103,6 +103,19 @@ impl Journal {
         Ok(Journal { file, path })
     }
 
+    /// Opens the journal of a cluster that is up, to record more entries (a restarted node).
+    pub fn open(dir: &Path) -> Result<Journal, TopoError> {
+        let path = dir.join(JOURNAL_FILE);
+        let file = OpenOptions::new().append(true).open(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                TopoError::NotUp(dir.to_path_buf())
+            } else {
+                TopoError::io(&path, e)
+            }
+        })?;
+        Ok(Journal { file, path })
+    }
+
     /// Appends one entry and syncs it to disk before returning.
     pub fn record(&mut self, e: &Entry) -> Result<(), TopoError> {
         let mut line = e.to_line();

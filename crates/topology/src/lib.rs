@@ -565,7 +565,12 @@ fn spawn_forwarder(
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         j.record(&Entry::File(name.to_string()))?;
     }
-    let out = std::fs::File::create(&log).map_err(|e| TopoError::io(&log, e))?;
+    // Appended to, so a restarted node's log follows its predecessor's.
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| TopoError::io(&log, e))?;
     let err = out.try_clone().map_err(|e| TopoError::io(&log, e))?;
     let mut cmd = spawn(desc, node);
     // Own process group: a Ctrl-C at the terminal that ran `up` does not reach it.
@@ -627,6 +632,54 @@ fn wait_ready(
     }
 }
 
+/// Node `node`'s forwarder process as the journal records it (the last one started, also by
+/// [`respawn`]): its pid and whether it is still running (same pid and start time).
+pub fn node_process(dir: &Path, node: usize) -> Result<Option<(i32, bool)>, TopoError> {
+    let label = format!("forward-node{node}");
+    Ok(journal::read(dir)?.iter().rev().find_map(|e| match e {
+        Entry::Pid {
+            pid,
+            start,
+            label: l,
+        } if *l == label => Some((*pid, sys::proc_start(*pid) == Some(*start))),
+        _ => None,
+    }))
+}
+
+/// Starts node `node`'s forwarder again (after it died or was killed) with `spawn`, records it
+/// in the journal (so [`down`] stops it) and waits until it is ready, like [`up`] does. Refuses
+/// while the recorded process still runs. Returns the new pid.
+pub fn respawn(
+    dir: &Path,
+    node: usize,
+    spawn: SpawnFn<'_>,
+    ready_timeout: Duration,
+) -> Result<i32, TopoError> {
+    let desc = load(dir)?;
+    if node >= desc.nodes.len() {
+        return Err(TopoError::Forwarder {
+            node,
+            why: format!("the cluster has {} nodes", desc.nodes.len()),
+        });
+    }
+    if let Some((pid, true)) = node_process(dir, node)? {
+        return Err(TopoError::Forwarder {
+            node,
+            why: format!("still running (pid {pid}); stop it first"),
+        });
+    }
+    let stats = forwarder_stats_path(dir, node);
+    match std::fs::remove_file(&stats) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(TopoError::io(&stats, e)),
+    }
+    let mut j = Journal::open(dir)?;
+    let (node, pid, start) = spawn_forwarder(&desc, node, spawn, &mut j)?;
+    wait_ready(dir, node, pid, start, ready_timeout)?;
+    Ok(pid)
+}
+
 /// What [`down`] removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DownReport {
@@ -682,8 +735,14 @@ pub fn down(dir: &Path) -> Result<DownReport, TopoError> {
         for e in &entries {
             if let Entry::File(f) = e {
                 // Also a temporary `NAME.tmp` a writer may have left while replacing NAME.
+                // A recorded name may be a directory (a node's log directory).
                 for p in [dir.join(f), dir.join(format!("{f}.tmp"))] {
-                    match std::fs::remove_file(&p) {
+                    let removed = if p.is_dir() {
+                        std::fs::remove_dir_all(&p)
+                    } else {
+                        std::fs::remove_file(&p)
+                    };
+                    match removed {
                         Ok(()) => {}
                         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
                         Err(err) => return Err(TopoError::io(&p, err)),
