@@ -260,8 +260,7 @@ pub fn scan_segment(
     while at < b.len() {
         let Some(frame) = parse_frame(&b[at..], salt) else {
             // Not intact: a torn tail only if nothing intact follows.
-            if let Some(found) = find_frame_after(b, at + 1, salt) {
-                let _ = found;
+            if find_frame_after(b, at + 1, salt).is_some() {
                 return Err(corrupt(at, "damaged frame followed by intact ones"));
             }
             return Ok(SegmentScan { records, valid_len: at, torn_bytes: b.len() - at });
