@@ -93,7 +93,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 fn corrupt(offset: usize, reason: &'static str) -> FormatError {
-    FormatError::Corrupt { offset: offset as u64, reason }
+    FormatError::Corrupt {
+        offset: offset as u64,
+        reason,
+    }
 }
 
 /// A parsed segment header.
@@ -158,7 +161,11 @@ impl SegmentHeader {
         if base_lsn == 0 || base_lsn > MAX_LSN {
             return Err(corrupt(24, "base LSN out of range"));
         }
-        let h = SegmentHeader { salt: u64_at(b, 16), base_lsn, identity: b[SEGMENT_FIXED..end].to_vec() };
+        let h = SegmentHeader {
+            salt: u64_at(b, 16),
+            base_lsn,
+            identity: b[SEGMENT_FIXED..end].to_vec(),
+        };
         Ok((h, end + 8))
     }
 }
@@ -229,7 +236,11 @@ pub fn parse_frame(b: &[u8], salt: u64) -> Option<Frame<'_>> {
     if at != body.len() {
         return None;
     }
-    Some(Frame { first_lsn: u64_at(b, 8), records, len: FRAME_HEADER + body_len })
+    Some(Frame {
+        first_lsn: u64_at(b, 8),
+        records,
+        len: FRAME_HEADER + body_len,
+    })
 }
 
 /// What a segment's frame area holds.
@@ -263,7 +274,11 @@ pub fn scan_segment(
             if find_frame_after(b, at + 1, salt).is_some() {
                 return Err(corrupt(at, "damaged frame followed by intact ones"));
             }
-            return Ok(SegmentScan { records, valid_len: at, torn_bytes: b.len() - at });
+            return Ok(SegmentScan {
+                records,
+                valid_len: at,
+                torn_bytes: b.len() - at,
+            });
         };
         if frame.first_lsn != next {
             return Err(corrupt(at + 8, "frame LSN out of sequence"));
@@ -272,7 +287,11 @@ pub fn scan_segment(
         records.extend(frame.records);
         at += frame.len;
     }
-    Ok(SegmentScan { records, valid_len: at, torn_bytes: 0 })
+    Ok(SegmentScan {
+        records,
+        valid_len: at,
+        torn_bytes: 0,
+    })
 }
 
 /// The offset of the first intact frame starting at or after `from`, if any.
@@ -335,7 +354,10 @@ pub fn parse_snapshot(b: &[u8]) -> Result<ParsedSnapshot<'_>, FormatError> {
         return Err(corrupt(16, "snapshot LSN out of range"));
     }
     let d = u64_at(b, 24);
-    let want = (SNAPSHOT_FIXED as u64).checked_add(n as u64).and_then(|x| x.checked_add(d)).and_then(|x| x.checked_add(8));
+    let want = (SNAPSHOT_FIXED as u64)
+        .checked_add(n as u64)
+        .and_then(|x| x.checked_add(d))
+        .and_then(|x| x.checked_add(8));
     if want != Some(b.len() as u64) {
         return Err(corrupt(24, "snapshot length does not match its file"));
     }
@@ -374,7 +396,11 @@ mod tests {
 
     #[test]
     fn damage_in_the_middle_is_an_error_at_the_end_a_torn_tail() {
-        let h = SegmentHeader { salt: 5, base_lsn: 1, identity: b"id".to_vec() };
+        let h = SegmentHeader {
+            salt: 5,
+            base_lsn: 1,
+            identity: b"id".to_vec(),
+        };
         let mut seg = h.encode();
         let hl = seg.len();
         let f1 = frame(1, &[b"one"], 5);
@@ -389,7 +415,10 @@ mod tests {
         mid[hl + FRAME_HEADER + 1] ^= 1;
         assert_eq!(
             scan_segment(&mid, hl, 5, 1).unwrap_err(),
-            FormatError::Corrupt { offset: hl as u64, reason: "damaged frame followed by intact ones" }
+            FormatError::Corrupt {
+                offset: hl as u64,
+                reason: "damaged frame followed by intact ones"
+            }
         );
 
         let mut tail = seg.clone();

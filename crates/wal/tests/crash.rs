@@ -20,12 +20,20 @@ use std::time::{Duration, Instant};
 const DIR_VAR: &str = "SB_WAL_CRASH_DIR";
 
 fn opts() -> WalOptions {
-    WalOptions { identity: b"crash test".to_vec(), sync: Sync::Data, ..WalOptions::default() }
+    WalOptions {
+        identity: b"crash test".to_vec(),
+        sync: Sync::Data,
+        ..WalOptions::default()
+    }
 }
 
 /// The bytes of record `lsn`: its number, then a filler whose length and content follow from it.
 fn record(lsn: Lsn) -> Vec<u8> {
-    let len = if lsn % 97 == 0 { 256 << 10 } else { (lsn % 41) as usize };
+    let len = if lsn % 97 == 0 {
+        256 << 10
+    } else {
+        (lsn % 41) as usize
+    };
     let mut r = lsn.to_le_bytes().to_vec();
     r.extend((0..len).map(|i| (lsn as usize).wrapping_mul(7).wrapping_add(i) as u8));
     r
@@ -43,7 +51,10 @@ fn check(rec: &Recovery) -> Lsn {
     }
     assert_eq!(rec.first_lsn, snap + 1);
     for (lsn, r) in rec.iter() {
-        assert!(r == record(lsn).as_slice(), "record {lsn} holds other bytes");
+        assert!(
+            r == record(lsn).as_slice(),
+            "record {lsn} holds other bytes"
+        );
     }
     assert_eq!(rec.last_lsn, snap + rec.records.len() as u64);
     rec.last_lsn
@@ -52,7 +63,9 @@ fn check(rec: &Recovery) -> Lsn {
 #[test]
 #[ignore = "child process of crash_test_kill_the_writer_at_random_moments (does nothing alone)"]
 fn crash_child() {
-    let Some(dir) = std::env::var_os(DIR_VAR) else { return };
+    let Some(dir) = std::env::var_os(DIR_VAR) else {
+        return;
+    };
     let (mut wal, rec) = Wal::open(Path::new(&dir), &opts()).unwrap();
     let mut lsn = check(&rec);
     println!("READY {lsn} torn {}", rec.torn_tail_bytes);
@@ -78,7 +91,9 @@ fn crash_test_kill_the_writer_at_random_moments() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
-            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
             t.as_nanos() as u64 ^ u64::from(std::process::id())
         });
     println!("seed {seed}");
@@ -90,7 +105,13 @@ fn crash_test_kill_the_writer_at_random_moments() {
     let mut checkpoints = 0;
     for round in 0..6 {
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(DIR_VAR, dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -109,7 +130,9 @@ fn crash_test_kill_the_writer_at_random_moments() {
         // Wait until it has recovered, then let it write for a random while.
         let mut lines = Vec::new();
         loop {
-            let line = rx.recv_timeout(Duration::from_secs(30)).expect("child never became ready");
+            let line = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("child never became ready");
             let ready = line.contains("READY");
             lines.push(line);
             if ready {
@@ -121,15 +144,28 @@ fn crash_test_kill_the_writer_at_random_moments() {
         let status = child.wait().unwrap();
         reader.join().unwrap();
         lines.extend(rx.try_iter());
-        assert!(status.code().is_none(), "round {round}: the child exited by itself: {status}; {lines:?}");
+        assert!(
+            status.code().is_none(),
+            "round {round}: the child exited by itself: {status}; {lines:?}"
+        );
 
-        let acked = lines.iter().filter_map(|l| l.strip_prefix("ACK ")).map(|n| n.parse::<Lsn>().unwrap()).max();
+        let acked = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("ACK "))
+            .map(|n| n.parse::<Lsn>().unwrap())
+            .max();
         checkpoints += lines.iter().filter(|l| l.starts_with("CHECKPOINT")).count();
         let (wal, rec) = Wal::open(dir.path(), &opts()).unwrap();
         let last = check(&rec);
         let acked = acked.unwrap_or(0);
-        assert!(last >= acked, "round {round}: acknowledged {acked}, recovered only up to {last}");
-        assert!(acked >= acked_total, "round {round}: went back from {acked_total} to {acked}");
+        assert!(
+            last >= acked,
+            "round {round}: acknowledged {acked}, recovered only up to {last}"
+        );
+        assert!(
+            acked >= acked_total,
+            "round {round}: went back from {acked_total} to {acked}"
+        );
         torn_seen += usize::from(rec.torn_tail_bytes > 0);
         println!(
             "round {round}: acked {acked}, recovered {last} ({} records after the snapshot at {:?}), torn tail {} bytes",
@@ -140,6 +176,8 @@ fn crash_test_kill_the_writer_at_random_moments() {
         acked_total = acked.max(last);
         drop(wal);
     }
-    println!("{acked_total} records, {checkpoints} checkpoints, {torn_seen} torn tails over 6 kills");
+    println!(
+        "{acked_total} records, {checkpoints} checkpoints, {torn_seen} torn tails over 6 kills"
+    );
     assert!(acked_total > 0, "the child never committed");
 }

@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 const SEG1: &str = "00000000000000000001.wal";
 
 fn opts() -> WalOptions {
-    WalOptions { identity: b"cluster 1 node 0".to_vec(), sync: Sync::Never, ..WalOptions::default() }
+    WalOptions {
+        identity: b"cluster 1 node 0".to_vec(),
+        sync: Sync::Never,
+        ..WalOptions::default()
+    }
 }
 
 fn payload(lsn: Lsn, len: usize) -> Vec<u8> {
@@ -47,11 +51,20 @@ fn records_survive_reopen_and_uncommitted_ones_do_not() {
     let (records, ends) = write_log(dir.path(), &[vec![3, 0, 10], vec![1], vec![100; 20]]);
     let (mut wal, rec) = Wal::open(dir.path(), &opts()).unwrap();
     assert_eq!(rec.records, records);
-    assert_eq!((rec.first_lsn, rec.last_lsn, rec.torn_tail_bytes), (1, 24, 0));
+    assert_eq!(
+        (rec.first_lsn, rec.last_lsn, rec.torn_tail_bytes),
+        (1, 24, 0)
+    );
     assert_eq!(wal.log_bytes(), *ends.last().unwrap());
-    assert_eq!(fs::metadata(seg_path(dir.path())).unwrap().len(), wal.log_bytes());
+    assert_eq!(
+        fs::metadata(seg_path(dir.path())).unwrap().len(),
+        wal.log_bytes()
+    );
     wal.append(b"never committed").unwrap();
-    assert_eq!((wal.last_lsn(), wal.durable_lsn(), wal.pending_records()), (25, 24, 1));
+    assert_eq!(
+        (wal.last_lsn(), wal.durable_lsn(), wal.pending_records()),
+        (25, 24, 1)
+    );
     drop(wal);
     let (wal, rec) = Wal::open(dir.path(), &opts()).unwrap();
     assert_eq!(rec.records, records);
@@ -79,7 +92,9 @@ fn damage_before_the_last_commit_is_an_error_in_the_last_a_torn_tail() {
             b[at as usize] ^= 0x10;
             fs::write(seg_path(dir.path()), &b).unwrap();
             match Wal::open(dir.path(), &opts()) {
-                Err(WalError::Corrupt { offset, .. }) => assert_eq!(offset, ends[k], "flip at {at}"),
+                Err(WalError::Corrupt { offset, .. }) => {
+                    assert_eq!(offset, ends[k], "flip at {at}")
+                }
                 other => panic!("flip at {at}: {other:?}"),
             }
             // Nothing was changed by the failed open.
@@ -101,7 +116,10 @@ fn damage_before_the_last_commit_is_an_error_in_the_last_a_torn_tail() {
     let mut b = good.clone();
     b[20] ^= 1;
     fs::write(seg_path(dir.path()), &b).unwrap();
-    assert!(matches!(Wal::open(dir.path(), &opts()), Err(WalError::Corrupt { .. })));
+    assert!(matches!(
+        Wal::open(dir.path(), &opts()),
+        Err(WalError::Corrupt { .. })
+    ));
 }
 
 #[test]
@@ -112,7 +130,10 @@ fn zeros_after_the_end_are_a_torn_tail_and_appends_continue_after_it() {
     b.extend_from_slice(&[0u8; 5000]);
     fs::write(seg_path(dir.path()), &b).unwrap();
     let (mut wal, rec) = Wal::open(dir.path(), &opts()).unwrap();
-    assert_eq!((rec.records.clone(), rec.torn_tail_bytes), (records.clone(), 5000));
+    assert_eq!(
+        (rec.records.clone(), rec.torn_tail_bytes),
+        (records.clone(), 5000)
+    );
     assert_eq!(wal.append(b"after").unwrap(), 4);
     wal.commit().unwrap();
     records.push(b"after".to_vec());
@@ -126,25 +147,55 @@ fn zeros_after_the_end_are_a_torn_tail_and_appends_continue_after_it() {
 fn identity_lock_options_and_batch_limits() {
     let dir = tempfile::tempdir().unwrap();
     write_log(dir.path(), &[vec![1]]);
-    let other = WalOptions { identity: b"cluster 1 node 1".to_vec(), ..opts() };
-    assert!(matches!(Wal::open(dir.path(), &other), Err(WalError::IdentityMismatch { .. })));
+    let other = WalOptions {
+        identity: b"cluster 1 node 1".to_vec(),
+        ..opts()
+    };
+    assert!(matches!(
+        Wal::open(dir.path(), &other),
+        Err(WalError::IdentityMismatch { .. })
+    ));
 
     let wal = Wal::open(dir.path(), &opts()).unwrap().0;
-    assert!(matches!(Wal::open(dir.path(), &opts()), Err(WalError::Locked(_))));
+    assert!(matches!(
+        Wal::open(dir.path(), &opts()),
+        Err(WalError::Locked(_))
+    ));
 
     let missing = dir.path().join("missing");
-    let no_create = WalOptions { create: false, ..opts() };
-    assert!(matches!(Wal::open(&missing, &no_create), Err(WalError::NotFound(_))));
-    let bad = WalOptions { max_batch_bytes: 0, ..opts() };
-    assert!(matches!(Wal::open(&missing, &bad), Err(WalError::BadOptions(_))));
+    let no_create = WalOptions {
+        create: false,
+        ..opts()
+    };
+    assert!(matches!(
+        Wal::open(&missing, &no_create),
+        Err(WalError::NotFound(_))
+    ));
+    let bad = WalOptions {
+        max_batch_bytes: 0,
+        ..opts()
+    };
+    assert!(matches!(
+        Wal::open(&missing, &bad),
+        Err(WalError::BadOptions(_))
+    ));
     drop(wal);
 
-    let small = WalOptions { max_batch_bytes: 100, ..opts() };
+    let small = WalOptions {
+        max_batch_bytes: 100,
+        ..opts()
+    };
     let (mut wal, _) = Wal::open(dir.path(), &small).unwrap();
     assert_eq!(wal.append(&[1; 50]).unwrap(), 2);
-    assert!(matches!(wal.append(&[1; 50]), Err(WalError::BatchFull { len: 50, max: 100 })));
+    assert!(matches!(
+        wal.append(&[1; 50]),
+        Err(WalError::BatchFull { len: 50, max: 100 })
+    ));
     assert_eq!(wal.commit().unwrap(), 2);
-    assert!(matches!(wal.append(&[1; 97]), Err(WalError::BatchFull { .. })));
+    assert!(matches!(
+        wal.append(&[1; 97]),
+        Err(WalError::BatchFull { .. })
+    ));
     assert_eq!(wal.append(&[1; 96]).unwrap(), 3);
     assert_eq!(wal.commit().unwrap(), 3);
 }
@@ -163,7 +214,12 @@ fn checkpoints_replace_the_log_and_survive_interruption_at_each_step() {
     assert_eq!(wal.checkpoint(b"state at 11").unwrap(), 11);
     assert_eq!((wal.durable_lsn(), wal.pending_records()), (11, 0));
     assert!(!seg_path(d).exists());
-    assert_eq!(wal.log_bytes(), fs::metadata(d.join("00000000000000000012.wal")).unwrap().len());
+    assert_eq!(
+        wal.log_bytes(),
+        fs::metadata(d.join("00000000000000000012.wal"))
+            .unwrap()
+            .len()
+    );
     assert!(wal.snapshot_bytes() > 11);
     assert_eq!(wal.append(b"twelve").unwrap(), 12);
     wal.commit().unwrap();
@@ -200,7 +256,11 @@ fn checkpoints_replace_the_log_and_survive_interruption_at_each_step() {
     // A lost snapshot is a gap, not an empty state.
     fs::remove_file(d.join("snapshot")).unwrap();
     match Wal::open(d, &opts()) {
-        Err(WalError::Gap { expected: 1, found: 12, .. }) => {}
+        Err(WalError::Gap {
+            expected: 1,
+            found: 12,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
 }
@@ -230,7 +290,10 @@ fn a_checkpoint_with_nothing_pending_can_keep_the_old_segment() {
 #[test]
 fn sync_data_mode_works() {
     let dir = tempfile::tempdir().unwrap();
-    let o = WalOptions { sync: Sync::Data, ..opts() };
+    let o = WalOptions {
+        sync: Sync::Data,
+        ..opts()
+    };
     let (mut wal, _) = Wal::open(dir.path().join("sub"), &o).unwrap();
     wal.append(b"a").unwrap();
     assert_eq!(wal.commit().unwrap(), 1);
@@ -239,7 +302,10 @@ fn sync_data_mode_works() {
     wal.commit().unwrap();
     drop(wal);
     let (_, rec) = Wal::open(dir.path().join("sub"), &o).unwrap();
-    assert_eq!((rec.snapshot.unwrap().lsn, rec.records), (1, vec![b"b".to_vec()]));
+    assert_eq!(
+        (rec.snapshot.unwrap().lsn, rec.records),
+        (1, vec![b"b".to_vec()])
+    );
 }
 
 proptest! {
@@ -314,6 +380,7 @@ proptest! {
                 prop_assert_eq!(&rec.records[..], &records[..records.len() - batches.last().unwrap().len()]);
             }
             Err(WalError::Corrupt { .. }) => prop_assert!((at as u64) < ends[ends.len() - 2]),
+            Err(WalError::Version { .. }) => prop_assert!((8..10).contains(&at)),
             Err(e) => prop_assert!(false, "{}", e),
         }
     }
