@@ -8,7 +8,7 @@
 //! The log is written in a temporary directory under `--dir` (default: the current directory,
 //! so it lands on the disk and not on a tmpfs).
 
-use sb_wal::{Sync, Wal, WalOptions};
+use sb_wal::{SyncMode, Wal, WalOptions};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ struct Run {
     commit_p99_us: f64,
 }
 
-fn run(args: &Args, batch: usize, sync: Sync) -> Run {
+fn run(args: &Args, batch: usize, sync: SyncMode) -> Run {
     let tmp = tempfile::tempdir_in(&args.dir).expect("temp dir");
     let opts = WalOptions {
         identity: b"bench".to_vec(),
@@ -88,7 +88,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let args = parse_args();
     let mut results = Vec::new();
-    for (sync, name) in [(Sync::Data, "fdatasync"), (Sync::Never, "none")] {
+    for (sync, name) in [(SyncMode::Data, "fdatasync"), (SyncMode::Never, "none")] {
         for batch in [1usize, 16, 256] {
             let runs: Vec<Run> = (0..args.runs).map(|_| run(&args, batch, sync)).collect();
             let m =

@@ -39,7 +39,7 @@
 //! # Durability and recovery
 //!
 //! [`Wal::append`] only buffers. [`Wal::commit`] writes everything appended since the last
-//! commit as one *frame* with one `pwrite`, then calls `fdatasync` ([`Sync::Data`]); when it
+//! commit as one *frame* with one `pwrite`, then calls `fdatasync` ([`SyncMode::Data`]); when it
 //! returns, every record up to the returned LSN survives a process kill and a power loss
 //! (as far as the disk honours flushes). A frame is all or nothing: a crash during a commit
 //! leaves a *torn tail* (the frame partly written, or written but with pages lost), and
@@ -80,7 +80,7 @@
 //! | 16 | 3 534 | 56 538 | 147 / 3 312 us |
 //! | 256 | 2 246 | 575 087 | 297 / 4 380 us |
 //!
-//! (Without any flush, [`Sync::Never`]: 0.94 M commits/s of 1 record, 10.3 M records/s in
+//! (Without any flush, [`SyncMode::Never`]: 0.94 M commits/s of 1 record, 10.3 M records/s in
 //! commits of 256.) So the fsync rate, a few thousand per second, bounds an owner that
 //! commits each update alone; group commit of a few hundred updates per fsync gives several
 //! hundred thousand durable updates per second. The runs were noisy (records/s of the three
@@ -113,7 +113,7 @@ const TMP_EXT: &str = "tmp";
 
 /// When data is flushed to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Sync {
+pub enum SyncMode {
     /// `fdatasync` on every commit, and `fsync` of the directory after a file is created,
     /// renamed or removed. Survives power loss.
     #[default]
@@ -130,8 +130,8 @@ pub struct WalOptions {
     /// example a cluster id and node number; opening a log written with other bytes fails with
     /// [`WalError::IdentityMismatch`], so a node never replays another node's log.
     pub identity: Vec<u8>,
-    /// Flushing; default [`Sync::Data`].
-    pub sync: Sync,
+    /// Flushing; default [`SyncMode::Data`].
+    pub sync: SyncMode,
     /// Create the directory and an empty log if there is none (default `true`).
     pub create: bool,
     /// The most bytes one commit may hold (records plus 4 bytes each); [`Wal::append`] refuses a
@@ -144,7 +144,7 @@ impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
             identity: Vec::new(),
-            sync: Sync::Data,
+            sync: SyncMode::Data,
             create: true,
             max_batch_bytes: 64 << 20,
         }
@@ -344,8 +344,8 @@ fn parse_segment_name(name: &str) -> Option<Lsn> {
     stem.parse().ok()
 }
 
-fn sync_dir(dir: &Path, sync: Sync) -> Result<(), WalError> {
-    if sync == Sync::Never {
+fn sync_dir(dir: &Path, sync: SyncMode) -> Result<(), WalError> {
+    if sync == SyncMode::Never {
         return Ok(());
     }
     File::open(dir)
@@ -355,12 +355,12 @@ fn sync_dir(dir: &Path, sync: Sync) -> Result<(), WalError> {
 
 /// Writes `bytes` to `dir/name` atomically: a temporary file, flushed, renamed over the name,
 /// and the directory flushed.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8], sync: Sync) -> Result<(), WalError> {
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8], sync: SyncMode) -> Result<(), WalError> {
     let tmp = dir.join(format!("{name}.{TMP_EXT}"));
     let path = dir.join(name);
     let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
     f.write_all(bytes).map_err(io_err("write", &tmp))?;
-    if sync == Sync::Data {
+    if sync == SyncMode::Data {
         f.sync_all().map_err(io_err("fsync", &tmp))?;
     }
     drop(f);
@@ -497,18 +497,14 @@ impl Wal {
         };
         let snap_lsn = snapshot.as_ref().map_or(0, |s| s.lsn);
 
-        // The segments, in order; only the last may have a torn tail.
+        // The segments, in order.
         let mut read = Vec::with_capacity(segments.len());
-        for (i, &base) in segments.iter().enumerate() {
-            let seg = read_segment(&dir.join(segment_name(base)), base, &opts.identity)?;
-            if seg.torn > 0 && i + 1 < segments.len() {
-                return Err(WalError::Corrupt {
-                    path: seg.path,
-                    offset: seg.valid_len,
-                    reason: "damaged frame in a segment that is not the last",
-                });
-            }
-            read.push(seg);
+        for &base in &segments {
+            read.push(read_segment(
+                &dir.join(segment_name(base)),
+                base,
+                &opts.identity,
+            )?);
         }
 
         // Chain them from the snapshot: skip what it covers, refuse gaps.
@@ -532,6 +528,14 @@ impl Wal {
                     dir,
                     expected: next,
                     found: seg.base,
+                });
+            }
+            if seg.torn > 0 && !is_last {
+                // Only the last commit can be torn, and that is in the last segment.
+                return Err(WalError::Corrupt {
+                    path: seg.path,
+                    offset: seg.valid_len,
+                    reason: "damaged frame in a segment that is not the last",
                 });
             }
             let skip = (next - seg.base) as usize;
@@ -558,7 +562,7 @@ impl Wal {
                 if torn > 0 {
                     f.set_len(valid_len).map_err(io_err("truncate", &path))?;
                 }
-                if opts.sync == Sync::Data {
+                if opts.sync == SyncMode::Data {
                     f.sync_all().map_err(io_err("fsync", &path))?;
                 }
                 (f, path, salt, valid_len)
@@ -606,7 +610,7 @@ impl Wal {
         dir: &Path,
         base: Lsn,
         identity: &[u8],
-        sync: Sync,
+        sync: SyncMode,
     ) -> Result<(File, PathBuf, u64, u64), WalError> {
         let salt = sb_common::random_seed();
         let header = SegmentHeader {
@@ -655,7 +659,7 @@ impl Wal {
     }
 
     /// Makes every appended record durable: one write of one frame and one `fdatasync` (with
-    /// [`Sync::Data`]). Returns the durable LSN (unchanged, with no I/O, if nothing was
+    /// [`SyncMode::Data`]). Returns the durable LSN (unchanged, with no I/O, if nothing was
     /// pending).
     ///
     /// # Errors
@@ -673,8 +677,8 @@ impl Wal {
             .active
             .write_all_at(&self.pending, self.active_len)
             .and_then(|()| match self.opts.sync {
-                Sync::Data => self.active.sync_data(),
-                Sync::Never => Ok(()),
+                SyncMode::Data => self.active.sync_data(),
+                SyncMode::Never => Ok(()),
             });
         if let Err(e) = result {
             self.poisoned = true;
@@ -807,7 +811,7 @@ pub mod fuzzing {
         }
         let opts = WalOptions {
             identity: b"fuzz".to_vec(),
-            sync: Sync::Never,
+            sync: SyncMode::Never,
             ..WalOptions::default()
         };
         let seg = dir.join(segment_name(1));
@@ -857,5 +861,39 @@ pub mod fuzzing {
             assert_eq!(rec3.records.last().map(Vec::as_slice), Some(&b"x"[..]));
         }
         clear(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_commit_poisons_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = WalOptions {
+            sync: SyncMode::Never,
+            ..WalOptions::default()
+        };
+        let (mut wal, _) = Wal::open(dir.path(), &opts).unwrap();
+        wal.append(b"a").unwrap();
+        assert_eq!(wal.commit().unwrap(), 1);
+        // A descriptor that cannot write: the next pwrite fails (EBADF).
+        wal.active = File::open(&wal.active_path).unwrap();
+        wal.append(b"b").unwrap();
+        assert!(matches!(
+            wal.commit(),
+            Err(WalError::Io {
+                op: "append to",
+                ..
+            })
+        ));
+        assert_eq!(wal.durable_lsn(), 1);
+        assert!(matches!(wal.append(b"c"), Err(WalError::Poisoned)));
+        assert!(matches!(wal.commit(), Err(WalError::Poisoned)));
+        assert!(matches!(wal.checkpoint(b"s"), Err(WalError::Poisoned)));
+        drop(wal);
+        let (_, rec) = Wal::open(dir.path(), &opts).unwrap();
+        assert_eq!(rec.records, vec![b"a".to_vec()]);
     }
 }

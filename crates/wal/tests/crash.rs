@@ -11,7 +11,7 @@
 //! `SB_WAL_CRASH_SEED=N` replays the parent's choices (the kill moments are still timing).
 
 use rand::{Rng, SeedableRng};
-use sb_wal::{Lsn, Recovery, Sync, Wal, WalOptions};
+use sb_wal::{Lsn, Recovery, SyncMode, Wal, WalOptions};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -22,7 +22,7 @@ const DIR_VAR: &str = "SB_WAL_CRASH_DIR";
 fn opts() -> WalOptions {
     WalOptions {
         identity: b"crash test".to_vec(),
-        sync: Sync::Data,
+        sync: SyncMode::Data,
         ..WalOptions::default()
     }
 }

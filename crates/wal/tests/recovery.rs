@@ -2,7 +2,7 @@
 //! at the end, zeros after the end, interrupted checkpoints, missing files, random bytes.
 
 use proptest::prelude::*;
-use sb_wal::{Lsn, Sync, Wal, WalError, WalOptions};
+use sb_wal::{Lsn, SyncMode, Wal, WalError, WalOptions};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +11,7 @@ const SEG1: &str = "00000000000000000001.wal";
 fn opts() -> WalOptions {
     WalOptions {
         identity: b"cluster 1 node 0".to_vec(),
-        sync: Sync::Never,
+        sync: SyncMode::Never,
         ..WalOptions::default()
     }
 }
@@ -288,10 +288,82 @@ fn a_checkpoint_with_nothing_pending_can_keep_the_old_segment() {
 }
 
 #[test]
+fn checkpoints_back_to_back_and_on_an_empty_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut wal, _) = Wal::open(d, &opts()).unwrap();
+    assert_eq!(wal.checkpoint(b"empty").unwrap(), 0);
+    assert_eq!(wal.checkpoint(b"still empty").unwrap(), 0);
+    wal.append(b"1").unwrap();
+    assert_eq!(wal.checkpoint(b"one").unwrap(), 1);
+    assert_eq!(wal.checkpoint(b"one again").unwrap(), 1);
+    assert_eq!(wal.append(b"2").unwrap(), 2);
+    assert_eq!(wal.commit().unwrap(), 2);
+    assert_eq!(wal.stats().checkpoints, 4);
+    drop(wal);
+    let segments: Vec<_> = fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".wal"))
+        .collect();
+    assert_eq!(segments, vec!["00000000000000000002.wal".to_string()]);
+    let (_, rec) = Wal::open(d, &opts()).unwrap();
+    assert_eq!(rec.snapshot.as_ref().unwrap().data, b"one again");
+    assert_eq!(rec.iter().collect::<Vec<_>>(), vec![(2, &b"2"[..])]);
+}
+
+#[test]
+fn segments_chain_without_gaps_and_only_the_last_may_be_torn() {
+    // Segment 1 holds records 1..=3; segment 4, made in another log, records 4 and 5.
+    let a = tempfile::tempdir().unwrap();
+    let (records, _) = write_log(a.path(), &[vec![1, 2], vec![3]]);
+    let b = tempfile::tempdir().unwrap();
+    let (mut wal, _) = Wal::open(b.path(), &opts()).unwrap();
+    for r in &records {
+        wal.append(r).unwrap();
+    }
+    wal.checkpoint(b"").unwrap();
+    wal.append(b"four").unwrap();
+    wal.append(b"five").unwrap();
+    wal.commit().unwrap();
+    drop(wal);
+    let seg4 = "00000000000000000004.wal";
+    fs::copy(b.path().join(seg4), a.path().join(seg4)).unwrap();
+
+    let (wal, rec) = Wal::open(a.path(), &opts()).unwrap();
+    assert_eq!((rec.segments, rec.last_lsn, rec.records.len()), (2, 5, 5));
+    assert_eq!(rec.records[3..], [b"four".to_vec(), b"five".to_vec()]);
+    let on_disk = fs::metadata(seg_path(a.path())).unwrap().len()
+        + fs::metadata(a.path().join(seg4)).unwrap().len();
+    assert_eq!(wal.log_bytes(), on_disk);
+    drop(wal);
+
+    // A torn tail in the first segment is damage.
+    let good = fs::read(seg_path(a.path())).unwrap();
+    let mut torn = good.clone();
+    torn.extend_from_slice(&[0; 10]);
+    fs::write(seg_path(a.path()), &torn).unwrap();
+    assert!(matches!(
+        Wal::open(a.path(), &opts()),
+        Err(WalError::Corrupt { offset, .. }) if offset == good.len() as u64
+    ));
+    // A missing first segment is a gap.
+    fs::remove_file(seg_path(a.path())).unwrap();
+    assert!(matches!(
+        Wal::open(a.path(), &opts()),
+        Err(WalError::Gap {
+            expected: 1,
+            found: 4,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn sync_data_mode_works() {
     let dir = tempfile::tempdir().unwrap();
     let o = WalOptions {
-        sync: Sync::Data,
+        sync: SyncMode::Data,
         ..opts()
     };
     let (mut wal, _) = Wal::open(dir.path().join("sub"), &o).unwrap();
