@@ -40,14 +40,17 @@
 //!
 //! [`Wal::append`] only buffers. [`Wal::commit`] writes everything appended since the last
 //! commit as one *frame* with one `pwrite`, then calls `fdatasync` ([`SyncMode::Data`]); when it
-//! returns, every record up to the returned LSN survives a process kill and a power loss
-//! (as far as the disk honours flushes). A frame is all or nothing: a crash during a commit
+//! returns, every record up to the returned LSN survives a process kill (tests/crash.rs kills a
+//! writer with SIGKILL at random moments) and a power loss (as far as the disk honours
+//! flushes; argued from the write order, not tested). A frame is all or nothing: a crash during a commit
 //! leaves a *torn tail* (the frame partly written, or written but with pages lost), and
 //! [`Wal::open`] drops it, truncates the file to the last intact frame and reports the bytes in
 //! [`Recovery::torn_tail_bytes`]: those records were never acknowledged. Damage anywhere else
 //! (a bad frame with an intact frame after it, a bad snapshot, a segment header that does not
 //! check, LSNs that skip) is [`WalError::Corrupt`] or [`WalError::Gap`]: never silently
-//! skipped, since it means acknowledged updates are gone.
+//! skipped, since it means acknowledged updates are gone. (The rule errs on the side of an
+//! error: a torn frame whose payload happens to contain a whole valid frame of the same segment,
+//! salt included, would be reported as damage.)
 //!
 //! Every frame checksum (xxh3-64) is seeded with a random salt of its segment, so a frame
 //! copied from another segment or log does not check. After an I/O error in a commit or a
@@ -69,9 +72,9 @@
 //! # Cost model
 //!
 //! Per record: its payload plus 4 bytes; per commit: a 40-byte frame header, one `pwrite` and
-//! one `fdatasync`. Measured on the project's 2-core shared VM (ext4 on a virtio disk, whose
-//! fdatasync takes 0.15-0.3 ms: the host's cache likely answers it, so these are upper bounds
-//! for a real disk), 64-byte records, 1-second runs, medians of 3, with
+//! one `fdatasync`. Measured on the project's 2-core shared VM (ext4 on a virtio disk; a commit
+//! of one record takes 0.18 ms at the median, which suggests the host's cache answers the
+//! flush: expect fewer commits/s on a disk that really writes), 64-byte records, 1-second runs, medians of 3, with
 //! `cargo run --release -p sb-wal --example wal_bench`:
 //!
 //! | records per commit | commits/s | records/s | commit p50 / p99 |
