@@ -8,3 +8,9 @@ pub mod message;
 
 pub use ie::*;
 pub use message::*;
+pub mod upf;
+
+pub use upf::{
+    Applied, Config, Failure, FibChange, Forwarding, Placement, Sessions, Stats, Token, Transmit,
+    Upf,
+};

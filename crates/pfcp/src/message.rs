@@ -40,10 +40,14 @@ pub mod msg_type {
         t >= 50
     }
 
-    /// Whether `t` is a request (odd types, by the table's numbering, except Version Not
-    /// Supported Response).
+    /// Whether `t` is a request: odd node message types (except Version Not Supported
+    /// Response), even session message types.
     pub fn is_request(t: u8) -> bool {
-        t % 2 == 1 && t != VERSION_NOT_SUPPORTED_RESPONSE
+        if is_session(t) {
+            t % 2 == 0
+        } else {
+            t % 2 == 1 && t != VERSION_NOT_SUPPORTED_RESPONSE
+        }
     }
 }
 
