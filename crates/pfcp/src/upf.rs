@@ -320,12 +320,12 @@ impl Reject {
 enum Commit {
     Establish {
         seid: u64,
-        session: Session,
+        session: Box<Session>,
         created: Vec<CreatedPdr>,
     },
     Modify {
         seid: u64,
-        session: Session,
+        session: Box<Session>,
         created: Vec<CreatedPdr>,
     },
     Delete {
@@ -334,7 +334,7 @@ enum Commit {
     /// Removes every session of `node`; then the association is gone (release) or set up anew.
     Release {
         node: NodeId,
-        setup: Option<(Association, Message)>,
+        setup: Option<Box<(Association, Message)>>,
     },
 }
 
@@ -749,7 +749,7 @@ impl<S: Sessions> Upf<S> {
             if self.sessions_of(&r.node_id).next().is_some() {
                 let commit = Commit::Release {
                     node: r.node_id.clone(),
-                    setup: Some((association, accepted)),
+                    setup: Some(Box::new((association, accepted))),
                 };
                 return self.apply_release(from, seq, t, r.node_id, commit);
             }
@@ -938,7 +938,7 @@ impl<S: Sessions> Upf<S> {
                     ipv4: Some(self.config.pfcp_addr),
                     ipv6: None,
                 };
-                self.sessions.insert(seid, session);
+                self.sessions.insert(seid, *session);
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -973,7 +973,7 @@ impl<S: Sessions> Upf<S> {
                 }
                 let old = self
                     .sessions
-                    .insert(seid, session)
+                    .insert(seid, *session)
                     .expect("modified sessions exist");
                 let new = &self.sessions[&seid];
                 let (new_ues, new_teids) = (ues_of(&new.rules), teids_of(&new.rules));
@@ -1023,7 +1023,7 @@ impl<S: Sessions> Upf<S> {
                 for s in seids {
                     self.remove_session(s);
                 }
-                match setup {
+                match setup.map(|b| *b) {
                     Some((association, accepted)) => {
                         self.install_association(node, association);
                         accepted
@@ -1206,7 +1206,7 @@ impl<S: Sessions> Upf<S> {
             changes,
             Commit::Establish {
                 seid,
-                session,
+                session: Box::new(session),
                 created,
             },
         )
@@ -1519,7 +1519,7 @@ impl<S: Sessions> Upf<S> {
             changes,
             Commit::Modify {
                 seid,
-                session,
+                session: Box::new(session),
                 created,
             },
         )
@@ -1610,6 +1610,9 @@ fn far_action(f: &CreateFar) -> Result<Action, Reject> {
     }
 }
 
+/// A candidate target and the (precedence, PDR id) of the PDR giving it: the lowest wins.
+type Ranked<T> = ((u32, u16), Option<T>);
+
 /// A session's forwarding from its rules, or the rule that cannot be applied.
 fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
     for f in rules.fars.values() {
@@ -1619,8 +1622,8 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
         check_qer(q)?;
     }
     // (precedence, PDR id) of the winner per key.
-    let mut down: BTreeMap<IpAddr, ((u32, u16), Option<(u32, Ipv4Addr)>)> = BTreeMap::new();
-    let mut up: BTreeMap<u32, ((u32, u16), Option<IpAddr>)> = BTreeMap::new();
+    let mut down: BTreeMap<IpAddr, Ranked<(u32, Ipv4Addr)>> = BTreeMap::new();
+    let mut up: BTreeMap<u32, Ranked<IpAddr>> = BTreeMap::new();
     let all_ues: Vec<IpAddr> = ues_of(rules).into_iter().collect();
     for (&id, (p, teid)) in &rules.pdrs {
         let fail = Reject::rule(FailedRuleId::Pdr(id));

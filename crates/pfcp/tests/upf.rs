@@ -343,6 +343,9 @@ fn v4(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 45, 0, last))
 }
 
+/// A downlink tunnel: TEID and eNodeB.
+type Tunnel = (u32, Ipv4Addr);
+
 const ENB: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
 
 /// The cluster's tables are exactly the union of the endpoint's sessions' forwarding.
@@ -1089,7 +1092,7 @@ proptest! {
         let mut smf = Smf::new();
         smf.associate(&mut upf);
         // up seid -> (ue, tunnel)
-        let mut oracle: Vec<(u64, IpAddr, Option<(u32, Ipv4Addr)>)> = Vec::new();
+        let mut oracle: Vec<(u64, IpAddr, Option<Tunnel>)> = Vec::new();
         let enb = |n: u8| Ipv4Addr::new(192, 168, 1, n);
         for (i, op) in ops.into_iter().enumerate() {
             match op {
