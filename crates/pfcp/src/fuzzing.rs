@@ -1,0 +1,77 @@
+//! The fuzz target's entry point (`crates/pfcp/fuzz`), also run by the property tests.
+
+use crate::ie::{NodeId, RecoveryTimeStamp};
+use crate::message::{AssociationSetupRequest, Body, Message};
+use crate::upf::{Applied, Config, Failure, FibChange, Placement, Sessions, Token, Upf};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+/// A cluster that accepts everything (the first change of every third call is left pending
+/// and completed on the next datagram).
+#[derive(Default)]
+struct Accept {
+    calls: u64,
+    pending: Vec<Token>,
+}
+
+impl Sessions for Accept {
+    fn place(&mut self, ues: &[IpAddr]) -> Result<Placement, Failure> {
+        let node = ues.len() as u16 % 4;
+        Ok(Placement {
+            node,
+            ran: Ipv4Addr::new(10, 1, 0, node as u8 + 1),
+        })
+    }
+    fn apply(&mut self, token: Token, _: &[FibChange]) -> Result<Applied, Failure> {
+        self.calls += 1;
+        match self.calls % 5 {
+            0 => Err(Failure::NoResources),
+            3 => {
+                self.pending.push(token);
+                Ok(Applied::Pending)
+            }
+            _ => Ok(Applied::Done),
+        }
+    }
+}
+
+/// Parses `data` as a datagram; whatever parses must build, and parse again to itself. Then
+/// feeds `data` to a UPF endpoint with an association from the sender, twice (the second
+/// time is a retransmission), and checks that everything it sends parses.
+pub fn pfcp_message(data: &[u8]) {
+    if let Ok(msg) = Message::parse(data) {
+        let bytes = msg
+            .to_bytes()
+            .expect("a parsed message can be written again");
+        assert_eq!(Message::parse(&bytes).as_ref(), Ok(&msg));
+    }
+    let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 8805);
+    let cfg = Config::new(
+        NodeId::Ipv4(Ipv4Addr::new(10, 0, 0, 100)),
+        RecoveryTimeStamp(1),
+        Ipv4Addr::new(10, 0, 0, 100),
+    );
+    let mut upf = Upf::new(cfg, Accept::default());
+    let setup = Message {
+        seid: None,
+        sequence: 0xff_fff0,
+        priority: None,
+        body: Body::AssociationSetupRequest(AssociationSetupRequest {
+            node_id: NodeId::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+            recovery_time_stamp: RecoveryTimeStamp(1),
+            up_function_features: None,
+            cp_function_features: None,
+        }),
+    };
+    let bytes = setup.to_bytes().expect("buildable");
+    let mut out = upf.handle(Duration::ZERO, peer, &bytes);
+    for i in 1..3 {
+        out.extend(upf.handle(Duration::from_secs(i), peer, data));
+        for t in std::mem::take(&mut upf.sessions_impl_mut().pending) {
+            out.extend(upf.complete(Duration::from_secs(i), t, Ok(())));
+        }
+    }
+    for t in out {
+        assert!(Message::parse(&t.bytes).is_ok(), "we send only what parses");
+    }
+}

@@ -1,0 +1,1719 @@
+//! The sans-IO user-plane endpoint: [`Upf::handle`] takes a datagram (and the time), answers
+//! it, and turns sessions' rules into forwarding-table changes that a [`Sessions`]
+//! implementation (the cluster) makes durable and installs; the answer to a request that
+//! changes forwarding can wait for that ([`Applied::Pending`], then [`Upf::complete`]).
+//!
+//! What a session's rules become (the only forwarding this user plane does):
+//! - **Downlink**: a PDR with source interface Core matching a UE IP address, whose FAR is
+//!   FORW with Outer Header Creation GTP-U/UDP/IPv4 (TEID, eNodeB/gNB address) gives
+//!   [`FibChange::SetDownlink`] for each UE address (IPv4 and IPv6). Among Core PDRs of one
+//!   UE address the lowest precedence value wins (then the lowest PDR ID).
+//! - **Uplink**: a PDR with source interface Access and a local F-TEID (CHOOSE: we allocate the
+//!   TEID and answer with the handling node's `ran` IPv4 address in Created PDR) with Outer
+//!   Header Removal GTP-U, whose FAR is FORW (no outer header creation) gives
+//!   [`FibChange::SetUplink`].
+//! - **DROP** (and BUFF, NOCP: we do not buffer or notify; such a FAR drops, which the
+//!   response does not hide: it is documented here) removes the direction's forwarding, as a
+//!   closed gate of a QER does.
+//!
+//! Refused with Rule creation/modification failure and the Failed Rule ID (the request changes
+//! nothing): a PDR whose PDI matches on anything but source interface, local F-TEID, network
+//! instance and UE address (SDF filters, application ids, ...); a Core PDR without UE address
+//! or with a local F-TEID or Outer Header Removal; an Access PDR without local F-TEID or
+//! without GTP-U Outer Header Removal; a PDR without FAR, or naming a FAR or QER the session
+//! lacks, or a URR; a UE address another session holds; CHOOSE of an IPv6-only F-TEID or of a
+//! UE address; a FAR whose Apply Action is not exactly one of DROP, FORW, BUFF (with NOCP), or
+//! DUPL; a FORW FAR of a Core PDR without GTP-U/UDP/IPv4 Outer Header Creation, or of an
+//! Access PDR with any. **QERs** are applied for their gates (closed = drop) and refused
+//! (Failed Rule ID naming the QER) when they ask for anything else: MBR, GBR, QFI marking or
+//! any other QER IE, since we do not police rates or mark QoS flows. **URRs** are always
+//! refused (Failed Rule ID naming the URR): we do not count per session.
+//!
+//! Other causes: a session request from an address without association: Establishment is
+//! answered No established PFCP Association, Modification and Deletion are dropped; both are
+//! counted. A session the sender does not hold: Session context not found. A malformed
+//! request: Mandatory IE missing / Mandatory IE incorrect / Invalid length with the Offending
+//! IE. More than [`Config::max_sessions`] sessions, or a [`Failure::NoResources`] from the
+//! cluster: No resources available. A request for a session whose previous change is still
+//! being installed: PFCP entity in congestion. A retransmitted request (same sequence number
+//! from the same address within [`Config::response_ttl`]) is answered from the cache and not
+//! applied twice; one still being installed is dropped (the answer follows).
+
+use crate::ie::*;
+use crate::message::*;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+/// The endpoint's settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The cluster's Node ID (one for the whole user plane).
+    pub node_id: NodeId,
+    /// When the user plane started (seconds since 1900).
+    pub recovery_time_stamp: RecoveryTimeStamp,
+    /// The address in UP F-SEIDs (this endpoint's PFCP address).
+    pub pfcp_addr: Ipv4Addr,
+    /// The most sessions this endpoint holds; more get No resources available.
+    pub max_sessions: usize,
+    /// The top byte of every TEID and the top 16 bits of every SEID we allocate, so that the
+    /// endpoints of one cluster never allocate the same (2^24 - 1 TEIDs each).
+    pub allocator_id: u8,
+    /// How long a response is kept to answer retransmissions (TS 29.244: at least N1 * T1).
+    pub response_ttl: Duration,
+    /// At most this many responses are kept (the oldest go first).
+    pub response_cache_entries: usize,
+}
+
+impl Config {
+    /// Settings with 1M sessions, allocator 0, responses kept 30 s, 65536 of them.
+    pub fn new(
+        node_id: NodeId,
+        recovery_time_stamp: RecoveryTimeStamp,
+        pfcp_addr: Ipv4Addr,
+    ) -> Self {
+        Config {
+            node_id,
+            recovery_time_stamp,
+            pfcp_addr,
+            max_sessions: 1 << 20,
+            allocator_id: 0,
+            response_ttl: Duration::from_secs(30),
+            response_cache_entries: 1 << 16,
+        }
+    }
+}
+
+/// Where the cluster puts a session: the handling node and its `ran` address (the address
+/// uplink tunnels are sent to).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Placement {
+    /// The handling node.
+    pub node: u16,
+    /// Its `ran` address.
+    pub ran: Ipv4Addr,
+}
+
+/// One change to the cluster's forwarding tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FibChange {
+    /// Packets to `ue` are tunnelled (GTP-U, `teid`) to `peer` by `node`.
+    SetDownlink {
+        /// The UE address (the FIB key).
+        ue: IpAddr,
+        /// The peer's TEID.
+        teid: u32,
+        /// The eNodeB/gNB.
+        peer: Ipv4Addr,
+        /// The handling node.
+        node: u16,
+    },
+    /// Packets to `ue` are no longer forwarded.
+    RemoveDownlink {
+        /// The UE address.
+        ue: IpAddr,
+        /// The handling node.
+        node: u16,
+    },
+    /// G-PDUs with `teid` arriving at `node`'s `ran` port are decapsulated; the inner source
+    /// must be `ue` (and the outer source `peer`, when known).
+    SetUplink {
+        /// Our TEID.
+        teid: u32,
+        /// The UE address the inner packets come from.
+        ue: IpAddr,
+        /// The eNodeB/gNB, when the session has a downlink tunnel.
+        peer: Option<Ipv4Addr>,
+        /// The handling node.
+        node: u16,
+    },
+    /// G-PDUs with `teid` are no longer accepted.
+    RemoveUplink {
+        /// Our TEID.
+        teid: u32,
+        /// The handling node.
+        node: u16,
+    },
+}
+
+/// Why the cluster could not apply changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// The cluster is full (cause No resources available).
+    #[error("no resources available")]
+    NoResources,
+    /// Anything else (cause System failure).
+    #[error("system failure")]
+    System,
+}
+
+impl Failure {
+    fn cause(self) -> Cause {
+        match self {
+            Failure::NoResources => Cause::NO_RESOURCES_AVAILABLE,
+            Failure::System => Cause::SYSTEM_FAILURE,
+        }
+    }
+}
+
+/// Identifies a change whose outcome the cluster reports later through [`Upf::complete`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Token(pub u64);
+
+/// What [`Sessions::apply`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The changes are durable and installed: answer now.
+    Done,
+    /// They will be; [`Upf::complete`] with this call's token gives the answer.
+    Pending,
+}
+
+/// The cluster, as the endpoint sees it.
+pub trait Sessions {
+    /// Chooses the handling node of a new session whose UE addresses are `ues` (never empty).
+    fn place(&mut self, ues: &[IpAddr]) -> Result<Placement, Failure>;
+    /// Applies `changes` all or nothing (removals listed before additions). On `Err` nothing
+    /// may have changed; with [`Applied::Pending`] the same holds for an `Err` given later to
+    /// [`Upf::complete`].
+    fn apply(&mut self, token: Token, changes: &[FibChange]) -> Result<Applied, Failure>;
+}
+
+/// A datagram to send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The destination.
+    pub to: SocketAddr,
+    /// The PFCP message.
+    pub bytes: Vec<u8>,
+}
+
+/// Counters (plain integers; read them with [`Upf::stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests received, by message type.
+    pub rx: BTreeMap<u8, u64>,
+    /// Responses sent, by message type and cause (0 when the message has no cause).
+    pub tx: BTreeMap<(u8, u8), u64>,
+    /// Datagrams whose header did not parse (dropped).
+    pub malformed: u64,
+    /// Messages of a type we do not handle, or responses (we send no requests): dropped.
+    pub ignored: u64,
+    /// Retransmitted requests answered from the cache.
+    pub retransmissions: u64,
+    /// Retransmitted requests dropped while their change was still being installed.
+    pub retransmissions_in_flight: u64,
+    /// Session Modification/Deletion requests from addresses without association (dropped).
+    pub dropped_no_association: u64,
+    /// Requests rejected with No established PFCP Association.
+    pub rejected_no_association: u64,
+    /// Heartbeats or setups showing that a peer restarted (its Recovery Time Stamp changed).
+    pub peer_restarts: u64,
+}
+
+/// A control-plane peer with an association.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Association {
+    addr: IpAddr,
+    recovery_time_stamp: RecoveryTimeStamp,
+    sessions: HashSet<u64>,
+}
+
+/// A session's rules as installed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Rules {
+    pdrs: BTreeMap<u16, (CreatePdr, Option<u32>)>,
+    fars: BTreeMap<u32, CreateFar>,
+    qers: BTreeMap<u32, Qer>,
+}
+
+#[derive(Clone, Debug)]
+struct Session {
+    node_id: NodeId,
+    cp_f_seid: FSeid,
+    placement: Placement,
+    rules: Rules,
+    fwd: Forwarding,
+}
+
+/// A session's forwarding: what its rules become.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Forwarding {
+    /// UE address -> (TEID, peer).
+    pub downlink: BTreeMap<IpAddr, (u32, Ipv4Addr)>,
+    /// Our TEID -> (UE address, peer).
+    pub uplink: BTreeMap<u32, (IpAddr, Option<Ipv4Addr>)>,
+}
+
+impl Forwarding {
+    /// The changes that turn `self` into `new` at `node`: removals first.
+    pub fn diff(&self, new: &Forwarding, node: u16) -> Vec<FibChange> {
+        let mut out = Vec::new();
+        for ue in self
+            .downlink
+            .keys()
+            .filter(|k| !new.downlink.contains_key(k))
+        {
+            out.push(FibChange::RemoveDownlink { ue: *ue, node });
+        }
+        for teid in self.uplink.keys().filter(|k| !new.uplink.contains_key(k)) {
+            out.push(FibChange::RemoveUplink { teid: *teid, node });
+        }
+        for (ue, &(teid, peer)) in &new.downlink {
+            if self.downlink.get(ue) != Some(&(teid, peer)) {
+                out.push(FibChange::SetDownlink {
+                    ue: *ue,
+                    teid,
+                    peer,
+                    node,
+                });
+            }
+        }
+        for (teid, &(ue, peer)) in &new.uplink {
+            if self.uplink.get(teid) != Some(&(ue, peer)) {
+                out.push(FibChange::SetUplink {
+                    teid: *teid,
+                    ue,
+                    peer,
+                    node,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// A refusal: the cause and what it is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reject {
+    cause: Cause,
+    offending_ie: Option<u16>,
+    failed_rule: Option<FailedRuleId>,
+}
+
+impl Reject {
+    fn cause(cause: Cause) -> Self {
+        Reject {
+            cause,
+            offending_ie: None,
+            failed_rule: None,
+        }
+    }
+    fn rule(rule: FailedRuleId) -> Self {
+        Reject {
+            cause: Cause::RULE_CREATION_MODIFICATION_FAILURE,
+            offending_ie: None,
+            failed_rule: Some(rule),
+        }
+    }
+    fn ie(cause: Cause, ie: u16) -> Self {
+        Reject {
+            cause,
+            offending_ie: Some(ie),
+            failed_rule: None,
+        }
+    }
+}
+
+/// What an accepted change commits when the cluster confirms it.
+#[derive(Debug)]
+enum Commit {
+    Establish {
+        seid: u64,
+        session: Box<Session>,
+        created: Vec<CreatedPdr>,
+    },
+    Modify {
+        seid: u64,
+        session: Box<Session>,
+        created: Vec<CreatedPdr>,
+    },
+    Delete {
+        seid: u64,
+    },
+    /// Removes every session of `node`; then the association is gone (release) or set up anew.
+    Release {
+        node: NodeId,
+        setup: Option<Box<(Association, Message)>>,
+    },
+}
+
+#[derive(Debug)]
+struct Pending {
+    to: SocketAddr,
+    sequence: u32,
+    /// The SEID of the response header.
+    reply_seid: Option<u64>,
+    /// The message type of the request.
+    request: u8,
+    commit: Commit,
+}
+
+/// The PFCP endpoint of the user plane. See the module docs for what it accepts.
+pub struct Upf<S> {
+    config: Config,
+    sessions_impl: S,
+    associations: HashMap<NodeId, Association>,
+    by_addr: HashMap<IpAddr, NodeId>,
+    sessions: HashMap<u64, Session>,
+    /// Which session holds each UE address (installed or being installed).
+    ue_index: HashMap<IpAddr, u64>,
+    teids: HashSet<u32>,
+    next_teid: u32,
+    next_seid: u64,
+    /// Sessions (and associations, by node) with a change being installed.
+    busy: HashSet<u64>,
+    busy_nodes: HashSet<NodeId>,
+    /// Establishments being installed (they count against `max_sessions`).
+    establishing: usize,
+    pending: HashMap<Token, Pending>,
+    in_flight: HashSet<(SocketAddr, u32)>,
+    cache: HashMap<(SocketAddr, u32), Vec<u8>>,
+    cache_order: VecDeque<(Duration, SocketAddr, u32)>,
+    next_token: u64,
+    stats: Stats,
+}
+
+impl<S: Sessions> Upf<S> {
+    /// An endpoint with no association.
+    pub fn new(config: Config, sessions: S) -> Self {
+        Upf {
+            config,
+            sessions_impl: sessions,
+            associations: HashMap::new(),
+            by_addr: HashMap::new(),
+            sessions: HashMap::new(),
+            ue_index: HashMap::new(),
+            teids: HashSet::new(),
+            next_teid: 1,
+            next_seid: 1,
+            busy: HashSet::new(),
+            busy_nodes: HashSet::new(),
+            establishing: 0,
+            pending: HashMap::new(),
+            in_flight: HashSet::new(),
+            cache: HashMap::new(),
+            cache_order: VecDeque::new(),
+            next_token: 1,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The cluster side.
+    pub fn sessions_impl(&self) -> &S {
+        &self.sessions_impl
+    }
+
+    /// The cluster side, mutable.
+    pub fn sessions_impl_mut(&mut self) -> &mut S {
+        &mut self.sessions_impl
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Installed sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Peers with an association.
+    pub fn association_count(&self) -> usize {
+        self.associations.len()
+    }
+
+    /// Whether `node` has an association.
+    pub fn is_associated(&self, node: &NodeId) -> bool {
+        self.associations.contains_key(node)
+    }
+
+    /// The forwarding and placement of installed session `up_seid`.
+    pub fn session(&self, up_seid: u64) -> Option<(&Forwarding, Placement)> {
+        self.sessions.get(&up_seid).map(|s| (&s.fwd, s.placement))
+    }
+
+    /// The UP SEIDs of the installed sessions.
+    pub fn session_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sessions.keys().copied()
+    }
+
+    /// Handles one datagram from `from` at time `now` (any fixed epoch): the datagrams to
+    /// send back. A datagram may hold several messages (the FO flag).
+    pub fn handle(&mut self, now: Duration, from: SocketAddr, bytes: &[u8]) -> Vec<Transmit> {
+        self.expire(now);
+        let mut out = Vec::new();
+        let mut rest = bytes;
+        loop {
+            let (header, body, after) = match Header::parse(rest) {
+                Ok(x) => x,
+                Err(DecodeError::Version(_)) => {
+                    if let Some(sequence) = Header::peek_sequence(rest) {
+                        let msg = Message {
+                            seid: None,
+                            sequence,
+                            priority: None,
+                            body: Body::VersionNotSupportedResponse,
+                        };
+                        self.send(&mut out, now, from, None, msg);
+                    }
+                    return out;
+                }
+                Err(_) => {
+                    self.stats.malformed += 1;
+                    return out;
+                }
+            };
+            self.message(now, from, header, body, &mut out);
+            if !header.follow_on || after.is_empty() {
+                return out;
+            }
+            rest = after;
+        }
+    }
+
+    /// Reports the outcome of a change [`Sessions::apply`] left pending: the response to send.
+    /// An unknown token gives nothing.
+    pub fn complete(
+        &mut self,
+        now: Duration,
+        token: Token,
+        result: Result<(), Failure>,
+    ) -> Vec<Transmit> {
+        self.expire(now);
+        let mut out = Vec::new();
+        if let Some(p) = self.pending.remove(&token) {
+            self.in_flight.remove(&(p.to, p.sequence));
+            let msg = self.finish(p.request, p.reply_seid, p.sequence, p.commit, result);
+            self.send(&mut out, now, p.to, Some(p.sequence), msg);
+        }
+        out
+    }
+
+    fn expire(&mut self, now: Duration) {
+        while let Some(&(at, addr, seq)) = self.cache_order.front() {
+            if now.saturating_sub(at) <= self.config.response_ttl
+                && self.cache_order.len() <= self.config.response_cache_entries
+            {
+                break;
+            }
+            self.cache_order.pop_front();
+            self.cache.remove(&(addr, seq));
+        }
+    }
+
+    /// Sends `msg` to `to`, caching it as the answer to request `cache_seq`.
+    fn send(
+        &mut self,
+        out: &mut Vec<Transmit>,
+        now: Duration,
+        to: SocketAddr,
+        cache_seq: Option<u32>,
+        msg: Message,
+    ) {
+        let t = msg.body.message_type();
+        let cause = match &msg.body {
+            Body::AssociationSetupResponse(b) => b.cause.0,
+            Body::AssociationUpdateResponse(b) => b.cause.0,
+            Body::AssociationReleaseResponse(b) => b.cause.0,
+            Body::SessionEstablishmentResponse(b) => b.cause.0,
+            Body::SessionModificationResponse(b) => b.cause.0,
+            Body::SessionDeletionResponse(b) => b.cause.0,
+            _ => 0,
+        };
+        *self.stats.tx.entry((t, cause)).or_default() += 1;
+        // Our messages are always buildable: sequence numbers come from 24-bit fields, and
+        // every value from a parsed message or from us fits its field.
+        let Ok(bytes) = msg.to_bytes() else {
+            return;
+        };
+        if let Some(seq) = cache_seq {
+            if self.cache.insert((to, seq), bytes.clone()).is_none() {
+                self.cache_order.push_back((now, to, seq));
+            }
+            self.expire(now);
+        }
+        out.push(Transmit { to, bytes });
+    }
+
+    fn message(
+        &mut self,
+        now: Duration,
+        from: SocketAddr,
+        header: Header,
+        body: &[u8],
+        out: &mut Vec<Transmit>,
+    ) {
+        let t = header.message_type;
+        if !msg_type::is_request(t) {
+            self.stats.ignored += 1;
+            return;
+        }
+        let key = (from, header.sequence);
+        if let Some(bytes) = self.cache.get(&key) {
+            self.stats.retransmissions += 1;
+            out.push(Transmit {
+                to: from,
+                bytes: bytes.clone(),
+            });
+            return;
+        }
+        if self.in_flight.contains(&key) {
+            self.stats.retransmissions_in_flight += 1;
+            return;
+        }
+        let decoded = Body::decode(t, body);
+        if matches!(decoded, Err(DecodeError::UnknownMessage(_))) {
+            self.stats.ignored += 1;
+            return;
+        }
+        *self.stats.rx.entry(t).or_default() += 1;
+        let seq = header.sequence;
+        let reply = match decoded {
+            Err(e) => {
+                let (cause, ie) = match e {
+                    DecodeError::MissingIe(ie) => (Cause::MANDATORY_IE_MISSING, ie),
+                    DecodeError::InvalidIe(ie) => (Cause::MANDATORY_IE_INCORRECT, ie),
+                    DecodeError::IeLength(ie) => (Cause::INVALID_LENGTH, ie),
+                    _ => (Cause::REQUEST_REJECTED, 0),
+                };
+                // A session request is answered with the SEID the peer knows us by when the
+                // session is its, else 0 (the CP F-SEID of a malformed request is unknown).
+                let reply_seid = header.seid.map(|s| self.reply_seid(from, s));
+                if t == msg_type::HEARTBEAT_REQUEST
+                    || (msg_type::is_session(t) && !self.by_addr.contains_key(&from.ip()))
+                {
+                    // Heartbeat Response has no cause; session requests from strangers are
+                    // dropped as below.
+                    if msg_type::is_session(t) {
+                        self.stats.dropped_no_association += 1;
+                    } else {
+                        self.stats.malformed += 1;
+                    }
+                    return;
+                }
+                Some(self.reject(t, reply_seid, seq, Reject::ie(cause, ie)))
+            }
+            Ok(Body::HeartbeatRequest(h)) => {
+                if let Some(node) = self.by_addr.get(&from.ip()) {
+                    let a = self
+                        .associations
+                        .get_mut(node)
+                        .expect("by_addr names associations");
+                    if a.recovery_time_stamp != h.recovery_time_stamp {
+                        a.recovery_time_stamp = h.recovery_time_stamp;
+                        self.stats.peer_restarts += 1;
+                    }
+                }
+                Some(Message {
+                    seid: None,
+                    sequence: seq,
+                    priority: None,
+                    body: Body::HeartbeatResponse(Heartbeat {
+                        recovery_time_stamp: self.config.recovery_time_stamp,
+                    }),
+                })
+            }
+            Ok(Body::AssociationSetupRequest(r)) => self.association_setup(from, seq, r),
+            Ok(Body::AssociationUpdateRequest(r)) => Some(self.association_update(from, seq, r)),
+            Ok(Body::AssociationReleaseRequest(r)) => self.association_release(from, seq, r),
+            Ok(Body::SessionEstablishmentRequest(r)) => self.establish(from, seq, r),
+            Ok(Body::SessionModificationRequest(r)) => {
+                self.modify(from, seq, header.seid.unwrap_or(0), r)
+            }
+            Ok(Body::SessionDeletionRequest) => self.delete(from, seq, header.seid.unwrap_or(0)),
+            Ok(_) => {
+                self.stats.ignored += 1;
+                None
+            }
+        };
+        if let Some(msg) = reply {
+            self.send(out, now, from, Some(seq), msg);
+        }
+    }
+
+    /// The response header SEID for a request about `up_seid` from `from`.
+    fn reply_seid(&self, from: SocketAddr, up_seid: u64) -> u64 {
+        match (self.sessions.get(&up_seid), self.by_addr.get(&from.ip())) {
+            (Some(s), Some(node)) if &s.node_id == node => s.cp_f_seid.seid,
+            _ => 0,
+        }
+    }
+
+    fn our_node(&self) -> NodeId {
+        self.config.node_id.clone()
+    }
+
+    fn up_features() -> UpFunctionFeatures {
+        UpFunctionFeatures(vec![0x10, 0x00]) // FTUP
+    }
+
+    /// The rejection response to a request of type `t`.
+    fn reject(&self, t: u8, reply_seid: Option<u64>, sequence: u32, r: Reject) -> Message {
+        let node_id = self.our_node();
+        let offending_ie = r.offending_ie.map(OffendingIe);
+        let body = match t {
+            msg_type::ASSOCIATION_SETUP_REQUEST => {
+                Body::AssociationSetupResponse(AssociationSetupResponse {
+                    node_id,
+                    cause: r.cause,
+                    recovery_time_stamp: self.config.recovery_time_stamp,
+                    up_function_features: None,
+                    cp_function_features: None,
+                })
+            }
+            msg_type::ASSOCIATION_UPDATE_REQUEST => {
+                Body::AssociationUpdateResponse(AssociationUpdateResponse {
+                    node_id,
+                    cause: r.cause,
+                    up_function_features: None,
+                    cp_function_features: None,
+                })
+            }
+            msg_type::ASSOCIATION_RELEASE_REQUEST => {
+                Body::AssociationReleaseResponse(AssociationReleaseResponse {
+                    node_id,
+                    cause: r.cause,
+                })
+            }
+            msg_type::SESSION_ESTABLISHMENT_REQUEST => {
+                Body::SessionEstablishmentResponse(SessionEstablishmentResponse {
+                    node_id,
+                    cause: r.cause,
+                    offending_ie,
+                    up_f_seid: None,
+                    created_pdr: vec![],
+                    failed_rule_id: r.failed_rule,
+                })
+            }
+            msg_type::SESSION_MODIFICATION_REQUEST => {
+                Body::SessionModificationResponse(SessionModificationResponse {
+                    cause: r.cause,
+                    offending_ie,
+                    created_pdr: vec![],
+                    failed_rule_id: r.failed_rule,
+                })
+            }
+            _ => Body::SessionDeletionResponse(SessionDeletionResponse {
+                cause: r.cause,
+                offending_ie,
+            }),
+        };
+        Message {
+            seid: reply_seid,
+            sequence,
+            priority: None,
+            body,
+        }
+    }
+
+    fn association_setup(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        r: AssociationSetupRequest,
+    ) -> Option<Message> {
+        let t = msg_type::ASSOCIATION_SETUP_REQUEST;
+        if self.busy_nodes.contains(&r.node_id) {
+            return Some(self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        let association = Association {
+            addr: from.ip(),
+            recovery_time_stamp: r.recovery_time_stamp,
+            sessions: HashSet::new(),
+        };
+        let accepted = Message {
+            seid: None,
+            sequence: seq,
+            priority: None,
+            body: Body::AssociationSetupResponse(AssociationSetupResponse {
+                node_id: self.our_node(),
+                cause: Cause::REQUEST_ACCEPTED,
+                recovery_time_stamp: self.config.recovery_time_stamp,
+                up_function_features: Some(Self::up_features()),
+                cp_function_features: None,
+            }),
+        };
+        if let Some(old) = self.associations.get(&r.node_id) {
+            if old.recovery_time_stamp != r.recovery_time_stamp {
+                self.stats.peer_restarts += 1;
+            }
+            // TS 29.244 6.2.6.2.2: a new setup from an associated peer replaces the
+            // association, and its sessions go (we do not offer session retention).
+            if self.sessions_of(&r.node_id).next().is_some() {
+                let commit = Commit::Release {
+                    node: r.node_id.clone(),
+                    setup: Some(Box::new((association, accepted))),
+                };
+                return self.apply_release(from, seq, t, r.node_id, commit);
+            }
+        }
+        self.install_association(r.node_id, association);
+        Some(accepted)
+    }
+
+    fn install_association(&mut self, node: NodeId, association: Association) {
+        if let Some(old) = self.associations.remove(&node) {
+            self.by_addr.remove(&old.addr);
+        }
+        // An address names one association: a new node at an old address replaces it (its
+        // sessions stay until that node is released).
+        if let Some(prev) = self.by_addr.insert(association.addr, node.clone()) {
+            if prev != node {
+                if let Some(a) = self.associations.get_mut(&prev) {
+                    a.addr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+                }
+            }
+        }
+        self.associations.insert(node, association);
+    }
+
+    fn sessions_of<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = u64> + 'a {
+        self.associations
+            .get(node)
+            .into_iter()
+            .flat_map(|a| a.sessions.iter().copied())
+    }
+
+    fn association_update(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        r: AssociationUpdateRequest,
+    ) -> Message {
+        let t = msg_type::ASSOCIATION_UPDATE_REQUEST;
+        if self.by_addr.get(&from.ip()) != Some(&r.node_id) {
+            self.stats.rejected_no_association += 1;
+            return self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::NO_ESTABLISHED_PFCP_ASSOCIATION),
+            );
+        }
+        Message {
+            seid: None,
+            sequence: seq,
+            priority: None,
+            body: Body::AssociationUpdateResponse(AssociationUpdateResponse {
+                node_id: self.our_node(),
+                cause: Cause::REQUEST_ACCEPTED,
+                up_function_features: Some(Self::up_features()),
+                cp_function_features: None,
+            }),
+        }
+    }
+
+    fn association_release(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        r: AssociationReleaseRequest,
+    ) -> Option<Message> {
+        let t = msg_type::ASSOCIATION_RELEASE_REQUEST;
+        if self.by_addr.get(&from.ip()) != Some(&r.node_id) {
+            self.stats.rejected_no_association += 1;
+            return Some(self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::NO_ESTABLISHED_PFCP_ASSOCIATION),
+            ));
+        }
+        if self.busy_nodes.contains(&r.node_id)
+            || self.sessions_of(&r.node_id).any(|s| self.busy.contains(&s))
+        {
+            return Some(self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        let commit = Commit::Release {
+            node: r.node_id.clone(),
+            setup: None,
+        };
+        self.apply_release(from, seq, t, r.node_id, commit)
+    }
+
+    /// Removes every session of `node` through the cluster, then `commit`s.
+    fn apply_release(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        t: u8,
+        node: NodeId,
+        commit: Commit,
+    ) -> Option<Message> {
+        if self.sessions_of(&node).any(|s| self.busy.contains(&s)) {
+            return Some(self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        let mut seids: Vec<u64> = self.sessions_of(&node).collect();
+        seids.sort_unstable();
+        let mut changes = Vec::new();
+        for s in &seids {
+            let sess = &self.sessions[s];
+            changes.extend(sess.fwd.diff(&Forwarding::default(), sess.placement.node));
+        }
+        self.busy_nodes.insert(node);
+        self.busy.extend(seids);
+        self.apply(from, seq, t, None, changes, commit)
+    }
+
+    /// Hands `changes` to the cluster; commits now, later, or answers the failure.
+    fn apply(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        t: u8,
+        reply_seid: Option<u64>,
+        changes: Vec<FibChange>,
+        commit: Commit,
+    ) -> Option<Message> {
+        let token = Token(self.next_token);
+        self.next_token += 1;
+        let result = if changes.is_empty() {
+            Ok(Applied::Done)
+        } else {
+            self.sessions_impl.apply(token, &changes)
+        };
+        match result {
+            Ok(Applied::Pending) => {
+                self.in_flight.insert((from, seq));
+                self.pending.insert(
+                    token,
+                    Pending {
+                        to: from,
+                        sequence: seq,
+                        reply_seid,
+                        request: t,
+                        commit,
+                    },
+                );
+                None
+            }
+            Ok(Applied::Done) => Some(self.finish(t, reply_seid, seq, commit, Ok(()))),
+            Err(f) => Some(self.finish(t, reply_seid, seq, commit, Err(f))),
+        }
+    }
+
+    /// Commits (or abandons) a change and gives the response.
+    fn finish(
+        &mut self,
+        t: u8,
+        reply_seid: Option<u64>,
+        seq: u32,
+        commit: Commit,
+        result: Result<(), Failure>,
+    ) -> Message {
+        match commit {
+            Commit::Establish {
+                seid,
+                session,
+                created,
+            } => {
+                self.busy.remove(&seid);
+                self.establishing -= 1;
+                if let Err(f) = result {
+                    self.forget(&session, seid);
+                    return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
+                }
+                if let Some(a) = self.associations.get_mut(&session.node_id) {
+                    a.sessions.insert(seid);
+                }
+                let up_f_seid = FSeid {
+                    seid,
+                    ipv4: Some(self.config.pfcp_addr),
+                    ipv6: None,
+                };
+                self.sessions.insert(seid, *session);
+                Message {
+                    seid: reply_seid,
+                    sequence: seq,
+                    priority: None,
+                    body: Body::SessionEstablishmentResponse(SessionEstablishmentResponse {
+                        node_id: self.our_node(),
+                        cause: Cause::REQUEST_ACCEPTED,
+                        offending_ie: None,
+                        up_f_seid: Some(up_f_seid),
+                        created_pdr: created,
+                        failed_rule_id: None,
+                    }),
+                }
+            }
+            Commit::Modify {
+                seid,
+                session,
+                created,
+            } => {
+                self.busy.remove(&seid);
+                if let Err(f) = result {
+                    // Free what the new rules reserved and the old ones do not hold.
+                    let old = &self.sessions[&seid];
+                    let (old_ues, old_teids) = (ues_of(&old.rules), teids_of(&old.rules));
+                    for ue in ues_of(&session.rules).difference(&old_ues) {
+                        self.ue_index.remove(ue);
+                    }
+                    for teid in teids_of(&session.rules).difference(&old_teids) {
+                        self.teids.remove(teid);
+                    }
+                    return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
+                }
+                let old = self
+                    .sessions
+                    .insert(seid, *session)
+                    .expect("modified sessions exist");
+                let new = &self.sessions[&seid];
+                let (new_ues, new_teids) = (ues_of(&new.rules), teids_of(&new.rules));
+                for ue in ues_of(&old.rules).difference(&new_ues) {
+                    self.ue_index.remove(ue);
+                }
+                for teid in teids_of(&old.rules).difference(&new_teids) {
+                    self.teids.remove(teid);
+                }
+                Message {
+                    seid: reply_seid,
+                    sequence: seq,
+                    priority: None,
+                    body: Body::SessionModificationResponse(SessionModificationResponse {
+                        cause: Cause::REQUEST_ACCEPTED,
+                        offending_ie: None,
+                        created_pdr: created,
+                        failed_rule_id: None,
+                    }),
+                }
+            }
+            Commit::Delete { seid } => {
+                self.busy.remove(&seid);
+                if let Err(f) = result {
+                    return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
+                }
+                self.remove_session(seid);
+                Message {
+                    seid: reply_seid,
+                    sequence: seq,
+                    priority: None,
+                    body: Body::SessionDeletionResponse(SessionDeletionResponse {
+                        cause: Cause::REQUEST_ACCEPTED,
+                        offending_ie: None,
+                    }),
+                }
+            }
+            Commit::Release { node, setup } => {
+                self.busy_nodes.remove(&node);
+                let seids: Vec<u64> = self.sessions_of(&node).collect();
+                for s in &seids {
+                    self.busy.remove(s);
+                }
+                if let Err(f) = result {
+                    return self.reject(t, None, seq, Reject::cause(f.cause()));
+                }
+                for s in seids {
+                    self.remove_session(s);
+                }
+                match setup.map(|b| *b) {
+                    Some((association, accepted)) => {
+                        self.install_association(node, association);
+                        accepted
+                    }
+                    None => {
+                        if let Some(a) = self.associations.remove(&node) {
+                            if self.by_addr.get(&a.addr) == Some(&node) {
+                                self.by_addr.remove(&a.addr);
+                            }
+                        }
+                        Message {
+                            seid: None,
+                            sequence: seq,
+                            priority: None,
+                            body: Body::AssociationReleaseResponse(AssociationReleaseResponse {
+                                node_id: self.our_node(),
+                                cause: Cause::REQUEST_ACCEPTED,
+                            }),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn remove_session(&mut self, seid: u64) {
+        if let Some(s) = self.sessions.remove(&seid) {
+            if let Some(a) = self.associations.get_mut(&s.node_id) {
+                a.sessions.remove(&seid);
+            }
+            self.forget(&s, seid);
+        }
+    }
+
+    /// Frees the UE addresses and TEIDs `s` holds.
+    fn forget(&mut self, s: &Session, seid: u64) {
+        for ue in ues_of(&s.rules) {
+            if self.ue_index.get(&ue) == Some(&seid) {
+                self.ue_index.remove(&ue);
+            }
+        }
+        for teid in teids_of(&s.rules) {
+            self.teids.remove(&teid);
+        }
+    }
+
+    /// The association of `from`, if any.
+    fn association_of(&self, from: SocketAddr) -> Option<NodeId> {
+        self.by_addr.get(&from.ip()).cloned()
+    }
+
+    fn establish(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        r: SessionEstablishmentRequest,
+    ) -> Option<Message> {
+        let t = msg_type::SESSION_ESTABLISHMENT_REQUEST;
+        let reply_seid = Some(r.cp_f_seid.seid);
+        let Some(node) = self.association_of(from) else {
+            self.stats.rejected_no_association += 1;
+            return Some(self.reject(
+                t,
+                reply_seid,
+                seq,
+                Reject::cause(Cause::NO_ESTABLISHED_PFCP_ASSOCIATION),
+            ));
+        };
+        if self.busy_nodes.contains(&node) {
+            return Some(self.reject(
+                t,
+                reply_seid,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        if self.sessions.len() + self.establishing >= self.config.max_sessions {
+            return Some(self.reject(
+                t,
+                reply_seid,
+                seq,
+                Reject::cause(Cause::NO_RESOURCES_AVAILABLE),
+            ));
+        }
+        if r.cp_f_seid.ipv4.is_none() && r.cp_f_seid.ipv6.is_none() {
+            return Some(self.reject(
+                t,
+                reply_seid,
+                seq,
+                Reject::ie(Cause::MANDATORY_IE_INCORRECT, ie_type::F_SEID),
+            ));
+        }
+        let mut rules = Rules {
+            pdrs: BTreeMap::new(),
+            fars: BTreeMap::new(),
+            qers: BTreeMap::new(),
+        };
+        let mut created_ids = Vec::new();
+        let built = (|| {
+            if let Some(u) = r.create_urr.first() {
+                return Err(Reject::rule(FailedRuleId::Urr(u.urr_id.0)));
+            }
+            for q in r.create_qer {
+                check_qer(&q)?;
+                let id = q.qer_id.0;
+                if rules.qers.insert(id, q).is_some() {
+                    return Err(Reject::rule(FailedRuleId::Qer(id)));
+                }
+            }
+            for f in r.create_far {
+                let id = f.far_id.0;
+                if rules.fars.insert(id, f).is_some() {
+                    return Err(Reject::rule(FailedRuleId::Far(id)));
+                }
+            }
+            for p in r.create_pdr {
+                let id = p.pdr_id.0;
+                created_ids.push(id);
+                if rules.pdrs.insert(id, (p, None)).is_some() {
+                    return Err(Reject::rule(FailedRuleId::Pdr(id)));
+                }
+            }
+            Ok(())
+        })();
+        if let Err(rej) = built {
+            return Some(self.reject(t, reply_seid, seq, rej));
+        }
+        let ues: Vec<IpAddr> = ues_of(&rules).into_iter().collect();
+        if ues.is_empty() {
+            return Some(self.reject(
+                t,
+                reply_seid,
+                seq,
+                Reject::ie(Cause::CONDITIONAL_IE_MISSING, ie_type::UE_IP_ADDRESS),
+            ));
+        }
+        let seid = self.alloc_seid();
+        if let Err(rej) = self.check_ues(&rules, seid) {
+            return Some(self.reject(t, reply_seid, seq, rej));
+        }
+        let created = match self.allocate_teids(&mut rules, &BTreeMap::new(), &created_ids) {
+            Ok(c) => c,
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
+        };
+        let placement = match self.sessions_impl.place(&ues) {
+            Ok(p) => p,
+            Err(f) => return Some(self.reject(t, reply_seid, seq, Reject::cause(f.cause()))),
+        };
+        let fwd = match forwarding(&rules) {
+            Ok(f) => f,
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
+        };
+        let created = created
+            .into_iter()
+            .map(|(id, teid)| CreatedPdr {
+                pdr_id: PdrId(id),
+                local_f_teid: Some(FTeid::Assigned {
+                    teid,
+                    ipv4: Some(placement.ran),
+                    ipv6: None,
+                }),
+            })
+            .collect();
+        let changes = Forwarding::default().diff(&fwd, placement.node);
+        let session = Session {
+            node_id: node,
+            cp_f_seid: r.cp_f_seid,
+            placement,
+            rules,
+            fwd,
+        };
+        self.reserve(&session, seid);
+        self.busy.insert(seid);
+        self.establishing += 1;
+        self.apply(
+            from,
+            seq,
+            t,
+            reply_seid,
+            changes,
+            Commit::Establish {
+                seid,
+                session: Box::new(session),
+                created,
+            },
+        )
+    }
+
+    fn alloc_seid(&mut self) -> u64 {
+        let prefix = u64::from(self.config.allocator_id) << 48;
+        loop {
+            let s = prefix | (self.next_seid & ((1 << 48) - 1));
+            self.next_seid = self.next_seid.wrapping_add(1);
+            if s & ((1 << 48) - 1) != 0
+                && !self.sessions.contains_key(&s)
+                && !self.busy.contains(&s)
+            {
+                return s;
+            }
+        }
+    }
+
+    /// Marks the UE addresses and TEIDs of `s` as taken by `seid`.
+    fn reserve(&mut self, s: &Session, seid: u64) {
+        for ue in ues_of(&s.rules) {
+            self.ue_index.insert(ue, seid);
+        }
+        self.teids.extend(teids_of(&s.rules));
+    }
+
+    /// Every UE address of `rules` is free or already `seid`'s.
+    fn check_ues(&self, rules: &Rules, seid: u64) -> Result<(), Reject> {
+        for (id, (p, _)) in &rules.pdrs {
+            for ue in pdr_ues(p) {
+                if self.ue_index.get(&ue).is_some_and(|&s| s != seid) {
+                    return Err(Reject::rule(FailedRuleId::Pdr(*id)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives each PDR of `ids` (created or updated by this request) that asks CHOOSE a TEID;
+    /// PDRs with one CHOOSE ID share one. A PDR that already held a TEID (`old`) keeps it. An
+    /// explicit F-TEID must be the one the PDR holds. Returns the PDRs given a new TEID.
+    fn allocate_teids(
+        &mut self,
+        rules: &mut Rules,
+        old: &BTreeMap<u16, (CreatePdr, Option<u32>)>,
+        ids: &[u16],
+    ) -> Result<Vec<(u16, u32)>, Reject> {
+        let mut by_choose_id: HashMap<u8, u32> = HashMap::new();
+        let mut taken: Vec<u32> = Vec::new();
+        let mut created = Vec::new();
+        for id in ids {
+            let held = old.get(id).and_then(|(_, t)| *t);
+            let Some((p, teid)) = rules.pdrs.get_mut(id) else {
+                continue;
+            };
+            match p.pdi.local_f_teid {
+                None => *teid = None,
+                Some(FTeid::Assigned { teid: given, .. }) => {
+                    if held != Some(given) {
+                        return Err(Reject::ie(
+                            Cause::INVALID_F_TEID_ALLOCATION_OPTION,
+                            ie_type::F_TEID,
+                        ));
+                    }
+                    *teid = held;
+                }
+                Some(FTeid::Choose {
+                    ipv4, choose_id, ..
+                }) => {
+                    if !ipv4 {
+                        return Err(Reject::rule(FailedRuleId::Pdr(*id)));
+                    }
+                    if let Some(h) = held {
+                        *teid = Some(h);
+                        continue;
+                    }
+                    let shared = choose_id.and_then(|c| by_choose_id.get(&c).copied());
+                    let t = match shared {
+                        Some(t) => t,
+                        None => {
+                            let t = self
+                                .pick_teid(&taken)
+                                .ok_or(Reject::cause(Cause::NO_RESOURCES_AVAILABLE))?;
+                            taken.push(t);
+                            if let Some(c) = choose_id {
+                                by_choose_id.insert(c, t);
+                            }
+                            t
+                        }
+                    };
+                    *teid = Some(t);
+                    created.push((*id, t));
+                }
+            }
+        }
+        Ok(created)
+    }
+
+    fn pick_teid(&mut self, taken: &[u32]) -> Option<u32> {
+        let prefix = u32::from(self.config.allocator_id) << 24;
+        for _ in 0..(1u32 << 24) {
+            let t = prefix | (self.next_teid & 0xff_ffff);
+            self.next_teid = self.next_teid.wrapping_add(1);
+            if t & 0xff_ffff != 0 && !self.teids.contains(&t) && !taken.contains(&t) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// The session `seid` if `from`'s association holds it.
+    fn owned(&self, from: SocketAddr, seid: u64) -> Option<&Session> {
+        let node = self.by_addr.get(&from.ip())?;
+        self.sessions.get(&seid).filter(|s| &s.node_id == node)
+    }
+
+    fn modify(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        seid: u64,
+        r: SessionModificationRequest,
+    ) -> Option<Message> {
+        let t = msg_type::SESSION_MODIFICATION_REQUEST;
+        if !self.by_addr.contains_key(&from.ip()) {
+            self.stats.dropped_no_association += 1;
+            return None;
+        }
+        let Some(s) = self.owned(from, seid) else {
+            return Some(self.reject(
+                t,
+                Some(0),
+                seq,
+                Reject::cause(Cause::SESSION_CONTEXT_NOT_FOUND),
+            ));
+        };
+        let reply_seid = Some(s.cp_f_seid.seid);
+        if self.busy.contains(&seid) {
+            return Some(self.reject(
+                t,
+                reply_seid,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        let mut session = s.clone();
+        if let Some(f) = r.cp_f_seid {
+            session.cp_f_seid = f;
+        }
+        let old_pdrs = s.rules.pdrs.clone();
+        let old_fwd = s.fwd.clone();
+        let mut touched = Vec::new();
+        let edited = (|| {
+            let rules = &mut session.rules;
+            if let Some(u) = r.create_urr.first().or(r.update_urr.first()) {
+                return Err(Reject::rule(FailedRuleId::Urr(u.urr_id.0)));
+            }
+            if let Some(u) = r.remove_urr.first() {
+                return Err(Reject::rule(FailedRuleId::Urr(u.0)));
+            }
+            for id in &r.remove_pdr {
+                rules
+                    .pdrs
+                    .remove(&id.0)
+                    .ok_or(Reject::rule(FailedRuleId::Pdr(id.0)))?;
+            }
+            for id in &r.remove_far {
+                rules
+                    .fars
+                    .remove(&id.0)
+                    .ok_or(Reject::rule(FailedRuleId::Far(id.0)))?;
+            }
+            for id in &r.remove_qer {
+                rules
+                    .qers
+                    .remove(&id.0)
+                    .ok_or(Reject::rule(FailedRuleId::Qer(id.0)))?;
+            }
+            for q in r.create_qer {
+                check_qer(&q)?;
+                let id = q.qer_id.0;
+                if rules.qers.insert(id, q).is_some() {
+                    return Err(Reject::rule(FailedRuleId::Qer(id)));
+                }
+            }
+            for u in r.update_qer {
+                let id = u.qer_id.0;
+                let q = rules
+                    .qers
+                    .get_mut(&id)
+                    .ok_or(Reject::rule(FailedRuleId::Qer(id)))?;
+                let gate = u.gate_status.or(q.gate_status);
+                *q = Qer {
+                    gate_status: gate,
+                    ..u
+                };
+                check_qer(q)?;
+            }
+            for f in r.create_far {
+                let id = f.far_id.0;
+                if rules.fars.insert(id, f).is_some() {
+                    return Err(Reject::rule(FailedRuleId::Far(id)));
+                }
+            }
+            for u in r.update_far {
+                let id = u.far_id.0;
+                let f = rules
+                    .fars
+                    .get_mut(&id)
+                    .ok_or(Reject::rule(FailedRuleId::Far(id)))?;
+                if let Some(a) = u.apply_action {
+                    f.apply_action = a;
+                }
+                if let Some(up) = u.update_forwarding_parameters {
+                    let p = f.forwarding_parameters.get_or_insert(ForwardingParameters {
+                        destination_interface: None,
+                        network_instance: None,
+                        outer_header_creation: None,
+                    });
+                    if up.destination_interface.is_some() {
+                        p.destination_interface = up.destination_interface;
+                    }
+                    if up.network_instance.is_some() {
+                        p.network_instance = up.network_instance;
+                    }
+                    if up.outer_header_creation.is_some() {
+                        p.outer_header_creation = up.outer_header_creation;
+                    }
+                }
+            }
+            for p in r.create_pdr {
+                let id = p.pdr_id.0;
+                touched.push(id);
+                if rules.pdrs.insert(id, (p, None)).is_some() {
+                    return Err(Reject::rule(FailedRuleId::Pdr(id)));
+                }
+            }
+            for u in r.update_pdr {
+                let id = u.pdr_id.0;
+                let (p, _) = rules
+                    .pdrs
+                    .get_mut(&id)
+                    .ok_or(Reject::rule(FailedRuleId::Pdr(id)))?;
+                touched.push(id);
+                if let Some(x) = u.outer_header_removal {
+                    p.outer_header_removal = Some(x);
+                }
+                if let Some(x) = u.precedence {
+                    p.precedence = x;
+                }
+                if let Some(x) = u.pdi {
+                    p.pdi = x;
+                }
+                if let Some(x) = u.far_id {
+                    p.far_id = Some(x);
+                }
+                if !u.urr_ids.is_empty() {
+                    p.urr_ids = u.urr_ids;
+                }
+                if !u.qer_ids.is_empty() {
+                    p.qer_ids = u.qer_ids;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(rej) = edited {
+            return Some(self.reject(t, reply_seid, seq, rej));
+        }
+        if ues_of(&session.rules).is_empty() {
+            return Some(self.reject(
+                t,
+                reply_seid,
+                seq,
+                Reject::ie(Cause::CONDITIONAL_IE_MISSING, ie_type::UE_IP_ADDRESS),
+            ));
+        }
+        if let Err(rej) = self.check_ues(&session.rules, seid) {
+            return Some(self.reject(t, reply_seid, seq, rej));
+        }
+        let created = match self.allocate_teids(&mut session.rules, &old_pdrs, &touched) {
+            Ok(c) => c,
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
+        };
+        let fwd = match forwarding(&session.rules) {
+            Ok(f) => f,
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
+        };
+        let ran = session.placement.ran;
+        let created = created
+            .into_iter()
+            .map(|(id, teid)| CreatedPdr {
+                pdr_id: PdrId(id),
+                local_f_teid: Some(FTeid::Assigned {
+                    teid,
+                    ipv4: Some(ran),
+                    ipv6: None,
+                }),
+            })
+            .collect();
+        let changes = old_fwd.diff(&fwd, session.placement.node);
+        session.fwd = fwd;
+        self.reserve(&session, seid);
+        self.busy.insert(seid);
+        self.apply(
+            from,
+            seq,
+            t,
+            reply_seid,
+            changes,
+            Commit::Modify {
+                seid,
+                session: Box::new(session),
+                created,
+            },
+        )
+    }
+
+    fn delete(&mut self, from: SocketAddr, seq: u32, seid: u64) -> Option<Message> {
+        let t = msg_type::SESSION_DELETION_REQUEST;
+        if !self.by_addr.contains_key(&from.ip()) {
+            self.stats.dropped_no_association += 1;
+            return None;
+        }
+        let Some(s) = self.owned(from, seid) else {
+            return Some(self.reject(
+                t,
+                Some(0),
+                seq,
+                Reject::cause(Cause::SESSION_CONTEXT_NOT_FOUND),
+            ));
+        };
+        let reply_seid = Some(s.cp_f_seid.seid);
+        if self.busy.contains(&seid) {
+            return Some(self.reject(
+                t,
+                reply_seid,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        let changes = s.fwd.diff(&Forwarding::default(), s.placement.node);
+        self.busy.insert(seid);
+        self.apply(from, seq, t, reply_seid, changes, Commit::Delete { seid })
+    }
+}
+
+/// The UE addresses a PDR names.
+fn pdr_ues(p: &CreatePdr) -> Vec<IpAddr> {
+    let mut v = Vec::new();
+    if let Some(ue) = &p.pdi.ue_ip_address {
+        if let Some(UeAddr::Addr(a)) = ue.ipv4 {
+            v.push(IpAddr::V4(a));
+        }
+        if let Some(UeAddr::Addr(a)) = ue.ipv6 {
+            v.push(IpAddr::V6(a));
+        }
+    }
+    v
+}
+
+/// Every UE address of a session's PDRs.
+fn ues_of(rules: &Rules) -> std::collections::BTreeSet<IpAddr> {
+    rules.pdrs.values().flat_map(|(p, _)| pdr_ues(p)).collect()
+}
+
+/// Every TEID a session's PDRs hold.
+fn teids_of(rules: &Rules) -> HashSet<u32> {
+    rules.pdrs.values().filter_map(|(_, t)| *t).collect()
+}
+
+/// A QER we can apply: gates only.
+fn check_qer(q: &Qer) -> Result<(), Reject> {
+    let gates_ok = q.gate_status.is_none_or(|g| g.ul <= 1 && g.dl <= 1);
+    if !gates_ok || q.mbr.is_some() || q.gbr.is_some() || q.qfi.is_some() || !q.other.is_empty() {
+        return Err(Reject::rule(FailedRuleId::Qer(q.qer_id.0)));
+    }
+    Ok(())
+}
+
+/// What a FAR does.
+enum Action {
+    Forward,
+    Drop,
+}
+
+fn far_action(f: &CreateFar) -> Result<Action, Reject> {
+    let a = f.apply_action;
+    let fail = Reject::rule(FailedRuleId::Far(f.far_id.0));
+    let main = a.0 & (ApplyAction::DROP | ApplyAction::FORW | ApplyAction::BUFF);
+    if a.has(ApplyAction::DUPL)
+        || a.0 & !(ApplyAction::DROP | ApplyAction::FORW | ApplyAction::BUFF | ApplyAction::NOCP)
+            != 0
+    {
+        return Err(fail);
+    }
+    match main {
+        ApplyAction::FORW => Ok(Action::Forward),
+        ApplyAction::DROP | ApplyAction::BUFF => Ok(Action::Drop),
+        _ => Err(fail),
+    }
+}
+
+/// A candidate target and the (precedence, PDR id) of the PDR giving it: the lowest wins.
+type Ranked<T> = ((u32, u16), Option<T>);
+
+/// A session's forwarding from its rules, or the rule that cannot be applied.
+fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
+    for f in rules.fars.values() {
+        far_action(f)?;
+    }
+    for q in rules.qers.values() {
+        check_qer(q)?;
+    }
+    // (precedence, PDR id) of the winner per key.
+    let mut down: BTreeMap<IpAddr, Ranked<(u32, Ipv4Addr)>> = BTreeMap::new();
+    let mut up: BTreeMap<u32, Ranked<IpAddr>> = BTreeMap::new();
+    let all_ues: Vec<IpAddr> = ues_of(rules).into_iter().collect();
+    for (&id, (p, teid)) in &rules.pdrs {
+        let fail = Reject::rule(FailedRuleId::Pdr(id));
+        if !p.pdi.other.is_empty() || !p.urr_ids.is_empty() {
+            return Err(fail);
+        }
+        if let Some(ue) = &p.pdi.ue_ip_address {
+            if matches!(ue.ipv4, Some(UeAddr::Choose)) || matches!(ue.ipv6, Some(UeAddr::Choose)) {
+                return Err(fail);
+            }
+        }
+        let far = p.far_id.and_then(|f| rules.fars.get(&f.0)).ok_or(fail)?;
+        let mut gate_open = (true, true);
+        for q in &p.qer_ids {
+            let q = rules.qers.get(&q.0).ok_or(fail)?;
+            if let Some(g) = q.gate_status {
+                gate_open.0 &= g.ul == 0;
+                gate_open.1 &= g.dl == 0;
+            }
+        }
+        let action = far_action(far)?;
+        let ohc = far
+            .forwarding_parameters
+            .as_ref()
+            .and_then(|f| f.outer_header_creation.clone());
+        let rank = (p.precedence.0, id);
+        match p.pdi.source_interface {
+            Interface::CORE => {
+                let ues = pdr_ues(p);
+                if ues.is_empty()
+                    || p.pdi.local_f_teid.is_some()
+                    || p.outer_header_removal.is_some()
+                {
+                    return Err(fail);
+                }
+                let target = match (action, &ohc) {
+                    (Action::Forward, Some(OuterHeaderCreation::GtpuIpv4 { teid, addr })) => {
+                        Some((*teid, *addr))
+                    }
+                    (Action::Forward, _) => {
+                        return Err(Reject::rule(FailedRuleId::Far(far.far_id.0)))
+                    }
+                    (Action::Drop, _) => None,
+                };
+                let target = target.filter(|_| gate_open.1);
+                for ue in ues {
+                    let e = down.entry(ue).or_insert((rank, target));
+                    if rank < e.0 {
+                        *e = (rank, target);
+                    }
+                }
+            }
+            Interface::ACCESS => {
+                let ohr_ok = p.outer_header_removal.is_some_and(|o| {
+                    matches!(
+                        o.description,
+                        OuterHeaderRemoval::GTPU_UDP_IPV4
+                            | OuterHeaderRemoval::GTPU_UDP_IPV6
+                            | OuterHeaderRemoval::GTPU_UDP_IP
+                    )
+                });
+                let Some(teid) = *teid else { return Err(fail) };
+                if !ohr_ok {
+                    return Err(fail);
+                }
+                let forward = match (action, &ohc) {
+                    (Action::Forward, None) => true,
+                    (Action::Forward, Some(_)) => {
+                        return Err(Reject::rule(FailedRuleId::Far(far.far_id.0)))
+                    }
+                    (Action::Drop, _) => false,
+                };
+                let ue = pdr_ues(p).first().copied().or(all_ues.first().copied());
+                let target = ue.filter(|_| forward && gate_open.0);
+                let e = up.entry(teid).or_insert((rank, target));
+                if rank < e.0 {
+                    *e = (rank, target);
+                }
+            }
+            _ => return Err(fail),
+        }
+    }
+    let downlink: BTreeMap<IpAddr, (u32, Ipv4Addr)> = down
+        .into_iter()
+        .filter_map(|(ue, (_, t))| t.map(|t| (ue, t)))
+        .collect();
+    let peer = downlink.values().next().map(|&(_, p)| p);
+    let uplink = up
+        .into_iter()
+        .filter_map(|(teid, (_, ue))| ue.map(|ue| (teid, (ue, peer))))
+        .collect();
+    Ok(Forwarding { downlink, uplink })
+}

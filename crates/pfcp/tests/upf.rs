@@ -1,0 +1,1144 @@
+//! The UPF endpoint against an in-memory cluster whose tables are HashMaps, checked against
+//! what the control plane was told (the oracle) after every step.
+
+use proptest::prelude::*;
+use sb_pfcp::*;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+/// The cluster: downlink and uplink tables, a capacity, and optionally deferred installs.
+#[derive(Default)]
+struct Cluster {
+    down: HashMap<IpAddr, (u32, Ipv4Addr, u16)>,
+    up: HashMap<u32, (IpAddr, Option<Ipv4Addr>, u16)>,
+    capacity: Option<usize>,
+    defer: bool,
+    deferred: Vec<(Token, Vec<FibChange>)>,
+    fail_next: Option<Failure>,
+    applies: usize,
+}
+
+fn node_of(ue: IpAddr) -> u16 {
+    match ue {
+        IpAddr::V4(a) => (a.octets()[3] % 4) as u16,
+        IpAddr::V6(a) => (a.octets()[15] % 4) as u16,
+    }
+}
+
+fn ran(node: u16) -> Ipv4Addr {
+    Ipv4Addr::new(10, 1, 0, node as u8 + 1)
+}
+
+impl Cluster {
+    fn install(&mut self, changes: &[FibChange]) -> Result<(), Failure> {
+        let mut down = self.down.clone();
+        let mut up = self.up.clone();
+        for c in changes {
+            match *c {
+                FibChange::SetDownlink {
+                    ue,
+                    teid,
+                    peer,
+                    node,
+                } => {
+                    down.insert(ue, (teid, peer, node));
+                }
+                FibChange::RemoveDownlink { ue, node } => {
+                    assert_eq!(down.remove(&ue).map(|e| e.2), Some(node), "{c:?}");
+                }
+                FibChange::SetUplink {
+                    teid,
+                    ue,
+                    peer,
+                    node,
+                } => {
+                    up.insert(teid, (ue, peer, node));
+                }
+                FibChange::RemoveUplink { teid, node } => {
+                    assert_eq!(up.remove(&teid).map(|e| e.2), Some(node), "{c:?}");
+                }
+            }
+        }
+        if self.capacity.is_some_and(|cap| down.len() + up.len() > cap) {
+            return Err(Failure::NoResources);
+        }
+        self.down = down;
+        self.up = up;
+        Ok(())
+    }
+}
+
+impl Sessions for Cluster {
+    fn place(&mut self, ues: &[IpAddr]) -> Result<Placement, Failure> {
+        let node = node_of(ues[0]);
+        Ok(Placement {
+            node,
+            ran: ran(node),
+        })
+    }
+    fn apply(&mut self, token: Token, changes: &[FibChange]) -> Result<Applied, Failure> {
+        self.applies += 1;
+        if let Some(f) = self.fail_next.take() {
+            return Err(f);
+        }
+        if self.defer {
+            self.deferred.push((token, changes.to_vec()));
+            return Ok(Applied::Pending);
+        }
+        self.install(changes).map(|()| Applied::Done)
+    }
+}
+
+const SMF: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const UPF_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 100);
+
+fn smf_addr() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(SMF), 8805)
+}
+
+fn config() -> Config {
+    let mut c = Config::new(
+        NodeId::Fqdn("upf.cluster".into()),
+        RecoveryTimeStamp(1000),
+        UPF_ADDR,
+    );
+    c.allocator_id = 3;
+    c
+}
+
+fn upf() -> Upf<Cluster> {
+    Upf::new(config(), Cluster::default())
+}
+
+/// A control plane: sequence numbers and message builders.
+struct Smf {
+    addr: SocketAddr,
+    node: NodeId,
+    seq: u32,
+    now: Duration,
+}
+
+impl Smf {
+    fn new() -> Self {
+        Smf {
+            addr: smf_addr(),
+            node: NodeId::Ipv4(SMF),
+            seq: 0,
+            now: Duration::ZERO,
+        }
+    }
+
+    fn send(&mut self, upf: &mut Upf<Cluster>, seid: Option<u64>, body: Body) -> Option<Message> {
+        self.seq += 1;
+        let msg = Message {
+            seid,
+            sequence: self.seq,
+            priority: None,
+            body,
+        };
+        self.send_bytes(upf, &msg.to_bytes().unwrap())
+    }
+
+    fn send_bytes(&mut self, upf: &mut Upf<Cluster>, bytes: &[u8]) -> Option<Message> {
+        self.now += Duration::from_millis(1);
+        let out = upf.handle(self.now, self.addr, bytes);
+        assert!(out.len() <= 1, "{out:?}");
+        out.first().map(|t| {
+            assert_eq!(t.to, self.addr);
+            Message::parse(&t.bytes).unwrap()
+        })
+    }
+
+    fn associate(&mut self, upf: &mut Upf<Cluster>) -> AssociationSetupResponse {
+        let body = Body::AssociationSetupRequest(AssociationSetupRequest {
+            node_id: self.node.clone(),
+            recovery_time_stamp: RecoveryTimeStamp(77),
+            up_function_features: None,
+            cp_function_features: None,
+        });
+        match self.send(upf, None, body).unwrap().body {
+            Body::AssociationSetupResponse(r) => r,
+            b => panic!("{b:?}"),
+        }
+    }
+
+    fn establish(
+        &mut self,
+        upf: &mut Upf<Cluster>,
+        req: SessionEstablishmentRequest,
+    ) -> SessionEstablishmentResponse {
+        let m = self
+            .send(upf, Some(0), Body::SessionEstablishmentRequest(req))
+            .unwrap();
+        match m.body {
+            Body::SessionEstablishmentResponse(r) => r,
+            b => panic!("{b:?}"),
+        }
+    }
+
+    fn modify(
+        &mut self,
+        upf: &mut Upf<Cluster>,
+        seid: u64,
+        req: SessionModificationRequest,
+    ) -> (Option<u64>, SessionModificationResponse) {
+        let m = self
+            .send(upf, Some(seid), Body::SessionModificationRequest(req))
+            .unwrap();
+        match m.body {
+            Body::SessionModificationResponse(r) => (m.seid, r),
+            b => panic!("{b:?}"),
+        }
+    }
+
+    fn delete(
+        &mut self,
+        upf: &mut Upf<Cluster>,
+        seid: u64,
+    ) -> (Option<u64>, SessionDeletionResponse) {
+        let m = self
+            .send(upf, Some(seid), Body::SessionDeletionRequest)
+            .unwrap();
+        match m.body {
+            Body::SessionDeletionResponse(r) => (m.seid, r),
+            b => panic!("{b:?}"),
+        }
+    }
+}
+
+fn ue_ip(ue: IpAddr, destination: bool) -> UeIpAddress {
+    let (ipv4, ipv6) = match ue {
+        IpAddr::V4(a) => (Some(UeAddr::Addr(a)), None),
+        IpAddr::V6(a) => (None, Some(UeAddr::Addr(a))),
+    };
+    UeIpAddress {
+        ipv4,
+        ipv6,
+        destination,
+        ipv6_prefix_delegation: None,
+        ipv6_prefix_length: None,
+    }
+}
+
+fn pdi(source: Interface, ue: IpAddr, fteid: Option<FTeid>) -> Pdi {
+    Pdi {
+        source_interface: source,
+        local_f_teid: fteid,
+        network_instance: None,
+        ue_ip_address: Some(ue_ip(ue, source == Interface::CORE)),
+        other: vec![],
+    }
+}
+
+fn down_pdr(ue: IpAddr) -> CreatePdr {
+    CreatePdr {
+        pdr_id: PdrId(1),
+        precedence: Precedence(200),
+        pdi: pdi(Interface::CORE, ue, None),
+        outer_header_removal: None,
+        far_id: Some(FarId(1)),
+        urr_ids: vec![],
+        qer_ids: vec![],
+    }
+}
+
+fn up_pdr(ue: IpAddr) -> CreatePdr {
+    CreatePdr {
+        pdr_id: PdrId(2),
+        precedence: Precedence(100),
+        pdi: pdi(
+            Interface::ACCESS,
+            ue,
+            Some(FTeid::Choose {
+                ipv4: true,
+                ipv6: false,
+                choose_id: None,
+            }),
+        ),
+        outer_header_removal: Some(OuterHeaderRemoval {
+            description: 0,
+            extension_header_deletion: None,
+        }),
+        far_id: Some(FarId(2)),
+        urr_ids: vec![],
+        qer_ids: vec![],
+    }
+}
+
+fn down_far(tunnel: Option<(u32, Ipv4Addr)>) -> CreateFar {
+    CreateFar {
+        far_id: FarId(1),
+        apply_action: ApplyAction(if tunnel.is_some() {
+            ApplyAction::FORW
+        } else {
+            ApplyAction::DROP
+        }),
+        forwarding_parameters: tunnel.map(|(teid, addr)| ForwardingParameters {
+            destination_interface: Some(Interface::ACCESS),
+            network_instance: None,
+            outer_header_creation: Some(OuterHeaderCreation::GtpuIpv4 { teid, addr }),
+        }),
+    }
+}
+
+fn up_far() -> CreateFar {
+    CreateFar {
+        far_id: FarId(2),
+        apply_action: ApplyAction(ApplyAction::FORW),
+        forwarding_parameters: Some(ForwardingParameters {
+            destination_interface: Some(Interface::CORE),
+            network_instance: None,
+            outer_header_creation: None,
+        }),
+    }
+}
+
+fn session(
+    cp_seid: u64,
+    ue: IpAddr,
+    tunnel: Option<(u32, Ipv4Addr)>,
+) -> SessionEstablishmentRequest {
+    SessionEstablishmentRequest {
+        node_id: NodeId::Ipv4(SMF),
+        cp_f_seid: FSeid {
+            seid: cp_seid,
+            ipv4: Some(SMF),
+            ipv6: None,
+        },
+        create_pdr: vec![down_pdr(ue), up_pdr(ue)],
+        create_far: vec![down_far(tunnel), up_far()],
+        create_urr: vec![],
+        create_qer: vec![],
+    }
+}
+
+fn retunnel(teid: u32, enb: Ipv4Addr) -> SessionModificationRequest {
+    SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: FarId(1),
+            apply_action: Some(ApplyAction(ApplyAction::FORW)),
+            update_forwarding_parameters: Some(ForwardingParameters {
+                destination_interface: Some(Interface::ACCESS),
+                network_instance: None,
+                outer_header_creation: Some(OuterHeaderCreation::GtpuIpv4 { teid, addr: enb }),
+            }),
+        }],
+        ..Default::default()
+    }
+}
+
+fn drop_downlink() -> SessionModificationRequest {
+    SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: FarId(1),
+            apply_action: Some(ApplyAction(ApplyAction::DROP)),
+            update_forwarding_parameters: None,
+        }],
+        ..Default::default()
+    }
+}
+
+fn v4(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 45, 0, last))
+}
+
+/// A downlink tunnel: TEID and eNodeB.
+type Tunnel = (u32, Ipv4Addr);
+
+const ENB: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
+
+/// The cluster's tables are exactly the union of the endpoint's sessions' forwarding.
+fn check_consistent(upf: &Upf<Cluster>) {
+    let mut down = HashMap::new();
+    let mut up = HashMap::new();
+    for seid in upf.session_ids() {
+        let (fwd, place) = upf.session(seid).unwrap();
+        for (ue, &(teid, peer)) in &fwd.downlink {
+            assert!(down.insert(*ue, (teid, peer, place.node)).is_none());
+        }
+        for (teid, &(ue, peer)) in &fwd.uplink {
+            assert!(up.insert(*teid, (ue, peer, place.node)).is_none());
+        }
+    }
+    assert_eq!(upf.sessions_impl().down, down);
+    assert_eq!(upf.sessions_impl().up, up);
+}
+
+#[test]
+fn heartbeat_is_answered_with_our_recovery_time_stamp() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    let m = smf
+        .send(
+            &mut upf,
+            None,
+            Body::HeartbeatRequest(Heartbeat {
+                recovery_time_stamp: RecoveryTimeStamp(5),
+            }),
+        )
+        .unwrap();
+    assert_eq!(m.sequence, smf.seq);
+    assert_eq!(
+        m.body,
+        Body::HeartbeatResponse(Heartbeat {
+            recovery_time_stamp: RecoveryTimeStamp(1000)
+        })
+    );
+    // A peer restart shows in its heartbeat.
+    smf.associate(&mut upf);
+    smf.send(
+        &mut upf,
+        None,
+        Body::HeartbeatRequest(Heartbeat {
+            recovery_time_stamp: RecoveryTimeStamp(78),
+        }),
+    );
+    assert_eq!(upf.stats().peer_restarts, 1);
+}
+
+#[test]
+fn association_setup_update_release() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    let r = smf.associate(&mut upf);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(r.node_id, NodeId::Fqdn("upf.cluster".into()));
+    assert_eq!(r.recovery_time_stamp, RecoveryTimeStamp(1000));
+    assert!(r
+        .up_function_features
+        .unwrap()
+        .has(UpFunctionFeatures::FTUP));
+    assert!(upf.is_associated(&NodeId::Ipv4(SMF)));
+    let upd = Body::AssociationUpdateRequest(AssociationUpdateRequest {
+        node_id: NodeId::Ipv4(SMF),
+        up_function_features: None,
+        cp_function_features: None,
+    });
+    let Body::AssociationUpdateResponse(u) = smf.send(&mut upf, None, upd.clone()).unwrap().body
+    else {
+        panic!()
+    };
+    assert_eq!(u.cause, Cause::REQUEST_ACCEPTED);
+    // Sessions go with the association.
+    let e = smf.establish(&mut upf, session(1, v4(1), Some((7, ENB))));
+    assert_eq!(e.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.sessions_impl().down.len(), 1);
+    let rel = Body::AssociationReleaseRequest(AssociationReleaseRequest {
+        node_id: NodeId::Ipv4(SMF),
+    });
+    let Body::AssociationReleaseResponse(r) = smf.send(&mut upf, None, rel.clone()).unwrap().body
+    else {
+        panic!()
+    };
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.association_count(), 0);
+    assert_eq!(upf.session_count(), 0);
+    assert!(upf.sessions_impl().down.is_empty() && upf.sessions_impl().up.is_empty());
+    // Without association: update and release are refused.
+    let Body::AssociationUpdateResponse(u) = smf.send(&mut upf, None, upd).unwrap().body else {
+        panic!()
+    };
+    assert_eq!(u.cause, Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
+    let Body::AssociationReleaseResponse(r) = smf.send(&mut upf, None, rel).unwrap().body else {
+        panic!()
+    };
+    assert_eq!(r.cause, Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
+    assert_eq!(upf.stats().rejected_no_association, 2);
+}
+
+#[test]
+fn setup_again_replaces_the_association_and_drops_its_sessions() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    smf.establish(&mut upf, session(1, v4(1), Some((7, ENB))));
+    assert_eq!(smf.associate(&mut upf).cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.session_count(), 0);
+    assert!(upf.sessions_impl().down.is_empty());
+    assert!(upf.is_associated(&NodeId::Ipv4(SMF)));
+}
+
+#[test]
+fn session_without_association_is_rejected_and_counted() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    let r = smf.establish(&mut upf, session(1, v4(1), Some((7, ENB))));
+    assert_eq!(r.cause, Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
+    assert_eq!(upf.sessions_impl().applies, 0);
+    assert_eq!(upf.stats().rejected_no_association, 1);
+    // Modification and deletion from a stranger are dropped.
+    assert!(smf
+        .send(
+            &mut upf,
+            Some(5),
+            Body::SessionModificationRequest(drop_downlink())
+        )
+        .is_none());
+    assert!(smf
+        .send(&mut upf, Some(5), Body::SessionDeletionRequest)
+        .is_none());
+    assert_eq!(upf.stats().dropped_no_association, 2);
+}
+
+#[test]
+fn establish_installs_downlink_and_uplink() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let ue = v4(6);
+    let r = smf.establish(&mut upf, session(0x77, ue, Some((0x1000, ENB))));
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    let up = r.up_f_seid.unwrap();
+    assert_eq!(up.ipv4, Some(UPF_ADDR));
+    assert_eq!(up.seid >> 48, 3, "allocator id in the SEID");
+    assert_eq!(r.created_pdr.len(), 1);
+    assert_eq!(r.created_pdr[0].pdr_id, PdrId(2));
+    let Some(FTeid::Assigned {
+        teid,
+        ipv4,
+        ipv6: None,
+    }) = r.created_pdr[0].local_f_teid
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(teid >> 24, 3, "allocator id in the TEID");
+    let node = node_of(ue);
+    assert_eq!(ipv4, Some(ran(node)));
+    let c = upf.sessions_impl();
+    assert_eq!(c.down[&ue], (0x1000, ENB, node));
+    assert_eq!(c.up[&teid], (ue, Some(ENB), node));
+    check_consistent(&upf);
+}
+
+#[test]
+fn ipv6_and_dual_stack_ue_addresses() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let ue6: Ipv6Addr = "2001:db8:45::9".parse().unwrap();
+    let r = smf.establish(&mut upf, session(1, IpAddr::V6(ue6), Some((5, ENB))));
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.sessions_impl().down[&IpAddr::V6(ue6)].0, 5);
+    // One UE IP Address IE with both families: both are downlink keys.
+    let mut req = session(2, v4(9), Some((6, ENB)));
+    let dual: Ipv6Addr = "2001:db8:45::a".parse().unwrap();
+    req.create_pdr[0].pdi.ue_ip_address.as_mut().unwrap().ipv6 = Some(UeAddr::Addr(dual));
+    assert_eq!(smf.establish(&mut upf, req).cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.sessions_impl().down[&v4(9)].0, 6);
+    assert_eq!(upf.sessions_impl().down[&IpAddr::V6(dual)].0, 6);
+    check_consistent(&upf);
+}
+
+#[test]
+fn choose_id_shares_one_teid() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let mut req = session(1, v4(1), Some((7, ENB)));
+    let mut second = up_pdr(v4(1));
+    second.pdr_id = PdrId(3);
+    second.precedence = Precedence(300);
+    for p in [&mut req.create_pdr[1], &mut second] {
+        p.pdi.local_f_teid = Some(FTeid::Choose {
+            ipv4: true,
+            ipv6: false,
+            choose_id: Some(9),
+        });
+    }
+    req.create_pdr.push(second);
+    let r = smf.establish(&mut upf, req);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(r.created_pdr.len(), 2);
+    assert_eq!(r.created_pdr[0].local_f_teid, r.created_pdr[1].local_f_teid);
+    assert_eq!(upf.sessions_impl().up.len(), 1);
+}
+
+#[test]
+fn modify_follows_the_tunnel_and_drop_removes_forwarding() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let ue = v4(2);
+    let up = smf
+        .establish(&mut upf, session(0x55, ue, None))
+        .up_f_seid
+        .unwrap()
+        .seid;
+    // Established with DROP: no downlink yet.
+    assert!(!upf.sessions_impl().down.contains_key(&ue));
+    let enb2 = Ipv4Addr::new(192, 168, 1, 20);
+    let (seid, r) = smf.modify(&mut upf, up, retunnel(0x2000, enb2));
+    assert_eq!((seid, r.cause), (Some(0x55), Cause::REQUEST_ACCEPTED));
+    assert_eq!(upf.sessions_impl().down[&ue], (0x2000, enb2, node_of(ue)));
+    // The uplink entry learns the eNodeB.
+    assert!(upf.sessions_impl().up.values().all(|e| e.1 == Some(enb2)));
+    let (_, r) = smf.modify(&mut upf, up, drop_downlink());
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert!(!upf.sessions_impl().down.contains_key(&ue));
+    let (_, r) = smf.modify(&mut upf, up, retunnel(0x3000, ENB));
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.sessions_impl().down[&ue].0, 0x3000);
+    check_consistent(&upf);
+    // Remove the uplink PDR and FAR; then create a new one (a new TEID, in Created PDR).
+    let old_teid = *upf.sessions_impl().up.keys().next().unwrap();
+    let rm = SessionModificationRequest {
+        remove_pdr: vec![PdrId(2)],
+        remove_far: vec![FarId(2)],
+        ..Default::default()
+    };
+    assert_eq!(
+        smf.modify(&mut upf, up, rm).1.cause,
+        Cause::REQUEST_ACCEPTED
+    );
+    assert!(upf.sessions_impl().up.is_empty());
+    let add = SessionModificationRequest {
+        create_pdr: vec![up_pdr(ue)],
+        create_far: vec![up_far()],
+        ..Default::default()
+    };
+    let (_, r) = smf.modify(&mut upf, up, add);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    let Some(FTeid::Assigned { teid, .. }) = r.created_pdr[0].local_f_teid else {
+        panic!()
+    };
+    assert_ne!(teid, old_teid);
+    assert!(upf.sessions_impl().up.contains_key(&teid));
+    check_consistent(&upf);
+}
+
+#[test]
+fn delete_then_session_context_not_found() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let up = smf
+        .establish(&mut upf, session(0x55, v4(3), Some((1, ENB))))
+        .up_f_seid
+        .unwrap()
+        .seid;
+    let (seid, r) = smf.delete(&mut upf, up);
+    assert_eq!((seid, r.cause), (Some(0x55), Cause::REQUEST_ACCEPTED));
+    assert!(upf.sessions_impl().down.is_empty() && upf.sessions_impl().up.is_empty());
+    let (seid, r) = smf.delete(&mut upf, up);
+    assert_eq!((seid, r.cause), (Some(0), Cause::SESSION_CONTEXT_NOT_FOUND));
+    let (_, r) = smf.modify(&mut upf, up, drop_downlink());
+    assert_eq!(r.cause, Cause::SESSION_CONTEXT_NOT_FOUND);
+    // The UE address is free again.
+    assert_eq!(
+        smf.establish(&mut upf, session(0x56, v4(3), Some((1, ENB))))
+            .cause,
+        Cause::REQUEST_ACCEPTED
+    );
+}
+
+#[test]
+fn another_peers_session_is_not_found() {
+    let mut upf = upf();
+    let mut a = Smf::new();
+    a.associate(&mut upf);
+    let up = a
+        .establish(&mut upf, session(1, v4(1), Some((1, ENB))))
+        .up_f_seid
+        .unwrap()
+        .seid;
+    let mut b = Smf::new();
+    b.addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 8805);
+    b.node = NodeId::Ipv4(Ipv4Addr::new(10, 0, 0, 2));
+    b.associate(&mut upf);
+    assert_eq!(
+        b.delete(&mut upf, up).1.cause,
+        Cause::SESSION_CONTEXT_NOT_FOUND
+    );
+    assert_eq!(upf.session_count(), 1);
+}
+
+fn raw_establishment(
+    smf: &mut Smf,
+    upf: &mut Upf<Cluster>,
+    req: &SessionEstablishmentRequest,
+    edit: impl Fn(&mut Vec<u8>),
+) -> SessionEstablishmentResponse {
+    smf.seq += 1;
+    let mut bytes = Message {
+        seid: Some(0),
+        sequence: smf.seq,
+        priority: None,
+        body: Body::SessionEstablishmentRequest(req.clone()),
+    }
+    .to_bytes()
+    .unwrap();
+    edit(&mut bytes);
+    let l = (bytes.len() - 4) as u16;
+    bytes[2..4].copy_from_slice(&l.to_be_bytes());
+    match smf.send_bytes(upf, &bytes).unwrap().body {
+        Body::SessionEstablishmentResponse(r) => r,
+        b => panic!("{b:?}"),
+    }
+}
+
+#[test]
+fn malformed_requests_get_their_cause_and_offending_ie() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let req = session(1, v4(1), Some((1, ENB)));
+    // No Create FAR at all: rename both Create FAR IEs to an unknown type.
+    let r = raw_establishment(&mut smf, &mut upf, &req, |b| {
+        for at in 16..b.len() - 4 {
+            if b[at..at + 2] == [0, 3] && b[at + 4..at + 6] == [0, 108] {
+                b[at + 1] = 200;
+            }
+        }
+    });
+    assert_eq!(
+        (r.cause, r.offending_ie),
+        (
+            Cause::MANDATORY_IE_MISSING,
+            Some(OffendingIe(ie_type::CREATE_FAR))
+        )
+    );
+    // Node ID of type 7: incorrect.
+    let r = raw_establishment(&mut smf, &mut upf, &req, |b| b[20] = 7);
+    assert_eq!(
+        (r.cause, r.offending_ie),
+        (
+            Cause::MANDATORY_IE_INCORRECT,
+            Some(OffendingIe(ie_type::NODE_ID))
+        )
+    );
+    // The last IE overruns the message.
+    let r = raw_establishment(&mut smf, &mut upf, &req, |b| {
+        b.truncate(b.len() - 1);
+    });
+    assert_eq!(r.cause, Cause::INVALID_LENGTH);
+    assert_eq!(upf.sessions_impl().applies, 0);
+    assert_eq!(upf.session_count(), 0);
+}
+
+#[test]
+fn rules_we_cannot_apply_are_refused_by_id() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let ue = v4(1);
+    let refuse = |smf: &mut Smf,
+                  upf: &mut Upf<Cluster>,
+                  req: SessionEstablishmentRequest,
+                  rule: FailedRuleId| {
+        let r = smf.establish(upf, req);
+        assert_eq!(
+            (r.cause, r.failed_rule_id),
+            (Cause::RULE_CREATION_MODIFICATION_FAILURE, Some(rule)),
+            "{r:?}"
+        );
+        assert_eq!(upf.session_count(), 0);
+        assert_eq!(upf.sessions_impl().applies, 0);
+    };
+    // A PDR naming a FAR the session lacks.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_pdr[0].far_id = Some(FarId(9));
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(1));
+    // A URR: we do not count.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_urr.push(Urr {
+        urr_id: UrrId(4),
+        measurement_method: Some(MeasurementMethod(2)),
+        reporting_triggers: Some(ReportingTriggers(vec![2, 0])),
+        other: vec![],
+    });
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Urr(4));
+    // A QER with an MBR: we do not police.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_qer.push(Qer {
+        qer_id: QerId(5),
+        correlation_id: None,
+        gate_status: Some(GateStatus::OPEN),
+        mbr: Some(Mbr(Bitrate { ul: 1, dl: 1 })),
+        gbr: None,
+        qfi: None,
+        other: vec![],
+    });
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Qer(5));
+    // An SDF filter in the PDI: we match on the UE address only.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_pdr[0].pdi.other.push(RawIe {
+        ie_type: ie_type::SDF_FILTER,
+        value: vec![1, 0],
+    });
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(1));
+    // DUPL.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_far[0].apply_action = ApplyAction(ApplyAction::FORW | ApplyAction::DUPL);
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Far(1));
+    // A downlink FORW FAR without outer header creation.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_far[0]
+        .forwarding_parameters
+        .as_mut()
+        .unwrap()
+        .outer_header_creation = None;
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Far(1));
+    // An uplink PDR without outer header removal.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_pdr[1].outer_header_removal = None;
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(2));
+    // Two PDRs with one id.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_pdr[1].pdr_id = PdrId(1);
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(1));
+    // No UE address anywhere: conditional IE missing.
+    let mut req = session(1, ue, Some((1, ENB)));
+    for p in &mut req.create_pdr {
+        p.pdi.ue_ip_address = None;
+    }
+    let r = smf.establish(&mut upf, req);
+    assert_eq!(
+        (r.cause, r.offending_ie),
+        (
+            Cause::CONDITIONAL_IE_MISSING,
+            Some(OffendingIe(ie_type::UE_IP_ADDRESS))
+        )
+    );
+    // A UE address another session holds.
+    assert_eq!(
+        smf.establish(&mut upf, session(1, ue, Some((1, ENB))))
+            .cause,
+        Cause::REQUEST_ACCEPTED
+    );
+    let applies = upf.sessions_impl().applies;
+    let r = smf.establish(&mut upf, session(2, ue, Some((2, ENB))));
+    assert_eq!(
+        (r.cause, r.failed_rule_id),
+        (
+            Cause::RULE_CREATION_MODIFICATION_FAILURE,
+            Some(FailedRuleId::Pdr(1))
+        )
+    );
+    assert_eq!(upf.sessions_impl().applies, applies);
+    assert_eq!(upf.sessions_impl().down[&ue].0, 1);
+}
+
+#[test]
+fn a_failed_modification_changes_nothing() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let up = smf
+        .establish(&mut upf, session(1, v4(1), Some((1, ENB))))
+        .up_f_seid
+        .unwrap()
+        .seid;
+    let before = (
+        upf.sessions_impl().down.clone(),
+        upf.sessions_impl().up.clone(),
+    );
+    // Retunnel and, in the same request, remove a FAR that does not exist.
+    let mut req = retunnel(0x99, ENB);
+    req.remove_far.push(FarId(42));
+    let (_, r) = smf.modify(&mut upf, up, req);
+    assert_eq!(
+        (r.cause, r.failed_rule_id),
+        (
+            Cause::RULE_CREATION_MODIFICATION_FAILURE,
+            Some(FailedRuleId::Far(42))
+        )
+    );
+    assert_eq!(
+        (
+            upf.sessions_impl().down.clone(),
+            upf.sessions_impl().up.clone()
+        ),
+        before
+    );
+    // A closed downlink gate is applied: it drops.
+    let req = SessionModificationRequest {
+        create_qer: vec![Qer {
+            qer_id: QerId(1),
+            correlation_id: None,
+            gate_status: Some(GateStatus { ul: 0, dl: 1 }),
+            mbr: None,
+            gbr: None,
+            qfi: None,
+            other: vec![],
+        }],
+        update_pdr: vec![UpdatePdr {
+            pdr_id: PdrId(1),
+            outer_header_removal: None,
+            precedence: None,
+            pdi: None,
+            far_id: None,
+            urr_ids: vec![],
+            qer_ids: vec![QerId(1)],
+        }],
+        ..Default::default()
+    };
+    assert_eq!(
+        smf.modify(&mut upf, up, req).1.cause,
+        Cause::REQUEST_ACCEPTED
+    );
+    assert!(upf.sessions_impl().down.is_empty());
+    assert_eq!(upf.sessions_impl().up.len(), 1);
+    check_consistent(&upf);
+}
+
+#[test]
+fn no_resources_when_full() {
+    let mut c = config();
+    c.max_sessions = 2;
+    let mut upf = Upf::new(c, Cluster::default());
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    for i in 0..2 {
+        assert_eq!(
+            smf.establish(&mut upf, session(i, v4(i as u8), Some((1, ENB))))
+                .cause,
+            Cause::REQUEST_ACCEPTED
+        );
+    }
+    assert_eq!(
+        smf.establish(&mut upf, session(9, v4(9), Some((1, ENB))))
+            .cause,
+        Cause::NO_RESOURCES_AVAILABLE
+    );
+    // The cluster full: its failure is the cause, and nothing changed.
+    let mut upf2 = Upf::new(
+        config(),
+        Cluster {
+            capacity: Some(3),
+            ..Default::default()
+        },
+    );
+    let mut smf = Smf::new();
+    smf.associate(&mut upf2);
+    assert_eq!(
+        smf.establish(&mut upf2, session(1, v4(1), Some((1, ENB))))
+            .cause,
+        Cause::REQUEST_ACCEPTED
+    );
+    assert_eq!(
+        smf.establish(&mut upf2, session(2, v4(2), Some((1, ENB))))
+            .cause,
+        Cause::NO_RESOURCES_AVAILABLE
+    );
+    assert_eq!(upf2.session_count(), 1);
+    check_consistent(&upf2);
+    // ... and the UE address is not held by the failed session.
+    upf2.sessions_impl_mut().capacity = None;
+    assert_eq!(
+        smf.establish(&mut upf2, session(2, v4(2), Some((1, ENB))))
+            .cause,
+        Cause::REQUEST_ACCEPTED
+    );
+    check_consistent(&upf2);
+}
+
+#[test]
+fn retransmissions_are_answered_from_the_cache_not_applied_twice() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    smf.seq += 1;
+    let req = Message {
+        seid: Some(0),
+        sequence: smf.seq,
+        priority: None,
+        body: Body::SessionEstablishmentRequest(session(1, v4(1), Some((1, ENB)))),
+    }
+    .to_bytes()
+    .unwrap();
+    let first = upf.handle(Duration::from_secs(1), smf.addr, &req);
+    let applies = upf.sessions_impl().applies;
+    let again = upf.handle(Duration::from_secs(2), smf.addr, &req);
+    assert_eq!(first, again);
+    assert_eq!(upf.sessions_impl().applies, applies);
+    assert_eq!(upf.session_count(), 1);
+    assert_eq!(upf.stats().retransmissions, 1);
+    // After the cache time, the same bytes are a new request (and the UE is taken).
+    let late = upf.handle(Duration::from_secs(100), smf.addr, &req);
+    let Body::SessionEstablishmentResponse(r) = Message::parse(&late[0].bytes).unwrap().body else {
+        panic!()
+    };
+    assert_eq!(r.cause, Cause::RULE_CREATION_MODIFICATION_FAILURE);
+    assert_eq!(upf.session_count(), 1);
+}
+
+#[test]
+fn deferred_installs_answer_on_completion() {
+    let mut upf = Upf::new(
+        config(),
+        Cluster {
+            defer: true,
+            ..Default::default()
+        },
+    );
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    smf.seq += 1;
+    let req = Message {
+        seid: Some(0),
+        sequence: smf.seq,
+        priority: None,
+        body: Body::SessionEstablishmentRequest(session(0x42, v4(1), Some((1, ENB)))),
+    }
+    .to_bytes()
+    .unwrap();
+    assert!(upf
+        .handle(Duration::from_secs(1), smf.addr, &req)
+        .is_empty());
+    // A retransmission while installing is dropped, not applied again.
+    assert!(upf
+        .handle(Duration::from_secs(2), smf.addr, &req)
+        .is_empty());
+    assert_eq!(upf.stats().retransmissions_in_flight, 1);
+    assert_eq!(upf.session_count(), 0);
+    let (token, changes) = upf.sessions_impl_mut().deferred.remove(0);
+    assert!(upf.sessions_impl().deferred.is_empty());
+    upf.sessions_impl_mut().install(&changes).unwrap();
+    let out = upf.complete(Duration::from_secs(3), token, Ok(()));
+    let m = Message::parse(&out[0].bytes).unwrap();
+    assert_eq!(m.seid, Some(0x42));
+    let Body::SessionEstablishmentResponse(r) = m.body else {
+        panic!()
+    };
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.session_count(), 1);
+    check_consistent(&upf);
+    // Now the retransmission is answered from the cache.
+    assert_eq!(upf.handle(Duration::from_secs(4), smf.addr, &req), out);
+    // A failed install: the cause, and nothing held.
+    smf.seq += 1;
+    let req = Message {
+        seid: Some(0),
+        sequence: smf.seq,
+        priority: None,
+        body: Body::SessionEstablishmentRequest(session(0x43, v4(2), Some((1, ENB)))),
+    }
+    .to_bytes()
+    .unwrap();
+    assert!(upf
+        .handle(Duration::from_secs(5), smf.addr, &req)
+        .is_empty());
+    let (token, _) = upf.sessions_impl_mut().deferred.remove(0);
+    let out = upf.complete(Duration::from_secs(6), token, Err(Failure::NoResources));
+    let Body::SessionEstablishmentResponse(r) = Message::parse(&out[0].bytes).unwrap().body else {
+        panic!()
+    };
+    assert_eq!(r.cause, Cause::NO_RESOURCES_AVAILABLE);
+    assert_eq!(upf.session_count(), 1);
+    assert!(
+        upf.complete(Duration::from_secs(6), token, Ok(()))
+            .is_empty(),
+        "a token completes once"
+    );
+    // While a session's change installs, another request for it is congestion.
+    let up = upf.session_ids().next().unwrap();
+    let m1 = smf.send(
+        &mut upf,
+        Some(up),
+        Body::SessionModificationRequest(drop_downlink()),
+    );
+    assert!(m1.is_none());
+    let (_, r) = smf.modify(&mut upf, up, retunnel(5, ENB));
+    assert_eq!(r.cause, Cause::PFCP_ENTITY_IN_CONGESTION);
+}
+
+#[test]
+fn version_not_supported_and_garbage() {
+    let mut upf = upf();
+    let out = upf.handle(Duration::ZERO, smf_addr(), &[0x40, 1, 0, 4, 0, 0, 9, 0]);
+    let m = Message::parse(&out[0].bytes).unwrap();
+    assert_eq!((m.sequence, m.body), (9, Body::VersionNotSupportedResponse));
+    assert!(upf
+        .handle(Duration::ZERO, smf_addr(), &[0x20, 1])
+        .is_empty());
+    assert_eq!(upf.stats().malformed, 1);
+}
+
+/// What the control plane believes after each answer: UE -> downlink tunnel.
+#[derive(Clone, Debug)]
+enum Op {
+    Establish { ue: u8, tunnel: Option<(u32, u8)> },
+    Retunnel { which: usize, teid: u32, enb: u8 },
+    Drop { which: usize },
+    Delete { which: usize },
+    Garbage(Vec<u8>),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..12, proptest::option::of((1u32..5, 1u8..4)))
+            .prop_map(|(ue, tunnel)| Op::Establish { ue, tunnel }),
+        (any::<usize>(), 1u32..5, 1u8..4).prop_map(|(which, teid, enb)| Op::Retunnel {
+            which,
+            teid,
+            enb
+        }),
+        any::<usize>().prop_map(|which| Op::Drop { which }),
+        any::<usize>().prop_map(|which| Op::Delete { which }),
+        proptest::collection::vec(any::<u8>(), 0..40).prop_map(Op::Garbage),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Random sessions over a small pool of UE addresses (so some collide) against the oracle
+    /// of what the control plane was told: the cluster's downlink table is exactly the
+    /// accepted sessions' tunnels, and every TEID is unique.
+    #[test]
+    fn random_operations_match_the_oracle(ops in proptest::collection::vec(op(), 1..40)) {
+        let mut upf = upf();
+        let mut smf = Smf::new();
+        smf.associate(&mut upf);
+        // up seid -> (ue, tunnel)
+        let mut oracle: Vec<(u64, IpAddr, Option<Tunnel>)> = Vec::new();
+        let enb = |n: u8| Ipv4Addr::new(192, 168, 1, n);
+        for (i, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Establish { ue, tunnel } => {
+                    let ue = v4(ue);
+                    let t = tunnel.map(|(teid, e)| (teid, enb(e)));
+                    let r = smf.establish(&mut upf, session(i as u64, ue, t));
+                    let taken = oracle.iter().any(|o| o.1 == ue);
+                    prop_assert_eq!(r.cause == Cause::REQUEST_ACCEPTED, !taken);
+                    if !taken {
+                        oracle.push((r.up_f_seid.unwrap().seid, ue, t));
+                    }
+                }
+                Op::Retunnel { which, teid, enb: e } if !oracle.is_empty() => {
+                    let k = which % oracle.len();
+                    let (_, r) = smf.modify(&mut upf, oracle[k].0, retunnel(teid, enb(e)));
+                    prop_assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+                    oracle[k].2 = Some((teid, enb(e)));
+                }
+                Op::Drop { which } if !oracle.is_empty() => {
+                    let k = which % oracle.len();
+                    let (_, r) = smf.modify(&mut upf, oracle[k].0, drop_downlink());
+                    prop_assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+                    oracle[k].2 = None;
+                }
+                Op::Delete { which } if !oracle.is_empty() => {
+                    let k = which % oracle.len();
+                    let (_, r) = smf.delete(&mut upf, oracle[k].0);
+                    prop_assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+                    oracle.remove(k);
+                }
+                Op::Garbage(bytes) => {
+                    upf.handle(Duration::from_secs(1), smf.addr, &bytes);
+                }
+                _ => {}
+            }
+            let expected: HashMap<IpAddr, (u32, Ipv4Addr, u16)> = oracle
+                .iter()
+                .filter_map(|&(_, ue, t)| t.map(|(teid, e)| (ue, (teid, e, node_of(ue)))))
+                .collect();
+            prop_assert_eq!(&upf.sessions_impl().down, &expected);
+            prop_assert_eq!(upf.sessions_impl().up.len(), oracle.len());
+            let ues: std::collections::HashSet<IpAddr> = upf.sessions_impl().up.values().map(|e| e.0).collect();
+            prop_assert_eq!(ues.len(), oracle.len());
+            prop_assert_eq!(upf.session_count(), oracle.len());
+            check_consistent(&upf);
+        }
+    }
+}
