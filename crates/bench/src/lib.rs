@@ -22,3 +22,4 @@ pub mod io;
 pub mod latency;
 pub mod node;
 pub mod plot;
+pub mod update;

@@ -28,6 +28,9 @@ enum Command {
     Latency(sb_bench::latency::Args),
     /// Figures 8, 9, 10 (PNG) and cluster-tables.md from the JSON of `node` and `latency`.
     Plot(sb_bench::plot::Args),
+    /// The update path: the GPT owner's updates per core and delta bytes; with `--cluster`
+    /// (root), a namespace cluster's aggregate update rate and propagation times.
+    Update(sb_bench::update::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +41,6 @@ fn main() -> anyhow::Result<()> {
         Command::Node(a) => sb_bench::node::run(a),
         Command::Latency(a) => sb_bench::latency::run(a),
         Command::Plot(a) => sb_bench::plot::run(a),
+        Command::Update(a) => sb_bench::update::run(a),
     }
 }

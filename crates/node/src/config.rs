@@ -83,6 +83,10 @@ pub struct NodeFile {
     pub uplink_table: PathBuf,
     /// Where the counters go (JSON, rewritten every second and on exit).
     pub counters: PathBuf,
+    /// The control plane (ScaleBricks with the cuckoo FIB): the GPT is built by the owners of
+    /// its block ranges and changes while the node forwards. None: the tables are fixed.
+    #[serde(default)]
+    pub control: Option<crate::control::ControlFile>,
 }
 
 /// Why a configuration was refused.
@@ -178,8 +182,20 @@ impl NodeFile {
             parse_mac(&p.mac)?;
             parse_mac(&p.peer_mac)?;
         }
-        if self.arch()? == sb_engine::Arch::ScaleBricks && self.gpt.is_none() {
-            return bad("the scalebricks architecture needs a gpt file".into());
+        if self.arch()? == sb_engine::Arch::ScaleBricks && self.gpt.is_none() && self.control.is_none()
+        {
+            return bad("the scalebricks architecture needs a gpt file or a control plane".into());
+        }
+        if let Some(c) = &self.control {
+            if self.arch()? != sb_engine::Arch::ScaleBricks {
+                return bad("the control plane runs the scalebricks architecture only".into());
+            }
+            if self.fib != FibBackend::Cuckoo {
+                return bad("live updates need the cuckoo FIB (rte_hash is built once)".into());
+            }
+            if c.peers.len() != n {
+                return bad(format!("{} control addresses for {n} nodes", c.peers.len()));
+            }
         }
         Ok(())
     }

@@ -9,12 +9,15 @@
 //!   calls to write them.
 //! - [`run`](mod@run): [`run::run`] (the node process), [`run::drive`] (one worker's loop over
 //!   any three ports: the demo drives in-memory ports with it).
+//! - [`control`]: the control plane's thread ([`sb_control`] over UDP on the fabric address,
+//!   its log, and the live GPT, FIB and uplink table it changes while the workers forward).
 //! - [`inproc`]: the cluster in one process (node threads, in-memory ports and switch, every
 //!   packet checked): what `scalebricks demo` runs.
 
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod control;
 pub mod inproc;
 pub mod run;
 pub mod tables;

@@ -5,7 +5,7 @@ use crate::tables::{read_entries, read_gpt, EntryKind, TableError};
 use sb_engine::lte::{Lte, LteConfig};
 use sb_engine::{App, Counters, CuckooFib, Engine, Fib, NodeConfig, Outputs, PortAddr, PortId};
 use sb_io::{PacketBatch, Port, PortStats};
-use sb_setsep::SetSep;
+use sb_setsep::LiveSetSep;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,14 +50,19 @@ pub enum NodeError {
     /// A worker thread panicked.
     #[error("worker {0} panicked")]
     Worker(usize),
+    /// The control plane failed.
+    #[error("control plane: {0}")]
+    Control(#[from] crate::control::ControlError),
 }
 
 /// A node's tables, loaded and checked.
 pub struct Tables {
     /// The GPT (ScaleBricks).
-    pub gpt: Option<Arc<SetSep>>,
+    pub gpt: Option<Arc<LiveSetSep>>,
     fib: FibHandle,
     uplink: sb_cuckoo::Reader,
+    /// The uplink table's writer (for the control plane).
+    uplink_writer: Option<sb_cuckoo::Writer>,
     /// Sizes for reports.
     pub sizes: TableSizes,
 }
@@ -80,7 +85,8 @@ pub struct TableSizes {
 }
 
 enum FibHandle {
-    Cuckoo(CuckooFib, #[allow(dead_code)] sb_cuckoo::Writer),
+    /// The writer is taken by the control plane (None afterwards).
+    Cuckoo(CuckooFib, Option<sb_cuckoo::Writer>),
     #[cfg(feature = "dpdk")]
     Rte(sb_engine::RteHashFib),
 }
@@ -107,9 +113,9 @@ impl FibHandle {
 /// Loads the node's tables and checks they belong to its cluster and node.
 pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
     let gpt = match &cfg.gpt {
-        Some(p) if cfg.arch()? == sb_engine::Arch::ScaleBricks => {
+        Some(p) if cfg.arch()? == sb_engine::Arch::ScaleBricks && cfg.control.is_none() => {
             let g = read_gpt(p, cfg.seed)?;
-            Some(Arc::new(g))
+            Some(Arc::new(LiveSetSep::new(g)))
         }
         _ => None,
     };
@@ -128,7 +134,7 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
         FibBackend::Cuckoo => {
             let (w, f) = CuckooFib::build(16, 16, cfg.seed, fib_e.iter())
                 .map_err(|e| NodeError::Tables(e.to_string()))?;
-            FibHandle::Cuckoo(f, w)
+            FibHandle::Cuckoo(f, Some(w))
         }
         #[cfg(feature = "dpdk")]
         FibBackend::RteHash => {
@@ -162,7 +168,7 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
         sb_engine::fib::cuckoo_table(4, sb_engine::lte::UPLINK_VALUE_BYTES, cfg.seed, up_e.iter())
             .map_err(|e| NodeError::Tables(e.to_string()))?;
     let (uplink_entries, uplink_bytes) = (t.len(), t.memory_bytes());
-    let uplink = t.into_concurrent().1;
+    let (uplink_writer, uplink) = t.into_concurrent();
     let (fib_entries, fib_bytes) = fib.sizes();
     let sizes = TableSizes {
         gpt_keys: gpt.as_ref().map_or(0, |g| g.len()),
@@ -176,8 +182,30 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
         gpt,
         fib,
         uplink,
+        uplink_writer: Some(uplink_writer),
         sizes,
     })
+}
+
+impl Tables {
+    /// The writers of the FIB and the uplink table, for the control plane (once).
+    fn take_data_plane(&mut self) -> Result<crate::control::DataPlane, NodeError> {
+        let fib = match &mut self.fib {
+            FibHandle::Cuckoo(_, w) => w.take(),
+            #[cfg(feature = "dpdk")]
+            FibHandle::Rte(_) => None,
+        };
+        match (fib, self.uplink_writer.take()) {
+            (Some(fib), Some(uplink)) => Ok(crate::control::DataPlane {
+                gpt: Arc::new(Mutex::new(None)),
+                fib,
+                uplink,
+            }),
+            _ => Err(NodeError::Unsupported(
+                "live updates need the cuckoo FIB".into(),
+            )),
+        }
+    }
 }
 
 /// The engine configuration of a node file.
@@ -340,6 +368,7 @@ fn counters_json(
     c: &Counters,
     io: &[[PortStats; 3]],
     running: bool,
+    control: Option<serde_json::Value>,
 ) -> serde_json::Value {
     let mut io_sum = [PortStats::default(); 3];
     for w in io {
@@ -373,6 +402,7 @@ fn counters_json(
         "tables": sizes,
         "engine": c.report(),
         "ports": {"inet": port(&io_sum[0]), "ran": port(&io_sum[1]), "fabric": port(&io_sum[2])},
+        "control": control,
     })
 }
 
@@ -386,16 +416,17 @@ fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<(), NodeE
     std::fs::rename(&tmp, path).map_err(err)
 }
 
-/// Runs a node until `stop` is set: loads its tables, opens its ports (in its namespace), runs
-/// `workers` engines on their own threads, and writes the counters to `cfg.counters` once it
-/// is ready, every second, and when it stops. `on_ready` is called once the ports are open.
+/// Runs a node until `stop` is set: loads its tables, starts its control plane (if it has one)
+/// and waits for the GPT it assembles, opens its ports (in its namespace), runs `workers`
+/// engines on their own threads, and writes the counters to `cfg.counters` once it is ready,
+/// every second, and when it stops. `on_ready` is called once the ports are open.
 pub fn run(
     cfg: &NodeFile,
     stop: &AtomicBool,
     on_ready: impl FnOnce(),
 ) -> Result<Counters, NodeError> {
     cfg.check()?;
-    let tables = load_tables(cfg)?;
+    let mut tables = load_tables(cfg)?;
     // A bound UDP socket on the GTP-U port keeps the node's own kernel from answering G-PDUs
     // and echo requests to its ran address with ICMP port unreachable.
     let _gtpu_guard = match &cfg.netns {
@@ -406,10 +437,67 @@ pub fn run(
         }
         None => None,
     };
+    let ctl_pub = Mutex::new(crate::control::Published::default());
+    let ctl_failed = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let ctl_thread = match &cfg.control {
+            Some(ctl) => {
+                let spec = crate::control::read_spec(&ctl.spec)?;
+                let dp = tables.take_data_plane()?;
+                let slot = dp.gpt.clone();
+                let (ctl_pub, ctl_failed) = (&ctl_pub, &ctl_failed);
+                let h = s.spawn(move || {
+                    let r = crate::control::run(cfg, ctl, spec, dp, stop, ctl_pub);
+                    if r.is_err() {
+                        ctl_failed.store(true, Ordering::Relaxed);
+                    }
+                    r
+                });
+                let flows = tables.sizes.fib_entries as u64 * cfg.fabric_macs.len() as u64;
+                let timeout = Duration::from_secs(60 + flows / 100_000);
+                match crate::control::wait_ready(&slot, ctl_pub, timeout, ctl_failed) {
+                    Ok(g) => {
+                        tables.sizes.gpt_keys = g.len();
+                        tables.sizes.gpt_bytes = g.stats().bytes as usize;
+                        tables.gpt = Some(g);
+                    }
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(match h.join() {
+                            Ok(Err(ce)) => NodeError::Control(ce),
+                            _ => NodeError::Control(e),
+                        });
+                    }
+                }
+                Some(h)
+            }
+            None => None,
+        };
+        let r = forward(cfg, &tables, stop, on_ready, &ctl_pub);
+        stop.store(true, Ordering::Relaxed);
+        if let Some(h) = ctl_thread {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(NodeError::Control(e)),
+                Err(_) => return Err(NodeError::Unsupported("the control thread panicked".into())),
+            }
+        }
+        r
+    })
+}
+
+/// The forwarding part of [`run`]: engines, ports, workers, counters.
+fn forward(
+    cfg: &NodeFile,
+    tables: &Tables,
+    stop: &AtomicBool,
+    on_ready: impl FnOnce(),
+    ctl_pub: &Mutex<crate::control::Published>,
+) -> Result<Counters, NodeError> {
     let mut engines = Vec::new();
     let mut ports = Vec::new();
     for w in 0..cfg.workers {
-        engines.push(make_engine(cfg, &tables)?);
+        engines.push(make_engine(cfg, tables)?);
         ports.push(open_ports(cfg, w)?);
     }
     let published: Vec<Arc<Mutex<Counters>>> = (0..cfg.workers)
@@ -431,9 +519,20 @@ pub fn run(
             .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
             .collect()
     };
+    let control = || {
+        cfg.control.as_ref().map(|_| {
+            let p = ctl_pub.lock().unwrap_or_else(|e| e.into_inner());
+            json!({"status": p.status, "log_bytes": p.log_bytes})
+        })
+    };
+    let sizes = || {
+        let mut z = tables.sizes;
+        z.fib_entries = tables.fib.sizes().0;
+        z
+    };
     write_json(
         &cfg.counters,
-        &counters_json(cfg, &tables.sizes, &Counters::default(), &[], true),
+        &counters_json(cfg, &sizes(), &Counters::default(), &[], true, control()),
     )?;
     on_ready();
     let result = std::thread::scope(|s| {
@@ -453,10 +552,11 @@ pub fn run(
                     &cfg.counters,
                     &counters_json(
                         cfg,
-                        &tables.sizes,
+                        &sizes(),
                         &sum(&published),
                         &io_now(&io_stats),
                         true,
+                        control(),
                     ),
                 )?;
                 last = Instant::now();
@@ -471,7 +571,7 @@ pub fn run(
     let c = sum(&published);
     write_json(
         &cfg.counters,
-        &counters_json(cfg, &tables.sizes, &c, &io_now(&io_stats), false),
+        &counters_json(cfg, &sizes(), &c, &io_now(&io_stats), false, control()),
     )?;
     result?;
     Ok(c)

@@ -241,7 +241,8 @@ pub struct Written {
 }
 
 /// Writes every table of a cluster of `nodes` nodes running `arch` over `tunnels` into `dir`:
-/// `flows.csv`, `gpt.bin` (ScaleBricks only), and per node its FIB and uplink entries.
+/// `flows.csv`, `gpt.bin` (ScaleBricks with `gpt`; without it the nodes' control plane builds
+/// the GPT), and per node its FIB and uplink entries.
 pub fn write_cluster_tables(
     dir: &Path,
     arch: Arch,
@@ -249,6 +250,7 @@ pub fn write_cluster_tables(
     nodes: u16,
     seed: u64,
     cluster_id: u64,
+    gpt: bool,
 ) -> Result<Written, TableError> {
     let mut files = Vec::new();
     let fp = dir.join(FLOWS_FILE);
@@ -256,7 +258,7 @@ pub fn write_cluster_tables(
     sb_engine::lte::write_flows(std::io::BufWriter::new(f), tunnels).map_err(io(&fp))?;
     files.push(FLOWS_FILE.to_string());
     let mut gpt_bytes = 0;
-    if arch == Arch::ScaleBricks {
+    if arch == Arch::ScaleBricks && gpt {
         let gpt = cluster::build_gpt(tunnels, nodes.into(), seed, 0)?;
         let gp = dir.join(GPT_FILE);
         let image = gpt.to_bytes();

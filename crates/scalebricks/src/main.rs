@@ -41,6 +41,9 @@ enum Command {
     Sink(cmd::sink::Args),
     /// The main job: a demonstration on generated keys that needs no setup.
     Demo(cmd::demo::Args),
+    /// Send inserts, changes and deletes of flows (CSV `op,ue,teid,enb,node`) to a running
+    /// cluster's control plane; exits once every one is acknowledged.
+    Update(cmd::update::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,5 +56,6 @@ fn main() -> anyhow::Result<()> {
         Command::Gen(a) => cmd::gen::run(a),
         Command::Sink(a) => cmd::sink::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Update(a) => cmd::update::run(a),
     }
 }

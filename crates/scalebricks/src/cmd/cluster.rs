@@ -8,6 +8,8 @@ use anyhow::{bail, Context};
 use sb_engine::lte::Tunnel;
 use sb_engine::Arch;
 use sb_node::config::{FibBackend, IoBackend, NodeFile, PortFile};
+use sb_node::control::{ControlFile, CONTROL_PORT};
+use std::net::SocketAddr;
 use sb_node::tables;
 use sb_topology::{Cidr, Description, Forwarding, UpOptions};
 
@@ -103,6 +105,31 @@ pub struct UpArgs {
     /// Key-hash seed of the tables [default: random].
     #[arg(long)]
     seed: Option<u64>,
+    /// The control plane (scalebricks with the cuckoo FIB): every node owns a range of the GPT,
+    /// builds its part and takes updates (`scalebricks update`) while forwarding. `off`: the
+    /// GPT is built here once and never changes.
+    #[arg(long, value_enum, default_value = "on")]
+    control: OnOff,
+    /// Flows the GPT has room for (live inserts beyond the initial flows) [default: twice
+    /// the initial flows, at least 65536].
+    #[arg(long)]
+    capacity: Option<u64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
+
+/// The control spec's file in the state directory (readable by root only: it holds the key).
+pub const CONTROL_SPEC_FILE: &str = "control.json";
+
+/// Node `i`'s log directory in the state directory.
+pub fn wal_dir(i: usize) -> String {
+    format!("node{i}.wal")
 }
 
 #[derive(clap::Subcommand)]
@@ -119,7 +146,8 @@ pub enum ClusterCmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Print the cluster description (JSON) with every node's counters and table sizes.
+    /// Every node's state: pid, up or down, GPT digest, update lag per owner, resyncs, log
+    /// size, table sizes (`--json`: also the description and every node's counters).
     Status {
         /// Name prefix used with `up`.
         #[arg(long, default_value = "sb")]
@@ -127,7 +155,93 @@ pub enum ClusterCmd {
         /// State directory [default: /run/scalebricks/PREFIX].
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// One JSON object: `nodes` (a row per node), `node_status` (each node's counters file),
+        /// `cluster` (the description).
+        #[arg(long)]
+        json: bool,
     },
+    /// Start node N again (after it died or was killed) in its namespace: it recovers its
+    /// updates from its log, its GPT and FIB slice from the other nodes.
+    Restart {
+        /// Name prefix used with `up`.
+        #[arg(long, default_value = "sb")]
+        name: String,
+        /// State directory [default: /run/scalebricks/PREFIX].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The node.
+        #[arg(long)]
+        node: usize,
+    },
+}
+
+/// The command that runs node `node` of the cluster in `dir`.
+fn node_command(exe: &Path, dir: &Path, node: usize) -> Command {
+    let mut c = Command::new(exe);
+    c.arg("node").arg("--config").arg(dir.join(node_file(node)));
+    c
+}
+
+/// One row of `cluster status`: the process and what its counters file says.
+fn node_row(dir: &Path, node: usize, file: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+    let proc = sb_topology::node_process(dir, node)?;
+    let mut row = serde_json::json!({
+        "node": node,
+        "pid": proc.map(|p| p.0),
+        "up": proc.is_some_and(|p| p.1),
+        "fib_entries": file["tables"]["fib_entries"],
+        "gpt_keys": file["tables"]["gpt_keys"],
+        "log_bytes": file["control"]["log_bytes"],
+    });
+    if let Some(st) = file["control"]["status"].as_object() {
+        for (k, v) in st {
+            row[k.as_str()] = v.clone();
+        }
+    }
+    Ok(row)
+}
+
+fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let d = load_cluster(dir)?;
+    let mut files = Vec::new();
+    let mut rows = Vec::new();
+    for n in &d.nodes {
+        let p = sb_topology::forwarder_stats_path(dir, n.index);
+        let s = std::fs::read_to_string(&p)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .unwrap_or(serde_json::Value::Null);
+        rows.push(node_row(dir, n.index, &s)?);
+        files.push(s);
+    }
+    if json {
+        let v = serde_json::json!({"cluster": d, "nodes": rows, "node_status": files});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{:>4} {:>8} {:>5} {:>18} {:>10} {:>10} {:>8} {:>10}",
+        "node", "pid", "up", "gpt_digest", "gpt_keys", "fib", "resyncs", "log_bytes"
+    );
+    let show = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "-".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    for r in &rows {
+        println!(
+            "{:>4} {:>8} {:>5} {:>18} {:>10} {:>10} {:>8} {:>10}",
+            show(&r["node"]),
+            show(&r["pid"]),
+            show(&r["up"]),
+            show(&r["gpt_digest"]),
+            show(&r["gpt_keys"]),
+            show(&r["fib_entries"]),
+            show(&r["resyncs"]),
+            show(&r["log_bytes"])
+        );
+    }
+    Ok(())
 }
 
 /// The state directory from `--dir` or the prefix.
@@ -195,6 +309,7 @@ fn node_config(
     arch: Arch,
     seed: u64,
     cluster_id: u64,
+    control: bool,
 ) -> NodeFile {
     let n = &d.nodes[i];
     let port = |l: &sb_topology::plan::Link| PortFile {
@@ -233,11 +348,28 @@ fn node_config(
             .map(|m| m.ran.local.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED))
             .collect(),
         ran_mtu: n.ran.local.mtu as usize,
-        gpt: (arch == Arch::ScaleBricks).then(|| d.dir.join(tables::GPT_FILE)),
+        gpt: (arch == Arch::ScaleBricks && !control).then(|| d.dir.join(tables::GPT_FILE)),
         fib_table: d.dir.join(tables::fib_file(i)),
         uplink_table: d.dir.join(tables::uplink_file(i)),
         counters: sb_topology::forwarder_stats_path(&d.dir, i),
+        control: control.then(|| ControlFile {
+            spec: d.dir.join(CONTROL_SPEC_FILE),
+            flows: d.dir.join(tables::FLOWS_FILE),
+            wal: d.dir.join(wal_dir(i)),
+            peers: control_addrs(d),
+        }),
     }
+}
+
+/// Every node's control address: its fabric address, port [`CONTROL_PORT`].
+pub fn control_addrs(d: &Description) -> Vec<SocketAddr> {
+    d.nodes
+        .iter()
+        .map(|m| {
+            let ip = m.fabric.local.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+            SocketAddr::from((ip, CONTROL_PORT))
+        })
+        .collect()
 }
 
 fn up(a: UpArgs) -> anyhow::Result<()> {
@@ -255,21 +387,46 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     };
     let seed = a.seed.unwrap_or_else(rand::random);
     let cluster_id: u64 = rand::random();
+    let control = engine
+        && a.control == OnOff::On
+        && arch == Arch::ScaleBricks
+        && matches!(a.fib, FibArg::Cuckoo);
+    if a.control == OnOff::On && engine && !control {
+        eprintln!("note: no control plane for {arch} with this FIB (it runs scalebricks with the cuckoo FIB); tables are fixed");
+    }
+    let capacity = a
+        .capacity
+        .unwrap_or((tunnels.len() as u64 * 2).max(65_536));
+    if capacity < tunnels.len() as u64 {
+        bail!("--capacity {capacity} is below the {} initial flows", tunnels.len());
+    }
     let exe = std::env::current_exe().context("cannot find our own executable")?;
-    let spawn = move |d: &Description, node: usize| {
-        let mut c = Command::new(&exe);
-        c.arg("node")
-            .arg("--config")
-            .arg(d.dir.join(node_file(node)));
-        c
-    };
+    let spawn = move |d: &Description, node: usize| node_command(&exe, &d.dir, node);
     let prepare = |d: &Description| -> Result<Vec<String>, String> {
-        let w =
-            tables::write_cluster_tables(&d.dir, arch, &tunnels, a.nodes as u16, seed, cluster_id)
-                .map_err(|e| e.to_string())?;
+        // With the control plane the nodes build the GPT themselves (each its range) and
+        // only the initial FIB slices are written here.
+        let w = tables::write_cluster_tables(
+            &d.dir,
+            arch,
+            &tunnels,
+            a.nodes as u16,
+            seed,
+            cluster_id,
+            !control,
+        )
+        .map_err(|e| e.to_string())?;
         let mut files = w.files;
+        if control {
+            let spec = sb_node::control::new_spec(cluster_id, a.nodes as u16, seed, capacity);
+            sb_node::control::write_spec(&d.dir.join(CONTROL_SPEC_FILE), &spec)
+                .map_err(|e| e.to_string())?;
+            files.push(CONTROL_SPEC_FILE.to_string());
+            for i in 0..d.nodes.len() {
+                files.push(wal_dir(i));
+            }
+        }
         for i in 0..d.nodes.len() {
-            let cfg = node_config(d, i, &a, arch, seed, cluster_id);
+            let cfg = node_config(d, i, &a, arch, seed, cluster_id, control);
             let name = node_file(i);
             let json = serde_json::to_vec_pretty(&cfg).map_err(|e| e.to_string())?;
             std::fs::write(d.dir.join(&name), json).map_err(|e| format!("{name}: {e}"))?;
@@ -332,21 +489,13 @@ pub fn run(cmd: ClusterCmd) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        ClusterCmd::Status { name, dir } => {
+        ClusterCmd::Status { name, dir, json } => status(&state_dir(dir, &name), json),
+        ClusterCmd::Restart { name, dir, node } => {
             let dir = state_dir(dir, &name);
-            let d = load_cluster(&dir)?;
-            let mut v = serde_json::to_value(&d)?;
-            let mut stats = Vec::new();
-            for n in &d.nodes {
-                let p = sb_topology::forwarder_stats_path(&dir, n.index);
-                let s = std::fs::read_to_string(&p)
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                    .unwrap_or(serde_json::Value::Null);
-                stats.push(s);
-            }
-            v["node_status"] = serde_json::Value::Array(stats);
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            let exe = std::env::current_exe().context("cannot find our own executable")?;
+            let spawn = |d: &Description, node: usize| node_command(&exe, &d.dir, node);
+            let pid = sb_topology::respawn(&dir, node, &spawn, Duration::from_secs(120))?;
+            println!("node {node} restarted (pid {pid})");
             Ok(())
         }
     }

@@ -8,3 +8,4 @@ pub mod gen;
 pub mod gpt;
 pub mod node;
 pub mod sink;
+pub mod update;

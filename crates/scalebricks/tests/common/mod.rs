@@ -194,10 +194,10 @@ impl Cluster {
         run(&a, &[], Duration::from_secs(60))
     }
 
-    /// `cluster status` as JSON (the description plus `node_status`).
+    /// `cluster status --json` (`cluster`, `nodes`, `node_status`).
     pub fn status(&self) -> Value {
         let o = run(
-            &["cluster", "status", "--dir", self.dir()],
+            &["cluster", "status", "--json", "--dir", self.dir()],
             &[],
             Duration::from_secs(30),
         );

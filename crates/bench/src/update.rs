@@ -1,0 +1,313 @@
+//! `scalebricks bench update`: what an update costs (the paper's update rate, section 6.2).
+//!
+//! Two parts, in one JSON object:
+//! - **Owner work per core** (no network): the GPT owner's part of an update, one thread. An
+//!   [`Updatable`] of `--keys` keys (16-byte UE keys, values = handling node of `--nodes`,
+//!   16+8), sized with 2x headroom; then `--updates` updates (half inserts of new keys, half
+//!   moves of existing keys to another node), fed to [`Updatable::insert_batch`] in batches of
+//!   each `--batch` size; every delta is serialized as the control protocol sends it. Rows:
+//!   `owner_kops_per_core` and `delta_bytes_per_update` per batch size.
+//! - **The cluster** (root, `--cluster`): a `--nodes`-node namespace cluster with the control
+//!   plane (`cluster up`), `--cluster-updates` inserts sent by one `scalebricks update` client
+//!   per node at once (`cluster_kops`: acknowledged updates per second over the slowest
+//!   client's time; each acknowledgment comes after the owner's log commit, the handling
+//!   node's FIB install and every node's GPT), then a paced client at 10% of that rate with one
+//!   update per request: `propagation_p50_ms` / `propagation_p99_ms` are its request-to-
+//!   acknowledgment times, an upper bound of the delta's propagation to every node (the
+//!   acknowledgment waits for every node's GPT ack).
+
+use anyhow::{bail, ensure, Context, Result};
+use rand::{Rng, SeedableRng};
+use sb_setsep::{BuildOptions, Config, Updatable};
+use serde_json::{json, Value};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Keys in the owner's table.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: usize,
+    /// Updates per batch size.
+    #[arg(long, default_value_t = 200_000)]
+    updates: usize,
+    /// Batch sizes (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+    batch: Vec<usize>,
+    /// Nodes (values of the GPT; nodes of the cluster).
+    #[arg(long, default_value_t = 4)]
+    nodes: u16,
+    /// Also measure a namespace cluster (root).
+    #[arg(long)]
+    cluster: bool,
+    /// Initial flows of the cluster.
+    #[arg(long, default_value_t = 100_000)]
+    cluster_flows: usize,
+    /// Inserts sent to the cluster (split over one client per node).
+    #[arg(long, default_value_t = 40_000)]
+    cluster_updates: usize,
+    /// Updates of the paced propagation run.
+    #[arg(long, default_value_t = 2_000)]
+    paced_updates: usize,
+    /// Seed of keys and updates.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object (pretty).
+    #[arg(long)]
+    json: bool,
+}
+
+fn ue_key(i: u64) -> [u8; 16] {
+    // IPv4-mapped addresses in 100.64.0.0/10, as the LTE application keys them.
+    let a = 0x6440_0000u32 | (i as u32 & 0x003f_ffff);
+    sb_engine::lte::ue_key(std::net::IpAddr::V4(a.into()))
+}
+
+/// The owner's work per core for one batch size.
+fn owner(a: &Args, batch: usize) -> Result<Value> {
+    let n = a.keys;
+    let keys: Vec<[u8; 16]> = (0..n as u64).map(ue_key).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    let nodes = a.nodes.max(2);
+    let values: Vec<u16> = (0..n).map(|i| (i % nodes as usize) as u16).collect();
+    let opts = BuildOptions {
+        config: Config::C16_8,
+        value_bits: sb_engine::cluster::value_bits(nodes.into()),
+        threads: 0,
+        seed: a.seed,
+        build_id: a.seed,
+        capacity: (n as u64 + a.updates as u64) * 2,
+        ..BuildOptions::default()
+    };
+    let mut u = Updatable::build(&refs, &values, &opts).context("building the owner's table")?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed ^ batch as u64);
+    // Half inserts of new keys, half moves of existing keys to another node.
+    let mut next_new = n as u64;
+    let ups: Vec<([u8; 16], u16)> = (0..a.updates)
+        .map(|i| {
+            if i % 2 == 0 {
+                next_new += 1;
+                (ue_key(next_new), rng.gen_range(0..nodes))
+            } else {
+                let k = rng.gen_range(0..n as u64);
+                let v = ((k as usize % nodes as usize + 1) % nodes as usize) as u16;
+                (ue_key(k), v)
+            }
+        })
+        .collect();
+    let mut delta_bytes = 0u64;
+    let mut deltas = 0u64;
+    let t0 = Instant::now();
+    for chunk in ups.chunks(batch) {
+        let items: Vec<(&[u8], u16)> = chunk.iter().map(|(k, v)| (&k[..], *v)).collect();
+        u.insert_batch(&items, |d| {
+            delta_bytes += d.to_bytes().len() as u64;
+            deltas += 1;
+        })
+        .map_err(|e| anyhow::anyhow!("update: {e}"))?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(json!({
+        "batch": batch,
+        "updates": a.updates,
+        "owner_kops_per_core": a.updates as f64 / secs / 1e3,
+        "delta_bytes_per_update": delta_bytes as f64 / a.updates as f64,
+        "deltas": deltas,
+        "seconds": secs,
+        "fallback_keys": u.table().stats().fallback_keys,
+    }))
+}
+
+/// The `scalebricks` binary next to this one.
+fn me() -> Result<std::path::PathBuf> {
+    let exe = std::env::current_exe().context("cannot find our own executable")?;
+    let p = exe.with_file_name("scalebricks");
+    ensure!(
+        p.exists(),
+        "{} not found: build it with `cargo build --release -p scalebricks`",
+        p.display()
+    );
+    Ok(p)
+}
+
+fn scalebricks(args: &[String]) -> Result<String> {
+    let out = Command::new(me()?)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running scalebricks {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "scalebricks {} failed: {} {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `count` inserts of new UEs (from `first`), spread over the nodes, as an update CSV.
+fn inserts_csv(path: &std::path::Path, first: u64, count: usize, nodes: u16) -> Result<()> {
+    let mut s = String::from("op,ue,teid,enb,node\n");
+    for i in 0..count as u64 {
+        let n = first + i;
+        let ue = std::net::Ipv4Addr::from(0x6440_0000u32 | (n as u32 & 0x003f_ffff));
+        let node = n % u64::from(nodes);
+        s.push_str(&format!(
+            "insert,{ue},{},10.2.{node}.2,{node}\n",
+            0x3000_0000 + n
+        ));
+    }
+    std::fs::write(path, s).with_context(|| path.display().to_string())
+}
+
+fn cluster(a: &Args) -> Result<Value> {
+    ensure!(sb_io::netns::is_root(), "bench update --cluster needs root");
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("state");
+    let d = dir.to_str().context("temporary path")?.to_string();
+    let name = format!("sbu{}", std::process::id() % 100_000);
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    scalebricks(&s(&[
+        "cluster",
+        "up",
+        "--nodes",
+        &a.nodes.to_string(),
+        "--name",
+        &name,
+        "--dir",
+        &d,
+        "--flows",
+        &a.cluster_flows.to_string(),
+        "--seed",
+        &a.seed.to_string(),
+        "--capacity",
+        &((a.cluster_flows + a.cluster_updates + a.paced_updates) * 2).to_string(),
+    ]))?;
+    let r = (|| -> Result<Value> {
+        // The UE pool's addresses above the initial flows (generate_tunnels uses the low ones).
+        let base = 0x0020_0000u64;
+        let per = a.cluster_updates / a.nodes as usize;
+        let mut files = Vec::new();
+        for i in 0..a.nodes as usize {
+            let p = tmp.path().join(format!("ins{i}.csv"));
+            inserts_csv(&p, base + (i * per) as u64, per, a.nodes)?;
+            files.push(p);
+        }
+        let t0 = Instant::now();
+        let outs: Vec<Result<String>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = files
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let args = s(&[
+                        "update",
+                        "--dir",
+                        &d,
+                        "--node",
+                        &i.to_string(),
+                        "--input",
+                        p.to_str().unwrap_or_default(),
+                    ]);
+                    sc.spawn(move || scalebricks(&args))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| bail!("client thread panicked")))
+                .collect()
+        });
+        let wall = t0.elapsed().as_secs_f64();
+        let mut acked = 0u64;
+        let mut slowest = 0f64;
+        for o in outs {
+            let v: Value = serde_json::from_str(o?.trim()).context("update output")?;
+            acked += v["acked"].as_u64().unwrap_or(0);
+            slowest = slowest.max(v["seconds"].as_f64().unwrap_or(wall));
+        }
+        let cluster_kops = acked as f64 / slowest / 1e3;
+        // Propagation at 10% of that rate, one update per request.
+        let p = tmp.path().join("paced.csv");
+        inserts_csv(&p, base + a.cluster_updates as u64 + 1, a.paced_updates, a.nodes)?;
+        let rate = (cluster_kops * 1e3 * 0.1).max(1.0);
+        let v: Value = serde_json::from_str(
+            scalebricks(&s(&[
+                "update",
+                "--dir",
+                &d,
+                "--node",
+                "0",
+                "--input",
+                p.to_str().unwrap_or_default(),
+                "--batch",
+                "1",
+                "--window",
+                "64",
+                "--rate",
+                &format!("{rate}"),
+            ]))?
+            .trim(),
+        )?;
+        Ok(json!({
+            "nodes": a.nodes,
+            "initial_flows": a.cluster_flows,
+            "cluster_updates": acked,
+            "cluster_seconds": slowest,
+            "cluster_kops": cluster_kops,
+            "paced_rate_per_s": rate,
+            "paced_updates": v["acked"],
+            "propagation_p50_ms": v["ack_ms"]["p50"],
+            "propagation_p99_ms": v["ack_ms"]["p99"],
+        }))
+    })();
+    let down = scalebricks(&s(&["cluster", "down", "--dir", &d]));
+    let r = r?;
+    down?;
+    Ok(r)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    ensure!(a.keys >= 2 && a.updates >= 1, "--keys and --updates must be positive");
+    let mut rows = Vec::new();
+    for &b in &a.batch {
+        ensure!(b >= 1, "batch sizes must be at least 1");
+        let r = owner(&a, b)?;
+        if !a.json {
+            eprintln!(
+                "owner, batch {b:>4}: {:.0} K updates/s per core, {:.1} delta bytes per update",
+                r["owner_kops_per_core"].as_f64().unwrap_or(0.0),
+                r["delta_bytes_per_update"].as_f64().unwrap_or(0.0)
+            );
+        }
+        rows.push(r);
+    }
+    let best = rows
+        .iter()
+        .filter_map(|r| r["owner_kops_per_core"].as_f64())
+        .fold(0.0, f64::max);
+    let dbytes = rows
+        .last()
+        .and_then(|r| r["delta_bytes_per_update"].as_f64())
+        .unwrap_or(0.0);
+    let cl = if a.cluster { Some(cluster(&a)?) } else { None };
+    let v = json!({
+        "benchmark": "update",
+        "keys": a.keys,
+        "owner_kops_per_core": best,
+        "delta_bytes_per_update": dbytes,
+        "owner": rows,
+        "cluster": cl,
+        "cluster_kops": cl.as_ref().map(|c| c["cluster_kops"].clone()),
+        "propagation_p50_ms": cl.as_ref().map(|c| c["propagation_p50_ms"].clone()),
+        "propagation_p99_ms": cl.as_ref().map(|c| c["propagation_p99_ms"].clone()),
+    });
+    println!(
+        "{}",
+        if a.json {
+            serde_json::to_string_pretty(&v)?
+        } else {
+            serde_json::to_string(&v)?
+        }
+    );
+    Ok(())
+}

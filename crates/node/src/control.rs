@@ -1,0 +1,479 @@
+//! The node's control plane: the `sb-control` state machine wired to a UDP socket on the node's
+//! fabric address, its log (`sb-wal`) and the data plane (the live GPT, the FIB and the uplink
+//! table that the workers read while the control thread changes them).
+//!
+//! One thread runs the loop: receive a datagram (or time out), hand it to the state machine,
+//! then apply every event it emits in order (log records are appended and committed once per
+//! loop iteration: group commit; FIB entries are installed; GPT deltas and pieces are applied
+//! to the live table), and only then send what it has to send. Applying the events before
+//! sending is what makes an acknowledgment mean "durable and installed".
+
+use crate::config::NodeFile;
+use sb_control::{ClusterSpec, Event, Flow, Peer};
+use sb_engine::lte::{Tunnel, KEY_BYTES};
+use sb_setsep::LiveSetSep;
+use serde::{Deserialize, Serialize};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The UDP port of the control protocol on every node's fabric address.
+pub const CONTROL_PORT: u16 = 7400;
+
+/// What a node needs for its control plane (`control` in `node{i}.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ControlFile {
+    /// The cluster's control spec (`control.json`: ranges, GPT shape, the key).
+    pub spec: PathBuf,
+    /// The initial flows (`flows.csv`): this node's range of them is its RIB at the first start.
+    pub flows: PathBuf,
+    /// This node's log directory.
+    pub wal: PathBuf,
+    /// Every node's control address by index (this node binds its own).
+    pub peers: Vec<SocketAddr>,
+}
+
+/// Why the control plane stopped or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file's content is wrong.
+    #[error("{0}")]
+    Invalid(String),
+    /// The state machine refused to start.
+    #[error(transparent)]
+    Control(#[from] sb_control::ControlError),
+    /// The log failed.
+    #[error(transparent)]
+    Wal(#[from] sb_wal::WalError),
+    /// The GPT was not assembled in time.
+    #[error("not ready after {0:?}: the GPT or FIB slices from other nodes are missing (are they up?)")]
+    NotReady(Duration),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ControlError + '_ {
+    move |source| ControlError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The control spec of a new cluster: `nodes` owners of equal block ranges of a GPT sized for
+/// `capacity` flows (16+8, value bits for `nodes`), hashing with `seed`, with a fresh random
+/// build id and authentication key.
+pub fn new_spec(cluster_id: u64, nodes: u16, seed: u64, capacity: u64) -> ClusterSpec {
+    let total_blocks = sb_setsep::num_blocks(capacity.max(1)).max(u64::from(nodes.max(1)));
+    let n = u64::from(nodes.max(1));
+    let mut key = [0u8; 32];
+    for c in key.chunks_mut(8) {
+        c.copy_from_slice(&sb_common::random_seed().to_le_bytes());
+    }
+    ClusterSpec {
+        cluster_id,
+        nodes,
+        key,
+        gpt: sb_control::GptSpec {
+            index_bits: 16,
+            array_bits: 8,
+            value_bits: sb_engine::cluster::value_bits(nodes.into()),
+            seed,
+            build_id: sb_common::random_seed(),
+            total_blocks,
+        },
+        ranges: (0..n)
+            .map(|i| i * total_blocks / n..(i + 1) * total_blocks / n)
+            .collect(),
+        key_bytes: KEY_BYTES,
+        value_bytes: sb_engine::lte::VALUE_BYTES,
+    }
+}
+
+/// Reads the cluster's control spec.
+pub fn read_spec(path: &Path) -> Result<ClusterSpec, ControlError> {
+    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    serde_json::from_str(&text).map_err(|e| ControlError::Invalid(format!("{}: {e}", path.display())))
+}
+
+/// Writes the spec readable by its owner only (it holds the cluster's key).
+pub fn write_spec(path: &Path, spec: &ClusterSpec) -> Result<(), ControlError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let json = serde_json::to_vec_pretty(spec).expect("serializable");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err(path))?;
+    std::io::Write::write_all(&mut f, &json).map_err(io_err(path))
+}
+
+/// The flows of `flows.csv` whose GPT block node `me` owns.
+pub fn my_flows(path: &Path, spec: &ClusterSpec, me: u16) -> Result<Vec<Flow>, ControlError> {
+    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    let tunnels = sb_engine::lte::read_flows(&text, spec.nodes as usize)
+        .map_err(|e| ControlError::Invalid(format!("{}: {e}", path.display())))?;
+    let range = spec.ranges[me as usize].clone();
+    Ok(tunnels
+        .iter()
+        .filter(|t| {
+            range.contains(&sb_setsep::block_of_key(
+                &t.key(),
+                spec.gpt.seed,
+                spec.gpt.total_blocks,
+            ))
+        })
+        .map(flow_of)
+        .collect())
+}
+
+/// The RIB entry of a tunnel.
+pub fn flow_of(t: &Tunnel) -> Flow {
+    Flow {
+        key: t.key().to_vec(),
+        node: t.node,
+        value: t.value().to_vec(),
+    }
+}
+
+/// The data plane the control thread changes.
+pub struct DataPlane {
+    /// The GPT the workers read (None until it is assembled).
+    pub gpt: Arc<Mutex<Option<Arc<LiveSetSep>>>>,
+    /// The FIB's writer.
+    pub fib: sb_cuckoo::Writer,
+    /// The uplink table's writer (TEID -> UE key, eNodeB).
+    pub uplink: sb_cuckoo::Writer,
+}
+
+impl DataPlane {
+    fn fib_insert(&mut self, key: &[u8], value: &[u8]) {
+        let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
+            return;
+        };
+        // The old tunnel's uplink entry goes with it.
+        if let Some(old) = self.fib.reader().get(key) {
+            let (teid, _) = Tunnel::from_entry(&k, &old).uplink_entry();
+            self.uplink.remove(&teid);
+        }
+        let t = Tunnel::from_entry(&k, value);
+        let (teid, up) = t.uplink_entry();
+        if let Err(e) = self.fib.insert(key, value) {
+            tracing_warn(&format!("FIB insert failed: {e}"));
+        }
+        if let Err(e) = self.uplink.insert(&teid, &up) {
+            tracing_warn(&format!("uplink insert failed: {e}"));
+        }
+    }
+
+    fn fib_remove(&mut self, key: &[u8]) {
+        let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
+            return;
+        };
+        if let Some(old) = self.fib.reader().get(key) {
+            let (teid, _) = Tunnel::from_entry(&k, &old).uplink_entry();
+            self.uplink.remove(&teid);
+        }
+        self.fib.remove(key);
+    }
+}
+
+fn tracing_warn(msg: &str) {
+    eprintln!("control: {msg}");
+}
+
+/// What the control thread publishes for the counters file.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Published {
+    /// The state machine's status.
+    pub status: serde_json::Value,
+    /// Bytes of the log.
+    pub log_bytes: u64,
+    /// The GPT is assembled and every owner's FIB slice for this node is installed.
+    pub ready: bool,
+}
+
+/// The control loop: runs until `stop` is set. The GPT slot in `dp` is filled once the state
+/// machine has assembled it.
+pub fn run(
+    cfg: &NodeFile,
+    ctl: &ControlFile,
+    spec: ClusterSpec,
+    mut dp: DataPlane,
+    stop: &AtomicBool,
+    published: &Mutex<Published>,
+) -> Result<(), ControlError> {
+    let me = cfg.node;
+    let listen = *ctl
+        .peers
+        .get(me as usize)
+        .ok_or_else(|| ControlError::Invalid(format!("no control address for node {me}")))?;
+    let sock = match &cfg.netns {
+        Some(ns) => sb_io::netns::in_netns(ns, || UdpSocket::bind(listen))
+            .map_err(|e| ControlError::Invalid(format!("entering {ns}: {e}")))?,
+        None => UdpSocket::bind(listen),
+    }
+    .map_err(|e| ControlError::Invalid(format!("binding {listen}: {e}")))?;
+    std::fs::create_dir_all(&ctl.wal).map_err(io_err(&ctl.wal))?;
+    // The log's identity: this cluster and node (a node never replays another's log).
+    let mut identity = spec.cluster_id.to_le_bytes().to_vec();
+    identity.extend_from_slice(&me.to_le_bytes());
+    let opts = sb_wal::WalOptions {
+        identity,
+        ..sb_wal::WalOptions::default()
+    };
+    let (mut wal, recovery) = sb_wal::Wal::open(&ctl.wal, &opts)?;
+    if recovery.torn_tail_bytes > 0 {
+        tracing_warn(&format!(
+            "log: dropped a torn last commit of {} bytes (never acknowledged)",
+            recovery.torn_tail_bytes
+        ));
+    }
+    let recovered: Vec<Vec<u8>> = recovery.records;
+    let flows = if recovered.is_empty() {
+        my_flows(&ctl.flows, &spec, me)?
+    } else {
+        Vec::new()
+    };
+    let start = Instant::now();
+    // The state machine's clock: nanoseconds since the control thread started.
+    let clock = || start.elapsed().as_nanos() as u64;
+    let mut node = sb_control::Node::new(spec, me, flows, recovered, clock(), rand::random())?;
+    let peer_of = |a: SocketAddr| match ctl.peers.iter().position(|p| *p == a) {
+        Some(j) => Peer::Node(j as u16),
+        None => Peer::Client(a),
+    };
+    let mut buf = vec![0u8; 65536];
+    let mut last_pub = Instant::now() - Duration::from_secs(1);
+    let mut was_ready = false;
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock();
+        let wait = node
+            .poll_timeout()
+            .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+            .unwrap_or(Duration::from_millis(50))
+            .clamp(Duration::from_micros(100), Duration::from_millis(50));
+        sock.set_read_timeout(Some(wait)).ok();
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => node.handle(clock(), peer_of(from), &buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => tracing_warn(&format!("recv: {e}")),
+        }
+        let now = clock();
+        if node.poll_timeout().is_some_and(|t| t <= now) {
+            node.handle_timeout(now);
+        }
+        // Events until none is left: a commit may release more (acks after persistence).
+        loop {
+            let mut appended = false;
+            while let Some(ev) = node.poll_event() {
+                match ev {
+                    Event::Persist { records } => {
+                        for r in &records {
+                            wal.append(r)?;
+                        }
+                        appended = true;
+                    }
+                    Event::FibInsert { key, value } => dp.fib_insert(&key, &value),
+                    Event::FibRemove { key } => dp.fib_remove(&key),
+                    Event::GptDelta(d) => {
+                        if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
+                        {
+                            if let Err(e) = g.apply_owner_delta(&d) {
+                                tracing_warn(&format!("GPT delta refused: {e}"));
+                            }
+                        }
+                    }
+                    Event::GptInstall(g) => {
+                        *dp.gpt.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(Arc::new(LiveSetSep::new(*g)));
+                    }
+                    Event::GptPiece(p) => {
+                        if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
+                        {
+                            if let Err(e) = g.install_piece(&p) {
+                                tracing_warn(&format!("GPT piece refused: {e}"));
+                            }
+                        }
+                    }
+                }
+            }
+            if !appended {
+                break;
+            }
+            wal.commit()?;
+            node.persisted(clock());
+        }
+        while let Some((peer, bytes)) = node.poll_transmit() {
+            let to = match peer {
+                Peer::Node(j) => match ctl.peers.get(j as usize) {
+                    Some(a) => *a,
+                    None => continue,
+                },
+                Peer::Client(a) => a,
+            };
+            if let Err(e) = sock.send_to(&bytes, to) {
+                // A peer that is down: the state machine retransmits on its timeouts.
+                if e.kind() != std::io::ErrorKind::ConnectionRefused {
+                    tracing_warn(&format!("send to {to}: {e}"));
+                }
+            }
+        }
+        let ready = node.ready();
+        if last_pub.elapsed() >= Duration::from_millis(200) || ready != was_ready {
+            was_ready = ready;
+            let mut p = published.lock().unwrap_or_else(|e| e.into_inner());
+            p.ready = ready;
+            p.status = serde_json::to_value(node.status()).unwrap_or_default();
+            p.log_bytes = wal.log_bytes();
+            last_pub = Instant::now();
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the control thread has put the GPT into `slot` and the node is ready (every
+/// owner's FIB slice installed), or `timeout` passes.
+pub fn wait_ready(
+    slot: &Mutex<Option<Arc<LiveSetSep>>>,
+    published: &Mutex<Published>,
+    timeout: Duration,
+    failed: &AtomicBool,
+) -> Result<Arc<LiveSetSep>, ControlError> {
+    let t0 = Instant::now();
+    loop {
+        let ready = published.lock().unwrap_or_else(|e| e.into_inner()).ready;
+        if ready {
+            if let Some(g) = slot.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                return Ok(g.clone());
+            }
+        }
+        if t0.elapsed() > timeout || failed.load(Ordering::Relaxed) {
+            return Err(ControlError::NotReady(timeout));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The header of an update file.
+pub const UPDATES_HEADER: &str = "op,ue,teid,enb,node";
+
+/// One line of an update file, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpdateLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// `insert`, `change` or `delete`.
+    pub op: sb_control::Op,
+    /// The tunnel (for a delete only its UE address counts).
+    pub tunnel: Tunnel,
+}
+
+impl UpdateLine {
+    /// The update the control protocol carries.
+    pub fn update(&self) -> sb_control::Update {
+        let delete = matches!(self.op, sb_control::Op::Delete);
+        sb_control::Update {
+            op: self.op.clone(),
+            key: self.tunnel.key().to_vec(),
+            node: self.tunnel.node,
+            value: if delete {
+                Vec::new()
+            } else {
+                self.tunnel.value().to_vec()
+            },
+        }
+    }
+}
+
+/// Parses an update file (`op,ue,teid,enb,node[,qci]` per line, the header line optional,
+/// blank lines and `#` comments skipped): the valid lines, and each invalid line's number with
+/// the reason. A delete needs only `op,ue` (the other fields may be empty).
+pub fn read_updates(text: &str, nodes: usize) -> (Vec<UpdateLine>, Vec<(usize, String)>) {
+    let mut ok = Vec::new();
+    let mut bad = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') || (i == 0 && line.starts_with("op")) {
+            continue;
+        }
+        match parse_update(line, nodes) {
+            Ok((op, tunnel)) => ok.push(UpdateLine {
+                line: i + 1,
+                op,
+                tunnel,
+            }),
+            Err(why) => bad.push((i + 1, why)),
+        }
+    }
+    (ok, bad)
+}
+
+fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), String> {
+    let f: Vec<&str> = line.split(',').map(str::trim).collect();
+    let op = match f[0] {
+        "insert" => sb_control::Op::Insert,
+        "change" => sb_control::Op::Change,
+        "delete" => sb_control::Op::Delete,
+        o => return Err(format!("op must be insert, change or delete, not {o:?}")),
+    };
+    let delete = matches!(op, sb_control::Op::Delete);
+    if f.len() < 2 || (!delete && !(5..=6).contains(&f.len())) || f.len() > 6 {
+        return Err(format!(
+            "expected op,ue,teid,enb,node[,qci], got {} fields",
+            f.len()
+        ));
+    }
+    let ue: std::net::IpAddr = f[1]
+        .parse()
+        .map_err(|_| format!("bad UE address {:?}", f[1]))?;
+    if delete {
+        return Ok((
+            op,
+            Tunnel {
+                ue,
+                teid: 0,
+                enb: std::net::Ipv4Addr::UNSPECIFIED,
+                node: 0,
+                qci: 0,
+            },
+        ));
+    }
+    let teid: u32 = f[2].parse().map_err(|_| format!("bad TEID {:?}", f[2]))?;
+    let enb: std::net::Ipv4Addr = f[3]
+        .parse()
+        .map_err(|_| format!("bad eNodeB IPv4 address {:?}", f[3]))?;
+    let node: u16 = f[4]
+        .parse()
+        .ok()
+        .filter(|&n: &u16| usize::from(n) < nodes)
+        .ok_or_else(|| format!("node {:?} is not one of 0..{nodes}", f[4]))?;
+    let qci: u8 = match f.get(5) {
+        Some(q) => q.parse().map_err(|_| format!("bad QCI {q:?}"))?,
+        None => 9,
+    };
+    Ok((
+        op,
+        Tunnel {
+            ue,
+            teid,
+            enb,
+            node,
+            qci,
+        },
+    ))
+}

@@ -1,0 +1,328 @@
+//! The control plane end to end (root: network namespaces): a 4-node cluster whose nodes build
+//! the GPT from their ranges, take updates from `scalebricks update` while they forward, and
+//! recover a node killed with SIGKILL.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const NODES: usize = 4;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// Every node is up and holds the same GPT (digest), assembled from the owners' pieces.
+fn assert_converged(c: &Cluster, what: &str) -> Vec<Value> {
+    let t0 = Instant::now();
+    loop {
+        let st = c.status();
+        let rows = st["nodes"].as_array().unwrap().clone();
+        let digests: Vec<&Value> = rows.iter().map(|r| &r["gpt_digest"]).collect();
+        let all_up = rows.iter().all(|r| r["up"] == true);
+        if all_up && !digests[0].is_null() && digests.iter().all(|d| *d == digests[0]) {
+            return rows;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{what}: nodes did not converge: {}",
+            serde_json::to_string(&rows).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Runs `scalebricks update` against `node` with the CSV at `path`; its JSON.
+fn update(c: &Cluster, node: usize, path: &Path, limit: Duration) -> Value {
+    let o = run(
+        &[
+            "update",
+            "--dir",
+            c.dir(),
+            "--node",
+            &node.to_string(),
+            "--input",
+            path.to_str().unwrap(),
+        ],
+        &[],
+        limit,
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| {
+        panic!(
+            "update output {out:?} ({e}); stderr {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+/// The sum over nodes of an engine drop counter.
+fn drops(status: &Value, reason: &str) -> u64 {
+    status["node_status"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| u(&n["engine"]["drops"][reason]))
+        .sum()
+}
+
+#[test]
+fn flows_move_between_nodes_under_traffic_without_a_miss() {
+    if !can_run("flows_move_between_nodes_under_traffic_without_a_miss")
+        || !have_or_skip("flows_move", "tcpdump")
+    {
+        return;
+    }
+    let t_start = Instant::now();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    ok(
+        &c.up_with(NODES, "user", &["--flows", "10000", "--seed", "5"]),
+        "cluster up",
+    );
+    let rows = assert_converged(&c, "after up");
+    assert!(rows.iter().all(|r| u(&r["gpt_keys"]) == 10_000), "{rows:?}");
+    let flows = c.flows();
+    let desc = c.description();
+
+    // Every flow moves to the next node, with a new TEID.
+    let moved: Vec<Flow> = flows
+        .iter()
+        .map(|f| Flow {
+            ue: f.ue.clone(),
+            teid: f.teid ^ 0x4000_0000,
+            enb: f.enb.clone(),
+            node: (f.node + 1) % NODES,
+        })
+        .collect();
+    let mut csv = String::from("op,ue,teid,enb,node\n");
+    for m in &moved {
+        csv.push_str(&format!("change,{},{},{},{}\n", m.ue, m.teid, m.enb, m.node));
+    }
+    let upd = c.dir.join("moves.csv");
+    std::fs::write(&upd, csv).unwrap();
+
+    // Captures on every RAN side, then traffic to every flow at the generator's full rate
+    // while the updates run.
+    let caps: Vec<Capture> = (0..NODES)
+        .map(|i| {
+            let ns = desc["nodes"][i]["ran_netns"].as_str().unwrap();
+            Capture::start(ns, "eth0", "in", c.dir.join(format!("ran{i}.pcap")))
+        })
+        .collect();
+    let flows_csv = c.dir.join("flows.csv");
+    let gen = {
+        let (dir, flows_csv) = (c.dir().to_string(), flows_csv.clone());
+        std::thread::spawn(move || {
+            let o = run(
+                &[
+                    "gen",
+                    "--dir",
+                    &dir,
+                    "--flows",
+                    flows_csv.to_str().unwrap(),
+                    "--rate",
+                    "0",
+                    "--count",
+                    "300000",
+                    "--seed",
+                    "3",
+                ],
+                &[],
+                Duration::from_secs(60),
+            );
+            serde_json::from_str::<Value>(ok(&o, "gen").trim()).unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let t_upd = Instant::now();
+    let r = update(&c, 1, &upd, Duration::from_secs(120));
+    let upd_secs = t_upd.elapsed();
+    assert_eq!(u(&r["acked"]), 10_000, "{r}");
+    assert_eq!(r["rejected"].as_array().map_or(0, Vec::len), 0, "{r}");
+    let g = gen.join().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let frames: Vec<Vec<Vec<u8>>> = caps.into_iter().map(Capture::stop).collect();
+
+    // Not one packet of an existing flow dropped for a missing FIB entry.
+    let st = c.status();
+    assert_eq!(drops(&st, "fib_miss_after_gpt"), 0, "{}", st["node_status"]);
+    assert_eq!(drops(&st, "unknown_flow"), 0);
+    // Every packet left through the node that held its flow when it was sent or the one it
+    // moved to, with that node's tunnel.
+    let before: HashMap<[u8; 4], (&Flow, &Flow)> = flows
+        .iter()
+        .zip(&moved)
+        .map(|(f, m)| (ip4(&f.ue), (f, m)))
+        .collect();
+    let (mut old_n, mut new_n) = (0u64, 0u64);
+    for (node, fs) in frames.iter().enumerate() {
+        for f in fs {
+            if f.len() < 14 + 20 + 8 + 8 + 20 || f[12..14] != [0x08, 0x00] {
+                continue;
+            }
+            let ip = &f[14..];
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let g = &ip[ihl + 8..];
+            if g[1] != 255 {
+                continue;
+            }
+            let teid = u32::from_be_bytes(g[4..8].try_into().unwrap());
+            let inner = &g[8..];
+            let dst: [u8; 4] = inner[16..20].try_into().unwrap();
+            let (o, m) = before
+                .get(&dst)
+                .unwrap_or_else(|| panic!("node {node}: packet for unknown UE {dst:?}"));
+            if (o.node, o.teid) == (node, teid) {
+                old_n += 1;
+            } else if (m.node, m.teid) == (node, teid) {
+                new_n += 1;
+            } else {
+                panic!(
+                    "UE {}: left node {node} with TEID {teid:#x}; held by node {} (TEID {:#x}) then node {} (TEID {:#x})",
+                    o.ue, o.node, o.teid, m.node, m.teid
+                );
+            }
+        }
+    }
+    assert!(old_n > 0 && new_n > 0, "old {old_n} new {new_n}: traffic did not span the moves");
+    // After the moves every replica agrees and answers the new nodes.
+    let rows = assert_converged(&c, "after the moves");
+    eprintln!(
+        "moves: 10000 acked in {upd_secs:?}; gen {}; packets seen {old_n} by old, {new_n} by new nodes; {rows:?}; total {:?}",
+        g, t_start.elapsed()
+    );
+}
+
+fn ip4(s: &str) -> [u8; 4] {
+    s.parse::<std::net::Ipv4Addr>().unwrap().octets()
+}
+
+#[test]
+fn a_killed_node_recovers_and_the_others_keep_forwarding() {
+    if !can_run("a_killed_node_recovers_and_the_others_keep_forwarding") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    ok(
+        &c.up_with(NODES, "user", &["--flows", "5000", "--seed", "9"]),
+        "cluster up",
+    );
+    assert_converged(&c, "after up");
+    let flows = c.flows();
+    let victim = 2usize;
+
+    // A stream of inserts (new UEs) through node 0, in 4 batches; node 2 is killed with
+    // SIGKILL while the second batch runs.
+    let batch = |b: usize| -> std::path::PathBuf {
+        let mut csv = String::from("op,ue,teid,enb,node\n");
+        for i in 0..1000u32 {
+            let n = b as u32 * 1000 + i;
+            csv.push_str(&format!(
+                "insert,100.127.{}.{},{},10.2.{}.2,{}\n",
+                n / 250,
+                n % 250 + 1,
+                0x2000_0000 + n,
+                n as usize % NODES,
+                n as usize % NODES
+            ));
+        }
+        let p = c.dir.join(format!("ins{b}.csv"));
+        std::fs::write(&p, csv).unwrap();
+        p
+    };
+    let r0 = update(&c, 0, &batch(0), Duration::from_secs(60));
+    assert_eq!(u(&r0["acked"]), 1000, "{r0}");
+    let pid = c.status()["nodes"][victim]["pid"].as_i64().unwrap();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        // SAFETY-free: the `kill` program.
+        let o = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+    });
+    // Updates for ranges other than node 2's are acknowledged while it is down; the client
+    // keeps retrying the others until it is back.
+    let dir = c.dir().to_string();
+    let b1 = batch(1);
+    let client = std::thread::spawn(move || {
+        let o = run(
+            &[
+                "update",
+                "--dir",
+                &dir,
+                "--node",
+                "0",
+                "--input",
+                b1.to_str().unwrap(),
+            ],
+            &[],
+            Duration::from_secs(120),
+        );
+        String::from_utf8_lossy(&o.stdout).to_string()
+    });
+    killer.join().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!pid_alive(pid), "node {victim} still runs");
+
+    // While it is down, flows handled by the other nodes and entering through them still
+    // flow: every packet arrives.
+    let others = c.dir.join("others.csv");
+    let n_others = write_flows_file(&others, &flows, |f| f.node != victim);
+    assert!(n_others > 0);
+    let before: Vec<u64> = c.status()["node_status"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| u(&n["engine"]["ports"]["ran"]["tx"]))
+        .collect();
+    let g = gen(&c, &others, &["--rate", "20000", "--count", "6000", "--to", "0"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let after: Vec<u64> = c.status()["node_status"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| u(&n["engine"]["ports"]["ran"]["tx"]))
+        .collect();
+    let delivered: u64 = (0..NODES)
+        .filter(|&i| i != victim)
+        .map(|i| after[i] - before[i])
+        .sum();
+    assert_eq!(delivered, 6000, "gen {g}: delivered {delivered} while node {victim} was down");
+
+    // Restart it: it recovers and the cluster converges; the client finishes.
+    let o = run(
+        &["cluster", "restart", "--dir", c.dir(), "--node", &victim.to_string()],
+        &[],
+        Duration::from_secs(120),
+    );
+    ok(&o, "cluster restart");
+    let out = client.join().unwrap();
+    let r1: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out:?}: {e}"));
+    assert_eq!(u(&r1["acked"]), 1000, "{r1}");
+    let r2 = update(&c, 3, &batch(2), Duration::from_secs(60));
+    assert_eq!(u(&r2["acked"]), 1000, "{r2}");
+    let rows = assert_converged(&c, "after the restart");
+    // No acknowledged update is missing: every node's GPT holds the initial and the 3000
+    // inserted keys, and the RIBs together hold them.
+    for r in &rows {
+        assert_eq!(u(&r["gpt_keys"]), 5000 + 3000, "{r}");
+    }
+    let rib: u64 = rows.iter().map(|r| u(&r["rib_keys"])).sum();
+    assert_eq!(rib, 8000, "{rows:?}");
+    // And the restarted node forwards the flows it handles (its FIB slice from the owners).
+    let mine = c.dir.join("mine.csv");
+    let n_mine = write_flows_file(&mine, &flows, |f| f.node == victim);
+    let before = u(&c.status()["node_status"][victim]["engine"]["ports"]["ran"]["tx"]);
+    gen(&c, &mine, &["--rate", "20000", "--count", "2000", "--to", "1"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = u(&c.status()["node_status"][victim]["engine"]["ports"]["ran"]["tx"]);
+    assert_eq!(after - before, 2000, "{n_mine} flows of node {victim}");
+}
