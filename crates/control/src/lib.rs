@@ -155,6 +155,8 @@ pub mod wire;
 
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
+pub mod sim;
 
 pub use node::{Node, Tuning};
 

@@ -43,6 +43,8 @@ pub struct Tuning {
     pub reorder_buffer: usize,
     /// Completed client requests (and forwards) remembered, to answer retransmissions.
     pub remembered: usize,
+    /// Keep every delta this owner makes for [`Node::take_own_deltas`] (tests).
+    pub keep_own_deltas: bool,
 }
 
 impl Default for Tuning {
@@ -58,6 +60,7 @@ impl Default for Tuning {
             window: 8192,
             reorder_buffer: 1 << 16,
             remembered: 1 << 16,
+            keep_own_deltas: false,
         }
     }
 }
@@ -312,6 +315,7 @@ pub struct Node {
     rejected: BTreeMap<&'static str, u64>,
     applied_updates: u64,
     retransmits: u64,
+    own_deltas: Vec<Delta>,
 }
 
 impl std::fmt::Debug for Node {
@@ -507,6 +511,7 @@ impl Node {
             rejected: BTreeMap::new(),
             applied_updates: 0,
             retransmits: 0,
+            own_deltas: Vec::new(),
             spec,
             tuning,
         };
@@ -756,6 +761,12 @@ impl Node {
     /// This owner's table (its range's keys only).
     pub fn owner_table(&self) -> &Updatable {
         &self.table
+    }
+
+    /// The deltas this owner made since the last call, in order (kept only with
+    /// [`Tuning::keep_own_deltas`]).
+    pub fn take_own_deltas(&mut self) -> Vec<Delta> {
+        std::mem::take(&mut self.own_deltas)
     }
 
     /// This node's epoch.
@@ -1981,6 +1992,9 @@ impl Node {
             let rec = record::changes(self.change_seq + 1, undo.iter());
             self.change_seq += undo.len() as u64;
             self.persist(vec![rec]);
+        }
+        if self.tuning.keep_own_deltas {
+            self.own_deltas.extend(deltas.iter().cloned());
         }
         if let (Some(first), Some(last)) = (deltas.first(), deltas.last()) {
             let (first_seq, last_seq) = (first.seq(), last.seq());
