@@ -131,8 +131,8 @@
 //! A receiver checks the length, magic, version, cluster id and tag before it reads anything
 //! else; a datagram that fails, or whose sender's epoch is older than one it has seen, or (but
 //! for a hello) that names another epoch of the receiver, changes nothing and is counted in
-//! [`Status::dropped`] by reason. A piece is `sb_setsep::Piece::to_bytes` cut into chunks of
-//! at most [`CHUNK_BYTES`]; deltas are `sb_setsep::Delta::to_bytes`, each owner numbering its
+//! [`Status::dropped`] by reason. A piece is `sb_setsep::Piece::to_bytes` cut into `count` chunks of
+//! `ceil(total / count)` bytes (at most [`CHUNK_BYTES`]), the last one shorter; deltas are `sb_setsep::Delta::to_bytes`, each owner numbering its
 //! own 1, 2, ... per epoch; FIB stream numbers count per (owner epoch, handler epoch).
 //!
 //! # Log records

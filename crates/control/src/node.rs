@@ -43,6 +43,11 @@ pub struct Tuning {
     pub reorder_buffer: usize,
     /// Completed client requests (and forwards) remembered, to answer retransmissions.
     pub remembered: usize,
+    /// Body bytes of a deltas or FIB datagram at most (at most the default, which fills a
+    /// datagram).
+    pub pack_bytes: usize,
+    /// Bytes of a piece chunk at most (at most [`CHUNK_BYTES`]).
+    pub chunk_bytes: usize,
     /// Keep every delta this owner makes for [`Node::take_own_deltas`] (tests).
     pub keep_own_deltas: bool,
 }
@@ -60,6 +65,8 @@ impl Default for Tuning {
             window: 8192,
             reorder_buffer: 1 << 16,
             remembered: 1 << 16,
+            pack_bytes: BODY_MAX - 16,
+            chunk_bytes: CHUNK_BYTES,
             keep_own_deltas: false,
         }
     }
@@ -971,6 +978,7 @@ impl Node {
             return;
         }
         let limit = self.out[pi].fib.acked + self.tuning.window as u64;
+        let pack = self.tuning.pack_bytes.clamp(400, BODY_MAX - 16);
         let mut msgs: Vec<(u64, Vec<FibItem>)> = Vec::new();
         {
             let s = &mut self.out[pi].fib;
@@ -982,7 +990,7 @@ impl Node {
                 let l = wire::fib_item_len(item);
                 let full = msgs
                     .last()
-                    .is_none_or(|m| bytes + l > BODY_MAX - 16 || m.1.len() == u16::MAX as usize);
+                    .is_none_or(|m| bytes + l > pack || m.1.len() == u16::MAX as usize);
                 if full {
                     msgs.push((*seq, Vec::new()));
                     bytes = 0;
@@ -1007,6 +1015,7 @@ impl Node {
             return;
         }
         let limit = self.out[pi].deltas.acked + self.tuning.window as u64;
+        let pack = self.tuning.pack_bytes.clamp(400, BODY_MAX - 16);
         let mut msgs: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
         {
             let s = &mut self.out[pi].deltas;
@@ -1018,7 +1027,7 @@ impl Node {
                 let l = 2 + d.len();
                 let full = msgs
                     .last()
-                    .is_none_or(|m| bytes + l > BODY_MAX - 16 || m.1.len() == u16::MAX as usize);
+                    .is_none_or(|m| bytes + l > pack || m.1.len() == u16::MAX as usize);
                 if full {
                     msgs.push((*seq, Vec::new()));
                     bytes = 0;
@@ -1056,10 +1065,12 @@ impl Node {
     }
 
     fn send_chunks(&mut self, p: NodeId, seq: u64, bytes: &[u8], which: Option<&[u32]>) {
-        let count = bytes.len().div_ceil(CHUNK_BYTES).max(1) as u32;
+        let chunk = self.tuning.chunk_bytes.clamp(256, CHUNK_BYTES);
+        let count = bytes.len().div_ceil(chunk).max(1) as u32;
+        let chunk = bytes.len().div_ceil(count as usize).max(1);
         let send_one = |node: &mut Node, i: u32| {
-            let start = i as usize * CHUNK_BYTES;
-            let end = (start + CHUNK_BYTES).min(bytes.len());
+            let start = i as usize * chunk;
+            let end = (start + chunk).min(bytes.len());
             let id = node.new_id();
             node.send(
                 p,
@@ -1460,11 +1471,13 @@ impl Node {
         let oi = o as usize;
         let now = self.now;
         let total = total_len as usize;
-        if count as usize != total.div_ceil(CHUNK_BYTES).max(1) {
+        // Chunks of ceil(total / count) bytes, the last one shorter, none empty.
+        let chunk = total.div_ceil(count as usize);
+        if total == 0 || chunk > CHUNK_BYTES || total.div_ceil(chunk) != count as usize {
             return self.drop_msg("bad_chunk");
         }
-        let start = index as usize * CHUNK_BYTES;
-        if data.len() != (start + CHUNK_BYTES).min(total).saturating_sub(start) {
+        let start = index as usize * chunk;
+        if data.len() != (start + chunk).min(total).saturating_sub(start) {
             return self.drop_msg("bad_chunk");
         }
         let r = &mut self.reps[oi];

@@ -10,7 +10,8 @@ fn config(seed: u64) -> SimConfig {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (x >> 33) % n
     };
-    SimConfig {
+    let small = r(2) == 0;
+    let cfg = SimConfig {
         seed,
         nodes: 3 + r(3) as u16,
         flows: 20 + r(120) as usize,
@@ -19,10 +20,15 @@ fn config(seed: u64) -> SimConfig {
         dup_permille: [0, 30, 100][r(3) as usize],
         max_delay: [200_000, 5_000_000, 40_000_000][r(3) as usize],
         fsync_delay: [0, 1_000_000, 10_000_000][r(3) as usize],
-        inflight: 1 + r(6) as usize,
-        max_updates: 1 + r(8) as usize,
+        inflight: [1, 3, 6, 16][r(4) as usize],
+        max_updates: [1, 4, 8, 30][r(4) as usize],
         request_every: 2_000_000 + r(10_000_000),
         ..SimConfig::default()
+    };
+    if small {
+        cfg.small_datagrams()
+    } else {
+        cfg
     }
 }
 
