@@ -192,6 +192,20 @@ struct Rep {
     resyncs: u64,
 }
 
+impl Rep {
+    /// Forgets a piece being assembled that is not newer than what is applied.
+    fn drop_stale_assembly(&mut self) {
+        if self.have
+            && self
+                .assembly
+                .as_ref()
+                .is_some_and(|a| (a.epoch, a.seq) <= (self.epoch, self.applied))
+        {
+            self.assembly = None;
+        }
+    }
+}
+
 /// This node's FIB stream from one owner.
 struct FibIn {
     epoch: u32,
@@ -646,6 +660,7 @@ impl Node {
                 want = true;
             }
             let mut ask_chunks = None;
+            r.drop_stale_assembly();
             if let Some(a) = &mut r.assembly {
                 if a.progress_at + self.tuning.chunk_timeout <= now {
                     a.progress_at = now;
@@ -819,6 +834,51 @@ impl Node {
                 .all(|r| r.pending.is_empty() && r.assembly.is_none())
     }
 
+    /// What keeps [`Node::idle`] false (for test failure messages).
+    #[doc(hidden)]
+    pub fn busy(&self) -> String {
+        let mut b = Vec::new();
+        if !self.queue.is_empty() || self.batch.is_some() {
+            b.push(format!(
+                "queue {} batch {:?}",
+                self.queue.len(),
+                self.batch.as_ref().map(|x| (x.stage, x.fib_wait.clone(), x.delta_wait))
+            ));
+        }
+        if !self.forwards_out.is_empty() {
+            b.push(format!("{} forwards", self.forwards_out.len()));
+        }
+        for (p, o) in self.out.iter().enumerate() {
+            if !o.fib.items.is_empty() || !o.deltas.items.is_empty() || o.piece.is_some() {
+                b.push(format!(
+                    "to {p} (epoch {} knows me {}): fib {} items acked {} sent {} retry {:?}; deltas {} acked {} sent {} retry {:?}; piece {:?}",
+                    self.peers[p].epoch,
+                    self.peers[p].knows_me,
+                    o.fib.items.len(),
+                    o.fib.acked,
+                    o.fib.sent_upto,
+                    o.fib.retry_at,
+                    o.deltas.items.len(),
+                    o.deltas.acked,
+                    o.deltas.sent_upto,
+                    o.deltas.retry_at,
+                    o.piece.as_ref().map(|x| (x.seq, x.retry_at))
+                ));
+            }
+        }
+        for (o, r) in self.reps.iter().enumerate() {
+            if !r.pending.is_empty() || r.assembly.is_some() {
+                b.push(format!(
+                    "rep {o}: pending {:?} applied {} assembly {:?}",
+                    r.pending.keys().take(5).collect::<Vec<_>>(),
+                    r.applied,
+                    r.assembly.as_ref().map(|a| (a.epoch, a.seq, a.have, a.chunks.len()))
+                ));
+            }
+        }
+        b.join("; ")
+    }
+
     /// The node's state for `cluster status`.
     pub fn status(&self) -> Status {
         let owners = (0..self.spec.nodes)
@@ -945,7 +1005,7 @@ impl Node {
         self.out[pi].fib = OutStream::new(rto);
         self.out[pi].deltas = OutStream::new(rto);
         self.out[pi].piece = None;
-        let slice: Vec<FibItem> = self
+        let mut slice: Vec<FibItem> = self
             .rib
             .iter()
             .filter(|(_, (n, _))| *n == p)
@@ -954,6 +1014,22 @@ impl Node {
                 value: v.clone(),
             })
             .collect();
+        // Flows the batch in flight moves away from `p` (or deletes): replicas may still send
+        // them to `p` until the batch's deltas are everywhere, and the batch removes them
+        // from `p` afterwards (through this stream, after the slice).
+        if let Some(b) = &self.batch {
+            for it in &b.items {
+                if let (Outcome::Applied, Some((n0, v0))) = (it.outcome, &it.old) {
+                    let moved = it.u.op == Op::Delete || it.u.node != p;
+                    if *n0 == p && moved {
+                        slice.push(FibItem::Install {
+                            key: it.u.key.clone(),
+                            value: v0.clone(),
+                        });
+                    }
+                }
+            }
+        }
         let s = &mut self.out[pi].fib;
         for it in slice {
             let seq = s.next;
@@ -1483,6 +1559,7 @@ impl Node {
         let r = &mut self.reps[oi];
         if r.have && r.epoch == e && r.applied >= seq {
             // Already there (a retransmission): say so again.
+            r.drop_stale_assembly();
             return self.ack_owner(o);
         }
         let fresh = match &r.assembly {

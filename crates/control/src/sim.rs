@@ -170,6 +170,8 @@ pub struct Sim {
     /// Something the invariants look at changed in this step.
     dirty: bool,
     checks: u64,
+    /// What happened to each key (for failure messages).
+    trail: HashMap<Vec<u8>, Vec<String>>,
 }
 
 impl Sim {
@@ -229,6 +231,7 @@ impl Sim {
             delivered: 0,
             dirty: true,
             checks: 0,
+            trail: HashMap::new(),
             cfg,
         };
         for _ in 0..sim.cfg.flows {
@@ -656,12 +659,16 @@ impl Sim {
         if updates.is_empty() {
             return;
         }
+        let id = self.next_req;
         for u in &updates {
             if u.key.len() == KEY_BYTES {
                 self.inflight_keys.insert(u.key.clone());
+                self.trail.entry(u.key.clone()).or_default().push(format!(
+                    "t={now} request {id} to node {node}: {:?} -> {}",
+                    u.op, u.node
+                ));
             }
         }
-        let id = self.next_req;
         self.next_req += 1;
         self.dirty = true;
         let bytes = client::encode_request(&self.spec.key, self.spec.cluster_id, id, &updates)
@@ -698,6 +705,11 @@ impl Sim {
         for ((u, want), got) in r.updates.iter().zip(&r.expected).zip(&reply.results) {
             if u.key.len() == KEY_BYTES {
                 self.inflight_keys.remove(&u.key);
+                let now = self.now;
+                self.trail.entry(u.key.clone()).or_default().push(format!(
+                    "t={now} reply {}: {got:?} (uncertain: {})",
+                    reply.id, r.uncertain
+                ));
             }
             if r.uncertain || *got == Outcome::Timeout {
                 if *want == Outcome::Applied {
@@ -819,9 +831,13 @@ impl Sim {
                     ));
                 }
                 if ready[h as usize] && !self.fibs[h as usize].contains_key(k) {
+                    let o = self.spec.owner_of(k);
                     self.fail(format!(
-                        "node {i}: GPT sends {k:02x?} to {h}, whose FIB lacks it"
-                    ));
+                        "node {i}: GPT sends {k:02x?} (owner {o}, oracle {:?}, RIB {:?}) to {h}, whose FIB lacks it; status of {h}: {:?}",
+                        self.oracle.get(k),
+                        self.nodes[o as usize].as_ref().map(|x| x.rib_get(k).map(|(n, _)| n)),
+                        self.nodes[h as usize].as_ref().map(|x| x.status())
+                    ) + &format!("; trail {:?}", self.trail.get(k)));
                 }
             }
         }
@@ -901,7 +917,14 @@ impl Sim {
                     .nodes
                     .iter()
                     .map(|n| match n {
-                        Some(n) => format!("{:?}", n.status()),
+                        Some(n) => format!(
+                            "node {} ready {} serving {} phase {}: {}",
+                            n.id(),
+                            n.ready(),
+                            n.serving(),
+                            n.status().phase,
+                            n.busy()
+                        ),
                         None => "down".into(),
                     })
                     .collect();
