@@ -1,0 +1,511 @@
+//! The sans-IO control plane of a ScaleBricks cluster: distributed GPT construction, live updates
+//! that never misroute (make before break), per-owner ordered deltas with resync, and restart
+//! recovery from a local log.
+//!
+//! A [`Node`] is a deterministic state machine in quinn's shape: no sockets, threads or clocks.
+//! The driver (the node process, or a test's simulated network) feeds it datagrams
+//! ([`Node::handle`]) and the time ([`Node::handle_timeout`], nanoseconds from any fixed origin),
+//! applies its [`Event`]s to the local data plane in order, and sends what
+//! [`Node::poll_transmit`] gives, **draining every event before polling a transmit**: a node
+//! acknowledges an operation only in a datagram polled after the events that carry it out, so
+//! "the FIB entry is installed before the ack" holds once the driver has applied the events.
+//!
+//! ```
+//! use sb_control::{ClusterSpec, Event, Flow, GptSpec, Node, Peer};
+//! // A one-node cluster with two flows.
+//! let spec = ClusterSpec {
+//!     cluster_id: 1,
+//!     nodes: 1,
+//!     key: [9; 32],
+//!     gpt: GptSpec { index_bits: 16, array_bits: 8, value_bits: 1, seed: 5, build_id: 6,
+//!                    total_blocks: 2, build_threads: 1 },
+//!     ranges: vec![0..2],
+//!     key_bytes: 16,
+//!     value_bytes: 16,
+//! };
+//! let flows: Vec<Flow> = (0u8..2)
+//!     .map(|i| Flow { key: vec![i; 16], node: 0, value: vec![7; 16] })
+//!     .collect();
+//! let mut node = Node::new(spec, 0, flows, Vec::new(), 0, 42)?;
+//! // The driver's loop: events first (log appends, FIB, GPT), then datagrams.
+//! let mut log = Vec::new();
+//! while let Some(ev) = node.poll_event() {
+//!     if let Event::Persist { records } = ev {
+//!         log.extend(records); // append + fsync, then:
+//!     }
+//! }
+//! node.persisted(0);
+//! while node.poll_event().is_some() {}
+//! assert!(node.status().ready);
+//! assert_eq!(node.gpt().unwrap().lookup(&[1; 16]), 0);
+//! while let Some((_peer, _datagram)) = node.poll_transmit() {}
+//! # Ok::<(), sb_control::ControlError>(())
+//! ```
+//!
+//! # Roles
+//! The RIB (every key with its handling node and FIB value) is partitioned by GPT block range:
+//! node `i` **owns** blocks [`ClusterSpec::ranges`]`[i]` and keeps an `sb_setsep::Updatable`
+//! of its keys alone, built with the cluster's block count so that every owner's table has the
+//! same shape and fingerprint. Every node is also a **replica** (a full GPT, `sb_setsep::SetSep`,
+//! assembled from every owner's piece and kept current by every owner's deltas) and a
+//! **handler** (the FIB entries of the flows it handles, fed by every owner).
+//!
+//! # Construction and restart
+//! A node starts in epoch `e` (1 for an empty log, one more than the log's last epoch after a
+//! restart) and first persists the epoch (and, for an empty log, its initial flows). It then
+//! learns every peer's epoch (hello), sends each peer the FIB entries of the flows that peer
+//! handles in its range (the *slice*, ended by a *slice end*), waits until every peer has
+//! acknowledged them, then sends every peer its *piece* of the GPT (chunked, see below), waits
+//! until every peer has installed it, and finally tells every handler to *prune* the entries of
+//! its range that the slice did not install (entries left over by updates the node's previous
+//! epoch did not finish). Only then does it take updates. So a GPT never points at a handler that
+//! lacks the entry, also across a restart: until a restarted owner's new piece is installed,
+//! replicas keep serving its range from the previous epoch's table.
+//!
+//! When a node learns that a peer started a new epoch, it sends that peer its slice again and
+//! its current piece: a restarted node gets its GPT from its peers' pieces and its FIB from the
+//! owners, while the others keep forwarding.
+//!
+//! # Updates
+//! A client sends updates to any node, which forwards each to its key's owner
+//! (`sb_setsep::block_of_key`). An owner handles its queue one batch at a time (up to
+//! [`Tuning::max_batch`] updates, no key twice in a batch):
+//! 1. validate against its RIB (an insert of a present key, a change or delete of a missing one,
+//!    wrong key or value sizes, a node out of range: rejected with an [`Outcome`]);
+//! 2. persist the accepted changes ([`Event::Persist`]) and wait for [`Node::persisted`];
+//! 3. install the FIB entry at the new handler (insert; change of handler or of value) and wait
+//!    for its acknowledgement;
+//! 4. change the owner's table (`Updatable::insert_batch`, `remove`), apply the deltas locally
+//!    and send them to every node; wait until every node acknowledged the last one;
+//! 5. remove the entry from the old handler (a change that moved the flow; a delete), and answer.
+//!
+//! A change that keeps the handler only overwrites the handler's FIB entry (no delta). A client
+//! is answered once its updates are durable at their owners and installed everywhere (after
+//! step 4 of each). While a node is down, updates that need its acknowledgements wait (they
+//! complete when it comes back and resyncs).
+//!
+//! Replicas apply each owner's deltas in that owner's sequence order (out-of-order ones are
+//! buffered, duplicates are no-ops) and acknowledge cumulatively. A gap that does not fill
+//! within [`Tuning::gap_timeout`], or a delta that does not apply, makes the replica ask the
+//! owner for its range's piece, which it installs with the sequence number it is a snapshot of.
+//! Owners retransmit whatever is unacknowledged (deltas, FIB operations, pieces, forwards) on a
+//! timeout that doubles from [`Tuning::rto`] up to [`Tuning::rto_max`]; the streams retry for as
+//! long as it takes, a forward gives up after [`Tuning::forward_tries`] tries (its updates then
+//! get [`Outcome::Timeout`]).
+//!
+//! # Wire format (protocol version 1)
+//! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose
+//! MTU is 9000; the kernel fragments). All integers are little-endian.
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..4 | magic `SBCP` |
+//! | 4 | version (1) |
+//! | 5 | message type |
+//! | 6..8 | sender: node id, or `0xffff` for a client |
+//! | 8..16 | cluster id |
+//! | 16..20 | sender's epoch (0 for a client) |
+//! | 20..24 | receiver's epoch as the sender knows it (0: unknown) |
+//! | 24..32 | message id (a client's request id, a forward's id) |
+//! | 32..n-16 | body |
+//! | n-16..n | tag: HMAC-SHA256 with the cluster key over bytes 0..n-16, first 16 bytes |
+//!
+//! An *update* is: op u8 (1 insert, 2 change, 3 delete), node u16, key length u8, key,
+//! value length u8, value. Bodies by type:
+//!
+//! | type | name | body |
+//! |---|---|---|
+//! | 1 | hello | empty |
+//! | 2 | hello ack | empty |
+//! | 3 | client request | count u16, updates |
+//! | 4 | client reply | count u16, one [`Outcome`] code u8 per update |
+//! | 5 | forward | count u16, updates |
+//! | 6 | forward reply | count u16, codes |
+//! | 7 | deltas | first sequence number u64 (>= 1), count u16, (length u16, serialized `Delta`) each |
+//! | 8 | delta ack | last sequence number applied u64 (of the owner epoch named in the header) |
+//! | 9 | piece chunk | snapshot sequence number u64, total length u32, index u32, count u32, bytes |
+//! | 10 | piece request | snapshot sequence number u64, count u16, missing chunk indexes u32 (none: a fresh piece) |
+//! | 11 | FIB | first stream number u64 (>= 1), count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune |
+//! | 12 | FIB ack | last stream number applied u64 |
+//!
+//! A receiver checks the length, magic, version, cluster id and tag before it reads anything
+//! else; a datagram that fails, or whose sender's epoch is older than one it has seen, or (but
+//! for a hello) that names another epoch of the receiver, changes nothing and is counted in
+//! [`Status::dropped`] by reason. A piece is `sb_setsep::Piece::to_bytes` cut into `count` chunks of
+//! `ceil(total / count)` bytes (at most [`CHUNK_BYTES`]), the last one shorter; deltas are `sb_setsep::Delta::to_bytes`, each owner numbering its
+//! own 1, 2, ... per epoch; FIB stream numbers count per (owner epoch, handler epoch).
+//!
+//! # Log records
+//! [`Event::Persist`] hands out records of the node's own log, replayed in order by
+//! [`Node::new`] after a restart: type u8, then 1 epoch (u32); 2 initial flows (count u32, then
+//! key length u8, key, node u16, value length u8, value each); 3 end of the initial flows;
+//! 4 changes (first change number u64, count u32, updates). A log without record 3 is treated
+//! as empty (its initial flows were not all durable).
+//!
+//! # Cost
+//! The owner's work per update is one key hash, a group re-search (only for value bits whose
+//! hash index stopped separating) and a delta of about 30 bytes; replicas copy a record.
+//! `cargo run --release -p sb-control --example owner_rate` measures the owner path end to end
+//! in a simulated cluster without faults (see its output for the numbers).
+
+mod client_api;
+mod node;
+mod record;
+pub mod wire;
+
+#[doc(hidden)]
+pub mod fuzzing;
+#[doc(hidden)]
+pub mod sim;
+
+pub use node::{Node, Tuning};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A node's index in the cluster (0-based).
+pub type NodeId = u16;
+
+/// Time as the driver gives it: nanoseconds from any fixed origin (never going backwards).
+pub type Nanos = u64;
+
+/// Bytes of a piece chunk's data at most.
+pub const CHUNK_BYTES: usize = wire::MAX_DATAGRAM - wire::OVERHEAD - 20;
+
+/// Who a datagram comes from or goes to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Peer {
+    /// A node of the cluster.
+    Node(NodeId),
+    /// A client (`scalebricks update`) at this address.
+    Client(std::net::SocketAddr),
+}
+
+/// The GPT's shape: what every owner builds its table with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GptSpec {
+    /// Hash index bits (8 or 16).
+    pub index_bits: u8,
+    /// Bit array bits (8 or 16).
+    pub array_bits: u8,
+    /// Bits per value: the cluster's nodes must fit.
+    pub value_bits: u8,
+    /// Seed of the key hash.
+    pub seed: u64,
+    /// Build id (every owner's table has the same fingerprint).
+    pub build_id: u64,
+    /// Blocks of the table.
+    pub total_blocks: u64,
+    /// Threads of an owner's table build (0: all cores).
+    #[serde(default)]
+    pub build_threads: usize,
+}
+
+impl GptSpec {
+    /// The build options every owner uses.
+    pub fn build_options(&self) -> sb_setsep::BuildOptions {
+        sb_setsep::BuildOptions {
+            config: sb_setsep::Config {
+                index_bits: self.index_bits,
+                array_bits: self.array_bits,
+            },
+            value_bits: self.value_bits,
+            threads: self.build_threads,
+            seed: self.seed,
+            build_id: self.build_id,
+            capacity: self.total_blocks.saturating_mul(1024),
+            ..sb_setsep::BuildOptions::default()
+        }
+    }
+}
+
+/// What every node of a cluster agrees on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    /// The cluster's id (in every datagram).
+    pub cluster_id: u64,
+    /// Number of nodes.
+    pub nodes: u16,
+    /// The per-cluster authentication key.
+    pub key: [u8; 32],
+    /// The GPT's shape.
+    pub gpt: GptSpec,
+    /// `ranges[i]`: the GPT blocks node `i` owns (contiguous, covering `0..total_blocks`).
+    pub ranges: Vec<std::ops::Range<u64>>,
+    /// Bytes of a key (16: a UE address).
+    pub key_bytes: usize,
+    /// Bytes of a FIB value (opaque here).
+    pub value_bytes: usize,
+}
+
+impl ClusterSpec {
+    /// Checks the spec's consistency.
+    pub fn validate(&self) -> Result<(), ControlError> {
+        let bad = |s: &'static str| Err(ControlError::BadSpec(s));
+        if self.nodes == 0 || self.nodes == wire::CLIENT_SENDER {
+            return bad("node count out of range");
+        }
+        if self.ranges.len() != self.nodes as usize {
+            return bad("one range per node");
+        }
+        let mut next = 0;
+        for r in &self.ranges {
+            if r.start != next || r.end <= r.start {
+                return bad("ranges must be non-empty, contiguous and in node order");
+            }
+            next = r.end;
+        }
+        if next != self.gpt.total_blocks {
+            return bad("ranges must cover every block");
+        }
+        if !(sb_setsep::MIN_KEY_LEN..=sb_setsep::MAX_KEY_LEN).contains(&self.key_bytes) {
+            return bad("key bytes out of range (4..=64)");
+        }
+        if self.value_bytes > 255 {
+            return bad("value bytes out of range (0..=255)");
+        }
+        if !(1..=16).contains(&self.gpt.value_bits)
+            || (self.gpt.value_bits < 16 && (self.nodes as u32) > 1u32 << self.gpt.value_bits)
+        {
+            return bad("value bits cannot name every node");
+        }
+        sb_setsep::Config {
+            index_bits: self.gpt.index_bits,
+            array_bits: self.gpt.array_bits,
+        }
+        .validate()
+        .map_err(|_| ControlError::BadSpec("unsupported GPT config"))?;
+        if sb_setsep::num_blocks(self.gpt.total_blocks.saturating_mul(1024)) != self.gpt.total_blocks
+        {
+            return bad("total blocks too large");
+        }
+        Ok(())
+    }
+
+    /// The node owning `key`'s block.
+    pub fn owner_of(&self, key: &[u8]) -> NodeId {
+        let b = sb_setsep::block_of_key(key, self.gpt.seed, self.gpt.total_blocks);
+        self.owner_of_block(b)
+    }
+
+    /// The node owning block `b`.
+    pub fn owner_of_block(&self, b: u64) -> NodeId {
+        // Ranges are contiguous and in order: binary search on the starts.
+        let i = self.ranges.partition_point(|r| r.start <= b);
+        i.saturating_sub(1) as NodeId
+    }
+}
+
+/// A RIB entry: the flow's key, its handling node and its FIB value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flow {
+    /// The key (a UE address).
+    pub key: Vec<u8>,
+    /// The handling node.
+    pub node: NodeId,
+    /// The FIB value (opaque: a tunnel).
+    pub value: Vec<u8>,
+}
+
+/// An update's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// A new key.
+    Insert,
+    /// A present key's handling node and/or value.
+    Change,
+    /// Remove a present key.
+    Delete,
+}
+
+/// One update of the RIB. A delete's `node` and `value` are ignored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Update {
+    /// What to do.
+    pub op: Op,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The (new) handling node.
+    pub node: NodeId,
+    /// The (new) FIB value.
+    pub value: Vec<u8>,
+}
+
+/// What became of an update (its code on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum Outcome {
+    /// Durable at its owner and installed.
+    Applied = 0,
+    /// Insert of a key that is present.
+    Exists = 1,
+    /// Change or delete of a key that is absent.
+    Missing = 2,
+    /// The key is not [`ClusterSpec::key_bytes`] long.
+    BadKeyLength = 3,
+    /// The value is not [`ClusterSpec::value_bytes`] long.
+    BadValueLength = 4,
+    /// The handling node is not a node of the cluster.
+    NodeOutOfRange = 5,
+    /// The owner did not answer in time: the update may or may not have been applied.
+    Timeout = 6,
+    /// The owner's table refused the key (two keys with one 128-bit hash).
+    Internal = 7,
+    /// The owner's queue is full.
+    Busy = 8,
+}
+
+impl Outcome {
+    /// The wire code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The outcome of a wire code.
+    pub fn from_code(c: u8) -> Option<Outcome> {
+        use Outcome::*;
+        Some(match c {
+            0 => Applied,
+            1 => Exists,
+            2 => Missing,
+            3 => BadKeyLength,
+            4 => BadValueLength,
+            5 => NodeOutOfRange,
+            6 => Timeout,
+            7 => Internal,
+            8 => Busy,
+            _ => return None,
+        })
+    }
+
+    /// A short stable name.
+    pub fn name(self) -> &'static str {
+        use Outcome::*;
+        match self {
+            Applied => "applied",
+            Exists => "exists",
+            Missing => "missing",
+            BadKeyLength => "bad_key_length",
+            BadValueLength => "bad_value_length",
+            NodeOutOfRange => "node_out_of_range",
+            Timeout => "timeout",
+            Internal => "internal",
+            Busy => "busy",
+        }
+    }
+}
+
+/// An effect on the local data plane, in order.
+#[derive(Debug)]
+pub enum Event {
+    /// Append to the local log; once committed (fsync), call [`Node::persisted`].
+    Persist {
+        /// The records, in order.
+        records: Vec<Vec<u8>>,
+    },
+    /// This node handles `key` now (insert or overwrite its FIB entry).
+    FibInsert {
+        /// The key.
+        key: Vec<u8>,
+        /// The FIB value.
+        value: Vec<u8>,
+    },
+    /// This node no longer handles `key`.
+    FibRemove {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Apply to the live GPT (`SetSep::apply_owner_delta`).
+    GptDelta(sb_setsep::Delta),
+    /// Replace a range of the live GPT (`SetSep::install_piece`): a resync, or a restarted
+    /// owner's new piece.
+    GptPiece(sb_setsep::Piece),
+    /// The whole GPT, assembled from every owner's piece: the first GPT this node has (later
+    /// changes come as [`Event::GptDelta`] and [`Event::GptPiece`]).
+    GptInstall(Box<sb_setsep::SetSep>),
+}
+
+/// Per owner, what this node's replica has applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OwnerStatus {
+    /// The owner.
+    pub owner: NodeId,
+    /// The owner's epoch the replica follows (0: none yet).
+    pub epoch: u32,
+    /// The owner's last delta applied.
+    pub applied_seq: u64,
+    /// Deltas received but not applied (waiting for a gap).
+    pub lag: u64,
+    /// Resyncs of this range (pieces installed after the first).
+    pub resyncs: u64,
+    /// Whether this node has the owner's whole FIB slice for it.
+    pub slice_done: bool,
+}
+
+/// A node's state for `cluster status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// This node.
+    pub node: NodeId,
+    /// Its epoch.
+    pub epoch: u32,
+    /// GPT assembled and every owner's FIB slice received.
+    pub ready: bool,
+    /// The owner's phase: boot, sync_fib, pieces, serving.
+    pub phase: String,
+    /// `SetSep::content_digest` of the replica, hex (none before assembly).
+    pub gpt_digest: Option<String>,
+    /// Per owner.
+    pub owners: Vec<OwnerStatus>,
+    /// Sequence number of this node's own table (its deltas this epoch).
+    pub own_seq: u64,
+    /// Keys of this node's RIB (its range).
+    pub rib_keys: usize,
+    /// Entries of this node's FIB slice.
+    pub fib_entries: usize,
+    /// Updates waiting in this owner's queue.
+    pub queued: usize,
+    /// Updates applied by this owner (this process).
+    pub applied: u64,
+    /// Updates rejected by this owner, by outcome.
+    pub rejected: BTreeMap<String, u64>,
+    /// Datagrams dropped, by reason.
+    pub dropped: BTreeMap<String, u64>,
+    /// Datagrams sent that were retransmissions.
+    pub retransmits: u64,
+}
+
+/// Why a node cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// The cluster spec is inconsistent.
+    #[error("bad cluster spec: {0}")]
+    BadSpec(&'static str),
+    /// `me` is not a node of the cluster.
+    #[error("node {0} is not in the cluster")]
+    NoSuchNode(NodeId),
+    /// An initial flow is malformed or not in this node's range.
+    #[error("bad initial flow {index}: {reason}")]
+    BadFlow {
+        /// Its index.
+        index: usize,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A log record does not parse.
+    #[error("bad log record {index}: {reason}")]
+    BadRecord {
+        /// Its index in the recovered records.
+        index: usize,
+        /// Why.
+        reason: &'static str,
+    },
+    /// Building the owner's table failed.
+    #[error("cannot build the owner's table: {0}")]
+    Build(#[from] sb_setsep::BuildError),
+}
+
+/// The client side of the protocol: what `scalebricks update` sends and reads over UDP.
+pub mod client {
+    pub use crate::client_api::*;
+}

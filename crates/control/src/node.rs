@@ -1,0 +1,2144 @@
+//! The state machine of one node: owner, replica and handler (see the crate documentation).
+
+use crate::record::{self, Record};
+use crate::wire::{self, Body, FibItem, Header, Kind};
+use crate::{
+    ClusterSpec, ControlError, Event, Flow, Nanos, NodeId, Op, Outcome, OwnerStatus, Peer, Status,
+    Update, CHUNK_BYTES,
+};
+use sb_setsep::{Delta, Piece, SetSep, Updatable};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::hash::BuildHasherDefault;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Deterministic maps (a fixed hasher: the same inputs give the same iteration order, so a
+/// simulated run is reproducible from its seed; the keys come from authenticated peers).
+type Map<K, V> = HashMap<K, V, BuildHasherDefault<DefaultHasher>>;
+type Set<K> = HashSet<K, BuildHasherDefault<DefaultHasher>>;
+
+/// Timers and bounds of a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// First retransmission timeout (doubles per retry).
+    pub rto: Nanos,
+    /// Largest retransmission timeout.
+    pub rto_max: Nanos,
+    /// A gap in an owner's deltas that has not filled after this long makes the replica ask
+    /// for the owner's piece.
+    pub gap_timeout: Nanos,
+    /// A piece whose chunks stopped arriving for this long: the replica asks for the missing
+    /// ones.
+    pub chunk_timeout: Nanos,
+    /// Updates per owner batch at most.
+    pub max_batch: usize,
+    /// Updates waiting at an owner at most (beyond: [`Outcome::Busy`]).
+    pub max_queue: usize,
+    /// Tries of a forward before its updates get [`Outcome::Timeout`].
+    pub forward_tries: u32,
+    /// Unacknowledged items (deltas, FIB operations) in flight per peer at most.
+    pub window: usize,
+    /// Out-of-order items buffered per stream at most.
+    pub reorder_buffer: usize,
+    /// Completed client requests (and forwards) remembered, to answer retransmissions.
+    pub remembered: usize,
+    /// Body bytes of a deltas or FIB datagram at most (at most the default, which fills a
+    /// datagram).
+    pub pack_bytes: usize,
+    /// Bytes of a piece chunk at most (at most [`CHUNK_BYTES`]).
+    pub chunk_bytes: usize,
+    /// Keep every delta this owner makes for [`Node::take_own_deltas`] (tests).
+    pub keep_own_deltas: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            rto: 20_000_000,
+            rto_max: 1_000_000_000,
+            gap_timeout: 100_000_000,
+            chunk_timeout: 100_000_000,
+            max_batch: 1024,
+            max_queue: 1 << 20,
+            forward_tries: 12,
+            window: 8192,
+            reorder_buffer: 1 << 16,
+            remembered: 1 << 16,
+            pack_bytes: BODY_MAX - 16,
+            chunk_bytes: CHUNK_BYTES,
+            keep_own_deltas: false,
+        }
+    }
+}
+
+/// The owner's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// Waiting for the epoch record to be durable.
+    Boot,
+    /// Sending every handler its FIB slice.
+    SyncFib,
+    /// Sending every replica the piece.
+    Pieces,
+    /// Taking updates.
+    Serving,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Boot => "boot",
+            Phase::SyncFib => "sync_fib",
+            Phase::Pieces => "pieces",
+            Phase::Serving => "serving",
+        }
+    }
+}
+
+/// An ordered, cumulatively acknowledged stream of items to one peer (go-back-N with a window).
+struct OutStream<T> {
+    items: VecDeque<(u64, T)>,
+    next: u64,
+    acked: u64,
+    sent_upto: u64,
+    retry_at: Option<Nanos>,
+    rto: Nanos,
+}
+
+impl<T> OutStream<T> {
+    fn new(rto: Nanos) -> Self {
+        OutStream {
+            items: VecDeque::new(),
+            next: 1,
+            acked: 0,
+            sent_upto: 0,
+            retry_at: None,
+            rto,
+        }
+    }
+
+    fn push(&mut self, seq: u64, t: T) {
+        self.items.push_back((seq, t));
+        self.next = seq + 1;
+    }
+
+    fn ack(&mut self, a: u64, now: Nanos, rto: Nanos) {
+        if a <= self.acked {
+            return;
+        }
+        self.acked = a;
+        while self.items.front().is_some_and(|(s, _)| *s <= a) {
+            self.items.pop_front();
+        }
+        self.sent_upto = self.sent_upto.max(a);
+        self.rto = rto;
+        self.retry_at = (!self.items.is_empty()).then_some(now + rto);
+    }
+
+    /// Index in `items` of the first item not sent yet.
+    fn first_unsent(&self) -> usize {
+        match self.items.front() {
+            Some(&(s, _)) => (self.sent_upto + 1).saturating_sub(s) as usize,
+            None => 0,
+        }
+    }
+}
+
+struct PieceOut {
+    seq: u64,
+    retry_at: Nanos,
+    rto: Nanos,
+}
+
+/// What this node, as an owner, sends one peer.
+struct PeerOut {
+    fib: OutStream<FibItem>,
+    deltas: OutStream<Vec<u8>>,
+    piece: Option<PieceOut>,
+}
+
+/// What this node knows of a peer.
+struct PeerInfo {
+    /// The peer's epoch (0: not heard from yet).
+    epoch: u32,
+    /// The peer sent us something addressed to our epoch.
+    knows_me: bool,
+    hello_at: Nanos,
+    hello_rto: Nanos,
+}
+
+struct Assembly {
+    epoch: u32,
+    seq: u64,
+    total: usize,
+    chunks: Vec<Option<Vec<u8>>>,
+    have: usize,
+    progress_at: Nanos,
+}
+
+/// This node's replica of one owner's range.
+struct Rep {
+    epoch: u32,
+    applied: u64,
+    /// A piece of `epoch` was installed (or waits for the first assembly in `initial`).
+    have: bool,
+    pending: BTreeMap<u64, Vec<u8>>,
+    max_seen: u64,
+    gap_since: Option<Nanos>,
+    want_piece_at: Option<Nanos>,
+    assembly: Option<Assembly>,
+    initial: Option<Piece>,
+    resyncs: u64,
+}
+
+impl Rep {
+    /// Forgets a piece being assembled that is not newer than what is applied.
+    fn drop_stale_assembly(&mut self) {
+        if self.have
+            && self
+                .assembly
+                .as_ref()
+                .is_some_and(|a| (a.epoch, a.seq) <= (self.epoch, self.applied))
+        {
+            self.assembly = None;
+        }
+    }
+}
+
+/// This node's FIB stream from one owner.
+struct FibIn {
+    epoch: u32,
+    applied: u64,
+    pending: BTreeMap<u64, FibItem>,
+    /// Keys installed since the owner's new epoch began (the owner restarted): a prune removes
+    /// the owner's other keys.
+    sync: Option<Set<Vec<u8>>>,
+    slice_done: bool,
+}
+
+enum OriginKind {
+    Client { addr: SocketAddr, id: u64 },
+    Forward { node: NodeId, epoch: u32, id: u64 },
+}
+
+struct Origin {
+    kind: OriginKind,
+    results: Vec<u8>,
+    remaining: usize,
+}
+
+struct FwdOut {
+    owner: NodeId,
+    token: u64,
+    indices: Vec<u32>,
+    updates: Vec<Update>,
+    tries: u32,
+    retry_at: Nanos,
+    rto: Nanos,
+}
+
+struct Queued {
+    origin: u64,
+    index: u32,
+    u: Update,
+}
+
+struct Item {
+    origin: u64,
+    index: u32,
+    u: Update,
+    outcome: Outcome,
+    old: Option<(NodeId, Vec<u8>)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Persisting,
+    Installing,
+    Propagating,
+}
+
+struct Batch {
+    items: Vec<Item>,
+    stage: Stage,
+    persist_n: u64,
+    fib_wait: Vec<u64>,
+    delta_wait: u64,
+}
+
+/// A bounded memory of completed requests: key -> reply (None while in progress).
+struct Remembered<K> {
+    map: Map<K, Option<Vec<u8>>>,
+    order: VecDeque<K>,
+    cap: usize,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Remembered<K> {
+    fn new(cap: usize) -> Self {
+        Remembered {
+            map: Map::default(),
+            order: VecDeque::new(),
+            cap,
+        }
+    }
+    fn start(&mut self, k: K) {
+        if self.order.len() >= self.cap {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+        self.map.insert(k.clone(), None);
+        self.order.push_back(k);
+    }
+}
+
+/// One node's control plane: a sans-IO state machine (see the crate documentation).
+pub struct Node {
+    spec: ClusterSpec,
+    me: NodeId,
+    tuning: Tuning,
+    epoch: u32,
+    rng: u64,
+    next_id: u64,
+    now: Nanos,
+    phase: Phase,
+    // Owner.
+    rib: Map<Vec<u8>, (NodeId, Vec<u8>)>,
+    table: Updatable,
+    change_seq: u64,
+    queue: VecDeque<Queued>,
+    batch: Option<Batch>,
+    out: Vec<PeerOut>,
+    snapshot: Option<(u64, Arc<Vec<u8>>)>,
+    boot_persist: u64,
+    // Persistence.
+    persists_made: u64,
+    persists_handed: u64,
+    durable: u64,
+    // Replica.
+    gpt: Option<SetSep>,
+    reps: Vec<Rep>,
+    // Handler.
+    fib: Map<Vec<u8>, Vec<u8>>,
+    fin: Vec<FibIn>,
+    // Peers and requests.
+    peers: Vec<PeerInfo>,
+    origins: Map<u64, Origin>,
+    clients: Remembered<(SocketAddr, u64)>,
+    forwards_in: Remembered<(NodeId, u32, u64)>,
+    forwards_out: BTreeMap<u64, FwdOut>,
+    // Output.
+    events: VecDeque<Event>,
+    transmits: VecDeque<(Peer, Vec<u8>)>,
+    // Counters.
+    dropped: BTreeMap<&'static str, u64>,
+    rejected: BTreeMap<&'static str, u64>,
+    applied_updates: u64,
+    retransmits: u64,
+    own_deltas: Vec<Delta>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("me", &self.me)
+            .field("epoch", &self.epoch)
+            .field("phase", &self.phase)
+            .finish()
+    }
+}
+
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Body bytes of a datagram at most.
+const BODY_MAX: usize = wire::MAX_DATAGRAM - wire::OVERHEAD;
+
+impl Node {
+    /// A node `me` of the cluster `spec`, with the default [`Tuning`]. `flows`: the initial RIB
+    /// entries of this node's range, used when the log is empty; `recovered`: the records of its
+    /// log, in order, after a restart. `now`: the current time; `seed`: the node's randomness
+    /// (retransmission jitter).
+    pub fn new(
+        spec: ClusterSpec,
+        me: NodeId,
+        flows: Vec<Flow>,
+        recovered: Vec<Vec<u8>>,
+        now: Nanos,
+        seed: u64,
+    ) -> Result<Node, ControlError> {
+        Node::with_tuning(spec, me, flows, recovered, now, seed, Tuning::default())
+    }
+
+    /// [`Node::new`] with the given timers and bounds.
+    pub fn with_tuning(
+        spec: ClusterSpec,
+        me: NodeId,
+        flows: Vec<Flow>,
+        recovered: Vec<Vec<u8>>,
+        now: Nanos,
+        seed: u64,
+        tuning: Tuning,
+    ) -> Result<Node, ControlError> {
+        spec.validate()?;
+        if me >= spec.nodes {
+            return Err(ControlError::NoSuchNode(me));
+        }
+        // Recovery: the last epoch, the initial flows and the changes of the log.
+        let mut last_epoch = 0u32;
+        let mut base: Vec<Flow> = Vec::new();
+        let mut base_done = false;
+        let mut changes: Vec<Update> = Vec::new();
+        let mut change_seq = 0u64;
+        for (index, r) in recovered.iter().enumerate() {
+            let bad = |reason| ControlError::BadRecord { index, reason };
+            match record::decode(r).map_err(bad)? {
+                Record::Epoch(e) => last_epoch = last_epoch.max(e),
+                Record::Base(f) if !base_done => base.extend(f),
+                Record::Base(_) => return Err(bad("initial flows after their end")),
+                Record::BaseEnd => base_done = true,
+                Record::Changes { first, updates } => {
+                    if !base_done {
+                        return Err(bad("changes before the initial flows"));
+                    }
+                    change_seq = first + updates.len() as u64 - 1;
+                    changes.extend(updates);
+                }
+            }
+        }
+        let epoch = last_epoch
+            .checked_add(1)
+            .ok_or(ControlError::BadRecord {
+                index: 0,
+                reason: "epoch overflows",
+            })?;
+        let mut records = vec![record::epoch(epoch)];
+        let initial = if base_done { base } else { flows };
+        let mut rib: Map<Vec<u8>, (NodeId, Vec<u8>)> = Map::default();
+        rib.reserve(initial.len());
+        for (index, f) in initial.into_iter().enumerate() {
+            let bad = |reason| ControlError::BadFlow { index, reason };
+            if f.key.len() != spec.key_bytes {
+                return Err(bad("key length differs from the cluster's"));
+            }
+            if f.value.len() != spec.value_bytes {
+                return Err(bad("value length differs from the cluster's"));
+            }
+            if f.node >= spec.nodes {
+                return Err(bad("handling node out of range"));
+            }
+            if spec.owner_of(&f.key) != me {
+                return Err(bad("key is not in this node's range"));
+            }
+            if rib.insert(f.key, (f.node, f.value)).is_some() {
+                return Err(bad("key given twice"));
+            }
+        }
+        if !base_done {
+            let flows: Vec<(&[u8], NodeId, &[u8])> = rib
+                .iter()
+                .map(|(k, (n, v))| (k.as_slice(), *n, v.as_slice()))
+                .collect();
+            for c in flows.chunks(record::BASE_PER_RECORD) {
+                records.push(record::base(c));
+            }
+            records.push(record::base_end());
+        }
+        for u in changes {
+            match u.op {
+                Op::Insert | Op::Change => {
+                    rib.insert(u.key, (u.node, u.value));
+                }
+                Op::Delete => {
+                    rib.remove(&u.key);
+                }
+            }
+        }
+        let (keys, values): (Vec<&[u8]>, Vec<u16>) =
+            rib.iter().map(|(k, (n, _))| (k.as_slice(), *n)).unzip();
+        let table = Updatable::build(&keys, &values, &spec.gpt.build_options())?;
+        let n = spec.nodes as usize;
+        let rto = tuning.rto;
+        let mut node = Node {
+            me,
+            epoch,
+            rng: seed,
+            next_id: 1,
+            now,
+            phase: Phase::Boot,
+            rib,
+            table,
+            change_seq,
+            queue: VecDeque::new(),
+            batch: None,
+            out: (0..n)
+                .map(|_| PeerOut {
+                    fib: OutStream::new(rto),
+                    deltas: OutStream::new(rto),
+                    piece: None,
+                })
+                .collect(),
+            snapshot: None,
+            boot_persist: 0,
+            persists_made: 0,
+            persists_handed: 0,
+            durable: 0,
+            gpt: None,
+            reps: (0..n)
+                .map(|_| Rep {
+                    epoch: 0,
+                    applied: 0,
+                    have: false,
+                    pending: BTreeMap::new(),
+                    max_seen: 0,
+                    gap_since: None,
+                    want_piece_at: None,
+                    assembly: None,
+                    initial: None,
+                    resyncs: 0,
+                })
+                .collect(),
+            fib: Map::default(),
+            fin: (0..n)
+                .map(|_| FibIn {
+                    epoch: 0,
+                    applied: 0,
+                    pending: BTreeMap::new(),
+                    sync: None,
+                    slice_done: false,
+                })
+                .collect(),
+            peers: (0..n)
+                .map(|_| PeerInfo {
+                    epoch: 0,
+                    knows_me: false,
+                    hello_at: now,
+                    hello_rto: rto,
+                })
+                .collect(),
+            origins: Map::default(),
+            clients: Remembered::new(tuning.remembered),
+            forwards_in: Remembered::new(tuning.remembered),
+            forwards_out: BTreeMap::new(),
+            events: VecDeque::new(),
+            transmits: VecDeque::new(),
+            dropped: BTreeMap::new(),
+            rejected: BTreeMap::new(),
+            applied_updates: 0,
+            retransmits: 0,
+            own_deltas: Vec::new(),
+            spec,
+            tuning,
+        };
+        node.peers[me as usize].knows_me = true;
+        node.peers[me as usize].epoch = epoch;
+        node.boot_persist = node.persist(records);
+        Ok(node)
+    }
+
+    // ----- driver interface -------------------------------------------------------------------
+
+    /// Takes a datagram from `from`. Anything malformed, unauthenticated, of another cluster or
+    /// of a past epoch changes nothing and is counted ([`Status::dropped`]).
+    pub fn handle(&mut self, now: Nanos, from: Peer, datagram: &[u8]) {
+        self.tick(now);
+        let (h, body) = match wire::decode(&self.spec.key, self.spec.cluster_id, datagram) {
+            Ok(x) => x,
+            Err(e) => return self.drop_msg(e.name()),
+        };
+        if self.phase == Phase::Boot {
+            // Nothing leaves before the epoch is durable.
+            return self.drop_msg("booting");
+        }
+        match from {
+            Peer::Client(addr) => match body {
+                Body::ClientRequest(us) if h.sender == wire::CLIENT_SENDER => {
+                    self.on_client_request(addr, h.msg_id, us)
+                }
+                _ => self.drop_msg("unexpected"),
+            },
+            Peer::Node(p) => {
+                if h.sender != p || p >= self.spec.nodes || p == self.me {
+                    return self.drop_msg("wrong_peer");
+                }
+                let pi = p as usize;
+                if h.sender_epoch == 0 || h.sender_epoch < self.peers[pi].epoch {
+                    return self.drop_msg("stale_epoch");
+                }
+                if h.sender_epoch > self.peers[pi].epoch {
+                    self.on_peer_epoch(p, h.sender_epoch);
+                }
+                if h.receiver_epoch == self.epoch {
+                    self.peers[pi].knows_me = true;
+                } else if h.kind != Kind::Hello {
+                    return self.drop_msg("stale_epoch");
+                }
+                self.on_peer_message(p, &h, body);
+            }
+        }
+        self.progress();
+    }
+
+    /// Runs the timers due at `now` (retransmissions, gap and chunk timeouts).
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        self.tick(now);
+        if self.phase == Phase::Boot {
+            return;
+        }
+        let now = self.now;
+        let n = self.spec.nodes;
+        for p in 0..n {
+            if p == self.me {
+                continue;
+            }
+            let pi = p as usize;
+            if !self.peers[pi].knows_me && self.peers[pi].hello_at <= now {
+                self.send_hello(p);
+            }
+            if self.out[pi].fib.retry_at.is_some_and(|t| t <= now) {
+                let s = &mut self.out[pi].fib;
+                s.sent_upto = s.acked;
+                s.rto = (s.rto * 2).min(self.tuning.rto_max);
+                s.retry_at = None;
+                self.retransmits += 1;
+                self.flush_fib(p);
+            }
+            if self.out[pi].deltas.retry_at.is_some_and(|t| t <= now) {
+                let piece_seq = self.out[pi].piece.as_ref().map_or(0, |p| p.seq);
+                let s = &mut self.out[pi].deltas;
+                s.sent_upto = s.acked.max(piece_seq);
+                s.rto = (s.rto * 2).min(self.tuning.rto_max);
+                s.retry_at = None;
+                self.retransmits += 1;
+                self.flush_deltas(p);
+            }
+            if self.out[pi].piece.as_ref().is_some_and(|ps| ps.retry_at <= now) {
+                let rto = self.out[pi].piece.as_ref().map_or(0, |ps| ps.rto);
+                self.retransmits += 1;
+                self.send_piece(p, (rto * 2).min(self.tuning.rto_max));
+            }
+        }
+        // Forwards.
+        let due: Vec<u64> = self
+            .forwards_out
+            .iter()
+            .filter(|(_, f)| f.retry_at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            let f = self.forwards_out.get_mut(&id).expect("due forward");
+            if f.tries >= self.tuning.forward_tries {
+                let f = self.forwards_out.remove(&id).expect("due forward");
+                for i in f.indices {
+                    self.set_result(f.token, i, Outcome::Timeout);
+                }
+                continue;
+            }
+            f.tries += 1;
+            f.rto = (f.rto * 2).min(self.tuning.rto_max);
+            f.retry_at = now + f.rto;
+            let (owner, updates) = (f.owner, f.updates.clone());
+            self.retransmits += 1;
+            self.send(owner, id, Body::Forward(updates));
+        }
+        // Replica timers.
+        for o in 0..n {
+            let oi = o as usize;
+            let r = &mut self.reps[oi];
+            let mut want = false;
+            if r.gap_since.is_some_and(|t| t + self.tuning.gap_timeout <= now) {
+                r.gap_since = Some(now);
+                want = true;
+            }
+            if r.want_piece_at.is_some_and(|t| t <= now) {
+                want = true;
+            }
+            let mut ask_chunks = None;
+            r.drop_stale_assembly();
+            if let Some(a) = &mut r.assembly {
+                if a.progress_at + self.tuning.chunk_timeout <= now {
+                    a.progress_at = now;
+                    let missing: Vec<u32> = (0..a.chunks.len() as u32)
+                        .filter(|&i| a.chunks[i as usize].is_none())
+                        .take(4096)
+                        .collect();
+                    ask_chunks = Some((a.seq, missing));
+                }
+            }
+            if o == self.me {
+                continue;
+            }
+            if want {
+                self.request_piece(o);
+            } else if let Some((seq, missing)) = ask_chunks {
+                self.send(o, 0, Body::PieceRequest { seq, missing });
+            }
+        }
+        self.progress();
+    }
+
+    /// When [`Node::handle_timeout`] wants to run next (None: nothing pending).
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        if self.phase == Phase::Boot {
+            return None;
+        }
+        let mut t: Option<Nanos> = None;
+        let mut at = |x: Nanos| t = Some(t.map_or(x, |t: Nanos| t.min(x)));
+        for (pi, p) in self.peers.iter().enumerate() {
+            if pi == self.me as usize {
+                continue;
+            }
+            if !p.knows_me {
+                at(p.hello_at);
+            }
+            let o = &self.out[pi];
+            if let Some(x) = o.fib.retry_at {
+                at(x);
+            }
+            if let Some(x) = o.deltas.retry_at {
+                at(x);
+            }
+            if let Some(ps) = &o.piece {
+                at(ps.retry_at);
+            }
+        }
+        for f in self.forwards_out.values() {
+            at(f.retry_at);
+        }
+        for (oi, r) in self.reps.iter().enumerate() {
+            if oi == self.me as usize {
+                continue;
+            }
+            if let Some(g) = r.gap_since {
+                at(g + self.tuning.gap_timeout);
+            }
+            if let Some(w) = r.want_piece_at {
+                at(w);
+            }
+            if let Some(a) = &r.assembly {
+                at(a.progress_at + self.tuning.chunk_timeout);
+            }
+        }
+        t
+    }
+
+    /// The next effect for the local data plane. Drain them all before
+    /// [`Node::poll_transmit`].
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let e = self.events.pop_front();
+        if let Some(Event::Persist { .. }) = e {
+            self.persists_handed += 1;
+        }
+        e
+    }
+
+    /// The next datagram to send (at most [`wire::MAX_DATAGRAM`] bytes).
+    pub fn poll_transmit(&mut self) -> Option<(Peer, Vec<u8>)> {
+        self.transmits.pop_front()
+    }
+
+    /// Everything handed out in [`Event::Persist`] events so far is durable.
+    pub fn persisted(&mut self, now: Nanos) {
+        self.tick(now);
+        self.durable = self.persists_handed;
+        self.progress();
+    }
+
+    // ----- inspection -------------------------------------------------------------------------
+
+    /// This node's FIB slice as the control plane installed it.
+    pub fn fib_entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fib.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))
+    }
+
+    /// This node's FIB value of `key`.
+    pub fn fib_get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.fib.get(key).map(|v| v.as_slice())
+    }
+
+    /// The replica GPT (None until every owner's piece arrived).
+    pub fn gpt(&self) -> Option<&SetSep> {
+        self.gpt.as_ref()
+    }
+
+    /// This owner's RIB entry of `key` (handling node, value), if the key is in its range and
+    /// present (including changes accepted but not yet acknowledged).
+    pub fn rib_get(&self, key: &[u8]) -> Option<(NodeId, &[u8])> {
+        self.rib.get(key).map(|(n, v)| (*n, v.as_slice()))
+    }
+
+    /// This owner's RIB.
+    pub fn rib_entries(&self) -> impl Iterator<Item = (&[u8], NodeId, &[u8])> {
+        self.rib
+            .iter()
+            .map(|(k, (n, v))| (k.as_slice(), *n, v.as_slice()))
+    }
+
+    /// This owner's table (its range's keys only).
+    pub fn owner_table(&self) -> &Updatable {
+        &self.table
+    }
+
+    /// The deltas this owner made since the last call, in order (kept only with
+    /// [`Tuning::keep_own_deltas`]).
+    pub fn take_own_deltas(&mut self) -> Vec<Delta> {
+        std::mem::take(&mut self.own_deltas)
+    }
+
+    /// This node's epoch.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The node's id.
+    pub fn id(&self) -> NodeId {
+        self.me
+    }
+
+    /// Per owner, the (epoch, sequence number) this node's replica has applied; None before
+    /// the owner's first piece.
+    pub fn applied(&self, owner: NodeId) -> Option<(u32, u64)> {
+        let r = self.reps.get(owner as usize)?;
+        (r.have && self.gpt.is_some()).then_some((r.epoch, r.applied))
+    }
+
+    /// Whether the owner takes updates (its pieces are everywhere).
+    pub fn serving(&self) -> bool {
+        self.phase == Phase::Serving
+    }
+
+    /// Whether the node has its GPT and every owner's FIB slice.
+    pub fn ready(&self) -> bool {
+        self.gpt.is_some() && self.fin.iter().all(|f| f.slice_done)
+    }
+
+    /// Whether nothing is in flight: no queued or batched update, no unacknowledged stream item,
+    /// piece or forward, no buffered delta.
+    pub fn idle(&self) -> bool {
+        self.queue.is_empty()
+            && self.batch.is_none()
+            && self.forwards_out.is_empty()
+            && self
+                .out
+                .iter()
+                .all(|o| o.fib.items.is_empty() && o.deltas.items.is_empty() && o.piece.is_none())
+            && self
+                .reps
+                .iter()
+                .all(|r| r.pending.is_empty() && r.assembly.is_none())
+    }
+
+    /// What keeps [`Node::idle`] false (for test failure messages).
+    #[doc(hidden)]
+    pub fn busy(&self) -> String {
+        let mut b = Vec::new();
+        if !self.queue.is_empty() || self.batch.is_some() {
+            b.push(format!(
+                "queue {} batch {:?}",
+                self.queue.len(),
+                self.batch.as_ref().map(|x| (x.stage, x.fib_wait.clone(), x.delta_wait))
+            ));
+        }
+        if !self.forwards_out.is_empty() {
+            b.push(format!("{} forwards", self.forwards_out.len()));
+        }
+        for (p, o) in self.out.iter().enumerate() {
+            if !o.fib.items.is_empty() || !o.deltas.items.is_empty() || o.piece.is_some() {
+                b.push(format!(
+                    "to {p} (epoch {} knows me {}): fib {} items acked {} sent {} retry {:?}; deltas {} acked {} sent {} retry {:?}; piece {:?}",
+                    self.peers[p].epoch,
+                    self.peers[p].knows_me,
+                    o.fib.items.len(),
+                    o.fib.acked,
+                    o.fib.sent_upto,
+                    o.fib.retry_at,
+                    o.deltas.items.len(),
+                    o.deltas.acked,
+                    o.deltas.sent_upto,
+                    o.deltas.retry_at,
+                    o.piece.as_ref().map(|x| (x.seq, x.retry_at))
+                ));
+            }
+        }
+        for (o, r) in self.reps.iter().enumerate() {
+            if !r.pending.is_empty() || r.assembly.is_some() {
+                b.push(format!(
+                    "rep {o}: pending {:?} applied {} assembly {:?}",
+                    r.pending.keys().take(5).collect::<Vec<_>>(),
+                    r.applied,
+                    r.assembly.as_ref().map(|a| (a.epoch, a.seq, a.have, a.chunks.len()))
+                ));
+            }
+        }
+        b.join("; ")
+    }
+
+    /// The node's state for `cluster status`.
+    pub fn status(&self) -> Status {
+        let owners = (0..self.spec.nodes)
+            .map(|o| {
+                let r = &self.reps[o as usize];
+                OwnerStatus {
+                    owner: o,
+                    epoch: r.epoch,
+                    applied_seq: r.applied,
+                    lag: r.max_seen.saturating_sub(r.applied),
+                    resyncs: r.resyncs,
+                    slice_done: self.fin[o as usize].slice_done,
+                }
+            })
+            .collect();
+        Status {
+            node: self.me,
+            epoch: self.epoch,
+            ready: self.ready(),
+            phase: self.phase.name().to_string(),
+            gpt_digest: self
+                .gpt
+                .as_ref()
+                .map(|g| format!("{:016x}", g.content_digest())),
+            owners,
+            own_seq: self.table.table().seq(),
+            rib_keys: self.rib.len(),
+            fib_entries: self.fib.len(),
+            queued: self.queue.len() + self.batch.as_ref().map_or(0, |b| b.items.len()),
+            applied: self.applied_updates,
+            rejected: self
+                .rejected
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            dropped: self
+                .dropped
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            retransmits: self.retransmits,
+        }
+    }
+
+    // ----- plumbing ---------------------------------------------------------------------------
+
+    fn tick(&mut self, now: Nanos) {
+        self.now = self.now.max(now);
+    }
+
+    fn drop_msg(&mut self, why: &'static str) {
+        *self.dropped.entry(why).or_insert(0) += 1;
+    }
+
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn jitter(&mut self, t: Nanos) -> Nanos {
+        // Up to +1/8, so peers' retransmissions do not stay in step.
+        t + splitmix(&mut self.rng) % (t / 8 + 1)
+    }
+
+    fn persist(&mut self, records: Vec<Vec<u8>>) -> u64 {
+        self.events.push_back(Event::Persist { records });
+        self.persists_made += 1;
+        self.persists_made
+    }
+
+    fn send(&mut self, to: NodeId, msg_id: u64, body: Body) {
+        let h = Header {
+            kind: body.kind(),
+            sender: self.me,
+            cluster_id: self.spec.cluster_id,
+            sender_epoch: self.epoch,
+            receiver_epoch: self.peers[to as usize].epoch,
+            msg_id,
+        };
+        let bytes = wire::encode(&self.spec.key, &h, &body);
+        self.transmits.push_back((Peer::Node(to), bytes));
+    }
+
+    fn send_client(&mut self, addr: SocketAddr, msg_id: u64, body: Body) -> Vec<u8> {
+        let h = Header {
+            kind: body.kind(),
+            sender: self.me,
+            cluster_id: self.spec.cluster_id,
+            sender_epoch: self.epoch,
+            receiver_epoch: 0,
+            msg_id,
+        };
+        let bytes = wire::encode(&self.spec.key, &h, &body);
+        self.transmits.push_back((Peer::Client(addr), bytes.clone()));
+        bytes
+    }
+
+    fn send_hello(&mut self, p: NodeId) {
+        let pi = p as usize;
+        let rto = self.peers[pi].hello_rto;
+        self.peers[pi].hello_rto = (rto * 2).min(self.tuning.rto_max);
+        let next = self.now + self.jitter(rto);
+        self.peers[pi].hello_at = next;
+        let id = self.new_id();
+        self.send(p, id, Body::Hello);
+    }
+
+    /// A peer started epoch `e` (a restart, or the first we hear of it).
+    fn on_peer_epoch(&mut self, p: NodeId, e: u32) {
+        let pi = p as usize;
+        self.peers[pi].epoch = e;
+        self.peers[pi].knows_me = false;
+        self.peers[pi].hello_rto = self.tuning.rto;
+        self.peers[pi].hello_at = self.now;
+        if self.phase >= Phase::SyncFib {
+            self.reset_peer_streams(p);
+        }
+    }
+
+    /// New streams to a peer in a new epoch: its whole FIB slice, then our piece.
+    fn reset_peer_streams(&mut self, p: NodeId) {
+        let pi = p as usize;
+        let rto = self.tuning.rto;
+        self.out[pi].fib = OutStream::new(rto);
+        self.out[pi].deltas = OutStream::new(rto);
+        self.out[pi].piece = None;
+        let mut slice: Vec<FibItem> = self
+            .rib
+            .iter()
+            .filter(|(_, (n, _))| *n == p)
+            .map(|(k, (_, v))| FibItem::Install {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect();
+        // Flows the batch in flight moves away from `p` (or deletes): replicas may still send
+        // them to `p` until the batch's deltas are everywhere, and the batch removes them
+        // from `p` afterwards (through this stream, after the slice).
+        if let Some(b) = &self.batch {
+            for it in &b.items {
+                if let (Outcome::Applied, Some((n0, v0))) = (it.outcome, &it.old) {
+                    let moved = it.u.op == Op::Delete || it.u.node != p;
+                    if *n0 == p && moved {
+                        slice.push(FibItem::Install {
+                            key: it.u.key.clone(),
+                            value: v0.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let s = &mut self.out[pi].fib;
+        for it in slice {
+            let seq = s.next;
+            s.push(seq, it);
+        }
+        let end = s.next;
+        s.push(end, FibItem::SliceEnd);
+        if let Some(b) = &mut self.batch {
+            // The batch's installs for this peer are in the slice.
+            b.fib_wait[pi] = end;
+        }
+        if self.phase >= Phase::Pieces {
+            let rto = self.tuning.rto;
+            self.send_piece(p, rto);
+        }
+        self.flush_fib(p);
+    }
+
+    fn flush_fib(&mut self, p: NodeId) {
+        let pi = p as usize;
+        if self.peers[pi].epoch == 0 {
+            return;
+        }
+        let limit = self.out[pi].fib.acked + self.tuning.window as u64;
+        let pack = self.tuning.pack_bytes.clamp(400, BODY_MAX - 16);
+        let mut msgs: Vec<(u64, Vec<FibItem>)> = Vec::new();
+        {
+            let s = &mut self.out[pi].fib;
+            let mut bytes = 0;
+            for (seq, item) in s.items.iter().skip(s.first_unsent()) {
+                if *seq > limit {
+                    break;
+                }
+                let l = wire::fib_item_len(item);
+                let full = msgs
+                    .last()
+                    .is_none_or(|m| bytes + l > pack || m.1.len() == u16::MAX as usize);
+                if full {
+                    msgs.push((*seq, Vec::new()));
+                    bytes = 0;
+                }
+                msgs.last_mut().expect("pushed").1.push(item.clone());
+                bytes += l;
+                s.sent_upto = *seq;
+            }
+            if !s.items.is_empty() && s.retry_at.is_none() {
+                s.retry_at = Some(self.now + s.rto);
+            }
+        }
+        for (first_seq, items) in msgs {
+            let id = self.new_id();
+            self.send(p, id, Body::Fib { first_seq, items });
+        }
+    }
+
+    fn flush_deltas(&mut self, p: NodeId) {
+        let pi = p as usize;
+        if self.peers[pi].epoch == 0 {
+            return;
+        }
+        let limit = self.out[pi].deltas.acked + self.tuning.window as u64;
+        let pack = self.tuning.pack_bytes.clamp(400, BODY_MAX - 16);
+        let mut msgs: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
+        {
+            let s = &mut self.out[pi].deltas;
+            let mut bytes = 0;
+            for (seq, d) in s.items.iter().skip(s.first_unsent()) {
+                if *seq > limit {
+                    break;
+                }
+                let l = 2 + d.len();
+                let full = msgs
+                    .last()
+                    .is_none_or(|m| bytes + l > pack || m.1.len() == u16::MAX as usize);
+                if full {
+                    msgs.push((*seq, Vec::new()));
+                    bytes = 0;
+                }
+                msgs.last_mut().expect("pushed").1.push(d.clone());
+                bytes += l;
+                s.sent_upto = *seq;
+            }
+            if !s.items.is_empty() && s.retry_at.is_none() {
+                s.retry_at = Some(self.now + s.rto);
+            }
+        }
+        for (first_seq, deltas) in msgs {
+            let id = self.new_id();
+            self.send(p, id, Body::Deltas { first_seq, deltas });
+        }
+    }
+
+    /// The serialized piece of this owner's range at its current sequence number.
+    fn snapshot(&mut self) -> (u64, Arc<Vec<u8>>) {
+        let seq = self.table.table().seq();
+        if let Some((s, b)) = &self.snapshot {
+            if *s == seq {
+                return (seq, b.clone());
+            }
+        }
+        let range = self.spec.ranges[self.me as usize].clone();
+        let piece = self
+            .table
+            .piece(range)
+            .expect("the spec's range is valid for the owner's table");
+        let b = Arc::new(piece.to_bytes());
+        self.snapshot = Some((seq, b.clone()));
+        (seq, b)
+    }
+
+    fn send_chunks(&mut self, p: NodeId, seq: u64, bytes: &[u8], which: Option<&[u32]>) {
+        let chunk = self.tuning.chunk_bytes.clamp(256, CHUNK_BYTES);
+        let count = bytes.len().div_ceil(chunk).max(1) as u32;
+        let chunk = bytes.len().div_ceil(count as usize).max(1);
+        let send_one = |node: &mut Node, i: u32| {
+            let start = i as usize * chunk;
+            let end = (start + chunk).min(bytes.len());
+            let id = node.new_id();
+            node.send(
+                p,
+                id,
+                Body::PieceChunk {
+                    seq,
+                    total_len: bytes.len() as u32,
+                    index: i,
+                    count,
+                    data: bytes[start..end].to_vec(),
+                },
+            );
+        };
+        match which {
+            None => (0..count).for_each(|i| send_one(self, i)),
+            Some(list) => list
+                .iter()
+                .filter(|&&i| i < count)
+                .for_each(|&i| send_one(self, i)),
+        }
+    }
+
+    /// Sends the current piece to `p` (retransmitted until `p` acknowledges its sequence number).
+    fn send_piece(&mut self, p: NodeId, rto: Nanos) {
+        let pi = p as usize;
+        let (seq, bytes) = self.snapshot();
+        if self.peers[pi].epoch != 0 {
+            self.send_chunks(p, seq, &bytes, None);
+        }
+        let retry_at = self.now + self.jitter(rto);
+        self.out[pi].piece = Some(PieceOut { seq, retry_at, rto });
+        // The piece covers every delta up to `seq`.
+        let s = &mut self.out[pi].deltas;
+        while s.items.front().is_some_and(|(x, _)| *x <= seq) {
+            s.items.pop_front();
+        }
+        s.sent_upto = s.sent_upto.max(seq);
+    }
+
+    fn request_piece(&mut self, o: NodeId) {
+        let oi = o as usize;
+        self.reps[oi].want_piece_at = Some(self.now + self.tuning.gap_timeout);
+        self.send(
+            o,
+            0,
+            Body::PieceRequest {
+                seq: 0,
+                missing: Vec::new(),
+            },
+        );
+    }
+
+    // ----- messages ---------------------------------------------------------------------------
+
+    fn on_peer_message(&mut self, p: NodeId, h: &Header, body: Body) {
+        let pi = p as usize;
+        match body {
+            Body::Hello => {
+                let id = self.new_id();
+                self.send(p, id, Body::HelloAck);
+            }
+            Body::HelloAck => {}
+            Body::Forward(us) => self.on_forward(p, h.sender_epoch, h.msg_id, us),
+            Body::ForwardReply(codes) => {
+                let ok = self
+                    .forwards_out
+                    .get(&h.msg_id)
+                    .is_some_and(|f| f.owner == p && f.indices.len() == codes.len());
+                let outcomes: Option<Vec<Outcome>> =
+                    codes.iter().map(|&c| Outcome::from_code(c)).collect();
+                match (ok, outcomes) {
+                    (true, Some(outcomes)) => {
+                        let f = self.forwards_out.remove(&h.msg_id).expect("checked");
+                        for (i, o) in f.indices.into_iter().zip(outcomes) {
+                            self.set_result(f.token, i, o);
+                        }
+                    }
+                    _ => self.drop_msg("unexpected"),
+                }
+            }
+            Body::Deltas { first_seq, deltas } => {
+                self.take_deltas(p, h.sender_epoch, first_seq, deltas)
+            }
+            Body::DeltaAck { applied } => {
+                if self.phase < Phase::Pieces {
+                    return self.drop_msg("unexpected");
+                }
+                let applied = applied.min(self.table.table().seq());
+                let (now, rto) = (self.now, self.tuning.rto);
+                self.out[pi].deltas.ack(applied, now, rto);
+                if self.out[pi].piece.as_ref().is_some_and(|ps| applied >= ps.seq) {
+                    self.out[pi].piece = None;
+                }
+                self.flush_deltas(p);
+            }
+            Body::PieceChunk {
+                seq,
+                total_len,
+                index,
+                count,
+                data,
+            } => self.on_chunk(p, h.sender_epoch, seq, total_len, index, count, data),
+            Body::PieceRequest { seq, missing } => {
+                if self.phase < Phase::Pieces {
+                    return self.drop_msg("unexpected");
+                }
+                match &self.snapshot {
+                    Some((s, b)) if *s == seq && !missing.is_empty() => {
+                        let b = b.clone();
+                        self.send_chunks(p, seq, &b, Some(&missing));
+                    }
+                    _ => {
+                        let rto = self.tuning.rto;
+                        self.send_piece(p, rto);
+                    }
+                }
+            }
+            Body::Fib { first_seq, items } => self.on_fib(p, h.sender_epoch, first_seq, items),
+            Body::FibAck { applied } => {
+                let s = &mut self.out[pi].fib;
+                let applied = applied.min(s.next.saturating_sub(1));
+                let (now, rto) = (self.now, self.tuning.rto);
+                s.ack(applied, now, rto);
+                self.flush_fib(p);
+            }
+            Body::ClientRequest(_) | Body::ClientReply(_) => self.drop_msg("unexpected"),
+        }
+    }
+
+    /// Outcome of an update that can be judged without the RIB (sizes, node).
+    fn precheck(&self, u: &Update) -> Option<Outcome> {
+        if u.key.len() != self.spec.key_bytes {
+            return Some(Outcome::BadKeyLength);
+        }
+        if u.op != Op::Delete {
+            if u.value.len() != self.spec.value_bytes {
+                return Some(Outcome::BadValueLength);
+            }
+            if u.node >= self.spec.nodes {
+                return Some(Outcome::NodeOutOfRange);
+            }
+        }
+        None
+    }
+
+    fn on_client_request(&mut self, addr: SocketAddr, id: u64, us: Vec<Update>) {
+        let key = (addr, id);
+        if let Some(st) = self.clients.map.get(&key) {
+            if let Some(reply) = st.clone() {
+                self.transmits.push_back((Peer::Client(addr), reply));
+            }
+            return;
+        }
+        self.clients.start(key);
+        let token = self.new_id();
+        self.origins.insert(
+            token,
+            Origin {
+                kind: OriginKind::Client { addr, id },
+                results: vec![u8::MAX; us.len()],
+                remaining: us.len(),
+            },
+        );
+        let mut by_owner: BTreeMap<NodeId, Vec<(u32, Update)>> = BTreeMap::new();
+        let mut done = Vec::new();
+        for (i, u) in us.into_iter().enumerate() {
+            match self.precheck(&u) {
+                Some(o) => done.push((i as u32, o)),
+                None => by_owner
+                    .entry(self.spec.owner_of(&u.key))
+                    .or_default()
+                    .push((i as u32, u)),
+            }
+        }
+        for (o, list) in by_owner {
+            if o == self.me {
+                self.enqueue(token, list);
+            } else {
+                self.forward(o, token, list);
+            }
+        }
+        for (i, o) in done {
+            self.set_result(token, i, o);
+        }
+        if self.origins.get(&token).is_some_and(|o| o.remaining == 0) {
+            self.complete(token);
+        }
+    }
+
+    fn enqueue(&mut self, token: u64, list: Vec<(u32, Update)>) {
+        if self.queue.len() + list.len() > self.tuning.max_queue {
+            for (i, _) in list {
+                self.set_result(token, i, Outcome::Busy);
+            }
+            return;
+        }
+        for (index, u) in list {
+            self.queue.push_back(Queued {
+                origin: token,
+                index,
+                u,
+            });
+        }
+    }
+
+    fn forward(&mut self, owner: NodeId, token: u64, list: Vec<(u32, Update)>) {
+        let id = self.new_id();
+        let (indices, updates): (Vec<u32>, Vec<Update>) = list.into_iter().unzip();
+        let rto = self.tuning.rto;
+        let retry_at = self.now + self.jitter(rto);
+        self.send(owner, id, Body::Forward(updates.clone()));
+        self.forwards_out.insert(
+            id,
+            FwdOut {
+                owner,
+                token,
+                indices,
+                updates,
+                tries: 1,
+                retry_at,
+                rto,
+            },
+        );
+    }
+
+    fn on_forward(&mut self, p: NodeId, epoch: u32, id: u64, us: Vec<Update>) {
+        let key = (p, epoch, id);
+        if let Some(st) = self.forwards_in.map.get(&key) {
+            if let Some(reply) = st.clone() {
+                self.transmits.push_back((Peer::Node(p), reply));
+            }
+            return;
+        }
+        self.forwards_in.start(key);
+        let token = self.new_id();
+        self.origins.insert(
+            token,
+            Origin {
+                kind: OriginKind::Forward {
+                    node: p,
+                    epoch,
+                    id,
+                },
+                results: vec![u8::MAX; us.len()],
+                remaining: us.len(),
+            },
+        );
+        let mut mine = Vec::new();
+        let mut done = Vec::new();
+        for (i, u) in us.into_iter().enumerate() {
+            match self.precheck(&u) {
+                Some(o) => done.push((i as u32, o)),
+                None if self.spec.owner_of(&u.key) != self.me => {
+                    done.push((i as u32, Outcome::Internal))
+                }
+                None => mine.push((i as u32, u)),
+            }
+        }
+        self.enqueue(token, mine);
+        for (i, o) in done {
+            self.set_result(token, i, o);
+        }
+        if self.origins.get(&token).is_some_and(|o| o.remaining == 0) {
+            self.complete(token);
+        }
+    }
+
+    fn set_result(&mut self, token: u64, index: u32, o: Outcome) {
+        let Some(org) = self.origins.get_mut(&token) else {
+            return;
+        };
+        let Some(slot) = org.results.get_mut(index as usize) else {
+            return;
+        };
+        if *slot != u8::MAX {
+            return;
+        }
+        *slot = o.code();
+        org.remaining -= 1;
+        if org.remaining == 0 {
+            self.complete(token);
+        }
+    }
+
+    fn complete(&mut self, token: u64) {
+        let Some(org) = self.origins.remove(&token) else {
+            return;
+        };
+        match org.kind {
+            OriginKind::Client { addr, id } => {
+                let bytes = self.send_client(addr, id, Body::ClientReply(org.results));
+                if let Some(slot) = self.clients.map.get_mut(&(addr, id)) {
+                    *slot = Some(bytes);
+                }
+            }
+            OriginKind::Forward { node, epoch, id } => {
+                if self.peers[node as usize].epoch != epoch {
+                    return; // that incarnation is gone
+                }
+                self.send(node, id, Body::ForwardReply(org.results));
+                let bytes = self.transmits.back().expect("just sent").1.clone();
+                if let Some(slot) = self.forwards_in.map.get_mut(&(node, epoch, id)) {
+                    *slot = Some(bytes);
+                }
+            }
+        }
+    }
+
+    // ----- replica ----------------------------------------------------------------------------
+
+    fn take_deltas(&mut self, o: NodeId, e: u32, first: u64, deltas: Vec<Vec<u8>>) {
+        let oi = o as usize;
+        let cap = self.tuning.reorder_buffer;
+        let r = &mut self.reps[oi];
+        if r.epoch != e || !r.have {
+            // The owner's piece of this epoch has not arrived: it is on its way.
+            return self.drop_msg("before_piece");
+        }
+        for (i, d) in deltas.into_iter().enumerate() {
+            let seq = first + i as u64;
+            r.max_seen = r.max_seen.max(seq);
+            if seq > r.applied && r.pending.len() < cap {
+                r.pending.entry(seq).or_insert(d);
+            }
+        }
+        self.drain(o);
+        self.ack_owner(o);
+    }
+
+    /// Applies an owner's buffered deltas that are next in order.
+    fn drain(&mut self, o: NodeId) {
+        let oi = o as usize;
+        let Some(gpt) = &mut self.gpt else {
+            return;
+        };
+        let range = self.spec.ranges[oi].clone();
+        let r = &mut self.reps[oi];
+        let applied = r.applied;
+        r.pending.retain(|&s, _| s > applied);
+        let mut bad = false;
+        while let Some(bytes) = r.pending.remove(&(r.applied + 1)) {
+            let next = r.applied + 1;
+            let ok = match Delta::from_bytes(&bytes) {
+                Ok(d) if d.seq() == next && range.contains(&(d.group() / 64)) => {
+                    gpt.apply_owner_delta(&d).is_ok().then_some(d)
+                }
+                _ => None,
+            };
+            match ok {
+                Some(d) => {
+                    r.applied = next;
+                    self.events.push_back(Event::GptDelta(d));
+                }
+                None => {
+                    bad = true;
+                    r.pending.clear();
+                    break;
+                }
+            }
+        }
+        r.gap_since = if r.pending.is_empty() {
+            None
+        } else {
+            Some(r.gap_since.unwrap_or(self.now))
+        };
+        if bad {
+            self.drop_msg("bad_delta");
+            if o != self.me {
+                self.request_piece(o);
+            }
+        }
+    }
+
+    fn ack_owner(&mut self, o: NodeId) {
+        if o == self.me || self.gpt.is_none() {
+            return;
+        }
+        let r = &self.reps[o as usize];
+        if !r.have || r.epoch != self.peers[o as usize].epoch {
+            return;
+        }
+        let applied = r.applied;
+        let id = self.new_id();
+        self.send(o, id, Body::DeltaAck { applied });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_chunk(
+        &mut self,
+        o: NodeId,
+        e: u32,
+        seq: u64,
+        total_len: u32,
+        index: u32,
+        count: u32,
+        data: Vec<u8>,
+    ) {
+        let oi = o as usize;
+        let now = self.now;
+        let total = total_len as usize;
+        // Chunks of ceil(total / count) bytes, the last one shorter, none empty.
+        let chunk = total.div_ceil(count as usize);
+        if total == 0 || chunk > CHUNK_BYTES || total.div_ceil(chunk) != count as usize {
+            return self.drop_msg("bad_chunk");
+        }
+        let start = index as usize * chunk;
+        if data.len() != (start + chunk).min(total).saturating_sub(start) {
+            return self.drop_msg("bad_chunk");
+        }
+        let r = &mut self.reps[oi];
+        if r.have && r.epoch == e && r.applied >= seq {
+            // Already there (a retransmission): say so again.
+            r.drop_stale_assembly();
+            return self.ack_owner(o);
+        }
+        let fresh = match &r.assembly {
+            None => true,
+            Some(a) => (a.epoch, a.seq) < (e, seq),
+        };
+        if fresh {
+            r.assembly = Some(Assembly {
+                epoch: e,
+                seq,
+                total,
+                chunks: vec![None; count as usize],
+                have: 0,
+                progress_at: now,
+            });
+        }
+        let a = r.assembly.as_mut().expect("made above");
+        if (a.epoch, a.seq) != (e, seq) || a.total != total {
+            return self.drop_msg("stale_chunk");
+        }
+        let slot = &mut a.chunks[index as usize];
+        if slot.is_none() {
+            *slot = Some(data);
+            a.have += 1;
+            a.progress_at = now;
+        }
+        if a.have < a.chunks.len() {
+            return;
+        }
+        let a = r.assembly.take().expect("complete");
+        let mut bytes = Vec::with_capacity(a.total);
+        for c in a.chunks {
+            bytes.extend_from_slice(&c.expect("complete"));
+        }
+        match Piece::from_bytes(&bytes) {
+            Ok(piece) => self.install(o, e, seq, piece),
+            Err(_) => self.drop_msg("bad_piece"),
+        }
+    }
+
+    /// Installs owner `o`'s piece of epoch `e`, a snapshot at `seq`.
+    fn install(&mut self, o: NodeId, e: u32, seq: u64, piece: Piece) {
+        let oi = o as usize;
+        let g = &self.spec.gpt;
+        if piece.range() != self.spec.ranges[oi]
+            || piece.seed() != g.seed
+            || piece.build_id() != g.build_id
+            || piece.total_blocks() != g.total_blocks
+        {
+            return self.drop_msg("bad_piece");
+        }
+        let r = &mut self.reps[oi];
+        if r.have && (r.epoch, r.applied) >= (e, seq) {
+            return;
+        }
+        match &mut self.gpt {
+            Some(gpt) => {
+                if gpt.install_piece(&piece).is_err() {
+                    return self.drop_msg("bad_piece");
+                }
+                r.resyncs += 1;
+                self.events.push_back(Event::GptPiece(piece));
+            }
+            None => r.initial = Some(piece),
+        }
+        if r.epoch != e {
+            r.pending.clear();
+            r.max_seen = 0;
+        }
+        r.epoch = e;
+        r.applied = seq;
+        r.max_seen = r.max_seen.max(seq);
+        r.have = true;
+        r.want_piece_at = None;
+        if r.assembly.as_ref().is_some_and(|a| (a.epoch, a.seq) <= (e, seq)) {
+            r.assembly = None;
+        }
+        if self.gpt.is_none() {
+            self.try_assemble();
+        } else {
+            self.drain(o);
+            self.ack_owner(o);
+        }
+    }
+
+    fn try_assemble(&mut self) {
+        if self.reps.iter().any(|r| r.initial.is_none()) {
+            return;
+        }
+        let pieces: Vec<Piece> = self
+            .reps
+            .iter_mut()
+            .map(|r| r.initial.take().expect("checked"))
+            .collect();
+        match SetSep::assemble(pieces) {
+            Ok(t) => {
+                self.events.push_back(Event::GptInstall(Box::new(t.clone())));
+                self.gpt = Some(t);
+                for o in 0..self.spec.nodes {
+                    self.drain(o);
+                    self.ack_owner(o);
+                }
+            }
+            Err(_) => {
+                // Pieces that do not fit together: start over.
+                self.drop_msg("bad_piece");
+                for o in 0..self.spec.nodes {
+                    self.reps[o as usize].have = false;
+                    if o != self.me {
+                        self.request_piece(o);
+                    }
+                }
+                if self.phase >= Phase::Pieces {
+                    self.install_own_piece();
+                }
+            }
+        }
+    }
+
+    fn install_own_piece(&mut self) {
+        let range = self.spec.ranges[self.me as usize].clone();
+        let piece = self.table.piece(range).expect("valid range");
+        let seq = self.table.table().seq();
+        let (me, e) = (self.me, self.epoch);
+        self.install(me, e, seq, piece);
+    }
+
+    // ----- handler ----------------------------------------------------------------------------
+
+    fn on_fib(&mut self, o: NodeId, e: u32, first: u64, items: Vec<FibItem>) {
+        let oi = o as usize;
+        let cap = self.tuning.reorder_buffer;
+        let f = &mut self.fin[oi];
+        if f.epoch != e {
+            let restarted = f.epoch != 0;
+            *f = FibIn {
+                epoch: e,
+                applied: 0,
+                pending: BTreeMap::new(),
+                sync: restarted.then(Set::default),
+                slice_done: false,
+            };
+        }
+        for (i, it) in items.into_iter().enumerate() {
+            let seq = first + i as u64;
+            if seq > f.applied && f.pending.len() < cap {
+                f.pending.entry(seq).or_insert(it);
+            }
+        }
+        loop {
+            let next = self.fin[oi].applied + 1;
+            let Some(it) = self.fin[oi].pending.remove(&next) else {
+                break;
+            };
+            self.fin[oi].applied += 1;
+            match it {
+                FibItem::Install { key, value } => {
+                    if let Some(s) = &mut self.fin[oi].sync {
+                        s.insert(key.clone());
+                    }
+                    self.fib_insert(key, value);
+                }
+                FibItem::Remove { key } => self.fib_remove(&key),
+                FibItem::SliceEnd => self.fin[oi].slice_done = true,
+                FibItem::Prune => {
+                    if let Some(sync) = self.fin[oi].sync.take() {
+                        let stale: Vec<Vec<u8>> = self
+                            .fib
+                            .keys()
+                            .filter(|k| !sync.contains(*k) && self.spec.owner_of(k) == o)
+                            .cloned()
+                            .collect();
+                        for k in stale {
+                            self.fib_remove(&k);
+                        }
+                    }
+                }
+            }
+        }
+        let applied = self.fin[oi].applied;
+        let id = self.new_id();
+        self.send(o, id, Body::FibAck { applied });
+    }
+
+    fn fib_insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.fib.insert(key.clone(), value.clone());
+        self.events.push_back(Event::FibInsert { key, value });
+    }
+
+    fn fib_remove(&mut self, key: &[u8]) {
+        if self.fib.remove(key).is_some() {
+            self.events.push_back(Event::FibRemove { key: key.to_vec() });
+        }
+    }
+
+    /// A FIB operation of this owner at handler `h`: local, or the next item of `h`'s stream
+    /// (whose number it returns).
+    fn fib_op(&mut self, h: NodeId, item: FibItem) -> u64 {
+        if h == self.me {
+            match item {
+                FibItem::Install { key, value } => self.fib_insert(key, value),
+                FibItem::Remove { key } => self.fib_remove(&key),
+                FibItem::SliceEnd | FibItem::Prune => {}
+            }
+            return 0;
+        }
+        let s = &mut self.out[h as usize].fib;
+        let seq = s.next;
+        s.push(seq, item);
+        seq
+    }
+
+    // ----- owner ------------------------------------------------------------------------------
+
+    /// Moves the owner's phases and batches along as far as they go now.
+    fn progress(&mut self) {
+        loop {
+            let before = (self.phase, self.batch.as_ref().map(|b| b.stage));
+            match self.phase {
+                Phase::Boot => {
+                    if self.durable >= self.boot_persist {
+                        self.phase = Phase::SyncFib;
+                        // Our own slice, then every known peer's.
+                        let mine: Vec<(Vec<u8>, Vec<u8>)> = self
+                            .rib
+                            .iter()
+                            .filter(|(_, (n, _))| *n == self.me)
+                            .map(|(k, (_, v))| (k.clone(), v.clone()))
+                            .collect();
+                        for (k, v) in mine {
+                            self.fib_insert(k, v);
+                        }
+                        let me = self.me as usize;
+                        self.fin[me].epoch = self.epoch;
+                        self.fin[me].slice_done = true;
+                        for p in 0..self.spec.nodes {
+                            if p != self.me && self.peers[p as usize].epoch != 0 {
+                                self.reset_peer_streams(p);
+                            }
+                        }
+                    }
+                }
+                Phase::SyncFib => {
+                    let done = (0..self.spec.nodes).all(|p| {
+                        let pi = p as usize;
+                        p == self.me || (self.peers[pi].epoch != 0 && self.out[pi].fib.items.is_empty())
+                    });
+                    if done {
+                        self.phase = Phase::Pieces;
+                        for p in 0..self.spec.nodes {
+                            if p != self.me {
+                                let rto = self.tuning.rto;
+                                self.send_piece(p, rto);
+                            }
+                        }
+                        self.install_own_piece();
+                    }
+                }
+                Phase::Pieces => {
+                    let done = (0..self.spec.nodes)
+                        .all(|p| p == self.me || self.out[p as usize].piece.is_none());
+                    if done {
+                        self.phase = Phase::Serving;
+                        for p in 0..self.spec.nodes {
+                            if p != self.me {
+                                self.fib_op(p, FibItem::Prune);
+                                self.flush_fib(p);
+                            }
+                        }
+                    }
+                }
+                Phase::Serving => self.advance_batch(),
+            }
+            if before == (self.phase, self.batch.as_ref().map(|b| b.stage)) {
+                break;
+            }
+        }
+        // Say hello to the peers that do not know this epoch yet.
+        if self.phase != Phase::Boot {
+            for p in 0..self.spec.nodes {
+                let pi = p as usize;
+                if p != self.me && !self.peers[pi].knows_me && self.peers[pi].hello_at <= self.now
+                {
+                    self.send_hello(p);
+                }
+            }
+        }
+    }
+
+    /// Validates `u` against the RIB; if accepted, applies it to the RIB and returns the old
+    /// entry.
+    fn validate(&mut self, u: &Update) -> (Outcome, Option<(NodeId, Vec<u8>)>) {
+        if let Some(o) = self.precheck(u) {
+            return (o, None);
+        }
+        if self.spec.owner_of(&u.key) != self.me {
+            return (Outcome::Internal, None);
+        }
+        let old = self.rib.get(&u.key).cloned();
+        match (u.op, &old) {
+            (Op::Insert, Some(_)) => return (Outcome::Exists, None),
+            (Op::Change | Op::Delete, None) => return (Outcome::Missing, None),
+            (Op::Insert | Op::Change, _) => {
+                self.rib.insert(u.key.clone(), (u.node, u.value.clone()));
+            }
+            (Op::Delete, Some(_)) => {
+                self.rib.remove(&u.key);
+            }
+        }
+        (Outcome::Applied, old)
+    }
+
+    fn advance_batch(&mut self) {
+        let Some(stage) = self.batch.as_ref().map(|b| b.stage) else {
+            return self.start_batch();
+        };
+        match stage {
+            Stage::Persisting => {
+                if self.durable < self.batch.as_ref().expect("batch").persist_n {
+                    return;
+                }
+                let b = self.batch.take().expect("batch");
+                let mut fib_wait = b.fib_wait;
+                for it in b.items.iter().filter(|i| i.outcome == Outcome::Applied) {
+                    let u = &it.u;
+                    let install = match (u.op, &it.old) {
+                        (Op::Insert, _) => true,
+                        (Op::Change, Some((n, v))) => (*n, v) != (u.node, &u.value),
+                        _ => false,
+                    };
+                    if install {
+                        let seq = self.fib_op(
+                            u.node,
+                            FibItem::Install {
+                                key: u.key.clone(),
+                                value: u.value.clone(),
+                            },
+                        );
+                        if u.node != self.me {
+                            fib_wait[u.node as usize] = seq;
+                        }
+                    }
+                }
+                self.batch = Some(Batch {
+                    stage: Stage::Installing,
+                    fib_wait,
+                    ..b
+                });
+                for p in 0..self.spec.nodes {
+                    if p != self.me {
+                        self.flush_fib(p);
+                    }
+                }
+            }
+            Stage::Installing => {
+                let b = self.batch.as_ref().expect("batch");
+                let installed = (0..self.spec.nodes as usize)
+                    .all(|p| self.out[p].fib.acked >= b.fib_wait[p]);
+                if installed {
+                    self.propagate();
+                }
+            }
+            Stage::Propagating => {
+                let b = self.batch.as_ref().expect("batch");
+                let everywhere = (0..self.spec.nodes as usize)
+                    .all(|p| p == self.me as usize || self.out[p].deltas.acked >= b.delta_wait);
+                if everywhere {
+                    self.finish_batch();
+                }
+            }
+        }
+    }
+
+    fn start_batch(&mut self) {
+        while self.batch.is_none() && !self.queue.is_empty() {
+            let mut keys: Set<Vec<u8>> = Set::default();
+            let mut items = Vec::new();
+            while let Some(q) = self.queue.front() {
+                if items.len() >= self.tuning.max_batch || keys.contains(&q.u.key) {
+                    break;
+                }
+                let q = self.queue.pop_front().expect("front");
+                keys.insert(q.u.key.clone());
+                let (outcome, old) = self.validate(&q.u);
+                items.push(Item {
+                    origin: q.origin,
+                    index: q.index,
+                    u: q.u,
+                    outcome,
+                    old,
+                });
+            }
+            let accepted: Vec<&Update> = items
+                .iter()
+                .filter(|i| i.outcome == Outcome::Applied)
+                .map(|i| &i.u)
+                .collect();
+            if accepted.is_empty() {
+                for it in items {
+                    self.count_outcome(it.outcome);
+                    self.set_result(it.origin, it.index, it.outcome);
+                }
+                continue;
+            }
+            let rec = record::changes(self.change_seq + 1, accepted.iter().copied());
+            self.change_seq += accepted.len() as u64;
+            let persist_n = self.persist(vec![rec]);
+            self.batch = Some(Batch {
+                items,
+                stage: Stage::Persisting,
+                persist_n,
+                fib_wait: vec![0; self.spec.nodes as usize],
+                delta_wait: 0,
+            });
+        }
+    }
+
+    fn count_outcome(&mut self, o: Outcome) {
+        if o == Outcome::Applied {
+            self.applied_updates += 1;
+        } else {
+            *self.rejected.entry(o.name()).or_insert(0) += 1;
+        }
+    }
+
+    /// Changes the owner's table for the batch and sends the deltas.
+    fn propagate(&mut self) {
+        let mut b = self.batch.take().expect("batch");
+        // The GPT operations in order: runs of inserts go through insert_batch.
+        enum G {
+            Ins(usize),
+            Rem(usize),
+        }
+        let mut ops = Vec::new();
+        for (i, it) in b.items.iter().enumerate() {
+            if it.outcome != Outcome::Applied {
+                continue;
+            }
+            match (it.u.op, &it.old) {
+                (Op::Insert, _) => ops.push(G::Ins(i)),
+                (Op::Change, Some((n, _))) if *n != it.u.node => ops.push(G::Ins(i)),
+                (Op::Delete, _) => ops.push(G::Rem(i)),
+                _ => {}
+            }
+        }
+        let mut deltas: Vec<Delta> = Vec::new();
+        let mut failed: Vec<usize> = Vec::new();
+        let mut k = 0;
+        while k < ops.len() {
+            match ops[k] {
+                G::Rem(i) => {
+                    match self.table.remove(&b.items[i].u.key) {
+                        Ok(Some(d)) => deltas.push(d),
+                        Ok(None) => {}
+                        Err(_) => failed.push(i),
+                    }
+                    k += 1;
+                }
+                G::Ins(_) => {
+                    let run_end = ops[k..]
+                        .iter()
+                        .position(|g| matches!(g, G::Rem(_)))
+                        .map_or(ops.len(), |x| k + x);
+                    let idx: Vec<usize> = ops[k..run_end]
+                        .iter()
+                        .map(|g| match g {
+                            G::Ins(i) | G::Rem(i) => *i,
+                        })
+                        .collect();
+                    let mut from = 0;
+                    while from < idx.len() {
+                        let run: Vec<(&[u8], u16)> = idx[from..]
+                            .iter()
+                            .map(|&i| (b.items[i].u.key.as_slice(), b.items[i].u.node))
+                            .collect();
+                        let mut made = 0;
+                        let res = self.table.insert_batch(&run, |d| {
+                            deltas.push(d);
+                            made += 1;
+                        });
+                        match res {
+                            Ok(()) => break,
+                            Err(_) => {
+                                failed.push(idx[from + made]);
+                                from += made + 1;
+                            }
+                        }
+                    }
+                    k = run_end;
+                }
+            }
+        }
+        // Failed keys (two keys with one 128-bit hash): undo in the RIB and the log.
+        let mut undo = Vec::new();
+        for i in failed {
+            let it = &mut b.items[i];
+            it.outcome = Outcome::Internal;
+            match it.old.clone() {
+                Some((n, v)) => {
+                    self.rib.insert(it.u.key.clone(), (n, v.clone()));
+                    undo.push(Update {
+                        op: Op::Change,
+                        key: it.u.key.clone(),
+                        node: n,
+                        value: v,
+                    });
+                }
+                None => {
+                    self.rib.remove(&it.u.key);
+                    undo.push(Update {
+                        op: Op::Delete,
+                        key: it.u.key.clone(),
+                        node: 0,
+                        value: Vec::new(),
+                    });
+                }
+            }
+        }
+        if !undo.is_empty() {
+            let rec = record::changes(self.change_seq + 1, undo.iter());
+            self.change_seq += undo.len() as u64;
+            self.persist(vec![rec]);
+        }
+        if self.tuning.keep_own_deltas {
+            self.own_deltas.extend(deltas.iter().cloned());
+        }
+        if let (Some(first), Some(last)) = (deltas.first(), deltas.last()) {
+            let (first_seq, last_seq) = (first.seq(), last.seq());
+            let bytes: Vec<Vec<u8>> = deltas.iter().map(|d| d.to_bytes()).collect();
+            for p in 0..self.spec.nodes {
+                if p == self.me {
+                    continue;
+                }
+                let s = &mut self.out[p as usize].deltas;
+                for (j, by) in bytes.iter().enumerate() {
+                    s.push(first_seq + j as u64, by.clone());
+                }
+            }
+            b.delta_wait = last_seq;
+            let (me, e) = (self.me, self.epoch);
+            self.take_deltas(me, e, first_seq, bytes);
+        }
+        b.stage = Stage::Propagating;
+        self.batch = Some(b);
+        for p in 0..self.spec.nodes {
+            if p != self.me {
+                self.flush_deltas(p);
+            }
+        }
+    }
+
+    fn finish_batch(&mut self) {
+        let b = self.batch.take().expect("batch");
+        for it in &b.items {
+            if it.outcome != Outcome::Applied {
+                continue;
+            }
+            let remove_at = match (it.u.op, &it.old) {
+                (Op::Change, Some((n, _))) if *n != it.u.node => Some(*n),
+                (Op::Delete, Some((n, _))) => Some(*n),
+                _ => None,
+            };
+            if let Some(h) = remove_at {
+                self.fib_op(
+                    h,
+                    FibItem::Remove {
+                        key: it.u.key.clone(),
+                    },
+                );
+            }
+        }
+        for p in 0..self.spec.nodes {
+            if p != self.me {
+                self.flush_fib(p);
+            }
+        }
+        for it in b.items {
+            self.count_outcome(it.outcome);
+            self.set_result(it.origin, it.index, it.outcome);
+        }
+    }
+}

@@ -1,0 +1,1015 @@
+//! A deterministic simulation of a whole cluster in one process (the test harness of this
+//! crate, public for its tests and examples): N [`Node`]s, a seeded network that drops, delays,
+//! duplicates and reorders datagrams, a simulated clock and disk (fsync delay; a kill keeps
+//! what was committed and a random prefix of what was not), a client sending random updates to
+//! random nodes, and the data plane of each node modelled from its events (a FIB map and a
+//! GPT). [`Sim::check`] checks the invariants after every step; a failure panics with the seed.
+
+use crate::{
+    client, wire, ClusterSpec, Event, Flow, GptSpec, Nanos, Node, NodeId, Op, Outcome, Peer,
+    Tuning, Update,
+};
+use sb_setsep::{Delta, Piece, SetSep};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::net::SocketAddr;
+
+/// A simulation's parameters.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The schedule's seed: everything random in the run derives from it.
+    pub seed: u64,
+    /// Nodes.
+    pub nodes: u16,
+    /// Initial flows.
+    pub flows: usize,
+    /// Blocks per node.
+    pub blocks_per_node: u64,
+    /// Datagrams dropped, per mille (while faults are on).
+    pub drop_permille: u64,
+    /// Datagrams duplicated, per mille.
+    pub dup_permille: u64,
+    /// Largest delivery delay (random between 0 and this: reordering).
+    pub max_delay: Nanos,
+    /// Commit delay of a log append.
+    pub fsync_delay: Nanos,
+    /// Client requests in flight at most.
+    pub inflight: usize,
+    /// Updates per request at most.
+    pub max_updates: usize,
+    /// Mean time between client requests.
+    pub request_every: Nanos,
+    /// Check the invariants after every step (else only at the end).
+    pub check_every_step: bool,
+    /// The nodes' tuning.
+    pub tuning: Tuning,
+}
+
+impl SimConfig {
+    /// Small datagrams (a few deltas or FIB items each, pieces in many chunks), so that
+    /// reordering splits batches and pieces.
+    pub fn small_datagrams(mut self) -> Self {
+        self.tuning.pack_bytes = 400;
+        self.tuning.chunk_bytes = 256;
+        self
+    }
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            nodes: 3,
+            flows: 100,
+            blocks_per_node: 1,
+            drop_permille: 50,
+            dup_permille: 30,
+            max_delay: 5_000_000,
+            fsync_delay: 1_000_000,
+            inflight: 4,
+            max_updates: 6,
+            request_every: 5_000_000,
+            check_every_step: true,
+            tuning: Tuning {
+                keep_own_deltas: true,
+                ..Tuning::default()
+            },
+        }
+    }
+}
+
+/// Bytes of a simulated key and value.
+pub const KEY_BYTES: usize = 8;
+const VALUE_BYTES: usize = 4;
+
+fn rnd(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn below(x: &mut u64, n: u64) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        rnd(x) % n
+    }
+}
+
+/// Where a datagram goes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Dest {
+    Node(NodeId),
+    Client,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: Nanos,
+    seq: u64,
+    to: Dest,
+    from: Peer,
+    bytes: Vec<u8>,
+}
+
+struct Req {
+    node: NodeId,
+    bytes: Vec<u8>,
+    updates: Vec<Update>,
+    expected: Vec<Outcome>,
+    /// Old entries of the updates' keys (for changes: the allowed handlers in flight).
+    old: Vec<Option<(NodeId, Vec<u8>)>>,
+    uncertain: bool,
+    retry_at: Nanos,
+    give_up_at: Nanos,
+}
+
+/// The simulated cluster.
+pub struct Sim {
+    /// The parameters.
+    pub cfg: SimConfig,
+    spec: ClusterSpec,
+    rng: u64,
+    /// Simulated time.
+    pub now: Nanos,
+    nodes: Vec<Option<Node>>,
+    flows: Vec<Vec<Flow>>,
+    committed: Vec<Vec<Vec<u8>>>,
+    uncommitted: Vec<Vec<Vec<u8>>>,
+    fsync_at: Vec<Option<Nanos>>,
+    /// The data plane of each node: FIB and GPT, from its events.
+    fibs: Vec<HashMap<Vec<u8>, Vec<u8>>>,
+    gpts: Vec<Option<SetSep>>,
+    net: BinaryHeap<std::cmp::Reverse<InFlight>>,
+    net_seq: u64,
+    faults: bool,
+    client_addr: SocketAddr,
+    reqs: BTreeMap<u64, Req>,
+    next_req: u64,
+    next_request_at: Nanos,
+    clients_on: bool,
+    /// Acknowledged state: key -> (node, value).
+    oracle: BTreeMap<Vec<u8>, (NodeId, Vec<u8>)>,
+    inflight_keys: BTreeSet<Vec<u8>>,
+    uncertain: BTreeSet<Vec<u8>>,
+    next_key: u64,
+    /// Per (owner, epoch): the base piece and the deltas 1, 2, ...
+    history: HashMap<(NodeId, u32), (Piece, Vec<Delta>)>,
+    /// Per node: the replica applied (epoch, seq) per owner last seen.
+    seen: Vec<Vec<Option<(u32, u64)>>>,
+    shadows: Vec<Option<(SetSep, Vec<Option<(u32, u64)>>)>>,
+    /// Updates acknowledged as applied.
+    pub acked_updates: u64,
+    /// Requests answered.
+    pub replies: u64,
+    /// Steps run.
+    pub steps: u64,
+    /// Datagrams delivered.
+    pub delivered: u64,
+    /// Something the invariants look at changed in this step.
+    dirty: bool,
+    checks: u64,
+    /// What happened to each key (for failure messages).
+    trail: HashMap<Vec<u8>, Vec<String>>,
+}
+
+impl Sim {
+    /// A cluster of `cfg.nodes` nodes with `cfg.flows` random initial flows, started.
+    pub fn new(cfg: SimConfig) -> Sim {
+        let mut rng = cfg.seed ^ 0x5151_5151;
+        let n = cfg.nodes;
+        let total = n as u64 * cfg.blocks_per_node;
+        let spec = ClusterSpec {
+            cluster_id: 77,
+            nodes: n,
+            key: [0xa5; 32],
+            gpt: GptSpec {
+                index_bits: 16,
+                array_bits: 8,
+                value_bits: 16 - (n.leading_zeros() as u8).min(15),
+                seed: rnd(&mut rng),
+                build_id: rnd(&mut rng),
+                total_blocks: total,
+                build_threads: 1,
+            },
+            ranges: (0..n as u64)
+                .map(|i| i * cfg.blocks_per_node..(i + 1) * cfg.blocks_per_node)
+                .collect(),
+            key_bytes: KEY_BYTES,
+            value_bytes: VALUE_BYTES,
+        };
+        let mut sim = Sim {
+            spec: spec.clone(),
+            rng,
+            now: 0,
+            nodes: (0..n).map(|_| None).collect(),
+            flows: vec![Vec::new(); n as usize],
+            committed: vec![Vec::new(); n as usize],
+            uncommitted: vec![Vec::new(); n as usize],
+            fsync_at: vec![None; n as usize],
+            fibs: vec![HashMap::new(); n as usize],
+            gpts: (0..n).map(|_| None).collect(),
+            net: BinaryHeap::new(),
+            net_seq: 0,
+            faults: true,
+            client_addr: "10.9.9.9:4000".parse().expect("address"),
+            reqs: BTreeMap::new(),
+            next_req: 1,
+            next_request_at: 0,
+            clients_on: true,
+            oracle: BTreeMap::new(),
+            inflight_keys: BTreeSet::new(),
+            uncertain: BTreeSet::new(),
+            next_key: 0,
+            history: HashMap::new(),
+            seen: vec![vec![None; n as usize]; n as usize],
+            shadows: (0..n).map(|_| None).collect(),
+            acked_updates: 0,
+            replies: 0,
+            steps: 0,
+            delivered: 0,
+            dirty: true,
+            checks: 0,
+            trail: HashMap::new(),
+            cfg,
+        };
+        for _ in 0..sim.cfg.flows {
+            let key = sim.fresh_key();
+            let node = below(&mut sim.rng, n as u64) as NodeId;
+            let value = sim.value();
+            let o = spec.owner_of(&key);
+            sim.flows[o as usize].push(Flow {
+                key: key.clone(),
+                node,
+                value: value.clone(),
+            });
+            sim.oracle.insert(key, (node, value));
+        }
+        for i in 0..n {
+            sim.start_node(i);
+        }
+        sim
+    }
+
+    fn fresh_key(&mut self) -> Vec<u8> {
+        self.next_key += 1;
+        let mut k = self.next_key.to_le_bytes().to_vec();
+        k[7] = 0x5a;
+        k
+    }
+
+    fn value(&mut self) -> Vec<u8> {
+        (rnd(&mut self.rng) as u32).to_le_bytes().to_vec()
+    }
+
+    fn fail(&self, what: String) -> ! {
+        panic!(
+            "seed {} at t={} ns, step {}: {what}",
+            self.cfg.seed, self.now, self.steps
+        );
+    }
+
+    fn start_node(&mut self, i: NodeId) {
+        let ii = i as usize;
+        let seed = rnd(&mut self.rng);
+        let node = Node::with_tuning(
+            self.spec.clone(),
+            i,
+            self.flows[ii].clone(),
+            self.committed[ii].clone(),
+            self.now,
+            seed,
+            self.cfg.tuning.clone(),
+        )
+        .unwrap_or_else(|e| self.fail(format!("node {i} does not start: {e}")));
+        let range = self.spec.ranges[ii].clone();
+        let base = node.owner_table().piece(range).expect("range");
+        self.history.insert((i, node.epoch()), (base, Vec::new()));
+        self.seen[ii] = vec![None; self.spec.nodes as usize];
+        self.shadows[ii] = None;
+        self.nodes[ii] = Some(node);
+        self.pump(i);
+    }
+
+    /// Kills node `i`: its state, FIB and GPT are gone; its log keeps what was committed and a
+    /// random prefix of what was not.
+    pub fn kill(&mut self, i: NodeId) {
+        let ii = i as usize;
+        self.nodes[ii] = None;
+        self.fibs[ii].clear();
+        self.gpts[ii] = None;
+        let keep = below(&mut self.rng, self.uncommitted[ii].len() as u64 + 1) as usize;
+        let kept: Vec<Vec<u8>> = self.uncommitted[ii].drain(..).take(keep).collect();
+        self.committed[ii].extend(kept);
+        self.fsync_at[ii] = None;
+        // Whatever was in flight through or at this node has an unknown outcome now.
+        for r in self.reqs.values_mut() {
+            if r.node == i || r.updates.iter().any(|u| self.spec.owner_of(&u.key) == i) {
+                r.uncertain = true;
+            }
+        }
+    }
+
+    /// Restarts node `i` from its log.
+    pub fn restart(&mut self, i: NodeId) {
+        self.start_node(i);
+    }
+
+    /// Turns network faults on or off.
+    pub fn set_faults(&mut self, on: bool) {
+        self.faults = on;
+    }
+
+    /// Turns the client on or off.
+    pub fn set_client(&mut self, on: bool) {
+        self.clients_on = on;
+    }
+
+    /// The node `i`, if up.
+    pub fn node(&self, i: NodeId) -> Option<&Node> {
+        self.nodes[i as usize].as_ref()
+    }
+
+    fn send(&mut self, from: Peer, to: Dest, bytes: Vec<u8>) {
+        assert!(bytes.len() <= wire::MAX_DATAGRAM, "datagram too large");
+        let copies = if self.faults {
+            if below(&mut self.rng, 1000) < self.cfg.drop_permille {
+                0
+            } else if below(&mut self.rng, 1000) < self.cfg.dup_permille {
+                2
+            } else {
+                1
+            }
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let delay = if self.faults {
+                below(&mut self.rng, self.cfg.max_delay + 1)
+            } else {
+                100_000
+            };
+            self.net_seq += 1;
+            self.net.push(std::cmp::Reverse(InFlight {
+                at: self.now + delay,
+                seq: self.net_seq,
+                to: to.clone(),
+                from: from.clone(),
+                bytes: bytes.clone(),
+            }));
+        }
+    }
+
+    /// Drains node `i`'s events (applied to its modelled data plane) then its datagrams.
+    fn pump(&mut self, i: NodeId) {
+        let ii = i as usize;
+        let Some(node) = self.nodes[ii].as_mut() else {
+            return;
+        };
+        let mut sends = Vec::new();
+        while let Some(ev) = node.poll_event() {
+            self.dirty = true;
+            match ev {
+                Event::Persist { records } => {
+                    self.uncommitted[ii].extend(records);
+                    if self.fsync_at[ii].is_none() {
+                        self.fsync_at[ii] = Some(self.now + self.cfg.fsync_delay);
+                    }
+                }
+                Event::FibInsert { key, value } => {
+                    self.fibs[ii].insert(key, value);
+                }
+                Event::FibRemove { key } => {
+                    self.fibs[ii].remove(&key);
+                }
+                Event::GptDelta(d) => match &mut self.gpts[ii] {
+                    Some(g) => {
+                        if let Err(e) = g.apply_owner_delta(&d) {
+                            panic!("seed {}: node {i}: a delta event does not apply: {e}", self.cfg.seed);
+                        }
+                    }
+                    None => panic!("seed {}: node {i}: a delta before the GPT", self.cfg.seed),
+                },
+                Event::GptPiece(p) => match &mut self.gpts[ii] {
+                    Some(g) => g.install_piece(&p).expect("a piece event installs"),
+                    None => panic!("seed {}: node {i}: a piece before the GPT", self.cfg.seed),
+                },
+                Event::GptInstall(t) => self.gpts[ii] = Some(*t),
+            }
+        }
+        while let Some((to, bytes)) = node.poll_transmit() {
+            sends.push((to, bytes));
+        }
+        let own = node.take_own_deltas();
+        let epoch = node.epoch();
+        if !own.is_empty() {
+            let h = &mut self.history.get_mut(&(i, epoch)).expect("history").1;
+            for d in own {
+                assert_eq!(d.seq(), h.len() as u64 + 1, "owner deltas in order");
+                h.push(d);
+            }
+        }
+        for (to, bytes) in sends {
+            match to {
+                Peer::Node(j) => self.send(Peer::Node(i), Dest::Node(j), bytes),
+                Peer::Client(_) => self.send(Peer::Node(i), Dest::Client, bytes),
+            }
+        }
+    }
+
+    /// When the next thing happens.
+    fn next_time(&self) -> Option<Nanos> {
+        let mut t: Option<Nanos> = None;
+        let mut at = |x: Nanos| t = Some(t.map_or(x, |t: Nanos| t.min(x)));
+        if let Some(std::cmp::Reverse(m)) = self.net.peek() {
+            at(m.at);
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(n) = n {
+                if let Some(x) = n.poll_timeout() {
+                    at(x);
+                }
+            }
+            if let Some(x) = self.fsync_at[i] {
+                at(x);
+            }
+        }
+        for r in self.reqs.values() {
+            at(r.retry_at.min(r.give_up_at));
+        }
+        if self.clients_on {
+            at(self.next_request_at);
+        }
+        t
+    }
+
+    /// Runs one step (everything due at the next time); false if nothing is left to do.
+    pub fn step(&mut self) -> bool {
+        let Some(t) = self.next_time() else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        self.steps += 1;
+        let now = self.now;
+        // Deliveries.
+        while self.net.peek().is_some_and(|m| m.0.at <= now) {
+            let std::cmp::Reverse(m) = self.net.pop().expect("peeked");
+            self.delivered += 1;
+            match m.to {
+                Dest::Node(j) => {
+                    if let Some(n) = self.nodes[j as usize].as_mut() {
+                        n.handle(now, m.from, &m.bytes);
+                        self.pump(j);
+                    }
+                }
+                Dest::Client => self.on_reply(&m.bytes),
+            }
+        }
+        for i in 0..self.spec.nodes {
+            let ii = i as usize;
+            if self.fsync_at[ii].is_some_and(|x| x <= now) {
+                self.fsync_at[ii] = None;
+                let recs: Vec<Vec<u8>> = self.uncommitted[ii].drain(..).collect();
+                self.committed[ii].extend(recs);
+                if let Some(n) = self.nodes[ii].as_mut() {
+                    n.persisted(now);
+                }
+                self.pump(i);
+            }
+            if let Some(n) = self.nodes[ii].as_mut() {
+                if n.poll_timeout().is_some_and(|x| x <= now) {
+                    n.handle_timeout(now);
+                    self.pump(i);
+                }
+            }
+        }
+        self.client_step();
+        if self.cfg.check_every_step && std::mem::take(&mut self.dirty) {
+            self.check();
+        }
+        true
+    }
+
+    fn client_step(&mut self) {
+        let now = self.now;
+        // Retries and give-ups.
+        let ids: Vec<u64> = self.reqs.keys().copied().collect();
+        for id in ids {
+            let r = self.reqs.get_mut(&id).expect("id");
+            if r.give_up_at <= now {
+                let r = self.reqs.remove(&id).expect("id");
+                for u in &r.updates {
+                    self.inflight_keys.remove(&u.key);
+                    self.uncertain.insert(u.key.clone());
+                }
+                continue;
+            }
+            if r.retry_at <= now {
+                r.retry_at = now + 300_000_000;
+                let (node, bytes) = (r.node, r.bytes.clone());
+                let from = Peer::Client(self.client_addr);
+                self.send(from, Dest::Node(node), bytes);
+            }
+        }
+        if !self.clients_on || self.next_request_at > now {
+            return;
+        }
+        self.next_request_at = now + 1 + below(&mut self.rng, 2 * self.cfg.request_every);
+        if self.reqs.len() >= self.cfg.inflight {
+            return;
+        }
+        let up: Vec<NodeId> = (0..self.spec.nodes)
+            .filter(|&i| self.nodes[i as usize].is_some())
+            .collect();
+        if up.is_empty() {
+            return;
+        }
+        let node = up[below(&mut self.rng, up.len() as u64) as usize];
+        let n = 1 + below(&mut self.rng, self.cfg.max_updates as u64) as usize;
+        let mut updates = Vec::new();
+        let mut expected = Vec::new();
+        let mut old = Vec::new();
+        let mut used = BTreeSet::new();
+        let stable: Vec<Vec<u8>> = self
+            .oracle
+            .keys()
+            .filter(|k| !self.inflight_keys.contains(*k) && !self.uncertain.contains(*k))
+            .cloned()
+            .collect();
+        for _ in 0..n {
+            let kind = below(&mut self.rng, 100);
+            let nodes = self.spec.nodes as u64;
+            let pick = |s: &mut Sim, used: &BTreeSet<Vec<u8>>| -> Option<Vec<u8>> {
+                if stable.is_empty() {
+                    return None;
+                }
+                let k = stable[below(&mut s.rng, stable.len() as u64) as usize].clone();
+                (!used.contains(&k)).then_some(k)
+            };
+            let (u, e) = if kind < 35 || stable.is_empty() {
+                let key = self.fresh_key();
+                let node = below(&mut self.rng, nodes) as NodeId;
+                let value = self.value();
+                (
+                    Update {
+                        op: Op::Insert,
+                        key,
+                        node,
+                        value,
+                    },
+                    Outcome::Applied,
+                )
+            } else if kind < 75 {
+                let Some(key) = pick(self, &used) else {
+                    continue;
+                };
+                let cur = self.oracle[&key].0;
+                let node = if below(&mut self.rng, 3) == 0 {
+                    cur
+                } else {
+                    below(&mut self.rng, nodes) as NodeId
+                };
+                let value = self.value();
+                (
+                    Update {
+                        op: Op::Change,
+                        key,
+                        node,
+                        value,
+                    },
+                    Outcome::Applied,
+                )
+            } else if kind < 93 {
+                let Some(key) = pick(self, &used) else {
+                    continue;
+                };
+                (
+                    Update {
+                        op: Op::Delete,
+                        key,
+                        node: 0,
+                        value: Vec::new(),
+                    },
+                    Outcome::Applied,
+                )
+            } else {
+                // Refused ones.
+                match below(&mut self.rng, 4) {
+                    0 => {
+                        let Some(key) = pick(self, &used) else {
+                            continue;
+                        };
+                        let value = self.value();
+                        (
+                            Update {
+                                op: Op::Insert,
+                                key,
+                                node: 0,
+                                value,
+                            },
+                            Outcome::Exists,
+                        )
+                    }
+                    1 => {
+                        let key = self.fresh_key();
+                        (
+                            Update {
+                                op: Op::Delete,
+                                key,
+                                node: 0,
+                                value: Vec::new(),
+                            },
+                            Outcome::Missing,
+                        )
+                    }
+                    2 => (
+                        Update {
+                            op: Op::Insert,
+                            key: vec![1, 2, 3, 4, 5],
+                            node: 0,
+                            value: vec![0; VALUE_BYTES],
+                        },
+                        Outcome::BadKeyLength,
+                    ),
+                    _ => {
+                        let key = self.fresh_key();
+                        (
+                            Update {
+                                op: Op::Insert,
+                                key,
+                                node: self.spec.nodes,
+                                value: vec![0; VALUE_BYTES],
+                            },
+                            Outcome::NodeOutOfRange,
+                        )
+                    }
+                }
+            };
+            if u.key.len() == KEY_BYTES {
+                if used.contains(&u.key) {
+                    continue;
+                }
+                used.insert(u.key.clone());
+            }
+            old.push(self.oracle.get(&u.key).cloned());
+            updates.push(u);
+            expected.push(e);
+        }
+        if updates.is_empty() {
+            return;
+        }
+        let id = self.next_req;
+        for u in &updates {
+            if u.key.len() == KEY_BYTES {
+                self.inflight_keys.insert(u.key.clone());
+                self.trail.entry(u.key.clone()).or_default().push(format!(
+                    "t={now} request {id} to node {node}: {:?} -> {}",
+                    u.op, u.node
+                ));
+            }
+        }
+        self.next_req += 1;
+        self.dirty = true;
+        let bytes = client::encode_request(&self.spec.key, self.spec.cluster_id, id, &updates)
+            .expect("fits");
+        self.send(Peer::Client(self.client_addr), Dest::Node(node), bytes.clone());
+        self.reqs.insert(
+            id,
+            Req {
+                node,
+                bytes,
+                updates,
+                expected,
+                old,
+                uncertain: false,
+                retry_at: now + 300_000_000,
+                give_up_at: now + 60_000_000_000,
+            },
+        );
+    }
+
+    fn on_reply(&mut self, bytes: &[u8]) {
+        let reply = match client::decode_reply(&self.spec.key, self.spec.cluster_id, bytes) {
+            Ok(r) => r,
+            Err(e) => self.fail(format!("the client cannot decode a reply: {e}")),
+        };
+        let Some(r) = self.reqs.remove(&reply.id) else {
+            return; // a duplicate
+        };
+        self.replies += 1;
+        self.dirty = true;
+        if reply.results.len() != r.updates.len() {
+            self.fail(format!("reply {} has {} results", reply.id, reply.results.len()));
+        }
+        for ((u, want), got) in r.updates.iter().zip(&r.expected).zip(&reply.results) {
+            if u.key.len() == KEY_BYTES {
+                self.inflight_keys.remove(&u.key);
+                let now = self.now;
+                self.trail.entry(u.key.clone()).or_default().push(format!(
+                    "t={now} reply {}: {got:?} (uncertain: {})",
+                    reply.id, r.uncertain
+                ));
+            }
+            if r.uncertain || *got == Outcome::Timeout {
+                if *want == Outcome::Applied {
+                    self.uncertain.insert(u.key.clone());
+                }
+                continue;
+            }
+            if got != want {
+                self.fail(format!(
+                    "request {} update {:?} {:02x?}: expected {want:?}, got {got:?}",
+                    reply.id, u.op, u.key
+                ));
+            }
+            if *got == Outcome::Applied {
+                self.acked_updates += 1;
+                match u.op {
+                    Op::Insert | Op::Change => {
+                        self.oracle.insert(u.key.clone(), (u.node, u.value.clone()));
+                    }
+                    Op::Delete => {
+                        self.oracle.remove(&u.key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keys to check for make-before-break with the handlers a replica's lookup may give: the
+    /// oracle's for keys not in flight, the old and the new for a change in flight (in-flight
+    /// inserts and deletes and uncertain keys are not checkable). Every change in flight, and
+    /// all stable keys (`full`) or a random run of 48 of them.
+    fn allowed(&mut self, full: bool) -> Vec<(Vec<u8>, [NodeId; 2])> {
+        let mut a = Vec::new();
+        let ok = |s: &Sim, k: &Vec<u8>| !s.uncertain.contains(k) && !s.inflight_keys.contains(k);
+        if full {
+            for (k, (n, _)) in &self.oracle {
+                if ok(self, k) {
+                    a.push((k.clone(), [*n, *n]));
+                }
+            }
+        } else {
+            let mut from = below(&mut self.rng, self.next_key + 1).to_le_bytes().to_vec();
+            from[7] = 0x5a;
+            let run = self.oracle.range(from..).chain(self.oracle.iter()).take(48);
+            for (k, (n, _)) in run {
+                if ok(self, k) {
+                    a.push((k.clone(), [*n, *n]));
+                }
+            }
+        }
+        for r in self.reqs.values() {
+            if r.uncertain {
+                continue;
+            }
+            for ((u, e), old) in r.updates.iter().zip(&r.expected).zip(&r.old) {
+                if *e == Outcome::Applied && u.op == Op::Change {
+                    if let Some((n0, _)) = old {
+                        a.push((u.key.clone(), [*n0, u.node]));
+                    }
+                }
+            }
+        }
+        a
+    }
+
+    /// The invariants that hold after every step (see the module documentation).
+    pub fn check(&mut self) {
+        let n = self.spec.nodes;
+        for i in 0..n {
+            let ii = i as usize;
+            let Some(node) = self.nodes[ii].as_ref() else {
+                continue;
+            };
+            // The modelled data plane's GPT is the node's.
+            match (node.gpt(), &self.gpts[ii]) {
+                (None, None) => continue,
+                (Some(a), Some(b)) if a.content_digest() == b.content_digest() => {}
+                _ => self.fail(format!("node {i}: the events' GPT differs from the node's")),
+            }
+            // Applied sequence numbers never go back; the content is the owners' history.
+            let mut now_seen = Vec::new();
+            for o in 0..n {
+                let cur = node.applied(o);
+                if let (Some(prev), Some(c)) = (self.seen[ii][o as usize], cur) {
+                    if c < prev {
+                        self.fail(format!("node {i}: owner {o} went back from {prev:?} to {c:?}"));
+                    }
+                }
+                if cur.is_none() {
+                    self.fail(format!("node {i} has a GPT but nothing of owner {o}"));
+                }
+                now_seen.push(cur);
+            }
+            self.seen[ii] = now_seen.clone();
+            let shadow = self.shadow(i, &now_seen);
+            let got = self.nodes[ii].as_ref().and_then(|x| x.gpt()).expect("gpt").content_digest();
+            if shadow != got {
+                self.fail(format!(
+                    "node {i}: the GPT is not the owners' history at {now_seen:?}"
+                ));
+            }
+        }
+        // Make before break: a lookup of an existing flow goes to a node that has its entry.
+        self.checks += 1;
+        let full = self.checks % 16 == 1;
+        let allowed = self.allowed(full);
+        let ready: Vec<bool> = (0..n)
+            .map(|i| self.nodes[i as usize].as_ref().is_some_and(|x| x.ready()))
+            .collect();
+        for i in 0..n as usize {
+            let Some(g) = &self.gpts[i] else {
+                continue;
+            };
+            for (k, hs) in allowed.iter() {
+                let h = g.lookup(k);
+                if !hs.contains(&h) {
+                    self.fail(format!(
+                        "node {i}: GPT sends {k:02x?} to {h}, allowed {hs:?}"
+                    ));
+                }
+                if ready[h as usize] && !self.fibs[h as usize].contains_key(k) {
+                    let o = self.spec.owner_of(k);
+                    self.fail(format!(
+                        "node {i}: GPT sends {k:02x?} (owner {o}, oracle {:?}, RIB {:?}) to {h}, whose FIB lacks it; status of {h}: {:?}",
+                        self.oracle.get(k),
+                        self.nodes[o as usize].as_ref().map(|x| x.rib_get(k).map(|(n, _)| n)),
+                        self.nodes[h as usize].as_ref().map(|x| x.status())
+                    ) + &format!("; trail {:?}", self.trail.get(k)));
+                }
+            }
+        }
+    }
+
+    /// The content digest node `i`'s replica must have at `at` (per owner), from the owners'
+    /// base pieces and deltas.
+    fn shadow(&mut self, i: NodeId, at: &[Option<(u32, u64)>]) -> u64 {
+        let ii = i as usize;
+        let n = self.spec.nodes;
+        if self.shadows[ii].is_none() {
+            let pieces: Vec<Piece> = (0..n)
+                .map(|o| {
+                    let (e, _) = at[o as usize].expect("checked");
+                    self.history[&(o, e)].0.clone()
+                })
+                .collect();
+            let t = SetSep::assemble(pieces).expect("base pieces assemble");
+            self.shadows[ii] = Some((t, (0..n).map(|o| Some((at[o as usize].expect("c").0, 0))).collect()));
+        }
+        let (mut t, mut cur) = self.shadows[ii].take().expect("made");
+        for o in 0..n {
+            let oi = o as usize;
+            let (e, s) = at[oi].expect("checked");
+            let (ce, cs) = cur[oi].expect("set");
+            let Some((base, deltas)) = self.history.get(&(o, e)) else {
+                self.fail(format!("node {i} follows unknown epoch {e} of owner {o}"));
+            };
+            if s as usize > deltas.len() {
+                self.fail(format!(
+                    "node {i} applied owner {o}'s seq {s}, the owner made {}",
+                    deltas.len()
+                ));
+            }
+            let from = if ce != e || s < cs {
+                t.install_piece(base).expect("base piece");
+                0
+            } else {
+                cs
+            };
+            for d in &deltas[from as usize..s as usize] {
+                t.apply_owner_delta(d).expect("history applies");
+            }
+            cur[oi] = Some((e, s));
+        }
+        let dg = t.content_digest();
+        self.shadows[ii] = Some((t, cur));
+        dg
+    }
+
+    /// Runs until `until` (simulated time) or until nothing is left.
+    pub fn run_until(&mut self, until: Nanos) {
+        while self.next_time().is_some_and(|t| t <= until) {
+            self.step();
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Stops the client and the faults, then runs until every request is answered and every
+    /// node is idle (or `limit` of simulated time passes: a failure).
+    pub fn quiesce(&mut self, limit: Nanos) {
+        self.clients_on = false;
+        self.faults = false;
+        let end = self.now + limit;
+        loop {
+            let idle = self.reqs.is_empty()
+                && self.net.is_empty()
+                && self
+                    .nodes
+                    .iter()
+                    .all(|n| n.as_ref().is_some_and(|n| n.idle() && n.ready() && n.serving()));
+            if idle {
+                break;
+            }
+            if self.now > end || !self.step() {
+                let states: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|n| match n {
+                        Some(n) => format!(
+                            "node {} ready {} serving {} phase {}: {}",
+                            n.id(),
+                            n.ready(),
+                            n.serving(),
+                            n.status().phase,
+                            n.busy()
+                        ),
+                        None => "down".into(),
+                    })
+                    .collect();
+                self.fail(format!(
+                    "no quiescence: {} requests open, {} datagrams in flight, nodes {states:?}",
+                    self.reqs.len(),
+                    self.net.len()
+                ));
+            }
+        }
+    }
+
+    /// The checks after quiescence: replicas identical, every key routed to its handler which
+    /// has its value, handlers' FIBs exactly the owners' RIBs, acknowledged updates in the
+    /// owners' RIBs.
+    pub fn check_quiescent(&mut self) {
+        self.check();
+        let n = self.spec.nodes;
+        let nodes: Vec<&Node> = self.nodes.iter().map(|x| x.as_ref().expect("up")).collect();
+        let d0 = nodes[0].gpt().expect("gpt").content_digest();
+        for (i, x) in nodes.iter().enumerate() {
+            if x.gpt().expect("gpt").content_digest() != d0 {
+                self.fail(format!("node {i}'s GPT differs from node 0's after quiescence"));
+            }
+        }
+        // The owners' RIBs: the truth.
+        let mut rib: BTreeMap<Vec<u8>, (NodeId, Vec<u8>)> = BTreeMap::new();
+        for (o, x) in nodes.iter().enumerate() {
+            for (k, h, v) in x.rib_entries() {
+                if self.spec.owner_of(k) as usize != o {
+                    self.fail(format!("owner {o} holds a key of another range"));
+                }
+                rib.insert(k.to_vec(), (h, v.to_vec()));
+            }
+        }
+        for (k, want) in &self.oracle {
+            if self.uncertain.contains(k) {
+                continue;
+            }
+            if rib.get(k) != Some(want) {
+                self.fail(format!("acknowledged {k:02x?} = {want:?} lost: RIB has {:?}", rib.get(k)));
+            }
+        }
+        for (k, _) in &rib {
+            if !self.oracle.contains_key(k) && !self.uncertain.contains(k) {
+                self.fail(format!("RIB has {k:02x?} that was never acknowledged"));
+            }
+        }
+        for (i, x) in nodes.iter().enumerate() {
+            let g = x.gpt().expect("gpt");
+            for (k, (h, _)) in &rib {
+                if g.lookup(k) != *h {
+                    self.fail(format!("node {i} routes {k:02x?} to {}, not {h}", g.lookup(k)));
+                }
+            }
+        }
+        for h in 0..n as usize {
+            let want: HashMap<Vec<u8>, Vec<u8>> = rib
+                .iter()
+                .filter(|(_, (x, _))| *x as usize == h)
+                .map(|(k, (_, v))| (k.clone(), v.clone()))
+                .collect();
+            if self.fibs[h] != want {
+                let extra = self.fibs[h].keys().filter(|k| !want.contains_key(*k)).count();
+                let missing = want.keys().filter(|k| !self.fibs[h].contains_key(*k)).count();
+                let wrong = want
+                    .iter()
+                    .filter(|(k, v)| self.fibs[h].get(*k).is_some_and(|x| x != *v))
+                    .count();
+                self.fail(format!(
+                    "node {h}'s FIB is not its slice: {extra} extra, {missing} missing, {wrong} wrong values"
+                ));
+            }
+            let node_fib: HashMap<Vec<u8>, Vec<u8>> = nodes[h]
+                .fib_entries()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect();
+            if node_fib != self.fibs[h] {
+                self.fail(format!("node {h}'s FIB events differ from its fib_entries"));
+            }
+        }
+    }
+
+    /// Keys whose outcome is unknown (timed out, or in flight at a node that was killed).
+    pub fn uncertain_keys(&self) -> usize {
+        self.uncertain.len()
+    }
+}
