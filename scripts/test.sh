@@ -2,7 +2,7 @@
 # The whole test suite, as README.md gives it and .ci/run calls it:
 #   formatting, clippy with warnings denied (default and all features), every test in debug mode
 #   (unit, property tests against HashMap oracles, CLI tests from outside, network-namespace
-#   end-to-end tests checked by tshark and scapy), loom models of the cuckoo table's reader/writer
+#   end-to-end tests checked by tshark and scapy), loom models of the cuckoo table's and the live GPT's reader/writer
 #   protocol, a short run of every cargo-fuzz target, and the release-mode `large_` tests (16M keys;
 #   `#[ignore]`d, so the debug step does not run them; the last step runs them with `--ignored`).
 # Run as root it first installs what the tests need from Debian; the namespace tests need root.
@@ -40,6 +40,10 @@ cargo test --workspace "${features[@]}"
 step "loom models of the cuckoo table's reader/writer protocol"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p sb-cuckoo --test loom --release
+
+step "loom models of the live GPT's reader/writer protocol (a seqlock per block)"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p sb-setsep --test loom --release
 
 step "fuzz targets, ${FUZZ_SECONDS}s each"
 if rustup toolchain list 2>/dev/null | grep -q nightly; then

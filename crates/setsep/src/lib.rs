@@ -111,7 +111,9 @@ mod kernel;
 #[cfg(target_arch = "x86_64")]
 mod kernel_avx2;
 mod layout;
+mod live;
 mod prefetch;
+mod sync;
 mod table;
 mod update;
 
@@ -120,6 +122,7 @@ pub use format::{MappedSetSep, SetSepView};
 #[doc(hidden)]
 pub use kernel::bench_search;
 pub use layout::{num_blocks, MAX_KEY_LEN, MIN_KEY_LEN};
+pub use live::LiveSetSep;
 pub use table::{SetSep, Stats};
 pub use update::{Delta, Growth, Updatable};
 

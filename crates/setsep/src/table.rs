@@ -173,13 +173,107 @@ impl std::fmt::Debug for SetSep {
     }
 }
 
-/// A borrowed view of a table's arrays plus the numbers the lookup needs.
+/// How a lookup view reads its arrays: plain bytes ([`Plain`]: an owned table, an image) or
+/// atomic words under per-block version words ([`crate::live`]). The lookup code ([`Tables`])
+/// is written once against this; with [`Plain`] every hook is a plain load or a no-op and
+/// compiles to the code of a view over bytes.
+pub(crate) trait Mem<'a>: Copy {
+    /// The choice and group arrays.
+    type Arr: Copy;
+    /// The fallback table.
+    type Fb: Copy;
+    /// The per-block version words (`()` for unversioned arrays).
+    type Vers: Copy;
+    /// Whether lookups validate against block versions ([`Mem::begin`], [`Mem::still`]).
+    const SYNCED: bool;
+    /// Byte `i` of an array (0 past its end).
+    fn byte(a: Self::Arr, i: usize) -> u8;
+    /// The 4 little-endian bytes at byte offset `off` (0 for bytes past the end).
+    fn entry(a: Self::Arr, off: usize) -> u32;
+    /// Prefetches the cache line holding byte `i`.
+    fn prefetch(a: Self::Arr, i: usize);
+    /// Entries of the fallback table.
+    fn fallback_len(f: Self::Fb) -> usize;
+    /// The fallback table's value of `h`; 0 for a hash that is not there.
+    fn fallback_get(f: Self::Fb, h: KeyHash) -> u16;
+    /// Starts a read of block `blk`: its version (odd while a writer is in it).
+    fn begin(v: Self::Vers, blk: usize) -> u32;
+    /// Whether block `blk` is still at the even version `tok` (a read since [`Mem::begin`]
+    /// saw one consistent block). The caller issues [`Mem::read_fence`] first.
+    fn still(v: Self::Vers, blk: usize, tok: u32) -> bool;
+    /// Orders the data loads before the version re-reads of [`Mem::still`].
+    fn read_fence();
+    /// Waits a little before retrying a block a writer holds.
+    fn spin();
+}
+
+/// Plain byte arrays: an owned [`SetSep`] or an image (nothing changes them while a view
+/// exists).
 #[derive(Clone, Copy)]
-pub(crate) struct Tables<'a> {
+pub(crate) struct Plain;
+
+impl<'a> Mem<'a> for Plain {
+    type Arr = &'a [u8];
+    type Fb = Fallback<'a>;
+    type Vers = ();
+    const SYNCED: bool = false;
+
+    #[inline(always)]
+    fn byte(a: &'a [u8], i: usize) -> u8 {
+        a.get(i).copied().unwrap_or(0)
+    }
+
+    #[inline(always)]
+    fn entry(a: &'a [u8], off: usize) -> u32 {
+        match a.get(off..off + 4) {
+            Some(s) => u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
+            None => {
+                let mut b = [0u8; 4];
+                for (i, x) in b.iter_mut().enumerate() {
+                    *x = a.get(off + i).copied().unwrap_or(0);
+                }
+                u32::from_le_bytes(b)
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn prefetch(a: &'a [u8], i: usize) {
+        prefetch(a, i)
+    }
+
+    fn fallback_len(f: Fallback<'a>) -> usize {
+        f.len()
+    }
+
+    fn fallback_get(f: Fallback<'a>, h: KeyHash) -> u16 {
+        f.get(h)
+    }
+
+    #[inline(always)]
+    fn begin(_: (), _: usize) -> u32 {
+        0
+    }
+
+    #[inline(always)]
+    fn still(_: (), _: usize, _: u32) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn read_fence() {}
+
+    #[inline(always)]
+    fn spin() {}
+}
+
+/// A borrowed view of a table's arrays plus the numbers the lookup needs.
+pub(crate) struct Tables<'a, M: Mem<'a> = Plain> {
     pub hdr: Header,
-    pub choices: &'a [u8],
-    pub groups: &'a [u8],
-    pub fallback: Fallback<'a>,
+    pub choices: M::Arr,
+    pub groups: M::Arr,
+    pub fallback: M::Fb,
+    vers: M::Vers,
     rec: usize,
     xbits: u32,
     xmask: u32,
@@ -188,14 +282,36 @@ pub(crate) struct Tables<'a> {
     vbits: usize,
 }
 
+impl<'a, M: Mem<'a>> Clone for Tables<'a, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<'a, M: Mem<'a>> Copy for Tables<'a, M> {}
+
 impl<'a> Tables<'a> {
     pub fn new(hdr: Header, choices: &'a [u8], groups: &'a [u8], fallback: Fallback<'a>) -> Self {
+        Tables::with_versions(hdr, choices, groups, fallback, ())
+    }
+}
+
+impl<'a, M: Mem<'a>> Tables<'a, M> {
+    /// A view over any arrays: `groups` must have readable (zero) bytes past the last record
+    /// for [`Mem::entry`] ([`SLACK`]).
+    pub fn with_versions(
+        hdr: Header,
+        choices: M::Arr,
+        groups: M::Arr,
+        fallback: M::Fb,
+        vers: M::Vers,
+    ) -> Self {
         let c = hdr.config;
         Tables {
             hdr,
             choices,
             groups,
             fallback,
+            vers,
             rec: hdr.rec_bytes(),
             xbits: c.index_bits as u32,
             xmask: (1u32 << c.index_bits) - 1,
@@ -214,22 +330,19 @@ impl<'a> Tables<'a> {
     #[inline(always)]
     pub fn group_of(&self, h: KeyHash) -> usize {
         let (blk, bkt) = locate(h, self.hdr.n_blocks);
-        let cb = self.choices[blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4];
-        blk as usize * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize
+        self.group_in(blk as usize, bkt)
+    }
+
+    /// Global group id of bucket `bkt` of block `blk` (its choice byte read now).
+    #[inline(always)]
+    fn group_in(&self, blk: usize, bkt: usize) -> usize {
+        let cb = M::byte(self.choices, blk * CHOICE_BYTES_PER_BLOCK + bkt / 4);
+        blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize
     }
 
     #[inline(always)]
     fn entry(&self, off: usize) -> u32 {
-        match self.groups.get(off..off + 4) {
-            Some(s) => u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
-            None => {
-                let mut b = [0u8; 4];
-                for (i, x) in b.iter_mut().enumerate() {
-                    *x = self.groups.get(off + i).copied().unwrap_or(0);
-                }
-                u32::from_le_bytes(b)
-            }
-        }
+        M::entry(self.groups, off)
     }
 
     /// Value of key hash `h` in global group `gi` (any config, read at run time).
@@ -268,17 +381,40 @@ impl<'a> Tables<'a> {
     }
 
     pub fn fallback_len(&self) -> usize {
-        self.fallback.len()
+        M::fallback_len(self.fallback)
     }
 
     /// The fallback table's value of `h`; 0 for a hash that is not there.
     pub fn fallback_get(&self, h: KeyHash) -> u16 {
-        self.fallback.get(h)
+        M::fallback_get(self.fallback, h)
     }
 
     #[inline(always)]
     pub fn lookup_hash(&self, h: KeyHash) -> u16 {
-        self.eval_group(self.group_of(h), h)
+        if M::SYNCED {
+            let (blk, bkt) = locate(h, self.hdr.n_blocks);
+            self.lookup_synced(blk as usize, bkt, h)
+        } else {
+            self.eval_group(self.group_of(h), h)
+        }
+    }
+
+    /// A lookup under block `blk`'s version: read the version, the choice and the record, and
+    /// retry until the version was even and unchanged across the reads (the block was not
+    /// written meanwhile: see [`crate::live`]).
+    #[inline(never)]
+    fn lookup_synced(&self, blk: usize, bkt: usize, h: KeyHash) -> u16 {
+        loop {
+            let tok = M::begin(self.vers, blk);
+            if tok & 1 == 0 {
+                let v = self.eval_group(self.group_in(blk, bkt), h);
+                M::read_fence();
+                if M::still(self.vers, blk, tok) {
+                    return v;
+                }
+            }
+            M::spin();
+        }
     }
 
     /// Algorithm 1 on hashes: stage 1 locates the choice byte and prefetches it, stage 2 reads
@@ -348,17 +484,26 @@ impl<'a> Tables<'a> {
         let m = m.min(WINDOW).min(out.len());
         // Per key: the choice byte's offset (high bits) and the bucket (low 8 bits), then the
         // global group.
+        // With versioned arrays (`M::SYNCED`), also the block's version before the choice is
+        // read, checked again after the window's records are evaluated.
         let mut cis = [0usize; WINDOW];
         let mut gis = [0usize; WINDOW];
-        let stage2 = |j: usize, cis: &[usize; WINDOW], gis: &mut [usize; WINDOW]| {
+        let mut toks = [0u32; WINDOW];
+        let stage2 = |j: usize,
+                      cis: &[usize; WINDOW],
+                      gis: &mut [usize; WINDOW],
+                      toks: &mut [u32; WINDOW]| {
             let (off, bkt) = (cis[j] >> 8, cis[j] & 0xff);
-            let cb = self.choices.get(off).copied().unwrap_or(0);
             let blk = off / CHOICE_BYTES_PER_BLOCK;
+            if M::SYNCED {
+                toks[j] = M::begin(self.vers, blk);
+            }
+            let cb = M::byte(self.choices, off);
             let gi = blk * GROUPS_PER_BLOCK + CAND[bkt][choice_of(cb, bkt)] as usize;
             gis[j] = gi;
             let base = gi * self.rec;
-            prefetch(self.groups, base);
-            prefetch(self.groups, base + self.rec - 1);
+            M::prefetch(self.groups, base);
+            M::prefetch(self.groups, base + self.rec - 1);
         };
         for i in 0..m {
             let h = hash_of(i, hs);
@@ -366,16 +511,28 @@ impl<'a> Tables<'a> {
             let (blk, bkt) = locate(h, self.hdr.n_blocks);
             let off = blk as usize * CHOICE_BYTES_PER_BLOCK + bkt / 4;
             cis[i] = (off << 8) | bkt;
-            prefetch(self.choices, off);
+            M::prefetch(self.choices, off);
             if i >= CHOICE_DIST {
-                stage2(i - CHOICE_DIST, &cis, &mut gis);
+                stage2(i - CHOICE_DIST, &cis, &mut gis, &mut toks);
             }
         }
         for j in m.saturating_sub(CHOICE_DIST)..m {
-            stage2(j, &cis, &mut gis);
+            stage2(j, &cis, &mut gis, &mut toks);
         }
         for ((o, &gi), &h) in out[..m].iter_mut().zip(&gis[..m]).zip(&hs[..m]) {
             *o = self.eval::<XB, YB>(gi, h);
+        }
+        if M::SYNCED {
+            // A key whose block was being written (odd version) or was written since its
+            // version was read is looked up again on its own.
+            M::read_fence();
+            for j in 0..m {
+                let (off, bkt) = (cis[j] >> 8, cis[j] & 0xff);
+                let blk = off / CHOICE_BYTES_PER_BLOCK;
+                if !M::still(self.vers, blk, toks[j]) {
+                    out[j] = self.lookup_synced(blk, bkt, hs[j]);
+                }
+            }
         }
     }
 
@@ -588,41 +745,60 @@ impl SetSep {
     /// distributed build one at a time. The piece must be of this table (config, value bits,
     /// seed, build id, block count); on error the table is unchanged.
     pub fn install_piece(&mut self, p: &crate::Piece) -> Result<(), BuildError> {
-        let h = &self.hdr;
-        if (p.config, p.value_bits, p.seed, p.build_id, p.total_blocks)
-            != (h.config, h.value_bits, h.seed, h.build_id, h.n_blocks)
-        {
-            return Err(BuildError::PieceMismatch(
-                "piece differs from the table in config, value bits, seed, build id or blocks",
-            ));
-        }
-        let (start, end) = (p.range.start as usize, p.range.end as usize);
-        let rec = h.rec_bytes();
-        let (c0, c1) = (start * CHOICE_BYTES_PER_BLOCK, end * CHOICE_BYTES_PER_BLOCK);
-        let (g0, g1) = (start * GROUPS_PER_BLOCK * rec, end * GROUPS_PER_BLOCK * rec);
-        if p.choices.len() != c1 - c0
-            || p.groups.len() != g1 - g0
-            || p.fallback.len() % FB_ENTRY != 0
-        {
-            return Err(BuildError::PieceMismatch(
-                "piece arrays have the wrong size",
-            ));
-        }
-        let n_blocks = h.n_blocks;
-        let in_range = |k: &(u64, u64)| {
-            let b = crate::layout::locate(KeyHash { lo: k.0, hi: k.1 }, n_blocks).0;
-            p.range.contains(&b)
-        };
-        let incoming = fb_map(&p.fallback);
-        if incoming.keys().any(|k| !in_range(k)) {
-            return Err(BuildError::PieceMismatch(
-                "piece holds a fallback entry outside its blocks",
-            ));
-        }
-        self.fallback.retain(|k, _| !in_range(k));
+        let incoming = check_piece(&self.hdr, p)?;
+        let n_blocks = self.hdr.n_blocks;
+        self.fallback
+            .retain(|&(lo, hi), _| !p.range.contains(&locate(KeyHash { lo, hi }, n_blocks).0));
         self.fallback.extend(incoming);
-        self.choices[c0..c1].copy_from_slice(&p.choices);
-        self.groups[g0..g1].copy_from_slice(&p.groups);
+        let (c0, g0) = piece_offsets(&self.hdr, p);
+        self.choices[c0..c0 + p.choices.len()].copy_from_slice(&p.choices);
+        self.groups[g0..g0 + p.groups.len()].copy_from_slice(&p.groups);
         Ok(())
     }
+}
+
+/// Checks that piece `p` fits a table with header `hdr` (config, value bits, seed, build id,
+/// block count, array sizes, fallback entries inside its blocks) and returns its fallback
+/// entries.
+pub(crate) fn check_piece(hdr: &Header, p: &crate::Piece) -> Result<FbMap, BuildError> {
+    let h = hdr;
+    if (p.config, p.value_bits, p.seed, p.build_id, p.total_blocks)
+        != (h.config, h.value_bits, h.seed, h.build_id, h.n_blocks)
+    {
+        return Err(BuildError::PieceMismatch(
+            "piece differs from the table in config, value bits, seed, build id or blocks",
+        ));
+    }
+    let (start, end) = (p.range.start as usize, p.range.end as usize);
+    let rec = h.rec_bytes();
+    if start > end
+        || end as u64 > h.n_blocks
+        || p.choices.len() != (end - start) * CHOICE_BYTES_PER_BLOCK
+        || p.groups.len() != (end - start) * GROUPS_PER_BLOCK * rec
+        || p.fallback.len() % FB_ENTRY != 0
+    {
+        return Err(BuildError::PieceMismatch(
+            "piece arrays have the wrong size",
+        ));
+    }
+    let incoming = fb_map(&p.fallback);
+    if incoming
+        .keys()
+        .any(|&(lo, hi)| !p.range.contains(&locate(KeyHash { lo, hi }, h.n_blocks).0))
+    {
+        return Err(BuildError::PieceMismatch(
+            "piece holds a fallback entry outside its blocks",
+        ));
+    }
+    Ok(incoming)
+}
+
+/// Byte offsets of piece `p`'s first choice byte and first record in a table with header
+/// `hdr` (a piece [`check_piece`] accepted).
+pub(crate) fn piece_offsets(hdr: &Header, p: &crate::Piece) -> (usize, usize) {
+    let start = p.range.start as usize;
+    (
+        start * CHOICE_BYTES_PER_BLOCK,
+        start * GROUPS_PER_BLOCK * hdr.rec_bytes(),
+    )
 }

@@ -9,7 +9,7 @@ use crate::layout::{
     MIN_KEY_LEN,
 };
 use crate::prefetch::prefetch;
-use crate::table::{fallback_entry, FB_ENTRY};
+use crate::table::{fallback_entry, FbMap, FB_ENTRY};
 use crate::{BuildError, BuildOptions, Config, DeltaError, SetSep, UpdateError};
 use sb_common::{hash128, HugeArray, KeyHash};
 
@@ -277,17 +277,32 @@ impl Delta {
     }
 }
 
-/// Applies `d` to `t`; on error `t` is unchanged. `sequenced`: check the delta against the
-/// table's own sequence number (one owner); otherwise the caller orders each owner's deltas
-/// ([`SetSep::apply_owner_delta`]) and the table's number and key count stay as they are.
-pub(crate) fn apply(t: &mut SetSep, d: &Delta, sequenced: bool) -> Result<(), DeltaError> {
-    if d.config != t.hdr.config || d.value_bits != t.hdr.value_bits {
+/// What [`check`] found a delta to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The next delta (or, for a table with several owners, any delta that fits): apply it.
+    Apply,
+    /// The last delta applied, again: nothing to do.
+    Duplicate,
+}
+
+/// Checks `d` against a table with header `hdr` and fallback table `fb` without changing
+/// either: shape, fingerprint, sequence number (`sequenced`: against the table's own number,
+/// one owner; otherwise the caller orders each owner's deltas, [`SetSep::apply_owner_delta`]),
+/// and the fallback edits.
+pub(crate) fn check(
+    hdr: &crate::table::Header,
+    fb: &FbMap,
+    d: &Delta,
+    sequenced: bool,
+) -> Result<Verdict, DeltaError> {
+    if d.config != hdr.config || d.value_bits != hdr.value_bits {
         return Err(DeltaError::Mismatch("config or value bits differ"));
     }
-    if d.n_blocks != t.hdr.n_blocks || d.group >= t.hdr.n_groups() {
+    if d.n_blocks != hdr.n_blocks || d.group >= hdr.n_groups() {
         return Err(DeltaError::Mismatch("number of blocks differs"));
     }
-    let rec = t.hdr.rec_bytes();
+    let rec = hdr.rec_bytes();
     let groups = if d.choices.is_some() {
         GROUPS_PER_BLOCK
     } else {
@@ -296,28 +311,27 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta, sequenced: bool) -> Result<(), De
     if d.record.len() != rec * groups {
         return Err(DeltaError::Mismatch("record size differs"));
     }
-    let expected = t.hdr.fingerprint();
+    let expected = hdr.fingerprint();
     if d.table != expected {
         return Err(DeltaError::ForeignTable {
             expected,
             got: d.table,
         });
     }
-    let applied = t.hdr.seq;
     if !sequenced {
         // Several owners, one per block range: their key counts are not this table's.
-        apply_fallback_edits(t, d, u64::MAX)?;
-        write_delta_records(t, d, rec, groups);
-        return Ok(());
+        check_fallback_edits(fb, d, u64::MAX)?;
+        return Ok(Verdict::Apply);
     }
+    let applied = hdr.seq;
     if d.seq <= applied {
         return if d.seq < applied {
             Err(DeltaError::Stale {
                 seq: d.seq,
                 applied,
             })
-        } else if d.digest == t.hdr.last_delta {
-            Ok(()) // the last delta again: already applied
+        } else if d.digest == hdr.last_delta {
+            Ok(Verdict::Duplicate) // the last delta again: already applied
         } else {
             Err(DeltaError::Conflict { seq: d.seq })
         };
@@ -328,46 +342,55 @@ pub(crate) fn apply(t: &mut SetSep, d: &Delta, sequenced: bool) -> Result<(), De
             got: d.seq,
         });
     }
-    apply_fallback_edits(t, d, d.n_keys)?;
-    write_delta_records(t, d, rec, groups);
-    t.hdr.n_keys = d.n_keys;
-    t.hdr.seq = d.seq;
-    t.hdr.last_delta = d.digest;
+    check_fallback_edits(fb, d, d.n_keys)?;
+    Ok(Verdict::Apply)
+}
+
+/// Applies `d` to `t`; on error `t` is unchanged. `sequenced`: as for [`check`]; the table's
+/// number and key count change only then.
+pub(crate) fn apply(t: &mut SetSep, d: &Delta, sequenced: bool) -> Result<(), DeltaError> {
+    if check(&t.hdr, &t.fallback, d, sequenced)? == Verdict::Duplicate {
+        return Ok(());
+    }
+    edit_fallback(&mut t.fallback, d);
+    let off = d.group as usize * t.hdr.rec_bytes();
+    t.groups[off..off + d.record.len()].copy_from_slice(&d.record);
+    if let Some(c) = &d.choices {
+        let at = d.block() as usize * CHOICE_BYTES_PER_BLOCK;
+        t.choices[at..at + CHOICE_BYTES_PER_BLOCK].copy_from_slice(c);
+    }
+    if sequenced {
+        d.advance(&mut t.hdr);
+    }
     Ok(())
 }
 
-/// The delta's fallback edits, all checked before any is made; `max_keys` bounds the entries.
-fn apply_fallback_edits(t: &mut SetSep, d: &Delta, max_keys: u64) -> Result<(), DeltaError> {
+/// Checks the delta's fallback edits against `fb`, in O(edits * log n): removals present and
+/// distinct, insertions absent once the removals are made and distinct, at most `max_keys`
+/// entries after them.
+fn check_fallback_edits(fb: &FbMap, d: &Delta, max_keys: u64) -> Result<(), DeltaError> {
     if d.touches_fallback() {
-        // Check every edit before making any, in O(edits * log n): removals present and
-        // distinct, insertions absent once the removals are made and distinct.
         let key = |h: &KeyHash| (h.lo, h.hi);
         let mut removed = std::collections::BTreeSet::new();
         for h in &d.fb_remove {
-            if !t.fallback.contains_key(&key(h)) || !removed.insert(key(h)) {
+            if !fb.contains_key(&key(h)) || !removed.insert(key(h)) {
                 return Err(DeltaError::FallbackMismatch("removed entry is absent"));
             }
         }
         let mut inserted = std::collections::BTreeSet::new();
         for (h, _) in &d.fb_insert {
-            let present = t.fallback.contains_key(&key(h)) && !removed.contains(&key(h));
+            let present = fb.contains_key(&key(h)) && !removed.contains(&key(h));
             if present || !inserted.insert(key(h)) {
                 return Err(DeltaError::FallbackMismatch("inserted entry is present"));
             }
         }
-        let n_fb = t.fallback.len() - d.fb_remove.len() + d.fb_insert.len();
+        let n_fb = fb.len() - d.fb_remove.len() + d.fb_insert.len();
         if n_fb as u64 > max_keys {
             return Err(DeltaError::FallbackMismatch(
                 "more fallback entries than keys",
             ));
         }
-        for h in &d.fb_remove {
-            t.fallback.remove(&key(h));
-        }
-        for (h, v) in &d.fb_insert {
-            t.fallback.insert(key(h), *v);
-        }
-    } else if t.fallback.len() as u64 > max_keys {
+    } else if fb.len() as u64 > max_keys {
         return Err(DeltaError::FallbackMismatch(
             "more fallback entries than keys",
         ));
@@ -375,13 +398,42 @@ fn apply_fallback_edits(t: &mut SetSep, d: &Delta, max_keys: u64) -> Result<(), 
     Ok(())
 }
 
-/// Copies the delta's record(s) and bucket choices into the table.
-fn write_delta_records(t: &mut SetSep, d: &Delta, rec: usize, groups: usize) {
-    let off = d.group as usize * rec;
-    t.groups[off..off + rec * groups].copy_from_slice(&d.record);
-    if let Some(c) = &d.choices {
-        let at = (d.group as usize / GROUPS_PER_BLOCK) * CHOICE_BYTES_PER_BLOCK;
-        t.choices[at..at + CHOICE_BYTES_PER_BLOCK].copy_from_slice(c);
+/// Makes the fallback edits of a delta [`check`] accepted.
+pub(crate) fn edit_fallback(fb: &mut FbMap, d: &Delta) {
+    for h in &d.fb_remove {
+        fb.remove(&(h.lo, h.hi));
+    }
+    for (h, v) in &d.fb_insert {
+        fb.insert((h.lo, h.hi), *v);
+    }
+}
+
+impl Delta {
+    /// The block the delta writes (every group and fallback entry it touches is in it).
+    pub(crate) fn block(&self) -> u64 {
+        self.group / GROUPS_PER_BLOCK as u64
+    }
+
+    /// The bytes it writes into the groups array, from byte `group * rec_bytes`.
+    pub(crate) fn record_bytes(&self) -> &[u8] {
+        &self.record
+    }
+
+    /// The fallback entries it removes and inserts.
+    pub(crate) fn fallback_edits(&self) -> (&[KeyHash], &[(KeyHash, u16)]) {
+        (&self.fb_remove, &self.fb_insert)
+    }
+
+    /// A block delta's 64 choice bytes.
+    pub(crate) fn choice_bytes(&self) -> Option<&[u8]> {
+        self.choices.as_deref()
+    }
+
+    /// The header of a single-owner table after the delta: its key count and number.
+    pub(crate) fn advance(&self, hdr: &mut crate::table::Header) {
+        hdr.n_keys = self.n_keys;
+        hdr.seq = self.seq;
+        hdr.last_delta = self.digest;
     }
 }
 
