@@ -41,7 +41,19 @@ pub fn cuckoo_table<'a>(
     seed: u64,
     entries: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Result<sb_cuckoo::CuckooTable, FibError> {
-    let n = entries.len();
+    cuckoo_table_with_room(key_bytes, value_bytes, seed, 0, entries)
+}
+
+/// [`cuckoo_table`] sized for at least `room` entries at that load: a table that takes inserts
+/// after it is shared (a concurrent table does not grow) needs room for them up front.
+pub fn cuckoo_table_with_room<'a>(
+    key_bytes: usize,
+    value_bytes: usize,
+    seed: u64,
+    room: usize,
+    entries: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<sb_cuckoo::CuckooTable, FibError> {
+    let n = entries.len().max(room);
     let mut p = sb_cuckoo::Params::fast(key_bytes, value_bytes, (n * 10 / 9).max(64));
     p.seed = seed;
     p.grow = true;
@@ -71,7 +83,20 @@ impl CuckooFib {
         seed: u64,
         entries: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(sb_cuckoo::Writer, CuckooFib), FibError> {
-        let (w, r) = cuckoo_table(key_bytes, value_bytes, seed, entries)?.into_concurrent();
+        Self::build_with_room(key_bytes, value_bytes, seed, 0, entries)
+    }
+
+    /// [`CuckooFib::build`] with room for at least `room` entries (for inserts through the
+    /// writer while the engines read: [`cuckoo_table_with_room`]).
+    pub fn build_with_room<'a>(
+        key_bytes: usize,
+        value_bytes: usize,
+        seed: u64,
+        room: usize,
+        entries: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<(sb_cuckoo::Writer, CuckooFib), FibError> {
+        let (w, r) = cuckoo_table_with_room(key_bytes, value_bytes, seed, room, entries)?
+            .into_concurrent();
         Ok((w, CuckooFib { reader: r }))
     }
 

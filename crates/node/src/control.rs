@@ -33,6 +33,9 @@ pub struct ControlFile {
     pub wal: PathBuf,
     /// Every node's control address by index (this node binds its own).
     pub peers: Vec<SocketAddr>,
+    /// Entries this node's FIB and uplink table have room for (they take inserts while the
+    /// workers read them, and a shared table does not grow).
+    pub fib_room: usize,
 }
 
 /// Why the control plane stopped or could not start.
@@ -89,6 +92,7 @@ pub fn new_spec(cluster_id: u64, nodes: u16, seed: u64, capacity: u64) -> Cluste
             seed,
             build_id: sb_common::random_seed(),
             total_blocks,
+            build_threads: 0,
         },
         ranges: (0..n)
             .map(|i| i * total_blocks / n..(i + 1) * total_blocks / n)
@@ -154,6 +158,8 @@ pub struct DataPlane {
     pub fib: sb_cuckoo::Writer,
     /// The uplink table's writer (TEID -> UE key, eNodeB).
     pub uplink: sb_cuckoo::Writer,
+    /// Inserts the tables refused (full).
+    pub failed: u64,
 }
 
 impl DataPlane {
@@ -162,16 +168,20 @@ impl DataPlane {
             return;
         };
         // The old tunnel's uplink entry goes with it.
-        if let Some(old) = self.fib.reader().get(key) {
+        if let Some(old) = self.fib.lookup(key) {
             let (teid, _) = Tunnel::from_entry(&k, &old).uplink_entry();
             self.uplink.remove(&teid);
         }
         let t = Tunnel::from_entry(&k, value);
         let (teid, up) = t.uplink_entry();
+        // The control plane has checked the cluster's capacity; a full table here is a node
+        // sized below it: say so loudly and count it (status `fib_insert_failed`).
         if let Err(e) = self.fib.insert(key, value) {
+            self.failed += 1;
             tracing_warn(&format!("FIB insert failed: {e}"));
         }
         if let Err(e) = self.uplink.insert(&teid, &up) {
+            self.failed += 1;
             tracing_warn(&format!("uplink insert failed: {e}"));
         }
     }
@@ -180,7 +190,7 @@ impl DataPlane {
         let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
             return;
         };
-        if let Some(old) = self.fib.reader().get(key) {
+        if let Some(old) = self.fib.lookup(key) {
             let (teid, _) = Tunnel::from_entry(&k, &old).uplink_entry();
             self.uplink.remove(&teid);
         }
@@ -201,6 +211,8 @@ pub struct Published {
     pub log_bytes: u64,
     /// The GPT is assembled and every owner's FIB slice for this node is installed.
     pub ready: bool,
+    /// FIB or uplink inserts refused because the table was full.
+    pub fib_insert_failed: u64,
 }
 
 /// The control loop: runs until `stop` is set. The GPT slot in `dp` is filled once the state
@@ -340,6 +352,7 @@ pub fn run(
             p.ready = ready;
             p.status = serde_json::to_value(node.status()).unwrap_or_default();
             p.log_bytes = wal.log_bytes();
+            p.fib_insert_failed = dp.failed;
             last_pub = Instant::now();
         }
     }

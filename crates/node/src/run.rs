@@ -130,9 +130,11 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
             fib_e.value_bytes
         )));
     }
+    // With a control plane the tables take inserts while shared: room for them up front.
+    let room = cfg.control.as_ref().map_or(0, |c| c.fib_room);
     let fib = match cfg.fib {
         FibBackend::Cuckoo => {
-            let (w, f) = CuckooFib::build(16, 16, cfg.seed, fib_e.iter())
+            let (w, f) = CuckooFib::build_with_room(16, 16, cfg.seed, room, fib_e.iter())
                 .map_err(|e| NodeError::Tables(e.to_string()))?;
             FibHandle::Cuckoo(f, Some(w))
         }
@@ -165,7 +167,13 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
         )));
     }
     let t =
-        sb_engine::fib::cuckoo_table(4, sb_engine::lte::UPLINK_VALUE_BYTES, cfg.seed, up_e.iter())
+        sb_engine::fib::cuckoo_table_with_room(
+            4,
+            sb_engine::lte::UPLINK_VALUE_BYTES,
+            cfg.seed,
+            room,
+            up_e.iter(),
+        )
             .map_err(|e| NodeError::Tables(e.to_string()))?;
     let (uplink_entries, uplink_bytes) = (t.len(), t.memory_bytes());
     let (uplink_writer, uplink) = t.into_concurrent();
@@ -200,6 +208,7 @@ impl Tables {
                 gpt: Arc::new(Mutex::new(None)),
                 fib,
                 uplink,
+                failed: 0,
             }),
             _ => Err(NodeError::Unsupported(
                 "live updates need the cuckoo FIB".into(),
@@ -522,7 +531,8 @@ fn forward(
     let control = || {
         cfg.control.as_ref().map(|_| {
             let p = ctl_pub.lock().unwrap_or_else(|e| e.into_inner());
-            json!({"status": p.status, "log_bytes": p.log_bytes})
+            json!({"status": p.status, "log_bytes": p.log_bytes, "ready": p.ready,
+                   "fib_insert_failed": p.fib_insert_failed})
         })
     };
     let sizes = || {

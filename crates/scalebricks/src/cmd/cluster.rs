@@ -310,6 +310,7 @@ fn node_config(
     seed: u64,
     cluster_id: u64,
     control: bool,
+    capacity: u64,
 ) -> NodeFile {
     let n = &d.nodes[i];
     let port = |l: &sb_topology::plan::Link| PortFile {
@@ -357,6 +358,8 @@ fn node_config(
             flows: d.dir.join(tables::FLOWS_FILE),
             wal: d.dir.join(wal_dir(i)),
             peers: control_addrs(d),
+            // Room for the node's share of the GPT's capacity, with 50% for imbalance.
+            fib_room: (capacity / d.nodes.len().max(1) as u64 * 3 / 2) as usize,
         }),
     }
 }
@@ -426,7 +429,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             }
         }
         for i in 0..d.nodes.len() {
-            let cfg = node_config(d, i, &a, arch, seed, cluster_id, control);
+            let cfg = node_config(d, i, &a, arch, seed, cluster_id, control, capacity);
             let name = node_file(i);
             let json = serde_json::to_vec_pretty(&cfg).map_err(|e| e.to_string())?;
             std::fs::write(d.dir.join(&name), json).map_err(|e| format!("{name}: {e}"))?;

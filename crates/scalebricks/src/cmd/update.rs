@@ -53,7 +53,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.node >= d.nodes.len() {
         bail!("--node {}: the cluster has nodes 0..{}", a.node, d.nodes.len());
     }
-    anyhow::ensure!(a.batch >= 1 && a.window >= 1, "--batch and --window must be at least 1");
+    let most = sb_control::client::max_updates(spec.key_bytes, spec.value_bytes);
+    anyhow::ensure!(
+        (1..=most).contains(&a.batch) && a.window >= 1,
+        "--batch must be 1 to {most} and --window at least 1"
+    );
     let text = std::fs::read_to_string(&a.input)
         .with_context(|| format!("reading {}", a.input.display()))?;
     let (lines, bad) = sb_node::control::read_updates(&text, d.nodes.len());
@@ -82,7 +86,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let id_base = sb_common::random_seed() & 0xffff_ffff_0000_0000;
     let send = |i: usize| -> anyhow::Result<()> {
         let updates: Vec<sb_control::Update> = chunks[i].iter().map(|l| l.update()).collect();
-        let bytes = sb_control::client::encode_request(&spec, id_base + i as u64, &updates);
+        let bytes = sb_control::client::encode_request(
+            &spec.key,
+            spec.cluster_id,
+            id_base + i as u64,
+            &updates,
+        )?;
         sock.send_to(&bytes, target)?;
         Ok(())
     };
@@ -108,7 +117,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         match sock.recv_from(&mut buf) {
             Ok((n, from)) if from == target => {
-                let Ok(reply) = sb_control::client::decode_reply(&spec, &buf[..n]) else {
+                let Ok(reply) =
+                    sb_control::client::decode_reply(&spec.key, spec.cluster_id, &buf[..n])
+                else {
                     continue;
                 };
                 let Some((i, _, _)) = inflight.remove(&reply.id) else {
@@ -119,8 +130,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
                 for (line, r) in chunks[i].iter().zip(&reply.results) {
                     match r {
-                        Ok(()) => acked += 1,
-                        Err(why) => rejected.push(json!({"line": line.line, "reason": why})),
+                        sb_control::Outcome::Applied => acked += 1,
+                        why => rejected.push(json!({"line": line.line, "reason": why.name()})),
                     }
                 }
             }
