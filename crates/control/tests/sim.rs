@@ -7,7 +7,9 @@ use sb_control::sim::{Sim, SimConfig};
 fn config(seed: u64) -> SimConfig {
     let mut x = seed;
     let mut r = |n: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (x >> 33) % n
     };
     let small = r(2) == 0;
