@@ -16,7 +16,8 @@ pub enum RequestError {
 
 /// Updates of `key_bytes` + `value_bytes` that fit one request.
 pub fn max_updates(key_bytes: usize, value_bytes: usize) -> usize {
-    ((wire::MAX_DATAGRAM - wire::OVERHEAD - 2) / (5 + key_bytes + value_bytes)).min(u16::MAX as usize)
+    ((wire::MAX_DATAGRAM - wire::OVERHEAD - 2) / (5 + key_bytes + value_bytes))
+        .min(u16::MAX as usize)
 }
 
 /// A client's request `id` with `updates`, authenticated with the cluster's key. A node answers
@@ -28,7 +29,10 @@ pub fn encode_request(
     id: u64,
     updates: &[Update],
 ) -> Result<Vec<u8>, RequestError> {
-    if updates.iter().any(|u| u.key.len() > 255 || u.value.len() > 255) {
+    if updates
+        .iter()
+        .any(|u| u.key.len() > 255 || u.value.len() > 255)
+    {
         return Err(RequestError::FieldTooLong);
     }
     let len: usize = wire::OVERHEAD + 2 + updates.iter().map(wire::update_len).sum::<usize>();
@@ -43,7 +47,11 @@ pub fn encode_request(
         receiver_epoch: 0,
         msg_id: id,
     };
-    Ok(wire::encode(key, &h, &Body::ClientRequest(updates.to_vec())))
+    Ok(wire::encode(
+        key,
+        &h,
+        &Body::ClientRequest(updates.to_vec()),
+    ))
 }
 
 /// A node's answer to a request.
@@ -58,7 +66,10 @@ pub struct Reply {
 impl Reply {
     /// Updates applied.
     pub fn acked(&self) -> usize {
-        self.results.iter().filter(|r| **r == Outcome::Applied).count()
+        self.results
+            .iter()
+            .filter(|r| **r == Outcome::Applied)
+            .count()
     }
 }
 

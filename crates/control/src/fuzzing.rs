@@ -59,7 +59,11 @@ fn tag_of(b: &[u8]) -> [u8; 16] {
 pub fn parse(data: &[u8]) {
     for bytes in [data.to_vec(), wrap(data, 1, 1, 1)] {
         if let Ok((h, b)) = wire::decode(&KEY, CLUSTER, &bytes) {
-            assert_eq!(wire::encode(&KEY, &h, &b), bytes, "accepted bytes re-encode");
+            assert_eq!(
+                wire::encode(&KEY, &h, &b),
+                bytes,
+                "accepted bytes re-encode"
+            );
         }
     }
     let _ = crate::client::decode_reply(&KEY, CLUSTER, data);
@@ -103,7 +107,10 @@ pub fn handle(data: &[u8]) {
         n.persisted(now);
         while let Some((_, d)) = n.poll_transmit() {
             assert!(d.len() <= wire::MAX_DATAGRAM);
-            assert!(wire::decode(&KEY, CLUSTER, &d).is_ok(), "a node sends what it parses");
+            assert!(
+                wire::decode(&KEY, CLUSTER, &d).is_ok(),
+                "a node sends what it parses"
+            );
         }
     }
     let _ = n.status();

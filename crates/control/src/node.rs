@@ -412,12 +412,10 @@ impl Node {
                 }
             }
         }
-        let epoch = last_epoch
-            .checked_add(1)
-            .ok_or(ControlError::BadRecord {
-                index: 0,
-                reason: "epoch overflows",
-            })?;
+        let epoch = last_epoch.checked_add(1).ok_or(ControlError::BadRecord {
+            index: 0,
+            reason: "epoch overflows",
+        })?;
         let mut records = vec![record::epoch(epoch)];
         let initial = if base_done { base } else { flows };
         let mut rib: Map<Vec<u8>, (NodeId, Vec<u8>)> = Map::default();
@@ -618,7 +616,11 @@ impl Node {
                 self.retransmits += 1;
                 self.flush_deltas(p);
             }
-            if self.out[pi].piece.as_ref().is_some_and(|ps| ps.retry_at <= now) {
+            if self.out[pi]
+                .piece
+                .as_ref()
+                .is_some_and(|ps| ps.retry_at <= now)
+            {
                 let rto = self.out[pi].piece.as_ref().map_or(0, |ps| ps.rto);
                 self.retransmits += 1;
                 self.send_piece(p, (rto * 2).min(self.tuning.rto_max));
@@ -652,7 +654,9 @@ impl Node {
             let oi = o as usize;
             let r = &mut self.reps[oi];
             let mut want = false;
-            if r.gap_since.is_some_and(|t| t + self.tuning.gap_timeout <= now) {
+            if r.gap_since
+                .is_some_and(|t| t + self.tuning.gap_timeout <= now)
+            {
                 r.gap_since = Some(now);
                 want = true;
             }
@@ -842,7 +846,9 @@ impl Node {
             b.push(format!(
                 "queue {} batch {:?}",
                 self.queue.len(),
-                self.batch.as_ref().map(|x| (x.stage, x.fib_wait.clone(), x.delta_wait))
+                self.batch
+                    .as_ref()
+                    .map(|x| (x.stage, x.fib_wait.clone(), x.delta_wait))
             ));
         }
         if !self.forwards_out.is_empty() {
@@ -872,7 +878,9 @@ impl Node {
                     "rep {o}: pending {:?} applied {} assembly {:?}",
                     r.pending.keys().take(5).collect::<Vec<_>>(),
                     r.applied,
-                    r.assembly.as_ref().map(|a| (a.epoch, a.seq, a.have, a.chunks.len()))
+                    r.assembly
+                        .as_ref()
+                        .map(|a| (a.epoch, a.seq, a.have, a.chunks.len()))
                 ));
             }
         }
@@ -972,7 +980,8 @@ impl Node {
             msg_id,
         };
         let bytes = wire::encode(&self.spec.key, &h, &body);
-        self.transmits.push_back((Peer::Client(addr), bytes.clone()));
+        self.transmits
+            .push_back((Peer::Client(addr), bytes.clone()));
         bytes
     }
 
@@ -1237,7 +1246,11 @@ impl Node {
                 let applied = applied.min(self.table.table().seq());
                 let (now, rto) = (self.now, self.tuning.rto);
                 self.out[pi].deltas.ack(applied, now, rto);
-                if self.out[pi].piece.as_ref().is_some_and(|ps| applied >= ps.seq) {
+                if self.out[pi]
+                    .piece
+                    .as_ref()
+                    .is_some_and(|ps| applied >= ps.seq)
+                {
                     self.out[pi].piece = None;
                 }
                 self.flush_deltas(p);
@@ -1385,11 +1398,7 @@ impl Node {
         self.origins.insert(
             token,
             Origin {
-                kind: OriginKind::Forward {
-                    node: p,
-                    epoch,
-                    id,
-                },
+                kind: OriginKind::Forward { node: p, epoch, id },
                 results: vec![u8::MAX; us.len()],
                 remaining: us.len(),
             },
@@ -1634,7 +1643,10 @@ impl Node {
         r.max_seen = r.max_seen.max(seq);
         r.have = true;
         r.want_piece_at = None;
-        if r.assembly.as_ref().is_some_and(|a| (a.epoch, a.seq) <= (e, seq)) {
+        if r.assembly
+            .as_ref()
+            .is_some_and(|a| (a.epoch, a.seq) <= (e, seq))
+        {
             r.assembly = None;
         }
         if self.gpt.is_none() {
@@ -1656,7 +1668,8 @@ impl Node {
             .collect();
         match SetSep::assemble(pieces) {
             Ok(t) => {
-                self.events.push_back(Event::GptInstall(Box::new(t.clone())));
+                self.events
+                    .push_back(Event::GptInstall(Box::new(t.clone())));
                 self.gpt = Some(t);
                 for o in 0..self.spec.nodes {
                     self.drain(o);
@@ -1751,7 +1764,8 @@ impl Node {
 
     fn fib_remove(&mut self, key: &[u8]) {
         if self.fib.remove(key).is_some() {
-            self.events.push_back(Event::FibRemove { key: key.to_vec() });
+            self.events
+                .push_back(Event::FibRemove { key: key.to_vec() });
         }
     }
 
@@ -1805,7 +1819,8 @@ impl Node {
                 Phase::SyncFib => {
                     let done = (0..self.spec.nodes).all(|p| {
                         let pi = p as usize;
-                        p == self.me || (self.peers[pi].epoch != 0 && self.out[pi].fib.items.is_empty())
+                        p == self.me
+                            || (self.peers[pi].epoch != 0 && self.out[pi].fib.items.is_empty())
                     });
                     if done {
                         self.phase = Phase::Pieces;
@@ -1841,8 +1856,7 @@ impl Node {
         if self.phase != Phase::Boot {
             for p in 0..self.spec.nodes {
                 let pi = p as usize;
-                if p != self.me && !self.peers[pi].knows_me && self.peers[pi].hello_at <= self.now
-                {
+                if p != self.me && !self.peers[pi].knows_me && self.peers[pi].hello_at <= self.now {
                     self.send_hello(p);
                 }
             }
@@ -1916,8 +1930,8 @@ impl Node {
             }
             Stage::Installing => {
                 let b = self.batch.as_ref().expect("batch");
-                let installed = (0..self.spec.nodes as usize)
-                    .all(|p| self.out[p].fib.acked >= b.fib_wait[p]);
+                let installed =
+                    (0..self.spec.nodes as usize).all(|p| self.out[p].fib.acked >= b.fib_wait[p]);
                 if installed {
                     self.propagate();
                 }

@@ -38,7 +38,10 @@ pub(crate) fn base_end() -> Vec<u8> {
     vec![3]
 }
 
-pub(crate) fn changes<'a>(first: u64, updates: impl Iterator<Item = &'a Update> + Clone) -> Vec<u8> {
+pub(crate) fn changes<'a>(
+    first: u64,
+    updates: impl Iterator<Item = &'a Update> + Clone,
+) -> Vec<u8> {
     let n = updates.clone().count();
     let len: usize = updates.clone().map(update_len).sum();
     let mut r = Vec::with_capacity(13 + len);

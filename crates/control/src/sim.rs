@@ -125,6 +125,9 @@ struct Req {
     give_up_at: Nanos,
 }
 
+/// A replica's expected table and the (epoch, seq) per owner it is at.
+type Shadow = (SetSep, Vec<Option<(u32, u64)>>);
+
 /// The simulated cluster.
 pub struct Sim {
     /// The parameters.
@@ -158,7 +161,7 @@ pub struct Sim {
     history: HashMap<(NodeId, u32), (Piece, Vec<Delta>)>,
     /// Per node: the replica applied (epoch, seq) per owner last seen.
     seen: Vec<Vec<Option<(u32, u64)>>>,
-    shadows: Vec<Option<(SetSep, Vec<Option<(u32, u64)>>)>>,
+    shadows: Vec<Option<Shadow>>,
     /// Updates acknowledged as applied.
     pub acked_updates: u64,
     /// Requests answered.
@@ -386,7 +389,10 @@ impl Sim {
                 Event::GptDelta(d) => match &mut self.gpts[ii] {
                     Some(g) => {
                         if let Err(e) = g.apply_owner_delta(&d) {
-                            panic!("seed {}: node {i}: a delta event does not apply: {e}", self.cfg.seed);
+                            panic!(
+                                "seed {}: node {i}: a delta event does not apply: {e}",
+                                self.cfg.seed
+                            );
                         }
                     }
                     None => panic!("seed {}: node {i}: a delta before the GPT", self.cfg.seed),
@@ -673,7 +679,11 @@ impl Sim {
         self.dirty = true;
         let bytes = client::encode_request(&self.spec.key, self.spec.cluster_id, id, &updates)
             .expect("fits");
-        self.send(Peer::Client(self.client_addr), Dest::Node(node), bytes.clone());
+        self.send(
+            Peer::Client(self.client_addr),
+            Dest::Node(node),
+            bytes.clone(),
+        );
         self.reqs.insert(
             id,
             Req {
@@ -700,7 +710,11 @@ impl Sim {
         self.replies += 1;
         self.dirty = true;
         if reply.results.len() != r.updates.len() {
-            self.fail(format!("reply {} has {} results", reply.id, reply.results.len()));
+            self.fail(format!(
+                "reply {} has {} results",
+                reply.id,
+                reply.results.len()
+            ));
         }
         for ((u, want), got) in r.updates.iter().zip(&r.expected).zip(&reply.results) {
             if u.key.len() == KEY_BYTES {
@@ -751,7 +765,9 @@ impl Sim {
                 }
             }
         } else {
-            let mut from = below(&mut self.rng, self.next_key + 1).to_le_bytes().to_vec();
+            let mut from = below(&mut self.rng, self.next_key + 1)
+                .to_le_bytes()
+                .to_vec();
             from[7] = 0x5a;
             let run = self.oracle.range(from..).chain(self.oracle.iter()).take(48);
             for (k, (n, _)) in run {
@@ -795,7 +811,9 @@ impl Sim {
                 let cur = node.applied(o);
                 if let (Some(prev), Some(c)) = (self.seen[ii][o as usize], cur) {
                     if c < prev {
-                        self.fail(format!("node {i}: owner {o} went back from {prev:?} to {c:?}"));
+                        self.fail(format!(
+                            "node {i}: owner {o} went back from {prev:?} to {c:?}"
+                        ));
                     }
                 }
                 if cur.is_none() {
@@ -805,7 +823,11 @@ impl Sim {
             }
             self.seen[ii] = now_seen.clone();
             let shadow = self.shadow(i, &now_seen);
-            let got = self.nodes[ii].as_ref().and_then(|x| x.gpt()).expect("gpt").content_digest();
+            let got = self.nodes[ii]
+                .as_ref()
+                .and_then(|x| x.gpt())
+                .expect("gpt")
+                .content_digest();
             if shadow != got {
                 self.fail(format!(
                     "node {i}: the GPT is not the owners' history at {now_seen:?}"
@@ -856,7 +878,12 @@ impl Sim {
                 })
                 .collect();
             let t = SetSep::assemble(pieces).expect("base pieces assemble");
-            self.shadows[ii] = Some((t, (0..n).map(|o| Some((at[o as usize].expect("c").0, 0))).collect()));
+            self.shadows[ii] = Some((
+                t,
+                (0..n)
+                    .map(|o| Some((at[o as usize].expect("c").0, 0)))
+                    .collect(),
+            ));
         }
         let (mut t, mut cur) = self.shadows[ii].take().expect("made");
         for o in 0..n {
@@ -905,10 +932,10 @@ impl Sim {
         loop {
             let idle = self.reqs.is_empty()
                 && self.net.is_empty()
-                && self
-                    .nodes
-                    .iter()
-                    .all(|n| n.as_ref().is_some_and(|n| n.idle() && n.ready() && n.serving()));
+                && self.nodes.iter().all(|n| {
+                    n.as_ref()
+                        .is_some_and(|n| n.idle() && n.ready() && n.serving())
+                });
             if idle {
                 break;
             }
@@ -947,7 +974,9 @@ impl Sim {
         let d0 = nodes[0].gpt().expect("gpt").content_digest();
         for (i, x) in nodes.iter().enumerate() {
             if x.gpt().expect("gpt").content_digest() != d0 {
-                self.fail(format!("node {i}'s GPT differs from node 0's after quiescence"));
+                self.fail(format!(
+                    "node {i}'s GPT differs from node 0's after quiescence"
+                ));
             }
         }
         // The owners' RIBs: the truth.
@@ -965,10 +994,13 @@ impl Sim {
                 continue;
             }
             if rib.get(k) != Some(want) {
-                self.fail(format!("acknowledged {k:02x?} = {want:?} lost: RIB has {:?}", rib.get(k)));
+                self.fail(format!(
+                    "acknowledged {k:02x?} = {want:?} lost: RIB has {:?}",
+                    rib.get(k)
+                ));
             }
         }
-        for (k, _) in &rib {
+        for k in rib.keys() {
             if !self.oracle.contains_key(k) && !self.uncertain.contains(k) {
                 self.fail(format!("RIB has {k:02x?} that was never acknowledged"));
             }
@@ -977,10 +1009,14 @@ impl Sim {
             let g = x.gpt().expect("gpt");
             for (k, (h, _)) in &rib {
                 if g.lookup(k) != *h {
-                    self.fail(format!("node {i} routes {k:02x?} to {}, not {h}", g.lookup(k)));
+                    self.fail(format!(
+                        "node {i} routes {k:02x?} to {}, not {h}",
+                        g.lookup(k)
+                    ));
                 }
             }
         }
+        #[allow(clippy::needless_range_loop)]
         for h in 0..n as usize {
             let want: HashMap<Vec<u8>, Vec<u8>> = rib
                 .iter()
@@ -988,8 +1024,14 @@ impl Sim {
                 .map(|(k, (_, v))| (k.clone(), v.clone()))
                 .collect();
             if self.fibs[h] != want {
-                let extra = self.fibs[h].keys().filter(|k| !want.contains_key(*k)).count();
-                let missing = want.keys().filter(|k| !self.fibs[h].contains_key(*k)).count();
+                let extra = self.fibs[h]
+                    .keys()
+                    .filter(|k| !want.contains_key(*k))
+                    .count();
+                let missing = want
+                    .keys()
+                    .filter(|k| !self.fibs[h].contains_key(*k))
+                    .count();
                 let wrong = want
                     .iter()
                     .filter(|(k, v)| self.fibs[h].get(*k).is_some_and(|x| x != *v))

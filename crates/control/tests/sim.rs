@@ -1,13 +1,15 @@
 //! The deterministic simulation test: whole clusters in one process under a seeded faulty
 //! network, invariants checked after every step (see `sb_control::sim`). `SB_DST_SCHEDULES=N`
-//! runs N schedules (default a few hundred); `SB_DST_SEED=S` runs only schedule S.
+//! runs N schedules (default 400); `SB_DST_SEED=S` runs only schedule S.
 
 use sb_control::sim::{Sim, SimConfig};
 
 fn config(seed: u64) -> SimConfig {
     let mut x = seed;
     let mut r = |n: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (x >> 33) % n
     };
     let small = r(2) == 0;
@@ -39,7 +41,7 @@ fn schedules() -> Vec<u64> {
     let n = std::env::var("SB_DST_SCHEDULES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(150);
+        .unwrap_or(400);
     (0..n).collect()
 }
 
@@ -75,7 +77,7 @@ fn killed_nodes_restart_from_their_logs_and_catch_up() {
     let n = std::env::var("SB_DST_KILL_SCHEDULES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(40u64);
+        .unwrap_or(100u64);
     let mut restarted_with_changes = 0;
     for seed in 0..n {
         let mut cfg = config(1_000_000 + seed);
