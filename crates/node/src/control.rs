@@ -160,13 +160,37 @@ pub struct DataPlane {
     pub uplink: sb_cuckoo::Writer,
     /// Inserts the tables refused (full).
     pub failed: u64,
+    /// Removals waiting for their grace period: key -> when.
+    pub removals: std::collections::HashMap<Vec<u8>, Instant>,
+    /// The same, in deadline order.
+    pub removal_queue: std::collections::VecDeque<(Instant, Vec<u8>)>,
 }
+
+impl DataPlane {
+    /// The data plane over the writers of a node's FIB and uplink table (no GPT yet).
+    pub fn new(fib: sb_cuckoo::Writer, uplink: sb_cuckoo::Writer) -> DataPlane {
+        DataPlane {
+            gpt: Arc::new(Mutex::new(None)),
+            fib,
+            uplink,
+            failed: 0,
+            removals: Default::default(),
+            removal_queue: Default::default(),
+        }
+    }
+}
+
+/// How long a removed FIB entry stays: longer than a packet waits in the fabric and in a
+/// node's rings (microseconds to milliseconds here), far shorter than a flow's life.
+pub const REMOVAL_GRACE: Duration = Duration::from_millis(500);
 
 impl DataPlane {
     fn fib_insert(&mut self, key: &[u8], value: &[u8]) {
         let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
             return;
         };
+        // A pending removal of this key is cancelled: the flow is ours again.
+        self.removals.remove(key);
         // The old tunnel's uplink entry goes with it.
         if let Some(old) = self.fib.lookup(key) {
             let (teid, _) = Tunnel::from_entry(&k, &old).uplink_entry();
@@ -183,6 +207,30 @@ impl DataPlane {
         if let Err(e) = self.uplink.insert(&teid, &up) {
             self.failed += 1;
             tracing_warn(&format!("uplink insert failed: {e}"));
+        }
+    }
+
+    /// Removes `key`'s entry once [`REMOVAL_GRACE`] has passed (unless it is inserted again
+    /// before): the control plane removes an old handler's entry once every node's GPT points
+    /// elsewhere, but packets that a node's old GPT sent here may still be in the fabric or in
+    /// this node's receive ring.
+    fn fib_remove_later(&mut self, key: Vec<u8>, now: Instant) {
+        self.removals.insert(key.clone(), now + REMOVAL_GRACE);
+        self.removal_queue.push_back((now + REMOVAL_GRACE, key));
+    }
+
+    /// Carries out the removals whose grace has passed.
+    fn remove_due(&mut self, now: Instant) {
+        while let Some((at, _)) = self.removal_queue.front() {
+            if *at > now {
+                break;
+            }
+            let (at, key) = self.removal_queue.pop_front().expect("checked");
+            // Still pending with this deadline (not re-inserted, not re-queued later)?
+            if self.removals.get(&key) == Some(&at) {
+                self.removals.remove(&key);
+                self.fib_remove(&key);
+            }
         }
     }
 
@@ -289,6 +337,7 @@ pub fn run(
         if node.poll_timeout().is_some_and(|t| t <= now) {
             node.handle_timeout(now);
         }
+        dp.remove_due(Instant::now());
         // Events until none is left: a commit may release more (acks after persistence).
         loop {
             let mut appended = false;
@@ -301,7 +350,7 @@ pub fn run(
                         appended = true;
                     }
                     Event::FibInsert { key, value } => dp.fib_insert(&key, &value),
-                    Event::FibRemove { key } => dp.fib_remove(&key),
+                    Event::FibRemove { key } => dp.fib_remove_later(key, Instant::now()),
                     Event::GptDelta(d) => {
                         if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
                         {

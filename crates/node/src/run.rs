@@ -204,12 +204,7 @@ impl Tables {
             FibHandle::Rte(_) => None,
         };
         match (fib, self.uplink_writer.take()) {
-            (Some(fib), Some(uplink)) => Ok(crate::control::DataPlane {
-                gpt: Arc::new(Mutex::new(None)),
-                fib,
-                uplink,
-                failed: 0,
-            }),
+            (Some(fib), Some(uplink)) => Ok(crate::control::DataPlane::new(fib, uplink)),
             _ => Err(NodeError::Unsupported(
                 "live updates need the cuckoo FIB".into(),
             )),
