@@ -194,9 +194,19 @@ fn node_row(dir: &Path, node: usize, file: &serde_json::Value) -> anyhow::Result
         "log_bytes": file["control"]["log_bytes"],
     });
     if let Some(st) = file["control"]["status"].as_object() {
+        // With a control plane the GPT's keys are the owners' RIB keys (`rib_keys`, summed over
+        // the nodes); the count in the table sizes is the one it started with.
+        row["gpt_keys"] = serde_json::Value::Null;
         for (k, v) in st {
             row[k.as_str()] = v.clone();
         }
+        let resyncs: u64 = st
+            .get("owners")
+            .and_then(|o| o.as_array())
+            .map_or(0, |o| o.iter().filter_map(|x| x["resyncs"].as_u64()).sum());
+        row["resyncs"] = resyncs.into();
+        row["ready"] = file["control"]["ready"].clone();
+        row["fib_insert_failed"] = file["control"]["fib_insert_failed"].clone();
     }
     Ok(row)
 }
@@ -221,7 +231,7 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     }
     println!(
         "{:>4} {:>8} {:>5} {:>18} {:>10} {:>10} {:>8} {:>10}",
-        "node", "pid", "up", "gpt_digest", "gpt_keys", "fib", "resyncs", "log_bytes"
+        "node", "pid", "up", "gpt_digest", "rib_keys", "fib", "resyncs", "log_bytes"
     );
     let show = |v: &serde_json::Value| match v {
         serde_json::Value::Null => "-".to_string(),
@@ -235,7 +245,7 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             show(&r["pid"]),
             show(&r["up"]),
             show(&r["gpt_digest"]),
-            show(&r["gpt_keys"]),
+            show(&r["rib_keys"]),
             show(&r["fib_entries"]),
             show(&r["resyncs"]),
             show(&r["log_bytes"])
