@@ -185,7 +185,9 @@ impl EngineTables {
             args.seed,
             0,
         );
-        let gpt = Arc::new(sb_setsep::LiveSetSep::new(cluster::build_gpt(&tunnels, 1, args.seed, 0)?));
+        let gpt = Arc::new(sb_setsep::LiveSetSep::new(cluster::build_gpt(
+            &tunnels, 1, args.seed, 0,
+        )?));
         Ok(EngineTables {
             tunnels,
             gpt,

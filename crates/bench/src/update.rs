@@ -228,7 +228,12 @@ fn cluster(a: &Args) -> Result<Value> {
         let cluster_kops = acked as f64 / slowest / 1e3;
         // Propagation at 10% of that rate, one update per request.
         let p = tmp.path().join("paced.csv");
-        inserts_csv(&p, base + a.cluster_updates as u64 + 1, a.paced_updates, a.nodes)?;
+        inserts_csv(
+            &p,
+            base + a.cluster_updates as u64 + 1,
+            a.paced_updates,
+            a.nodes,
+        )?;
         let rate = (cluster_kops * 1e3 * 0.1).max(1.0);
         let v: Value = serde_json::from_str(
             scalebricks(&s(&[
@@ -267,7 +272,10 @@ fn cluster(a: &Args) -> Result<Value> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    ensure!(a.keys >= 2 && a.updates >= 1, "--keys and --updates must be positive");
+    ensure!(
+        a.keys >= 2 && a.updates >= 1,
+        "--keys and --updates must be positive"
+    );
     let mut rows = Vec::new();
     for &b in &a.batch {
         ensure!(b >= 1, "batch sizes must be at least 1");

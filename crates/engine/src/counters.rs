@@ -65,7 +65,8 @@ pub enum Drop {
     NotGpdu,
     /// An IPv4, IPv6 or ARP frame on the fabric: traffic between the nodes' own kernels (the
     /// control plane's UDP between fabric addresses), not a fabric frame. The kernel has its
-    /// own copy; the engine leaves it alone.
+    /// own copy; the engine leaves it alone and counts it in [`PortCounters::host`], not as a
+    /// drop.
     Host,
 }
 
@@ -126,6 +127,9 @@ pub struct PortCounters {
     pub to_fabric: u64,
     /// Frames received here and dropped (all reasons).
     pub dropped: u64,
+    /// Frames left to the node's own kernel ([`Drop::Host`]: the control plane's traffic on
+    /// the fabric), counted here and not as drops.
+    pub host: u64,
 }
 
 /// Counters of one engine. Plain integers: each worker has its own, [`Counters::add`] sums.
@@ -166,6 +170,10 @@ impl Counters {
     #[inline]
     pub fn drop(&mut self, port: PortId, why: Drop) {
         let p = port as usize;
+        if why == Drop::Host {
+            self.ports[p].host += 1;
+            return;
+        }
         self.ports[p].dropped += 1;
         match why {
             Drop::Malformed(e) => self.malformed[e.index()] += 1,
@@ -195,6 +203,7 @@ impl Counters {
             a.tx += b.tx;
             a.to_fabric += b.to_fabric;
             a.dropped += b.dropped;
+            a.host += b.host;
             for i in 0..N_DROPS {
                 self.drops[p][i] += other.drops[p][i];
             }

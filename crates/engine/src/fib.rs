@@ -95,8 +95,8 @@ impl CuckooFib {
         room: usize,
         entries: impl ExactSizeIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(sb_cuckoo::Writer, CuckooFib), FibError> {
-        let (w, r) = cuckoo_table_with_room(key_bytes, value_bytes, seed, room, entries)?
-            .into_concurrent();
+        let (w, r) =
+            cuckoo_table_with_room(key_bytes, value_bytes, seed, room, entries)?.into_concurrent();
         Ok((w, CuckooFib { reader: r }))
     }
 

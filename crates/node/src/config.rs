@@ -182,7 +182,9 @@ impl NodeFile {
             parse_mac(&p.mac)?;
             parse_mac(&p.peer_mac)?;
         }
-        if self.arch()? == sb_engine::Arch::ScaleBricks && self.gpt.is_none() && self.control.is_none()
+        if self.arch()? == sb_engine::Arch::ScaleBricks
+            && self.gpt.is_none()
+            && self.control.is_none()
         {
             return bad("the scalebricks architecture needs a gpt file or a control plane".into());
         }

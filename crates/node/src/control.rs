@@ -60,7 +60,9 @@ pub enum ControlError {
     #[error(transparent)]
     Wal(#[from] sb_wal::WalError),
     /// The GPT was not assembled in time.
-    #[error("not ready after {0:?}: the GPT or FIB slices from other nodes are missing (are they up?)")]
+    #[error(
+        "not ready after {0:?}: the GPT or FIB slices from other nodes are missing (are they up?)"
+    )]
     NotReady(Duration),
 }
 
@@ -105,7 +107,8 @@ pub fn new_spec(cluster_id: u64, nodes: u16, seed: u64, capacity: u64) -> Cluste
 /// Reads the cluster's control spec.
 pub fn read_spec(path: &Path) -> Result<ClusterSpec, ControlError> {
     let text = std::fs::read_to_string(path).map_err(io_err(path))?;
-    serde_json::from_str(&text).map_err(|e| ControlError::Invalid(format!("{}: {e}", path.display())))
+    serde_json::from_str(&text)
+        .map_err(|e| ControlError::Invalid(format!("{}: {e}", path.display())))
 }
 
 /// Writes the spec readable by its owner only (it holds the cluster's key).
@@ -352,8 +355,7 @@ pub fn run(
                     Event::FibInsert { key, value } => dp.fib_insert(&key, &value),
                     Event::FibRemove { key } => dp.fib_remove_later(key, Instant::now()),
                     Event::GptDelta(d) => {
-                        if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
-                        {
+                        if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                             if let Err(e) = g.apply_owner_delta(&d) {
                                 tracing_warn(&format!("GPT delta refused: {e}"));
                             }
@@ -364,8 +366,7 @@ pub fn run(
                             Some(Arc::new(LiveSetSep::new(*g)));
                     }
                     Event::GptPiece(p) => {
-                        if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
-                        {
+                        if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                             if let Err(e) = g.install_piece(&p) {
                                 tracing_warn(&format!("GPT piece refused: {e}"));
                             }

@@ -166,15 +166,14 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
             cfg.uplink_table.display()
         )));
     }
-    let t =
-        sb_engine::fib::cuckoo_table_with_room(
-            4,
-            sb_engine::lte::UPLINK_VALUE_BYTES,
-            cfg.seed,
-            room,
-            up_e.iter(),
-        )
-            .map_err(|e| NodeError::Tables(e.to_string()))?;
+    let t = sb_engine::fib::cuckoo_table_with_room(
+        4,
+        sb_engine::lte::UPLINK_VALUE_BYTES,
+        cfg.seed,
+        room,
+        up_e.iter(),
+    )
+    .map_err(|e| NodeError::Tables(e.to_string()))?;
     let (uplink_entries, uplink_bytes) = (t.len(), t.memory_bytes());
     let (uplink_writer, uplink) = t.into_concurrent();
     let (fib_entries, fib_bytes) = fib.sizes();

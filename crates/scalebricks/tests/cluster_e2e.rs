@@ -69,7 +69,10 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
     let t0 = Instant::now();
     loop {
         let st = c.status();
-        assert_eq!(st["nodes"][1]["netns"], format!("{}-node1", c.prefix));
+        assert_eq!(
+            st["cluster"]["nodes"][1]["netns"],
+            format!("{}-node1", c.prefix)
+        );
         let e0 = &st["node_status"][0]["engine"];
         let e1 = &st["node_status"][1]["engine"];
         if e1["ports"]["ran"]["tx"] == 5000 {

@@ -102,7 +102,10 @@ fn flows_move_between_nodes_under_traffic_without_a_miss() {
         .collect();
     let mut csv = String::from("op,ue,teid,enb,node\n");
     for m in &moved {
-        csv.push_str(&format!("change,{},{},{},{}\n", m.ue, m.teid, m.enb, m.node));
+        csv.push_str(&format!(
+            "change,{},{},{},{}\n",
+            m.ue, m.teid, m.enb, m.node
+        ));
     }
     let upd = c.dir.join("moves.csv");
     std::fs::write(&upd, csv).unwrap();
@@ -190,7 +193,10 @@ fn flows_move_between_nodes_under_traffic_without_a_miss() {
             }
         }
     }
-    assert!(old_n > 0 && new_n > 0, "old {old_n} new {new_n}: traffic did not span the moves");
+    assert!(
+        old_n > 0 && new_n > 0,
+        "old {old_n} new {new_n}: traffic did not span the moves"
+    );
     // After the moves every replica agrees and answers the new nodes.
     let rows = assert_converged(&c, "after the moves");
     eprintln!(
@@ -290,7 +296,11 @@ fn a_killed_node_recovers_and_the_others_keep_forwarding() {
         .iter()
         .map(|n| u(&n["engine"]["ports"]["ran"]["tx"]))
         .collect();
-    let g = gen(&c, &others, &["--rate", "20000", "--count", "6000", "--to", "0"]);
+    let g = gen(
+        &c,
+        &others,
+        &["--rate", "20000", "--count", "6000", "--to", "0"],
+    );
     std::thread::sleep(Duration::from_millis(1500));
     let after: Vec<u64> = c.status()["node_status"]
         .as_array()
@@ -302,11 +312,21 @@ fn a_killed_node_recovers_and_the_others_keep_forwarding() {
         .filter(|&i| i != victim)
         .map(|i| after[i] - before[i])
         .sum();
-    assert_eq!(delivered, 6000, "gen {g}: delivered {delivered} while node {victim} was down");
+    assert_eq!(
+        delivered, 6000,
+        "gen {g}: delivered {delivered} while node {victim} was down"
+    );
 
     // Restart it: it recovers and the cluster converges; the client finishes.
     let o = run(
-        &["cluster", "restart", "--dir", c.dir(), "--node", &victim.to_string()],
+        &[
+            "cluster",
+            "restart",
+            "--dir",
+            c.dir(),
+            "--node",
+            &victim.to_string(),
+        ],
         &[],
         Duration::from_secs(120),
     );
@@ -325,7 +345,11 @@ fn a_killed_node_recovers_and_the_others_keep_forwarding() {
     let mine = c.dir.join("mine.csv");
     let n_mine = write_flows_file(&mine, &flows, |f| f.node == victim);
     let before = u(&c.status()["node_status"][victim]["engine"]["ports"]["ran"]["tx"]);
-    gen(&c, &mine, &["--rate", "20000", "--count", "2000", "--to", "1"]);
+    gen(
+        &c,
+        &mine,
+        &["--rate", "20000", "--count", "2000", "--to", "1"],
+    );
     std::thread::sleep(Duration::from_millis(1500));
     let after = u(&c.status()["node_status"][victim]["engine"]["ports"]["ran"]["tx"]);
     assert_eq!(after - before, 2000, "{n_mine} flows of node {victim}");

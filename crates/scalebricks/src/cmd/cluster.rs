@@ -9,9 +9,9 @@ use sb_engine::lte::Tunnel;
 use sb_engine::Arch;
 use sb_node::config::{FibBackend, IoBackend, NodeFile, PortFile};
 use sb_node::control::{ControlFile, CONTROL_PORT};
-use std::net::SocketAddr;
 use sb_node::tables;
 use sb_topology::{Cidr, Description, Forwarding, UpOptions};
+use std::net::SocketAddr;
 
 /// Environment variable read by `up`: stop (as if crashed) after node K is complete. For tests.
 pub const ABORT_ENV: &str = "SB_CLUSTER_ABORT_AFTER_NODE";
@@ -183,7 +183,11 @@ fn node_command(exe: &Path, dir: &Path, node: usize) -> Command {
 }
 
 /// One row of `cluster status`: the process and what its counters file says.
-fn node_row(dir: &Path, node: usize, file: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+fn node_row(
+    dir: &Path,
+    node: usize,
+    file: &serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
     let proc = sb_topology::node_process(dir, node)?;
     let mut row = serde_json::json!({
         "node": node,
@@ -379,7 +383,11 @@ pub fn control_addrs(d: &Description) -> Vec<SocketAddr> {
     d.nodes
         .iter()
         .map(|m| {
-            let ip = m.fabric.local.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+            let ip = m
+                .fabric
+                .local
+                .ip()
+                .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
             SocketAddr::from((ip, CONTROL_PORT))
         })
         .collect()
@@ -407,11 +415,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     if a.control == OnOff::On && engine && !control {
         eprintln!("note: no control plane for {arch} with this FIB (it runs scalebricks with the cuckoo FIB); tables are fixed");
     }
-    let capacity = a
-        .capacity
-        .unwrap_or((tunnels.len() as u64 * 2).max(65_536));
+    let capacity = a.capacity.unwrap_or((tunnels.len() as u64 * 2).max(65_536));
     if capacity < tunnels.len() as u64 {
-        bail!("--capacity {capacity} is below the {} initial flows", tunnels.len());
+        bail!(
+            "--capacity {capacity} is below the {} initial flows",
+            tunnels.len()
+        );
     }
     let exe = std::env::current_exe().context("cannot find our own executable")?;
     let spawn = move |d: &Description, node: usize| node_command(&exe, &d.dir, node);

@@ -51,7 +51,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = sb_node::control::read_spec(&spec_path)
         .with_context(|| "the cluster runs without a control plane (cluster up --control on)")?;
     if a.node >= d.nodes.len() {
-        bail!("--node {}: the cluster has nodes 0..{}", a.node, d.nodes.len());
+        bail!(
+            "--node {}: the cluster has nodes 0..{}",
+            a.node,
+            d.nodes.len()
+        );
     }
     let most = sb_control::client::max_updates(spec.key_bytes, spec.value_bytes);
     anyhow::ensure!(
