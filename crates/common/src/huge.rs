@@ -9,9 +9,9 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use crate::pages::PageInfo;
 
@@ -288,7 +288,10 @@ mod tests {
         a.fill(1);
         let info = a.page_info();
         assert!(!info.thp_advised);
-        assert_eq!(info.huge_bytes, 0, "MADV_NOHUGEPAGE array on 2 MB pages: {info:?}");
+        assert_eq!(
+            info.huge_bytes, 0,
+            "MADV_NOHUGEPAGE array on 2 MB pages: {info:?}"
+        );
         assert_eq!(info.label(), "4K");
     }
 }

@@ -382,7 +382,10 @@ VmFlags: rd wr sh mr mw me ms de ht sd
         assert_eq!(all.mappings, 3);
         assert_eq!(all.resident, (132 << 10) + (8 << 20) + (4 << 20));
         assert_eq!(all.page_info().huge_bytes, 8 << 20);
-        assert_eq!(parse_smaps(SAMPLE, &[(0x1000, 0x1000)]), SmapsPages::default());
+        assert_eq!(
+            parse_smaps(SAMPLE, &[(0x1000, 0x1000)]),
+            SmapsPages::default()
+        );
         assert_eq!(parse_smaps(SAMPLE, &[]), SmapsPages::default());
     }
 

@@ -243,7 +243,9 @@ mod tests {
         // 2^18 slots of 24+ bytes: the bucket array is a large, 2 MB-aligned allocation.
         let r = large_ranges();
         assert!(!r.is_empty());
-        assert!(r.iter().all(|&(a, l)| a % (2 << 20) == 0 && l % (2 << 20) == 0));
+        assert!(r
+            .iter()
+            .all(|&(a, l)| a % (2 << 20) == 0 && l % (2 << 20) == 0));
         drop(t);
     }
 }

@@ -140,12 +140,7 @@ pub fn choose_pages(
         }
         None => match huge.mounts.first() {
             Some(m) => m.clone(),
-            None => {
-                return (
-                    None,
-                    "no hugetlbfs mount of 2 MB pages: --no-huge".into(),
-                )
-            }
+            None => return (None, "no hugetlbfs mount of 2 MB pages: --no-huge".into()),
         },
     };
     if huge.free * 2 < mem_mb as u64 {
@@ -261,7 +256,10 @@ pub fn memory_pages() -> std::io::Result<(sb_common::PageInfo, Vec<u64>)> {
     let mut sizes: Vec<u64> = segs.iter().map(|s| s.page_size).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    Ok((sb_common::pages::measure_ranges(&ranges)?.page_info(), sizes))
+    Ok((
+        sb_common::pages::measure_ranges(&ranges)?.page_info(),
+        sizes,
+    ))
 }
 
 #[cfg(test)]
@@ -298,7 +296,10 @@ nodev /run/scalebricks-huge hugetlbfs rw,relatime 0 0
             free: 512,
             mounts: vec![mnt.clone()],
         };
-        assert_eq!(choose_pages(EalPages::Auto, 1024, &ok, None).0, Some(mnt.clone()));
+        assert_eq!(
+            choose_pages(EalPages::Auto, 1024, &ok, None).0,
+            Some(mnt.clone())
+        );
         assert_eq!(
             choose_pages(EalPages::Auto, 1024, &ok, Some(&mnt)).0,
             Some(mnt.clone())
@@ -322,6 +323,16 @@ nodev /run/scalebricks-huge hugetlbfs rw,relatime 0 0
     fn eal_starts_without_hugepages() {
         super::eal_init(256).expect("EAL init");
         super::eal_init(256).expect("second init is a no-op");
+        let st = super::eal_started().expect("started");
+        assert!(!st.hugepages(), "{st:?}");
+        // --no-huge memory: DPDK reports 4 KB pages and smaps finds no hugetlbfs page in it.
+        let (info, sizes) = super::memory_pages().unwrap();
+        assert_eq!(sizes, vec![4096]);
+        assert!(
+            info.bytes > 0 && info.hugetlb_bytes == 0,
+            "{}",
+            info.detail()
+        );
         // The EAL pins its main thread to lcore 0; the shim must give the CPU set back.
         let n = std::thread::available_parallelism()
             .map(|n| n.get())
