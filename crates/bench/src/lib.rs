@@ -21,4 +21,5 @@ pub mod gpt;
 pub mod io;
 pub mod latency;
 pub mod node;
+pub mod pages;
 pub mod plot;
