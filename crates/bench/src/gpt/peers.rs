@@ -164,6 +164,11 @@ impl PtrHashValues {
         }
     }
 
+    /// The address of the packed value array (every lookup reads it): where to measure pages.
+    pub fn values_addr(&self) -> usize {
+        self.values.words.as_ptr() as usize
+    }
+
     /// Bytes of the hash function and the value array.
     pub fn bytes(&self) -> usize {
         self.mphf.mem_size(SizeFlags::default()) + self.values.bytes()
