@@ -57,20 +57,52 @@ def med(xs):
     return statistics.median(xs) if xs else None
 def fmt(x, d=2):
     return "-" if x is None else f"{x:.{d}f}"
-print("| bench | keys | hits | pages asked | DPDK EAL | structure | page_size (measured) | lookup Mops (batch 32) | single Mops | insert/build M/s | updates K/s | runs |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-for g, docs in sorted(groups.items()):
+def key(g):
+    m = re.match(r"(fib|gpt)-n(\d+)(?:-h(\d+))?-(\w+)", g)
+    return (m.group(1), int(m.group(2)), -int(m.group(3) or 0), m.group(4))
+print("| bench | keys | hits | `--pages` | DPDK EAL | structure | page_size (measured) | lookup Mops/CPU-s (batched) | lookup Mops/wall-s (batched) | single Mops | insert / build M/s | updates K/s | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for g in sorted(groups, key=key):
+    docs = groups[g]
     p0 = docs[0]["params"]
     eal = p0.get("dpdk_eal") or {}
-    ealtxt = "hugepages" if eal.get("hugepages") else "--no-huge"
+    ealtxt = "2 MB hugepages" if eal.get("hugepages") else "`--no-huge`"
     for row in docs[0]["results"]:
         rows = [next(x for x in d["results"] if x["name"] == row["name"]) for d in docs]
         pages = "/".join(sorted({x["page_size"] for x in rows}))
         if g.startswith("fib"):
             print(f"| fib | {p0['entries']} | {int(p0['hit_ratio']*100)}% | {p0['pages']} | {ealtxt} | {row['name']} | {pages} | "
-                  f"{fmt(med([x['lookup_mops'] for x in rows]))} | - | {fmt(med([x['insert_mops'] for x in rows]))} | - | {len(rows)} |")
+                  f"{fmt(med([x['lookup_mops_cpu'] for x in rows]))} | {fmt(med([x['lookup_mops'] for x in rows]))} | - | {fmt(med([x['insert_mops'] for x in rows]))} | - | {len(rows)} |")
         else:
-            print(f"| gpt | {p0['keys']} | - | {p0['pages']} | {ealtxt} | {row['name']} | {pages} | "
+            print(f"| gpt | {p0['keys']} | - | {p0['pages']} | {ealtxt} | {row['name']} | {pages} | - | "
                   f"{fmt(med([x.get('lookup_mops_batched') for x in rows]))} | {fmt(med([x.get('lookup_mops_single') for x in rows]))} | "
                   f"{fmt(med([x.get('build_mkeys_per_s') for x in rows]))} | {fmt(med([x.get('update_kops') for x in rows]), 1)} | {len(rows)} |")
+# ratios per run, medians
+print()
+def ratio_lines():
+    for g in sorted(groups, key=key):
+        docs = groups[g]
+        p0 = docs[0]["params"]
+        if g.startswith("fib"):
+            rs = {}
+            for d in docs:
+                r = {x["name"]: x for x in d["results"]}
+                o = r.get("scalebricks-cuckoo")
+                for peer in ["dpdk-rte_hash", "libcuckoo"]:
+                    if o and peer in r:
+                        rs.setdefault(peer, []).append((o["lookup_mops_cpu"] / r[peer]["lookup_mops_cpu"], o["lookup_mops"] / r[peer]["lookup_mops"], o["insert_mops"] / r[peer]["insert_mops"]))
+            for peer, v in rs.items():
+                print(f"- fib {p0['entries']} hits {int(p0['hit_ratio']*100)}% --pages {p0['pages']}: ours/{peer} batched lookup per CPU-s "
+                      + ", ".join(f"{a:.2f}" for a,_,_ in v) + f" (median {statistics.median(a for a,_,_ in v):.2f}x); per wall-s median {statistics.median(b for _,b,_ in v):.2f}x; insert median {statistics.median(c for _,_,c in v):.2f}x")
+        else:
+            v = []
+            for d in docs:
+                r = {x["name"]: x for x in d["results"]}
+                s, e, x = r.get("setsep-16+8"), r.get("dpdk-efd"), r.get("sux-vfunc")
+                if s and e and e.get("lookup_mops_batched"):
+                    v.append((s["lookup_mops_batched"] / e["lookup_mops_batched"], s["build_mkeys_per_s"] / e["build_mkeys_per_s"], s["update_kops"] / e["update_kops"], s["lookup_mops_batched"] / x["lookup_mops_batched"] if x and x.get("lookup_mops_batched") else None))
+            if v:
+                print(f"- gpt {p0['keys']} --pages {p0['pages']}: setsep-16+8/EFD batched lookup " + ", ".join(f"{a[0]:.2f}" for a in v)
+                      + f" (median {statistics.median(a[0] for a in v):.2f}x); build median {statistics.median(a[1] for a in v):.1f}x; updates median {statistics.median(a[2] for a in v):.2f}x; batched vs sux median {statistics.median(a[3] for a in v if a[3]):.2f}x")
+ratio_lines()
 PY
