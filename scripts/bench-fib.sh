@@ -2,11 +2,17 @@
 # Partial FIB benchmark (issue 3): our cuckoo table against DPDK rte_hash, libcuckoo, hashbrown
 # and dashmap. Installs the peers' Debian packages, builds with every peer, runs each
 # configuration RUNS times (default 3) and prints the per-row medians as a Markdown table.
-# Raw JSON goes to target/bench-fib/. Usage: scripts/bench-fib.sh [quick|targets]
+# Raw JSON goes to target/bench-fib/ (target/bench-fib-4k/ for PAGES=4k).
+# PAGES=2m (default): our arrays on 2 MB pages, and as root each run gets 2 MB hugepages
+# reserved and mounted by scripts/hugepages.sh (undone after the run) so DPDK runs on them too;
+# PAGES=4k: the control, no huge pages for anyone (`--pages 4k`). Every row's page is measured.
+# Usage: scripts/bench-fib.sh [quick|targets]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
+PAGES=${PAGES:-2m}
 OUT=target/bench-fib
+[ "$PAGES" = 2m ] || OUT=target/bench-fib-$PAGES
 mkdir -p "$OUT"
 if [ "$(id -u)" = 0 ] || command -v sudo >/dev/null; then
     scripts/install-peers.sh
@@ -41,13 +47,35 @@ if [ "${1:-}" = quick ]; then
   RUNS=1
 fi
 
+# MB of 2 MB hugepages a run needs: rte_hash's ~132 bytes per slot (twice with --max-load) and
+# 256 MB of EAL margin; none for PAGES=4k.
+huge_mb() {
+  local entries=1048576 load=0.9 tables=1
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --entries) entries=$2; shift ;;
+      --load) load=$2; shift ;;
+      --max-load) tables=2 ;;
+    esac
+    shift
+  done
+  python3 -c "print(int($entries / $load * 136 * $tables / 2**20) + 320)"
+}
+run_fib() {
+  if [ "$PAGES" = 2m ]; then
+    scripts/hugepages.sh "$(huge_mb "$@")" "$BIN" fib "$@"
+  else
+    "$BIN" fib "$@"
+  fi
+}
+
 for c in "${CONFIGS[@]}"; do
   name=${c%%|*}
   args=${c#*|}
   for r in $(seq 1 "$RUNS"); do
-    echo "== $name run $r: scalebricks-bench fib $args --json" >&2
+    echo "== $name run $r: scalebricks-bench fib $args --pages $PAGES --json" >&2
     # shellcheck disable=SC2086
-    "$BIN" fib $args --json > "$OUT/$name.$r.json"
+    run_fib $args --pages "$PAGES" --json > "$OUT/$name.$r.json"
   done
 done
 
@@ -60,7 +88,9 @@ fields = ["lookup_mops", "lookup_mops_cpu", "insert_mops", "bytes_per_entry", "m
 for c in configs:
     name, args = c.split("|", 1)
     docs = [json.load(open(f"{out}/{name}.{r}.json")) for r in range(1, runs + 1)]
-    print(f"\n### {name}\n\n`scalebricks-bench fib {args} --json` (median of {runs})\n")
+    eal = docs[0]["params"].get("dpdk_eal") or {}
+    print(f"\n### {name}\n\n`scalebricks-bench fib {args} --pages {docs[0]['params'].get('pages')} --json` (median of {runs}; "
+          f"DPDK {'on hugepages' if eal.get('hugepages') else 'without hugepages'})\n")
     print("| structure | " + " | ".join(fields) + " | page | wrong (verify) |")
     print("|---" * (len(fields) + 3) + "|")
     for row in docs[0]["results"]:

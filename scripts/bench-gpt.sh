@@ -10,6 +10,9 @@
 #   OUT=out/bench-gpt   BATCH=32   KEY_BYTES=13   UPDATES=200000
 #   PEERS=setsep,dpdk-efd,sux-vfunc,ptr_hash,hashbrown   (the one-thread runs)
 #   KEEP=1   keeps the runs already under $OUT (to add sizes to a table in several steps)
+#   PAGES=2m (default: SetSep on 2 MB pages and, as root, each run gets 2 MB hugepages reserved
+#            and mounted by scripts/hugepages.sh, undone after it, so DPDK EFD runs on them)
+#         or 4k (the control: `--pages 4k`, no huge pages for anyone); rows' pages are measured
 # Runs with more than one thread time only the structures that build in parallel
 # (SetSep, sux VFunc, ptr_hash); the one-thread runs time everything.
 #
@@ -28,6 +31,7 @@ KEY_BYTES=${KEY_BYTES:-13}
 UPDATES=${UPDATES:-200000}
 PEERS=${PEERS:-setsep,dpdk-efd,sux-vfunc,ptr_hash,hashbrown}
 KEEP=${KEEP:-0}
+PAGES=${PAGES:-2m}
 
 step() { printf '==> %s\n' "$*" >&2; }
 
@@ -54,9 +58,12 @@ for n in $SIZES; do
             for r in $(seq 1 "$RUNS"); do
                 f="$OUT/run-n$n-v$v-t$t-r$r.json"
                 step "keys=$n value_bits=$v threads=$t run $r/$RUNS -> $f"
-                "$BIN" gpt --keys "$n" --value-bits "$v" --threads "$t" \
+                # EFD's EAL memory (sb_peers::dpdk::efd::mem_mb_for) plus a margin.
+                mb=0
+                [ "$PAGES" = 2m ] && mb=$((n * (KEY_BYTES + 24) * 3 / 1048576 + 320))
+                scripts/hugepages.sh "$mb" "$BIN" gpt --keys "$n" --value-bits "$v" --threads "$t" \
                     --batch "$BATCH" --key-bytes "$KEY_BYTES" --updates "$updates" \
-                    --peers "$peers" --seed "$r" --json > "$f.tmp"
+                    --peers "$peers" --seed "$r" --pages "$PAGES" --json > "$f.tmp"
                 mv "$f.tmp" "$f"
             done
         done

@@ -70,6 +70,11 @@ pub struct Args {
     /// Only these structures (comma separated row names).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Pages: `2m` (our arrays and libcuckoo's advised for 2 MB pages; DPDK on 2 MB hugepages
+    /// when reserved and mounted, see scripts/hugepages.sh) or `4k` (the control: no huge pages
+    /// for anyone). Every row's `page_size` is measured either way.
+    #[arg(long, value_enum, default_value_t = crate::pages::Pages::TwoM)]
+    pages: crate::pages::Pages,
 }
 
 pub fn run(mut a: Args) -> anyhow::Result<()> {
@@ -83,6 +88,7 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     anyhow::ensure!(a.load > 0.0 && a.load <= 1.0, "load must be in (0, 1]");
     anyhow::ensure!(a.batch >= 1, "batch must be at least 1");
     anyhow::ensure!(a.lookups >= a.batch, "need at least one batch of lookups");
+    a.pages.apply();
     let w = Workload::new(
         a.entries,
         a.key_bytes,
@@ -120,13 +126,16 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
 
     #[cfg(feature = "dpdk")]
     if want("dpdk-rte_hash") {
-        // About 112 bytes of EAL memory per entry (buckets, key store, RCU defer queue); the
-        // max-load table lives next to the main one.
+        // About 112 bytes of EAL memory per entry (buckets, key store, RCU defer queue) plus
+        // the value slot and its free-list entry; the max-load table lives next to the main one.
         let tables = if a.max_load { 2 } else { 1 };
-        let mem_mb = ((cap.max(a.entries) as u64 * 112 * tables) >> 20) as u32 + 256;
-        sb_peers::dpdk::eal_init(mem_mb).map_err(|e| anyhow::anyhow!("DPDK EAL: {e}"))?;
+        let per = 112 + a.value_bytes as u64 + 4;
+        let mem_mb = ((cap.max(a.entries) as u64 * per * tables) >> 20) as u32 + 256;
+        let eal = a.pages.start_eal(mem_mb)?;
         let mut t = structs::rte::Rte::new(a.key_bytes, a.value_bytes, cap, a.batch)?;
         let mut row = measure(&mut t, &w, &a);
+        let (_, detail) = crate::pages::dpdk(&eal);
+        row["page_detail"] = json!(detail);
         if a.max_load {
             let m = structs::rte::Rte::new(a.key_bytes, a.value_bytes, a.entries, a.batch)?;
             row["max_load_factor"] = json!(max_load(m, &w));
@@ -135,7 +144,7 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
             let rd = t.h.reader()?;
             mixed(
                 structs::rte::RteWriter(t.h),
-                structs::rte::RteReader(rd),
+                structs::rte::RteReader(rd, a.batch == 1),
                 &w,
                 &a,
                 &mut row,
@@ -197,6 +206,7 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
             "load": a.load, "batch": a.batch, "hit_ratio": a.hit_ratio, "zipf": a.zipf,
             "mixed": a.mixed, "max_load": a.max_load, "lookups": a.lookups, "slots_per_bucket": a.slots,
             "seed": a.seed, "capacity": cap, "machine": machine(),
+            "pages": a.pages.name(), "dpdk_eal": crate::pages::eal_started_json(),
         },
         "results": rows,
         "notes": notes,
@@ -310,6 +320,7 @@ fn measure<T: Fib>(t: &mut T, w: &Workload, a: &Args) -> Value {
     let lookup_s = start.elapsed().as_secs_f64();
     let lookup_cpu_s = (thread_cpu_ns() - cpu0) as f64 / 1e9;
     let cap = t.capacity();
+    let (page_size, page_detail) = crate::pages::label(t.pages());
     json!({
         "name": t.name(),
         "lookup_mops": done as f64 / lookup_s / 1e6,
@@ -317,7 +328,8 @@ fn measure<T: Fib>(t: &mut T, w: &Workload, a: &Args) -> Value {
         "insert_mops": w.n as f64 / insert_s / 1e6,
         "bytes_per_entry": t.memory_bytes() as f64 / w.n as f64,
         "max_load_factor": Value::Null,
-        "page_size": t.page_size(),
+        "page_size": page_size,
+        "page_detail": page_detail,
         "batched": t.batched() && b > 1,
         "capacity": cap,
         "load": cap.map(|c| w.n as f64 / c as f64),

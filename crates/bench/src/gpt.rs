@@ -31,6 +31,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use sb_common::pages::MapSnapshot;
 use sb_setsep::{BuildOptions, Config, SetSep, Updatable};
 use serde::Serialize;
 
@@ -78,6 +79,11 @@ pub struct Args {
     /// Print the JSON object (otherwise a table).
     #[arg(long)]
     json: bool,
+    /// Pages: `2m` (SetSep's arrays advised for 2 MB pages; DPDK EFD on 2 MB hugepages when
+    /// reserved and mounted, see scripts/hugepages.sh) or `4k` (the control: SetSep's arrays
+    /// `MADV_NOHUGEPAGE`, DPDK `--no-huge`). Every row's `page_size` is measured either way.
+    #[arg(long, value_enum, default_value_t = crate::pages::Pages::TwoM)]
+    pages: crate::pages::Pages,
 }
 
 /// One result row; the field names are the JSON's.
@@ -95,7 +101,10 @@ struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     update_kops_single: Option<f64>,
     fallback_ratio: Option<f64>,
+    /// Measured from `/proc/self/smaps` over the structure's mappings: `2M`, `4K`, `mixed (..)`.
     page_size: String,
+    /// How: bytes measured and their shares on hugetlbfs, THP and 4 KB pages.
+    page_detail: String,
     correct: bool,
     wrong: u64,
     note: String,
@@ -285,6 +294,13 @@ fn measure(s: &impl Lookup, w: &Work, name: &str) -> LookupResult {
     }
 }
 
+/// `(page_size, page_detail)` of the mappings that appeared since `snap` (a structure whose
+/// crate keeps its arrays private, measured right after it was built).
+fn new_mappings(snap: &MapSnapshot) -> (String, String) {
+    let (l, d) = crate::pages::label(crate::pages::measured(snap.measure_new()));
+    (l, format!("{d} (mappings new since the build started)"))
+}
+
 fn rate_m(n: usize, secs: f64) -> f64 {
     n as f64 / secs.max(1e-9) / 1e6
 }
@@ -346,7 +362,7 @@ fn run_setsep(w: &Work, config: Config, threads: usize, seed: u64) -> anyhow::Re
     } else {
         st.fallback_keys as f64 / n as f64
     });
-    row.page_size = st.page_info.label();
+    (row.page_size, row.page_detail) = crate::pages::label(Some(st.page_info));
     eprintln!(
         "  built in {el:.2}s: {:.3} bits/key, {} fallback keys, pages {}",
         st.bits_per_key, st.fallback_keys, row.page_size
@@ -420,14 +436,15 @@ fn run_sux(w: &Work, threads: usize, seed: u64) -> anyhow::Result<Row> {
     let mut row = Row {
         name: "sux-vfunc".into(),
         build_threads: threads,
-        page_size: "4K".into(),
         note: "no batch API: batched = single lookups in batches".into(),
         ..Row::default()
     };
     eprintln!("sux-vfunc: building ({threads} thread(s))");
+    let snap = MapSnapshot::take()?;
     let t = Instant::now();
     let s = peers::SuxVFunc::build(&w.keys, &w.values, threads, seed).context("sux VFunc build")?;
     row.build_mkeys_per_s = Some(rate_m(n, t.elapsed().as_secs_f64()));
+    (row.page_size, row.page_detail) = new_mappings(&snap);
     row.bits_per_key = Some(s.bytes() as f64 * 8.0 / n.max(1) as f64);
     let l = measure(&s, w, &row.name);
     finish(&mut row, l, n);
@@ -439,8 +456,7 @@ fn run_ptr_hash(w: &Work, threads: usize) -> anyhow::Result<Row> {
     let mut row = Row {
         name: "ptr_hash".into(),
         build_threads: threads,
-        page_size: "4K".into(),
-        note: "minimal perfect hash (default params, XXH3-128 key hash) + packed V-bit array; batched = index_batch of 16".into(),
+        note: peers::PTR_HASH_NOTE.into(),
         ..Row::default()
     };
     eprintln!("ptr_hash: building ({threads} thread(s))");
@@ -451,6 +467,11 @@ fn run_ptr_hash(w: &Work, threads: usize) -> anyhow::Result<Row> {
     let t = Instant::now();
     let s = pool.install(|| peers::PtrHashValues::build(&w.keys, &w.values, w.value_bits));
     row.build_mkeys_per_s = Some(rate_m(n, t.elapsed().as_secs_f64()));
+    // PtrHash keeps its pilot and remap arrays private: the mapping of our value array.
+    let (l, d) = crate::pages::label(crate::pages::measured(
+        sb_common::pages::measure_mappings_holding(&[s.values_addr()]),
+    ));
+    (row.page_size, row.page_detail) = (l, format!("{d} (the mapping holding its value array)"));
     row.bits_per_key = Some(s.bytes() as f64 * 8.0 / n.max(1) as f64);
     let l = measure(&s, w, &row.name);
     finish(&mut row, l, n);
@@ -462,14 +483,15 @@ fn run_hashbrown(w: &Work) -> anyhow::Result<Row> {
     let mut row = Row {
         name: "hashbrown".into(),
         build_threads: 1,
-        page_size: "4K".into(),
         note: "HashMap<Box<[u8]>, u16> storing the keys; no batch API: batched = single lookups in batches; updates = insert".into(),
         ..Row::default()
     };
     eprintln!("hashbrown: building");
+    let snap = MapSnapshot::take()?;
     let t = Instant::now();
     let mut s = peers::HashbrownMap::build(&w.keys, &w.values);
     row.build_mkeys_per_s = Some(rate_m(n, t.elapsed().as_secs_f64()));
+    (row.page_size, row.page_detail) = new_mappings(&snap);
     row.bits_per_key = Some(s.bytes() as f64 * 8.0 / n.max(1) as f64);
     let l = measure(&s, w, &row.name);
     if l.wrong == 0 && !w.updates.is_empty() {
@@ -484,24 +506,35 @@ fn run_hashbrown(w: &Work) -> anyhow::Result<Row> {
 }
 
 #[cfg(feature = "dpdk")]
-fn run_efd(w: &Work) -> anyhow::Result<Option<Row>> {
-    run_efd_row(w).map(Some)
+fn run_efd(w: &Work, pages: crate::pages::Pages) -> anyhow::Result<Option<Row>> {
+    run_efd_row(w, pages).map(Some)
 }
 
 #[cfg(feature = "dpdk")]
-fn run_efd_row(w: &Work) -> anyhow::Result<Row> {
+fn run_efd_row(w: &Work, pages: crate::pages::Pages) -> anyhow::Result<Row> {
     use sb_peers::dpdk::efd::{Efd, EfdError};
     let n = w.n();
     let kb = w.keys.first().map_or(13, |k| k.len());
     let mut row = Row {
         name: "dpdk-efd".into(),
         build_threads: 1,
-        page_size: "4K".into(),
         ..Row::default()
     };
     let vbits = Efd::value_bits();
+    let eal = pages.start_eal(sb_peers::dpdk::efd::mem_mb_for(n, kb))?;
+    let eal_pages = if eal["hugepages"].as_bool() == Some(true) {
+        format!(
+            "EAL on 2 MB hugepages ({})",
+            eal["why"].as_str().unwrap_or("")
+        )
+    } else {
+        format!(
+            "EAL without hugepages ({})",
+            eal["why"].as_str().unwrap_or("")
+        )
+    };
     row.note = format!(
-        "Debian DPDK EFD, RTE_EFD_VALUE_NUM_BITS={vbits} (values masked to {} bits); EAL started with --force-max-simd-bitwidth=128 because its AVX2 lookup path answers ~75% wrong on this machine; no hugepages (4 KB pages); bits/key = online table only (rte_efd.h formula; the offline key store is extra); build = one rte_efd_update per key; batched = rte_efd_lookup_bulk in bursts of {}; updates = rte_efd_update with a new value",
+        "Debian DPDK EFD, RTE_EFD_VALUE_NUM_BITS={vbits} (values masked to {} bits); EAL started with --force-max-simd-bitwidth=128 because its AVX2 lookup path answers ~75% wrong on this machine; {eal_pages}; bits/key = online table only (rte_efd.h formula; the offline key store is extra); build = one rte_efd_update per key; batched = rte_efd_lookup_bulk in bursts of {}; updates = rte_efd_update with a new value",
         w.value_bits,
         Efd::burst_max().min(w.batch)
     );
@@ -533,6 +566,7 @@ fn run_efd_row(w: &Work) -> anyhow::Result<Row> {
     }
     row.build_mkeys_per_s = Some(rate_m(n, t.elapsed().as_secs_f64()));
     row.bits_per_key = Some(peers::efd_online_bytes(n) as f64 * 8.0 / n.max(1) as f64);
+    (row.page_size, row.page_detail) = crate::pages::dpdk(&eal);
     // Bursts of at most RTE_EFD_BURST_MAX: batches larger than that are split by the wrapper.
     let l = measure(&peer, w, &row.name);
     if l.wrong == 0 && !w.updates.is_empty() {
@@ -554,7 +588,7 @@ fn run_efd_row(w: &Work) -> anyhow::Result<Row> {
 }
 
 #[cfg(not(feature = "dpdk"))]
-fn run_efd(_w: &Work) -> anyhow::Result<Option<Row>> {
+fn run_efd(_w: &Work, _pages: crate::pages::Pages) -> anyhow::Result<Option<Row>> {
     eprintln!("dpdk-efd: skipped (scalebricks-bench was built without the `dpdk` feature)");
     Ok(None)
 }
@@ -575,6 +609,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(range) = &a.grow {
         return run_grow(&a, range, configs[0]);
     }
+    a.pages.apply();
     let n_keys = a.keys.context("--keys is required")?;
     let known = ["setsep", "dpdk-efd", "sux-vfunc", "ptr_hash", "hashbrown"];
     let peers: Vec<&str> = a
@@ -601,7 +636,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     rows.push(run_setsep(&w, c, a.threads, a.seed)?);
                 }
             }
-            "dpdk-efd" => rows.extend(run_efd(&w)?),
+            "dpdk-efd" => rows.extend(run_efd(&w, a.pages)?),
             "sux-vfunc" => rows.push(run_sux(&w, a.threads, a.seed)?),
             "ptr_hash" => rows.push(run_ptr_hash(&w, a.threads)?),
             "hashbrown" => rows.push(run_hashbrown(&w)?),
@@ -619,6 +654,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "peers": peers,
         "updates": w.updates.len(),
         "dpdk_feature": cfg!(feature = "dpdk"),
+        "pages": a.pages.name(),
+        "dpdk_eal": crate::pages::eal_started_json(),
         "cpu": cpu_model(),
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "peak_rss_mib": peak_rss_mib(),

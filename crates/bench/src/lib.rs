@@ -21,5 +21,6 @@ pub mod gpt;
 pub mod io;
 pub mod latency;
 pub mod node;
+pub mod pages;
 pub mod plot;
 pub mod update;

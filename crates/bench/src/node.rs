@@ -375,10 +375,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     #[cfg(feature = "dpdk")]
     if a.fib.iter().any(|f| f == "rte_hash") {
         // One EAL per process: size it for the largest table of the run (full duplication
-        // holds every entry; about 112 bytes per slot with its key, value and RCU queues;
-        // tables are freed between rows).
+        // holds every entry; about 112 bytes per slot with its key and RCU queues, plus the
+        // 16-byte value and its 4-byte free-list entry, all in DPDK's heap; tables are freed
+        // between rows).
         let max = a.fib_entries.iter().copied().max().unwrap_or(0) as u64;
-        let mb = (((max * 10 / 9 + 64) * 112) >> 20) as u32 + 512;
+        let mb = (((max * 10 / 9 + 64) * 132) >> 20) as u32 + 512;
         sb_peers::dpdk::eal_init(mb).context("DPDK EAL")?;
     }
     let _ = sb_io::cpu::pin_current_thread(0);

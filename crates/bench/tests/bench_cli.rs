@@ -136,3 +136,49 @@ fn bench_gpt_grow_refuses_a_bad_range() {
         assert!(stderr(&o).contains("--grow"), "{range}: {}", stderr(&o));
     }
 }
+
+/// `bench fib --pages 4k` keeps our table (and libcuckoo's) off 2 MB pages, and every row's
+/// `page_size` is a measurement, with its detail.
+#[test]
+fn bench_fib_pages_are_measured_and_4k_is_a_control() {
+    let fib = |pages: &str| {
+        let o = run(&[
+            "fib",
+            "--entries",
+            "262144",
+            "--lookups",
+            "20000",
+            "--secs",
+            "0.01",
+            "--pages",
+            pages,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["params"]["pages"], pages);
+        j
+    };
+    let small = fib("4k");
+    let rows = small["results"].as_array().unwrap();
+    assert!(rows.len() >= 3, "{small}");
+    for r in rows {
+        let name = r["name"].as_str().unwrap();
+        let page = r["page_size"].as_str().unwrap();
+        let detail = r["page_detail"].as_str().unwrap();
+        assert!(detail.contains("MiB: "), "{name}: {detail}");
+        // Nothing of a 4k run sits on hugetlbfs pages; ours and libcuckoo's are MADV_NOHUGEPAGE.
+        assert!(detail.contains(" 0.0% hugetlbfs"), "{name}: {detail}");
+        if name == "scalebricks-cuckoo" || name == "libcuckoo" {
+            assert_eq!(page, "4K", "{name}: {detail}");
+        }
+        if name == "dpdk-rte_hash" {
+            assert!(detail.contains("EAL --no-huge"), "{detail}");
+            assert_eq!(small["params"]["dpdk_eal"]["hugepages"], false);
+        }
+    }
+    let big = fib("2m");
+    for r in big["results"].as_array().unwrap() {
+        assert_ne!(r["page_size"], "unmeasured", "{r}");
+    }
+}

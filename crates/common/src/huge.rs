@@ -4,15 +4,35 @@
 //! 2 MB aligned and marked with `madvise(MADV_HUGEPAGE)`. [`HugeArray`] does both for arrays of at
 //! least 2 MB, and [`HugeArray::page_info`] reads `/proc/self/smaps` to tell how much of the array
 //! the kernel actually backed with huge pages, so a benchmark can state the page size it ran on.
+//! [`set_huge_advice`]`(false)` makes later arrays `MADV_NOHUGEPAGE` instead (a 4 KB control).
 #![allow(unsafe_code)]
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use crate::pages::PageInfo;
 
 /// The huge page size of x86-64.
 pub const HUGE_PAGE: usize = 2 << 20;
+
+/// Whether new arrays of 2 MB and more are advised for huge pages (the default) or kept off them.
+static ADVISE_HUGE: AtomicBool = AtomicBool::new(true);
+
+/// Sets how [`HugeArray`]s made from now on are advised, process-wide: `true` (the default)
+/// `madvise(MADV_HUGEPAGE)`, `false` `madvise(MADV_NOHUGEPAGE)`, so they stay on 4 KB pages
+/// whatever the system's THP mode (the benchmarks' `--pages 4k` control rows). Arrays already
+/// made keep their advice.
+pub fn set_huge_advice(huge: bool) {
+    ADVISE_HUGE.store(huge, Ordering::Relaxed);
+}
+
+/// Whether new [`HugeArray`]s are advised for huge pages (see [`set_huge_advice`]).
+pub fn huge_advice() -> bool {
+    ADVISE_HUGE.load(Ordering::Relaxed)
+}
 
 /// Types whose all-zero bit pattern is a valid value.
 ///
@@ -45,6 +65,8 @@ pub struct HugeArray<T: Zeroable> {
     len: usize,
     /// Bytes mapped at `ptr` (0 when nothing is mapped).
     map_len: usize,
+    /// Whether the mapping was advised `MADV_HUGEPAGE`.
+    advised: bool,
     _owns: PhantomData<T>,
 }
 
@@ -53,52 +75,21 @@ unsafe impl<T: Zeroable + Send> Send for HugeArray<T> {}
 // SAFETY: shared access only hands out &T.
 unsafe impl<T: Zeroable + Sync> Sync for HugeArray<T> {}
 
-/// What backs an array: how many of its bytes sit on 2 MB pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct PageInfo {
-    /// Bytes of the array.
-    pub bytes: usize,
-    /// Whether the array was advised for huge pages (it is at least 2 MB).
-    pub thp_advised: bool,
-    /// Bytes of the array's mapping the kernel backs with huge pages right now.
-    pub huge_bytes: usize,
-}
-
-impl PageInfo {
-    /// Combines the page information of several arrays of one structure.
-    pub fn merge(self, other: PageInfo) -> PageInfo {
-        PageInfo {
-            bytes: self.bytes + other.bytes,
-            thp_advised: self.thp_advised || other.thp_advised,
-            huge_bytes: self.huge_bytes + other.huge_bytes,
-        }
-    }
-
-    /// A short label for benchmark output: `"2M"` when at least 90% of the bytes sit on huge
-    /// pages, `"4K"` when none do, otherwise `"mixed (NN% 2M)"`.
-    pub fn label(&self) -> String {
-        if self.bytes == 0 || self.huge_bytes == 0 {
-            "4K".to_string()
-        } else if self.huge_bytes * 10 >= self.bytes * 9 {
-            "2M".to_string()
-        } else {
-            format!("mixed ({}% 2M)", self.huge_bytes * 100 / self.bytes)
-        }
-    }
-}
-
-impl fmt::Display for PageInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.label())
-    }
-}
-
 impl<T: Zeroable> HugeArray<T> {
     /// A zeroed array of `len` elements.
     ///
     /// # Panics
     /// If the size overflows or the kernel refuses the mapping (out of memory), like `Vec`.
     pub fn zeroed(len: usize) -> Self {
+        Self::zeroed_advised(len, huge_advice())
+    }
+
+    /// A zeroed array of `len` elements advised `MADV_HUGEPAGE` (`huge`) or `MADV_NOHUGEPAGE`
+    /// when it is at least 2 MB, whatever [`set_huge_advice`] says.
+    ///
+    /// # Panics
+    /// As [`HugeArray::zeroed`].
+    pub fn zeroed_advised(len: usize, huge: bool) -> Self {
         let elem = std::mem::size_of::<T>();
         let bytes = len
             .checked_mul(elem)
@@ -112,6 +103,7 @@ impl<T: Zeroable> HugeArray<T> {
                 ptr: NonNull::dangling(),
                 len,
                 map_len: 0,
+                advised: false,
                 _owns: PhantomData,
             };
         }
@@ -121,6 +113,7 @@ impl<T: Zeroable> HugeArray<T> {
                 ptr: ptr.cast(),
                 len,
                 map_len: bytes,
+                advised: false,
                 _owns: PhantomData,
             };
         }
@@ -139,12 +132,18 @@ impl<T: Zeroable> HugeArray<T> {
                 libc::munmap((start + map_len) as *mut libc::c_void, tail);
             }
             // A failure here only costs speed (the kernel may not do THP at all).
-            libc::madvise(start as *mut libc::c_void, map_len, libc::MADV_HUGEPAGE);
+            let advice = if huge {
+                libc::MADV_HUGEPAGE
+            } else {
+                libc::MADV_NOHUGEPAGE
+            };
+            libc::madvise(start as *mut libc::c_void, map_len, advice);
         }
         HugeArray {
             ptr: NonNull::new(start as *mut T).expect("mmap returned null"),
             len,
             map_len,
+            advised: huge,
             _owns: PhantomData,
         }
     }
@@ -169,19 +168,21 @@ impl<T: Zeroable> HugeArray<T> {
         self.ptr.as_ptr()
     }
 
-    /// How much of this array the kernel backs with huge pages right now.
+    /// How much of this array the kernel backs with huge pages right now, from
+    /// `/proc/self/smaps` (nothing is huge when it cannot be read).
     pub fn page_info(&self) -> PageInfo {
         let bytes = self.bytes();
-        let thp_advised = bytes >= HUGE_PAGE;
-        let huge_bytes = if self.map_len == 0 {
-            0
+        let measured = if self.map_len == 0 {
+            crate::pages::SmapsPages::default()
         } else {
-            smaps_huge_bytes(self.ptr.as_ptr() as usize, self.map_len).min(bytes)
+            crate::pages::measure_ranges(&[(self.ptr.as_ptr() as usize, self.map_len)])
+                .unwrap_or_default()
         };
         PageInfo {
             bytes,
-            thp_advised,
-            huge_bytes,
+            thp_advised: self.advised,
+            huge_bytes: (measured.thp + measured.hugetlb_2m).min(bytes),
+            hugetlb_bytes: measured.hugetlb_2m.min(bytes),
         }
     }
 }
@@ -204,44 +205,6 @@ fn mmap_anon(bytes: usize) -> NonNull<u8> {
         );
     }
     NonNull::new(p as *mut u8).expect("mmap returned null")
-}
-
-/// Sums `AnonHugePages` over the mappings of `/proc/self/smaps` that overlap `[start, start+len)`,
-/// each scaled by the share of the mapping that overlaps.
-fn smaps_huge_bytes(start: usize, len: usize) -> usize {
-    let Ok(text) = std::fs::read_to_string("/proc/self/smaps") else {
-        return 0;
-    };
-    let end = start + len;
-    let mut total = 0usize;
-    let mut cur: Option<(usize, usize)> = None;
-    for line in text.lines() {
-        if let Some((range, _)) = line.split_once(' ') {
-            if let Some((a, b)) = range.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    cur = Some((a, b));
-                    continue;
-                }
-            }
-        }
-        if let Some(rest) = line.strip_prefix("AnonHugePages:") {
-            let Some((a, b)) = cur else { continue };
-            let overlap = end.min(b).saturating_sub(start.max(a));
-            if overlap == 0 {
-                continue;
-            }
-            let kb: usize = rest
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .unwrap_or(0);
-            let huge = kb * 1024;
-            total += (huge as u128 * overlap as u128 / (b - a) as u128) as usize;
-        }
-    }
-    total
 }
 
 impl<T: Zeroable> Deref for HugeArray<T> {
@@ -317,5 +280,18 @@ mod tests {
         let info = a.page_info();
         assert!(info.thp_advised);
         assert!(info.huge_bytes <= info.bytes);
+    }
+
+    #[test]
+    fn no_huge_advice_keeps_arrays_on_small_pages() {
+        let mut a: HugeArray<u64> = HugeArray::zeroed_advised(4 * HUGE_PAGE / 8, false);
+        a.fill(1);
+        let info = a.page_info();
+        assert!(!info.thp_advised);
+        assert_eq!(
+            info.huge_bytes, 0,
+            "MADV_NOHUGEPAGE array on 2 MB pages: {info:?}"
+        );
+        assert_eq!(info.label(), "4K");
     }
 }

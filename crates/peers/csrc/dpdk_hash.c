@@ -17,10 +17,10 @@ struct sb_rte_hash {
     struct rte_hash *h;
     struct rte_rcu_qsbr *qsbr;
     uint32_t key_len, value_len, n_values;
-    uint8_t *values;   /* n_values * value_len bytes */
-    uint32_t *free;    /* stack of free value slots (writer only) */
+    uint8_t *values;   /* n_values * value_len bytes, from DPDK's heap (its pages) */
+    uint32_t *free;    /* stack of free value slots (writer only), from DPDK's heap */
     uint32_t n_free;
-    size_t dpdk_bytes; /* bytes rte_malloc handed out for the table and the RCU state */
+    size_t dpdk_bytes; /* bytes DPDK's heap handed out for all of the above */
 };
 
 static size_t heap_bytes(void) {
@@ -67,22 +67,23 @@ struct sb_rte_hash *sb_rte_hash_create(uint32_t entries, uint32_t key_len, uint3
         .free_key_data_func = free_value,
     };
     if (rte_hash_rcu_qsbr_add(t->h, &rc) != 0) goto fail;
-    t->dpdk_bytes = heap_bytes() - before;
     t->key_len = key_len;
     t->value_len = value_len;
-    /* One value slot per key slot rte_hash can hand out (entries + its spare). */
+    /* One value slot per key slot rte_hash can hand out (entries + its spare). The values sit in
+     * DPDK's heap like the table, on the pages the EAL was given (hugepages when it has them). */
     t->n_values = entries + 64;
-    t->values = malloc((size_t)t->n_values * value_len);
-    t->free = malloc((size_t)t->n_values * sizeof(uint32_t));
+    t->values = rte_malloc("sb_values", (size_t)t->n_values * value_len, RTE_CACHE_LINE_SIZE);
+    t->free = rte_malloc("sb_free", (size_t)t->n_values * sizeof(uint32_t), 0);
     if (!t->values || !t->free) goto fail;
+    t->dpdk_bytes = heap_bytes() - before;
     for (uint32_t i = 0; i < t->n_values; i++) t->free[i] = t->n_values - 1 - i;
     t->n_free = t->n_values;
     return t;
 fail:
     if (t->h) rte_hash_free(t->h);
     rte_free(t->qsbr);
-    free(t->values);
-    free(t->free);
+    rte_free(t->values);
+    rte_free(t->free);
     free(t);
     return NULL;
 }
@@ -91,14 +92,13 @@ void sb_rte_hash_free(struct sb_rte_hash *t) {
     if (!t) return;
     rte_hash_free(t->h);
     rte_free(t->qsbr);
-    free(t->values);
-    free(t->free);
+    rte_free(t->values);
+    rte_free(t->free);
     free(t);
 }
 
-size_t sb_rte_hash_memory(const struct sb_rte_hash *t) {
-    return t->dpdk_bytes + (size_t)t->n_values * (t->value_len + sizeof(uint32_t));
-}
+/* Bytes DPDK's heap handed out for the table, its RCU state, the value pool and its free list. */
+size_t sb_rte_hash_memory(const struct sb_rte_hash *t) { return t->dpdk_bytes; }
 
 /* Writer: inserts a new key. 0 on success, 1 if the key was present (value replaced in place:
  * only safe without concurrent readers), -ENOSPC when full. */

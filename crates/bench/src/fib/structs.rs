@@ -1,8 +1,21 @@
 //! The structures `bench fib` compares, behind one trait, and their concurrent halves for the
 //! mixed run.
 
+use sb_common::pages::measure_mappings_holding;
+use sb_common::PageInfo;
 use sb_cuckoo::{CuckooTable, Params};
 use std::sync::Arc;
+
+/// The whole mappings holding up to 256 of `addrs` (element addresses spread over a structure
+/// that does not say where its arrays are), measured.
+fn pages_holding(addrs: impl Iterator<Item = usize>, len: usize) -> Option<PageInfo> {
+    let step = (len / 256).max(1);
+    let a: Vec<usize> = addrs.step_by(step).collect();
+    if a.is_empty() {
+        return None;
+    }
+    crate::pages::measured(measure_mappings_holding(&a))
+}
 
 /// A FIB as the benchmark drives it.
 pub trait Fib {
@@ -16,7 +29,8 @@ pub trait Fib {
     fn memory_bytes(&self) -> usize;
     /// Slots, for structures with a fixed number.
     fn capacity(&self) -> Option<usize>;
-    fn page_size(&self) -> String;
+    /// What backs the structure, measured from `/proc/self/smaps` (`None`: nothing to measure).
+    fn pages(&self) -> Option<PageInfo>;
 }
 
 /// The writer half of a concurrent FIB.
@@ -90,8 +104,8 @@ impl Fib for Ours {
     fn capacity(&self) -> Option<usize> {
         Some(self.t.capacity())
     }
-    fn page_size(&self) -> String {
-        self.t.page_info().label()
+    fn pages(&self) -> Option<PageInfo> {
+        Some(self.t.page_info())
     }
 }
 
@@ -186,13 +200,15 @@ pub mod rte {
             // rte_hash has align32pow2(entries) / 8 buckets of 8 slots (and `entries` key slots).
             Some((self.h.entries() as usize).next_power_of_two())
         }
-        fn page_size(&self) -> String {
-            "4K".into() // the EAL runs with --no-huge
+        fn pages(&self) -> Option<PageInfo> {
+            // DPDK's heap (the table, its key store, values and RCU queue) as DPDK reports it.
+            sb_peers::dpdk::memory_pages().ok().map(|p| p.0)
         }
     }
 
     pub struct RteWriter(pub RteHash);
-    pub struct RteReader(pub RteHashReader);
+    /// A reader; with `single` (batch 1) each lookup is one `rte_hash_lookup_data`.
+    pub struct RteReader(pub RteHashReader, pub bool);
 
     impl FibWriter for RteWriter {
         fn insert(&mut self, k: &[u8], v: &[u8]) -> bool {
@@ -205,7 +221,12 @@ pub mod rte {
 
     impl FibReader for RteReader {
         fn lookup_batch(&mut self, keys: &[u8], vals: &mut [u8], found: &mut [bool]) -> usize {
-            self.0.lookup_bulk(keys, vals, found)
+            if self.1 && found.len() == 1 {
+                found[0] = self.0.lookup(keys, vals);
+                found[0] as usize
+            } else {
+                self.0.lookup_bulk(keys, vals, found)
+            }
         }
     }
 }
@@ -239,8 +260,13 @@ pub mod lc {
         fn capacity(&self) -> Option<usize> {
             Some(self.0.capacity())
         }
-        fn page_size(&self) -> String {
-            "4K".into() // operator new, not advised for huge pages
+        fn pages(&self) -> Option<PageInfo> {
+            // The shim's large allocations (the bucket array), 2 MB aligned and advised.
+            let r = sb_peers::libcuckoo::large_ranges();
+            if r.is_empty() {
+                return None;
+            }
+            crate::pages::measured(sb_common::pages::measure_ranges(&r))
         }
     }
 
@@ -310,8 +336,11 @@ impl<const K: usize, const V: usize> Fib for Hb<K, V> {
     fn capacity(&self) -> Option<usize> {
         None
     }
-    fn page_size(&self) -> String {
-        "4K".into()
+    fn pages(&self) -> Option<PageInfo> {
+        pages_holding(
+            self.0.iter().map(|(k, _)| k.as_ptr() as usize),
+            self.0.len(),
+        )
     }
 }
 
@@ -365,8 +394,12 @@ impl<const K: usize, const V: usize> Fib for Dm<K, V> {
     fn capacity(&self) -> Option<usize> {
         None
     }
-    fn page_size(&self) -> String {
-        "4K".into()
+    fn pages(&self) -> Option<PageInfo> {
+        // Every shard's table: element addresses spread over all of them.
+        pages_holding(
+            self.0.iter().map(|r| r.key().as_ptr() as usize),
+            self.0.len(),
+        )
     }
 }
 

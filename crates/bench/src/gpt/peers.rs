@@ -67,7 +67,8 @@ impl Lookup for SuxVFunc {
 // ---------------------------------------------------------------------------------------------
 // ptr_hash + packed values
 
-/// XXH3-128 of the key bytes (the hash the other structures use), as a PtrHash key hasher.
+/// `sb_common::hash128` of the key bytes (our multiply-fold 128-bit hash, the one SetSep and the
+/// cuckoo table use), seeded with PtrHash's own global seed, as a PtrHash key hasher.
 #[derive(Clone, Copy, Default)]
 pub struct SbHasher;
 
@@ -79,6 +80,11 @@ impl KeyHasher<[u8]> for SbHasher {
         (h.hi as u128) << 64 | h.lo as u128
     }
 }
+
+/// The JSON note of the ptr_hash row: what it is and what it hashes with (ptr_hash 2.1.3's
+/// `index` takes the hasher's 128 bits: the high 64 pick the bucket (`Linear` bucket function),
+/// the low 64 xor the pilot's hash pick the slot).
+pub const PTR_HASH_NOTE: &str = "ptr_hash 2.1.3 minimal perfect hash (PtrHashParams::default, Linear bucket function, single part, u8 pilots, Vec<u32> remap to [0, n)) + packed V-bit value array; key hash = sb_common::hash128 (our multiply-fold 128-bit hash, as SetSep's) seeded by PtrHash's own seed: high 64 bits pick the bucket, low 64 bits xor the pilot hash pick the slot; batched = index_batch of 16";
 
 type Mphf = PtrHash<[u8], ptr_hash::bucket_fn::Linear, Vec<u32>, SbHasher, Vec<u8>, true, true>;
 
@@ -156,6 +162,11 @@ impl PtrHashValues {
             mphf,
             values: packed,
         }
+    }
+
+    /// The address of the packed value array (every lookup reads it): where to measure pages.
+    pub fn values_addr(&self) -> usize {
+        self.values.words.as_ptr() as usize
     }
 
     /// Bytes of the hash function and the value array.

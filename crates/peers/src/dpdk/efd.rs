@@ -6,7 +6,8 @@
 //!
 //! Correctness note: Debian's DPDK 22.11 EFD answers wrong from its AVX2 lookup path on our
 //! machines (about 75% wrong); [`super::eal_init`] caps DPDK's SIMD width at 128 bits, with
-//! which it is correct. DPDK runs without hugepages here, so the table sits on 4 KB pages.
+//! which it is correct. The table sits in the EAL's memory: on 2 MB hugepages when the EAL was
+//! started on them ([`super::eal_init_pages`]), else on 4 KB pages.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_int, c_void, CString};

@@ -4,7 +4,9 @@
 //!
 //! [`RteHash`] is the owner and only writer (`&mut self`); [`RteHash::reader`] hands out
 //! registered readers for other threads, each reporting a quiescent state after every call.
-//! Start the EAL first with [`super::eal_init`] (tables need `~40 bytes x entries` of its memory).
+//! Start the EAL first with [`super::eal_init`] or [`super::eal_init_pages`]: the table, its
+//! value slots and their free list all sit in its memory (about `112 + value_len + 4` bytes per
+//! entry), on the pages the EAL was given.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
