@@ -164,7 +164,7 @@ struct EngineRow {
 /// The tables of the one-node engine, built once per invocation.
 struct EngineTables {
     tunnels: Vec<Tunnel>,
-    gpt: Arc<sb_setsep::SetSep>,
+    gpt: Arc<sb_setsep::LiveSetSep>,
     seed: u64,
     frames: usize,
 }
@@ -185,7 +185,9 @@ impl EngineTables {
             args.seed,
             0,
         );
-        let gpt = Arc::new(cluster::build_gpt(&tunnels, 1, args.seed, 0)?);
+        let gpt = Arc::new(sb_setsep::LiveSetSep::new(cluster::build_gpt(
+            &tunnels, 1, args.seed, 0,
+        )?));
         Ok(EngineTables {
             tunnels,
             gpt,

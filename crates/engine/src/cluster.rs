@@ -8,7 +8,7 @@ use crate::lte::{Lte, LteConfig, Tunnel};
 use crate::PortId;
 use sb_common::hash128;
 use sb_io::PacketBatch;
-use sb_setsep::{BuildOptions, Config, SetSep};
+use sb_setsep::{BuildOptions, Config, LiveSetSep, SetSep};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -213,7 +213,7 @@ pub fn sim_engine(
     node: u16,
     nodes: u16,
     seed: u64,
-    gpt: Option<Arc<SetSep>>,
+    gpt: Option<Arc<LiveSetSep>>,
     fib: Box<dyn Fib>,
     uplink: sb_cuckoo::Reader,
     batch: usize,
@@ -270,7 +270,12 @@ impl SimCluster {
         batch: usize,
     ) -> Result<SimCluster, Box<dyn std::error::Error + Send + Sync>> {
         let gpt = match arch {
-            Arch::ScaleBricks => Some(Arc::new(build_gpt(tunnels, nodes.into(), seed, 0)?)),
+            Arch::ScaleBricks => Some(Arc::new(LiveSetSep::new(build_gpt(
+                tunnels,
+                nodes.into(),
+                seed,
+                0,
+            )?))),
             _ => None,
         };
         let fibs = (0..nodes)
@@ -289,7 +294,7 @@ impl SimCluster {
         nodes: u16,
         seed: u64,
         batch: usize,
-        gpt: Option<Arc<SetSep>>,
+        gpt: Option<Arc<LiveSetSep>>,
         fibs: Vec<Box<dyn Fib>>,
     ) -> Result<SimCluster, Box<dyn std::error::Error + Send + Sync>> {
         let mut engines = Vec::new();

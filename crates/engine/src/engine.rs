@@ -6,7 +6,7 @@ use crate::fabric::{self, Kind, Shim};
 use crate::fib::Fib;
 use sb_common::{hash128, KeyHash};
 use sb_io::PacketBatch;
-use sb_setsep::SetSep;
+use sb_setsep::LiveSetSep;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -163,7 +163,7 @@ enum Dest {
 pub struct Engine<A: App> {
     cfg: NodeConfig,
     nodes: u16,
-    gpt: Option<Arc<SetSep>>,
+    gpt: Option<Arc<LiveSetSep>>,
     fib: Box<dyn Fib>,
     app: A,
     counters: Counters,
@@ -225,7 +225,7 @@ impl<A: App> Engine<A> {
     /// An engine for batches of up to `max_batch` frames.
     pub fn new(
         cfg: NodeConfig,
-        gpt: Option<Arc<SetSep>>,
+        gpt: Option<Arc<LiveSetSep>>,
         fib: Box<dyn Fib>,
         app: A,
         max_batch: usize,
@@ -296,7 +296,7 @@ impl<A: App> Engine<A> {
     }
 
     /// The GPT, if the architecture has one.
-    pub fn gpt(&self) -> Option<&SetSep> {
+    pub fn gpt(&self) -> Option<&LiveSetSep> {
         self.gpt.as_deref()
     }
 

@@ -194,9 +194,9 @@ pub fn run_arch(
     let n = a.nodes;
     let tables = |e: &dyn std::fmt::Display| InprocError::Tables(e.to_string());
     let gpt = match arch {
-        Arch::ScaleBricks => Some(Arc::new(
+        Arch::ScaleBricks => Some(Arc::new(sb_setsep::LiveSetSep::new(
             cluster::build_gpt(tunnels, n.into(), a.seed, 0).map_err(|e| tables(&e))?,
-        )),
+        ))),
         _ => None,
     };
     let mut engines = Vec::new();

@@ -5,7 +5,7 @@ use crate::tables::{read_entries, read_gpt, EntryKind, TableError};
 use sb_engine::lte::{Lte, LteConfig};
 use sb_engine::{App, Counters, CuckooFib, Engine, Fib, NodeConfig, Outputs, PortAddr, PortId};
 use sb_io::{PacketBatch, Port, PortStats};
-use sb_setsep::SetSep;
+use sb_setsep::LiveSetSep;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,7 +55,7 @@ pub enum NodeError {
 /// A node's tables, loaded and checked.
 pub struct Tables {
     /// The GPT (ScaleBricks).
-    pub gpt: Option<Arc<SetSep>>,
+    pub gpt: Option<Arc<LiveSetSep>>,
     fib: FibHandle,
     uplink: sb_cuckoo::Reader,
     /// Sizes for reports.
@@ -109,7 +109,7 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
     let gpt = match &cfg.gpt {
         Some(p) if cfg.arch()? == sb_engine::Arch::ScaleBricks => {
             let g = read_gpt(p, cfg.seed)?;
-            Some(Arc::new(g))
+            Some(Arc::new(LiveSetSep::new(g)))
         }
         _ => None,
     };
