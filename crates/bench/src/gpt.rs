@@ -19,6 +19,12 @@
 //!   all, the keys' bytes again contiguous in update order), for the structures that can be
 //!   updated.
 //!
+//! Each SetSep row is followed by a `setsep-CONFIG-live` row: the same table as a
+//! [`LiveSetSep`] (what the engine's workers read while deltas are applied), measured the same
+//! way. Both rows also give `lookup_mops_batched_hashes`: `lookup_batch_hashes` over the keys'
+//! precomputed hashes in lookup order (what the engine calls), the two tables timed
+//! alternately, three times each, the median kept.
+//!
 //! With `--grow FROM:TO` it runs instead the growth benchmark of [`grow`]: one SetSep owner
 //! growing by inserts from FROM to TO keys, a row per doubling (insert rate, bits/key,
 //! fallback, bytes sent to replicas per inserted key).
@@ -32,7 +38,7 @@ use anyhow::{bail, Context};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use sb_common::pages::MapSnapshot;
-use sb_setsep::{BuildOptions, Config, SetSep, Updatable};
+use sb_setsep::{BuildOptions, Config, LiveSetSep, SetSep, Updatable};
 use serde::Serialize;
 
 mod grow;
@@ -95,6 +101,9 @@ struct Row {
     bits_per_key: Option<f64>,
     lookup_mops_single: Option<f64>,
     lookup_mops_batched: Option<f64>,
+    /// SetSep rows: `lookup_batch_hashes` over precomputed hashes, in batches of `--batch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lookup_mops_batched_hashes: Option<f64>,
     update_kops: Option<f64>,
     /// SetSep only: the same updates, one `Updatable::insert` call each (`update_kops` is
     /// `insert_batch` in batches of `--batch`).
@@ -336,7 +345,86 @@ impl Lookup for SetSep {
     }
 }
 
-fn run_setsep(w: &Work, config: Config, threads: usize, seed: u64) -> anyhow::Result<Row> {
+impl Lookup for LiveSetSep {
+    #[inline]
+    fn get(&self, key: &[u8]) -> u16 {
+        self.lookup(key)
+    }
+
+    fn get_batch(&self, keys: &[&[u8]], out: &mut [u16]) {
+        self.lookup_batch(keys, out)
+    }
+}
+
+/// The same table as a [`LiveSetSep`]: its row (checked and timed like the others), and
+/// `lookup_batch_hashes` of both tables over the keys' hashes, timed alternately (3 times
+/// each, medians) into both rows.
+fn run_live(w: &Work, s: &SetSep, row: &mut Row) -> Row {
+    let n = w.n();
+    let mut live_row = Row {
+        name: format!("{}-live", row.name),
+        build_threads: row.build_threads,
+        bits_per_key: row.bits_per_key,
+        fallback_ratio: row.fallback_ratio,
+        note: "LiveSetSep::new of the row above (no build): lookups through per-block versions"
+            .into(),
+        ..Row::default()
+    };
+    eprintln!("{}: copying the table", live_row.name);
+    let live = LiveSetSep::new(s.clone());
+    (live_row.page_size, live_row.page_detail) = crate::pages::label(Some(live.stats().page_info));
+    let l = measure(&live, w, &live_row.name);
+    let hs: Vec<_> = w.perm_keys.iter().map(|k| s.hash_key(k)).collect();
+    let mut out = vec![0u16; n];
+    live.lookup_batch_hashes(&hs, &mut out);
+    let wrong = out
+        .iter()
+        .zip(&w.perm_values)
+        .filter(|(a, b)| a != b)
+        .count() as u64;
+    finish(&mut live_row, l, n);
+    if wrong > 0 || !row.correct || !live_row.correct || n == 0 {
+        live_row.wrong += wrong;
+        return live_row;
+    }
+    let b = w.batch;
+    let mut o = vec![0u16; b];
+    let mut timed = |f: &dyn Fn(&[sb_common::KeyHash], &mut [u16])| {
+        let t = Instant::now();
+        let mut passes = 0u64;
+        loop {
+            for hc in hs.chunks(b) {
+                let o = &mut o[..hc.len()];
+                f(hc, o);
+                black_box(o);
+            }
+            passes += 1;
+            let el = t.elapsed().as_secs_f64();
+            if el >= MIN_TIMED_S {
+                return (passes * n as u64) as f64 / el / 1e6;
+            }
+        }
+    };
+    let (mut a, mut c) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        a.push(timed(&|h, o| s.lookup_batch_hashes(h, o)));
+        c.push(timed(&|h, o| live.lookup_batch_hashes(h, o)));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[1]
+    };
+    let (a, c) = (median(&mut a), median(&mut c));
+    row.lookup_mops_batched_hashes = Some(a);
+    live_row.lookup_mops_batched_hashes = Some(c);
+    eprintln!(
+        "  batched hash lookups: SetSep {a:.2} Mops, LiveSetSep {c:.2} Mops ({:.3}x)",
+        c / a
+    );
+    live_row
+}
+
+fn run_setsep(w: &Work, config: Config, threads: usize, seed: u64) -> anyhow::Result<Vec<Row>> {
     let n = w.n();
     let mut row = Row {
         name: format!("setsep-{config}"),
@@ -368,6 +456,8 @@ fn run_setsep(w: &Work, config: Config, threads: usize, seed: u64) -> anyhow::Re
         st.bits_per_key, st.fallback_keys, row.page_size
     );
     let l = measure(&s, w, &row.name);
+    row.correct = l.wrong == 0;
+    let live_row = run_live(w, &s, &mut row);
     drop(s);
     row.note = format!(
         "batched = lookup_batch (3-stage prefetch pipeline) in batches of {}; updates: Updatable::insert_batch in batches of {} on a table built separately (keeps the keys), each update yields a delta; update_kops_single: one Updatable::insert call per update",
@@ -428,7 +518,7 @@ fn run_setsep(w: &Work, config: Config, threads: usize, seed: u64) -> anyhow::Re
         );
     }
     finish(&mut row, l, n);
-    Ok(row)
+    Ok(vec![row, live_row])
 }
 
 fn run_sux(w: &Work, threads: usize, seed: u64) -> anyhow::Result<Row> {
@@ -633,7 +723,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         match *p {
             "setsep" => {
                 for &c in &configs {
-                    rows.push(run_setsep(&w, c, a.threads, a.seed)?);
+                    rows.extend(run_setsep(&w, c, a.threads, a.seed)?);
                 }
             }
             "dpdk-efd" => rows.extend(run_efd(&w, a.pages)?),

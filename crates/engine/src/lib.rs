@@ -56,7 +56,8 @@
 //! let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
 //! let nodes: Vec<u16> = tunnels.iter().map(|t| t.node).collect();
 //! let opts = sb_setsep::BuildOptions { value_bits: 1, seed, ..Default::default() };
-//! let gpt = Arc::new(sb_setsep::SetSep::build(&key_refs, &nodes, &opts)?);
+//! // Shared by the workers; the control plane applies deltas to it while they forward.
+//! let gpt = Arc::new(sb_setsep::LiveSetSep::new(sb_setsep::SetSep::build(&key_refs, &nodes, &opts)?));
 //! // Node 0's FIB: its own tunnels only.
 //! let mine: Vec<([u8; 16], [u8; 16])> =
 //!     tunnels.iter().filter(|t| t.node == 0).map(|t| (t.key(), t.value())).collect();

@@ -94,6 +94,12 @@
 //! EPYC VM, measured before the last change of the key hash; on the final code one run gave
 //! 22,535 fallback keys, 3.62 us per fallback delta and 0.055 us per other delta).
 //!
+//! A node's workers share a [`LiveSetSep`]: the same table and lookups (through `&self`),
+//! with deltas and pieces applied in place, through `&self` too, while they read it. A
+//! seqlock per block (a version word per 1024-key block, the arrays held as atomic words)
+//! makes every block switch from its old content to its new at once for readers; the `live`
+//! module documents the protocol, and a loom model checks it.
+//!
 //! A table has the blocks for its keys, or for [`BuildOptions::capacity`] keys (headroom for
 //! inserts). An [`Updatable`] with a [`Growth`] policy grows as inserts fill it: past the
 //! policy's load it rebuilds itself from its RIB with more blocks, and replicas load the grown

@@ -147,7 +147,7 @@ fn live_matches_setsep_through_owner_deltas_and_pieces() {
         let mut withheld = Vec::new();
         for _ in 0..40 {
             let i = (splitmix(&mut s) % 5000) as usize;
-            if let Some(d) = owner.insert(&keys[i], (splitmix(&mut s) % 4) as u16).ok() {
+            if let Ok(d) = owner.insert(&keys[i], (splitmix(&mut s) % 4) as u16) {
                 withheld.push(d);
             }
         }
@@ -234,7 +234,7 @@ fn stress(config: Config, growth: bool, run_for: Duration) -> (u64, u64, u64, u6
             let (published, done) = (published.clone(), done.clone());
             std::thread::spawn(move || {
                 const CHUNK: usize = 97;
-                let mut out = vec![0u16; CHUNK];
+                let mut out = [0u16; CHUNK];
                 let mut lookups = 0u64;
                 let mut round = 0usize;
                 while !done.load(Ordering::Relaxed) {
