@@ -9,6 +9,7 @@
 //!   calls to write them.
 //! - [`run`](mod@run): [`run::run`] (the node process), [`run::drive`] (one worker's loop over
 //!   any three ports: the demo drives in-memory ports with it).
+//! - [`metrics`]: the node's state as Prometheus metrics, and the HTTP server for `/metrics`.
 //! - [`inproc`]: the cluster in one process (node threads, in-memory ports and switch, every
 //!   packet checked): what `scalebricks demo` runs.
 
@@ -16,6 +17,7 @@
 
 pub mod config;
 pub mod inproc;
+pub mod metrics;
 pub mod run;
 pub mod tables;
 
