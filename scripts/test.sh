@@ -15,8 +15,8 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 features=()
 if [ "$(id -u)" -eq 0 ]; then
     step "installing test tools and peer libraries from Debian"
-    scripts/apt-install.sh tshark python3-scapy tcpreplay tcpdump iproute2 procps pkg-config \
-        build-essential libdpdk-dev libcuckoo-dev
+    scripts/apt-install.sh tshark prometheus python3-prometheus-client python3-scapy tcpreplay \
+        tcpdump iproute2 procps pkg-config build-essential libdpdk-dev libcuckoo-dev
 fi
 if pkg-config --exists libdpdk 2>/dev/null && [ -d /usr/include/libcuckoo ]; then
     features=(--all-features)

@@ -4,8 +4,11 @@
 //! [`up`] builds an N-node cluster from a deterministic [`plan`](plan::plan): a switch namespace
 //! `P-sw` with bridge `br0`; per node `i` a namespace `P-node{i}` with ports `inet`, `ran` and
 //! `fabric` (the fabric peer is a port of `br0`), an Internet-side namespace `P-inet{i}` behind
-//! `inet` and a base-station-side namespace `P-ran{i}` behind `ran`. The address and MAC plan is
-//! documented in [`plan`]. It writes the [`Description`] as JSON (`cluster.json`) into the state
+//! `inet` and a base-station-side namespace `P-ran{i}` behind `ran`; and a control network: a
+//! namespace `P-cp` for control-plane peers (an SMF, an operator's tools) whose bridge `cpbr0`
+//! joins every node's `ctl` port, so `P-cp` reaches each node's control address, where the node
+//! serves PFCP, gRPC and Prometheus metrics. The address and MAC plan is documented in
+//! [`plan`]. It writes the [`Description`] as JSON (`cluster.json`) into the state
 //! directory and records every object in a [`journal`] *before* creating it, so [`down`] removes
 //! exactly what exists, also after `up` died halfway. `up` on a directory holding a journal is an
 //! error ([`TopoError::AlreadyUp`]).
@@ -27,7 +30,8 @@
 //! down(&desc.dir).unwrap();
 //! ```
 //!
-//! Cost: about 30 + 25·N short-lived `ip` processes for `up` (≈0.3 s for 2 nodes), one
+//! Cost: about 36 + 32·N short-lived `ip` processes for `up` (2 nodes: 0.35 s, median of 3 runs
+//! of `scalebricks cluster up --forwarding none --nodes 2` on a noisy 2-core VM), one
 //! `ip netns delete` per namespace for `down`; the kernel frees namespaces asynchronously.
 
 pub mod journal;
@@ -38,7 +42,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use plan::{Cidr, Description, Forwarding, Iface, Link, Mac, NodeDesc, Route, SwitchDesc};
+pub use plan::{
+    Cidr, ControlDesc, Description, Forwarding, Iface, Link, Mac, NodeDesc, Route, SwitchDesc,
+};
 
 use journal::{Entry, Journal};
 
@@ -402,6 +408,29 @@ fn ip_of(i: &Iface) -> String {
     i.ip().map(|a| a.to_string()).unwrap_or_default()
 }
 
+/// Creates a bridge without STP or multicast snooping (not yet up).
+fn bridge(netns: &str, name: &str, mac: Mac, mtu: u32) -> Result<(), TopoError> {
+    let (mac, mtu) = (mac.to_string(), mtu.to_string());
+    sys::ip(&[
+        "-n",
+        netns,
+        "link",
+        "add",
+        name,
+        "address",
+        &mac,
+        "mtu",
+        &mtu,
+        "type",
+        "bridge",
+        "stp_state",
+        "0",
+        "mcast_snooping",
+        "0",
+    ])?;
+    Ok(())
+}
+
 fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<(), TopoError> {
     let dir = &desc.dir;
     let json = serde_json::to_vec_pretty(desc).map_err(|e| TopoError::Parse(e.to_string()))?;
@@ -415,26 +444,14 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
 
     let sw = &desc.switch;
     create_netns(j, &sw.netns, false)?;
-    let brmac = sw.mac.to_string();
-    let brmtu = sw.mtu.to_string();
-    sys::ip(&[
-        "-n",
-        &sw.netns,
-        "link",
-        "add",
-        &sw.bridge,
-        "address",
-        &brmac,
-        "mtu",
-        &brmtu,
-        "type",
-        "bridge",
-        "stp_state",
-        "0",
-        "mcast_snooping",
-        "0",
-    ])?;
+    bridge(&sw.netns, &sw.bridge, sw.mac, sw.mtu)?;
     sys::ip(&["-n", &sw.netns, "link", "set", &sw.bridge, "up"])?;
+    if let Some(cp) = &desc.control {
+        create_netns(j, &cp.netns, false)?;
+        bridge(&cp.netns, &cp.bridge, cp.mac, cp.mtu)?;
+        sys::ip(&["-n", &cp.netns, "addr", "add", &cp.addr, "dev", &cp.bridge])?;
+        sys::ip(&["-n", &cp.netns, "link", "set", &cp.bridge, "up"])?;
+    }
 
     let kernel = desc.forwarding == Forwarding::Kernel;
     let mut spawned = Vec::new();
@@ -448,6 +465,21 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
         }
         addr_up(&n.inet.peer)?;
         addr_up(&n.ran.peer)?;
+        // The control link: `ctl` in the node, a port of the (learning) control bridge.
+        if let (Some(cp), Some(ctl)) = (&desc.control, &n.control) {
+            veth(ctl)?;
+            addr_up(&ctl.local)?;
+            addr_up(&ctl.peer)?;
+            sys::ip(&[
+                "-n",
+                &cp.netns,
+                "link",
+                "set",
+                &ctl.peer.name,
+                "master",
+                &cp.bridge,
+            ])?;
+        }
         // Bridge port: static forwarding entry for the node's fabric MAC, no learning, no
         // flooding of unknown unicast (broadcast still reaches everyone, e.g. ARP on the fabric).
         // Its MTU is set first, so the bridge (whose MTU follows its smallest port's unless
@@ -511,8 +543,8 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
     Ok(())
 }
 
-/// What is not ready yet: links without carrier in any of the cluster's namespaces, and bridge
-/// ports that do not forward. (A veth's carrier reaches the bridge through the kernel's
+/// What is not ready yet: links without carrier in any of the cluster's namespaces, and ports
+/// of the switch's and the control network's bridges that do not forward. (A veth's carrier reaches the bridge through the kernel's
 /// linkwatch, up to a second after the link is set up; until then the bridge drops what it
 /// should forward to that port, and nothing counts it.)
 fn links_not_ready(desc: &Description) -> Result<Vec<String>, TopoError> {
@@ -525,13 +557,15 @@ fn links_not_ready(desc: &Description) -> Result<Vec<String>, TopoError> {
                 .map(|l| format!("{ns}: {l}")),
         );
     }
-    let sw = &desc.switch.netns;
-    let out = sys::run("bridge", &["-n", sw, "link", "show"])?;
-    bad.extend(
-        out.lines()
-            .filter(|l| !l.trim().is_empty() && !l.contains("state forwarding"))
-            .map(|l| format!("{sw}: {l}")),
-    );
+    let bridges = std::iter::once(&desc.switch.netns).chain(desc.control.iter().map(|c| &c.netns));
+    for ns in bridges {
+        let out = sys::run("bridge", &["-n", ns, "link", "show"])?;
+        bad.extend(
+            out.lines()
+                .filter(|l| !l.trim().is_empty() && !l.contains("state forwarding"))
+                .map(|l| format!("{ns}: {l}")),
+        );
+    }
     Ok(bad)
 }
 

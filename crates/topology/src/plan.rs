@@ -11,22 +11,35 @@
 //! | `P-inet{i}` | `eth0` | `02:73:62:04:hi:lo` | `10.1.{i}.2/24` | the node's `inet` |
 //! | `P-ran{i}` | `eth0` | `02:73:62:05:hi:lo` | `10.2.{i}.2/24` | the node's `ran` |
 //! | `P-sw` | `node{i}` | `02:73:62:06:hi:lo` | none (bridge port of `br0`) | the node's `fabric` |
+//! | `P-node{i}` | `ctl` | `02:73:62:08:hi:lo` | `10.3.0.{i+1}/24` | `P-cp`/`node{i}` (bridge port) |
+//! | `P-cp` | `node{i}` | `02:73:62:09:hi:lo` | none (bridge port of `cpbr0`) | the node's `ctl` |
+//! | `P-cp` | `cpbr0` (bridge) | `02:73:62:0a:00:00` | `10.3.0.254/24` | its ports |
 //!
 //! where `hi:lo` is the node index as 16 bits and `02:73:62` is a locally administered prefix
 //! ("sb"). The bridge `br0` itself has MAC `02:73:62:07:00:00`. Routes: in a node, the UE pool goes
 //! to the RAN side (`via 10.2.{i}.2 dev ran`) and the default route to the Internet side
 //! (`via 10.1.{i}.2 dev inet`); the Internet-side namespace's default route is the node's `inet`
 //! address, the RAN-side namespace's default route the node's `ran` address. All neighbour entries
-//! are static (`nud permanent`), so no ARP is needed on the data links; IPv6 is off everywhere.
-//! These addresses exist only inside the cluster's own namespaces.
+//! on the data links are static (`nud permanent`), so no ARP is needed there; IPv6 is off
+//! everywhere. These addresses exist only inside the cluster's own namespaces.
 //!
-//! MTUs: the `inet` and `ran` links carry ordinary 1500-byte packets ([`EDGE_MTU`]); the fabric
+//! The control network `10.3.0.0/24` is for control-plane peers (an SMF, an operator's tools):
+//! the namespace `P-cp` reaches every node's control address `10.3.0.{i+1}` through the bridge
+//! `cpbr0` (an ordinary learning bridge; ARP resolves addresses there), and each node serves
+//! PFCP on `10.3.0.{i+1}:8805` ([`PFCP_PORT`], UDP), gRPC on `10.3.0.{i+1}:50051`
+//! ([`GRPC_PORT`]) and Prometheus metrics on `http://10.3.0.{i+1}:9100/metrics`
+//! ([`METRICS_PORT`]); the description lists these per node ([`NodeDesc::pfcp_addr`],
+//! [`NodeDesc::grpc_addr`], [`NodeDesc::metrics_url`]) and the control namespace in
+//! [`Description::control`]. The engine never sees this network: its ports are `inet`, `ran`
+//! and `fabric`, and `ctl` belongs to the node's kernel.
+//!
+//! MTUs: the `inet`, `ran` and `ctl` links carry ordinary 1500-byte packets ([`EDGE_MTU`]); the fabric
 //! links (each node's `fabric`, its bridge port and `br0`) take [`FABRIC_MTU`] = 9000, so a frame
 //! that gained a fabric shim or a GTP-U tunnel header (up to ~100 bytes) still crosses the
 //! fabric. Every veth end has its checksum and segmentation offloads off (see [`crate::up`]).
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -46,8 +59,26 @@ fn default_mtu() -> u32 {
     EDGE_MTU
 }
 
-/// Version of the JSON description format.
+/// Version of the JSON description format. Fields added since (MTUs, the control network) have
+/// serde defaults, so older descriptions of version 1 still load.
 pub const DESCRIPTION_VERSION: u32 = 1;
+
+/// UDP port of each node's PFCP endpoint (TS 29.244) on its control address.
+pub const PFCP_PORT: u16 = 8805;
+
+/// TCP port of each node's gRPC operator API on its control address.
+pub const GRPC_PORT: u16 = 50051;
+
+/// TCP port of each node's Prometheus endpoint (`/metrics`) on its control address.
+pub const METRICS_PORT: u16 = 9100;
+
+/// The control network's address of node `i`: `10.3.0.{i+1}` (`i` < [`MAX_NODES`]).
+pub fn control_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 3, 0, (i + 1) as u8)
+}
+
+/// The control bridge's address in the control namespace, `10.3.0.254` (prefix length 24).
+pub const CONTROL_BRIDGE_IP: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 254);
 
 /// A MAC address, written `02:73:62:01:00:00` in JSON.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -248,6 +279,55 @@ pub struct NodeDesc {
     pub inet_routes: Vec<Route>,
     /// Routes in the RAN-side namespace.
     pub ran_routes: Vec<Route>,
+    /// `ctl` port and its peer, a port of the control bridge in the control namespace (absent
+    /// in descriptions of clusters made before the control network existed, as are the
+    /// addresses below).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<Link>,
+    /// The node's address on the control network (`10.3.0.{i+1}`, on `ctl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_addr: Option<Ipv4Addr>,
+    /// Where the node's PFCP endpoint listens (UDP, `control_addr:`[`PFCP_PORT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pfcp_addr: Option<SocketAddr>,
+    /// Where the node's gRPC operator API listens (TCP, `control_addr:`[`GRPC_PORT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_addr: Option<SocketAddr>,
+    /// The node's Prometheus endpoint (`http://control_addr:`[`METRICS_PORT`]`/metrics`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_url: Option<String>,
+}
+
+impl NodeDesc {
+    /// Where the node's Prometheus endpoint listens (TCP, `control_addr:`[`METRICS_PORT`]).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.control_addr
+            .map(|a| SocketAddr::from((a, METRICS_PORT)))
+    }
+}
+
+/// The control network: a namespace for control-plane peers with one bridge joining every
+/// node's `ctl` port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlDesc {
+    /// Namespace (`P-cp`).
+    pub netns: String,
+    /// Bridge name (`cpbr0`).
+    pub bridge: String,
+    /// Bridge MAC.
+    pub mac: Mac,
+    /// The bridge's IPv4 address with prefix length (`10.3.0.254/24`): the control
+    /// namespace's own address on the control network.
+    pub addr: String,
+    /// Bridge MTU ([`EDGE_MTU`]).
+    pub mtu: u32,
+}
+
+impl ControlDesc {
+    /// The bridge's IPv4 address without the prefix length.
+    pub fn ip(&self) -> Option<Ipv4Addr> {
+        self.addr.split('/').next().and_then(|a| a.parse().ok())
+    }
 }
 
 /// The switch: one namespace with one bridge.
@@ -279,14 +359,19 @@ pub struct Description {
     pub forwarding: Forwarding,
     /// The switch.
     pub switch: SwitchDesc,
+    /// The control network (absent in descriptions made before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<ControlDesc>,
     /// The nodes, index order.
     pub nodes: Vec<NodeDesc>,
 }
 
 impl Description {
-    /// Every namespace of the cluster, switch first.
+    /// Every namespace of the cluster: switch first, then the control namespace (if any), then
+    /// per node its own, Internet-side and RAN-side namespaces.
     pub fn namespaces(&self) -> Vec<String> {
         let mut v = vec![self.switch.netns.clone()];
+        v.extend(self.control.iter().map(|c| c.netns.clone()));
         for n in &self.nodes {
             v.push(n.netns.clone());
             v.push(n.inet_netns.clone());
@@ -338,6 +423,7 @@ pub fn plan(
         return Err(TopoError::BadNodeCount(nodes));
     }
     let sw = format!("{prefix}-sw");
+    let cp = format!("{prefix}-cp");
     let iface = |netns: &str, name: &str, mac: Mac, addr: Option<String>| Iface {
         netns: netns.to_string(),
         name: name.to_string(),
@@ -371,8 +457,22 @@ pub fn plan(
                 ),
                 peer: iface(&sw, &format!("node{i}"), mac(6, i), None),
             };
+            let control = Link {
+                local: iface(
+                    &node_ns,
+                    "ctl",
+                    mac(8, i),
+                    Some(format!("{}/24", control_ip(i))),
+                ),
+                peer: iface(&cp, &format!("node{i}"), mac(9, i), None),
+            };
             NodeDesc {
                 index: i,
+                control: Some(control),
+                control_addr: Some(control_ip(i)),
+                pfcp_addr: Some(SocketAddr::from((control_ip(i), PFCP_PORT))),
+                grpc_addr: Some(SocketAddr::from((control_ip(i), GRPC_PORT))),
+                metrics_url: Some(format!("http://{}:{METRICS_PORT}/metrics", control_ip(i))),
                 routes: vec![
                     Route {
                         dst: ue_pool.to_string(),
@@ -416,6 +516,13 @@ pub fn plan(
             mac: mac(7, 0),
             mtu: FABRIC_MTU,
         },
+        control: Some(ControlDesc {
+            netns: cp,
+            bridge: "cpbr0".into(),
+            mac: mac(10, 0),
+            addr: format!("{CONTROL_BRIDGE_IP}/24"),
+            mtu: EDGE_MTU,
+        }),
         nodes,
     })
 }
@@ -436,7 +543,7 @@ mod tests {
         let mut macs = std::collections::HashSet::new();
         let mut addrs = std::collections::HashSet::new();
         for n in &a.nodes {
-            for l in [&n.inet, &n.ran, &n.fabric] {
+            for l in [&n.inet, &n.ran, &n.fabric, n.control.as_ref().unwrap()] {
                 for f in [&l.local, &l.peer] {
                     assert!(macs.insert(f.mac), "duplicate MAC {}", f.mac);
                     if let Some(ip) = f.ip() {
@@ -445,8 +552,14 @@ mod tests {
                 }
             }
         }
+        let cp = a.control.as_ref().unwrap();
         assert!(macs.insert(a.switch.mac));
-        assert_eq!(a.namespaces().len(), 1 + 3 * 4);
+        assert!(macs.insert(cp.mac));
+        assert!(addrs.insert(cp.ip().unwrap()));
+        assert_eq!(a.namespaces().len(), 2 + 3 * 4);
+        assert_eq!(a.namespaces()[1], "t-cp");
+        let unique: std::collections::HashSet<_> = a.namespaces().into_iter().collect();
+        assert_eq!(unique.len(), 2 + 3 * 4);
         assert_eq!(a.nodes[3].fabric.local.addr.as_deref(), Some("10.0.0.4/24"));
         assert_eq!(a.nodes[2].inet.peer.mac.to_string(), "02:73:62:04:00:02");
         for n in &a.nodes {
@@ -459,6 +572,84 @@ mod tests {
             );
         }
         assert_eq!(a.switch.mtu, FABRIC_MTU);
+    }
+
+    #[test]
+    fn control_network_plan() {
+        let a = plan("c", 3, pool(), Forwarding::None, "/tmp/x".into()).unwrap();
+        let cp = a.control.as_ref().unwrap();
+        assert_eq!(
+            (cp.netns.as_str(), cp.bridge.as_str(), cp.addr.as_str()),
+            ("c-cp", "cpbr0", "10.3.0.254/24")
+        );
+        assert_eq!(cp.mac.to_string(), "02:73:62:0a:00:00");
+        assert_eq!(cp.mtu, EDGE_MTU);
+        let n = &a.nodes[2];
+        let ctl = n.control.as_ref().unwrap();
+        assert_eq!(
+            (ctl.local.netns.as_str(), ctl.local.name.as_str()),
+            ("c-node2", "ctl")
+        );
+        assert_eq!(ctl.local.addr.as_deref(), Some("10.3.0.3/24"));
+        assert_eq!(ctl.local.mac.to_string(), "02:73:62:08:00:02");
+        assert_eq!(
+            (ctl.peer.netns.as_str(), ctl.peer.name.as_str()),
+            ("c-cp", "node2")
+        );
+        assert_eq!(ctl.peer.addr, None);
+        assert_eq!(ctl.peer.mac.to_string(), "02:73:62:09:00:02");
+        assert_eq!((ctl.local.mtu, ctl.peer.mtu), (EDGE_MTU, EDGE_MTU));
+        assert_eq!(n.control_addr, Some(Ipv4Addr::new(10, 3, 0, 3)));
+        assert_eq!(n.pfcp_addr, Some("10.3.0.3:8805".parse().unwrap()));
+        assert_eq!(n.grpc_addr, Some("10.3.0.3:50051".parse().unwrap()));
+        assert_eq!(
+            n.metrics_url.as_deref(),
+            Some("http://10.3.0.3:9100/metrics")
+        );
+        assert_eq!(n.metrics_addr(), Some("10.3.0.3:9100".parse().unwrap()));
+        // The last possible node still has a host address below the bridge's.
+        let big = plan("c", MAX_NODES, pool(), Forwarding::None, "/x".into()).unwrap();
+        let last = big.nodes.last().unwrap().control_addr.unwrap();
+        assert_eq!(last, Ipv4Addr::new(10, 3, 0, 250));
+        // In the JSON, as the issue asks: per node `pfcp_addr`, `grpc_addr`, `metrics_url`.
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["nodes"][1]["pfcp_addr"], "10.3.0.2:8805");
+        assert_eq!(v["nodes"][1]["grpc_addr"], "10.3.0.2:50051");
+        assert_eq!(v["nodes"][1]["metrics_url"], "http://10.3.0.2:9100/metrics");
+        assert_eq!(v["nodes"][1]["control_addr"], "10.3.0.2");
+        assert_eq!(v["control"]["netns"], "c-cp");
+        assert_eq!(v["control"]["addr"], "10.3.0.254/24");
+    }
+
+    #[test]
+    fn descriptions_without_a_control_network_still_load() {
+        let a = plan("old", 2, pool(), Forwarding::Kernel, "/run/x".into()).unwrap();
+        let mut v = serde_json::to_value(&a).unwrap();
+        v.as_object_mut().unwrap().remove("control").unwrap();
+        for n in v["nodes"].as_array_mut().unwrap() {
+            let n = n.as_object_mut().unwrap();
+            for k in [
+                "control",
+                "control_addr",
+                "pfcp_addr",
+                "grpc_addr",
+                "metrics_url",
+            ] {
+                n.remove(k).unwrap();
+            }
+        }
+        let b: Description = serde_json::from_value(v).unwrap();
+        assert_eq!(b.control, None);
+        assert_eq!(b.nodes[1].pfcp_addr, None);
+        assert_eq!(b.nodes[1].metrics_addr(), None);
+        assert_eq!(b.nodes[1].fabric, a.nodes[1].fabric);
+        assert_eq!(b.namespaces().len(), 1 + 2 * 3);
+        // And such a description writes back without the absent fields.
+        let s = serde_json::to_string(&b).unwrap();
+        assert!(
+            !s.contains("pfcp_addr") && !s.contains("\"control\""),
+            "{s}"
+        );
     }
 
     #[test]

@@ -63,7 +63,7 @@ fn sysctl(ns: &str, key: &str) -> String {
 fn ifaces(d: &Description) -> Vec<sb_topology::Iface> {
     d.nodes
         .iter()
-        .flat_map(|n| [&n.inet, &n.ran, &n.fabric])
+        .flat_map(|n| [&n.inet, &n.ran, &n.fabric, n.control.as_ref().unwrap()])
         .flat_map(|l| [l.local.clone(), l.peer.clone()])
         .collect()
 }
@@ -174,8 +174,47 @@ fn up_builds_the_planned_topology_and_down_removes_it() {
     );
     drop((p0, p1, p2));
 
+    // The control network: the control namespace reaches every node's control address over
+    // `cpbr0` (by ARP, the bridge learns), and through it nodes reach each other; the
+    // addresses are the description's.
+    let cp = d.control.as_ref().unwrap();
+    let br = sh(&[
+        "ip", "-n", &cp.netns, "-j", "addr", "show", "dev", &cp.bridge,
+    ]);
+    let br: serde_json::Value = serde_json::from_str(&br).unwrap();
+    assert_eq!(br[0]["address"], cp.mac.to_string());
+    assert_eq!(br[0]["addr_info"][0]["local"], "10.3.0.254");
+    let connect = |from: &str, to: &sb_topology::NodeDesc| -> std::net::SocketAddr {
+        let ip = to.control_addr.unwrap();
+        let l = sb_io::netns::in_netns(&to.netns, || std::net::TcpListener::bind((ip, 0)))
+            .unwrap()
+            .unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = sb_io::netns::in_netns(from, || {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        })
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{from} -> {addr}: {e}"));
+        let (_, peer) = l.accept().unwrap();
+        assert_eq!(peer, c.local_addr().unwrap());
+        peer
+    };
+    for n in &d.nodes {
+        assert_eq!(n.pfcp_addr.unwrap().ip(), n.control_addr.unwrap());
+        let port = &n.control.as_ref().unwrap().peer.name;
+        let l = sh(&["bridge", "-n", &cp.netns, "link", "show", "dev", port]);
+        assert!(
+            l.contains("master cpbr0") && l.contains("state forwarding"),
+            "{l}"
+        );
+        let peer = connect(&cp.netns, n);
+        assert_eq!(peer.ip().to_string(), "10.3.0.254");
+    }
+    let peer = connect(&d.nodes[2].netns, &d.nodes[0]);
+    assert_eq!(peer.ip(), d.nodes[2].control_addr.unwrap());
+
     let r = down(&g.dir).unwrap();
-    assert_eq!(r.namespaces.len(), 10);
+    assert_eq!(r.namespaces.len(), 11);
     for ns in d.namespaces() {
         assert!(!sb_topology::sys::netns_exists(&ns), "{ns} left");
     }
