@@ -538,8 +538,51 @@ fn forward(
         &cfg.counters,
         &counters_json(cfg, &sizes(), &Counters::default(), &[], true, control()),
     )?;
+    let metrics = match cfg.metrics {
+        Some(addr) => {
+            let bind = || std::net::TcpListener::bind(addr);
+            let l = match &cfg.netns {
+                Some(ns) => sb_io::netns::in_netns(ns, bind).map_err(|source| NodeError::Port {
+                    port: format!("namespace {ns}"),
+                    source,
+                })?,
+                None => bind(),
+            }
+            .map_err(|e| NodeError::Unsupported(format!("metrics on {addr}: {e}")))?;
+            Some(l)
+        }
+        None => None,
+    };
     on_ready();
     let result = std::thread::scope(|s| {
+        if let Some(listener) = metrics {
+            let (published, io_stats) = (&published, &io_stats);
+            s.spawn(move || {
+                let snapshot = || crate::metrics::Snapshot {
+                    workers: published
+                        .iter()
+                        .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).clone())
+                        .collect(),
+                    ports: io_now(io_stats),
+                    tables: sizes(),
+                    control: cfg.control.as_ref().map(|_| {
+                        ctl_pub
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .status
+                            .clone()
+                    }),
+                    log_bytes: cfg
+                        .control
+                        .as_ref()
+                        .map(|_| ctl_pub.lock().unwrap_or_else(|e| e.into_inner()).log_bytes),
+                    pfcp: None,
+                };
+                if let Err(e) = crate::metrics::serve(listener, stop, snapshot) {
+                    eprintln!("metrics: {e}");
+                }
+            });
+        }
         let mut handles = Vec::new();
         for (w, (mut engine, mut p)) in engines.into_iter().zip(ports).enumerate() {
             let (pubc, ios) = (published[w].clone(), io_stats[w].clone());

@@ -375,6 +375,7 @@ fn node_config(
             // Room for the node's share of the GPT's capacity, with 50% for imbalance.
             fib_room: (capacity / d.nodes.len().max(1) as u64 * 3 / 2) as usize,
         }),
+        metrics: n.metrics_addr(),
     }
 }
 
