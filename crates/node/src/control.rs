@@ -451,7 +451,7 @@ impl UpdateLine {
     pub fn update(&self) -> sb_control::Update {
         let delete = matches!(self.op, sb_control::Op::Delete);
         sb_control::Update {
-            op: self.op.clone(),
+            op: self.op,
             key: self.tunnel.key().to_vec(),
             node: self.tunnel.node,
             value: if delete {

@@ -5,7 +5,6 @@ use crate::tables::{read_entries, read_gpt, EntryKind, TableError};
 use sb_engine::lte::{Lte, LteConfig};
 use sb_engine::{App, Counters, CuckooFib, Engine, Fib, NodeConfig, Outputs, PortAddr, PortId};
 use sb_io::{PacketBatch, Port, PortStats};
-use sb_setsep::LiveSetSep;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,7 +57,7 @@ pub enum NodeError {
 /// A node's tables, loaded and checked.
 pub struct Tables {
     /// The GPT (ScaleBricks).
-    pub gpt: Option<Arc<LiveSetSep>>,
+    pub gpt: Option<sb_engine::Gpt>,
     fib: FibHandle,
     uplink: sb_cuckoo::Reader,
     /// The uplink table's writer (for the control plane).
@@ -115,7 +114,7 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
     let gpt = match &cfg.gpt {
         Some(p) if cfg.arch()? == sb_engine::Arch::ScaleBricks && cfg.control.is_none() => {
             let g = read_gpt(p, cfg.seed)?;
-            Some(Arc::new(LiveSetSep::new(g)))
+            Some(sb_engine::Gpt::from(g))
         }
         _ => None,
     };
@@ -462,7 +461,7 @@ pub fn run(
                     Ok(g) => {
                         tables.sizes.gpt_keys = g.len();
                         tables.sizes.gpt_bytes = g.stats().bytes as usize;
-                        tables.gpt = Some(g);
+                        tables.gpt = Some(sb_engine::Gpt::Live(g));
                     }
                     Err(e) => {
                         stop.store(true, Ordering::Relaxed);

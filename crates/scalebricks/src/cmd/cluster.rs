@@ -316,16 +316,26 @@ fn tunnels_for(a: &UpArgs, pool: Cidr) -> anyhow::Result<Vec<Tunnel>> {
     }
 }
 
-fn node_config(
-    d: &Description,
-    i: usize,
-    a: &UpArgs,
+/// What every node of a new cluster shares.
+#[derive(Clone, Copy)]
+struct Shared {
     arch: Arch,
     seed: u64,
     cluster_id: u64,
+    /// The control plane runs.
     control: bool,
+    /// Flows the GPT and FIBs have room for.
     capacity: u64,
-) -> NodeFile {
+}
+
+fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
+    let Shared {
+        arch,
+        seed,
+        cluster_id,
+        control,
+        capacity,
+    } = sh;
     let n = &d.nodes[i];
     let port = |l: &sb_topology::plan::Link| PortFile {
         ifname: l.local.name.clone(),
@@ -449,7 +459,14 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             }
         }
         for i in 0..d.nodes.len() {
-            let cfg = node_config(d, i, &a, arch, seed, cluster_id, control, capacity);
+            let sh = Shared {
+                arch,
+                seed,
+                cluster_id,
+                control,
+                capacity,
+            };
+            let cfg = node_config(d, i, &a, sh);
             let name = node_file(i);
             let json = serde_json::to_vec_pretty(&cfg).map_err(|e| e.to_string())?;
             std::fs::write(d.dir.join(&name), json).map_err(|e| format!("{name}: {e}"))?;
