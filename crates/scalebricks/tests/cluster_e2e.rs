@@ -109,7 +109,7 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
     let o = c.down();
     let text = ok(&o, "cluster down");
     assert!(
-        text.contains("7 namespaces deleted, 2 processes stopped"),
+        text.contains("8 namespaces deleted, 2 processes stopped"),
         "{text}"
     );
     assert_all_gone(&c, &all_macs(&desc), &pids);
@@ -301,7 +301,7 @@ fn down_after_a_crashed_up_removes_everything() {
     let desc = c.description();
     let text = ok(&c.down(), "cluster down");
     assert!(
-        text.contains("7 namespaces deleted, 2 processes stopped"),
+        text.contains("8 namespaces deleted, 2 processes stopped"),
         "{text}"
     );
     assert_all_gone(&c, &all_macs(&desc), &pids);
