@@ -457,8 +457,14 @@ pub fn run(
                 });
                 let flows = tables.sizes.fib_entries as u64 * cfg.fabric_macs.len() as u64;
                 let timeout = Duration::from_secs(60 + flows / 100_000);
+                let t0 = Instant::now();
                 match crate::control::wait_ready(&slot, ctl_pub, timeout, ctl_failed) {
                     Ok(g) => {
+                        eprintln!(
+                            "node {}: GPT and FIB slices ready after {:.2} s",
+                            cfg.node,
+                            t0.elapsed().as_secs_f64()
+                        );
                         tables.sizes.gpt_keys = g.len();
                         tables.sizes.gpt_bytes = g.stats().bytes as usize;
                         tables.gpt = Some(sb_engine::Gpt::Live(g));
