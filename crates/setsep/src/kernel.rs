@@ -1,8 +1,8 @@
 //! The group search: for each wanted value bit, the smallest hash index `i < 2^x - 1` such that
 //! no two keys of the group with different bits land on the same position of the bit array.
 //!
-//! The one SIMD switch of the crate: [`Searcher`] picks the AVX2 kernel (16 candidates at a time
-//! in 16-bit lanes, see `kernel_avx2`) when the CPU has it and the scalar kernel otherwise. The
+//! The one SIMD switch of the crate: [`Searcher`] picks the AVX2 kernel (8 candidates at a time
+//! in 32-bit lanes, see `kernel_avx2`) when the CPU has it and the scalar kernel otherwise. The
 //! scalar kernel is the reference: both return the same indexes, so both build the same table.
 //!
 //! Both kernels test every wanted value bit against a candidate before moving to the next
@@ -21,8 +21,8 @@ pub(crate) const AVX2_MAX_KEYS: usize = 64;
 /// One key of a group: its two base hashes and its value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct GKey {
-    pub a: u16,
-    pub b: u16,
+    pub a: u32,
+    pub b: u32,
     pub v: u16,
 }
 
@@ -42,8 +42,8 @@ pub(crate) fn avx2_available() -> bool {
 /// and its value.
 #[derive(Clone, Copy)]
 pub(crate) struct Classes<'a> {
-    pub a: &'a [u16],
-    pub b: &'a [u16],
+    pub a: &'a [u32],
+    pub b: &'a [u32],
     pub end: &'a [usize],
     pub val: &'a [u16],
 }
@@ -51,8 +51,8 @@ pub(crate) struct Classes<'a> {
 /// A search kernel with its scratch space (one per build thread).
 pub(crate) struct Searcher {
     avx2: bool,
-    a: Vec<u16>,
-    b: Vec<u16>,
+    a: Vec<u32>,
+    b: Vec<u32>,
     cls_end: Vec<usize>,
     cls_val: Vec<u16>,
     cls_of: Vec<u32>,
@@ -258,11 +258,12 @@ pub fn bench_search(cfg: Config, kernel: Kernel, n: usize, vbits: u32, groups: u
         keys.clear();
         for _ in 0..n {
             let r = crate::build::mix(s);
-            s = r;
+            let w = crate::build::mix(r);
+            s = w;
             keys.push(GKey {
-                a: r as u16,
-                b: (r >> 16) as u16 | 1,
-                v: ((r >> 32) as u16) & ((1u32 << vbits) - 1) as u16,
+                a: r as u32,
+                b: (r >> 32) as u32 | 1,
+                v: (w as u16) & ((1u32 << vbits) - 1) as u16,
             });
         }
         let mut out = [0u16; 16];
@@ -292,9 +293,9 @@ mod tests {
             .map(|_| {
                 let r = next();
                 GKey {
-                    a: r as u16,
-                    b: (r >> 16) as u16 | 1,
-                    v: ((r >> 32) as u16) & ((1u32 << vbits) - 1) as u16,
+                    a: r as u32,
+                    b: (r >> 32) as u32 | 1,
+                    v: (next() as u16) & ((1u32 << vbits) - 1) as u16,
                 }
             })
             .collect()

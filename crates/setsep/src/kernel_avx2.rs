@@ -1,10 +1,10 @@
-//! The AVX2 group-search kernel: 16 candidate hash indexes at once, one per 16-bit lane.
+//! The AVX2 group-search kernel: 8 candidate hash indexes at once, one per 32-bit lane.
 //!
-//! For key `k` lane `l` of chunk `c` holds `h = a_k + (16c + l) * b_k (mod 2^16)`; stepping to
-//! the next chunk adds `16 * b_k`. The bit-array position is the top 3 (or 4) bits of `h`, turned
-//! into a one-hot mask with `vpshufb` and OR-ed into the key's value class. A value bit is
-//! separated in a lane when the OR of the classes with that bit 0 and the OR of the classes with
-//! that bit 1 share no position. Returns exactly what the scalar kernel returns.
+//! For key `k` lane `l` of chunk `c` holds `h = a_k + (8c + l) * b_k (mod 2^32)`; stepping to
+//! the next chunk adds `8 * b_k`. The bit-array position is the top 3 (or 4) bits of `h`, turned
+//! into a one-hot mask with a variable shift (`vpsllvd`) and OR-ed into the key's value class. A
+//! value bit is separated in a lane when the OR of the classes with that bit 0 and the OR of the
+//! classes with that bit 1 share no position. Returns exactly what the scalar kernel returns.
 #![allow(unsafe_code)]
 
 #[cfg(target_arch = "x86_64")]
@@ -30,15 +30,20 @@ pub(crate) unsafe fn search(
     out: &mut [u16; 16],
 ) -> u16 {
     if alog == 3 {
-        run::<false>(limit, g, want, out)
+        run::<29>(limit, g, want, out)
     } else {
-        run::<true>(limit, g, want, out)
+        run::<28>(limit, g, want, out)
     }
 }
 
+/// Lanes (candidates) per vector.
+#[cfg(target_arch = "x86_64")]
+const LANES: u32 = 8;
+
+/// `SHIFT` is `32 - array_log`: the position is `h >> SHIFT`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]) -> u16 {
+fn run<const SHIFT: i32>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]) -> u16 {
     let Classes {
         a,
         b,
@@ -49,73 +54,34 @@ fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16])
     let n = a.len().min(b.len()).min(MAXK);
     let ncls = cls_end.len().min(cls_val.len()).min(MAXK);
     let zero = _mm256_setzero_si256();
-    let lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let one = _mm256_set1_epi32(1);
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     // Only the first n entries are ever written and read (no 2 KB zeroing per call).
     let mut hs = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     let mut st = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     for k in 0..n {
-        let bv = _mm256_set1_epi16(b[k] as i16);
-        hs[k].write(_mm256_add_epi16(
-            _mm256_set1_epi16(a[k] as i16),
-            _mm256_mullo_epi16(lane, bv),
+        let bv = _mm256_set1_epi32(b[k] as i32);
+        hs[k].write(_mm256_add_epi32(
+            _mm256_set1_epi32(a[k] as i32),
+            _mm256_mullo_epi32(lane, bv),
         ));
-        st[k].write(_mm256_set1_epi16(b[k].wrapping_mul(16) as i16));
+        st[k].write(_mm256_set1_epi32(b[k].wrapping_mul(LANES) as i32));
     }
-    // One-hot tables for vpshufb: position p (low 4 bits of each byte) -> 1 << p.
-    #[rustfmt::skip]
-    let t_lo = _mm256_setr_epi8(
-        1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0,
-        1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0,
-    );
-    #[rustfmt::skip]
-    let t_hi = _mm256_setr_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128,
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128,
-    );
-    let low_bytes = _mm256_set1_epi16(0x00ff);
-    let nchunks = limit.div_ceil(16);
+    let nchunks = limit.div_ceil(LANES);
     // Lanes of the last chunk at or past `limit` are not candidates.
-    let tail = limit - (nchunks - 1) * 16;
-    let tail_mask: u32 = if tail >= 16 {
-        u32::MAX
-    } else {
-        (1u32 << (2 * tail)) - 1
-    };
-    // UNROLL chunks (16 candidates each) per pass: each key's hash vector is loaded and stored
+    let tail = limit - (nchunks - 1) * LANES;
+    let tail_mask: u32 = (1u32 << tail) - 1;
+    // UNROLL chunks (8 candidates each) per pass: each key's hash vector is loaded and stored
     // once per pass.
-    const UNROLL: usize = 4;
+    const UNROLL: usize = 8;
     let mut accs = [[const { MaybeUninit::<__m256i>::uninit() }; MAXK]; UNROLL];
-    let onehot = |acc: __m256i, acc_hi: __m256i, h: __m256i| -> (__m256i, __m256i) {
-        if Y16 {
-            let p = _mm256_srli_epi16::<12>(h);
-            (
-                _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p)),
-                _mm256_or_si256(acc_hi, _mm256_shuffle_epi8(t_hi, p)),
-            )
-        } else {
-            let p = _mm256_srli_epi16::<13>(h);
-            (_mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p)), acc_hi)
-        }
-    };
-    // Low byte of acc: positions 0-7; low byte of acc_hi: positions 8-15.
-    let merge = |acc: __m256i, acc_hi: __m256i| -> __m256i {
-        if Y16 {
-            _mm256_or_si256(
-                _mm256_and_si256(acc, low_bytes),
-                _mm256_slli_epi16::<8>(acc_hi),
-            )
-        } else {
-            acc
-        }
-    };
+    // Lanes with no position in both `z` and `o`, one bit per lane.
     let ok_of = |z: __m256i, o: __m256i, chunk: u32| -> u32 {
         if chunk >= nchunks {
             return 0;
         }
-        let conf = _mm256_and_si256(z, o);
-        let mm = _mm256_movemask_epi8(_mm256_cmpeq_epi8(conf, zero)) as u32;
-        // Y8: only the low byte of a lane is meaningful; Y16: both bytes must be zero.
-        let ok = if Y16 { mm & (mm >> 1) } else { mm } & 0x5555_5555;
+        let conf = _mm256_cmpeq_epi32(_mm256_and_si256(z, o), zero);
+        let ok = _mm256_movemask_ps(_mm256_castsi256_ps(conf)) as u32;
         if chunk == nchunks - 1 {
             ok & tail_mask
         } else {
@@ -129,18 +95,18 @@ fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16])
         for ci in 0..ncls {
             let e = cls_end[ci].min(n);
             let mut acc = [zero; UNROLL];
-            let mut acc_hi = [zero; UNROLL];
             for k in s..e {
                 // SAFETY: k < e <= n and entries 0..n were written above.
                 let (mut h, step) = unsafe { (hs[k].assume_init(), st[k].assume_init()) };
-                for u in 0..UNROLL {
-                    (acc[u], acc_hi[u]) = onehot(acc[u], acc_hi[u], h);
-                    h = _mm256_add_epi16(h, step);
+                for x in acc.iter_mut() {
+                    let p = _mm256_srli_epi32::<SHIFT>(h);
+                    *x = _mm256_or_si256(*x, _mm256_sllv_epi32(one, p));
+                    h = _mm256_add_epi32(h, step);
                 }
                 hs[k].write(h);
             }
             for u in 0..UNROLL {
-                accs[u][ci].write(merge(acc[u], acc_hi[u]));
+                accs[u][ci].write(acc[u]);
             }
             s = e;
         }
@@ -166,7 +132,7 @@ fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16])
                 let chunk = c + u as u32;
                 let ok = ok_of(z[u], o[u], chunk);
                 if ok != 0 {
-                    out[j as usize] = (chunk * 16 + ok.trailing_zeros() / 2) as u16;
+                    out[j as usize] = (chunk * LANES + ok.trailing_zeros()) as u16;
                     found |= 1 << j;
                     break;
                 }
