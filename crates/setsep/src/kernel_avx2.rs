@@ -1,10 +1,14 @@
-//! The AVX2 group-search kernel: 8 candidate hash indexes at once, one per 32-bit lane.
+//! The AVX2 group-search kernel: 16 candidate hash indexes at once, one per 16-bit lane.
 //!
-//! For key `k` lane `l` of chunk `c` holds `h = a_k + (8c + l) * b_k (mod 2^32)`; stepping to
-//! the next chunk adds `8 * b_k`. The bit-array position is the top 3 (or 4) bits of `h`, turned
-//! into a one-hot mask with a variable shift (`vpsllvd`) and OR-ed into the key's value class. A
-//! value bit is separated in a lane when the OR of the classes with that bit 0 and the OR of the
-//! classes with that bit 1 share no position. Returns exactly what the scalar kernel returns.
+//! Candidate `i` puts key `k` at the top bits of `(a_k << 16) + i * b_k (mod 2^32)` (see
+//! `layout::position`). Only the upper 16 bits of that sum matter, and with `a_k`'s low half
+//! zero they are `h = a_k + i * bh_k + mulhi(i, bl_k) (mod 2^16)` exactly, where `bh_k`, `bl_k`
+//! are the halves of `b_k` and `mulhi` the upper half of a 16x16-bit product (`vpmulhuw`). Lane
+//! `l` of chunk `c` has `i = 16c + l`: it keeps `a_k + i * bh_k` (stepping adds `16 * bh_k`) and
+//! adds `mulhi(i, bl_k)` for the chunk. The bit-array position is the top 3 (or 4) bits of `h`,
+//! turned into a one-hot mask with `vpshufb` and OR-ed into the key's value class. A value bit is
+//! separated in a lane when the OR of the classes with that bit 0 and the OR of the classes with
+//! that bit 1 share no position. Returns exactly what the scalar kernel returns.
 #![allow(unsafe_code)]
 
 #[cfg(target_arch = "x86_64")]
@@ -30,20 +34,15 @@ pub(crate) unsafe fn search(
     out: &mut [u16; 16],
 ) -> u16 {
     if alog == 3 {
-        run::<29>(limit, g, want, out)
+        run::<false>(limit, g, want, out)
     } else {
-        run::<28>(limit, g, want, out)
+        run::<true>(limit, g, want, out)
     }
 }
 
-/// Lanes (candidates) per vector.
-#[cfg(target_arch = "x86_64")]
-const LANES: u32 = 8;
-
-/// `SHIFT` is `32 - array_log`: the position is `h >> SHIFT`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn run<const SHIFT: i32>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]) -> u16 {
+fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]) -> u16 {
     let Classes {
         a,
         b,
@@ -54,34 +53,75 @@ fn run<const SHIFT: i32>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]
     let n = a.len().min(b.len()).min(MAXK);
     let ncls = cls_end.len().min(cls_val.len()).min(MAXK);
     let zero = _mm256_setzero_si256();
-    let one = _mm256_set1_epi32(1);
-    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     // Only the first n entries are ever written and read (no 2 KB zeroing per call).
     let mut hs = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     let mut st = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
+    let mut bl = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     for k in 0..n {
-        let bv = _mm256_set1_epi32(b[k] as i32);
-        hs[k].write(_mm256_add_epi32(
-            _mm256_set1_epi32(a[k] as i32),
-            _mm256_mullo_epi32(lane, bv),
+        let bh = (b[k] >> 16) as u16;
+        hs[k].write(_mm256_add_epi16(
+            _mm256_set1_epi16(a[k] as i16),
+            _mm256_mullo_epi16(lane, _mm256_set1_epi16(bh as i16)),
         ));
-        st[k].write(_mm256_set1_epi32(b[k].wrapping_mul(LANES) as i32));
+        st[k].write(_mm256_set1_epi16(bh.wrapping_mul(16) as i16));
+        bl[k].write(_mm256_set1_epi16(b[k] as u16 as i16));
     }
-    let nchunks = limit.div_ceil(LANES);
+    // One-hot tables for vpshufb: position p (low 4 bits of each byte) -> 1 << p.
+    #[rustfmt::skip]
+    let t_lo = _mm256_setr_epi8(
+        1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0,
+        1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0,
+    );
+    #[rustfmt::skip]
+    let t_hi = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128,
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128,
+    );
+    let low_bytes = _mm256_set1_epi16(0x00ff);
+    let nchunks = limit.div_ceil(16);
     // Lanes of the last chunk at or past `limit` are not candidates.
-    let tail = limit - (nchunks - 1) * LANES;
-    let tail_mask: u32 = (1u32 << tail) - 1;
-    // UNROLL chunks (8 candidates each) per pass: each key's hash vector is loaded and stored
+    let tail = limit - (nchunks - 1) * 16;
+    let tail_mask: u32 = if tail >= 16 {
+        u32::MAX
+    } else {
+        (1u32 << (2 * tail)) - 1
+    };
+    // UNROLL chunks (16 candidates each) per pass: each key's hash vector is loaded and stored
     // once per pass.
-    const UNROLL: usize = 8;
+    const UNROLL: usize = 4;
     let mut accs = [[const { MaybeUninit::<__m256i>::uninit() }; MAXK]; UNROLL];
-    // Lanes with no position in both `z` and `o`, one bit per lane.
+    let onehot = |acc: __m256i, acc_hi: __m256i, h: __m256i| -> (__m256i, __m256i) {
+        if Y16 {
+            let p = _mm256_srli_epi16::<12>(h);
+            (
+                _mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p)),
+                _mm256_or_si256(acc_hi, _mm256_shuffle_epi8(t_hi, p)),
+            )
+        } else {
+            let p = _mm256_srli_epi16::<13>(h);
+            (_mm256_or_si256(acc, _mm256_shuffle_epi8(t_lo, p)), acc_hi)
+        }
+    };
+    // Low byte of acc: positions 0-7; low byte of acc_hi: positions 8-15.
+    let merge = |acc: __m256i, acc_hi: __m256i| -> __m256i {
+        if Y16 {
+            _mm256_or_si256(
+                _mm256_and_si256(acc, low_bytes),
+                _mm256_slli_epi16::<8>(acc_hi),
+            )
+        } else {
+            acc
+        }
+    };
     let ok_of = |z: __m256i, o: __m256i, chunk: u32| -> u32 {
         if chunk >= nchunks {
             return 0;
         }
-        let conf = _mm256_cmpeq_epi32(_mm256_and_si256(z, o), zero);
-        let ok = _mm256_movemask_ps(_mm256_castsi256_ps(conf)) as u32;
+        let conf = _mm256_and_si256(z, o);
+        let mm = _mm256_movemask_epi8(_mm256_cmpeq_epi8(conf, zero)) as u32;
+        // Y8: only the low byte of a lane is meaningful; Y16: both bytes must be zero.
+        let ok = if Y16 { mm & (mm >> 1) } else { mm } & 0x5555_5555;
         if chunk == nchunks - 1 {
             ok & tail_mask
         } else {
@@ -90,23 +130,36 @@ fn run<const SHIFT: i32>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]
     };
     let mut found = 0u16;
     let mut c = 0u32;
+    // The candidate indexes of the pass's chunks.
+    let mut idx = [zero; UNROLL];
+    for (u, x) in idx.iter_mut().enumerate() {
+        *x = _mm256_add_epi16(lane, _mm256_set1_epi16(16 * u as i16));
+    }
+    let pass_step = _mm256_set1_epi16(16 * UNROLL as i16);
     while c < nchunks {
         let mut s = 0usize;
         for ci in 0..ncls {
             let e = cls_end[ci].min(n);
             let mut acc = [zero; UNROLL];
+            let mut acc_hi = [zero; UNROLL];
             for k in s..e {
                 // SAFETY: k < e <= n and entries 0..n were written above.
-                let (mut h, step) = unsafe { (hs[k].assume_init(), st[k].assume_init()) };
-                for x in acc.iter_mut() {
-                    let p = _mm256_srli_epi32::<SHIFT>(h);
-                    *x = _mm256_or_si256(*x, _mm256_sllv_epi32(one, p));
-                    h = _mm256_add_epi32(h, step);
+                let (mut h, step, lo) = unsafe {
+                    (
+                        hs[k].assume_init(),
+                        st[k].assume_init(),
+                        bl[k].assume_init(),
+                    )
+                };
+                for u in 0..UNROLL {
+                    let t = _mm256_add_epi16(h, mulhi(idx[u], lo));
+                    (acc[u], acc_hi[u]) = onehot(acc[u], acc_hi[u], t);
+                    h = _mm256_add_epi16(h, step);
                 }
                 hs[k].write(h);
             }
             for u in 0..UNROLL {
-                accs[u][ci].write(acc[u]);
+                accs[u][ci].write(merge(acc[u], acc_hi[u]));
             }
             s = e;
         }
@@ -132,7 +185,7 @@ fn run<const SHIFT: i32>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]
                 let chunk = c + u as u32;
                 let ok = ok_of(z[u], o[u], chunk);
                 if ok != 0 {
-                    out[j as usize] = (chunk * LANES + ok.trailing_zeros()) as u16;
+                    out[j as usize] = (chunk * 16 + ok.trailing_zeros() / 2) as u16;
                     found |= 1 << j;
                     break;
                 }
@@ -141,7 +194,30 @@ fn run<const SHIFT: i32>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16]
         if found == want {
             break;
         }
+        for x in idx.iter_mut() {
+            *x = _mm256_add_epi16(*x, pass_step);
+        }
         c += UNROLL as u32;
     }
     found
+}
+
+/// `_mm256_mulhi_epu16` (`vpmulhuw`) kept as one instruction: given the intrinsic, the optimizer
+/// widens these 16-bit products to 32 bits (two multiplies, a pack and a permute per vector).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn mulhi(a: __m256i, b: __m256i) -> __m256i {
+    let o: __m256i;
+    // SAFETY: one AVX2 instruction (the caller's target feature) on registers only.
+    unsafe {
+        core::arch::asm!(
+            "vpmulhuw {o}, {a}, {b}",
+            a = in(ymm_reg) a,
+            b = in(ymm_reg) b,
+            o = lateout(ymm_reg) o,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    o
 }

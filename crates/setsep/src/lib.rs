@@ -10,9 +10,9 @@
 //! each bucket chose one of 4 pre-assigned candidate groups (2 bits per bucket, chosen by a greedy
 //! balancer over several randomized runs per block). For each group (about 16 keys) and each value
 //! bit, a brute-force search found a hash index `i` (x bits) and a bit array (y bits) such that
-//! bit `(a + i*b) mod 2^16 >> (16 - log2 y)` of the array is that value bit for every key of the
-//! group (`a`, `b` are two 16-bit base hashes of the key). Groups whose search fails keep their
-//! keys' hashes in a small sorted fallback table.
+//! bit `((a << 16) + i*b) mod 2^32 >> (32 - log2 y)` of the array is that value bit for every key
+//! of the group (`a`, 16 bits, and `b`, 32 bits, are base hashes of the key: bits of its 128-bit
+//! hash). Groups whose search fails keep their keys' hashes in a small sorted fallback table.
 //!
 //! ```
 //! use sb_setsep::{BuildOptions, SetSep};
