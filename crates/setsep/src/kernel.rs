@@ -86,6 +86,8 @@ impl Searcher {
         }
         if want.count_ones() == 1 {
             self.partition_one(keys, want);
+        } else if want < 16 {
+            self.partition_small(keys, want);
         } else {
             self.partition(keys, want);
         }
@@ -139,6 +141,36 @@ impl Searcher {
         self.b.resize(keys.len(), 0);
         for (k, &c) in keys.iter().zip(&self.cls_of) {
             let slot = &mut self.counts[c as usize];
+            self.a[*slot] = k.a;
+            self.b[*slot] = k.b;
+            *slot += 1;
+        }
+    }
+
+    /// [`Self::partition`] for wanted bits below 16 (values of up to 4 bits, the common case): a
+    /// counting sort by the wanted bits, classes in value order, empty ones left out.
+    fn partition_small(&mut self, keys: &[GKey], want: u16) {
+        let n = keys.len();
+        let mut next = [0usize; 16];
+        for k in keys {
+            next[(k.v & want) as usize] += 1;
+        }
+        self.cls_end.clear();
+        self.cls_val.clear();
+        let mut end = 0;
+        for (v, c) in next.iter_mut().enumerate() {
+            if *c > 0 {
+                let len = *c;
+                *c = end;
+                end += len;
+                self.cls_end.push(end);
+                self.cls_val.push(v as u16);
+            }
+        }
+        self.a.resize(n, 0);
+        self.b.resize(n, 0);
+        for k in keys {
+            let slot = &mut next[(k.v & want) as usize];
             self.a[*slot] = k.a;
             self.b[*slot] = k.b;
             *slot += 1;
