@@ -47,14 +47,14 @@ pub fn family(h: KeyHash) -> (u16, u32) {
 /// Position (in the bit array of `1 << array_log` bits) that hash function `idx` gives a key
 /// with base hashes `(a, b)`: the top `array_log` bits of `(a << 16) + idx * b (mod 2^32)`.
 ///
-/// A 32-bit family (the one of the paper's own code, `h1 + i * h2`, with `h1`'s low half zero)
-/// searched over at most 2^16 indexes: the top bits depend on all 32 bits of `b` through the
-/// carries, so two keys' positions stay unrelated over the whole search. The 16-bit family
-/// `a + i * b (mod 2^16)` it replaced had only 2^15 slopes, and pairs of keys whose slopes agree
-/// in their low bits move in lockstep: 3% of 20-key groups had no separating index among 65,535
-/// (fresh random positions: 0.05%). `h1`'s low half is zero so that the AVX2 kernel computes the
-/// top half in 16-bit lanes, 16 candidates per vector (see `kernel_avx2`); with `i < 2^16` it
-/// only shifts a key's positions by less than one unit of the top half.
+/// A 32-bit family (that of the Ludo repository's SetSep, `h1 + i * h2`, with `h1`'s low half
+/// zero) searched over at most 2^16 indexes: the top bits depend on all 32 bits of `b` through
+/// the carries, so two keys' positions stay unrelated over the whole search. The 16-bit family
+/// `a + i * b (mod 2^16)` of format version 4 had only 2^15 slopes, and pairs of keys whose
+/// slopes agree in their low bits move in lockstep: 3% of 20-key groups had no separating index
+/// among 65,535 (fresh random positions: 0.05%; see the test in `kernel`). `h1`'s low half is
+/// zero so that the AVX2 kernel computes the top half exactly in 16-bit lanes, 16 candidates per
+/// vector (see `kernel_avx2`); a nonzero low half would only add a carry of 0 or 1 to it.
 #[inline(always)]
 pub fn position(a: u16, b: u32, idx: u16, array_log: u32) -> u32 {
     ((a as u32) << 16).wrapping_add((idx as u32).wrapping_mul(b)) >> (32 - array_log)
