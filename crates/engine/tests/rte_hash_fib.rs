@@ -4,7 +4,6 @@
 
 use sb_engine::cluster::{build_gpt, fib_slice, generate_tunnels, SimCluster};
 use sb_engine::{Arch, Fib, PortId, RteHashFib};
-use std::sync::Arc;
 
 #[test]
 fn rte_hash_backend_forwards_like_the_cuckoo_backend() {
