@@ -42,6 +42,7 @@
 //! | `fivegs_ep_n3_gtp_outdatapktn3upf_total` | counter | | TS 28.552 GTP.OutDataPktN3UPF: G-PDUs this node sent on N3 (downstream packets, every fabric-crossing count) |
 //! | `scalebricks_packets_total` | counter | `port`, `direction` | frames the engine took from (`rx`) or gave to (`tx`) the port |
 //! | `scalebricks_fabric_forwarded_packets_total` | counter | `port` | frames received on the port that the engine sent on over the fabric |
+//! | `scalebricks_host_frames_total` | counter | `port` | frames left to the node's kernel (on the fabric: the control plane's UDP), not drops |
 //! | `scalebricks_dropped_packets_total` | counter | `port`, `reason` | frames received on the port and dropped, by reason (`sb_engine::Drop::label`; `malformed` for every parser error); the reasons of a port sum to all its drops; every reason is present, also at 0 |
 //! | `scalebricks_malformed_packets_total` | counter | `reason` | malformed frames by parser error (`sb_wire::WireError::label`), all ports |
 //! | `scalebricks_fabric_crossings` | histogram | `le` 0, 1, 2, +Inf | downstream packets sent on N3 by how often they crossed the fabric (the `+Inf` bucket holds 3 or more, counted as 3 in `_sum`) |
@@ -359,11 +360,23 @@ fn data_plane(enc: &mut DescriptorEncoder, c: &Counters) -> Result<(), std::fmt:
             .into_iter()
             .map(|p| (vec![port_label(p)], c.ports[p as usize].to_fabric)),
     )?;
+    family(
+        enc,
+        "scalebricks_host_frames",
+        "Frames on each port left to the node's own kernel (on the fabric: the control plane's UDP), not drops.",
+        Counter,
+        PortId::ALL
+            .into_iter()
+            .map(|p| (vec![port_label(p)], c.ports[p as usize].host)),
+    )?;
     let mut drops = Vec::new();
     for p in PortId::ALL {
         let i = p as usize;
         let mut named = 0u64;
         for (j, d) in Drop::OTHERS.iter().enumerate() {
+            if *d == Drop::Host {
+                continue; // not a drop: `scalebricks_host_frames`
+            }
             named += c.drops[i][j];
             drops.push((
                 vec![port_label(p), ("reason", d.label().to_string())],
@@ -960,6 +973,7 @@ mod tests {
         "fivegs_ep_n3_gtp_outdatapktn3upf",
         "scalebricks_packets",
         "scalebricks_fabric_forwarded_packets",
+        "scalebricks_host_frames",
         "scalebricks_dropped_packets",
         "scalebricks_malformed_packets",
         "scalebricks_fabric_crossings",
@@ -990,7 +1004,7 @@ mod tests {
     ];
 
     /// Families present without control status, log size or PFCP counts.
-    const ALWAYS: usize = 15;
+    const ALWAYS: usize = 16;
 
     fn workers() -> Vec<Counters> {
         let mut a = Counters::default();
@@ -1166,10 +1180,7 @@ mod tests {
                 r#"scalebricks_dropped_packets_total{port="ran",reason="unknown_teid"}"#,
                 "4",
             ),
-            (
-                r#"scalebricks_dropped_packets_total{port="fabric",reason="host"}"#,
-                "1",
-            ),
+            (r#"scalebricks_host_frames_total{port="fabric"}"#, "1"),
             (
                 r#"scalebricks_dropped_packets_total{port="inet",reason="malformed"}"#,
                 "2",
@@ -1275,9 +1286,9 @@ mod tests {
         for (k, v) in want {
             assert_eq!(s.get(k).map(String::as_str), Some(v), "{k} in\n{text}");
         }
-        // 13 named reasons and `malformed` per port; every parser error.
+        // 12 named reasons (`host` is not a drop) and `malformed` per port; every parser error.
         let n = |p: &str| s.keys().filter(|k| k.starts_with(p)).count();
-        assert_eq!(n("scalebricks_dropped_packets_total{"), 3 * 14);
+        assert_eq!(n("scalebricks_dropped_packets_total{"), 3 * 13);
         assert_eq!(n("scalebricks_malformed_packets_total{"), WireError::COUNT);
         assert_eq!(n("fivegs_upffunction_sm_n4sessionestabfail_total{"), 2);
         // Each port's drops by reason sum to its drops.
