@@ -513,6 +513,7 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
                 enb: std::net::Ipv4Addr::UNSPECIFIED,
                 node: 0,
                 qci: 0,
+                ul_teid: 0,
             },
         ));
     }
@@ -537,6 +538,7 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
             enb,
             node,
             qci,
+            ul_teid: 0,
         },
     ))
 }
