@@ -374,6 +374,11 @@ fn node_config(
             peers: control_addrs(d),
             // Room for the node's share of the GPT's capacity, with 50% for imbalance.
             fib_room: (capacity / d.nodes.len().max(1) as u64 * 3 / 2) as usize,
+            // Every node is a PFCP endpoint of one UPF: one Node ID (the recovery time stamp
+            // is set by `up`, once for all nodes).
+            pfcp: n.pfcp_addr,
+            pfcp_node_id: Some(format!("upf.{}.scalebricks", a.name)),
+            pfcp_recovery_time_stamp: None,
         }),
     }
 }
@@ -408,6 +413,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     };
     let seed = a.seed.unwrap_or_else(rand::random);
     let cluster_id: u64 = rand::random();
+    // The cluster's PFCP Recovery Time Stamp: now, in seconds since 1900.
+    let recovery = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+        + sb_node::pfcp::NTP_UNIX_OFFSET) as u32;
     let control = engine
         && a.control == OnOff::On
         && arch == Arch::ScaleBricks
@@ -448,7 +459,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             }
         }
         for i in 0..d.nodes.len() {
-            let cfg = node_config(d, i, &a, arch, seed, cluster_id, control, capacity);
+            let mut cfg = node_config(d, i, &a, arch, seed, cluster_id, control, capacity);
+            if let Some(c) = cfg.control.as_mut() {
+                c.pfcp_recovery_time_stamp = Some(recovery);
+            }
             let name = node_file(i);
             let json = serde_json::to_vec_pretty(&cfg).map_err(|e| e.to_string())?;
             std::fs::write(d.dir.join(&name), json).map_err(|e| format!("{name}: {e}"))?;
