@@ -27,6 +27,9 @@
 //!   IPv6 UE address whose second update fails keeps the first (the response says failure).
 //!   A dual-stack session's two entries share one uplink TEID, so only the last one installed
 //!   accepts uplink G-PDUs.
+//! - A deleted session's (or removed downlink's) FIB entry stays for
+//!   [`crate::control::REMOVAL_GRACE`] after the response, as every removal of the control
+//!   plane does (for packets already in the fabric); a modified tunnel takes effect at once.
 //! - An Insert of a UE address the FIB already holds (from `flows.csv`, `scalebricks update`
 //!   or another node's PFCP session) is refused by the control plane: System failure.
 
