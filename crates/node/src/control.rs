@@ -481,7 +481,7 @@ impl UpdateLine {
     pub fn update(&self) -> sb_control::Update {
         let delete = matches!(self.op, sb_control::Op::Delete);
         sb_control::Update {
-            op: self.op.clone(),
+            op: self.op,
             key: self.tunnel.key().to_vec(),
             node: self.tunnel.node,
             value: if delete {

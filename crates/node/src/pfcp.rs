@@ -160,7 +160,7 @@ impl Cluster {
             }
             return Some((token, Ok(())));
         }
-        let busy = results.iter().any(|o| *o == Outcome::Busy);
+        let busy = results.contains(&Outcome::Busy);
         Some((
             token,
             Err(if busy {

@@ -316,6 +316,7 @@ fn tunnels_for(a: &UpArgs, pool: Cidr) -> anyhow::Result<Vec<Tunnel>> {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the description, the arguments and what `up` decided
 fn node_config(
     d: &Description,
     i: usize,
