@@ -143,7 +143,7 @@ fn traffic(
             "2",
         ],
     );
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(1500));
     for cap in caps {
         cap.stop();
     }
@@ -367,7 +367,8 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
     assert_eq!(r["establish"]["cause"], 72, "{r}"); // No established PFCP Association
 
     // tshark decodes every response we sent without a malformed mark, with the fields scapy read.
-    std::thread::sleep(Duration::from_millis(300));
+    // (tcpdump gets packets from the kernel's ring in blocks: give the last one time to go.)
+    std::thread::sleep(Duration::from_millis(1500));
     cp_cap.stop();
     let rows = tshark_fields(
         &cp_pcap,
