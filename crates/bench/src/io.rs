@@ -164,7 +164,7 @@ struct EngineRow {
 /// The tables of the one-node engine, built once per invocation.
 struct EngineTables {
     tunnels: Vec<Tunnel>,
-    gpt: Arc<sb_setsep::LiveSetSep>,
+    gpt: sb_engine::Gpt,
     seed: u64,
     frames: usize,
 }
@@ -185,9 +185,7 @@ impl EngineTables {
             args.seed,
             0,
         );
-        let gpt = Arc::new(sb_setsep::LiveSetSep::new(cluster::build_gpt(
-            &tunnels, 1, args.seed, 0,
-        )?));
+        let gpt = sb_engine::Gpt::from(cluster::build_gpt(&tunnels, 1, args.seed, 0)?);
         Ok(EngineTables {
             tunnels,
             gpt,

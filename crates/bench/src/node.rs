@@ -414,12 +414,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let mut gpt = None;
         for &arch in &archs {
             if arch == Arch::ScaleBricks && gpt.is_none() {
-                gpt = Some(Arc::new(sb_setsep::LiveSetSep::new(cluster::build_gpt(
+                gpt = Some(sb_engine::Gpt::from(cluster::build_gpt(
                     &tunnels,
                     a.nodes.into(),
                     a.seed,
                     0,
-                )?)));
+                )?));
             }
             let w = workload(arch, &tunnels, &a, a.seed + 1)?;
             for fib_kind in &a.fib {

@@ -147,16 +147,21 @@ fn scalebricks(args: &[String]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `count` inserts of new UEs (from `first`), spread over the nodes, as an update CSV.
-fn inserts_csv(path: &std::path::Path, first: u64, count: usize, nodes: u16) -> Result<()> {
+/// `count` inserts of new UEs (the next addresses of `fresh`), spread over the nodes, as an
+/// update CSV.
+fn inserts_csv(
+    path: &std::path::Path,
+    fresh: &mut impl Iterator<Item = (u64, std::net::Ipv4Addr)>,
+    count: usize,
+    nodes: u16,
+) -> Result<()> {
     let mut s = String::from("op,ue,teid,enb,node\n");
-    for i in 0..count as u64 {
-        let n = first + i;
-        let ue = std::net::Ipv4Addr::from(0x6440_0000u32 | (n as u32 & 0x003f_ffff));
+    for _ in 0..count {
+        let (n, ue) = fresh.next().context("the UE pool is used up")?;
         let node = n % u64::from(nodes);
         s.push_str(&format!(
             "insert,{ue},{},10.2.{node}.2,{node}\n",
-            0x3000_0000 + n
+            0xb000_0000u64 + n
         ));
     }
     std::fs::write(path, s).with_context(|| path.display().to_string())
@@ -186,13 +191,18 @@ fn cluster(a: &Args) -> Result<Value> {
         &((a.cluster_flows + a.cluster_updates + a.paced_updates) * 2).to_string(),
     ]))?;
     let r = (|| -> Result<Value> {
-        // The UE pool's addresses above the initial flows (generate_tunnels uses the low ones).
-        let base = 0x0020_0000u64;
+        // UE addresses of the pool that no initial flow has (those are spread over the pool).
+        let flows = std::fs::read_to_string(dir.join("flows.csv")).context("flows.csv")?;
+        let taken: std::collections::HashSet<&str> =
+            flows.lines().filter_map(|l| l.split(',').next()).collect();
+        let mut fresh = (0u64..0x0040_0000)
+            .map(|n| (n, std::net::Ipv4Addr::from(0x6440_0000u32 | n as u32)))
+            .filter(|(_, ue)| !taken.contains(ue.to_string().as_str()));
         let per = a.cluster_updates / a.nodes as usize;
         let mut files = Vec::new();
         for i in 0..a.nodes as usize {
             let p = tmp.path().join(format!("ins{i}.csv"));
-            inserts_csv(&p, base + (i * per) as u64, per, a.nodes)?;
+            inserts_csv(&p, &mut fresh, per, a.nodes)?;
             files.push(p);
         }
         let t0 = Instant::now();
@@ -228,12 +238,7 @@ fn cluster(a: &Args) -> Result<Value> {
         let cluster_kops = acked as f64 / slowest / 1e3;
         // Propagation at 10% of that rate, one update per request.
         let p = tmp.path().join("paced.csv");
-        inserts_csv(
-            &p,
-            base + a.cluster_updates as u64 + 1,
-            a.paced_updates,
-            a.nodes,
-        )?;
+        inserts_csv(&p, &mut fresh, a.paced_updates, a.nodes)?;
         let rate = (cluster_kops * 1e3 * 0.1).max(1.0);
         let v: Value = serde_json::from_str(
             scalebricks(&s(&[

@@ -8,9 +8,8 @@ use crate::lte::{Lte, LteConfig, Tunnel};
 use crate::PortId;
 use sb_common::hash128;
 use sb_io::PacketBatch;
-use sb_setsep::{BuildOptions, Config, LiveSetSep, SetSep};
+use sb_setsep::{BuildOptions, Config, SetSep};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::Arc;
 
 /// Bits of GPT value a cluster of `nodes` needs (at least 1).
 pub fn value_bits(nodes: usize) -> u8 {
@@ -214,7 +213,7 @@ pub fn sim_engine(
     node: u16,
     nodes: u16,
     seed: u64,
-    gpt: Option<Arc<LiveSetSep>>,
+    gpt: Option<crate::Gpt>,
     fib: Box<dyn Fib>,
     uplink: sb_cuckoo::Reader,
     batch: usize,
@@ -271,12 +270,7 @@ impl SimCluster {
         batch: usize,
     ) -> Result<SimCluster, Box<dyn std::error::Error + Send + Sync>> {
         let gpt = match arch {
-            Arch::ScaleBricks => Some(Arc::new(LiveSetSep::new(build_gpt(
-                tunnels,
-                nodes.into(),
-                seed,
-                0,
-            )?))),
+            Arch::ScaleBricks => Some(crate::Gpt::from(build_gpt(tunnels, nodes.into(), seed, 0)?)),
             _ => None,
         };
         let fibs = (0..nodes)
@@ -295,7 +289,7 @@ impl SimCluster {
         nodes: u16,
         seed: u64,
         batch: usize,
-        gpt: Option<Arc<LiveSetSep>>,
+        gpt: Option<crate::Gpt>,
         fibs: Vec<Box<dyn Fib>>,
     ) -> Result<SimCluster, Box<dyn std::error::Error + Send + Sync>> {
         let mut engines = Vec::new();

@@ -6,7 +6,7 @@ use crate::fabric::{self, Kind, Shim};
 use crate::fib::Fib;
 use sb_common::{hash128, KeyHash};
 use sb_io::PacketBatch;
-use sb_setsep::LiveSetSep;
+use sb_setsep::{LiveSetSep, SetSep};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -158,12 +158,82 @@ enum Dest {
     },
 }
 
+/// The GPT an engine reads: a table that never changes, or the live table the control plane
+/// changes while the workers read it (per-block versions: about 0.75x the lookup rate of the
+/// fixed table in `scalebricks-bench gpt`'s live rows, so a node without a control plane keeps
+/// the fixed one). One branch per batch picks the lookup.
+#[derive(Clone)]
+pub enum Gpt {
+    /// A table that never changes.
+    Fixed(Arc<SetSep>),
+    /// A table deltas and pieces are applied to while it is read.
+    Live(Arc<LiveSetSep>),
+}
+
+impl Gpt {
+    /// Bits per value (the nodes it can name).
+    pub fn value_bits(&self) -> u8 {
+        match self {
+            Gpt::Fixed(g) => g.value_bits(),
+            Gpt::Live(g) => g.value_bits(),
+        }
+    }
+
+    /// The batched lookup of precomputed hashes.
+    #[inline]
+    pub fn lookup_batch_hashes(&self, hs: &[sb_common::KeyHash], out: &mut [u16]) {
+        match self {
+            Gpt::Fixed(g) => g.lookup_batch_hashes(hs, out),
+            Gpt::Live(g) => g.lookup_batch_hashes(hs, out),
+        }
+    }
+
+    /// The table's statistics.
+    pub fn stats(&self) -> sb_setsep::Stats {
+        match self {
+            Gpt::Fixed(g) => g.stats(),
+            Gpt::Live(g) => g.stats(),
+        }
+    }
+
+    /// Keys the table was built with (a live table's count is the build's).
+    pub fn len(&self) -> u64 {
+        match self {
+            Gpt::Fixed(g) => g.len(),
+            Gpt::Live(g) => g.len(),
+        }
+    }
+
+    /// True when the table holds no keys.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<SetSep> for Gpt {
+    fn from(g: SetSep) -> Gpt {
+        Gpt::Fixed(Arc::new(g))
+    }
+}
+
+impl From<Arc<SetSep>> for Gpt {
+    fn from(g: Arc<SetSep>) -> Gpt {
+        Gpt::Fixed(g)
+    }
+}
+
+impl From<Arc<LiveSetSep>> for Gpt {
+    fn from(g: Arc<LiveSetSep>) -> Gpt {
+        Gpt::Live(g)
+    }
+}
+
 /// One node's engine: given a batch that arrived on a port, it fills the output batches.
 /// Sans-IO: no sockets, threads or clocks. One per worker thread.
 pub struct Engine<A: App> {
     cfg: NodeConfig,
     nodes: u16,
-    gpt: Option<Arc<LiveSetSep>>,
+    gpt: Option<Gpt>,
     fib: Box<dyn Fib>,
     app: A,
     counters: Counters,
@@ -225,7 +295,7 @@ impl<A: App> Engine<A> {
     /// An engine for batches of up to `max_batch` frames.
     pub fn new(
         cfg: NodeConfig,
-        gpt: Option<Arc<LiveSetSep>>,
+        gpt: Option<Gpt>,
         fib: Box<dyn Fib>,
         app: A,
         max_batch: usize,
@@ -296,8 +366,8 @@ impl<A: App> Engine<A> {
     }
 
     /// The GPT, if the architecture has one.
-    pub fn gpt(&self) -> Option<&LiveSetSep> {
-        self.gpt.as_deref()
+    pub fn gpt(&self) -> Option<&Gpt> {
+        self.gpt.as_ref()
     }
 
     /// The application.

@@ -57,8 +57,8 @@
 //! let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
 //! let nodes: Vec<u16> = tunnels.iter().map(|t| t.node).collect();
 //! let opts = sb_setsep::BuildOptions { value_bits: 1, seed, ..Default::default() };
-//! // Shared by the workers; the control plane applies deltas to it while they forward.
-//! let gpt = Arc::new(sb_setsep::LiveSetSep::new(sb_setsep::SetSep::build(&key_refs, &nodes, &opts)?));
+//! // Shared by the workers (`Gpt::Live` for one the control plane changes while they forward).
+//! let gpt = sb_engine::Gpt::from(sb_setsep::SetSep::build(&key_refs, &nodes, &opts)?);
 //! // Node 0's FIB: its own tunnels only.
 //! let mine: Vec<([u8; 16], [u8; 16])> =
 //!     tunnels.iter().filter(|t| t.node == 0).map(|t| (t.key(), t.value())).collect();
@@ -118,7 +118,7 @@ pub mod lte;
 
 pub use app::{Access, App};
 pub use counters::{Counters, Drop, PortCounters, PortId, Report};
-pub use engine::{indirection_node, Arch, Engine, EngineError, NodeConfig, Outputs, PortAddr};
+pub use engine::{indirection_node, Arch, Engine, EngineError, Gpt, NodeConfig, Outputs, PortAddr};
 #[cfg(feature = "dpdk")]
 pub use fib::RteHashFib;
 pub use fib::{CuckooFib, Fib, FibError};

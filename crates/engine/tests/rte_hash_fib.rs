@@ -4,18 +4,14 @@
 
 use sb_engine::cluster::{build_gpt, fib_slice, generate_tunnels, SimCluster};
 use sb_engine::{Arch, Fib, PortId, RteHashFib};
-use std::sync::Arc;
 
 #[test]
 fn rte_hash_backend_forwards_like_the_cuckoo_backend() {
     sb_peers::dpdk::eal_init(256).expect("DPDK EAL (no hugepages)");
     let tunnels = generate_tunnels(3000, 4, 5, 4);
     for arch in Arch::ALL {
-        let gpt = (arch == Arch::ScaleBricks).then(|| {
-            Arc::new(sb_setsep::LiveSetSep::new(
-                build_gpt(&tunnels, 4, 5, 0).unwrap(),
-            ))
-        });
+        let gpt = (arch == Arch::ScaleBricks)
+            .then(|| sb_engine::Gpt::from(build_gpt(&tunnels, 4, 5, 0).unwrap()));
         let fibs: Vec<Box<dyn Fib>> = (0..4)
             .map(|n| {
                 let kv: Vec<([u8; 16], [u8; 16])> = fib_slice(arch, &tunnels, n, 4, 5)

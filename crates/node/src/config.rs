@@ -87,6 +87,9 @@ pub struct NodeFile {
     /// its block ranges and changes while the node forwards. None: the tables are fixed.
     #[serde(default)]
     pub control: Option<crate::control::ControlFile>,
+    /// Where the node serves Prometheus metrics (`GET /metrics`), in its namespace.
+    #[serde(default)]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Why a configuration was refused.

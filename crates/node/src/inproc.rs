@@ -13,7 +13,7 @@ use sb_io::memory::{self, MemPort};
 use sb_io::{PacketBatch, Port};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Deliberate drops per run: packets to unknown UEs.
@@ -194,9 +194,9 @@ pub fn run_arch(
     let n = a.nodes;
     let tables = |e: &dyn std::fmt::Display| InprocError::Tables(e.to_string());
     let gpt = match arch {
-        Arch::ScaleBricks => Some(Arc::new(sb_setsep::LiveSetSep::new(
+        Arch::ScaleBricks => Some(sb_engine::Gpt::from(
             cluster::build_gpt(tunnels, n.into(), a.seed, 0).map_err(|e| tables(&e))?,
-        ))),
+        )),
         _ => None,
     };
     let mut engines = Vec::new();

@@ -5,7 +5,6 @@ use crate::tables::{read_entries, read_gpt, EntryKind, TableError};
 use sb_engine::lte::{Lte, LteConfig};
 use sb_engine::{App, Counters, CuckooFib, Engine, Fib, NodeConfig, Outputs, PortAddr, PortId};
 use sb_io::{PacketBatch, Port, PortStats};
-use sb_setsep::LiveSetSep;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,7 +57,7 @@ pub enum NodeError {
 /// A node's tables, loaded and checked.
 pub struct Tables {
     /// The GPT (ScaleBricks).
-    pub gpt: Option<Arc<LiveSetSep>>,
+    pub gpt: Option<sb_engine::Gpt>,
     fib: FibHandle,
     uplink: sb_cuckoo::Reader,
     /// The uplink table's writer (for the control plane).
@@ -115,7 +114,7 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
     let gpt = match &cfg.gpt {
         Some(p) if cfg.arch()? == sb_engine::Arch::ScaleBricks && cfg.control.is_none() => {
             let g = read_gpt(p, cfg.seed)?;
-            Some(Arc::new(LiveSetSep::new(g)))
+            Some(sb_engine::Gpt::from(g))
         }
         _ => None,
     };
@@ -458,11 +457,17 @@ pub fn run(
                 });
                 let flows = tables.sizes.fib_entries as u64 * cfg.fabric_macs.len() as u64;
                 let timeout = Duration::from_secs(60 + flows / 100_000);
+                let t0 = Instant::now();
                 match crate::control::wait_ready(&slot, ctl_pub, timeout, ctl_failed) {
                     Ok(g) => {
+                        eprintln!(
+                            "node {}: GPT and FIB slices ready after {:.2} s",
+                            cfg.node,
+                            t0.elapsed().as_secs_f64()
+                        );
                         tables.sizes.gpt_keys = g.len();
                         tables.sizes.gpt_bytes = g.stats().bytes as usize;
-                        tables.gpt = Some(g);
+                        tables.gpt = Some(sb_engine::Gpt::Live(g));
                     }
                     Err(e) => {
                         stop.store(true, Ordering::Relaxed);
@@ -538,8 +543,51 @@ fn forward(
         &cfg.counters,
         &counters_json(cfg, &sizes(), &Counters::default(), &[], true, control()),
     )?;
+    let metrics = match cfg.metrics {
+        Some(addr) => {
+            let bind = || std::net::TcpListener::bind(addr);
+            let l = match &cfg.netns {
+                Some(ns) => sb_io::netns::in_netns(ns, bind).map_err(|source| NodeError::Port {
+                    port: format!("namespace {ns}"),
+                    source,
+                })?,
+                None => bind(),
+            }
+            .map_err(|e| NodeError::Unsupported(format!("metrics on {addr}: {e}")))?;
+            Some(l)
+        }
+        None => None,
+    };
     on_ready();
     let result = std::thread::scope(|s| {
+        if let Some(listener) = metrics {
+            let (published, io_stats) = (&published, &io_stats);
+            s.spawn(move || {
+                let snapshot = || crate::metrics::Snapshot {
+                    workers: published
+                        .iter()
+                        .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).clone())
+                        .collect(),
+                    ports: io_now(io_stats),
+                    tables: sizes(),
+                    control: cfg.control.as_ref().map(|_| {
+                        ctl_pub
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .status
+                            .clone()
+                    }),
+                    log_bytes: cfg
+                        .control
+                        .as_ref()
+                        .map(|_| ctl_pub.lock().unwrap_or_else(|e| e.into_inner()).log_bytes),
+                    pfcp: None,
+                };
+                if let Err(e) = crate::metrics::serve(listener, stop, snapshot) {
+                    eprintln!("metrics: {e}");
+                }
+            });
+        }
         let mut handles = Vec::new();
         for (w, (mut engine, mut p)) in engines.into_iter().zip(ports).enumerate() {
             let (pubc, ios) = (published[w].clone(), io_stats[w].clone());

@@ -23,7 +23,8 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
     let c = Cluster::new();
     ok(&c.up_with(2, "user", &["--seed", "11"]), "cluster up");
     let desc = c.description();
-    assert_eq!(c.namespaces().len(), 7, "{:?}", c.namespaces());
+    // switch, control network, and per node its own, inet and ran namespaces.
+    assert_eq!(c.namespaces().len(), 2 + 2 * 3, "{:?}", c.namespaces());
     let pids = journal_pids(&c.dir);
     assert_eq!(pids.len(), 2);
     assert!(pids.iter().all(|&p| pid_alive(p)));
@@ -108,7 +109,7 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
     let o = c.down();
     let text = ok(&o, "cluster down");
     assert!(
-        text.contains("7 namespaces deleted, 2 processes stopped"),
+        text.contains("8 namespaces deleted, 2 processes stopped"),
         "{text}"
     );
     assert_all_gone(&c, &all_macs(&desc), &pids);
@@ -225,7 +226,7 @@ fn up_twice_is_an_error_and_leaves_the_cluster_intact() {
     let c = Cluster::new();
     ok(&c.up(1, "kernel"), "cluster up");
     let before = c.namespaces();
-    assert_eq!(before.len(), 4);
+    assert_eq!(before.len(), 5, "{before:?}");
     let o = c.up(1, "kernel");
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
@@ -279,14 +280,16 @@ fn down_after_a_crashed_up_removes_everything() {
     );
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("aborted on purpose after node 1"));
-    // Half a cluster: switch + nodes 0 and 1, and their forwarders.
+    // Half a cluster: switch, control network + nodes 0 and 1, and their forwarders.
     let mut ns = c.namespaces();
     ns.sort();
     let p = &c.prefix;
-    let mut want: Vec<String> = ["sw", "node0", "inet0", "ran0", "node1", "inet1", "ran1"]
-        .iter()
-        .map(|s| format!("{p}-{s}"))
-        .collect();
+    let mut want: Vec<String> = [
+        "sw", "cp", "node0", "inet0", "ran0", "node1", "inet1", "ran1",
+    ]
+    .iter()
+    .map(|s| format!("{p}-{s}"))
+    .collect();
     want.sort();
     assert_eq!(ns, want);
     let pids = journal_pids(&c.dir);
@@ -298,7 +301,7 @@ fn down_after_a_crashed_up_removes_everything() {
     let desc = c.description();
     let text = ok(&c.down(), "cluster down");
     assert!(
-        text.contains("7 namespaces deleted, 2 processes stopped"),
+        text.contains("8 namespaces deleted, 2 processes stopped"),
         "{text}"
     );
     assert_all_gone(&c, &all_macs(&desc), &pids);

@@ -199,10 +199,62 @@ fn flows_move_between_nodes_under_traffic_without_a_miss() {
     );
     // After the moves every replica agrees and answers the new nodes.
     let rows = assert_converged(&c, "after the moves");
+    // Every node's Prometheus endpoint, scraped from the control namespace, passes promtool
+    // and counts what the counters file counts.
+    std::thread::sleep(Duration::from_millis(1200));
+    let st = c.status();
+    for i in 0..NODES {
+        let url = desc["nodes"][i]["metrics_url"].as_str().unwrap();
+        let body = scrape(&c, url);
+        let ran_tx = u(&st["node_status"][i]["engine"]["ports"]["ran"]["tx"]);
+        assert!(ran_tx > 0);
+        let line = format!("scalebricks_packets_total{{port=\"ran\",direction=\"tx\"}} {ran_tx}");
+        assert!(
+            body.lines().any(|l| l == line),
+            "node {i}: no {line:?} in\n{body}"
+        );
+        if have_or_skip("metrics", "promtool") {
+            let path = c.dir.join(format!("metrics{i}.txt"));
+            std::fs::write(&path, &body).unwrap();
+            let o = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("promtool check metrics < {}", path.display()))
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "promtool: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
     eprintln!(
         "moves: 10000 acked in {upd_secs:?}; gen {}; packets seen {old_n} by old, {new_n} by new nodes; {rows:?}; total {:?}",
         g, t_start.elapsed()
     );
+}
+
+/// GET `url` from the cluster's control namespace (where an operator's Prometheus would be).
+fn scrape(c: &Cluster, url: &str) -> String {
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &format!("{}-cp", c.prefix),
+            "python3",
+            "-c",
+            &format!("import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url:?}, timeout=5).read().decode())"),
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(
+        o.status.success(),
+        "scrape {url}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
 }
 
 fn ip4(s: &str) -> [u8; 4] {

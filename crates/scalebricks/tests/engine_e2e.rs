@@ -596,7 +596,7 @@ fn engine_end_to_end(arch: &str, seed: u64) {
 
     let text = ok(&c.down(), "cluster down");
     assert!(
-        text.contains("13 namespaces deleted, 4 processes stopped"),
+        text.contains("14 namespaces deleted, 4 processes stopped"),
         "{text}"
     );
     eprintln!("{arch}: done in {:.1}s", t_start.elapsed().as_secs_f64());

@@ -10,9 +10,11 @@
 //! each bucket chose one of 4 pre-assigned candidate groups (2 bits per bucket, chosen by a greedy
 //! balancer over several randomized runs per block). For each group (about 16 keys) and each value
 //! bit, a brute-force search found a hash index `i` (x bits) and a bit array (y bits) such that
-//! bit `(a + i*b) mod 2^16 >> (16 - log2 y)` of the array is that value bit for every key of the
-//! group (`a`, `b` are two 16-bit base hashes of the key). Groups whose search fails keep their
-//! keys' hashes in a small sorted fallback table.
+//! bit `((a << 16) + i*b) mod 2^32 >> (32 - log2 y)` of the array is that value bit for every key
+//! of the group (`a`, 16 bits, and `b`, 32 bits, are base hashes of the key: bits of its 128-bit
+//! hash). With 16-bit indexes a block in which a group's search fails is balanced again (other
+//! randomized runs, up to 3 more times); groups whose search still fails keep their keys' hashes
+//! in a small sorted fallback table.
 //!
 //! ```
 //! use sb_setsep::{BuildOptions, SetSep};
@@ -45,13 +47,21 @@
 //!
 //! | preset | [`Config`] | bits/key, 1-bit values | bits/key, 2-bit values | fallback keys | build, 2-bit values, one core |
 //! |---|---|---|---|---|---|
-//! | default, compact | [`Config::C16_8`] `16+8` | 2.002 | 3.503 | about 0.003% | about 6-7 M keys/s |
+//! | default, compact | [`Config::C16_8`] `16+8` | 2.000 | 3.500 | 0 (see below) | about 6-7 M keys/s |
 //! | fast build | [`Config::C8_16`] `8+16` | 3.6 (1.1% fallback) | 6.5 (2.1% fallback) | 1-2% | about 10 M keys/s |
 //! | no fallback | [`Config::C16_16`] `16+16` | 2.5 | 4.5 | 0 in practice | about 10 M keys/s |
 //!
 //! (Measured at 1M and 16M random 13-byte keys on one core of an AMD EPYC (Zen 3) shared with
 //! other jobs; build rates are per CPU-second. `cargo bench -p sb-setsep --bench setsep -- N V
-//! CONFIG BATCH all` prints them.)
+//! CONFIG BATCH all` prints them. The 8+16 fallback shares were measured with the 16-bit hash
+//! family of format version 4; with this one, one build at 1M keys gave 1.12% and 2.17%.)
+//!
+//! 16+8 fallback: with the 32-bit hash family above (format version 5) and the re-balance of a
+//! block with a failed group, 0 fallback keys in each of 10 builds (10 seeds) at 1M, 4M and 16M
+//! random 13-byte keys with 1- and 2-bit values (`tests/no_fallback.rs`); the 16-bit family
+//! `a + i*b (mod 2^16)` of version 4 left 15 to 250 keys per build at 1M and 4M keys, 3% of
+//! 20-key groups finding no index among 65,535 (the family alone, without the re-balance: 0 in
+//! 40 builds at 1M and 4M, 1 failed group in 2 of 10 builds at 16M with 2-bit values).
 //!
 //! Lookup: one hash of the key ([`sb_common::hash128`]), then two dependent memory reads: the block's choice
 //! byte, then the group record (`3 * value_bits` bytes for 16+8). [`SetSep::lookup_batch`] runs
@@ -67,7 +77,7 @@
 //! 16-key group), with a scalar reference kernel that gives identical tables ([`Kernel`]).
 //! Blocks are built in parallel on a local rayon pool of [`BuildOptions::threads`] threads;
 //! the result does not depend on the thread count. Memory during the build: about 24 bytes per
-//! key. [`Updatable`] keeps every group's keys in one huge-page slab (about 25 bytes per 13-byte
+//! key. [`Updatable`] keeps every group's keys in one huge-page slab (about 27 bytes per 13-byte
 //! key) and re-searches only the changed key's group, only for the value bits whose hash index
 //! stopped working (a deletion searches only a group that sat in the fallback table): about
 //! 1.5-2 us per value change at 16M keys, 0.5-0.7 M updates/s per core;

@@ -42,7 +42,8 @@ pub struct Delta {
 }
 
 const DELTA_MAGIC: &[u8; 2] = b"SD";
-const DELTA_VERSION: u8 = 4;
+/// 5: group records index the 32-bit hash family of `layout::position` (4: the 16-bit one).
+const DELTA_VERSION: u8 = 5;
 
 fn put_varint(out: &mut Vec<u8>, mut x: u64) {
     loop {
@@ -621,20 +622,20 @@ impl Rib {
     }
 }
 
-/// Bytes of a RIB entry after its key: value u16, then the key's base hashes `a`, `b` (u16 each)
-/// so that re-searching a group needs no hashing.
-const TAIL: usize = 6;
+/// Bytes of a RIB entry after its key: value u16, then the key's base hashes `a` (u16) and `b`
+/// (u32) so that re-searching a group needs no hashing.
+const TAIL: usize = 8;
 
 /// Finds `key` (whose hash is `h`) in a group arena: (offset of the entry, offset of its value).
 /// The stored base hashes are compared before the key bytes.
 fn find(arena: &[u8], key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
     let (a, b) = family(h);
-    let ab = (a as u32 | (b as u32) << 16).to_le_bytes();
+    let ab = (a as u64 | (b as u64) << 16).to_le_bytes();
     let mut p = 0;
     while p < arena.len() {
         let l = arena[p] as usize;
         let vo = p + 1 + l;
-        if arena[vo + 2..vo + 6] == ab && l == key.len() && &arena[p + 1..vo] == key {
+        if arena[vo + 2..vo + 8] == ab[..6] && l == key.len() && &arena[p + 1..vo] == key {
             return Some((p, vo));
         }
         p = vo + TAIL;
@@ -643,7 +644,7 @@ fn find(arena: &[u8], key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
 }
 
 /// The entries of a group arena: (key, value, a, b).
-fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16, u16, u16)> {
+fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16, u16, u32)> {
     let mut p = 0;
     std::iter::from_fn(move || {
         if p >= arena.len() {
@@ -657,7 +658,7 @@ fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16, u16, u16)> {
             k,
             u16::from_le_bytes([t[0], t[1]]),
             u16::from_le_bytes([t[2], t[3]]),
-            u16::from_le_bytes([t[4], t[5]]),
+            u32::from_le_bytes([t[4], t[5], t[6], t[7]]),
         ))
     })
 }
@@ -670,7 +671,7 @@ fn encode_entry(buf: &mut [u8; 1 + 64 + TAIL], key: &[u8], v: u16, h: KeyHash) -
     buf[1..1 + l].copy_from_slice(key);
     buf[1 + l..3 + l].copy_from_slice(&v.to_le_bytes());
     buf[3 + l..5 + l].copy_from_slice(&a.to_le_bytes());
-    buf[5 + l..7 + l].copy_from_slice(&b.to_le_bytes());
+    buf[5 + l..9 + l].copy_from_slice(&b.to_le_bytes());
     1 + l + TAIL
 }
 

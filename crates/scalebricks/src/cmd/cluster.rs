@@ -316,17 +316,30 @@ fn tunnels_for(a: &UpArgs, pool: Cidr) -> anyhow::Result<Vec<Tunnel>> {
     }
 }
 
-#[allow(clippy::too_many_arguments)] // the description, the arguments and what `up` decided
-fn node_config(
-    d: &Description,
-    i: usize,
-    a: &UpArgs,
+/// What every node of a new cluster shares.
+#[derive(Clone, Copy)]
+struct Shared {
     arch: Arch,
     seed: u64,
     cluster_id: u64,
+    /// The control plane runs.
     control: bool,
+    /// Flows the GPT and FIBs have room for.
     capacity: u64,
-) -> NodeFile {
+    /// The cluster's PFCP Recovery Time Stamp (seconds since 1900): every node's endpoint
+    /// has it, as one UPF.
+    recovery: u32,
+}
+
+fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
+    let Shared {
+        arch,
+        seed,
+        cluster_id,
+        control,
+        capacity,
+        recovery,
+    } = sh;
     let n = &d.nodes[i];
     let port = |l: &sb_topology::plan::Link| PortFile {
         ifname: l.local.name.clone(),
@@ -375,12 +388,12 @@ fn node_config(
             peers: control_addrs(d),
             // Room for the node's share of the GPT's capacity, with 50% for imbalance.
             fib_room: (capacity / d.nodes.len().max(1) as u64 * 3 / 2) as usize,
-            // Every node is a PFCP endpoint of one UPF: one Node ID (the recovery time stamp
-            // is set by `up`, once for all nodes).
+            // Every node is a PFCP endpoint of one UPF: one Node ID, one Recovery Time Stamp.
             pfcp: n.pfcp_addr,
             pfcp_node_id: Some(format!("upf.{}.scalebricks", a.name)),
-            pfcp_recovery_time_stamp: None,
+            pfcp_recovery_time_stamp: Some(recovery),
         }),
+        metrics: n.metrics_addr(),
     }
 }
 
@@ -460,10 +473,15 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             }
         }
         for i in 0..d.nodes.len() {
-            let mut cfg = node_config(d, i, &a, arch, seed, cluster_id, control, capacity);
-            if let Some(c) = cfg.control.as_mut() {
-                c.pfcp_recovery_time_stamp = Some(recovery);
-            }
+            let sh = Shared {
+                arch,
+                seed,
+                cluster_id,
+                control,
+                capacity,
+                recovery,
+            };
+            let cfg = node_config(d, i, &a, sh);
             let name = node_file(i);
             let json = serde_json::to_vec_pretty(&cfg).map_err(|e| e.to_string())?;
             std::fs::write(d.dir.join(&name), json).map_err(|e| format!("{name}: {e}"))?;
