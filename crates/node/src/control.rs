@@ -274,6 +274,9 @@ pub struct Published {
     pub ready: bool,
     /// FIB or uplink inserts refused because the table was full.
     pub fib_insert_failed: u64,
+    /// The PFCP endpoint's message counts (None without one).
+    #[serde(skip)]
+    pub pfcp: Option<std::collections::BTreeMap<crate::metrics::PfcpKey, u64>>,
 }
 
 /// The control loop: runs until `stop` is set. The GPT slot in `dp` is filled once the state
@@ -433,6 +436,7 @@ pub fn run(
             p.status = serde_json::to_value(node.status()).unwrap_or_default();
             p.log_bytes = wal.log_bytes();
             p.fib_insert_failed = dp.failed;
+            p.pfcp = pfcp.as_ref().map(|e| e.counts());
             last_pub = Instant::now();
         }
     }

@@ -35,12 +35,13 @@
 
 use crate::config::NodeFile;
 use crate::control::{ControlError, ControlFile};
+use crate::metrics::PfcpKey;
 use sb_control::{ClusterSpec, Op, Outcome, Peer, Update};
 use sb_engine::lte::Tunnel;
 use sb_pfcp::{
     Applied, Failure, FibChange, NodeId, Placement, RecoveryTimeStamp, Sessions, Token, Upf,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -63,6 +64,52 @@ pub fn node_id(name: &str) -> NodeId {
         Ok(IpAddr::V6(a)) => NodeId::Ipv6(a),
         Err(_) => NodeId::Fqdn(name.to_string()),
     }
+}
+
+/// The snake_case name of a PFCP message type (`type_N` for one we do not know).
+pub fn message_name(t: u8) -> String {
+    use sb_pfcp::msg_type::*;
+    match t {
+        HEARTBEAT_REQUEST => "heartbeat_request",
+        HEARTBEAT_RESPONSE => "heartbeat_response",
+        ASSOCIATION_SETUP_REQUEST => "association_setup_request",
+        ASSOCIATION_SETUP_RESPONSE => "association_setup_response",
+        ASSOCIATION_UPDATE_REQUEST => "association_update_request",
+        ASSOCIATION_UPDATE_RESPONSE => "association_update_response",
+        ASSOCIATION_RELEASE_REQUEST => "association_release_request",
+        ASSOCIATION_RELEASE_RESPONSE => "association_release_response",
+        VERSION_NOT_SUPPORTED_RESPONSE => "version_not_supported_response",
+        SESSION_ESTABLISHMENT_REQUEST => "session_establishment_request",
+        SESSION_ESTABLISHMENT_RESPONSE => "session_establishment_response",
+        SESSION_MODIFICATION_REQUEST => "session_modification_request",
+        SESSION_MODIFICATION_RESPONSE => "session_modification_response",
+        SESSION_DELETION_REQUEST => "session_deletion_request",
+        SESSION_DELETION_RESPONSE => "session_deletion_response",
+        _ => return format!("type_{t}"),
+    }
+    .to_string()
+}
+
+/// The snake_case name of a PFCP cause (`cause_N` for one we do not send).
+pub fn cause_name(c: u8) -> String {
+    match c {
+        1 => "request_accepted",
+        64 => "request_rejected",
+        65 => "session_context_not_found",
+        66 => "mandatory_ie_missing",
+        67 => "conditional_ie_missing",
+        68 => "invalid_length",
+        69 => "mandatory_ie_incorrect",
+        71 => "invalid_f_teid_allocation_option",
+        72 => "no_established_pfcp_association",
+        73 => "rule_creation_modification_failure",
+        74 => "pfcp_entity_in_congestion",
+        75 => "no_resources_available",
+        76 => "service_not_supported",
+        77 => "system_failure",
+        _ => return format!("cause_{c}"),
+    }
+    .to_string()
 }
 
 /// A UE's forwarding as this endpoint installed it (or will, once it has a downlink tunnel).
@@ -366,6 +413,28 @@ impl Endpoint {
         }
     }
 
+    /// The endpoint's message counts for `/metrics`: requests received by type (no cause) and
+    /// responses sent by type and cause (see [`crate::metrics`]).
+    pub fn counts(&self) -> BTreeMap<PfcpKey, u64> {
+        let st = self.upf.stats();
+        let mut out = BTreeMap::new();
+        for (&t, &n) in &st.rx {
+            *out.entry(PfcpKey {
+                message: message_name(t),
+                cause: String::new(),
+            })
+            .or_default() += n;
+        }
+        for (&(t, c), &n) in &st.tx {
+            *out.entry(PfcpKey {
+                message: message_name(t),
+                cause: if c == 0 { String::new() } else { cause_name(c) },
+            })
+            .or_default() += n;
+        }
+        out
+    }
+
     /// Whether a control-plane datagram to `peer` is a reply to this endpoint.
     pub fn is_mine(peer: &Peer) -> bool {
         *peer == Peer::Client(LOCAL_CLIENT)
@@ -561,6 +630,21 @@ mod tests {
         assert_eq!(us[0].op, Op::Insert);
         let t = Tunnel::from_entry(&us[0].key.clone().try_into().unwrap(), &us[0].value);
         assert_eq!(t.uplink_teid(), 0x0100_0005);
+    }
+
+    #[test]
+    fn names_of_messages_and_causes() {
+        assert_eq!(message_name(50), "session_establishment_request");
+        assert_eq!(message_name(200), "type_200");
+        assert_eq!(
+            cause_name(sb_pfcp::Cause::MANDATORY_IE_MISSING.0),
+            "mandatory_ie_missing"
+        );
+        assert_eq!(
+            cause_name(sb_pfcp::Cause::SYSTEM_FAILURE.0),
+            "system_failure"
+        );
+        assert_eq!(cause_name(2), "cause_2");
     }
 
     #[test]

@@ -416,6 +416,44 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
         "{by_type:?}"
     );
 
+    // The endpoint's counts in the node's /metrics (the control thread publishes every 200 ms).
+    std::thread::sleep(Duration::from_millis(400));
+    let url = desc["nodes"][1]["metrics_url"].as_str().unwrap();
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &cp,
+            "/usr/bin/python3",
+            "-c",
+            &format!("import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url:?}, timeout=5).read().decode())"),
+        ],
+        Duration::from_secs(10),
+    );
+    let text = ok(&o, "scrape");
+    let sample = |k: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{k} not in /metrics"))
+    };
+    assert_eq!(
+        sample(
+            r#"scalebricks_pfcp_messages_total{message="session_establishment_response",cause="request_accepted"}"#
+        ),
+        SESSIONS as u64
+    );
+    assert_eq!(
+        sample(
+            r#"scalebricks_pfcp_messages_total{message="session_deletion_response",cause="request_accepted"}"#
+        ),
+        DELETED as u64
+    );
+    assert_eq!(
+        sample(r#"fivegs_upffunction_sm_n4sessionestabfail_total{cause="mandatory_ie_missing"}"#),
+        1
+    );
+
     // The counters agree: no inserts refused by the tables.
     let st = c.status();
     for n in st["nodes"].as_array().unwrap() {
