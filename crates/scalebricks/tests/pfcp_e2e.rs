@@ -3,8 +3,10 @@
 //! drives as an SMF through one node's `pfcp_addr`: association and heartbeat, sessions
 //! established, then downlink traffic checked with tcpdump + tshark on every RAN side (each
 //! packet in the tunnel the SMF asked for, from the node the UPF chose), sessions modified and
-//! deleted with the traffic following, bad requests refused with their causes, and every PFCP
-//! response we sent decoded by tshark without a malformed mark.
+//! deleted with the traffic following, uplink G-PDUs accepted with the uplink TEID the UPF
+//! allocated (and not with the downlink one), bad requests refused with their causes, the
+//! endpoint's counts in `/metrics`, and every PFCP response we sent decoded by tshark without
+//! a malformed mark.
 
 mod common;
 
@@ -335,6 +337,75 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
         "{} of {count} packets delivered with {DELETED} of {SESSIONS} UEs deleted: gen {g}",
         pkts.len()
     );
+
+    // Uplink: G-PDUs from a session's eNodeB to its handling node's `ran` address with the
+    // uplink TEID the UPF allocated leave `inet` decapsulated; with the downlink TEID they are
+    // dropped.
+    let up: Vec<&Session> = sessions[MODIFIED + DELETED..MODIFIED + DELETED + 20]
+        .iter()
+        .collect();
+    let inet_caps: Vec<Capture> = (0..NODES)
+        .map(|i| {
+            let ns = desc["nodes"][i]["inet_netns"].as_str().unwrap();
+            Capture::start(ns, "eth0", "in", c.dir.join(format!("inet{i}.pcap")))
+        })
+        .collect();
+    // One scapy run per RAN namespace sends its nodes' G-PDUs.
+    for node in 0..NODES {
+        let n = &desc["nodes"][node];
+        let mac = n["ran"]["local"]["mac"].as_str().unwrap();
+        let mut py = String::from(
+            "from scapy.all import *\nfrom scapy.contrib.gtp import GTP_U_Header\nps = []\n",
+        );
+        for x in up.iter().filter(|x| x.node == node) {
+            for (teid, tag) in [(x.ul_teid, "good"), (x.teid, "old")] {
+                py.push_str(&format!(
+                    "ps.append(Ether(dst={mac:?})/IP(src={enb:?},dst={ran:?})/\
+                     UDP(sport=2152,dport=2152)/GTP_U_Header(teid={teid},gtp_type=255)/\
+                     IP(src={ue:?},dst='203.0.113.5')/UDP(sport=5000,dport=443)/\
+                     Raw(b'uplink-{tag}'))\n",
+                    enb = x.enb,
+                    ran = ran_addr[node],
+                    ue = x.ue,
+                ));
+            }
+        }
+        py.push_str("sendp(ps, iface='eth0', verbose=0)\n");
+        let ns = n["ran_netns"].as_str().unwrap();
+        let o = run_prog(
+            "ip",
+            &["netns", "exec", ns, "/usr/bin/python3", "-c", &py],
+            Duration::from_secs(30),
+        );
+        ok(&o, "scapy uplink");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut up_seen: HashMap<usize, HashSet<String>> = HashMap::new();
+    for (i, cap) in inet_caps.into_iter().enumerate() {
+        for f in cap.stop() {
+            if f.len() < 14 + 20 + 8 || f[12..14] != [0x08, 0x00] || f[14 + 9] != 17 {
+                continue;
+            }
+            let payload = &f[14 + 28..];
+            assert!(
+                !payload.starts_with(b"uplink-old"),
+                "node {i}: a G-PDU with the downlink TEID was accepted"
+            );
+            if payload.starts_with(b"uplink-good") {
+                let src = std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]).to_string();
+                up_seen.entry(i).or_default().insert(src);
+            }
+        }
+    }
+    for x in &up {
+        assert!(
+            up_seen.get(&x.node).is_some_and(|s| s.contains(&x.ue)),
+            "uplink of UE {} (TEID {:#x}) did not leave node {}'s inet: {up_seen:?}",
+            x.ue,
+            x.ul_teid,
+            x.node
+        );
+    }
 
     // Bad inputs: a missing mandatory IE, an unknown SEID, and an establishment from an
     // address without association.
