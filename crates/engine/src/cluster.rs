@@ -108,6 +108,7 @@ pub fn generate_tunnels_in(
             enb: Ipv4Addr::new(192, 0, 2, 1 + (n % 254) as u8),
             node: ((n >> 8) % nodes as u64) as u16,
             qci: 1 + ((n >> 16) % 9) as u8,
+            ul_teid: 0,
         });
     }
     out

@@ -49,6 +49,7 @@
 //!         enb: Ipv4Addr::new(192, 0, 2, i),
 //!         node: u16::from(i - 1),
 //!         qci: 9,
+//!         ul_teid: 0,
 //!     })
 //!     .collect();
 //! // The GPT maps every UE key to its handling node.

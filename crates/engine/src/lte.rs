@@ -7,7 +7,8 @@
 //!   addresses.)
 //! - **FIB value** ([`Tunnel::value`], 16 bytes): TEID (4, big endian), eNodeB IPv4 address
 //!   (4), egress node (2, big endian: the node whose `ran` port serves the eNodeB), QoS class
-//!   identifier (1), 5 bytes of zeros. The QCI is carried and reported, not yet applied (no
+//!   identifier (1), the uplink TEID (4, big endian; 0: the same as the downlink TEID, as in
+//!   `flows.csv`), 1 byte of zero. The QCI is carried and reported, not yet applied (no
 //!   scheduler here).
 //! - **Downstream** (`inet` -> `ran`): the IP packet is encapsulated in IPv4/UDP/GTP-U (TS
 //!   29.281, UDP port 2152, a G-PDU with the tunnel's TEID) from the egress node's `ran`
@@ -64,7 +65,8 @@ pub fn key_addr(key: &[u8; KEY_BYTES]) -> IpAddr {
 pub struct Tunnel {
     /// The UE's address (the downstream key).
     pub ue: IpAddr,
-    /// The tunnel endpoint id (downstream, and what upstream G-PDUs carry).
+    /// The tunnel endpoint id of downstream G-PDUs (the eNodeB's), and of upstream ones too
+    /// when `ul_teid` is 0.
     pub teid: u32,
     /// The eNodeB's address.
     pub enb: Ipv4Addr,
@@ -72,6 +74,9 @@ pub struct Tunnel {
     pub node: u16,
     /// QoS class identifier.
     pub qci: u8,
+    /// The TEID upstream G-PDUs carry (ours: PFCP allocates it apart from the eNodeB's), or 0
+    /// for the same as `teid`.
+    pub ul_teid: u32,
 }
 
 impl Tunnel {
@@ -87,26 +92,42 @@ impl Tunnel {
         v[4..8].copy_from_slice(&self.enb.octets());
         v[8..10].copy_from_slice(&self.node.to_be_bytes());
         v[10] = self.qci;
+        v[11..15].copy_from_slice(&self.ul_teid.to_be_bytes());
         v
     }
 
-    /// The uplink table's key (the TEID) and value (UE key, eNodeB address).
+    /// The TEID upstream G-PDUs carry: `ul_teid`, or `teid` when that is 0.
+    pub fn uplink_teid(&self) -> u32 {
+        if self.ul_teid == 0 {
+            self.teid
+        } else {
+            self.ul_teid
+        }
+    }
+
+    /// The uplink table's key (the uplink TEID, [`Tunnel::uplink_teid`]) and value (UE key,
+    /// eNodeB address).
     pub fn uplink_entry(&self) -> ([u8; 4], [u8; UPLINK_VALUE_BYTES]) {
         let mut v = [0u8; UPLINK_VALUE_BYTES];
         v[..KEY_BYTES].copy_from_slice(&self.key());
         v[KEY_BYTES..].copy_from_slice(&self.enb.octets());
-        (self.teid.to_be_bytes(), v)
+        (self.uplink_teid().to_be_bytes(), v)
     }
 
     /// The tunnel of a FIB entry.
     pub fn from_entry(key: &[u8; KEY_BYTES], value: &[u8]) -> Tunnel {
         let (teid, enb, node, qci) = decode_value(value);
+        let ul_teid = match value.get(11..15) {
+            Some(b) => u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            None => 0,
+        };
         Tunnel {
             ue: key_addr(key),
             teid,
             enb,
             node,
             qci,
+            ul_teid,
         }
     }
 }
@@ -194,6 +215,7 @@ pub fn read_flows(text: &str, nodes: usize) -> Result<Vec<Tunnel>, FlowsError> {
             enb,
             node,
             qci,
+            ul_teid: 0,
         });
     }
     Ok(out)
@@ -427,9 +449,21 @@ mod tests {
                 enb: Ipv4Addr::new(192, 0, 2, 9),
                 node: 3,
                 qci: 9,
+                ul_teid: 0,
             };
             assert_eq!(key_addr(&t.key()), ue);
             assert_eq!(Tunnel::from_entry(&t.key(), &t.value()), t);
+            // Without an uplink TEID the uplink table is keyed by the TEID.
+            assert_eq!(t.uplink_entry().0, 0xdead_beef_u32.to_be_bytes());
+            let u = Tunnel {
+                ul_teid: 0x0300_0001,
+                ..t
+            };
+            assert_eq!(Tunnel::from_entry(&u.key(), &u.value()), u);
+            assert_eq!(u.uplink_teid(), 0x0300_0001);
+            assert_eq!(u.uplink_entry().0, 0x0300_0001_u32.to_be_bytes());
+            assert_eq!(u.uplink_entry().1, t.uplink_entry().1);
+            assert_eq!(u.value()[..11], t.value()[..11]);
         }
     }
 

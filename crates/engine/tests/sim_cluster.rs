@@ -400,3 +400,37 @@ mod random_frames {
         }
     }
 }
+
+/// Tunnels with an uplink TEID of their own (what PFCP allocates): downstream packets carry
+/// the eNodeB's TEID, upstream G-PDUs are accepted with the uplink TEID only.
+#[test]
+fn tunnels_with_their_own_uplink_teid() {
+    let tunnels: Vec<Tunnel> = generate_tunnels(200, NODES.into(), SEED, 5)
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| Tunnel {
+            ul_teid: 0x0100_0000 | (i as u32 + 1),
+            ..t
+        })
+        .collect();
+    let mut c = SimCluster::new(Arch::ScaleBricks, &tunnels, NODES, SEED, 32).unwrap();
+    for (i, t) in tunnels.iter().take(50).enumerate() {
+        // Downstream: the eNodeB's TEID.
+        c.inject(0, PortId::Inet, &[downstream(t.ue, i as u64, 64, 20)]);
+        let f = c.ran_out[usize::from(t.node)].last().unwrap().clone();
+        let d = decapsulate(&f).unwrap();
+        assert_eq!(d.teid, t.teid);
+        // Upstream: the uplink TEID is accepted, the downlink one is not.
+        let before = c.inet_out[usize::from(t.node)].len();
+        let (good, ip) = gpdu(t, t.ue, t.enb, t.ul_teid);
+        c.inject(t.node, PortId::Ran, &[good]);
+        let out = &c.inet_out[usize::from(t.node)];
+        assert_eq!(out.len(), before + 1, "tunnel {i}");
+        assert_eq!(&out.last().unwrap()[14..], &ip[..]);
+        let unknown = c.counters().dropped(Drop::UnknownTeid);
+        let (old, _) = gpdu(t, t.ue, t.enb, t.teid);
+        c.inject(t.node, PortId::Ran, &[old]);
+        assert_eq!(c.counters().dropped(Drop::UnknownTeid), unknown + 1);
+        assert_eq!(c.inet_out[usize::from(t.node)].len(), before + 1);
+    }
+}

@@ -204,6 +204,21 @@ pub fn wait_any(
     Ok(())
 }
 
+/// Sleeps until one of `fds` (sockets, say) is readable or `timeout` passes; returns which are
+/// readable, in order. For a thread that serves several datagram sockets.
+pub fn wait_readable(fds: &[std::os::fd::RawFd], timeout: Duration) -> Result<Vec<bool>, IoError> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    poll_fds(&mut p, timeout)?;
+    Ok(p.iter().map(|f| f.revents & libc::POLLIN != 0).collect())
+}
+
 #[allow(unsafe_code)]
 fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> Result<(), IoError> {
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;

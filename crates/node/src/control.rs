@@ -36,6 +36,16 @@ pub struct ControlFile {
     /// Entries this node's FIB and uplink table have room for (they take inserts while the
     /// workers read them, and a shared table does not grow).
     pub fib_room: usize,
+    /// This node's PFCP address (its `pfcp_addr`): with one, the node is a PFCP endpoint
+    /// ([`crate::pfcp`]).
+    #[serde(default)]
+    pub pfcp: Option<SocketAddr>,
+    /// The cluster's PFCP Node ID (an IP address or an FQDN), the same on every node.
+    #[serde(default)]
+    pub pfcp_node_id: Option<String>,
+    /// The cluster's PFCP Recovery Time Stamp (seconds since 1900), the same on every node.
+    #[serde(default)]
+    pub pfcp_recovery_time_stamp: Option<u32>,
 }
 
 /// Why the control plane stopped or could not start.
@@ -264,6 +274,9 @@ pub struct Published {
     pub ready: bool,
     /// FIB or uplink inserts refused because the table was full.
     pub fib_insert_failed: u64,
+    /// The PFCP endpoint's message counts (None without one).
+    #[serde(skip)]
+    pub pfcp: Option<std::collections::BTreeMap<crate::metrics::PfcpKey, u64>>,
 }
 
 /// The control loop: runs until `stop` is set. The GPT slot in `dp` is filled once the state
@@ -311,6 +324,11 @@ pub fn run(
     let start = Instant::now();
     // The state machine's clock: nanoseconds since the control thread started.
     let clock = || start.elapsed().as_nanos() as u64;
+    let mut pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec)?;
+    if pfcp.is_some() {
+        // Both sockets are waited on with poll.
+        sock.set_nonblocking(true).ok();
+    }
     let mut node = sb_control::Node::new(spec, me, flows, recovered, clock(), rand::random())?;
     let peer_of = |a: SocketAddr| match ctl.peers.iter().position(|p| *p == a) {
         Some(j) => Peer::Node(j as u16),
@@ -326,7 +344,12 @@ pub fn run(
             .map(|t| Duration::from_nanos(t.saturating_sub(now)))
             .unwrap_or(Duration::from_millis(50))
             .clamp(Duration::from_micros(100), Duration::from_millis(50));
-        sock.set_read_timeout(Some(wait)).ok();
+        match &pfcp {
+            Some(p) => p.wait(&sock, wait),
+            None => {
+                sock.set_read_timeout(Some(wait)).ok();
+            }
+        }
         match sock.recv_from(&mut buf) {
             Ok((n, from)) => node.handle(clock(), peer_of(from), &buf[..n]),
             Err(e)
@@ -335,6 +358,9 @@ pub fn run(
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
             Err(e) => tracing_warn(&format!("recv: {e}")),
+        }
+        if let Some(p) = &mut pfcp {
+            p.receive(&mut node, clock());
         }
         let now = clock();
         if node.poll_timeout().is_some_and(|t| t <= now) {
@@ -381,6 +407,13 @@ pub fn run(
             node.persisted(clock());
         }
         while let Some((peer, bytes)) = node.poll_transmit() {
+            if let Some(p) = pfcp
+                .as_mut()
+                .filter(|_| crate::pfcp::Endpoint::is_mine(&peer))
+            {
+                p.reply(&bytes);
+                continue;
+            }
             let to = match peer {
                 Peer::Node(j) => match ctl.peers.get(j as usize) {
                     Some(a) => *a,
@@ -403,6 +436,7 @@ pub fn run(
             p.status = serde_json::to_value(node.status()).unwrap_or_default();
             p.log_bytes = wal.log_bytes();
             p.fib_insert_failed = dp.failed;
+            p.pfcp = pfcp.as_ref().map(|e| e.counts());
             last_pub = Instant::now();
         }
     }
@@ -513,6 +547,7 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
                 enb: std::net::Ipv4Addr::UNSPECIFIED,
                 node: 0,
                 qci: 0,
+                ul_teid: 0,
             },
         ));
     }
@@ -537,6 +572,7 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
             enb,
             node,
             qci,
+            ul_teid: 0,
         },
     ))
 }

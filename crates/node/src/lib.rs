@@ -11,6 +11,8 @@
 //!   any three ports: the demo drives in-memory ports with it).
 //! - [`control`]: the control plane's thread ([`sb_control`] over UDP on the fabric address,
 //!   its log, and the live GPT, FIB and uplink table it changes while the workers forward).
+//! - [`pfcp`]: the node's PFCP endpoint (the cluster is one UPF; sessions become control-plane
+//!   updates, answered once durable and installed).
 //! - [`metrics`]: the node's state as Prometheus metrics, and the HTTP server for `/metrics`.
 //! - [`inproc`]: the cluster in one process (node threads, in-memory ports and switch, every
 //!   packet checked): what `scalebricks demo` runs.
@@ -21,6 +23,7 @@ pub mod config;
 pub mod control;
 pub mod inproc;
 pub mod metrics;
+pub mod pfcp;
 pub mod run;
 pub mod tables;
 

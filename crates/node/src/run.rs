@@ -581,7 +581,11 @@ fn forward(
                         .control
                         .as_ref()
                         .map(|_| ctl_pub.lock().unwrap_or_else(|e| e.into_inner()).log_bytes),
-                    pfcp: None,
+                    pfcp: ctl_pub
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .pfcp
+                        .clone(),
                 };
                 if let Err(e) = crate::metrics::serve(listener, stop, snapshot) {
                     eprintln!("metrics: {e}");

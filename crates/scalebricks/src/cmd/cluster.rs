@@ -326,6 +326,9 @@ struct Shared {
     control: bool,
     /// Flows the GPT and FIBs have room for.
     capacity: u64,
+    /// The cluster's PFCP Recovery Time Stamp (seconds since 1900): every node's endpoint
+    /// has it, as one UPF.
+    recovery: u32,
 }
 
 fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
@@ -335,6 +338,7 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
         cluster_id,
         control,
         capacity,
+        recovery,
     } = sh;
     let n = &d.nodes[i];
     let port = |l: &sb_topology::plan::Link| PortFile {
@@ -384,6 +388,10 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
             peers: control_addrs(d),
             // Room for the node's share of the GPT's capacity, with 50% for imbalance.
             fib_room: (capacity / d.nodes.len().max(1) as u64 * 3 / 2) as usize,
+            // Every node is a PFCP endpoint of one UPF: one Node ID, one Recovery Time Stamp.
+            pfcp: n.pfcp_addr,
+            pfcp_node_id: Some(format!("upf.{}.scalebricks", a.name)),
+            pfcp_recovery_time_stamp: Some(recovery),
         }),
         metrics: n.metrics_addr(),
     }
@@ -419,6 +427,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     };
     let seed = a.seed.unwrap_or_else(rand::random);
     let cluster_id: u64 = rand::random();
+    // The cluster's PFCP Recovery Time Stamp: now, in seconds since 1900.
+    let recovery = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+        + sb_node::pfcp::NTP_UNIX_OFFSET) as u32;
     let control = engine
         && a.control == OnOff::On
         && arch == Arch::ScaleBricks
@@ -465,6 +479,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
                 cluster_id,
                 control,
                 capacity,
+                recovery,
             };
             let cfg = node_config(d, i, &a, sh);
             let name = node_file(i);

@@ -1,0 +1,658 @@
+//! The node's PFCP endpoint (TS 29.244, N4/Sxb): every node of a cluster answers PFCP on its
+//! `pfcp_addr` (control network, port 8805) and the cluster is one UPF: every node's endpoint
+//! has the cluster's Node ID and Recovery Time Stamp (both chosen by `cluster up`, in the
+//! node's [`ControlFile`]), and allocates UP F-SEIDs and uplink TEIDs whose top bits are the
+//! node's index plus one (`sb_pfcp::Config::allocator_id`), so they are unique cluster-wide.
+//!
+//! The datagrams go to an [`sb_pfcp::Upf`]; its [`Sessions`] implementation ([`Cluster`])
+//! places a new session on a node (round robin over the nodes: balanced) with that node's
+//! `ran` address, and turns the session's [`FibChange`]s into control-plane updates of the
+//! UE's FIB entry ([`Tunnel`]: downlink TEID and eNodeB from the FAR, uplink TEID from the
+//! F-TEID we allocated). The updates are one client request to this node's `sb_control::Node`
+//! from [`LOCAL_CLIENT`] (an address no datagram comes from); the control loop hands the
+//! reply back here ([`Endpoint::reply`]) once every update is durable at its owner and
+//! installed everywhere, and only then is the PFCP response sent.
+//!
+//! What this does not do (stated, not hidden):
+//! - Session state (SEID -> rules) lives on the node the Establishment came to: a session's
+//!   later messages must come to the same node (an SMF talks to one peer address per UPF, so
+//!   it does). A message for a session another node holds is answered Session context not
+//!   found. The state is in memory: a node restart loses its sessions' rules (their FIB
+//!   entries stay) while the Recovery Time Stamp stays the cluster's.
+//! - The FIB holds one entry per UE address, both directions: an uplink PDR without a
+//!   downlink tunnel (FAR not FORW with an outer header) is not installed until the session
+//!   gets one, and removing the downlink tunnel removes the uplink too. A session without an
+//!   uplink PDR accepts uplink G-PDUs on the downlink TEID (as `flows.csv`'s tunnels do).
+//! - The updates of one request are applied each on its own: a session with an IPv4 and an
+//!   IPv6 UE address whose second update fails keeps the first (the response says failure).
+//!   A dual-stack session's two entries share one uplink TEID, so only the last one installed
+//!   accepts uplink G-PDUs.
+//! - A deleted session's (or removed downlink's) FIB entry stays for
+//!   [`crate::control::REMOVAL_GRACE`] after the response, as every removal of the control
+//!   plane does (for packets already in the fabric); a modified tunnel takes effect at once.
+//! - An Insert of a UE address the FIB already holds (from `flows.csv`, `scalebricks update`
+//!   or another node's PFCP session) is refused by the control plane: System failure.
+
+use crate::config::NodeFile;
+use crate::control::{ControlError, ControlFile};
+use crate::metrics::PfcpKey;
+use sb_control::{ClusterSpec, Op, Outcome, Peer, Update};
+use sb_engine::lte::Tunnel;
+use sb_pfcp::{
+    Applied, Failure, FibChange, NodeId, Placement, RecoveryTimeStamp, Sessions, Token, Upf,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// The client address of the PFCP endpoint's requests to its own node (0.0.0.0:0: no datagram
+/// comes from there).
+pub const LOCAL_CLIENT: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+
+/// A local request not answered after this long is handed to the node again (it drops
+/// requests while it boots; a retransmission of the same id is answered once).
+const RESEND: Duration = Duration::from_secs(1);
+
+/// Seconds from 1900 (PFCP's epoch) to 1970.
+pub const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
+
+/// The PFCP Node ID of a name from the control file: an IP address, else an FQDN.
+pub fn node_id(name: &str) -> NodeId {
+    match name.parse::<IpAddr>() {
+        Ok(IpAddr::V4(a)) => NodeId::Ipv4(a),
+        Ok(IpAddr::V6(a)) => NodeId::Ipv6(a),
+        Err(_) => NodeId::Fqdn(name.to_string()),
+    }
+}
+
+/// The snake_case name of a PFCP message type (`type_N` for one we do not know).
+pub fn message_name(t: u8) -> String {
+    use sb_pfcp::msg_type::*;
+    match t {
+        HEARTBEAT_REQUEST => "heartbeat_request",
+        HEARTBEAT_RESPONSE => "heartbeat_response",
+        ASSOCIATION_SETUP_REQUEST => "association_setup_request",
+        ASSOCIATION_SETUP_RESPONSE => "association_setup_response",
+        ASSOCIATION_UPDATE_REQUEST => "association_update_request",
+        ASSOCIATION_UPDATE_RESPONSE => "association_update_response",
+        ASSOCIATION_RELEASE_REQUEST => "association_release_request",
+        ASSOCIATION_RELEASE_RESPONSE => "association_release_response",
+        VERSION_NOT_SUPPORTED_RESPONSE => "version_not_supported_response",
+        SESSION_ESTABLISHMENT_REQUEST => "session_establishment_request",
+        SESSION_ESTABLISHMENT_RESPONSE => "session_establishment_response",
+        SESSION_MODIFICATION_REQUEST => "session_modification_request",
+        SESSION_MODIFICATION_RESPONSE => "session_modification_response",
+        SESSION_DELETION_REQUEST => "session_deletion_request",
+        SESSION_DELETION_RESPONSE => "session_deletion_response",
+        _ => return format!("type_{t}"),
+    }
+    .to_string()
+}
+
+/// The snake_case name of a PFCP cause (`cause_N` for one we do not send).
+pub fn cause_name(c: u8) -> String {
+    match c {
+        1 => "request_accepted",
+        64 => "request_rejected",
+        65 => "session_context_not_found",
+        66 => "mandatory_ie_missing",
+        67 => "conditional_ie_missing",
+        68 => "invalid_length",
+        69 => "mandatory_ie_incorrect",
+        71 => "invalid_f_teid_allocation_option",
+        72 => "no_established_pfcp_association",
+        73 => "rule_creation_modification_failure",
+        74 => "pfcp_entity_in_congestion",
+        75 => "no_resources_available",
+        76 => "service_not_supported",
+        77 => "system_failure",
+        _ => return format!("cause_{c}"),
+    }
+    .to_string()
+}
+
+/// A UE's forwarding as this endpoint installed it (or will, once it has a downlink tunnel).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Entry {
+    /// Downlink TEID and eNodeB.
+    down: Option<(u32, Ipv4Addr)>,
+    /// Our uplink TEID.
+    up: Option<u32>,
+    /// The handling node.
+    node: u16,
+}
+
+impl Entry {
+    /// The FIB entry, when the UE has a downlink tunnel.
+    fn tunnel(&self, ue: IpAddr) -> Option<Tunnel> {
+        let (teid, enb) = self.down?;
+        Some(Tunnel {
+            ue,
+            teid,
+            enb,
+            node: self.node,
+            qci: 9,
+            ul_teid: self.up.unwrap_or(0),
+        })
+    }
+}
+
+/// A change handed to the control plane, waiting for its reply.
+struct Pending {
+    /// The entries it sets (None: removed).
+    entries: Vec<(IpAddr, Option<Entry>)>,
+    /// The request, for a resend.
+    request: Vec<u8>,
+    /// When it was last handed over.
+    sent: Instant,
+}
+
+/// The cluster as the PFCP endpoint sees it: placement and control-plane updates.
+pub struct Cluster {
+    key: [u8; 32],
+    cluster_id: u64,
+    ran_addrs: Vec<Ipv4Addr>,
+    next_node: usize,
+    id_base: u64,
+    installed: HashMap<IpAddr, Entry>,
+    uplink_ue: HashMap<u32, IpAddr>,
+    pending: HashMap<u64, Pending>,
+    outbox: Vec<Vec<u8>>,
+}
+
+impl Cluster {
+    /// The cluster of `spec` whose nodes' `ran` addresses are `ran_addrs`; the first new
+    /// session goes to node `first`.
+    pub fn new(spec: &ClusterSpec, ran_addrs: Vec<Ipv4Addr>, first: u16) -> Cluster {
+        Cluster {
+            key: spec.key,
+            cluster_id: spec.cluster_id,
+            next_node: first as usize,
+            ran_addrs,
+            id_base: rand::random::<u64>() & !0xffff_ffff,
+            installed: HashMap::new(),
+            uplink_ue: HashMap::new(),
+            pending: HashMap::new(),
+            outbox: Vec::new(),
+        }
+    }
+
+    /// UE addresses this endpoint's sessions hold.
+    pub fn ues(&self) -> usize {
+        self.installed.len()
+    }
+
+    /// The outcome of the request of `token`: its entries become the installed ones on
+    /// success. None when no such request waits.
+    fn finish(&mut self, id: u64, results: &[Outcome]) -> Option<(Token, Result<(), Failure>)> {
+        let p = self.pending.remove(&id)?;
+        let token = Token(id.wrapping_sub(self.id_base));
+        if results.iter().all(|o| *o == Outcome::Applied) {
+            for (ue, e) in p.entries {
+                if let Some(old) = self.installed.get(&ue).and_then(|o| o.up) {
+                    self.uplink_ue.remove(&old);
+                }
+                match e {
+                    Some(e) => {
+                        if let Some(t) = e.up {
+                            self.uplink_ue.insert(t, ue);
+                        }
+                        self.installed.insert(ue, e);
+                    }
+                    None => {
+                        self.installed.remove(&ue);
+                    }
+                }
+            }
+            return Some((token, Ok(())));
+        }
+        let busy = results.contains(&Outcome::Busy);
+        Some((
+            token,
+            Err(if busy {
+                Failure::NoResources
+            } else {
+                Failure::System
+            }),
+        ))
+    }
+}
+
+impl Sessions for Cluster {
+    fn place(&mut self, _ues: &[IpAddr]) -> Result<Placement, Failure> {
+        let n = self.ran_addrs.len();
+        if n == 0 {
+            return Err(Failure::System);
+        }
+        let node = self.next_node % n;
+        self.next_node = (node + 1) % n;
+        Ok(Placement {
+            node: node as u16,
+            ran: self.ran_addrs[node],
+        })
+    }
+
+    fn apply(&mut self, token: Token, changes: &[FibChange]) -> Result<Applied, Failure> {
+        // The new state of every UE the changes touch.
+        let mut touched: Vec<(IpAddr, Entry)> = Vec::new();
+        fn slot<'a>(
+            t: &'a mut Vec<(IpAddr, Entry)>,
+            installed: &HashMap<IpAddr, Entry>,
+            ue: IpAddr,
+        ) -> &'a mut Entry {
+            let i = match t.iter().position(|(u, _)| *u == ue) {
+                Some(i) => i,
+                None => {
+                    t.push((ue, installed.get(&ue).copied().unwrap_or_default()));
+                    t.len() - 1
+                }
+            };
+            &mut t[i].1
+        }
+        let mut dropped_up: Vec<u32> = Vec::new();
+        for c in changes {
+            match *c {
+                FibChange::SetDownlink {
+                    ue,
+                    teid,
+                    peer,
+                    node,
+                } => {
+                    let e = slot(&mut touched, &self.installed, ue);
+                    e.down = Some((teid, peer));
+                    e.node = node;
+                }
+                FibChange::RemoveDownlink { ue, .. } => {
+                    slot(&mut touched, &self.installed, ue).down = None;
+                }
+                FibChange::SetUplink { teid, ue, node, .. } => {
+                    let e = slot(&mut touched, &self.installed, ue);
+                    e.up = Some(teid);
+                    e.node = node;
+                }
+                FibChange::RemoveUplink { teid, .. } => dropped_up.push(teid),
+            }
+        }
+        for teid in dropped_up {
+            let Some(&ue) = self.uplink_ue.get(&teid) else {
+                continue;
+            };
+            let e = slot(&mut touched, &self.installed, ue);
+            if e.up == Some(teid) {
+                e.up = None;
+            }
+        }
+        let mut updates = Vec::new();
+        let mut entries = Vec::new();
+        for (ue, e) in touched {
+            let old = self.installed.get(&ue).and_then(|o| o.tunnel(ue));
+            let new = e.tunnel(ue);
+            let op = match (&old, &new) {
+                (None, Some(_)) => Some(Op::Insert),
+                (Some(a), Some(b)) if a != b => Some(Op::Change),
+                (Some(_), None) => Some(Op::Delete),
+                _ => None,
+            };
+            if let Some(op) = op {
+                let t = new.or(old).expect("one of them");
+                updates.push(Update {
+                    value: if op == Op::Delete {
+                        Vec::new()
+                    } else {
+                        t.value().to_vec()
+                    },
+                    op,
+                    key: t.key().to_vec(),
+                    node: t.node,
+                });
+            }
+            let keep = e.down.is_some() || e.up.is_some();
+            entries.push((ue, keep.then_some(e)));
+        }
+        let id = self.id_base.wrapping_add(token.0);
+        if updates.is_empty() {
+            // Nothing the FIB holds changes (an uplink waiting for its downlink, say).
+            self.pending.insert(
+                id,
+                Pending {
+                    entries,
+                    request: Vec::new(),
+                    sent: Instant::now(),
+                },
+            );
+            self.finish(id, &[]);
+            return Ok(Applied::Done);
+        }
+        let request = sb_control::client::encode_request(&self.key, self.cluster_id, id, &updates)
+            .map_err(|_| Failure::System)?;
+        self.outbox.push(request.clone());
+        self.pending.insert(
+            id,
+            Pending {
+                entries,
+                request,
+                sent: Instant::now(),
+            },
+        );
+        Ok(Applied::Pending)
+    }
+}
+
+/// The node's PFCP endpoint: its socket and the [`Upf`].
+pub struct Endpoint {
+    sock: UdpSocket,
+    upf: Upf<Cluster>,
+    start: Instant,
+    buf: Vec<u8>,
+}
+
+impl Endpoint {
+    /// The endpoint of the node, bound to `ctl.pfcp` in the node's namespace; None when the
+    /// control file names no PFCP address.
+    pub fn open(
+        cfg: &NodeFile,
+        ctl: &ControlFile,
+        spec: &ClusterSpec,
+    ) -> Result<Option<Endpoint>, ControlError> {
+        let Some(addr) = ctl.pfcp else {
+            return Ok(None);
+        };
+        let IpAddr::V4(ip) = addr.ip() else {
+            return Err(ControlError::Invalid(format!(
+                "pfcp address {addr} is not IPv4"
+            )));
+        };
+        let sock = match &cfg.netns {
+            Some(ns) => sb_io::netns::in_netns(ns, || UdpSocket::bind(addr))
+                .map_err(|e| ControlError::Invalid(format!("entering {ns}: {e}")))?,
+            None => UdpSocket::bind(addr),
+        }
+        .map_err(|e| ControlError::Invalid(format!("binding {addr}: {e}")))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| ControlError::Invalid(format!("{addr}: {e}")))?;
+        let recovery = ctl.pfcp_recovery_time_stamp.unwrap_or_else(|| {
+            let unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            (unix + NTP_UNIX_OFFSET) as u32
+        });
+        let name = ctl
+            .pfcp_node_id
+            .clone()
+            .unwrap_or_else(|| format!("upf{:016x}.scalebricks", spec.cluster_id));
+        let mut config = sb_pfcp::Config::new(node_id(&name), RecoveryTimeStamp(recovery), ip);
+        if cfg.node >= 255 {
+            return Err(ControlError::Invalid(format!(
+                "PFCP allocates per node with 8 bits: node {} is too many",
+                cfg.node
+            )));
+        }
+        config.allocator_id = cfg.node as u8 + 1;
+        let cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
+        Ok(Some(Endpoint {
+            sock,
+            upf: Upf::new(config, cluster),
+            start: Instant::now(),
+            buf: vec![0u8; 65536],
+        }))
+    }
+
+    /// The endpoint's state (sessions, counters).
+    pub fn upf(&self) -> &Upf<Cluster> {
+        &self.upf
+    }
+
+    /// Sleeps until `control` or the PFCP socket has a datagram, or `timeout` passes.
+    pub fn wait(&self, control: &UdpSocket, timeout: Duration) {
+        if let Err(e) = sb_io::wait_readable(&[control.as_raw_fd(), self.sock.as_raw_fd()], timeout)
+        {
+            eprintln!("pfcp: poll: {e}");
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
+        }
+    }
+
+    /// The endpoint's message counts for `/metrics`: requests received by type (no cause) and
+    /// responses sent by type and cause (see [`crate::metrics`]).
+    pub fn counts(&self) -> BTreeMap<PfcpKey, u64> {
+        let st = self.upf.stats();
+        let mut out = BTreeMap::new();
+        for (&t, &n) in &st.rx {
+            *out.entry(PfcpKey {
+                message: message_name(t),
+                cause: String::new(),
+            })
+            .or_default() += n;
+        }
+        for (&(t, c), &n) in &st.tx {
+            *out.entry(PfcpKey {
+                message: message_name(t),
+                cause: if c == 0 { String::new() } else { cause_name(c) },
+            })
+            .or_default() += n;
+        }
+        out
+    }
+
+    /// Whether a control-plane datagram to `peer` is a reply to this endpoint.
+    pub fn is_mine(peer: &Peer) -> bool {
+        *peer == Peer::Client(LOCAL_CLIENT)
+    }
+
+    /// Handles the PFCP datagrams waiting on the socket (at most 256) and hands the requests
+    /// they cause to `node` (and again those unanswered for a second).
+    pub fn receive(&mut self, node: &mut sb_control::Node, now_nanos: u64) {
+        for _ in 0..256 {
+            match self.sock.recv_from(&mut self.buf) {
+                Ok((n, from)) => {
+                    let out = self.upf.handle(self.start.elapsed(), from, &self.buf[..n]);
+                    self.send(out);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    eprintln!("pfcp: recv: {e}");
+                    break;
+                }
+            }
+        }
+        let c = self.upf.sessions_impl_mut();
+        let mut requests = std::mem::take(&mut c.outbox);
+        for p in c.pending.values_mut() {
+            if !p.request.is_empty() && p.sent.elapsed() >= RESEND {
+                p.sent = Instant::now();
+                requests.push(p.request.clone());
+            }
+        }
+        for r in requests {
+            node.handle(now_nanos, Peer::Client(LOCAL_CLIENT), &r);
+        }
+    }
+
+    /// Takes the node's reply to one of this endpoint's requests: the PFCP response it
+    /// completes is sent.
+    pub fn reply(&mut self, bytes: &[u8]) {
+        let c = self.upf.sessions_impl_mut();
+        let reply = match sb_control::client::decode_reply(&c.key, c.cluster_id, bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("pfcp: bad reply from the control plane: {e}");
+                return;
+            }
+        };
+        if let Some((token, result)) = c.finish(reply.id, &reply.results) {
+            let out = self.upf.complete(self.start.elapsed(), token, result);
+            self.send(out);
+        }
+    }
+
+    fn send(&self, out: Vec<sb_pfcp::Transmit>) {
+        for t in out {
+            if let Err(e) = self.sock.send_to(&t.bytes, t.to) {
+                eprintln!("pfcp: send to {}: {e}", t.to);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ClusterSpec {
+        crate::control::new_spec(7, 4, 1, 1000)
+    }
+
+    fn ran() -> Vec<Ipv4Addr> {
+        (0..4).map(|i| Ipv4Addr::new(10, 2, i, 1)).collect()
+    }
+
+    fn decode(c: &Cluster, b: &[u8]) -> Vec<Update> {
+        match sb_control::wire::decode(&c.key, c.cluster_id, b).unwrap().1 {
+            sb_control::wire::Body::ClientRequest(us) => us,
+            _ => panic!("not a request"),
+        }
+    }
+
+    #[test]
+    fn placement_is_round_robin_with_the_nodes_ran_address() {
+        let mut c = Cluster::new(&spec(), ran(), 2);
+        let ue = [IpAddr::V4(Ipv4Addr::new(100, 64, 0, 1))];
+        let nodes: Vec<u16> = (0..8).map(|_| c.place(&ue).unwrap().node).collect();
+        assert_eq!(nodes, [2, 3, 0, 1, 2, 3, 0, 1]);
+        assert_eq!(c.place(&ue).unwrap().ran, Ipv4Addr::new(10, 2, 2, 1));
+    }
+
+    #[test]
+    fn a_session_becomes_insert_change_delete_of_one_tunnel() {
+        let mut c = Cluster::new(&spec(), ran(), 0);
+        let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 9));
+        let enb = Ipv4Addr::new(10, 2, 1, 2);
+        let est = [
+            FibChange::SetDownlink {
+                ue,
+                teid: 0x100,
+                peer: enb,
+                node: 1,
+            },
+            FibChange::SetUplink {
+                teid: 0x0200_0001,
+                ue,
+                peer: Some(enb),
+                node: 1,
+            },
+        ];
+        assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
+        let req = c.outbox.pop().unwrap();
+        let us = decode(&c, &req);
+        assert_eq!(us.len(), 1);
+        assert_eq!(us[0].op, Op::Insert);
+        assert_eq!(us[0].node, 1);
+        let t = Tunnel::from_entry(&us[0].key.clone().try_into().unwrap(), &us[0].value);
+        assert_eq!(
+            (t.ue, t.teid, t.enb, t.ul_teid),
+            (ue, 0x100, enb, 0x0200_0001)
+        );
+        // Not installed until the reply says so.
+        assert_eq!(c.ues(), 0);
+        let id = c.id_base.wrapping_add(1);
+        assert_eq!(c.finish(id, &[Outcome::Applied]), Some((Token(1), Ok(()))));
+        assert_eq!(c.ues(), 1);
+        assert_eq!(c.finish(id, &[Outcome::Applied]), None);
+
+        // A new downlink TEID: a change, the uplink TEID kept.
+        let m = [FibChange::SetDownlink {
+            ue,
+            teid: 0x101,
+            peer: enb,
+            node: 1,
+        }];
+        assert_eq!(c.apply(Token(2), &m), Ok(Applied::Pending));
+        let r = c.outbox.pop().unwrap();
+        let us = decode(&c, &r);
+        assert_eq!(us[0].op, Op::Change);
+        let t = Tunnel::from_entry(&us[0].key.clone().try_into().unwrap(), &us[0].value);
+        assert_eq!((t.teid, t.ul_teid), (0x101, 0x0200_0001));
+        // Refused: the installed state stays the old one.
+        assert_eq!(
+            c.finish(c.id_base.wrapping_add(2), &[Outcome::Missing]),
+            Some((Token(2), Err(Failure::System)))
+        );
+        assert_eq!(c.installed[&ue].down, Some((0x100, enb)));
+
+        // Deletion: both removals give one delete.
+        let d = [
+            FibChange::RemoveUplink {
+                teid: 0x0200_0001,
+                node: 1,
+            },
+            FibChange::RemoveDownlink { ue, node: 1 },
+        ];
+        assert_eq!(c.apply(Token(3), &d), Ok(Applied::Pending));
+        let r = c.outbox.pop().unwrap();
+        let us = decode(&c, &r);
+        assert_eq!(us[0].op, Op::Delete);
+        assert_eq!(
+            c.finish(c.id_base.wrapping_add(3), &[Outcome::Busy]),
+            Some((Token(3), Err(Failure::NoResources)))
+        );
+        assert_eq!(c.apply(Token(4), &d), Ok(Applied::Pending));
+        c.outbox.clear();
+        assert_eq!(
+            c.finish(c.id_base.wrapping_add(4), &[Outcome::Applied]),
+            Some((Token(4), Ok(())))
+        );
+        assert_eq!(c.ues(), 0);
+        assert!(c.uplink_ue.is_empty());
+    }
+
+    #[test]
+    fn an_uplink_alone_waits_for_its_downlink() {
+        let mut c = Cluster::new(&spec(), ran(), 0);
+        let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 10));
+        let up = [FibChange::SetUplink {
+            teid: 0x0100_0005,
+            ue,
+            peer: None,
+            node: 0,
+        }];
+        assert_eq!(c.apply(Token(1), &up), Ok(Applied::Done));
+        assert!(c.outbox.is_empty());
+        let down = [FibChange::SetDownlink {
+            ue,
+            teid: 9,
+            peer: Ipv4Addr::new(10, 2, 0, 2),
+            node: 0,
+        }];
+        assert_eq!(c.apply(Token(2), &down), Ok(Applied::Pending));
+        let r = c.outbox.pop().unwrap();
+        let us = decode(&c, &r);
+        assert_eq!(us[0].op, Op::Insert);
+        let t = Tunnel::from_entry(&us[0].key.clone().try_into().unwrap(), &us[0].value);
+        assert_eq!(t.uplink_teid(), 0x0100_0005);
+    }
+
+    #[test]
+    fn names_of_messages_and_causes() {
+        assert_eq!(message_name(50), "session_establishment_request");
+        assert_eq!(message_name(200), "type_200");
+        assert_eq!(
+            cause_name(sb_pfcp::Cause::MANDATORY_IE_MISSING.0),
+            "mandatory_ie_missing"
+        );
+        assert_eq!(
+            cause_name(sb_pfcp::Cause::SYSTEM_FAILURE.0),
+            "system_failure"
+        );
+        assert_eq!(cause_name(2), "cause_2");
+    }
+
+    #[test]
+    fn node_ids_of_names() {
+        assert_eq!(
+            node_id("10.3.0.254"),
+            NodeId::Ipv4(Ipv4Addr::new(10, 3, 0, 254))
+        );
+        assert_eq!(node_id("upf.sb"), NodeId::Fqdn("upf.sb".into()));
+    }
+}

@@ -1,0 +1,535 @@
+//! PFCP end to end (root: network namespaces): a 4-node cluster is one UPF that Debian's scapy
+//! (`scalebricks/tests/pfcp_smf.py`, run with `/usr/bin/python3` in the control namespace)
+//! drives as an SMF through one node's `pfcp_addr`: association and heartbeat, sessions
+//! established, then downlink traffic checked with tcpdump + tshark on every RAN side (each
+//! packet in the tunnel the SMF asked for, from the node the UPF chose), sessions modified and
+//! deleted with the traffic following, uplink G-PDUs accepted with the uplink TEID the UPF
+//! allocated (and not with the downlink one), bad requests refused with their causes, the
+//! endpoint's counts in `/metrics`, and every PFCP response we sent decoded by tshark without
+//! a malformed mark.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const NODES: usize = 4;
+/// Sessions established (the issue's number).
+const SESSIONS: usize = 1000;
+/// Sessions modified to a new TEID, then deleted (disjoint).
+const MODIFIED: usize = 100;
+const DELETED: usize = 100;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn have_scapy() -> bool {
+    Command::new("/usr/bin/python3")
+        .args(["-c", "import scapy.contrib.pfcp"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Every node is up and holds the same GPT.
+fn wait_converged(c: &Cluster) {
+    let t0 = Instant::now();
+    loop {
+        let st = c.status();
+        let rows = st["nodes"].as_array().unwrap().clone();
+        let d0 = &rows[0]["gpt_digest"];
+        if rows.iter().all(|r| r["up"] == true && r["ready"] == true)
+            && !d0.is_null()
+            && rows.iter().all(|r| r["gpt_digest"] == *d0)
+        {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "nodes did not converge: {}",
+            serde_json::to_string(&rows).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// One run of the SMF script in namespace `ns`: its JSON.
+fn smf(ns: &str, upf: &str, src: &str, seq: u32, op: &str, job: Option<&Path>) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pfcp_smf.py");
+    let seq = seq.to_string();
+    let mut a = vec![
+        "netns",
+        "exec",
+        ns,
+        "/usr/bin/python3",
+        script,
+        upf,
+        src,
+        &seq,
+        op,
+    ];
+    if let Some(j) = job {
+        a.push(j.to_str().unwrap());
+    }
+    let o = run_prog("ip", &a, Duration::from_secs(120));
+    let out = ok(&o, &format!("pfcp_smf.py {op}"));
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("smf {op}: {out:?}: {e}"))
+}
+
+/// One SMF session: the UE, the tunnel the SMF asks for, and what the UPF answered.
+#[derive(Clone, Debug)]
+struct Session {
+    ue: String,
+    teid: u32,
+    enb: String,
+    up_seid: u64,
+    /// The handling node (from the Created PDR's F-TEID address, the node's `ran` address).
+    node: usize,
+    ul_teid: u32,
+}
+
+/// The GTP-U packets the RAN sides received, decoded by tshark: (node, outer dst, inner dst,
+/// TEID).
+fn tunnelled(pcaps: &[std::path::PathBuf]) -> Vec<(usize, String, String, u32)> {
+    let mut out = Vec::new();
+    for (node, p) in pcaps.iter().enumerate() {
+        for r in tshark_fields(
+            p,
+            &["ip.dst", "gtp.teid", "_ws.malformed"],
+            &["-Y", "gtp", "-d", "udp.port==5000,data"],
+        ) {
+            assert!(
+                r.get(2).is_none_or(|m| m.is_empty()),
+                "node {node}: malformed GTP-U {r:?}"
+            );
+            let dst: Vec<&str> = r[0].split(',').collect();
+            assert_eq!(dst.len(), 2, "outer and inner IPv4: {r:?}");
+            let teid = u32::from_str_radix(r[1].trim_start_matches("0x"), 16)
+                .unwrap_or_else(|e| panic!("TEID {r:?}: {e}"));
+            out.push((node, dst[0].to_string(), dst[1].to_string(), teid));
+        }
+    }
+    out
+}
+
+/// Sends `count` packets to the UEs of `flows` and returns what the RAN sides received.
+fn traffic(
+    c: &Cluster,
+    desc: &Value,
+    tag: &str,
+    flows: &Path,
+    count: u64,
+) -> (Value, Vec<(usize, String, String, u32)>) {
+    let pcaps: Vec<std::path::PathBuf> = (0..NODES)
+        .map(|i| c.dir.join(format!("{tag}-ran{i}.pcap")))
+        .collect();
+    let caps: Vec<Capture> = (0..NODES)
+        .map(|i| {
+            let ns = desc["nodes"][i]["ran_netns"].as_str().unwrap();
+            Capture::start(ns, "eth0", "in", pcaps[i].clone())
+        })
+        .collect();
+    let g = gen(
+        c,
+        flows,
+        &[
+            "--rate",
+            "20000",
+            "--count",
+            &count.to_string(),
+            "--seed",
+            "2",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    for cap in caps {
+        cap.stop();
+    }
+    (g, tunnelled(&pcaps))
+}
+
+fn write_ues(path: &Path, ss: &[&Session]) {
+    let mut s = String::from("ue,teid,enb,node\n");
+    for x in ss {
+        s.push_str(&format!("{},{},{},{}\n", x.ue, x.teid, x.enb, x.node));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+#[test]
+fn scapy_as_smf_drives_the_cluster_as_one_upf() {
+    let name = "scapy_as_smf_drives_the_cluster_as_one_upf";
+    if !can_run(name) || !have_or_skip(name, "tcpdump") || !have_or_skip(name, "tshark") {
+        return;
+    }
+    if !have_scapy()
+        && !sb_io::netns::skip_or_fail(name, "needs /usr/bin/python3 with scapy (python3-scapy)")
+    {
+        return;
+    }
+    let t_start = Instant::now();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    ok(
+        &c.up_with(NODES, "user", &["--flows", "1000", "--seed", "7"]),
+        "cluster up",
+    );
+    wait_links_up(&c);
+    wait_converged(&c);
+    let desc = c.description();
+    let cp = desc["control"]["netns"].as_str().unwrap().to_string();
+    let smf_ip = "10.3.0.254";
+    // The SMF talks to node 1 (any node would do).
+    let upf = desc["nodes"][1]["pfcp_addr"].as_str().unwrap();
+    let upf_ip = upf.split(':').next().unwrap().to_string();
+    let ran_addr: Vec<String> = (0..NODES).map(|i| format!("10.2.{i}.1")).collect();
+    let taken: HashSet<String> = c.flows().into_iter().map(|f| f.ue).collect();
+
+    // Every PFCP response we send, as the control namespace receives it.
+    let cp_pcap = c.dir.join("cp.pcap");
+    let cp_cap = Capture::start(&cp, "cpbr0", "in", cp_pcap.clone());
+
+    // Association and heartbeat: one Node ID and Recovery Time Stamp for the cluster.
+    let s = smf(&cp, &upf_ip, smf_ip, 1, "setup", None);
+    assert_eq!(s["setup"]["cause"], 1, "{s}");
+    assert_eq!(
+        s["setup"]["node_id"][0],
+        format!("upf.{}.scalebricks", c.prefix),
+        "{s}"
+    );
+    let recovery = &s["setup"]["recovery"][0];
+    assert!(recovery.as_u64().is_some_and(|t| t > 3_900_000_000), "{s}");
+    assert_eq!(s["heartbeat"]["recovery"][0], *recovery, "{s}");
+
+    // Establish the sessions: UEs in the pool 100.64.0.0/10 that flows.csv does not hold,
+    // downlink tunnels to the RAN side addresses.
+    let mut sessions: Vec<Session> = (0..SESSIONS)
+        .map(|i| Session {
+            ue: format!("100.100.{}.{}", i / 250, i % 250 + 1),
+            teid: 0x5000_0000 + i as u32,
+            enb: format!("10.2.{}.2", i % NODES),
+            up_seid: 0,
+            node: usize::MAX,
+            ul_teid: 0,
+        })
+        .collect();
+    assert!(sessions.iter().all(|x| !taken.contains(&x.ue)));
+    let job = c.dir.join("establish.json");
+    let j: Vec<Value> = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, x)| json!({"ue": x.ue, "teid": x.teid, "enb": x.enb, "cp_seid": 1000 + i}))
+        .collect();
+    std::fs::write(&job, serde_json::to_vec(&j).unwrap()).unwrap();
+    let t_est = Instant::now();
+    let r = smf(&cp, &upf_ip, smf_ip, 10, "establish", Some(&job));
+    let est_secs = t_est.elapsed().as_secs_f64();
+    let results = r["results"].as_array().unwrap();
+    let mut per_node = [0usize; NODES];
+    for (i, (x, res)) in sessions.iter_mut().zip(results).enumerate() {
+        assert_eq!(res["cause"], 1, "session {i}: {res}");
+        assert_eq!(u(&res["seid"]), 1000 + i as u64, "session {i}: {res}");
+        assert_eq!(res["up_seid_ipv4"], upf_ip, "session {i}: {res}");
+        x.up_seid = u(&res["up_seid"]);
+        let f = &res["fteids"].as_array().unwrap()[0];
+        x.ul_teid = u(&f["teid"]) as u32;
+        x.node = ran_addr
+            .iter()
+            .position(|a| f["ipv4"] == *a.as_str())
+            .unwrap_or_else(|| panic!("session {i}: F-TEID address not a ran address: {res}"));
+        per_node[x.node] += 1;
+    }
+    let seids: HashSet<u64> = sessions.iter().map(|x| x.up_seid).collect();
+    let ul: HashSet<u32> = sessions.iter().map(|x| x.ul_teid).collect();
+    assert_eq!(seids.len(), SESSIONS, "UP F-SEIDs not unique");
+    assert_eq!(ul.len(), SESSIONS, "uplink TEIDs not unique");
+    assert!(ul.iter().all(|&t| t != 0));
+    // Balanced: round robin over the nodes.
+    assert!(
+        per_node.iter().all(|&n| n == SESSIONS / NODES),
+        "{per_node:?}"
+    );
+    eprintln!("{SESSIONS} sessions established in {est_secs:.2} s");
+
+    // Downlink traffic to every session's UE: each packet leaves the handling node the UPF
+    // chose, in the tunnel (TEID, eNodeB) the SMF asked for.
+    let all: Vec<&Session> = sessions.iter().collect();
+    let ues_csv = c.dir.join("ues.csv");
+    write_ues(&ues_csv, &all);
+    let count = 3 * SESSIONS as u64;
+    let (g, pkts) = traffic(&c, &desc, "est", &ues_csv, count);
+    let by_ue: HashMap<&str, &Session> = sessions.iter().map(|x| (x.ue.as_str(), x)).collect();
+    let mut seen = HashSet::new();
+    for (node, outer, inner, teid) in &pkts {
+        let x = by_ue
+            .get(inner.as_str())
+            .unwrap_or_else(|| panic!("packet for unknown UE {inner}"));
+        assert_eq!(
+            (*node, outer.as_str(), *teid),
+            (x.node, x.enb.as_str(), x.teid),
+            "UE {inner}"
+        );
+        seen.insert(inner.clone());
+    }
+    assert_eq!(pkts.len() as u64, count, "gen {g}");
+    assert!(seen.len() >= SESSIONS * 9 / 10, "{} UEs seen", seen.len());
+
+    // Modify some sessions to new tunnels, delete others.
+    let job = c.dir.join("modify.json");
+    for x in &mut sessions[..MODIFIED] {
+        x.teid ^= 0x0f00_0000;
+    }
+    let j: Vec<Value> = sessions[..MODIFIED]
+        .iter()
+        .map(|x| json!({"up_seid": x.up_seid, "teid": x.teid, "enb": x.enb}))
+        .collect();
+    std::fs::write(&job, serde_json::to_vec(&j).unwrap()).unwrap();
+    let r = smf(&cp, &upf_ip, smf_ip, 5000, "modify", Some(&job));
+    for (x, res) in sessions.iter().zip(r["results"].as_array().unwrap()) {
+        assert_eq!(res["cause"], 1, "modify {}: {res}", x.ue);
+    }
+    let job = c.dir.join("delete.json");
+    let j: Vec<Value> = sessions[MODIFIED..MODIFIED + DELETED]
+        .iter()
+        .map(|x| json!({"up_seid": x.up_seid}))
+        .collect();
+    std::fs::write(&job, serde_json::to_vec(&j).unwrap()).unwrap();
+    let r = smf(&cp, &upf_ip, smf_ip, 6000, "delete", Some(&job));
+    for (x, res) in sessions[MODIFIED..]
+        .iter()
+        .zip(r["results"].as_array().unwrap())
+    {
+        assert_eq!(res["cause"], 1, "delete {}: {res}", x.ue);
+    }
+
+    // Traffic follows: modified sessions in their new tunnels, deleted ones get nothing (once
+    // the FIB's removal grace, 500 ms for packets already in flight, has passed).
+    std::thread::sleep(sb_node::control::REMOVAL_GRACE + Duration::from_millis(500));
+    let deleted: HashSet<&str> = sessions[MODIFIED..MODIFIED + DELETED]
+        .iter()
+        .map(|x| x.ue.as_str())
+        .collect();
+    let (g, pkts) = traffic(&c, &desc, "mod", &ues_csv, count);
+    let by_ue: HashMap<&str, &Session> = sessions.iter().map(|x| (x.ue.as_str(), x)).collect();
+    let mut modified_seen = 0;
+    for (node, outer, inner, teid) in &pkts {
+        assert!(
+            !deleted.contains(inner.as_str()),
+            "packet for deleted UE {inner}"
+        );
+        let x = by_ue[inner.as_str()];
+        assert_eq!(
+            (*node, outer.as_str(), *teid),
+            (x.node, x.enb.as_str(), x.teid),
+            "UE {inner}"
+        );
+        if *teid & 0x0f00_0000 == 0x0f00_0000 {
+            modified_seen += 1;
+        }
+    }
+    assert!(modified_seen > 0, "no packet of a modified session");
+    assert!(
+        pkts.len() as u64 >= count * 8 / 10 && (pkts.len() as u64) < count,
+        "{} of {count} packets delivered with {DELETED} of {SESSIONS} UEs deleted: gen {g}",
+        pkts.len()
+    );
+
+    // Uplink: G-PDUs from a session's eNodeB to its handling node's `ran` address with the
+    // uplink TEID the UPF allocated leave `inet` decapsulated; with the downlink TEID they are
+    // dropped.
+    let up: Vec<&Session> = sessions[MODIFIED + DELETED..MODIFIED + DELETED + 20]
+        .iter()
+        .collect();
+    let inet_caps: Vec<Capture> = (0..NODES)
+        .map(|i| {
+            let ns = desc["nodes"][i]["inet_netns"].as_str().unwrap();
+            Capture::start(ns, "eth0", "in", c.dir.join(format!("inet{i}.pcap")))
+        })
+        .collect();
+    // One scapy run per RAN namespace sends its nodes' G-PDUs.
+    for node in 0..NODES {
+        let n = &desc["nodes"][node];
+        let mac = n["ran"]["local"]["mac"].as_str().unwrap();
+        let mut py = String::from(
+            "from scapy.all import *\nfrom scapy.contrib.gtp import GTP_U_Header\nps = []\n",
+        );
+        for x in up.iter().filter(|x| x.node == node) {
+            for (teid, tag) in [(x.ul_teid, "good"), (x.teid, "old")] {
+                py.push_str(&format!(
+                    "ps.append(Ether(dst={mac:?})/IP(src={enb:?},dst={ran:?})/\
+                     UDP(sport=2152,dport=2152)/GTP_U_Header(teid={teid},gtp_type=255)/\
+                     IP(src={ue:?},dst='203.0.113.5')/UDP(sport=5000,dport=443)/\
+                     Raw(b'uplink-{tag}'))\n",
+                    enb = x.enb,
+                    ran = ran_addr[node],
+                    ue = x.ue,
+                ));
+            }
+        }
+        py.push_str("sendp(ps, iface='eth0', verbose=0)\n");
+        let ns = n["ran_netns"].as_str().unwrap();
+        let o = run_prog(
+            "ip",
+            &["netns", "exec", ns, "/usr/bin/python3", "-c", &py],
+            Duration::from_secs(30),
+        );
+        ok(&o, "scapy uplink");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut up_seen: HashMap<usize, HashSet<String>> = HashMap::new();
+    for (i, cap) in inet_caps.into_iter().enumerate() {
+        for f in cap.stop() {
+            if f.len() < 14 + 20 + 8 || f[12..14] != [0x08, 0x00] || f[14 + 9] != 17 {
+                continue;
+            }
+            let payload = &f[14 + 28..];
+            assert!(
+                !payload.starts_with(b"uplink-old"),
+                "node {i}: a G-PDU with the downlink TEID was accepted"
+            );
+            if payload.starts_with(b"uplink-good") {
+                let src = std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]).to_string();
+                up_seen.entry(i).or_default().insert(src);
+            }
+        }
+    }
+    for x in &up {
+        assert!(
+            up_seen.get(&x.node).is_some_and(|s| s.contains(&x.ue)),
+            "uplink of UE {} (TEID {:#x}) did not leave node {}'s inet: {up_seen:?}",
+            x.ue,
+            x.ul_teid,
+            x.node
+        );
+    }
+
+    // Bad inputs: a missing mandatory IE, an unknown SEID, and an establishment from an
+    // address without association.
+    let bad_job = c.dir.join("bad.json");
+    std::fs::write(
+        &bad_job,
+        serde_json::to_vec(
+            &json!([{"ue": "100.101.0.1", "teid": 7, "enb": "10.2.0.2", "cp_seid": 9}]),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let r = smf(&cp, &upf_ip, smf_ip, 7000, "bad", Some(&bad_job));
+    assert_eq!(r["missing_fseid"]["cause"], 66, "{r}"); // Mandatory IE missing
+    assert_eq!(r["missing_fseid"]["offending_ie"], 57, "{r}"); // F-SEID
+    assert_eq!(r["unknown_seid"]["cause"], 65, "{r}"); // Session context not found
+    let o = Command::new("ip")
+        .args(["-n", &cp, "addr", "add", "10.3.0.253/24", "dev", "cpbr0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let r = smf(
+        &cp,
+        &upf_ip,
+        "10.3.0.253",
+        1,
+        "unassociated",
+        Some(&bad_job),
+    );
+    assert_eq!(r["establish"]["cause"], 72, "{r}"); // No established PFCP Association
+
+    // tshark decodes every response we sent without a malformed mark, with the fields scapy read.
+    // (tcpdump gets packets from the kernel's ring in blocks: give the last one time to go.)
+    std::thread::sleep(Duration::from_millis(1500));
+    cp_cap.stop();
+    let rows = tshark_fields(
+        &cp_pcap,
+        &["pfcp.msg_type", "pfcp.cause", "pfcp.seid", "_ws.malformed"],
+        &["-Y", "udp.srcport == 8805"],
+    );
+    let want = 2 + SESSIONS + MODIFIED + DELETED + 3;
+    assert!(
+        rows.len() >= want,
+        "{} PFCP responses captured, want {want}",
+        rows.len()
+    );
+    let mut by_type: HashMap<String, usize> = HashMap::new();
+    let mut tshark_seids = HashSet::new();
+    for r in &rows {
+        assert!(r.get(3).is_none_or(|m| m.is_empty()), "malformed: {r:?}");
+        *by_type.entry(r[0].clone()).or_default() += 1;
+        if r[0] == "51" && r[1] == "1" {
+            for s in r[2].split(',') {
+                tshark_seids
+                    .insert(u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or(0));
+            }
+        }
+    }
+    let want = 2 + SESSIONS + MODIFIED + DELETED + 3;
+    assert!(
+        rows.len() >= want,
+        "{} PFCP responses captured, want {want}: {by_type:?}",
+        rows.len()
+    );
+    assert!(
+        seids.is_subset(&tshark_seids),
+        "tshark's pfcp.seid of the establishment responses lack some UP F-SEIDs"
+    );
+    assert!(
+        by_type.get("51").copied().unwrap_or(0) >= SESSIONS + 2,
+        "{by_type:?}"
+    );
+    assert!(
+        by_type.get("53").copied().unwrap_or(0) > MODIFIED,
+        "{by_type:?}"
+    );
+    assert!(
+        by_type.get("55").copied().unwrap_or(0) >= DELETED,
+        "{by_type:?}"
+    );
+
+    // The endpoint's counts in the node's /metrics (the control thread publishes every 200 ms).
+    std::thread::sleep(Duration::from_millis(400));
+    let url = desc["nodes"][1]["metrics_url"].as_str().unwrap();
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &cp,
+            "/usr/bin/python3",
+            "-c",
+            &format!("import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url:?}, timeout=5).read().decode())"),
+        ],
+        Duration::from_secs(10),
+    );
+    let text = ok(&o, "scrape");
+    let sample = |k: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{k} not in /metrics"))
+    };
+    assert_eq!(
+        sample(
+            r#"scalebricks_pfcp_messages_total{message="session_establishment_response",cause="request_accepted"}"#
+        ),
+        SESSIONS as u64
+    );
+    assert_eq!(
+        sample(
+            r#"scalebricks_pfcp_messages_total{message="session_deletion_response",cause="request_accepted"}"#
+        ),
+        DELETED as u64
+    );
+    assert_eq!(
+        sample(r#"fivegs_upffunction_sm_n4sessionestabfail_total{cause="mandatory_ie_missing"}"#),
+        1
+    );
+
+    // The counters agree: no inserts refused by the tables.
+    let st = c.status();
+    for n in st["nodes"].as_array().unwrap() {
+        assert_eq!(u(&n["fib_insert_failed"]), 0, "{n}");
+    }
+    eprintln!("pfcp e2e took {:?}", t_start.elapsed());
+    assert!(t_start.elapsed() < Duration::from_secs(300));
+}
