@@ -172,7 +172,7 @@ pub fn sim_mac(port: PortId, node: u16, peer: bool) -> [u8; 6] {
     [0x02, 0x5b, port as u8, u8::from(peer), h, l]
 }
 
-/// The `ran` (S1-U) address of node `node` in simulated clusters: 10.1.<node>.1.
+/// The `ran` (S1-U) address of node `node` in simulated clusters: `10.1.{node}.1`.
 pub fn sim_ran_addr(node: u16) -> Ipv4Addr {
     Ipv4Addr::new(10, 1 + (node >> 8) as u8, node as u8, 1)
 }
@@ -205,7 +205,7 @@ pub fn sim_downstream_frame(ue: IpAddr, ingress: u16, ttl: u8, payload: &[u8]) -
 }
 
 /// Node `node`'s engine in a simulated cluster of `nodes` (MACs from [`sim_mac`], S1-U
-/// addresses from [`sim_ran_addr`], ARP answered for 10.0.<node>.1 and the S1-U address),
+/// addresses from [`sim_ran_addr`], ARP answered for `10.0.{node}.1` and the S1-U address),
 /// running `arch` over `gpt` and `fib`, with `uplink` as its LTE uplink table.
 #[allow(clippy::too_many_arguments)]
 pub fn sim_engine(

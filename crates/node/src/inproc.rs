@@ -1,6 +1,6 @@
 //! The cluster in one process: N node threads, each running the engine with
 //! [`drive`](crate::run::drive) over three in-memory ports (`inet` and `ran` are cables to the
-//! caller, `fabric` a port of [`sb_io::memory::switch`]), fed by a generator that keeps a window
+//! caller, `fabric` a port of [`sb_io::memory::switch()`]), fed by a generator that keeps a window
 //! of packets in flight and checked frame by frame as they leave the `ran` ports. `scalebricks
 //! demo` runs it for each architecture on the same tunnels and [`Traffic`].
 
