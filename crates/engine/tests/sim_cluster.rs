@@ -434,3 +434,12 @@ fn tunnels_with_their_own_uplink_teid() {
         assert_eq!(c.inet_out[usize::from(t.node)].len(), before + 1);
     }
 }
+
+/// A fuzzer find: a plain IPv4 frame on a fabric port is left to the host (counted as `host`),
+/// which the frames property must count alongside transmitted and dropped frames.
+#[test]
+fn fuzz_find_ipv4_on_the_fabric_is_host_traffic() {
+    sb_engine::fuzzing::run_frames(&[
+        245, 8, 0, 8, 0, 64, 245, 245, 0, 0, 0, 0, 8, 0, 8, 0, 64, 245, 245, 0, 89, 32, 245, 129, 0,
+    ]);
+}
