@@ -374,7 +374,17 @@ pub fn run(
                 match ev {
                     Event::Persist { records } => {
                         for r in &records {
-                            wal.append(r)?;
+                            match wal.append(r) {
+                                // More than one commit holds (a first start persists every
+                                // initial flow of the range): commit what is pending, go on.
+                                Err(sb_wal::WalError::BatchFull { .. }) => {
+                                    wal.commit()?;
+                                    wal.append(r)?;
+                                }
+                                other => {
+                                    other?;
+                                }
+                            }
                         }
                         appended = true;
                     }
