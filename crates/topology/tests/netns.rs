@@ -234,7 +234,9 @@ fn a_forwarder_that_does_not_start_rolls_up_back() {
     opts.spawn = Some(&spawn);
     opts.ready_timeout = Duration::from_secs(3);
     let e = up(&opts).unwrap_err();
-    assert!(matches!(e, TopoError::Forwarder { node: 0, .. }), "{e}");
+    // Which node fails is a race: node 0's `false` may still be running when `up` checks it
+    // and then node 1's has exited before its own check. Either way nothing may be left.
+    assert!(matches!(e, TopoError::Forwarder { node: 0 | 1, .. }), "{e}");
     let left: Vec<String> = sb_topology::sys::netns_list()
         .unwrap()
         .into_iter()
