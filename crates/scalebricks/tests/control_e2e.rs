@@ -229,10 +229,124 @@ fn flows_move_between_nodes_under_traffic_without_a_miss() {
             );
         }
     }
+    if have_or_skip("metrics", "prometheus") {
+        prometheus_scrapes_every_node(&c, &desc, &st);
+    }
     eprintln!(
         "moves: 10000 acked in {upd_secs:?}; gen {}; packets seen {old_n} by old, {new_n} by new nodes; {rows:?}; total {:?}",
         g, t_start.elapsed()
     );
+}
+
+/// A Prometheus server (Debian's `prometheus`, not our code) in the control namespace scrapes
+/// every node's `/metrics` once a second: every target must be up (the server parsed the
+/// exposition) and a query must return each node's transmitted `ran` frames, at least what the
+/// counters file said a moment before. Bounded: 30 s for the targets, then the server is killed.
+fn prometheus_scrapes_every_node(c: &Cluster, desc: &Value, st: &Value) {
+    let t0 = Instant::now();
+    let dir = c.dir.join("prometheus");
+    std::fs::create_dir_all(&dir).unwrap();
+    let targets: Vec<String> = (0..NODES)
+        .map(|i| {
+            let url = desc["nodes"][i]["metrics_url"].as_str().unwrap();
+            let rest = url.strip_prefix("http://").unwrap();
+            let (hostport, path) = rest.split_once('/').unwrap();
+            assert_eq!(path, "metrics", "{url}");
+            format!("'{hostport}'")
+        })
+        .collect();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: scalebricks\n    static_configs:\n      - targets: [{}]\n",
+            targets.join(", ")
+        ),
+    )
+    .unwrap();
+    let listen = "10.3.0.254:9090";
+    let cp = format!("{}-cp", c.prefix);
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = std::process::Command::new("ip")
+        .args(["netns", "exec", &cp, "prometheus"])
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={listen}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("spawn prometheus");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(child);
+    let get = |path: &str| -> Option<Value> {
+        let url = format!("http://{listen}{path}");
+        let o = run_prog(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &cp,
+                "python3",
+                "-c",
+                &format!("import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url:?}, timeout=2).read().decode())"),
+            ],
+            Duration::from_secs(5),
+        );
+        if !o.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&o.stdout).ok()
+    };
+    let mut last = None;
+    loop {
+        if let Some(v) = get("/api/v1/targets") {
+            let active = v["data"]["activeTargets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let up = active.iter().filter(|t| t["health"] == "up").count();
+            if active.len() == NODES && up == NODES {
+                break;
+            }
+            last = Some(v);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "prometheus: targets not all up in 30 s: {}\nlog: {}",
+            last.map(|v| v.to_string()).unwrap_or_default(),
+            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let q = get("/api/v1/query?query=scalebricks_packets_total%7Bport%3D%22ran%22%2Cdirection%3D%22tx%22%7D")
+        .expect("prometheus query");
+    assert_eq!(q["status"], "success", "{q}");
+    let series = q["data"]["result"].as_array().unwrap();
+    assert_eq!(series.len(), NODES, "{q}");
+    for sample in series {
+        let inst = sample["metric"]["instance"].as_str().unwrap();
+        let i = targets
+            .iter()
+            .position(|t| t.trim_matches('\'') == inst)
+            .unwrap_or_else(|| panic!("unknown instance {inst}"));
+        let v: f64 = sample["value"][1].as_str().unwrap().parse().unwrap();
+        let counted = u(&st["node_status"][i]["engine"]["ports"]["ran"]["tx"]) as f64;
+        assert!(
+            v >= counted && v > 0.0,
+            "node {i}: prometheus stored {v}, the counters file said {counted}"
+        );
+    }
+    eprintln!("prometheus scraped {NODES} nodes in {:?}", t0.elapsed());
 }
 
 /// GET `url` from the cluster's control namespace (where an operator's Prometheus would be).
