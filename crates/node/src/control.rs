@@ -46,6 +46,10 @@ pub struct ControlFile {
     /// The cluster's PFCP Recovery Time Stamp (seconds since 1900), the same on every node.
     #[serde(default)]
     pub pfcp_recovery_time_stamp: Option<u32>,
+    /// Every node's PFCP address by index: the endpoints relay to each other
+    /// ([`sb_pfcp::relay`]) so that any of them takes any message. Empty: no relaying.
+    #[serde(default)]
+    pub pfcp_peers: Vec<SocketAddr>,
 }
 
 /// Why the control plane stopped or could not start.

@@ -13,12 +13,18 @@
 //! reply back here ([`Endpoint::reply`]) once every update is durable at its owner and
 //! installed everywhere, and only then is the PFCP response sent.
 //!
+//! Any node takes any message: the endpoints relay to each other over the control network
+//! ([`sb_pfcp::relay`], authenticated with the cluster's key; `pfcp_peers` in the
+//! [`ControlFile`] lists them). An association set up, updated or released at one node is
+//! replicated to the others; a Session Modification or Deletion for a session another node
+//! holds (its SEID's top bits name the node) is relayed there and its answer comes back
+//! through the node the SMF asked.
+//!
 //! What this does not do (stated, not hidden):
-//! - Session state (SEID -> rules) lives on the node the Establishment came to: a session's
-//!   later messages must come to the same node (an SMF talks to one peer address per UPF, so
-//!   it does). A message for a session another node holds is answered Session context not
-//!   found. The state is in memory: a node restart loses its sessions' rules (their FIB
-//!   entries stay) while the Recovery Time Stamp stays the cluster's.
+//! - Session state (SEID -> rules) lives in memory on the node the Establishment came to: a
+//!   request for it while that node is down goes unanswered (the SMF's retransmissions are
+//!   relayed again), and a node restart loses its sessions' rules (their FIB entries stay)
+//!   while the Recovery Time Stamp stays the cluster's.
 //! - The FIB holds one entry per UE address, both directions: an uplink PDR without a
 //!   downlink tunnel (FAR not FORW with an outer header) is not installed until the session
 //!   gets one, and removing the downlink tunnel removes the uplink too. A session without an
@@ -345,6 +351,13 @@ pub struct Endpoint {
     upf: Upf<Cluster>,
     start: Instant,
     buf: Vec<u8>,
+    /// Every endpoint's PFCP address by node index (relaying), and our allocator id.
+    peers: Vec<SocketAddr>,
+    me: u8,
+    /// The cluster's key: relays are authenticated with it.
+    key: Vec<u8>,
+    /// Relay datagrams refused (tag, format).
+    relays_refused: u64,
 }
 
 impl Endpoint {
@@ -390,12 +403,24 @@ impl Endpoint {
             )));
         }
         config.allocator_id = cfg.node as u8 + 1;
+        config.relay = ctl.pfcp_peers.len() > 1;
+        if config.relay && ctl.pfcp_peers.get(cfg.node as usize) != Some(&addr) {
+            return Err(ControlError::Invalid(format!(
+                "pfcp_peers names {:?} for node {}, not its pfcp address {addr}",
+                ctl.pfcp_peers.get(cfg.node as usize),
+                cfg.node
+            )));
+        }
         let cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
         Ok(Some(Endpoint {
             sock,
             upf: Upf::new(config, cluster),
             start: Instant::now(),
             buf: vec![0u8; 65536],
+            peers: ctl.pfcp_peers.clone(),
+            me: cfg.node as u8 + 1,
+            key: spec.key.to_vec(),
+            relays_refused: 0,
         }))
     }
 
@@ -432,6 +457,21 @@ impl Endpoint {
             })
             .or_default() += n;
         }
+        if self.peers.len() > 1 {
+            for (name, n) in [
+                ("relay_out", st.relayed_out),
+                ("relay_in", st.relayed_in),
+                ("relay_refused", self.relays_refused),
+            ] {
+                out.insert(
+                    PfcpKey {
+                        message: name.into(),
+                        cause: String::new(),
+                    },
+                    n,
+                );
+            }
+        }
         out
     }
 
@@ -446,7 +486,20 @@ impl Endpoint {
         for _ in 0..256 {
             match self.sock.recv_from(&mut self.buf) {
                 Ok((n, from)) => {
-                    let out = self.upf.handle(self.start.elapsed(), from, &self.buf[..n]);
+                    let bytes = &self.buf[..n];
+                    let out = if sb_pfcp::relay::is_relay(bytes) {
+                        match sb_pfcp::Relay::parse(bytes, &self.key) {
+                            Ok((sender, relay)) => {
+                                self.upf.handle_relay(self.start.elapsed(), sender, relay)
+                            }
+                            Err(_) => {
+                                self.relays_refused += 1;
+                                Vec::new()
+                            }
+                        }
+                    } else {
+                        self.upf.handle(self.start.elapsed(), from, bytes)
+                    };
                     self.send(out);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -486,10 +539,27 @@ impl Endpoint {
         }
     }
 
-    fn send(&self, out: Vec<sb_pfcp::Transmit>) {
+    /// Sends `out` to the peers, then the relays the endpoint has for the others.
+    fn send(&mut self, out: Vec<sb_pfcp::Transmit>) {
         for t in out {
             if let Err(e) = self.sock.send_to(&t.bytes, t.to) {
                 eprintln!("pfcp: send to {}: {e}", t.to);
+            }
+        }
+        while let Some(r) = self.upf.poll_relay() {
+            let bytes = r.to_bytes(self.me, &self.key);
+            let me = self.me as usize - 1;
+            let targets: Vec<SocketAddr> = match r.to {
+                0 => (0..self.peers.len())
+                    .filter(|&i| i != me)
+                    .map(|i| self.peers[i])
+                    .collect(),
+                t => self.peers.get(t as usize - 1).copied().into_iter().collect(),
+            };
+            for to in targets {
+                if let Err(e) = self.sock.send_to(&bytes, to) {
+                    eprintln!("pfcp: relay to {to}: {e}");
+                }
             }
         }
     }

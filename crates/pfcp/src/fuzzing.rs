@@ -2,6 +2,7 @@
 
 use crate::ie::{NodeId, RecoveryTimeStamp};
 use crate::message::{AssociationSetupRequest, Body, Message};
+use crate::relay::{Relay, RelayKind};
 use crate::upf::{Applied, Config, Failure, FibChange, Placement, Sessions, Token, Upf};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -36,9 +37,13 @@ impl Sessions for Accept {
 }
 
 /// Parses `data` as a datagram; whatever parses must build, and parse again to itself. Then
-/// feeds `data` to a UPF endpoint with an association from the sender, twice (the second
-/// time is a retransmission), and checks that everything it sends parses.
+/// feeds `data` to a UPF endpoint (one of a cluster's, relaying) with an association from the
+/// sender, twice (the second time is a retransmission), then as a relayed session request and
+/// a replicated association request from another endpoint, and checks that everything it
+/// sends (to peers, and the responses it relays back) parses. `data` as a relay datagram
+/// must not panic either.
 pub fn pfcp_message(data: &[u8]) {
+    let _ = Relay::parse(data, b"fuzz key");
     if let Ok(msg) = Message::parse(data) {
         let bytes = msg
             .to_bytes()
@@ -51,6 +56,9 @@ pub fn pfcp_message(data: &[u8]) {
         RecoveryTimeStamp(1),
         Ipv4Addr::new(10, 0, 0, 100),
     );
+    let mut cfg = cfg;
+    cfg.relay = true;
+    cfg.allocator_id = 1;
     let mut upf = Upf::new(cfg, Accept::default());
     let setup = Message {
         seid: None,
@@ -69,6 +77,23 @@ pub fn pfcp_message(data: &[u8]) {
         out.extend(upf.handle(Duration::from_secs(i), peer, data));
         for t in std::mem::take(&mut upf.sessions_impl_mut().pending) {
             out.extend(upf.complete(Duration::from_secs(i), t, Ok(())));
+        }
+    }
+    for (i, kind) in [RelayKind::Session, RelayKind::Association].into_iter().enumerate() {
+        let relay = Relay {
+            to: 1,
+            kind,
+            peer,
+            bytes: data.to_vec(),
+        };
+        out.extend(upf.handle_relay(Duration::from_secs(3 + i as u64), 2, relay));
+        for t in std::mem::take(&mut upf.sessions_impl_mut().pending) {
+            out.extend(upf.complete(Duration::from_secs(3 + i as u64), t, Ok(())));
+        }
+    }
+    while let Some(r) = upf.poll_relay() {
+        if r.kind == RelayKind::Response {
+            assert!(Message::parse(&r.bytes).is_ok(), "we relay only what parses");
         }
     }
     for t in out {

@@ -126,10 +126,12 @@
 pub mod fuzzing;
 pub mod ie;
 pub mod message;
+pub mod relay;
 pub mod upf;
 
 pub use ie::*;
 pub use message::*;
+pub use relay::{Relay, RelayError, RelayKind};
 pub use upf::{
     Applied, Config, Failure, FibChange, Forwarding, Placement, Sessions, Stats, Token, Transmit,
     Upf,

@@ -41,6 +41,7 @@
 
 use crate::ie::*;
 use crate::message::*;
+use crate::relay::{Relay, RelayKind};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -63,6 +64,10 @@ pub struct Config {
     pub response_ttl: Duration,
     /// At most this many responses are kept (the oldest go first).
     pub response_cache_entries: usize,
+    /// Whether this endpoint is one of several of one cluster: association requests are
+    /// replicated to the others and session requests for SEIDs another endpoint allocated
+    /// are relayed to it ([`Upf::poll_relay`], [`Upf::handle_relay`]; see [`crate::relay`]).
+    pub relay: bool,
 }
 
 impl Config {
@@ -80,6 +85,7 @@ impl Config {
             allocator_id: 0,
             response_ttl: Duration::from_secs(30),
             response_cache_entries: 1 << 16,
+            relay: false,
         }
     }
 }
@@ -209,6 +215,11 @@ pub struct Stats {
     pub rejected_no_association: u64,
     /// Heartbeats or setups showing that a peer restarted (its Recovery Time Stamp changed).
     pub peer_restarts: u64,
+    /// Requests relayed to the endpoint that holds their session, and association requests
+    /// replicated to the other endpoints.
+    pub relayed_out: u64,
+    /// Relays handled from other endpoints (requests, replicated associations, responses).
+    pub relayed_in: u64,
 }
 
 /// A control-plane peer with an association.
@@ -372,6 +383,14 @@ pub struct Upf<S> {
     cache_order: VecDeque<(Duration, SocketAddr, u32)>,
     next_token: u64,
     stats: Stats,
+    /// Relays for other endpoints, drained by [`Upf::poll_relay`].
+    relays: VecDeque<Relay>,
+    /// Relayed requests (peer, sequence) whose response goes back to this endpoint.
+    via: HashMap<(SocketAddr, u32), u8>,
+    /// Replicated requests (peer, sequence) whose response nobody is sent.
+    silent: HashSet<(SocketAddr, u32)>,
+    /// Handling a relay: nothing is relayed on.
+    replaying: bool,
 }
 
 impl<S: Sessions> Upf<S> {
@@ -396,6 +415,10 @@ impl<S: Sessions> Upf<S> {
             cache_order: VecDeque::new(),
             next_token: 1,
             stats: Stats::default(),
+            relays: VecDeque::new(),
+            via: HashMap::new(),
+            silent: HashSet::new(),
+            replaying: false,
         }
     }
 
@@ -465,7 +488,8 @@ impl<S: Sessions> Upf<S> {
                     return out;
                 }
             };
-            self.message(now, from, header, body, &mut out);
+            let whole = &rest[..rest.len() - after.len()];
+            self.message(now, from, header, body, whole, &mut out);
             if !header.follow_on || after.is_empty() {
                 return out;
             }
@@ -534,7 +558,87 @@ impl<S: Sessions> Upf<S> {
             }
             self.expire(now);
         }
+        self.emit(out, to, cache_seq, bytes);
+    }
+
+    /// Sends the response `bytes` to request `seq` of `to`: to the peer, back to the endpoint
+    /// that relayed the request, or nowhere for a replicated request.
+    fn emit(&mut self, out: &mut Vec<Transmit>, to: SocketAddr, seq: Option<u32>, bytes: Vec<u8>) {
+        if let Some(seq) = seq {
+            if let Some(endpoint) = self.via.remove(&(to, seq)) {
+                self.relays.push_back(Relay {
+                    to: endpoint,
+                    kind: RelayKind::Response,
+                    peer: to,
+                    bytes,
+                });
+                return;
+            }
+            if self.silent.remove(&(to, seq)) {
+                return;
+            }
+        }
         out.push(Transmit { to, bytes });
+    }
+
+    /// The allocator id of the endpoint holding the session a session request from an
+    /// associated peer is about, when that is another endpoint.
+    fn home_elsewhere(&self, from: SocketAddr, t: u8, seid: Option<u64>) -> Option<u8> {
+        let seid = seid?;
+        let home = (seid >> 48) as u8;
+        let relayed = matches!(
+            t,
+            msg_type::SESSION_MODIFICATION_REQUEST | msg_type::SESSION_DELETION_REQUEST
+        ) && seid >> 56 == 0
+            && home != 0
+            && home != self.config.allocator_id
+            && !self.sessions.contains_key(&seid)
+            && self.by_addr.contains_key(&from.ip());
+        relayed.then_some(home)
+    }
+
+    /// The next relay for other endpoints of the cluster (with [`Config::relay`]): send each
+    /// to the endpoint it names (`to`), or to every other endpoint when `to` is 0.
+    pub fn poll_relay(&mut self) -> Option<Relay> {
+        self.relays.pop_front()
+    }
+
+    /// Handles a relay from endpoint `from` (its allocator id; authenticated by the caller,
+    /// e.g. with [`Relay::parse`]): the datagrams to send to peers. Afterwards drain
+    /// [`Upf::poll_relay`] (a relayed request's response goes back as a relay).
+    pub fn handle_relay(&mut self, now: Duration, from: u8, relay: Relay) -> Vec<Transmit> {
+        self.stats.relayed_in += 1;
+        let peer = relay.peer;
+        let key = Header::peek_sequence(&relay.bytes).map(|seq| (peer, seq));
+        match relay.kind {
+            RelayKind::Response => {
+                return vec![Transmit {
+                    to: peer,
+                    bytes: relay.bytes,
+                }];
+            }
+            RelayKind::Association => {
+                if let Some(k) = key {
+                    self.silent.insert(k);
+                }
+            }
+            RelayKind::Session => {
+                if let Some(k) = key {
+                    self.via.insert(k, from);
+                }
+            }
+        }
+        self.replaying = true;
+        let out = self.handle(now, peer, &relay.bytes);
+        self.replaying = false;
+        // A request answered at once, or never, leaves no route behind.
+        if let Some(k) = key {
+            if !self.in_flight.contains(&k) {
+                self.via.remove(&k);
+                self.silent.remove(&k);
+            }
+        }
+        out
     }
 
     fn message(
@@ -543,6 +647,7 @@ impl<S: Sessions> Upf<S> {
         from: SocketAddr,
         header: Header,
         body: &[u8],
+        whole: &[u8],
         out: &mut Vec<Transmit>,
     ) {
         let t = header.message_type;
@@ -553,15 +658,39 @@ impl<S: Sessions> Upf<S> {
         let key = (from, header.sequence);
         if let Some(bytes) = self.cache.get(&key) {
             self.stats.retransmissions += 1;
-            out.push(Transmit {
-                to: from,
-                bytes: bytes.clone(),
-            });
+            let bytes = bytes.clone();
+            self.emit(out, from, Some(header.sequence), bytes);
             return;
         }
         if self.in_flight.contains(&key) {
             self.stats.retransmissions_in_flight += 1;
             return;
+        }
+        if self.config.relay && !self.replaying {
+            if let Some(home) = self.home_elsewhere(from, t, header.seid) {
+                self.stats.relayed_out += 1;
+                self.relays.push_back(Relay {
+                    to: home,
+                    kind: RelayKind::Session,
+                    peer: from,
+                    bytes: whole.to_vec(),
+                });
+                return;
+            }
+            if matches!(
+                t,
+                msg_type::ASSOCIATION_SETUP_REQUEST
+                    | msg_type::ASSOCIATION_UPDATE_REQUEST
+                    | msg_type::ASSOCIATION_RELEASE_REQUEST
+            ) {
+                self.stats.relayed_out += 1;
+                self.relays.push_back(Relay {
+                    to: 0,
+                    kind: RelayKind::Association,
+                    peer: from,
+                    bytes: whole.to_vec(),
+                });
+            }
         }
         let decoded = Body::decode(t, body);
         if matches!(decoded, Err(DecodeError::UnknownMessage(_))) {

@@ -1142,3 +1142,213 @@ proptest! {
         }
     }
 }
+
+/// Two endpoints of one cluster (allocator ids 1 and 2, relaying) and what they sent the
+/// SMF, by the endpoint that sent it. Relays travel as authenticated datagrams.
+struct TwoEndpoints {
+    eps: [Upf<Cluster>; 2],
+    now: Duration,
+    to_smf: Vec<(usize, Message)>,
+}
+
+const RELAY_KEY: &[u8] = b"the cluster's key";
+
+impl TwoEndpoints {
+    fn new() -> Self {
+        let ep = |id: u8| {
+            let mut c = config();
+            c.allocator_id = id;
+            c.relay = true;
+            Upf::new(c, Cluster::default())
+        };
+        TwoEndpoints {
+            eps: [ep(1), ep(2)],
+            now: Duration::ZERO,
+            to_smf: Vec::new(),
+        }
+    }
+
+    /// Delivers every relay until none is left.
+    fn pump(&mut self) {
+        loop {
+            let mut moved = false;
+            for i in 0..2 {
+                while let Some(r) = self.eps[i].poll_relay() {
+                    moved = true;
+                    let from = i as u8 + 1;
+                    let wire = r.to_bytes(from, RELAY_KEY);
+                    let (sender, r) = Relay::parse(&wire, RELAY_KEY).unwrap();
+                    assert_eq!(sender, from);
+                    let targets: Vec<usize> = match r.to {
+                        0 => (0..2).filter(|&j| j != i).collect(),
+                        t => vec![t as usize - 1],
+                    };
+                    for j in targets {
+                        self.now += Duration::from_millis(1);
+                        for t in self.eps[j].handle_relay(self.now, sender, r.clone()) {
+                            assert_eq!(t.to, smf_addr());
+                            self.to_smf.push((j, Message::parse(&t.bytes).unwrap()));
+                        }
+                    }
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// `bytes` from the SMF to endpoint `i`; the one answer (by the endpoint that sent it).
+    fn send(&mut self, i: usize, bytes: &[u8]) -> Option<(usize, Message)> {
+        self.now += Duration::from_millis(1);
+        for t in self.eps[i].handle(self.now, smf_addr(), bytes) {
+            self.to_smf.push((i, Message::parse(&t.bytes).unwrap()));
+        }
+        self.pump();
+        assert!(self.to_smf.len() <= 1, "{:?}", self.to_smf);
+        self.to_smf.pop()
+    }
+}
+
+fn msg(seq: u32, seid: Option<u64>, body: Body) -> Vec<u8> {
+    Message {
+        seid,
+        sequence: seq,
+        priority: None,
+        body,
+    }
+    .to_bytes()
+    .unwrap()
+}
+
+fn cause_of(m: &Message) -> Cause {
+    match &m.body {
+        Body::AssociationSetupResponse(r) => r.cause,
+        Body::AssociationReleaseResponse(r) => r.cause,
+        Body::SessionEstablishmentResponse(r) => r.cause,
+        Body::SessionModificationResponse(r) => r.cause,
+        Body::SessionDeletionResponse(r) => r.cause,
+        b => panic!("{b:?}"),
+    }
+}
+
+#[test]
+fn any_endpoint_of_a_cluster_takes_any_message() {
+    let mut c = TwoEndpoints::new();
+    let setup = msg(
+        1,
+        None,
+        Body::AssociationSetupRequest(AssociationSetupRequest {
+            node_id: NodeId::Ipv4(SMF),
+            recovery_time_stamp: RecoveryTimeStamp(77),
+            up_function_features: None,
+            cp_function_features: None,
+        }),
+    );
+    // The association set up with endpoint 0 reaches endpoint 1, which does not answer.
+    let (by, r) = c.send(0, &setup).unwrap();
+    assert_eq!((by, cause_of(&r)), (0, Cause::REQUEST_ACCEPTED));
+    assert!(c.eps[1].is_associated(&NodeId::Ipv4(SMF)));
+    assert_eq!(c.eps[1].stats().relayed_in, 1);
+
+    // A session established at endpoint 0 carries its allocator id in its SEID.
+    let est = msg(
+        2,
+        Some(0),
+        Body::SessionEstablishmentRequest(session(0x51, v4(1), Some((0x100, ran(9))))),
+    );
+    let (by, r) = c.send(0, &est).unwrap();
+    let Body::SessionEstablishmentResponse(e) = r.body else {
+        panic!()
+    };
+    assert_eq!((by, e.cause), (0, Cause::REQUEST_ACCEPTED));
+    let seid = e.up_f_seid.unwrap().seid;
+    assert_eq!(seid >> 48, 1);
+
+    // Modified through endpoint 1: relayed to endpoint 0, answered by endpoint 1.
+    let modify = msg(
+        3,
+        Some(seid),
+        Body::SessionModificationRequest(retunnel(0x200, ran(8))),
+    );
+    let (by, r) = c.send(1, &modify).unwrap();
+    assert_eq!((by, r.seid, cause_of(&r)), (1, Some(0x51), Cause::REQUEST_ACCEPTED));
+    assert_eq!(c.eps[0].sessions_impl().down[&v4(1)].0, 0x200);
+    assert_eq!(c.eps[1].sessions_impl().applies, 0);
+    assert_eq!(c.eps[1].stats().relayed_out, 1);
+
+    // A retransmission through endpoint 1 is answered from endpoint 0's cache.
+    let applies = c.eps[0].sessions_impl().applies;
+    let (by, again) = c.send(1, &modify).unwrap();
+    assert_eq!((by, again), (1, r));
+    assert_eq!(c.eps[0].sessions_impl().applies, applies);
+    assert_eq!(c.eps[0].stats().retransmissions, 1);
+
+    // A change the cluster installs later: the answer follows its completion.
+    c.eps[0].sessions_impl_mut().defer = true;
+    let modify = msg(
+        4,
+        Some(seid),
+        Body::SessionModificationRequest(retunnel(0x300, ran(8))),
+    );
+    assert!(c.send(1, &modify).is_none());
+    let (token, changes) = c.eps[0].sessions_impl_mut().deferred.pop().unwrap();
+    c.eps[0].sessions_impl_mut().install(&changes).unwrap();
+    c.eps[0].sessions_impl_mut().defer = false;
+    c.now += Duration::from_millis(1);
+    assert!(c.eps[0].complete(c.now, token, Ok(())).is_empty());
+    c.pump();
+    let (by, r) = c.to_smf.pop().unwrap();
+    assert_eq!((by, cause_of(&r)), (1, Cause::REQUEST_ACCEPTED));
+
+    // A SEID that names endpoint 1 but that it does not hold: its answer, through endpoint 0.
+    let unknown = msg(5, Some((2 << 48) | 77), Body::SessionDeletionRequest);
+    let (by, r) = c.send(0, &unknown).unwrap();
+    assert_eq!((by, cause_of(&r)), (0, Cause::SESSION_CONTEXT_NOT_FOUND));
+
+    // Deleted through endpoint 1.
+    let (by, r) = c.send(1, &msg(6, Some(seid), Body::SessionDeletionRequest)).unwrap();
+    assert_eq!((by, cause_of(&r)), (1, Cause::REQUEST_ACCEPTED));
+    assert_eq!(c.eps[0].session_count(), 0);
+    assert!(c.eps[0].sessions_impl().down.is_empty());
+
+    // A stranger's session request is neither answered nor relayed.
+    let out_before = c.eps[1].stats().relayed_out;
+    c.now += Duration::from_millis(1);
+    let stranger = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9)), 8805);
+    let modify = msg(7, Some(seid), Body::SessionDeletionRequest);
+    assert!(c.eps[1].handle(c.now, stranger, &modify).is_empty());
+    assert!(c.eps[1].poll_relay().is_none());
+    assert_eq!(c.eps[1].stats().relayed_out, out_before);
+
+    // Released through endpoint 1: endpoint 0's sessions of that peer go too, unanswered.
+    let est = msg(
+        8,
+        Some(0),
+        Body::SessionEstablishmentRequest(session(0x52, v4(2), Some((0x101, ran(9))))),
+    );
+    assert_eq!(cause_of(&c.send(0, &est).unwrap().1), Cause::REQUEST_ACCEPTED);
+    assert_eq!(c.eps[0].session_count(), 1);
+    let release = msg(
+        9,
+        None,
+        Body::AssociationReleaseRequest(AssociationReleaseRequest {
+            node_id: NodeId::Ipv4(SMF),
+        }),
+    );
+    let (by, r) = c.send(1, &release).unwrap();
+    assert_eq!((by, cause_of(&r)), (1, Cause::REQUEST_ACCEPTED));
+    assert_eq!(c.eps[0].session_count(), 0);
+    assert!(!c.eps[0].is_associated(&NodeId::Ipv4(SMF)));
+    assert!(c.eps[0].sessions_impl().down.is_empty());
+}
+
+#[test]
+fn a_lone_endpoint_does_not_relay() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let (_, r) = smf.delete(&mut upf, (1 << 48) | 5);
+    assert_eq!(r.cause, Cause::SESSION_CONTEXT_NOT_FOUND);
+    assert!(upf.poll_relay().is_none());
+}

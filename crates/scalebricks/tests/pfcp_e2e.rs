@@ -288,9 +288,21 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
         .map(|x| json!({"up_seid": x.up_seid, "teid": x.teid, "enb": x.enb}))
         .collect();
     std::fs::write(&job, serde_json::to_vec(&j).unwrap()).unwrap();
-    let r = smf(&cp, &upf_ip, smf_ip, 5000, "modify", Some(&job));
-    for (x, res) in sessions.iter().zip(r["results"].as_array().unwrap()) {
+    // The cluster is one UPF: the modifications go to node 2 and the deletions to node 3,
+    // which relay them to node 1, where the sessions live (the SMF associated with node 1
+    // only); the answers come from the address the SMF asked (the script checks).
+    let pfcp_ip = |i: usize| {
+        let a = desc["nodes"][i]["pfcp_addr"].as_str().unwrap();
+        a.split(':').next().unwrap().to_string()
+    };
+    let r = smf(&cp, &pfcp_ip(2), smf_ip, 5000, "modify", Some(&job));
+    for (i, (x, res)) in sessions
+        .iter()
+        .zip(r["results"].as_array().unwrap())
+        .enumerate()
+    {
         assert_eq!(res["cause"], 1, "modify {}: {res}", x.ue);
+        assert_eq!(u(&res["seid"]), 1000 + i as u64, "modify {}: {res}", x.ue);
     }
     let job = c.dir.join("delete.json");
     let j: Vec<Value> = sessions[MODIFIED..MODIFIED + DELETED]
@@ -298,7 +310,7 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
         .map(|x| json!({"up_seid": x.up_seid}))
         .collect();
     std::fs::write(&job, serde_json::to_vec(&j).unwrap()).unwrap();
-    let r = smf(&cp, &upf_ip, smf_ip, 6000, "delete", Some(&job));
+    let r = smf(&cp, &pfcp_ip(3), smf_ip, 6000, "delete", Some(&job));
     for (x, res) in sessions[MODIFIED..]
         .iter()
         .zip(r["results"].as_array().unwrap())

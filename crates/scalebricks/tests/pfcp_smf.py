@@ -57,7 +57,9 @@ def exchange(reqs, limit=60.0):
             sent[seq] = (time.time(), b)
             tries[seq] = 1
         try:
-            data, _ = sock.recvfrom(65535)
+            data, src = sock.recvfrom(65535)
+            if src[0] != UPF:
+                sys.exit("a response came from %s, not from %s, the address asked" % (src[0], UPF))
             p = PFCP(data)
             if p.seq in sent:
                 del sent[p.seq]

@@ -392,6 +392,7 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
             pfcp: n.pfcp_addr,
             pfcp_node_id: Some(format!("upf.{}.scalebricks", a.name)),
             pfcp_recovery_time_stamp: Some(recovery),
+            pfcp_peers: d.nodes.iter().filter_map(|n| n.pfcp_addr).collect(),
         }),
         metrics: n.metrics_addr(),
     }
