@@ -554,7 +554,12 @@ impl Endpoint {
                     .filter(|&i| i != me)
                     .map(|i| self.peers[i])
                     .collect(),
-                t => self.peers.get(t as usize - 1).copied().into_iter().collect(),
+                t => self
+                    .peers
+                    .get(t as usize - 1)
+                    .copied()
+                    .into_iter()
+                    .collect(),
             };
             for to in targets {
                 if let Err(e) = self.sock.send_to(&bytes, to) {

@@ -79,7 +79,10 @@ pub fn pfcp_message(data: &[u8]) {
             out.extend(upf.complete(Duration::from_secs(i), t, Ok(())));
         }
     }
-    for (i, kind) in [RelayKind::Session, RelayKind::Association].into_iter().enumerate() {
+    for (i, kind) in [RelayKind::Session, RelayKind::Association]
+        .into_iter()
+        .enumerate()
+    {
         let relay = Relay {
             to: 1,
             kind,
@@ -93,7 +96,10 @@ pub fn pfcp_message(data: &[u8]) {
     }
     while let Some(r) = upf.poll_relay() {
         if r.kind == RelayKind::Response {
-            assert!(Message::parse(&r.bytes).is_ok(), "we relay only what parses");
+            assert!(
+                Message::parse(&r.bytes).is_ok(),
+                "we relay only what parses"
+            );
         }
     }
     for t in out {

@@ -1272,7 +1272,10 @@ fn any_endpoint_of_a_cluster_takes_any_message() {
         Body::SessionModificationRequest(retunnel(0x200, ran(8))),
     );
     let (by, r) = c.send(1, &modify).unwrap();
-    assert_eq!((by, r.seid, cause_of(&r)), (1, Some(0x51), Cause::REQUEST_ACCEPTED));
+    assert_eq!(
+        (by, r.seid, cause_of(&r)),
+        (1, Some(0x51), Cause::REQUEST_ACCEPTED)
+    );
     assert_eq!(c.eps[0].sessions_impl().down[&v4(1)].0, 0x200);
     assert_eq!(c.eps[1].sessions_impl().applies, 0);
     assert_eq!(c.eps[1].stats().relayed_out, 1);
@@ -1307,7 +1310,9 @@ fn any_endpoint_of_a_cluster_takes_any_message() {
     assert_eq!((by, cause_of(&r)), (0, Cause::SESSION_CONTEXT_NOT_FOUND));
 
     // Deleted through endpoint 1.
-    let (by, r) = c.send(1, &msg(6, Some(seid), Body::SessionDeletionRequest)).unwrap();
+    let (by, r) = c
+        .send(1, &msg(6, Some(seid), Body::SessionDeletionRequest))
+        .unwrap();
     assert_eq!((by, cause_of(&r)), (1, Cause::REQUEST_ACCEPTED));
     assert_eq!(c.eps[0].session_count(), 0);
     assert!(c.eps[0].sessions_impl().down.is_empty());
@@ -1327,7 +1332,10 @@ fn any_endpoint_of_a_cluster_takes_any_message() {
         Some(0),
         Body::SessionEstablishmentRequest(session(0x52, v4(2), Some((0x101, ran(9))))),
     );
-    assert_eq!(cause_of(&c.send(0, &est).unwrap().1), Cause::REQUEST_ACCEPTED);
+    assert_eq!(
+        cause_of(&c.send(0, &est).unwrap().1),
+        Cause::REQUEST_ACCEPTED
+    );
     assert_eq!(c.eps[0].session_count(), 1);
     let release = msg(
         9,
