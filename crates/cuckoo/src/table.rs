@@ -589,6 +589,22 @@ impl Shared {
         }
     }
 
+    /// The number of buckets (for walks in pieces: [`Self::bucket_entries`]).
+    pub fn buckets(&self) -> usize {
+        self.n
+    }
+
+    /// The `(key, value)` pairs of bucket `b` (none for `b >= buckets()`), read consistently;
+    /// a walk over the buckets in pieces has the guarantees of [`Self::for_each`].
+    pub fn bucket_entries(&self, b: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        if b < self.n {
+            let mut buf = Vec::new();
+            self.bucket_snapshot(b, &mut buf, &mut |k, v| out.push((k.to_vec(), v.to_vec())));
+        }
+        out
+    }
+
     /// All `(key, value)` pairs, with the guarantees of [`Self::for_each`].
     pub fn iter(&self) -> Iter<'_> {
         Iter {

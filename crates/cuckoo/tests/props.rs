@@ -43,6 +43,14 @@ fn check_all(t: &CuckooTable, oracle: &HashMap<Vec<u8>, Vec<u8>>, kb: usize, vb:
         assert!(seen.insert(k, v).is_none(), "key listed twice");
     }
     assert_eq!(&seen, oracle);
+    // The same walk bucket by bucket (how a paged listing reads the table).
+    let mut by_bucket = HashMap::new();
+    for b in 0..t.buckets() + 1 {
+        for (k, v) in t.bucket_entries(b) {
+            assert!(by_bucket.insert(k, v).is_none(), "key in two buckets");
+        }
+    }
+    assert_eq!(&by_bucket, oracle);
     // Every key in the oracle plus some absent ones, single and batched.
     let mut keys: Vec<Vec<u8>> = oracle.keys().cloned().collect();
     keys.extend((0..50u16).map(|i| key(i.wrapping_mul(977), kb)));
