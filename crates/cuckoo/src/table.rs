@@ -589,12 +589,7 @@ impl Shared {
         }
     }
 
-    /// The number of buckets (for walks in pieces: [`Self::bucket_entries`]).
-    pub fn buckets(&self) -> usize {
-        self.n
-    }
-
-    /// The `(key, value)` pairs of bucket `b` (none for `b >= buckets()`), read consistently;
+    /// The `(key, value)` pairs of bucket `b` (none for `b >=` [`Self::buckets`]), read consistently;
     /// a walk over the buckets in pieces has the guarantees of [`Self::for_each`].
     pub fn bucket_entries(&self, b: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();

@@ -188,6 +188,14 @@ impl Gpt {
         }
     }
 
+    /// The value of one key (hashing it; for tools, not the data path).
+    pub fn lookup(&self, key: &[u8]) -> u16 {
+        match self {
+            Gpt::Fixed(g) => g.lookup(key),
+            Gpt::Live(g) => g.lookup(key),
+        }
+    }
+
     /// The table's statistics.
     pub fn stats(&self) -> sb_setsep::Stats {
         match self {

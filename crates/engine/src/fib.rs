@@ -76,6 +76,11 @@ impl CuckooFib {
         CuckooFib { reader }
     }
 
+    /// The table (for lookups and walks outside the data path).
+    pub fn reader(&self) -> &sb_cuckoo::Reader {
+        &self.reader
+    }
+
     /// A table holding `entries` (key, value) pairs ([`cuckoo_table`]), with its writer.
     pub fn build<'a>(
         key_bytes: usize,

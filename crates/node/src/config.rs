@@ -90,6 +90,20 @@ pub struct NodeFile {
     /// Where the node serves Prometheus metrics (`GET /metrics`), in its namespace.
     #[serde(default)]
     pub metrics: Option<std::net::SocketAddr>,
+    /// The operator API (gRPC, [`crate::api`]); needs the control plane.
+    #[serde(default)]
+    pub api: Option<ApiFile>,
+}
+
+/// Where and how a node serves the operator API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiFile {
+    /// The node's API address (its `grpc_addr`), in its namespace.
+    pub addr: std::net::SocketAddr,
+    /// The file holding the cluster's API token (one line; `cluster up` writes it, mode 0600).
+    pub token_file: PathBuf,
+    /// Every node's API address by index.
+    pub peers: Vec<std::net::SocketAddr>,
 }
 
 /// Why a configuration was refused.

@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod config;
 pub mod control;
 pub mod inproc;

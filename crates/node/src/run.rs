@@ -100,6 +100,13 @@ impl FibHandle {
             }
         })
     }
+    fn cuckoo(&self) -> Option<&CuckooFib> {
+        match self {
+            FibHandle::Cuckoo(f, _) => Some(f),
+            #[cfg(feature = "dpdk")]
+            FibHandle::Rte(_) => None,
+        }
+    }
     fn sizes(&self) -> (usize, usize) {
         match self {
             FibHandle::Cuckoo(f, _) => (f.len(), f.memory_bytes()),
@@ -439,7 +446,7 @@ pub fn run(
         }
         None => None,
     };
-    let ctl_pub = Mutex::new(crate::control::Published::default());
+    let ctl_pub = Arc::new(Mutex::new(crate::control::Published::default()));
     let ctl_failed = AtomicBool::new(false);
     std::thread::scope(|s| {
         let ctl_thread = match &cfg.control {
@@ -500,7 +507,7 @@ fn forward(
     tables: &Tables,
     stop: &AtomicBool,
     on_ready: impl FnOnce(),
-    ctl_pub: &Mutex<crate::control::Published>,
+    ctl_pub: &Arc<Mutex<crate::control::Published>>,
 ) -> Result<Counters, NodeError> {
     let mut engines = Vec::new();
     let mut ports = Vec::new();
@@ -543,6 +550,80 @@ fn forward(
         &cfg.counters,
         &counters_json(cfg, &sizes(), &Counters::default(), &[], true, control()),
     )?;
+    let api = match &cfg.api {
+        Some(a) if cfg.control.is_some() => {
+            let token = std::fs::read_to_string(&a.token_file)
+                .map_err(|e| {
+                    NodeError::Unsupported(format!("API token {}: {e}", a.token_file.display()))
+                })?
+                .trim()
+                .to_string();
+            if token.is_empty() {
+                return Err(NodeError::Unsupported(format!(
+                    "API token {} is empty",
+                    a.token_file.display()
+                )));
+            }
+            let bind = || std::net::TcpListener::bind(a.addr);
+            let l = match &cfg.netns {
+                Some(ns) => sb_io::netns::in_netns(ns, bind).map_err(|source| NodeError::Port {
+                    port: format!("namespace {ns}"),
+                    source,
+                })?,
+                None => bind(),
+            }
+            .map_err(|e| NodeError::Unsupported(format!("API on {}: {e}", a.addr)))?;
+            let fib = tables.fib.cuckoo().ok_or_else(|| {
+                NodeError::Unsupported("the operator API needs the cuckoo FIB".into())
+            })?;
+            let (cfg2, published2, io2, ctl2) = (
+                cfg.clone(),
+                published.clone(),
+                io_stats.clone(),
+                ctl_pub.clone(),
+            );
+            let ctl3 = ctl_pub.clone();
+            let (fib_r, sizes0) = (fib.reader().clone(), tables.sizes);
+            let backend = crate::api::NodeApi {
+                node: cfg.node,
+                gpt: tables.gpt.clone(),
+                fib: fib.reader().clone(),
+                uplink: tables.uplink.clone(),
+                counters: Box::new(move || {
+                    let mut c = Counters::default();
+                    for p in &published2 {
+                        c.add(&p.lock().unwrap_or_else(|e| e.into_inner()));
+                    }
+                    let io: Vec<[PortStats; 3]> = io2
+                        .iter()
+                        .map(|s| *s.lock().unwrap_or_else(|e| e.into_inner()))
+                        .collect();
+                    let mut z = sizes0;
+                    z.fib_entries = fib_r.len();
+                    let p = ctl2.lock().unwrap_or_else(|e| e.into_inner());
+                    let control = json!({"status": p.status, "log_bytes": p.log_bytes,
+                        "ready": p.ready, "fib_insert_failed": p.fib_insert_failed});
+                    drop(p);
+                    counters_json(&cfg2, &z, &c, &io, true, Some(control))
+                }),
+                control: Box::new(move || {
+                    let p = ctl3.lock().unwrap_or_else(|e| e.into_inner());
+                    json!({"status": p.status, "log_bytes": p.log_bytes, "ready": p.ready})
+                }),
+            };
+            let server = sb_api::ServerConfig {
+                token,
+                peers: a.peers.clone(),
+            };
+            Some((l, server, Arc::new(backend)))
+        }
+        Some(_) => {
+            return Err(NodeError::Unsupported(
+                "the operator API needs the control plane".into(),
+            ))
+        }
+        None => None,
+    };
     let metrics = match cfg.metrics {
         Some(addr) => {
             let bind = || std::net::TcpListener::bind(addr);
@@ -560,6 +641,21 @@ fn forward(
     };
     on_ready();
     let result = std::thread::scope(|s| {
+        if let Some((listener, server, backend)) = api {
+            s.spawn(move || {
+                // The thread stays in the node's namespace: the connections it makes to the
+                // other nodes' APIs (forwarded lookups, status) go out on the control network.
+                let serve = || sb_api::serve(listener, server, backend, stop);
+                let r = match &cfg.netns {
+                    Some(ns) => sb_io::netns::in_netns(ns, serve)
+                        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
+                    None => serve(),
+                };
+                if let Err(e) = r {
+                    eprintln!("api: {e}");
+                }
+            });
+        }
         if let Some(listener) = metrics {
             let (published, io_stats) = (&published, &io_stats);
             s.spawn(move || {

@@ -44,6 +44,8 @@ enum Command {
     /// Send inserts, changes and deletes of flows (CSV `op,ue,teid,enb,node`) to a running
     /// cluster's control plane; exits once every one is acknowledged.
     Update(cmd::update::Args),
+    /// Ask a running cluster's operator API (gRPC): stats, lookup, sessions, status.
+    Ctl(cmd::ctl::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,5 +59,6 @@ fn main() -> anyhow::Result<()> {
         Command::Sink(a) => cmd::sink::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Update(a) => cmd::update::run(a),
+        Command::Ctl(a) => cmd::ctl::run(a),
     }
 }

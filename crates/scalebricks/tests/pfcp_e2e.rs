@@ -57,6 +57,134 @@ fn wait_converged(c: &Cluster) {
     }
 }
 
+/// `scalebricks ctl --dir DIR --json ARGS...`: its exit code and JSON (from stdout).
+fn ctl(c: &Cluster, args: &[&str]) -> (i32, Value) {
+    let mut a = vec!["ctl", "--dir", c.dir(), "--json"];
+    a.extend_from_slice(args);
+    let o = run(&a, &[], Duration::from_secs(30));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let v = serde_json::from_str(out.trim()).unwrap_or_else(|e| {
+        panic!(
+            "ctl {args:?}: output {out:?} ({e}); stderr {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    (o.status.code().unwrap_or(-1), v)
+}
+
+/// The operator API (gRPC, `scalebricks ctl` from the control namespace) against what the SMF
+/// was told: lookups by UE address (asked of every node: the GPT sends each to its handling
+/// node) and by uplink TEID, every node's FIB slice listed in pages, the cluster converged; a
+/// wrong token and malformed requests refused, changing nothing.
+fn operator_api_sees_the_sessions(c: &Cluster, sessions: &[Session]) {
+    let t0 = Instant::now();
+    for (k, x) in sessions.iter().step_by(97).enumerate() {
+        let asked = (k % NODES).to_string();
+        let (code, v) = ctl(c, &["--node", &asked, "lookup", "--ue", &x.ue]);
+        assert_eq!(code, 0, "{v}");
+        assert_eq!(u(&v["handling_node"]) as usize, x.node, "{}: {v}", x.ue);
+        assert_eq!(u(&v["answered_by"]) as usize, x.node, "{}: {v}", x.ue);
+        let t = &v["tunnel"];
+        assert_eq!(
+            (
+                u(&t["teid"]) as u32,
+                t["enb"].as_str().unwrap(),
+                u(&t["uplink_teid"]) as u32
+            ),
+            (x.teid, x.enb.as_str(), x.ul_teid),
+            "{}: {v}",
+            x.ue
+        );
+        let teid = format!("{:#x}", x.ul_teid);
+        let (code, v) = ctl(c, &["--node", &asked, "lookup", "--teid", &teid]);
+        assert_eq!(code, 0, "{v}");
+        assert_eq!(v["tunnel"]["ue"], x.ue.as_str(), "{v}");
+        assert_eq!(u(&v["answered_by"]) as usize, x.node, "{v}");
+    }
+    // A flow of flows.csv, asked of a node that does not handle it.
+    let flows = c.flows();
+    let f = &flows[0];
+    let other = ((f.node + 1) % NODES).to_string();
+    let (code, v) = ctl(c, &["--node", &other, "lookup", "--ue", &f.ue]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(u(&v["handling_node"]) as usize, f.node, "{v}");
+    assert_eq!(u(&v["tunnel"]["teid"]) as u32, f.teid, "{v}");
+    // Not a flow: not found, exit 1.
+    let (code, v) = ctl(c, &["lookup", "--ue", "198.51.100.7"]);
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (1, Some("NotFound")),
+        "{v}"
+    );
+
+    // Every node's slice, in pages: the sessions and flows.csv's flows, each once, each at
+    // its handling node.
+    let mut listed: HashMap<String, usize> = HashMap::new();
+    for n in 0..NODES {
+        let (code, v) = ctl(
+            c,
+            &[
+                "--node",
+                &n.to_string(),
+                "sessions",
+                "--all",
+                "--page-size",
+                "700",
+            ],
+        );
+        assert_eq!(code, 0, "{v}");
+        let s = v["sessions"].as_array().unwrap();
+        assert_eq!(s.len() as u64, u(&v["total"]), "node {n}");
+        assert!(u(&v["pages"]) >= s.len() as u64 / 700, "{}", v["pages"]);
+        for e in s {
+            let ue = e["ue"].as_str().unwrap().to_string();
+            assert_eq!(u(&e["node"]) as usize, n, "{e}");
+            assert!(listed.insert(ue, n).is_none(), "{e} listed twice");
+        }
+    }
+    assert_eq!(listed.len(), flows.len() + sessions.len());
+    for x in sessions {
+        assert_eq!(listed.get(&x.ue), Some(&x.node), "{}", x.ue);
+    }
+
+    let (code, before) = ctl(c, &["status"]);
+    assert_eq!(code, 0, "{before}");
+    assert_eq!(before["converged"], true, "{before}");
+    let nodes = before["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), NODES);
+    assert!(nodes
+        .iter()
+        .all(|n| n["up"] == true && n["gpt_digest"] == nodes[0]["gpt_digest"]));
+
+    // Refused: a wrong token, a page too large, a page token we never gave.
+    let wrong = c.dir.join("wrong.token");
+    std::fs::write(&wrong, "0123\n").unwrap();
+    let (code, v) = ctl(c, &["--token-file", wrong.to_str().unwrap(), "status"]);
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (1, Some("Unauthenticated")),
+        "{v}"
+    );
+    let (code, v) = ctl(c, &["sessions", "--page-size", "20000"]);
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (1, Some("InvalidArgument")),
+        "{v}"
+    );
+    let (code, v) = ctl(c, &["sessions", "--page-token", "x.y"]);
+    assert_eq!(
+        (code, v["error"]["code"].as_str()),
+        (1, Some("InvalidArgument")),
+        "{v}"
+    );
+    let (_, after) = ctl(c, &["status"]);
+    assert_eq!(
+        after["nodes"][0]["gpt_digest"],
+        before["nodes"][0]["gpt_digest"]
+    );
+    eprintln!("operator API checks took {:?}", t0.elapsed());
+}
+
 /// One run of the SMF script in namespace `ns`: its JSON.
 fn smf(ns: &str, upf: &str, src: &str, seq: u32, op: &str, job: Option<&Path>) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pfcp_smf.py");
@@ -277,6 +405,8 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
     }
     assert_eq!(pkts.len() as u64, count, "gen {g}");
     assert!(seen.len() >= SESSIONS * 9 / 10, "{} UEs seen", seen.len());
+
+    operator_api_sees_the_sessions(&c, &sessions);
 
     // Modify some sessions to new tunnels, delete others.
     let job = c.dir.join("modify.json");

@@ -127,6 +127,25 @@ pub enum OnOff {
 /// The control spec's file in the state directory (readable by root only: it holds the key).
 pub const CONTROL_SPEC_FILE: &str = "control.json";
 
+/// The cluster's operator API token (`scalebricks ctl` and the nodes read it; mode 0600).
+pub const API_TOKEN_FILE: &str = "api.token";
+
+/// Writes a fresh random API token (32 bytes, hex) to `path`, readable by its owner only.
+fn write_api_token(path: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let token: String = (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    writeln!(f, "{token}")
+}
+
 /// Node `i`'s log directory in the state directory.
 pub fn wal_dir(i: usize) -> String {
     format!("node{i}.wal")
@@ -395,6 +414,15 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
             pfcp_peers: d.nodes.iter().filter_map(|n| n.pfcp_addr).collect(),
         }),
         metrics: n.metrics_addr(),
+        api: control
+            .then(|| {
+                n.grpc_addr.map(|addr| sb_node::config::ApiFile {
+                    addr,
+                    token_file: d.dir.join(API_TOKEN_FILE),
+                    peers: d.nodes.iter().filter_map(|m| m.grpc_addr).collect(),
+                })
+            })
+            .flatten(),
     }
 }
 
@@ -469,6 +497,9 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             sb_node::control::write_spec(&d.dir.join(CONTROL_SPEC_FILE), &spec)
                 .map_err(|e| e.to_string())?;
             files.push(CONTROL_SPEC_FILE.to_string());
+            write_api_token(&d.dir.join(API_TOKEN_FILE))
+                .map_err(|e| format!("{API_TOKEN_FILE}: {e}"))?;
+            files.push(API_TOKEN_FILE.to_string());
             for i in 0..d.nodes.len() {
                 files.push(wal_dir(i));
             }

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod ctl;
 pub mod demo;
 pub mod demo_netns;
 pub mod gen;
