@@ -22,5 +22,6 @@ pub mod io;
 pub mod latency;
 pub mod node;
 pub mod pages;
+pub mod pfcp;
 pub mod plot;
 pub mod update;

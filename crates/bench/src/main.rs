@@ -31,6 +31,9 @@ enum Command {
     /// The update path: the GPT owner's updates per core and delta bytes; with `--cluster`
     /// (root), a namespace cluster's aggregate update rate and propagation times.
     Update(sb_bench::update::Args),
+    /// PFCP session establishments per second of a namespace cluster (root; `smf-sim`), their
+    /// latency and the memory a session costs each node.
+    Pfcp(sb_bench::pfcp::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Latency(a) => sb_bench::latency::run(a),
         Command::Plot(a) => sb_bench::plot::run(a),
         Command::Update(a) => sb_bench::update::run(a),
+        Command::Pfcp(a) => sb_bench::pfcp::run(a),
     }
 }

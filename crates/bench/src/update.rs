@@ -119,7 +119,7 @@ fn owner(a: &Args, batch: usize) -> Result<Value> {
 }
 
 /// The `scalebricks` binary next to this one.
-fn me() -> Result<std::path::PathBuf> {
+pub(crate) fn me() -> Result<std::path::PathBuf> {
     let exe = std::env::current_exe().context("cannot find our own executable")?;
     let p = exe.with_file_name("scalebricks");
     ensure!(
@@ -130,7 +130,7 @@ fn me() -> Result<std::path::PathBuf> {
     Ok(p)
 }
 
-fn scalebricks(args: &[String]) -> Result<String> {
+pub(crate) fn scalebricks(args: &[String]) -> Result<String> {
     let out = Command::new(me()?)
         .args(args)
         .stdin(Stdio::null())

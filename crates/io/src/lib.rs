@@ -219,6 +219,35 @@ pub fn wait_readable(fds: &[std::os::fd::RawFd], timeout: Duration) -> Result<Ve
     Ok(p.iter().map(|f| f.revents & libc::POLLIN != 0).collect())
 }
 
+/// Sets a socket's receive and send buffers to `bytes` each, past the sysctl limits when the
+/// process may (root: `SO_RCVBUFFORCE`), else as far as they allow. For datagram sockets that
+/// take bursts (a PFCP endpoint, a load generator) and must not drop them in the kernel.
+#[allow(unsafe_code)]
+pub fn set_socket_buffers(fd: std::os::fd::RawFd, bytes: usize) -> Result<(), IoError> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    for (force, plain, name) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, "SO_RCVBUF"),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, "SO_SNDBUF"),
+    ] {
+        let set = |opt| {
+            // SAFETY: a pointer to a c_int and its size; the kernel checks the fd.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&v as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            }
+        };
+        if set(force) != 0 && set(plain) != 0 {
+            return Err(IoError::last(name));
+        }
+    }
+    Ok(())
+}
+
 #[allow(unsafe_code)]
 fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> Result<(), IoError> {
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;

@@ -304,6 +304,11 @@ pub fn run(
         None => UdpSocket::bind(listen),
     }
     .map_err(|e| ControlError::Invalid(format!("binding {listen}: {e}")))?;
+    // Pieces, deltas and acks of every node arrive in bursts while the loop commits: room for
+    // them (a dropped datagram costs a retransmission timeout).
+    if let Err(e) = sb_io::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 16 << 20) {
+        eprintln!("control: socket buffers on {listen}: {e}");
+    }
     std::fs::create_dir_all(&ctl.wal).map_err(io_err(&ctl.wal))?;
     // The log's identity: this cluster and node (a node never replays another's log).
     let mut identity = spec.cluster_id.to_le_bytes().to_vec();

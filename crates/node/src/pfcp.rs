@@ -148,6 +148,14 @@ impl Entry {
 struct Pending {
     /// The entries it sets (None: removed).
     entries: Vec<(IpAddr, Option<Entry>)>,
+    /// Its updates, for the request that carries them.
+    updates: Vec<Update>,
+}
+
+/// One client request to the control plane: the updates of several changes, in order.
+struct Batch {
+    /// The changes (pending ids) and how many updates each has.
+    parts: Vec<(u64, usize)>,
     /// The request, for a resend.
     request: Vec<u8>,
     /// When it was last handed over.
@@ -164,6 +172,12 @@ pub struct Cluster {
     installed: HashMap<IpAddr, Entry>,
     uplink_ue: HashMap<u32, IpAddr>,
     pending: HashMap<u64, Pending>,
+    /// Changes not yet in a request ([`Cluster::flush`] packs them).
+    queued: Vec<u64>,
+    batches: HashMap<u64, Batch>,
+    next_batch: u64,
+    /// Updates per request at most.
+    max_batch: usize,
     outbox: Vec<Vec<u8>>,
 }
 
@@ -180,8 +194,87 @@ impl Cluster {
             installed: HashMap::new(),
             uplink_ue: HashMap::new(),
             pending: HashMap::new(),
+            queued: Vec::new(),
+            batches: HashMap::new(),
+            next_batch: 0,
+            max_batch: sb_control::client::max_updates(spec.key_bytes, spec.value_bytes).max(1),
             outbox: Vec::new(),
         }
+    }
+
+    /// Packs the changes applied since the last call into as few client requests as fit
+    /// (in order; a change's updates stay in one request), ready in `outbox`. Sessions that
+    /// arrive together cost one request, one log commit and one delta per owner, instead of
+    /// one each.
+    pub fn flush(&mut self) {
+        let queued = std::mem::take(&mut self.queued);
+        let mut parts: Vec<(u64, usize)> = Vec::new();
+        let mut updates: Vec<Update> = Vec::new();
+        for id in queued {
+            let Some(n) = self.pending.get(&id).map(|p| p.updates.len()) else {
+                continue;
+            };
+            if !updates.is_empty() && updates.len() + n > self.max_batch {
+                self.send_batch(std::mem::take(&mut parts), std::mem::take(&mut updates));
+            }
+            parts.push((id, n));
+            updates.extend(self.pending[&id].updates.iter().cloned());
+        }
+        if !updates.is_empty() {
+            self.send_batch(parts, updates);
+        }
+    }
+
+    fn send_batch(&mut self, parts: Vec<(u64, usize)>, updates: Vec<Update>) {
+        // Batch ids differ from change ids in bit 32 (change ids are `id_base + token`).
+        let id = (self.id_base ^ (1 << 32)).wrapping_add(self.next_batch);
+        self.next_batch += 1;
+        match sb_control::client::encode_request(&self.key, self.cluster_id, id, &updates) {
+            Ok(request) => {
+                self.outbox.push(request.clone());
+                self.batches.insert(
+                    id,
+                    Batch {
+                        parts,
+                        request,
+                        sent: Instant::now(),
+                    },
+                );
+            }
+            Err(e) => {
+                // Cannot happen: `apply` builds updates of the spec's sizes, no more than a
+                // request holds. Were it to, the changes stay pending and their PFCP requests
+                // unanswered (the SMF times out); say so.
+                eprintln!(
+                    "pfcp: a request of {} updates cannot be encoded: {e}",
+                    updates.len()
+                );
+            }
+        }
+    }
+
+    /// The outcomes of the request `id` (a batch): each change's result, in order. Nothing
+    /// for an unknown id (a duplicate reply).
+    fn finish_batch(&mut self, id: u64, results: &[Outcome]) -> Vec<(Token, Result<(), Failure>)> {
+        let Some(b) = self.batches.remove(&id) else {
+            return Vec::new();
+        };
+        let total: usize = b.parts.iter().map(|p| p.1).sum();
+        let mut out = Vec::new();
+        let mut off = 0;
+        for (pid, n) in b.parts {
+            let r = if results.len() == total {
+                &results[off..off + n]
+            } else {
+                // A reply that does not match the request: fail every change of it.
+                &[Outcome::Missing][..]
+            };
+            off += n;
+            if let Some(x) = self.finish(pid, r) {
+                out.push(x);
+            }
+        }
+        out
     }
 
     /// UE addresses this endpoint's sessions hold.
@@ -319,28 +412,15 @@ impl Sessions for Cluster {
         let id = self.id_base.wrapping_add(token.0);
         if updates.is_empty() {
             // Nothing the FIB holds changes (an uplink waiting for its downlink, say).
-            self.pending.insert(
-                id,
-                Pending {
-                    entries,
-                    request: Vec::new(),
-                    sent: Instant::now(),
-                },
-            );
+            self.pending.insert(id, Pending { entries, updates });
             self.finish(id, &[]);
             return Ok(Applied::Done);
         }
-        let request = sb_control::client::encode_request(&self.key, self.cluster_id, id, &updates)
-            .map_err(|_| Failure::System)?;
-        self.outbox.push(request.clone());
-        self.pending.insert(
-            id,
-            Pending {
-                entries,
-                request,
-                sent: Instant::now(),
-            },
-        );
+        if updates.len() > self.max_batch {
+            return Err(Failure::System);
+        }
+        self.pending.insert(id, Pending { entries, updates });
+        self.queued.push(id);
         Ok(Applied::Pending)
     }
 }
@@ -384,6 +464,11 @@ impl Endpoint {
         .map_err(|e| ControlError::Invalid(format!("binding {addr}: {e}")))?;
         sock.set_nonblocking(true)
             .map_err(|e| ControlError::Invalid(format!("{addr}: {e}")))?;
+        // Bursts of a whole SMF window (and the other endpoints' relays) while the control
+        // loop commits: 16 MiB each way, so none is dropped in the kernel.
+        if let Err(e) = sb_io::set_socket_buffers(sock.as_raw_fd(), 16 << 20) {
+            eprintln!("pfcp: socket buffers on {addr}: {e}");
+        }
         let recovery = ctl.pfcp_recovery_time_stamp.unwrap_or_else(|| {
             let unix = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -404,6 +489,9 @@ impl Endpoint {
         }
         config.allocator_id = cfg.node as u8 + 1;
         config.relay = ctl.pfcp_peers.len() > 1;
+        // Sessions live on the endpoint that took them: one endpoint may hold the cluster's
+        // whole capacity (the FIB refuses past it: No resources available).
+        config.max_sessions = (ctl.fib_room * ctl.peers.len().max(1)).max(1 << 20);
         if config.relay && ctl.pfcp_peers.get(cfg.node as usize) != Some(&addr) {
             return Err(ControlError::Invalid(format!(
                 "pfcp_peers names {:?} for node {}, not its pfcp address {addr}",
@@ -510,11 +598,12 @@ impl Endpoint {
             }
         }
         let c = self.upf.sessions_impl_mut();
+        c.flush();
         let mut requests = std::mem::take(&mut c.outbox);
-        for p in c.pending.values_mut() {
-            if !p.request.is_empty() && p.sent.elapsed() >= RESEND {
-                p.sent = Instant::now();
-                requests.push(p.request.clone());
+        for b in c.batches.values_mut() {
+            if b.sent.elapsed() >= RESEND {
+                b.sent = Instant::now();
+                requests.push(b.request.clone());
             }
         }
         for r in requests {
@@ -533,7 +622,7 @@ impl Endpoint {
                 return;
             }
         };
-        if let Some((token, result)) = c.finish(reply.id, &reply.results) {
+        for (token, result) in c.finish_batch(reply.id, &reply.results) {
             let out = self.upf.complete(self.start.elapsed(), token, result);
             self.send(out);
         }
@@ -618,6 +707,7 @@ mod tests {
             },
         ];
         assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
+        c.flush();
         let req = c.outbox.pop().unwrap();
         let us = decode(&c, &req);
         assert_eq!(us.len(), 1);
@@ -643,6 +733,7 @@ mod tests {
             node: 1,
         }];
         assert_eq!(c.apply(Token(2), &m), Ok(Applied::Pending));
+        c.flush();
         let r = c.outbox.pop().unwrap();
         let us = decode(&c, &r);
         assert_eq!(us[0].op, Op::Change);
@@ -664,6 +755,7 @@ mod tests {
             FibChange::RemoveDownlink { ue, node: 1 },
         ];
         assert_eq!(c.apply(Token(3), &d), Ok(Applied::Pending));
+        c.flush();
         let r = c.outbox.pop().unwrap();
         let us = decode(&c, &r);
         assert_eq!(us[0].op, Op::Delete);
@@ -672,6 +764,7 @@ mod tests {
             Some((Token(3), Err(Failure::NoResources)))
         );
         assert_eq!(c.apply(Token(4), &d), Ok(Applied::Pending));
+        c.flush();
         c.outbox.clear();
         assert_eq!(
             c.finish(c.id_base.wrapping_add(4), &[Outcome::Applied]),
@@ -679,6 +772,65 @@ mod tests {
         );
         assert_eq!(c.ues(), 0);
         assert!(c.uplink_ue.is_empty());
+    }
+
+    #[test]
+    fn changes_that_arrive_together_share_one_request() {
+        let mut c = Cluster::new(&spec(), ran(), 0);
+        let ue = |i: u8| IpAddr::V4(Ipv4Addr::new(100, 64, 8, i));
+        let est = |i: u8| {
+            [FibChange::SetDownlink {
+                ue: ue(i),
+                teid: 0x100 + u32::from(i),
+                peer: Ipv4Addr::new(10, 2, 1, 2),
+                node: 1,
+            }]
+        };
+        for i in 1..=3u8 {
+            assert_eq!(c.apply(Token(u64::from(i)), &est(i)), Ok(Applied::Pending));
+        }
+        c.flush();
+        assert_eq!(c.outbox.len(), 1);
+        let r = c.outbox.pop().unwrap();
+        let us = decode(&c, &r);
+        assert_eq!(us.len(), 3);
+        let id = sb_control::wire::decode(&c.key, c.cluster_id, &r)
+            .unwrap()
+            .0
+            .msg_id;
+        // Each change gets its own outcome; a reply that does not fit fails them all.
+        let got = c.finish_batch(id, &[Outcome::Applied, Outcome::Missing, Outcome::Applied]);
+        assert_eq!(
+            got,
+            vec![
+                (Token(1), Ok(())),
+                (Token(2), Err(Failure::System)),
+                (Token(3), Ok(()))
+            ]
+        );
+        assert_eq!(c.ues(), 2);
+        assert!(
+            c.finish_batch(id, &[Outcome::Applied; 3]).is_empty(),
+            "a duplicate reply"
+        );
+        assert_eq!(c.apply(Token(4), &est(4)), Ok(Applied::Pending));
+        c.flush();
+        let r = c.outbox.pop().unwrap();
+        let id = sb_control::wire::decode(&c.key, c.cluster_id, &r)
+            .unwrap()
+            .0
+            .msg_id;
+        assert_eq!(
+            c.finish_batch(id, &[]),
+            vec![(Token(4), Err(Failure::System))]
+        );
+        // More updates than one request holds: several requests.
+        c.max_batch = 2;
+        for i in 10..15u8 {
+            c.apply(Token(u64::from(i)), &est(i)).unwrap();
+        }
+        c.flush();
+        assert_eq!(c.outbox.len(), 3);
     }
 
     #[test]
@@ -700,6 +852,7 @@ mod tests {
             node: 0,
         }];
         assert_eq!(c.apply(Token(2), &down), Ok(Applied::Pending));
+        c.flush();
         let r = c.outbox.pop().unwrap();
         let us = decode(&c, &r);
         assert_eq!(us[0].op, Op::Insert);

@@ -127,6 +127,7 @@ pub mod fuzzing;
 pub mod ie;
 pub mod message;
 pub mod relay;
+pub mod smf;
 pub mod upf;
 
 pub use ie::*;

@@ -46,6 +46,9 @@ enum Command {
     Update(cmd::update::Args),
     /// Ask a running cluster's operator API (gRPC): stats, lookup, sessions, status.
     Ctl(cmd::ctl::Args),
+    /// A PFCP load generator: an SMF establishing sessions with a running cluster as fast as
+    /// it accepts them (JSON: sessions/s, latency, failures by cause).
+    SmfSim(cmd::smf_sim::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,5 +63,6 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Update(a) => cmd::update::run(a),
         Command::Ctl(a) => cmd::ctl::run(a),
+        Command::SmfSim(a) => cmd::smf_sim::run(a),
     }
 }

@@ -9,4 +9,5 @@ pub mod gen;
 pub mod gpt;
 pub mod node;
 pub mod sink;
+pub mod smf_sim;
 pub mod update;

@@ -1,0 +1,217 @@
+//! `scalebricks bench pfcp` (root): how fast a namespace cluster takes PFCP sessions, and what a
+//! session costs in memory.
+//!
+//! `cluster up` with the control plane (`--nodes`, `--flows` initial flows, capacity for the
+//! sessions), then `scalebricks smf-sim` (our load generator: an SMF in the control namespace
+//! establishing `--sessions` sessions over real UDP, spread over every node, `--window`
+//! outstanding per node; each response is checked) and the nodes' resident memory before and
+//! after (`VmRSS` of each node process). One JSON object:
+//! - `sessions_per_s`, `latency_ms` (`p50`, `p99`): from `smf-sim`;
+//! - `rss_bytes_per_session`: per node, (RSS after - RSS before) / the sessions that node
+//!   handles and holds (the growth of its state: the PFCP session's rules on the node that
+//!   took it, the RIB entry at the owner, the FIB and uplink entries at the handling node;
+//!   the tables themselves are allocated for the capacity at start);
+//! - `table_bytes_per_session`: the bound the issue names, the node's GPT bytes over the
+//!   cluster's sessions plus its FIB slice and uplink table bytes over its sessions (both
+//!   allocated for the capacity, so this is the cost at the capacity: `--capacity` near the
+//!   sessions makes it the cost per session).
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+use crate::update::scalebricks;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Nodes of the cluster.
+    #[arg(long, default_value_t = 4)]
+    nodes: u16,
+    /// Sessions to establish.
+    #[arg(long, default_value_t = 100_000)]
+    sessions: u32,
+    /// Initial flows of the cluster (flows.csv).
+    #[arg(long, default_value_t = 1000)]
+    flows: u64,
+    /// Requests outstanding per node.
+    #[arg(long, default_value_t = 128)]
+    window: usize,
+    /// The cluster's capacity (default: 1.25 x (flows + sessions)).
+    #[arg(long)]
+    capacity: Option<u64>,
+    /// Seed of the cluster.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object (pretty).
+    #[arg(long)]
+    json: bool,
+}
+
+/// VmRSS of `pid` in bytes.
+fn rss(pid: u64) -> Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("/proc/{pid}/status"))?;
+    let kb = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .context("no VmRSS")?;
+    Ok(kb * 1024)
+}
+
+fn status(d: &str) -> Result<Value> {
+    let s = scalebricks(&["cluster", "status", "--dir", d, "--json"].map(String::from))?;
+    serde_json::from_str(s.trim()).context("cluster status output")
+}
+
+/// Waits until every node is ready with the same GPT digest; the status.
+fn converged(d: &str, timeout: Duration) -> Result<Value> {
+    let t0 = Instant::now();
+    loop {
+        let st = status(d)?;
+        let rows = st["nodes"].as_array().cloned().unwrap_or_default();
+        let d0 = rows.first().map(|r| r["gpt_digest"].clone());
+        if !rows.is_empty()
+            && rows.iter().all(|r| r["up"] == true && r["ready"] == true)
+            && rows.iter().all(|r| Some(&r["gpt_digest"]) == d0.as_ref())
+        {
+            return Ok(st);
+        }
+        ensure!(
+            t0.elapsed() < timeout,
+            "the cluster did not converge in {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn pids(st: &Value) -> Result<Vec<u64>> {
+    st["nodes"]
+        .as_array()
+        .context("status without nodes")?
+        .iter()
+        .map(|r| r["pid"].as_u64().context("a node without pid"))
+        .collect()
+}
+
+pub fn run(a: Args) -> Result<()> {
+    ensure!(sb_io::netns::is_root(), "bench pfcp needs root");
+    ensure!(
+        a.nodes >= 1 && a.sessions >= 1,
+        "--nodes and --sessions must be positive"
+    );
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("state");
+    let d = dir.to_str().context("temporary path")?.to_string();
+    let name = format!("sbp{}", std::process::id() % 100_000);
+    let capacity = a
+        .capacity
+        .unwrap_or((a.flows + u64::from(a.sessions)) * 5 / 4);
+    let t_up = Instant::now();
+    let mut up = vec![
+        "cluster".to_string(),
+        "up".into(),
+        "--nodes".into(),
+        a.nodes.to_string(),
+        "--name".into(),
+        name,
+        "--dir".into(),
+        d.clone(),
+        "--flows".into(),
+        a.flows.to_string(),
+        "--seed".into(),
+        a.seed.to_string(),
+        "--capacity".into(),
+        capacity.to_string(),
+    ];
+    if capacity > 3_000_000 {
+        // Room in the UE pool for the initial flows (the sessions' UEs are outside it).
+        up.extend(["--ue-pool".into(), "100.0.0.0/7".into()]);
+    }
+    scalebricks(&up)?;
+    let r = (|| -> Result<Value> {
+        let before_st = converged(&d, Duration::from_secs(120))?;
+        let up_secs = t_up.elapsed().as_secs_f64();
+        let pid = pids(&before_st)?;
+        let before: Vec<u64> = pid.iter().map(|&p| rss(p)).collect::<Result<_>>()?;
+        let out = scalebricks(&[
+            "smf-sim".into(),
+            "--dir".into(),
+            d.clone(),
+            "--sessions".into(),
+            a.sessions.to_string(),
+            "--window".into(),
+            a.window.to_string(),
+            "--timeout".into(),
+            (600 + u64::from(a.sessions) / 1000).to_string(),
+        ])?;
+        let sim: Value = serde_json::from_str(out.trim()).context("smf-sim output")?;
+        let after_st = converged(&d, Duration::from_secs(60))?;
+        ensure!(pids(&after_st)? == pid, "a node restarted during the run");
+        let after: Vec<u64> = pid.iter().map(|&p| rss(p)).collect::<Result<_>>()?;
+        let mut nodes = Vec::new();
+        for (i, st) in after_st["node_status"]
+            .as_array()
+            .context("no node_status")?
+            .iter()
+            .enumerate()
+        {
+            let handled = sim["per_node"][i]["handled"].as_u64().unwrap_or(0).max(1);
+            let t = &st["tables"];
+            let gpt = t["gpt_bytes"].as_u64().unwrap_or(0) as f64;
+            let fib = t["fib_bytes"].as_u64().unwrap_or(0) as f64;
+            let upl = t["uplink_bytes"].as_u64().unwrap_or(0) as f64;
+            let grown = after[i].saturating_sub(before[i]);
+            nodes.push(json!({
+                "node": i,
+                "sessions_handled": handled,
+                "rss_before_bytes": before[i],
+                "rss_after_bytes": after[i],
+                "rss_bytes_per_session": grown as f64 / handled as f64,
+                "gpt_bytes": gpt,
+                "fib_bytes": fib,
+                "uplink_bytes": upl,
+                "table_bytes_per_session":
+                    gpt / f64::from(a.sessions) + (fib + upl) / handled as f64,
+            }));
+        }
+        let mean = |k: &str| {
+            nodes.iter().filter_map(|n| n[k].as_f64()).sum::<f64>() / nodes.len().max(1) as f64
+        };
+        Ok(json!({
+            "benchmark": "pfcp",
+            "nodes": a.nodes,
+            "sessions": a.sessions,
+            "initial_flows": a.flows,
+            "capacity": capacity,
+            "window_per_node": a.window,
+            "cluster_up_seconds": up_secs,
+            "established": sim["established"],
+            "seconds": sim["seconds"],
+            "sessions_per_s": sim["sessions_per_s"],
+            "latency_ms": sim["latency_ms"],
+            "failures": sim["failures"],
+            "timeouts": sim["timeouts"],
+            "retransmissions": sim["retransmissions"],
+            "rss_bytes_per_session": mean("rss_bytes_per_session"),
+            "table_bytes_per_session": mean("table_bytes_per_session"),
+            "per_node": nodes,
+        }))
+    })();
+    let down = scalebricks(&["cluster", "down", "--dir", &d].map(String::from));
+    let r = r?;
+    down?;
+    if r["established"].as_u64() != Some(u64::from(a.sessions)) {
+        bail!("not every session was established: {r}");
+    }
+    println!(
+        "{}",
+        if a.json {
+            serde_json::to_string_pretty(&r)?
+        } else {
+            serde_json::to_string(&r)?
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,358 @@
+//! `scalebricks smf-sim`: our PFCP load generator, an SMF that establishes sessions with a
+//! running cluster as fast as it accepts them.
+//!
+//! From the cluster's control namespace (address 10.3.0.254, where an SMF would sit), one UDP
+//! socket: an Association Setup with every node, then `--sessions` Session Establishment
+//! Requests (`sb_pfcp::smf::establishment`: a downlink PDR on the UE's IPv4 address with a FAR
+//! tunnelling to the base station, an uplink PDR with F-TEID CHOOSE), session `i` to node
+//! `i % nodes`, at most `--window` outstanding per node, each retransmitted after a second (3
+//! times at most). Every response is checked: cause Request accepted, an UP F-SEID, and a
+//! Created PDR with the F-TEID the UPF chose (whose address is the handling node's `ran`
+//! address). Prints one JSON object: `sessions`, `established`, `seconds`, `sessions_per_s`,
+//! `latency_ms` (`p50`, `p99`, `max`: request to response, retransmissions included),
+//! `failures` by cause, `timeouts`, `retransmissions`, `per_node` (established through each
+//! node, and handled by each). `--dump FILE` writes every established session (UE, TEIDs,
+//! SEIDs, handling node) as JSON for cross-checks.
+//!
+//! UE addresses are `--ue-base` + i (default 20.0.0.0: outside the default pool of
+//! `flows.csv`), downlink TEIDs 0x4000_0000 + i, base station 10.2.{node}.2.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use sb_pfcp::{Body, Cause, FTeid, Message};
+use serde_json::json;
+
+use super::cluster::{load_cluster, state_dir};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The cluster's state directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Name prefix used with `cluster up` (when --dir is not given).
+    #[arg(long, default_value = "sb")]
+    name: String,
+    /// Sessions to establish.
+    #[arg(long, default_value_t = 10_000)]
+    sessions: u32,
+    /// Requests outstanding per node.
+    #[arg(long, default_value_t = 128)]
+    window: usize,
+    /// The first UE address (session i gets this + i).
+    #[arg(long, default_value = "20.0.0.0")]
+    ue_base: Ipv4Addr,
+    /// The first CP SEID and sequence number (a second run against the same cluster must
+    /// start past the first's).
+    #[arg(long, default_value_t = 1)]
+    first: u32,
+    /// Only these nodes receive requests (comma separated; default all).
+    #[arg(long, value_delimiter = ',')]
+    to: Option<Vec<usize>>,
+    /// Write the established sessions here (JSON).
+    #[arg(long)]
+    dump: Option<PathBuf>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Pretty JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+const SMF: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 254);
+const RESEND: Duration = Duration::from_secs(1);
+const TRIES: u8 = 4;
+
+struct Outstanding {
+    session: u32,
+    node: usize,
+    first_sent: Instant,
+    sent: Instant,
+    tries: u8,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let dir = state_dir(a.dir.clone(), &a.name);
+    let d = load_cluster(&dir)?;
+    let Some(cp) = &d.control else {
+        bail!("the cluster has no control network (start it with the control plane)");
+    };
+    let targets: Vec<SocketAddr> = d.nodes.iter().filter_map(|n| n.pfcp_addr).collect();
+    if targets.len() != d.nodes.len() {
+        bail!("not every node has a PFCP address (the control plane is off?)");
+    }
+    let to: Vec<usize> = a.to.clone().unwrap_or_else(|| (0..targets.len()).collect());
+    if to.is_empty() || to.iter().any(|&n| n >= targets.len()) {
+        bail!("--to names nodes 0..{}", targets.len());
+    }
+    let ran: Vec<Ipv4Addr> = d
+        .nodes
+        .iter()
+        .map(|n| n.ran.local.ip().unwrap_or(Ipv4Addr::UNSPECIFIED))
+        .collect();
+    if a.window == 0 || a.sessions == 0 {
+        bail!("--window and --sessions must be positive");
+    }
+    let last = u64::from(a.first) + u64::from(a.sessions);
+    if last >= 0x00ff_ff00 {
+        bail!("--first + --sessions must stay below 2^24 - 256 (PFCP sequence numbers)");
+    }
+    let ns = cp.netns.clone();
+    let sock = sb_io::netns::in_netns(&ns, || UdpSocket::bind((SMF, 0)))
+        .with_context(|| format!("entering {ns}"))?
+        .with_context(|| format!("binding {SMF}:0 in {ns}"))?;
+    // Every node's window of responses may arrive while we send.
+    sb_io::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 16 << 20)?;
+    sock.set_read_timeout(Some(Duration::from_millis(5)))?;
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let recovery = (started + sb_node::pfcp::NTP_UNIX_OFFSET) as u32;
+
+    // Associations, one per node asked.
+    let mut buf = vec![0u8; 65536];
+    for (k, &n) in to.iter().enumerate() {
+        let seq = 0x00ff_ff00 + k as u32;
+        let req = sb_pfcp::smf::association_setup(seq, SMF, recovery).to_bytes()?;
+        let t0 = Instant::now();
+        let mut answered = false;
+        while !answered && t0.elapsed() < Duration::from_secs(5) {
+            sock.send_to(&req, targets[n])?;
+            let until = Instant::now() + RESEND;
+            while Instant::now() < until {
+                let Ok((len, _)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                if let Ok(m) = Message::parse(&buf[..len]) {
+                    if m.sequence == seq {
+                        match m.body {
+                            Body::AssociationSetupResponse(r)
+                                if r.cause == Cause::REQUEST_ACCEPTED =>
+                            {
+                                answered = true;
+                                break;
+                            }
+                            b => bail!("node {n} refused the association: {b:?}"),
+                        }
+                    }
+                }
+            }
+        }
+        if !answered {
+            bail!("node {n} ({}) did not answer the association", targets[n]);
+        }
+    }
+
+    let progress = (std::io::IsTerminal::is_terminal(&std::io::stderr()) && a.sessions >= 10_000)
+        .then(|| {
+            let p = indicatif::ProgressBar::new(u64::from(a.sessions));
+            p.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {pos}/{len} sessions {per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            p
+        });
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(a.timeout);
+    let mut next = 0u32;
+    let mut out: HashMap<u32, Outstanding> = HashMap::new();
+    let mut per_node_out = vec![0usize; targets.len()];
+    let mut latencies: Vec<u32> = Vec::with_capacity(a.sessions as usize);
+    let mut failures: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut established, mut timeouts, mut retransmissions) = (0u64, 0u64, 0u64);
+    let mut through = vec![0u64; targets.len()];
+    let mut handled = vec![0u64; targets.len()];
+    let mut dump = Vec::new();
+    let build = |i: u32, seq: u32, node: usize| -> anyhow::Result<Vec<u8>> {
+        let ue = IpAddr::V4(Ipv4Addr::from(u32::from(a.ue_base).wrapping_add(i)));
+        let enb = Ipv4Addr::new(10, 2, (node % 256) as u8, 2);
+        Ok(sb_pfcp::smf::establishment(
+            seq,
+            SMF,
+            u64::from(a.first + i),
+            ue,
+            0x4000_0000u32.wrapping_add(i),
+            enb,
+        )
+        .to_bytes()?)
+    };
+    let mut last_tick = Instant::now();
+    while next < a.sessions || !out.is_empty() {
+        if Instant::now() > deadline {
+            bail!(
+                "timed out after {} s with {established} sessions established",
+                a.timeout
+            );
+        }
+        // Fill every node's window.
+        while next < a.sessions {
+            let node = to[next as usize % to.len()];
+            if per_node_out[node] >= a.window {
+                break;
+            }
+            let seq = a.first + next;
+            sock.send_to(&build(next, seq, node)?, targets[node])?;
+            let now = Instant::now();
+            out.insert(
+                seq,
+                Outstanding {
+                    session: next,
+                    node,
+                    first_sent: now,
+                    sent: now,
+                    tries: 1,
+                },
+            );
+            per_node_out[node] += 1;
+            next += 1;
+        }
+        // Take what arrived.
+        let mut got = 0;
+        loop {
+            let (len, _) = match sock.recv_from(&mut buf) {
+                Ok(x) => x,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break
+                }
+                Err(e) => return Err(e.into()),
+            };
+            got += 1;
+            let Ok(m) = Message::parse(&buf[..len]) else {
+                *failures.entry("malformed response".into()).or_default() += 1;
+                continue;
+            };
+            let Some(o) = out.remove(&m.sequence) else {
+                continue; // a duplicate answer to a retransmission
+            };
+            per_node_out[o.node] -= 1;
+            match m.body {
+                Body::SessionEstablishmentResponse(r) if r.cause == Cause::REQUEST_ACCEPTED => {
+                    let fteid = r.created_pdr.iter().find_map(|c| match c.local_f_teid {
+                        Some(FTeid::Assigned {
+                            teid,
+                            ipv4: Some(ip),
+                            ..
+                        }) => Some((teid, ip)),
+                        _ => None,
+                    });
+                    let (Some(seid), Some((ul_teid, ran_ip))) = (r.up_f_seid, fteid) else {
+                        *failures
+                            .entry("accepted without F-SEID or F-TEID".into())
+                            .or_default() += 1;
+                        continue;
+                    };
+                    let Some(h) = ran.iter().position(|&x| x == ran_ip) else {
+                        *failures
+                            .entry("F-TEID address not a node's ran address".into())
+                            .or_default() += 1;
+                        continue;
+                    };
+                    established += 1;
+                    through[o.node] += 1;
+                    handled[h] += 1;
+                    latencies.push(o.first_sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    if a.dump.is_some() {
+                        let i = o.session;
+                        dump.push(json!({
+                            "ue": Ipv4Addr::from(u32::from(a.ue_base).wrapping_add(i)).to_string(),
+                            "teid": 0x4000_0000u32.wrapping_add(i),
+                            "enb": format!("10.2.{}.2", o.node % 256),
+                            "cp_seid": a.first + i,
+                            "up_seid": seid.seid,
+                            "through": o.node,
+                            "node": h,
+                            "ul_teid": ul_teid,
+                        }));
+                    }
+                }
+                Body::SessionEstablishmentResponse(r) => {
+                    *failures.entry(format!("cause {}", r.cause.0)).or_default() += 1;
+                }
+                b => {
+                    *failures
+                        .entry(format!("unexpected message type {}", b.message_type()))
+                        .or_default() += 1;
+                }
+            }
+        }
+        // Retransmit what waited too long.
+        let now = Instant::now();
+        let late: Vec<u32> = out
+            .iter()
+            .filter(|(_, o)| now.duration_since(o.sent) >= RESEND)
+            .map(|(&s, _)| s)
+            .collect();
+        for seq in late {
+            let o = out.get_mut(&seq).expect("listed");
+            if o.tries >= TRIES {
+                let o = out.remove(&seq).expect("listed");
+                per_node_out[o.node] -= 1;
+                timeouts += 1;
+                continue;
+            }
+            o.tries += 1;
+            o.sent = now;
+            retransmissions += 1;
+            sock.send_to(&build(o.session, seq, o.node)?, targets[o.node])?;
+        }
+        if let Some(p) = &progress {
+            if last_tick.elapsed() >= Duration::from_millis(200) {
+                p.set_position(established);
+                last_tick = Instant::now();
+            }
+        }
+        let _ = got;
+    }
+    if let Some(p) = progress {
+        p.finish_and_clear();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let pct = |q: f64| -> f64 {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        let i = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
+        f64::from(latencies[i]) / 1e3
+    };
+    if let Some(p) = &a.dump {
+        std::fs::write(p, serde_json::to_vec(&dump)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    let v = json!({
+        "sessions": a.sessions,
+        "established": established,
+        "seconds": secs,
+        "sessions_per_s": established as f64 / secs,
+        "latency_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)},
+        "failures": failures,
+        "timeouts": timeouts,
+        "retransmissions": retransmissions,
+        "window_per_node": a.window,
+        "per_node": (0..targets.len()).map(|n| json!({"node": n, "through": through[n], "handled": handled[n]})).collect::<Vec<_>>(),
+    });
+    println!(
+        "{}",
+        if a.json {
+            serde_json::to_string_pretty(&v)?
+        } else {
+            v.to_string()
+        }
+    );
+    if established != u64::from(a.sessions) {
+        std::process::exit(1);
+    }
+    Ok(())
+}
