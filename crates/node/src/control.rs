@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// The UDP port of the control protocol on every node's fabric address.
 pub const CONTROL_PORT: u16 = 7400;
 
+/// Control datagrams the loop takes before it applies their events and commits the log.
+const MAX_DATAGRAMS_PER_ITERATION: usize = 512;
+
 /// What a node needs for its control plane (`control` in `node{i}.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ControlFile {
@@ -334,10 +337,9 @@ pub fn run(
     // The state machine's clock: nanoseconds since the control thread started.
     let clock = || start.elapsed().as_nanos() as u64;
     let mut pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec)?;
-    if pfcp.is_some() {
-        // Both sockets are waited on with poll.
-        sock.set_nonblocking(true).ok();
-    }
+    // The sockets are waited on with poll, then drained.
+    sock.set_nonblocking(true)
+        .map_err(|e| ControlError::Invalid(format!("{listen}: {e}")))?;
     let mut node = sb_control::Node::new(spec, me, flows, recovered, clock(), rand::random())?;
     let peer_of = |a: SocketAddr| match ctl.peers.iter().position(|p| *p == a) {
         Some(j) => Peer::Node(j as u16),
@@ -356,17 +358,32 @@ pub fn run(
         match &pfcp {
             Some(p) => p.wait(&sock, wait),
             None => {
-                sock.set_read_timeout(Some(wait)).ok();
+                if let Err(e) =
+                    sb_io::wait_readable(&[std::os::fd::AsRawFd::as_raw_fd(&sock)], wait)
+                {
+                    tracing_warn(&format!("poll: {e}"));
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
         }
-        match sock.recv_from(&mut buf) {
-            Ok((n, from)) => node.handle(clock(), peer_of(from), &buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(e) => tracing_warn(&format!("recv: {e}")),
+        // Everything that waits, up to a bound: the iteration's one log commit covers all of
+        // it (group commit), where one datagram per iteration paid a commit each.
+        for _ in 0..MAX_DATAGRAMS_PER_ITERATION {
+            match sock.recv_from(&mut buf) {
+                Ok((n, from)) => node.handle(clock(), peer_of(from), &buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break
+                }
+                Err(e) => {
+                    tracing_warn(&format!("recv: {e}"));
+                    break;
+                }
+            }
         }
         if let Some(p) = &mut pfcp {
             p.receive(&mut node, clock());

@@ -107,7 +107,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .with_context(|| format!("binding {SMF}:0 in {ns}"))?;
     // Every node's window of responses may arrive while we send.
     sb_io::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 16 << 20)?;
-    sock.set_read_timeout(Some(Duration::from_millis(5)))?;
+    sock.set_read_timeout(Some(Duration::from_millis(1)))?;
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -213,9 +213,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             per_node_out[node] += 1;
             next += 1;
         }
-        // Take what arrived.
+        // Take what arrived (then refill the windows: at most a window's worth at a time).
         let mut got = 0;
-        loop {
+        while got < a.window {
             let (len, _) = match sock.recv_from(&mut buf) {
                 Ok(x) => x,
                 Err(e)
@@ -313,7 +313,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 last_tick = Instant::now();
             }
         }
-        let _ = got;
     }
     if let Some(p) = progress {
         p.finish_and_clear();
