@@ -129,6 +129,7 @@ pub mod message;
 pub mod relay;
 pub mod smf;
 pub mod upf;
+pub mod vecmap;
 
 pub use ie::*;
 pub use message::*;

@@ -42,6 +42,7 @@
 use crate::ie::*;
 use crate::message::*;
 use crate::relay::{Relay, RelayKind};
+use crate::vecmap::VecMap;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -233,9 +234,9 @@ struct Association {
 /// A session's rules as installed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Rules {
-    pdrs: BTreeMap<u16, (CreatePdr, Option<u32>)>,
-    fars: BTreeMap<u32, CreateFar>,
-    qers: BTreeMap<u32, Qer>,
+    pdrs: VecMap<u16, (CreatePdr, Option<u32>)>,
+    fars: VecMap<u32, CreateFar>,
+    qers: VecMap<u32, Qer>,
 }
 
 #[derive(Clone, Debug)]
@@ -247,13 +248,24 @@ struct Session {
     fwd: Forwarding,
 }
 
+impl Session {
+    /// Gives back the room its rule maps kept while they were built.
+    fn compact(&mut self) {
+        self.rules.pdrs.shrink_to_fit();
+        self.rules.fars.shrink_to_fit();
+        self.rules.qers.shrink_to_fit();
+        self.fwd.downlink.shrink_to_fit();
+        self.fwd.uplink.shrink_to_fit();
+    }
+}
+
 /// A session's forwarding: what its rules become.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Forwarding {
     /// UE address -> (TEID, peer).
-    pub downlink: BTreeMap<IpAddr, (u32, Ipv4Addr)>,
+    pub downlink: VecMap<IpAddr, (u32, Ipv4Addr)>,
     /// Our TEID -> (UE address, peer).
-    pub uplink: BTreeMap<u32, (IpAddr, Option<Ipv4Addr>)>,
+    pub uplink: VecMap<u32, (IpAddr, Option<Ipv4Addr>)>,
 }
 
 impl Forwarding {
@@ -1067,7 +1079,9 @@ impl<S: Sessions> Upf<S> {
                     ipv4: Some(self.config.pfcp_addr),
                     ipv6: None,
                 };
-                self.sessions.insert(seid, *session);
+                let mut session = *session;
+                session.compact();
+                self.sessions.insert(seid, session);
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -1100,9 +1114,11 @@ impl<S: Sessions> Upf<S> {
                     }
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
+                let mut session = *session;
+                session.compact();
                 let old = self
                     .sessions
-                    .insert(seid, *session)
+                    .insert(seid, session)
                     .expect("modified sessions exist");
                 let new = &self.sessions[&seid];
                 let (new_ues, new_teids) = (ues_of(&new.rules), teids_of(&new.rules));
@@ -1246,9 +1262,9 @@ impl<S: Sessions> Upf<S> {
             ));
         }
         let mut rules = Rules {
-            pdrs: BTreeMap::new(),
-            fars: BTreeMap::new(),
-            qers: BTreeMap::new(),
+            pdrs: VecMap::new(),
+            fars: VecMap::new(),
+            qers: VecMap::new(),
         };
         let mut created_ids = Vec::new();
         let built = (|| {
@@ -1293,7 +1309,7 @@ impl<S: Sessions> Upf<S> {
         if let Err(rej) = self.check_ues(&rules, seid) {
             return Some(self.reject(t, reply_seid, seq, rej));
         }
-        let created = match self.allocate_teids(&mut rules, &BTreeMap::new(), &created_ids) {
+        let created = match self.allocate_teids(&mut rules, &VecMap::new(), &created_ids) {
             Ok(c) => c,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
@@ -1381,7 +1397,7 @@ impl<S: Sessions> Upf<S> {
     fn allocate_teids(
         &mut self,
         rules: &mut Rules,
-        old: &BTreeMap<u16, (CreatePdr, Option<u32>)>,
+        old: &VecMap<u16, (CreatePdr, Option<u32>)>,
         ids: &[u16],
     ) -> Result<Vec<(u16, u32)>, Reject> {
         let mut by_choose_id: HashMap<u8, u32> = HashMap::new();
@@ -1835,7 +1851,7 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
             _ => return Err(fail),
         }
     }
-    let downlink: BTreeMap<IpAddr, (u32, Ipv4Addr)> = down
+    let downlink: VecMap<IpAddr, (u32, Ipv4Addr)> = down
         .into_iter()
         .filter_map(|(ue, (_, t))| t.map(|t| (ue, t)))
         .collect();
