@@ -185,6 +185,93 @@ fn operator_api_sees_the_sessions(c: &Cluster, sessions: &[Session]) {
     eprintln!("operator API checks took {:?}", t0.elapsed());
 }
 
+/// Our load generator (`scalebricks smf-sim`) cross-checked against scapy on a small run: it
+/// establishes 200 sessions through every node (as its own SMF, 10.3.0.253), scapy modifies 20
+/// of them through node 0 (relayed to the nodes that hold them) and accepts what the generator
+/// recorded (UP SEIDs, tunnels), and the operator API finds every session where the generator
+/// says the UPF put it.
+fn our_load_generator_agrees_with_scapy(c: &Cluster, cp: &str) {
+    let dump = c.dir.join("gen.json");
+    let o = run(
+        &[
+            "smf-sim",
+            "--dir",
+            c.dir(),
+            "--smf",
+            "10.3.0.253",
+            "--sessions",
+            "200",
+            "--first",
+            "200000",
+            "--ue-base",
+            "20.0.0.0",
+            "--dump",
+            dump.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "smf-sim: {out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["established"], 200, "{v}");
+    for n in v["per_node"].as_array().unwrap() {
+        assert_eq!(n["through"], 50, "{v}");
+        assert_eq!(n["handled"], 50, "{v}");
+    }
+    let gen: Vec<Value> = serde_json::from_slice(&std::fs::read(&dump).unwrap()).unwrap();
+    assert_eq!(gen.len(), 200);
+    // scapy modifies 20 sessions that nodes other than 0 took, through node 0.
+    let moved: Vec<&Value> = gen.iter().filter(|x| x["through"] != 0).take(20).collect();
+    let job = c.dir.join("gen-modify.json");
+    let j: Vec<Value> = moved
+        .iter()
+        .map(|x| json!({"up_seid": x["up_seid"], "teid": u(&x["teid"]) ^ 0x0f00_0000, "enb": x["enb"]}))
+        .collect();
+    std::fs::write(&job, serde_json::to_vec(&j).unwrap()).unwrap();
+    let desc = c.description();
+    let node0 = desc["nodes"][0]["pfcp_addr"].as_str().unwrap();
+    let node0_ip = node0.split(':').next().unwrap();
+    let r = smf(cp, node0_ip, "10.3.0.253", 300_000, "modify", Some(&job));
+    for (x, res) in moved.iter().zip(r["results"].as_array().unwrap()) {
+        assert_eq!(res["cause"], 1, "{x}: {res}");
+        assert_eq!(res["seid"], x["cp_seid"], "{x}: {res}");
+    }
+    // The API sees what the generator recorded (and scapy's changes).
+    for (k, x) in gen.iter().enumerate().step_by(10) {
+        let (code, l) = ctl(
+            c,
+            &[
+                "--node",
+                &(k % NODES).to_string(),
+                "lookup",
+                "--ue",
+                x["ue"].as_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, 0, "{l}");
+        let want_teid = if moved.iter().any(|m| m["ue"] == x["ue"]) {
+            u(&x["teid"]) ^ 0x0f00_0000
+        } else {
+            u(&x["teid"])
+        };
+        assert_eq!(l["handling_node"], x["node"], "{x}: {l}");
+        assert_eq!(u(&l["tunnel"]["teid"]), want_teid, "{x}: {l}");
+        assert_eq!(l["tunnel"]["uplink_teid"], x["ul_teid"], "{x}: {l}");
+    }
+    let (code, l) = ctl(c, &["lookup", "--ue", moved[0]["ue"].as_str().unwrap()]);
+    assert_eq!(code, 0, "{l}");
+    assert_eq!(
+        u(&l["tunnel"]["teid"]),
+        u(&moved[0]["teid"]) ^ 0x0f00_0000,
+        "{l}"
+    );
+}
+
 /// One run of the SMF script in namespace `ns`: its JSON.
 fn smf(ns: &str, upf: &str, src: &str, seq: u32, op: &str, job: Option<&Path>) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pfcp_smf.py");
@@ -674,6 +761,8 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
         relayed_in >= (MODIFIED + DELETED) as u64,
         "{relayed_in} relays in"
     );
+
+    our_load_generator_agrees_with_scapy(&c, &cp);
 
     // The counters agree: no inserts refused by the tables.
     let st = c.status();

@@ -1,7 +1,7 @@
 //! `scalebricks smf-sim`: our PFCP load generator, an SMF that establishes sessions with a
 //! running cluster as fast as it accepts them.
 //!
-//! From the cluster's control namespace (address 10.3.0.254, where an SMF would sit), one UDP
+//! From the cluster's control namespace (`--smf`, 10.3.0.254 by default, where an SMF would sit), one UDP
 //! socket: an Association Setup with every node, then `--sessions` Session Establishment
 //! Requests (`sb_pfcp::smf::establishment`: a downlink PDR on the UE's IPv4 address with a FAR
 //! tunnelling to the base station, an uplink PDR with F-TEID CHOOSE), session `i` to node
@@ -58,12 +58,16 @@ pub struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// The SMF's address (its Node ID too), an address of the control namespace. A second
+    /// generator with the same address replaces the first's association, and that deletes its
+    /// sessions (TS 29.244): give each its own.
+    #[arg(long, default_value = "10.3.0.254")]
+    smf: Ipv4Addr,
     /// Pretty JSON.
     #[arg(long)]
     json: bool,
 }
 
-const SMF: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 254);
 const RESEND: Duration = Duration::from_secs(1);
 const TRIES: u8 = 4;
 
@@ -102,9 +106,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         bail!("--first + --sessions must stay below 2^24 - 256 (PFCP sequence numbers)");
     }
     let ns = cp.netns.clone();
-    let sock = sb_io::netns::in_netns(&ns, || UdpSocket::bind((SMF, 0)))
+    let sock = sb_io::netns::in_netns(&ns, || UdpSocket::bind((a.smf, 0)))
         .with_context(|| format!("entering {ns}"))?
-        .with_context(|| format!("binding {SMF}:0 in {ns}"))?;
+        .with_context(|| format!("binding {}:0 in {ns}", a.smf))?;
     // Every node's window of responses may arrive while we send.
     sb_io::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 16 << 20)?;
     sock.set_read_timeout(Some(Duration::from_millis(1)))?;
@@ -118,7 +122,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut buf = vec![0u8; 65536];
     for (k, &n) in to.iter().enumerate() {
         let seq = 0x00ff_ff00 + k as u32;
-        let req = sb_pfcp::smf::association_setup(seq, SMF, recovery).to_bytes()?;
+        let req = sb_pfcp::smf::association_setup(seq, a.smf, recovery).to_bytes()?;
         let t0 = Instant::now();
         let mut answered = false;
         while !answered && t0.elapsed() < Duration::from_secs(5) {
@@ -175,7 +179,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let enb = Ipv4Addr::new(10, 2, (node % 256) as u8, 2);
         Ok(sb_pfcp::smf::establishment(
             seq,
-            SMF,
+            a.smf,
             u64::from(a.first + i),
             ue,
             0x4000_0000u32.wrapping_add(i),
