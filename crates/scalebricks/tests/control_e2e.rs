@@ -502,9 +502,21 @@ fn a_killed_node_recovers_and_the_others_keep_forwarding() {
     assert_eq!(u(&r1["acked"]), 1000, "{r1}");
     let r2 = update(&c, 3, &batch(2), Duration::from_secs(60));
     assert_eq!(u(&r2["acked"]), 1000, "{r2}");
-    let rows = assert_converged(&c, "after the restart");
+    assert_converged(&c, "after the restart");
     // No acknowledged update is missing: the owners' RIBs together hold the initial and the
-    // 3000 inserted keys (and every node's GPT digest is the same: assert_converged).
+    // 3000 inserted keys (and every node's GPT digest is the same: assert_converged). The
+    // status comes from the nodes' counters files, written once a second: it may show a
+    // moment before the last acknowledgments, so it gets a few seconds to catch up.
+    let t0 = Instant::now();
+    let rows = loop {
+        let rows = c.status()["nodes"].as_array().unwrap().clone();
+        let rib: u64 = rows.iter().map(|r| u(&r["rib_keys"])).sum();
+        let serving = rows.iter().all(|r| r["phase"] == "serving");
+        if (rib == 8000 && serving) || t0.elapsed() > Duration::from_secs(10) {
+            break rows;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     let rib: u64 = rows.iter().map(|r| u(&r["rib_keys"])).sum();
     assert_eq!(rib, 8000, "{rows:?}");
     // And the restarted node forwards the flows it handles (its FIB slice from the owners).

@@ -115,7 +115,8 @@ def establishment(seq, s, with_fseid=True):
             IE_Precedence(precedence=200),
             IE_PDI(IE_list=[
                 IE_SourceInterface(interface="Core"),
-                IE_UE_IP_Address(V4=1, SD=1, ipv4=s["ue"]),
+                (IE_UE_IP_Address(V6=1, SD=1, ipv6=s["ue"]) if ":" in s["ue"]
+                 else IE_UE_IP_Address(V4=1, SD=1, ipv4=s["ue"])),
             ]),
             IE_FAR_Id(id=1),
         ]),
