@@ -122,11 +122,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Associations, one per node asked.
     let mut buf = vec![0u8; 65536];
     for (k, &n) in to.iter().enumerate() {
-        let seq = 0x00ff_ff00 + k as u32;
-        let req = sb_pfcp::smf::association_setup(seq, a.smf, recovery).to_bytes()?;
         let t0 = Instant::now();
         let mut answered = false;
-        while !answered && t0.elapsed() < Duration::from_secs(5) {
+        // A node still releasing our previous association's sessions (replicated from the
+        // node asked before it) answers PFCP entity in congestion: ask again, a new sequence
+        // number each time (a retransmission of the same one gets the same answer).
+        let mut attempt = 0u32;
+        while !answered && t0.elapsed() < Duration::from_secs(30) {
+            let seq = 0x00ff_0000 + ((attempt & 0xff) << 8) + (k as u32 & 0xff);
+            let req = sb_pfcp::smf::association_setup(seq, a.smf, recovery).to_bytes()?;
             sock.send_to(&req, targets[n])?;
             let until = Instant::now() + RESEND;
             while Instant::now() < until {
@@ -140,6 +144,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                                 if r.cause == Cause::REQUEST_ACCEPTED =>
                             {
                                 answered = true;
+                                break;
+                            }
+                            Body::AssociationSetupResponse(r)
+                                if r.cause == Cause::PFCP_ENTITY_IN_CONGESTION =>
+                            {
+                                attempt += 1;
+                                std::thread::sleep(Duration::from_millis(100));
                                 break;
                             }
                             b => bail!("node {n} refused the association: {b:?}"),
