@@ -15,6 +15,11 @@
 //!   cluster's sessions plus its FIB slice and uplink table bytes over its sessions (both
 //!   allocated for the capacity, so this is the cost at the capacity: `--capacity` near the
 //!   sessions makes it the cost per session).
+//! - `cpu_us_per_session`: CPU time per established session, measured: the nodes' user and
+//!   system time (`utime`/`stime` of every node process over the run, all its threads) and the
+//!   generator's (its `getrusage`), summed over the cluster; `cpu_bound_sessions_per_s` is the
+//!   rate the machine's cores would give were they all busy with nothing else (cores x 10^6 /
+//!   the total): the ceiling of the rate on this machine, computed, not measured.
 
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
@@ -58,6 +63,23 @@ fn rss(pid: u64) -> Result<u64> {
         .and_then(|v| v.parse::<u64>().ok())
         .context("no VmRSS")?;
     Ok(kb * 1024)
+}
+
+/// User and system CPU seconds of process `pid` so far (all its threads).
+fn cpu(pid: &str) -> Result<(f64, f64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("/proc/{pid}/stat"))?;
+    // The fields after the command name (which may hold spaces) in parentheses; utime and
+    // stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let rest = s
+        .rsplit_once(')')
+        .context("/proc/PID/stat without a name")?
+        .1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks =
+        |i: usize| -> Result<f64> { Ok(f.get(i).context("short /proc/PID/stat")?.parse::<f64>()?) };
+    // In USER_HZ, 100 on x86 and ARM Linux (the crate has no unsafe for sysconf).
+    Ok((ticks(11)? / 100.0, ticks(12)? / 100.0))
 }
 
 fn status(d: &str) -> Result<Value> {
@@ -135,6 +157,10 @@ pub fn run(a: Args) -> Result<()> {
         let up_secs = t_up.elapsed().as_secs_f64();
         let pid = pids(&before_st)?;
         let before: Vec<u64> = pid.iter().map(|&p| rss(p)).collect::<Result<_>>()?;
+        let cpu_before: Vec<(f64, f64)> = pid
+            .iter()
+            .map(|p| cpu(&p.to_string()))
+            .collect::<Result<_>>()?;
         let out = scalebricks(&[
             "smf-sim".into(),
             "--dir".into(),
@@ -147,6 +173,10 @@ pub fn run(a: Args) -> Result<()> {
             (600 + u64::from(a.sessions) / 1000).to_string(),
         ])?;
         let sim: Value = serde_json::from_str(out.trim()).context("smf-sim output")?;
+        let cpu_after: Vec<(f64, f64)> = pid
+            .iter()
+            .map(|p| cpu(&p.to_string()))
+            .collect::<Result<_>>()?;
         let after_st = converged(&d, Duration::from_secs(60))?;
         ensure!(pids(&after_st)? == pid, "a node restarted during the run");
         let after: Vec<u64> = pid.iter().map(|&p| rss(p)).collect::<Result<_>>()?;
@@ -163,12 +193,18 @@ pub fn run(a: Args) -> Result<()> {
             let fib = t["fib_bytes"].as_u64().unwrap_or(0) as f64;
             let upl = t["uplink_bytes"].as_u64().unwrap_or(0) as f64;
             let grown = after[i].saturating_sub(before[i]);
+            let (user, system) = (
+                cpu_after[i].0 - cpu_before[i].0,
+                cpu_after[i].1 - cpu_before[i].1,
+            );
             nodes.push(json!({
                 "node": i,
                 "sessions_handled": handled,
                 "rss_before_bytes": before[i],
                 "rss_after_bytes": after[i],
                 "rss_bytes_per_session": grown as f64 / handled as f64,
+                "cpu_user_seconds": user,
+                "cpu_system_seconds": system,
                 "gpt_bytes": gpt,
                 "fib_bytes": fib,
                 "uplink_bytes": upl,
@@ -179,6 +215,13 @@ pub fn run(a: Args) -> Result<()> {
         let mean = |k: &str| {
             nodes.iter().filter_map(|n| n[k].as_f64()).sum::<f64>() / nodes.len().max(1) as f64
         };
+        let sum = |k: &str| nodes.iter().filter_map(|n| n[k].as_f64()).sum::<f64>();
+        let per = |x: f64| x * 1e6 / f64::from(a.sessions);
+        let (nu, ns) = (per(sum("cpu_user_seconds")), per(sum("cpu_system_seconds")));
+        let gu = per(sim["cpu_seconds"]["user"].as_f64().unwrap_or(0.0));
+        let gs = per(sim["cpu_seconds"]["system"].as_f64().unwrap_or(0.0));
+        let total = nu + ns + gu + gs;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(json!({
             "benchmark": "pfcp",
             "nodes": a.nodes,
@@ -196,6 +239,15 @@ pub fn run(a: Args) -> Result<()> {
             "retransmissions": sim["retransmissions"],
             "rss_bytes_per_session": mean("rss_bytes_per_session"),
             "table_bytes_per_session": mean("table_bytes_per_session"),
+            "cpu_us_per_session": {
+                "nodes_user": nu,
+                "nodes_system": ns,
+                "generator_user": gu,
+                "generator_system": gs,
+                "total": total,
+            },
+            "cores": cores,
+            "cpu_bound_sessions_per_s": if total > 0.0 { cores as f64 * 1e6 / total } else { 0.0 },
             "per_node": nodes,
         }))
     })();

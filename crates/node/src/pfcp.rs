@@ -148,8 +148,14 @@ impl Entry {
 struct Pending {
     /// The entries it sets (None: removed).
     entries: Vec<(IpAddr, Option<Entry>)>,
-    /// Its updates, for the request that carries them.
+    /// Its updates, for the request(s) that carry them.
     updates: Vec<Update>,
+    /// Requests carrying a part of its updates not answered yet (a change of more updates
+    /// than one request holds, such as the release of an association with many sessions,
+    /// spans several).
+    parts_left: usize,
+    /// The outcomes of its answered parts that were not Applied (the first of each kind).
+    not_applied: Vec<Outcome>,
 }
 
 /// One client request to the control plane: the updates of several changes, in order.
@@ -203,7 +209,8 @@ impl Cluster {
     }
 
     /// Packs the changes applied since the last call into as few client requests as fit
-    /// (in order; a change's updates stay in one request), ready in `outbox`. Sessions that
+    /// (in order; a change's updates stay in one request unless they are more than one
+    /// holds), ready in `outbox`. Sessions that
     /// arrive together cost one request, one log commit and one delta per owner, instead of
     /// one each.
     pub fn flush(&mut self) {
@@ -211,14 +218,23 @@ impl Cluster {
         let mut parts: Vec<(u64, usize)> = Vec::new();
         let mut updates: Vec<Update> = Vec::new();
         for id in queued {
-            let Some(n) = self.pending.get(&id).map(|p| p.updates.len()) else {
+            let Some(p) = self.pending.get_mut(&id) else {
                 continue;
             };
-            if !updates.is_empty() && updates.len() + n > self.max_batch {
-                self.send_batch(std::mem::take(&mut parts), std::mem::take(&mut updates));
+            // A change larger than a request is cut into requests of at most max_batch.
+            let chunks: Vec<Vec<Update>> = p
+                .updates
+                .chunks(self.max_batch)
+                .map(|c| c.to_vec())
+                .collect();
+            p.parts_left = chunks.len();
+            for chunk in chunks {
+                if !updates.is_empty() && updates.len() + chunk.len() > self.max_batch {
+                    self.send_batch(std::mem::take(&mut parts), std::mem::take(&mut updates));
+                }
+                parts.push((id, chunk.len()));
+                updates.extend(chunk);
             }
-            parts.push((id, n));
-            updates.extend(self.pending[&id].updates.iter().cloned());
         }
         if !updates.is_empty() {
             self.send_batch(parts, updates);
@@ -270,11 +286,32 @@ impl Cluster {
                 &[Outcome::Missing][..]
             };
             off += n;
-            if let Some(x) = self.finish(pid, r) {
+            if let Some(x) = self.finish_part(pid, r) {
                 out.push(x);
             }
         }
         out
+    }
+
+    /// One request's outcomes for a part of change `id`: the change's result once every part
+    /// is answered.
+    fn finish_part(
+        &mut self,
+        id: u64,
+        results: &[Outcome],
+    ) -> Option<(Token, Result<(), Failure>)> {
+        let p = self.pending.get_mut(&id)?;
+        for o in results {
+            if *o != Outcome::Applied && !p.not_applied.contains(o) {
+                p.not_applied.push(*o);
+            }
+        }
+        p.parts_left = p.parts_left.saturating_sub(1);
+        if p.parts_left > 0 {
+            return None;
+        }
+        let results = std::mem::take(&mut p.not_applied);
+        self.finish(id, &results)
     }
 
     /// UE addresses this endpoint's sessions hold.
@@ -410,16 +447,19 @@ impl Sessions for Cluster {
             entries.push((ue, keep.then_some(e)));
         }
         let id = self.id_base.wrapping_add(token.0);
-        if updates.is_empty() {
+        let pending = Pending {
+            entries,
+            updates,
+            parts_left: 0,
+            not_applied: Vec::new(),
+        };
+        if pending.updates.is_empty() {
             // Nothing the FIB holds changes (an uplink waiting for its downlink, say).
-            self.pending.insert(id, Pending { entries, updates });
+            self.pending.insert(id, pending);
             self.finish(id, &[]);
             return Ok(Applied::Done);
         }
-        if updates.len() > self.max_batch {
-            return Err(Failure::System);
-        }
-        self.pending.insert(id, Pending { entries, updates });
+        self.pending.insert(id, pending);
         self.queued.push(id);
         Ok(Applied::Pending)
     }
@@ -831,6 +871,104 @@ mod tests {
         }
         c.flush();
         assert_eq!(c.outbox.len(), 3);
+    }
+
+    #[test]
+    fn a_change_larger_than_a_request_spans_several() {
+        // The release of an association with more sessions than one request holds was refused
+        // (System failure) before; now its updates go in several requests, answered when all are.
+        let mut c = Cluster::new(&spec(), ran(), 0);
+        c.max_batch = 2;
+        let est: Vec<FibChange> = (1..=5u8)
+            .map(|i| FibChange::SetDownlink {
+                ue: IpAddr::V4(Ipv4Addr::new(100, 64, 7, i)),
+                teid: 0x200 + u32::from(i),
+                peer: Ipv4Addr::new(10, 2, 1, 2),
+                node: 1,
+            })
+            .collect();
+        let one = [FibChange::SetDownlink {
+            ue: IpAddr::V4(Ipv4Addr::new(100, 64, 7, 9)),
+            teid: 0x209,
+            peer: Ipv4Addr::new(10, 2, 1, 2),
+            node: 1,
+        }];
+        assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
+        assert_eq!(c.apply(Token(2), &one), Ok(Applied::Pending));
+        c.flush();
+        // 5 updates in parts of 2, 2, 1; the next change's one update shares the last request.
+        let reqs = std::mem::take(&mut c.outbox);
+        let sizes: Vec<usize> = reqs.iter().map(|r| decode(&c, r).len()).collect();
+        assert_eq!(sizes, [2, 2, 2]);
+        let ids: Vec<u64> = reqs
+            .iter()
+            .map(|r| {
+                sb_control::wire::decode(&c.key, c.cluster_id, r)
+                    .unwrap()
+                    .0
+                    .msg_id
+            })
+            .collect();
+        let mut ues: Vec<IpAddr> = Vec::new();
+        for r in &reqs {
+            for u in decode(&c, r) {
+                let t = Tunnel::from_entry(&u.key.clone().try_into().unwrap(), &u.value);
+                ues.push(t.ue);
+            }
+        }
+        let mut want: Vec<IpAddr> = est
+            .iter()
+            .map(|c| match c {
+                FibChange::SetDownlink { ue, .. } => *ue,
+                _ => unreachable!(),
+            })
+            .collect();
+        want.push(IpAddr::V4(Ipv4Addr::new(100, 64, 7, 9)));
+        assert_eq!(ues, want, "every update once, in order");
+        // Parts answered out of order: the change completes with its last part.
+        assert!(c.finish_batch(ids[1], &[Outcome::Applied; 2]).is_empty());
+        assert!(c.finish_batch(ids[0], &[Outcome::Applied; 2]).is_empty());
+        assert_eq!(
+            c.ues(),
+            0,
+            "nothing installed before every part is answered"
+        );
+        assert_eq!(
+            c.finish_batch(ids[2], &[Outcome::Applied; 2]),
+            vec![(Token(1), Ok(())), (Token(2), Ok(()))]
+        );
+        assert_eq!(c.ues(), 6);
+
+        // One part refused: the change fails (and installs nothing), whatever the others say.
+        let del: Vec<FibChange> = (1..=5u8)
+            .map(|i| FibChange::RemoveDownlink {
+                ue: IpAddr::V4(Ipv4Addr::new(100, 64, 7, i)),
+                node: 1,
+            })
+            .collect();
+        assert_eq!(c.apply(Token(3), &del), Ok(Applied::Pending));
+        c.flush();
+        let reqs = std::mem::take(&mut c.outbox);
+        assert_eq!(reqs.len(), 3);
+        let ids: Vec<u64> = reqs
+            .iter()
+            .map(|r| {
+                sb_control::wire::decode(&c.key, c.cluster_id, r)
+                    .unwrap()
+                    .0
+                    .msg_id
+            })
+            .collect();
+        assert!(c.finish_batch(ids[0], &[Outcome::Applied; 2]).is_empty());
+        assert!(c
+            .finish_batch(ids[1], &[Outcome::Applied, Outcome::Busy])
+            .is_empty());
+        assert_eq!(
+            c.finish_batch(ids[2], &[Outcome::Applied]),
+            vec![(Token(3), Err(Failure::NoResources))]
+        );
+        assert_eq!(c.ues(), 6);
+        assert!(c.pending.is_empty());
     }
 
     #[test]

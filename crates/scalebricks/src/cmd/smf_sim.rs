@@ -11,7 +11,8 @@
 //! address). Prints one JSON object: `sessions`, `established`, `seconds`, `sessions_per_s`,
 //! `latency_ms` (`p50`, `p99`, `max`: request to response, retransmissions included),
 //! `failures` by cause, `timeouts`, `retransmissions`, `per_node` (established through each
-//! node, and handled by each). `--dump FILE` writes every established session (UE, TEIDs,
+//! node, and handled by each), `cpu_seconds` (`user`, `system`: the generator's own, from
+//! `/proc/self/stat`, association included). `--dump FILE` writes every established session (UE, TEIDs,
 //! SEIDs, handling node) as JSON for cross-checks.
 //!
 //! UE addresses are `--ue-base` + i (default 20.0.0.0: outside the default pool of
@@ -121,11 +122,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Associations, one per node asked.
     let mut buf = vec![0u8; 65536];
     for (k, &n) in to.iter().enumerate() {
-        let seq = 0x00ff_ff00 + k as u32;
-        let req = sb_pfcp::smf::association_setup(seq, a.smf, recovery).to_bytes()?;
         let t0 = Instant::now();
         let mut answered = false;
-        while !answered && t0.elapsed() < Duration::from_secs(5) {
+        // A node still releasing our previous association's sessions (replicated from the
+        // node asked before it) answers PFCP entity in congestion: ask again, a new sequence
+        // number each time (a retransmission of the same one gets the same answer).
+        let mut attempt = 0u32;
+        while !answered && t0.elapsed() < Duration::from_secs(30) {
+            let seq = 0x00ff_0000 + ((attempt & 0xff) << 8) + (k as u32 & 0xff);
+            let req = sb_pfcp::smf::association_setup(seq, a.smf, recovery).to_bytes()?;
             sock.send_to(&req, targets[n])?;
             let until = Instant::now() + RESEND;
             while Instant::now() < until {
@@ -139,6 +144,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                                 if r.cause == Cause::REQUEST_ACCEPTED =>
                             {
                                 answered = true;
+                                break;
+                            }
+                            Body::AssociationSetupResponse(r)
+                                if r.cause == Cause::PFCP_ENTITY_IN_CONGESTION =>
+                            {
+                                attempt += 1;
+                                std::thread::sleep(Duration::from_millis(100));
                                 break;
                             }
                             b => bail!("node {n} refused the association: {b:?}"),
@@ -334,6 +346,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         std::fs::write(p, serde_json::to_vec(&dump)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    let (user, system) = own_cpu_seconds();
     let v = json!({
         "sessions": a.sessions,
         "established": established,
@@ -345,6 +358,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "retransmissions": retransmissions,
         "window_per_node": a.window,
         "per_node": (0..targets.len()).map(|n| json!({"node": n, "through": through[n], "handled": handled[n]})).collect::<Vec<_>>(),
+        "cpu_seconds": {"user": user, "system": system},
     });
     println!(
         "{}",
@@ -358,4 +372,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// This process's user and system CPU seconds so far (zeros if /proc cannot say): fields 14
+/// and 15 of `/proc/self/stat`, in USER_HZ (100 on x86 and ARM Linux).
+fn own_cpu_seconds() -> (f64, f64) {
+    let Ok(s) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0.0, 0.0);
+    };
+    let f: Vec<&str> = s
+        .rsplit_once(')')
+        .map(|r| r.1.split_whitespace().collect())
+        .unwrap_or_default();
+    let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
+    (t(11), t(12))
 }
