@@ -282,6 +282,13 @@ impl<B: Backend> pb::operator_server::Operator for Service<B> {
                     .backend
                     .handling_node(ue)
                     .ok_or_else(|| Status::unavailable("this node has no GPT yet"))?;
+                if handler as usize >= self.cfg.peers.len() {
+                    // The GPT answers something for every key; for a key it does not hold that
+                    // may be a value no node has.
+                    return Err(Status::not_found(format!(
+                        "{ue}: not a flow of this cluster (the GPT names node {handler}, which does not exist)"
+                    )));
+                }
                 if handler != me && !req.forwarded {
                     let mut c = self.peer(handler).await?;
                     let r = c
