@@ -128,10 +128,13 @@ struct Cluster {
     backends: Vec<Arc<Fake>>,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// Node 2's port: bound and listening, never accepting (dropping it would free the port
+    /// for another test's server, which would answer).
+    _dead: TcpListener,
 }
 
 impl Cluster {
-    /// Two serving nodes, and a third address in the peer list where nothing listens.
+    /// Two serving nodes, and a third address in the peer list where nothing answers.
     fn start() -> Cluster {
         let listeners: Vec<TcpListener> = (0..2)
             .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
@@ -140,7 +143,6 @@ impl Cluster {
         let mut addrs: Vec<SocketAddr> =
             listeners.iter().map(|l| l.local_addr().unwrap()).collect();
         addrs.push(dead.local_addr().unwrap());
-        drop(dead);
         let stop = Arc::new(AtomicBool::new(false));
         let mut backends = Vec::new();
         let mut threads = Vec::new();
@@ -164,6 +166,7 @@ impl Cluster {
             backends,
             stop,
             threads,
+            _dead: dead,
         }
     }
 }
