@@ -176,6 +176,10 @@ pub type Nanos = u64;
 /// Bytes of a piece chunk's data at most.
 pub const CHUNK_BYTES: usize = wire::MAX_DATAGRAM - wire::OVERHEAD - 20;
 
+/// The largest GPT piece a node assembles from chunks (a peer's claim above it is dropped before
+/// anything is allocated: a piece of a GPT of a billion keys is under 1 GiB).
+pub const MAX_PIECE_BYTES: usize = 1 << 30;
+
 /// Who a datagram comes from or goes to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Peer {

@@ -4,7 +4,7 @@ use crate::record::{self, Record};
 use crate::wire::{self, Body, FibItem, Header, Kind};
 use crate::{
     ClusterSpec, ControlError, Event, Flow, Nanos, NodeId, Op, Outcome, OwnerStatus, Peer, Status,
-    Update, CHUNK_BYTES,
+    Update, CHUNK_BYTES, MAX_PIECE_BYTES,
 };
 use sb_setsep::{Delta, Piece, SetSep, Updatable};
 use std::collections::hash_map::DefaultHasher;
@@ -1557,8 +1557,13 @@ impl Node {
         let now = self.now;
         let total = total_len as usize;
         // Chunks of ceil(total / count) bytes, the last one shorter, none empty.
+        // The sizes come from a peer: bounded before anything is allocated for them (a piece of
+        // a GPT of a billion keys is under 1 GiB), and the index within the count.
+        if total == 0 || total > MAX_PIECE_BYTES || count == 0 || index >= count {
+            return self.drop_msg("bad_chunk");
+        }
         let chunk = total.div_ceil(count as usize);
-        if total == 0 || chunk > CHUNK_BYTES || total.div_ceil(chunk) != count as usize {
+        if chunk > CHUNK_BYTES || total.div_ceil(chunk) != count as usize {
             return self.drop_msg("bad_chunk");
         }
         let start = index as usize * chunk;

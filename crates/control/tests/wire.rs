@@ -79,3 +79,16 @@ fn a_bad_spec_or_flow_is_refused() {
     assert!(Node::new(fuzzing::spec(), 0, vec![bad], Vec::new(), 0, 1).is_err());
     assert!(Node::new(fuzzing::spec(), 0, Vec::new(), vec![vec![99]], 0, 1).is_err());
 }
+
+/// A fuzzer find: an authenticated piece chunk claiming a huge piece (and so billions of
+/// chunks) made the node allocate for all of them and run out of memory; an index past the
+/// count would have indexed out of bounds. Both are dropped now, before any allocation.
+#[test]
+fn a_chunk_claiming_a_huge_piece_is_dropped() {
+    let artifact = [
+        72u8, 169, 169, 169, 169, 169, 169, 169, 254, 163, 254, 254, 135, 135, 135, 254, 135, 135,
+        255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 58, 255, 255, 255, 255, 255,
+        255, 48, 254, 254,
+    ];
+    fuzzing::handle(&artifact);
+}
