@@ -537,8 +537,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         opts.prepare = Some(&prepare);
     }
     opts.abort_after_node = abort_after_node;
-    // Building a node's FIB from its table file takes about a second per million entries here.
-    opts.ready_timeout = Duration::from_secs(30 + (tunnels.len() / 200_000) as u64);
+    // A node waits up to 60 s + 1 s per 100K flows for its GPT and FIB slice (construction and
+    // distribution, `sb_node::run`); the cluster waits longer, so that a node that gives up says
+    // why itself. An 8-node 10M-flow construction takes minutes on 2 cores.
+    opts.ready_timeout = Duration::from_secs(90 + (tunnels.len() / 100_000) as u64);
     let d = sb_topology::up(&opts)?;
     if engine {
         println!(
