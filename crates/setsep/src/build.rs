@@ -58,8 +58,8 @@ impl Piece {
         self.build_id
     }
 
-    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE5` (`SBPIECE4`
-    /// pieces searched the 16-bit hash family of format version 4), index bits, array bits,
+    /// The piece in a binary form for sending to the other nodes: magic `SBPIECE6` (`SBPIECE5`
+    /// and `SBPIECE4` pieces searched the hash families of format versions 5 and 4), index bits, array bits,
     /// value bits, a zero byte, seed, build id, total blocks, range start, range end, keys,
     /// fallback entries (u64 each), choices, groups, fallback entries, XXH3-64 of all before.
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -168,7 +168,7 @@ impl Piece {
     }
 }
 
-const PIECE_MAGIC: &[u8; 8] = b"SBPIECE5";
+const PIECE_MAGIC: &[u8; 8] = b"SBPIECE6";
 const PIECE_HEADER: usize = 8 + 4 + 7 * 8;
 
 /// One input chunk's keys sorted by block, and each block's start offset.

@@ -1,5 +1,5 @@
-//! The binary format (version 5; version 4 searched the 16-bit hash family `a + i * b (mod 2^16)`,
-//! version 3 had no build id or sequence number, version 2 hashed keys with the first
+//! The binary format (version 6; version 5 searched the family of `layout::position` with any
+//! odd 32-bit slope, version 4 the 16-bit hash family `a + i * b (mod 2^16)`, version 3 had no build id or sequence number, version 2 hashed keys with the first
 //! multiply-fold hash, which crafted keys could collapse, version 1 with XXH3-128), its
 //! validating and trusted loaders, and the zero-copy view. A group record's indexes mean hash
 //! functions of the family of `layout::position`; a table of another version answers wrong under
@@ -38,7 +38,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 const MAGIC: &[u8; 8] = b"SBSETSEP";
 const HEADER: usize = 72;
 const CHECKSUM: usize = 8;

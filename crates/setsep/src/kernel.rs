@@ -294,7 +294,7 @@ pub fn bench_search(cfg: Config, kernel: Kernel, n: usize, vbits: u32, groups: u
             s = w;
             keys.push(GKey {
                 a: r as u16,
-                b: (r >> 32) as u32 | 1,
+                b: crate::layout::slope((r >> 32) as u32),
                 v: (w as u16) & ((1u32 << vbits) - 1) as u16,
             });
         }
@@ -326,7 +326,7 @@ mod tests {
                 let r = next();
                 GKey {
                     a: r as u16,
-                    b: (r >> 32) as u32 | 1,
+                    b: crate::layout::slope((r >> 32) as u32),
                     v: (next() as u16) & ((1u32 << vbits) - 1) as u16,
                 }
             })

@@ -3,9 +3,11 @@
 //! Candidate `i` puts key `k` at the top bits of `(a_k << 16) + i * b_k (mod 2^32)` (see
 //! `layout::position`). Only the upper 16 bits of that sum matter, and with `a_k`'s low half
 //! zero they are `h = a_k + i * bh_k + mulhi(i, bl_k) (mod 2^16)` exactly, where `bh_k`, `bl_k`
-//! are the halves of `b_k` and `mulhi` the upper half of a 16x16-bit product (`vpmulhuw`). Lane
-//! `l` of chunk `c` has `i = 16c + l`: it keeps `a_k + i * bh_k` (stepping adds `16 * bh_k`) and
-//! adds `mulhi(i, bl_k)` for the chunk. The bit-array position is the top 3 (or 4) bits of `h`,
+//! are the halves of `b_k` and `mulhi` the upper half of a 16x16-bit product. The slope is
+//! `b_k = s_k * 2^12` (`layout::slope`), so `16 * bl_k` is a multiple of 2^16 and moving a lane
+//! 16 candidates on adds exactly `16 * bh_k + (s_k mod 16) = s_k (mod 2^16)`: lane `l` starts at
+//! candidate `l` (one `vpmullw` and one `vpmulhuw` per key and search) and each chunk of 16
+//! candidates costs one add per key. The bit-array position is the top 3 (or 4) bits of `h`,
 //! turned into a one-hot mask with `vpshufb` and OR-ed into the key's value class. A value bit is
 //! separated in a lane when the OR of the classes with that bit 0 and the OR of the classes with
 //! that bit 1 share no position. Returns exactly what the scalar kernel returns.
@@ -57,15 +59,13 @@ fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16])
     // Only the first n entries are ever written and read (no 2 KB zeroing per call).
     let mut hs = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     let mut st = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
-    let mut bl = [const { MaybeUninit::<__m256i>::uninit() }; MAXK];
     for k in 0..n {
-        let bh = (b[k] >> 16) as u16;
-        hs[k].write(_mm256_add_epi16(
-            _mm256_set1_epi16(a[k] as i16),
-            _mm256_mullo_epi16(lane, _mm256_set1_epi16(bh as i16)),
-        ));
-        st[k].write(_mm256_set1_epi16(bh.wrapping_mul(16) as i16));
-        bl[k].write(_mm256_set1_epi16(b[k] as u16 as i16));
+        debug_assert_eq!(b[k] & 0xfff, 0, "not a slope of layout::slope");
+        let bh = _mm256_set1_epi16((b[k] >> 16) as u16 as i16);
+        let bl = _mm256_set1_epi16(b[k] as u16 as i16);
+        let h = _mm256_add_epi16(_mm256_mullo_epi16(lane, bh), _mm256_mulhi_epu16(lane, bl));
+        hs[k].write(_mm256_add_epi16(_mm256_set1_epi16(a[k] as i16), h));
+        st[k].write(_mm256_set1_epi16((b[k] >> 12) as u16 as i16));
     }
     // One-hot tables for vpshufb: position p (low 4 bits of each byte) -> 1 << p.
     #[rustfmt::skip]
@@ -130,12 +130,6 @@ fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16])
     };
     let mut found = 0u16;
     let mut c = 0u32;
-    // The candidate indexes of the pass's chunks.
-    let mut idx = [zero; UNROLL];
-    for (u, x) in idx.iter_mut().enumerate() {
-        *x = _mm256_add_epi16(lane, _mm256_set1_epi16(16 * u as i16));
-    }
-    let pass_step = _mm256_set1_epi16(16 * UNROLL as i16);
     while c < nchunks {
         let mut s = 0usize;
         for ci in 0..ncls {
@@ -144,16 +138,9 @@ fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16])
             let mut acc_hi = [zero; UNROLL];
             for k in s..e {
                 // SAFETY: k < e <= n and entries 0..n were written above.
-                let (mut h, step, lo) = unsafe {
-                    (
-                        hs[k].assume_init(),
-                        st[k].assume_init(),
-                        bl[k].assume_init(),
-                    )
-                };
+                let (mut h, step) = unsafe { (hs[k].assume_init(), st[k].assume_init()) };
                 for u in 0..UNROLL {
-                    let t = _mm256_add_epi16(h, mulhi(idx[u], lo));
-                    (acc[u], acc_hi[u]) = onehot(acc[u], acc_hi[u], t);
+                    (acc[u], acc_hi[u]) = onehot(acc[u], acc_hi[u], h);
                     h = _mm256_add_epi16(h, step);
                 }
                 hs[k].write(h);
@@ -194,30 +181,7 @@ fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16])
         if found == want {
             break;
         }
-        for x in idx.iter_mut() {
-            *x = _mm256_add_epi16(*x, pass_step);
-        }
         c += UNROLL as u32;
     }
     found
-}
-
-/// `_mm256_mulhi_epu16` (`vpmulhuw`) kept as one instruction: given the intrinsic, the optimizer
-/// widens these 16-bit products to 32 bits (two multiplies, a pack and a permute per vector).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn mulhi(a: __m256i, b: __m256i) -> __m256i {
-    let o: __m256i;
-    // SAFETY: one AVX2 instruction (the caller's target feature) on registers only.
-    unsafe {
-        core::arch::asm!(
-            "vpmulhuw {o}, {a}, {b}",
-            a = in(ymm_reg) a,
-            b = in(ymm_reg) b,
-            o = lateout(ymm_reg) o,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    o
 }

@@ -36,25 +36,36 @@ pub fn locate(h: KeyHash, n_blocks: u64) -> (u64, usize) {
 }
 
 /// The two base hashes `(a, b)` of the key's hash family `h_i = (a << 16) + i * b (mod 2^32)`
-/// (see [`position`]): bits 0-15 and 32-63 of the hash's second word (`KeyHash::hi`;
-/// `KeyHash::lo` picks the block and the bucket), `b` made odd so that it is never 0. No extra
-/// hashing: both are bits the key's 128-bit hash already has.
+/// (see [`position`]): `a` is bits 0-15 of the hash's second word (`KeyHash::hi`; `KeyHash::lo`
+/// picks the block and the bucket), `b` is [`slope`] of bits 32-51. No extra hashing: both are
+/// bits the key's 128-bit hash already has.
 #[inline(always)]
 pub fn family(h: KeyHash) -> (u16, u32) {
-    (h.hi as u16, (h.hi >> 32) as u32 | 1)
+    (h.hi as u16, slope((h.hi >> 32) as u32))
+}
+
+/// The slope of a key's hash family from 20 bits of its hash (the low 20 of `bits`; the rest
+/// are ignored): those bits made odd, times `2^12`. 2^19 distinct slopes, and the low 12 bits of
+/// every slope are zero, which is what lets the AVX2 kernel step 16 candidates with one 16-bit
+/// add (see `kernel_avx2`).
+#[inline(always)]
+pub fn slope(bits: u32) -> u32 {
+    (bits | 1) << 12
 }
 
 /// Position (in the bit array of `1 << array_log` bits) that hash function `idx` gives a key
 /// with base hashes `(a, b)`: the top `array_log` bits of `(a << 16) + idx * b (mod 2^32)`.
 ///
-/// A 32-bit family (that of the Ludo repository's SetSep, `h1 + i * h2`, with `h1`'s low half
-/// zero) searched over at most 2^16 indexes: the top bits depend on all 32 bits of `b` through
-/// the carries, so two keys' positions stay unrelated over the whole search. The 16-bit family
-/// `a + i * b (mod 2^16)` of format version 4 had only 2^15 slopes, and pairs of keys whose
-/// slopes agree in their low bits move in lockstep: 3% of 20-key groups had no separating index
-/// among 65,535 (fresh random positions: 0.05%; see the test in `kernel`). `h1`'s low half is
-/// zero so that the AVX2 kernel computes the top half exactly in 16-bit lanes, 16 candidates per
-/// vector (see `kernel_avx2`); a nonzero low half would only add a carry of 0 or 1 to it.
+/// With `b = s * 2^12` ([`slope`], `s` odd, 20 bits) the top bits are those of
+/// `(a << 4) + idx * s (mod 2^20)`: a linear family over 20 bits searched over at most 2^16
+/// indexes, so the top bits depend on all 20 bits of `s` through the carries and two keys'
+/// positions stay unrelated over the whole search (the Ludo repository's SetSep uses the 32-bit
+/// `h1 + i * h2`). The 16-bit family `a + i * b (mod 2^16)` of format version 4 had only 2^15
+/// slopes, and pairs of keys whose slopes agree in their low bits move in lockstep: 3% of 20-key
+/// groups had no separating index among 65,535 (fresh random positions: 0.05%; this family
+/// about as few as fresh positions, see the test in `kernel`). Format version 5 used a full
+/// 32-bit odd `b`: as good a family, but the AVX2 kernel needed a 16-bit multiply per key and
+/// 16 candidates to follow the low half's carries; this one costs one add (`kernel_avx2`).
 #[inline(always)]
 pub fn position(a: u16, b: u32, idx: u16, array_log: u32) -> u32 {
     ((a as u32) << 16).wrapping_add((idx as u32).wrapping_mul(b)) >> (32 - array_log)

@@ -11,10 +11,10 @@
 //! balancer over several randomized runs per block). For each group (about 16 keys) and each value
 //! bit, a brute-force search found a hash index `i` (x bits) and a bit array (y bits) such that
 //! bit `((a << 16) + i*b) mod 2^32 >> (32 - log2 y)` of the array is that value bit for every key
-//! of the group (`a`, 16 bits, and `b`, 32 bits, are base hashes of the key: bits of its 128-bit
-//! hash). With 16-bit indexes a block in which a group's search fails is balanced again (other
-//! randomized runs, up to 3 more times); groups whose search still fails keep their keys' hashes
-//! in a small sorted fallback table.
+//! of the group (`a`, 16 bits, and `b`, an odd 20-bit slope times 2^12, are base hashes of the
+//! key: bits of its 128-bit hash; see `layout::position`). With 16-bit indexes a block in which a
+//! group's search fails is balanced again (other randomized runs, up to 3 more times); groups
+//! whose search still fails keep their keys' hashes in a small sorted fallback table.
 //!
 //! ```
 //! use sb_setsep::{BuildOptions, SetSep};
@@ -54,14 +54,15 @@
 //! (Measured at 1M and 16M random 13-byte keys on one core of an AMD EPYC (Zen 3) shared with
 //! other jobs; build rates are per CPU-second. `cargo bench -p sb-setsep --bench setsep -- N V
 //! CONFIG BATCH all` prints them. The 8+16 fallback shares were measured with the 16-bit hash
-//! family of format version 4; with this one, one build at 1M keys gave 1.12% and 2.17%.)
+//! family of format version 4; with version 6's, one build at 1M keys gave 1.09% and 2.07%.)
 //!
-//! 16+8 fallback: with the 32-bit hash family above (format version 5) and the re-balance of a
-//! block with a failed group, 0 fallback keys in each of 10 builds (10 seeds) at 1M, 4M and 16M
-//! random 13-byte keys with 1- and 2-bit values (`tests/no_fallback.rs`); the 16-bit family
-//! `a + i*b (mod 2^16)` of version 4 left 15 to 250 keys per build at 1M and 4M keys, 3% of
-//! 20-key groups finding no index among 65,535 (the family alone, without the re-balance: 0 in
-//! 40 builds at 1M and 4M, 1 failed group in 2 of 10 builds at 16M with 2-bit values).
+//! 16+8 fallback: with the hash family above (format version 6) and the re-balance of a block
+//! with a failed group, 0 fallback keys in 59 of 60 builds (10 seeds each at 1M, 4M and 16M random
+//! 13-byte keys with 1- and 2-bit values; one 4M 1-bit build had 16, `tests/no_fallback.rs`); the
+//! 16-bit family `a + i*b (mod 2^16)` of version 4 left 15 to 250 keys per build at 1M and 4M
+//! keys, 3% of 20-key groups finding no index among 65,535. Version 5's family (any odd 32-bit
+//! slope) had none either but a slower AVX2 search; version 6 searches as fast as version 4
+//! (`docs/bench/gpt.md`).
 //!
 //! Lookup: one hash of the key ([`sb_common::hash128`]), then two dependent memory reads: the block's choice
 //! byte, then the group record (`3 * value_bits` bytes for 16+8). [`SetSep::lookup_batch`] runs

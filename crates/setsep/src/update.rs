@@ -42,8 +42,9 @@ pub struct Delta {
 }
 
 const DELTA_MAGIC: &[u8; 2] = b"SD";
-/// 5: group records index the 32-bit hash family of `layout::position` (4: the 16-bit one).
-const DELTA_VERSION: u8 = 5;
+/// 6: group records index the hash family of `layout::position` with the 20-bit slopes of
+/// `layout::slope` (5: any odd 32-bit slope; 4: the 16-bit family).
+const DELTA_VERSION: u8 = 6;
 
 fn put_varint(out: &mut Vec<u8>, mut x: u64) {
     loop {

@@ -155,17 +155,13 @@ fn fuzz_regressions() {
 }
 
 #[test]
-fn images_pieces_and_deltas_of_the_16_bit_hash_family_are_refused() {
-    // Format version 4, `SBPIECE4` pieces and version-4 deltas index the 16-bit hash family
-    // `a + i*b (mod 2^16)`: read under the 32-bit one they would answer wrong.
+fn images_pieces_and_deltas_of_earlier_hash_families_are_refused() {
+    // Format versions 4 and 5, `SBPIECE4`/`SBPIECE5` pieces and version-4/5 deltas index the
+    // 16-bit hash family `a + i*b (mod 2^16)` and the family with any odd 32-bit slope: read
+    // under today's 20-bit slopes they would answer wrong.
     let (t, keys, values) = small_table(2, 3000, Config::C16_8);
-    let mut b = t.to_bytes();
-    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 5);
-    b[8] = 4;
-    assert!(matches!(
-        SetSep::from_bytes(&b).unwrap_err(),
-        LoadError::UnsupportedVersion(4)
-    ));
+    let b = t.to_bytes();
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 6);
     let kr = refs(&keys);
     let opts = BuildOptions {
         value_bits: 2,
@@ -174,25 +170,35 @@ fn images_pieces_and_deltas_of_the_16_bit_hash_family_are_refused() {
         ..BuildOptions::default()
     };
     let total = sb_setsep::num_blocks(kr.len() as u64);
-    let mut p = SetSep::build_blocks(&kr, &values, 0..total, total, &opts)
+    let p = SetSep::build_blocks(&kr, &values, 0..total, total, &opts)
         .unwrap()
         .to_bytes();
-    assert_eq!(&p[..8], b"SBPIECE5");
-    p[7] = b'4';
-    assert!(matches!(
-        sb_setsep::Piece::from_bytes(&p).unwrap_err(),
-        LoadError::BadMagic
-    ));
+    assert_eq!(&p[..8], b"SBPIECE6");
     let mut up = sb_setsep::Updatable::build(&kr, &values, &opts).unwrap();
-    let mut d = up.insert(kr[0], values[0] ^ 1).unwrap().to_bytes();
-    assert_eq!(&d[..3], b"SD\x05");
-    d[2] = 4;
-    // With its checksum fixed up, as a sender of the old version would have made it.
-    let n = d.len() - 4;
-    let sum = xxhash_rust::xxh3::xxh3_64(&d[..n]).max(1) as u32;
-    d[n..].copy_from_slice(&sum.to_le_bytes());
-    assert!(matches!(
-        sb_setsep::Delta::from_bytes(&d).unwrap_err(),
-        sb_setsep::DeltaError::Malformed("unsupported version")
-    ));
+    let d = up.insert(kr[0], values[0] ^ 1).unwrap().to_bytes();
+    assert_eq!(&d[..3], b"SD\x06");
+    for old in [4u8, 5] {
+        let mut b = b.clone();
+        b[8] = old;
+        assert!(matches!(
+            SetSep::from_bytes(&b).unwrap_err(),
+            LoadError::UnsupportedVersion(v) if v == old as u32
+        ));
+        let mut p = p.clone();
+        p[7] = b'0' + old;
+        assert!(matches!(
+            sb_setsep::Piece::from_bytes(&p).unwrap_err(),
+            LoadError::BadMagic
+        ));
+        let mut d = d.clone();
+        d[2] = old;
+        // With its checksum fixed up, as a sender of the old version would have made it.
+        let n = d.len() - 4;
+        let sum = xxhash_rust::xxh3::xxh3_64(&d[..n]).max(1) as u32;
+        d[n..].copy_from_slice(&sum.to_le_bytes());
+        assert!(matches!(
+            sb_setsep::Delta::from_bytes(&d).unwrap_err(),
+            sb_setsep::DeltaError::Malformed("unsupported version")
+        ));
+    }
 }
