@@ -66,7 +66,7 @@ fn rss(pid: u64) -> Result<u64> {
 }
 
 /// User and system CPU seconds of process `pid` so far (all its threads).
-fn cpu(pid: &str) -> Result<(f64, f64)> {
+pub(crate) fn cpu(pid: &str) -> Result<(f64, f64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("/proc/{pid}/stat"))?;
     // The fields after the command name (which may hold spaces) in parentheses; utime and
@@ -82,7 +82,7 @@ fn cpu(pid: &str) -> Result<(f64, f64)> {
     Ok((ticks(11)? / 100.0, ticks(12)? / 100.0))
 }
 
-fn status(d: &str) -> Result<Value> {
+pub(crate) fn status(d: &str) -> Result<Value> {
     let s = scalebricks(&["cluster", "status", "--dir", d, "--json"].map(String::from))?;
     serde_json::from_str(s.trim()).context("cluster status output")
 }
@@ -108,7 +108,7 @@ fn converged(d: &str, timeout: Duration) -> Result<Value> {
     }
 }
 
-fn pids(st: &Value) -> Result<Vec<u64>> {
+pub(crate) fn pids(st: &Value) -> Result<Vec<u64>> {
     st["nodes"]
         .as_array()
         .context("status without nodes")?

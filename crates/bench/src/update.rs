@@ -14,7 +14,9 @@
 //!   node's FIB install and every node's GPT), then a paced client at 10% of that rate with one
 //!   update per request: `propagation_p50_ms` / `propagation_p99_ms` are its request-to-
 //!   acknowledgment times, an upper bound of the delta's propagation to every node (the
-//!   acknowledgment waits for every node's GPT ack).
+//!   acknowledgment waits for every node's GPT ack). `cluster.cpu` says where the burst's CPU
+//!   time went (the machine's busy and I/O-wait shares from `/proc/stat`, the node processes'
+//!   own CPU time) and names the limit: the cores when they were at least 90% busy.
 
 use anyhow::{bail, ensure, Context, Result};
 use rand::{Rng, SeedableRng};
@@ -44,7 +46,7 @@ pub struct Args {
     #[arg(long, default_value_t = 100_000)]
     cluster_flows: usize,
     /// Inserts sent to the cluster (split over one client per node).
-    #[arg(long, default_value_t = 40_000)]
+    #[arg(long, default_value_t = 200_000)]
     cluster_updates: usize,
     /// Updates of the paced propagation run.
     #[arg(long, default_value_t = 2_000)]
@@ -167,6 +169,73 @@ fn inserts_csv(
     std::fs::write(path, s).with_context(|| path.display().to_string())
 }
 
+/// The machine's CPU time so far, in seconds of all cores together, from the first line of
+/// `/proc/stat`: `(busy, iowait, softirq, idle)`, busy counting user, nice, system, irq, softirq
+/// and steal.
+fn machine_cpu() -> Result<[f64; 4]> {
+    let s = std::fs::read_to_string("/proc/stat").context("/proc/stat")?;
+    let f: Vec<f64> = s
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("cpu "))
+        .context("/proc/stat without a cpu line")?
+        .split_whitespace()
+        .map(|x| x.parse::<f64>().map(|t| t / 100.0)) // USER_HZ, as in pfcp::cpu
+        .collect::<Result<_, _>>()?;
+    ensure!(f.len() >= 8, "short cpu line in /proc/stat");
+    let busy = f[0] + f[1] + f[2] + f[5] + f[6] + f[7];
+    Ok([busy, f[4], f[6], f[3]])
+}
+
+/// Node processes' CPU seconds (user + system, all threads) so far.
+fn nodes_cpu(pids: &[u64]) -> Result<f64> {
+    pids.iter().try_fold(0.0, |acc, p| {
+        let (u, s) = crate::pfcp::cpu(&p.to_string())?;
+        Ok(acc + u + s)
+    })
+}
+
+/// Where the CPU time of the burst went, and whether the machine's cores were the limit.
+fn cpu_report(m0: [f64; 4], m1: [f64; 4], nodes: f64, wall: f64, acked: u64) -> Value {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let d = |i: usize| (m1[i] - m0[i]).max(0.0);
+    let (busy, iowait, softirq, idle) = (d(0), d(1), d(2), d(3));
+    let total = (busy + iowait + idle).max(1e-9);
+    let busy_share = busy / total;
+    let per = |x: f64| x * 1e6 / acked.max(1) as f64;
+    let limit = if busy_share >= 0.9 {
+        format!(
+            "cpu: the {cores} cores were {:.0}% busy during the burst ({:.1} us of CPU per \
+             update: node processes {:.1}, the rest (clients, kernel, other jobs) {:.1})",
+            busy_share * 100.0,
+            per(busy),
+            per(nodes),
+            per(busy - nodes)
+        )
+    } else {
+        format!(
+            "not the cores: {:.0}% busy, {:.0}% idle and {:.0}% waiting for I/O during the \
+             burst (the log commits' fdatasync and the acknowledgment round trips)",
+            busy_share * 100.0,
+            idle / total * 100.0,
+            iowait / total * 100.0
+        )
+    };
+    json!({
+        "seconds": wall,
+        "cores": cores,
+        "busy_share": busy_share,
+        "iowait_share": iowait / total,
+        "busy_cpu_s": busy,
+        "nodes_cpu_s": nodes,
+        "softirq_cpu_s": softirq,
+        "rest_cpu_s": (busy - nodes).max(0.0),
+        "cpu_us_per_update": per(busy),
+        "nodes_cpu_us_per_update": per(nodes),
+        "limit": limit,
+    })
+}
+
 fn cluster(a: &Args) -> Result<Value> {
     ensure!(sb_io::netns::is_root(), "bench update --cluster needs root");
     let tmp = tempfile::tempdir()?;
@@ -205,6 +274,8 @@ fn cluster(a: &Args) -> Result<Value> {
             inserts_csv(&p, &mut fresh, per, a.nodes)?;
             files.push(p);
         }
+        let pids = crate::pfcp::pids(&crate::pfcp::status(&d)?)?;
+        let (m0, n0) = (machine_cpu()?, nodes_cpu(&pids)?);
         let t0 = Instant::now();
         let outs: Vec<Result<String>> = std::thread::scope(|sc| {
             let hs: Vec<_> = files
@@ -228,6 +299,7 @@ fn cluster(a: &Args) -> Result<Value> {
                 .collect()
         });
         let wall = t0.elapsed().as_secs_f64();
+        let (m1, n1) = (machine_cpu()?, nodes_cpu(&pids)?);
         let mut acked = 0u64;
         let mut slowest = 0f64;
         for o in outs {
@@ -236,6 +308,7 @@ fn cluster(a: &Args) -> Result<Value> {
             slowest = slowest.max(v["seconds"].as_f64().unwrap_or(wall));
         }
         let cluster_kops = acked as f64 / slowest / 1e3;
+        let cpu = cpu_report(m0, m1, n1 - n0, wall, acked);
         // Propagation at 10% of that rate, one update per request.
         let p = tmp.path().join("paced.csv");
         inserts_csv(&p, &mut fresh, a.paced_updates, a.nodes)?;
@@ -268,6 +341,7 @@ fn cluster(a: &Args) -> Result<Value> {
             "paced_updates": v["acked"],
             "propagation_p50_ms": v["ack_ms"]["p50"],
             "propagation_p99_ms": v["ack_ms"]["p99"],
+            "cpu": cpu,
         }))
     })();
     let down = scalebricks(&s(&["cluster", "down", "--dir", &d]));
@@ -313,6 +387,7 @@ pub fn run(a: Args) -> Result<()> {
         "cluster_kops": cl.as_ref().map(|c| c["cluster_kops"].clone()),
         "propagation_p50_ms": cl.as_ref().map(|c| c["propagation_p50_ms"].clone()),
         "propagation_p99_ms": cl.as_ref().map(|c| c["propagation_p99_ms"].clone()),
+        "cluster_limit": cl.as_ref().map(|c| c["cpu"]["limit"].clone()),
     });
     println!(
         "{}",
