@@ -286,6 +286,38 @@ pub struct Published {
     pub pfcp: Option<std::collections::BTreeMap<crate::metrics::PfcpKey, u64>>,
 }
 
+/// Sends every datagram the state machine has queued: to a PFCP peer through the PFCP
+/// endpoint, to a node or a client through the control socket.
+fn transmit(
+    node: &mut sb_control::Node,
+    pfcp: &mut Option<crate::pfcp::Endpoint>,
+    ctl: &ControlFile,
+    sock: &UdpSocket,
+) {
+    while let Some((peer, bytes)) = node.poll_transmit() {
+        if let Some(p) = pfcp
+            .as_mut()
+            .filter(|_| crate::pfcp::Endpoint::is_mine(&peer))
+        {
+            p.reply(&bytes);
+            continue;
+        }
+        let to = match peer {
+            Peer::Node(j) => match ctl.peers.get(j as usize) {
+                Some(a) => *a,
+                None => continue,
+            },
+            Peer::Client(a) => a,
+        };
+        if let Err(e) = sock.send_to(&bytes, to) {
+            // A peer that is down: the state machine retransmits on its timeouts.
+            if e.kind() != std::io::ErrorKind::ConnectionRefused {
+                tracing_warn(&format!("send to {to}: {e}"));
+            }
+        }
+    }
+}
+
 /// The control loop: runs until `stop` is set. The GPT slot in `dp` is filled once the state
 /// machine has assembled it.
 pub fn run(
@@ -439,31 +471,14 @@ pub fn run(
             if !appended {
                 break;
             }
+            // What is queued never waits for this commit (the state machine holds back whatever
+            // needs it until `persisted`): peers' acks, deltas and installs go out while the log
+            // syncs instead of after it.
+            transmit(&mut node, &mut pfcp, ctl, &sock);
             wal.commit()?;
             node.persisted(clock());
         }
-        while let Some((peer, bytes)) = node.poll_transmit() {
-            if let Some(p) = pfcp
-                .as_mut()
-                .filter(|_| crate::pfcp::Endpoint::is_mine(&peer))
-            {
-                p.reply(&bytes);
-                continue;
-            }
-            let to = match peer {
-                Peer::Node(j) => match ctl.peers.get(j as usize) {
-                    Some(a) => *a,
-                    None => continue,
-                },
-                Peer::Client(a) => a,
-            };
-            if let Err(e) = sock.send_to(&bytes, to) {
-                // A peer that is down: the state machine retransmits on its timeouts.
-                if e.kind() != std::io::ErrorKind::ConnectionRefused {
-                    tracing_warn(&format!("send to {to}: {e}"));
-                }
-            }
-        }
+        transmit(&mut node, &mut pfcp, ctl, &sock);
         let ready = node.ready();
         if last_pub.elapsed() >= Duration::from_millis(200) || ready != was_ready {
             was_ready = ready;
