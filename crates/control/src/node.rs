@@ -7,16 +7,16 @@ use crate::{
     Update, CHUNK_BYTES, MAX_PIECE_BYTES,
 };
 use sb_setsep::{Delta, Piece, SetSep, Updatable};
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::hash::BuildHasherDefault;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Deterministic maps (a fixed hasher: the same inputs give the same iteration order, so a
 /// simulated run is reproducible from its seed; the keys come from authenticated peers).
-type Map<K, V> = HashMap<K, V, BuildHasherDefault<DefaultHasher>>;
-type Set<K> = HashSet<K, BuildHasherDefault<DefaultHasher>>;
+/// foldhash with its fixed seed: SipHash (`DefaultHasher`) was 2% of all CPU samples of an
+/// update burst (`docs/bench/control.md`).
+type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+type Set<K> = HashSet<K, foldhash::fast::FixedState>;
 
 /// Timers and bounds of a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
