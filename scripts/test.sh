@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md gives it and .ci/run calls it:
-#   formatting, clippy with warnings denied (default and all features), every test in debug mode
+#   formatting, clippy with warnings denied (default and all features), the API docs with
+#   warnings denied, every test in debug mode
 #   (unit, property tests against HashMap oracles, CLI tests from outside, network-namespace
 #   end-to-end tests checked by tshark and scapy), loom models of the cuckoo table's and the live GPT's reader/writer
 #   protocol, a short run of every cargo-fuzz target, and the release-mode `large_` tests (16M keys;
@@ -33,6 +34,9 @@ if [ ${#features[@]} -gt 0 ]; then
     step "cargo clippy (all features: dpdk, libcuckoo, xdp; warnings denied)"
     cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 fi
+
+step "cargo doc (warnings denied: broken and private intra-doc links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 
 step "cargo test (debug)"
 cargo test --workspace "${features[@]}"

@@ -14,7 +14,7 @@
 //!   contiguously in that order, as packet headers arrive, so no structure pays a cache miss to
 //!   read a key's bytes), one key at a time ("single") and through the structure's batch API in batches of `--batch` keys
 //!   ("batched"; a structure without one loops over single lookups, and says so), repeated over
-//!   the permutation until at least [`MIN_TIMED_S`] has passed;
+//!   the permutation until at least `MIN_TIMED_S` has passed;
 //! - updates: `--updates` changes of the value of random existing keys (the same sequence for
 //!   all, the keys' bytes again contiguous in update order), for the structures that can be
 //!   updated.
@@ -25,7 +25,7 @@
 //! precomputed hashes in lookup order (what the engine calls), the two tables timed
 //! alternately, three times each, the median kept.
 //!
-//! With `--grow FROM:TO` it runs instead the growth benchmark of [`grow`]: one SetSep owner
+//! With `--grow FROM:TO` it runs instead the growth benchmark of `grow`: one SetSep owner
 //! growing by inserts from FROM to TO keys, a row per doubling (insert rate, bits/key,
 //! fallback, bytes sent to replicas per inserted key).
 //!

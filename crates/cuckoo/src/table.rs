@@ -4,7 +4,7 @@
 //! - `meta`: per bucket `mw` words, `[version, tags 0-3, (tags 4-7, pad)]`: 16 bytes for 4-slot
 //!   buckets, 32 bytes for 8-slot ones, so a bucket's metadata never straddles a cache line
 //!   (arrays are page aligned). A slot's 16-bit lane holds the key's 15-bit tag (never 0) plus
-//!   [`ALT_FLAG`] when the key sits in its alternate bucket; 0 marks an empty slot. The version
+//!   `ALT_FLAG` when the key sits in its alternate bucket; 0 marks an empty slot. The version
 //!   word holds a 48-bit sequence number and, in its top 16 bits, the bucket's *overflow counts*:
 //!   per tag class (`tag & 7`), how many keys whose primary bucket this is sit in their alternate
 //!   bucket (eight 2-bit counters; 3 sticks until the writer recounts).
@@ -211,7 +211,7 @@ pub struct Candidates {
     pub b1: usize,
     /// Alternate bucket (may equal `b1` in rare cases).
     pub b2: usize,
-    /// 15-bit tag, never 0 (a slot's tag lane adds [`ALT_FLAG`] when the key sits in `b2`).
+    /// 15-bit tag, never 0 (a slot's tag lane adds `ALT_FLAG` when the key sits in `b2`).
     pub tag: u16,
 }
 
@@ -701,7 +701,7 @@ impl Shared {
         self.stuck.store(0, Relaxed);
     }
 
-    /// The lane (tag, with [`ALT_FLAG`] if in the alternate) of slot `j` of bucket `b`.
+    /// The lane (tag, with `ALT_FLAG` if in the alternate) of slot `j` of bucket `b`.
     fn tag_at(&self, b: usize, j: usize) -> u16 {
         (self.tag_word(b, j / 4).load(Relaxed) >> ((j % 4) * 16)) as u16
     }
