@@ -137,7 +137,8 @@ fn run<const Y16: bool>(limit: u32, g: &Classes, want: u16, out: &mut [u16; 16])
             let mut acc = [zero; UNROLL];
             let mut acc_hi = [zero; UNROLL];
             for k in s..e {
-                // SAFETY: k < e <= n and entries 0..n were written above.
+                // SAFETY: k < e <= n, and entries 0..n of `hs` and `st` were written in the setup
+                // loop above.
                 let (mut h, step) = unsafe { (hs[k].assume_init(), st[k].assume_init()) };
                 for u in 0..UNROLL {
                     (acc[u], acc_hi[u]) = onehot(acc[u], acc_hi[u], h);
