@@ -91,7 +91,13 @@
 //! Owners retransmit whatever is unacknowledged (deltas, FIB operations, pieces, forwards) on a
 //! timeout that doubles from [`Tuning::rto`] up to [`Tuning::rto_max`]; the streams retry for as
 //! long as it takes, a forward gives up after [`Tuning::forward_tries`] tries (its updates then
-//! get [`Outcome::Timeout`]).
+//! get [`Outcome::Timeout`]). The first timeout of a delta or FIB stream, and of a forward, is
+//! not fixed: it follows the round trips measured on it (RFC 6298's `srtt + 4 rttvar`, never
+//! below [`Tuning::rto`]; Karn's rule: nothing sent twice is timed), and a forward that timed out
+//! with no measurement to explain it lengthens the next forwards' timeout. A forward's round
+//! trip includes its wait in the owner's queue, which under a burst is tens of milliseconds: with
+//! a fixed 20 ms every node resent about 500 forwards per second of burst, each decoded and
+//! dropped again by its owner (`docs/bench/control.md`).
 //!
 //! # Wire format (protocol version 1)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose

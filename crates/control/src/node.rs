@@ -96,6 +96,42 @@ impl Phase {
     }
 }
 
+/// A smoothed round-trip time and its variation (RFC 6298's estimator): the retransmission
+/// timeout of a stream or of forwards follows what acknowledgments really take, so a loaded
+/// cluster (acks late by a few control-loop iterations) does not resend what is on its way.
+#[derive(Clone, Copy, Debug, Default)]
+struct Rtt {
+    /// 0: no sample yet.
+    srtt: Nanos,
+    rttvar: Nanos,
+}
+
+impl Rtt {
+    fn sample(&mut self, r: Nanos) {
+        if self.srtt == 0 {
+            self.srtt = r.max(1);
+            self.rttvar = r / 2;
+        } else {
+            self.rttvar = (3 * self.rttvar + self.srtt.abs_diff(r)) / 4;
+            self.srtt = ((7 * self.srtt + r) / 8).max(1);
+        }
+    }
+
+    /// A timeout of `rto` with no sample to explain it: the estimate becomes at least that
+    /// long (later sends start from `3 rto`; samples bring it down again).
+    fn timed_out(&mut self, rto: Nanos) {
+        if self.srtt < rto {
+            self.srtt = rto;
+            self.rttvar = self.rttvar.max(rto / 2);
+        }
+    }
+
+    /// `srtt + 4 rttvar`, within the tuning's bounds (`min` until a sample exists).
+    fn rto(&self, min: Nanos, max: Nanos) -> Nanos {
+        (self.srtt + 4 * self.rttvar).clamp(min, max.max(min))
+    }
+}
+
 /// An ordered, cumulatively acknowledged stream of items to one peer (go-back-N with a window).
 struct OutStream<T> {
     items: VecDeque<(u64, T)>,
@@ -104,6 +140,12 @@ struct OutStream<T> {
     sent_upto: u64,
     retry_at: Option<Nanos>,
     rto: Nanos,
+    /// One item being timed: its sequence number and when it was first sent (Karn: never an
+    /// item that was sent again).
+    timed: Option<(u64, Nanos)>,
+    /// The highest sequence number ever sent.
+    max_sent: u64,
+    rtt: Rtt,
 }
 
 impl<T> OutStream<T> {
@@ -115,6 +157,9 @@ impl<T> OutStream<T> {
             sent_upto: 0,
             retry_at: None,
             rto,
+            timed: None,
+            max_sent: 0,
+            rtt: Rtt::default(),
         }
     }
 
@@ -123,10 +168,18 @@ impl<T> OutStream<T> {
         self.next = seq + 1;
     }
 
-    fn ack(&mut self, a: u64, now: Nanos, rto: Nanos) {
+    /// Cumulative ack of `a`; the timeout goes back to the estimate within `[min, max]`.
+    fn ack(&mut self, a: u64, now: Nanos, min: Nanos, max: Nanos) {
         if a <= self.acked {
             return;
         }
+        if let Some((seq, at)) = self.timed {
+            if a >= seq {
+                self.rtt.sample(now.saturating_sub(at));
+                self.timed = None;
+            }
+        }
+        let rto = self.rtt.rto(min, max);
         self.acked = a;
         while self.items.front().is_some_and(|(s, _)| *s <= a) {
             self.items.pop_front();
@@ -134,6 +187,25 @@ impl<T> OutStream<T> {
         self.sent_upto = self.sent_upto.max(a);
         self.rto = rto;
         self.retry_at = (!self.items.is_empty()).then_some(now + rto);
+    }
+
+    /// Items up to `sent_upto` went out at `now`: time the last one if it went out for the
+    /// first time and no other is timed.
+    fn sent_through(&mut self, now: Nanos) {
+        if self.sent_upto > self.max_sent {
+            if self.timed.is_none() {
+                self.timed = Some((self.sent_upto, now));
+            }
+            self.max_sent = self.sent_upto;
+        }
+    }
+
+    /// A timeout: everything unacknowledged goes again, with the timeout doubled.
+    fn retransmit(&mut self, floor: u64, max: Nanos) {
+        self.sent_upto = self.acked.max(floor);
+        self.rto = (self.rto * 2).min(max);
+        self.retry_at = None;
+        self.timed = None;
     }
 
     /// Index in `items` of the first item not sent yet.
@@ -166,6 +238,9 @@ struct PeerInfo {
     knows_me: bool,
     hello_at: Nanos,
     hello_rto: Nanos,
+    /// Forwards to this peer as owner: from the first send to the reply (queueing at the owner
+    /// included), never a forward sent twice.
+    fwd_rtt: Rtt,
 }
 
 struct Assembly {
@@ -233,6 +308,8 @@ struct FwdOut {
     token: u64,
     indices: Vec<u32>,
     updates: Vec<Update>,
+    /// First send.
+    sent_at: Nanos,
     tries: u32,
     retry_at: Nanos,
     rto: Nanos,
@@ -518,6 +595,7 @@ impl Node {
                     knows_me: false,
                     hello_at: now,
                     hello_rto: rto,
+                    fwd_rtt: Rtt::default(),
                 })
                 .collect(),
             origins: Map::default(),
@@ -600,19 +678,15 @@ impl Node {
                 self.send_hello(p);
             }
             if self.out[pi].fib.retry_at.is_some_and(|t| t <= now) {
-                let s = &mut self.out[pi].fib;
-                s.sent_upto = s.acked;
-                s.rto = (s.rto * 2).min(self.tuning.rto_max);
-                s.retry_at = None;
+                self.out[pi].fib.retransmit(0, self.tuning.rto_max);
                 self.retransmits += 1;
                 self.flush_fib(p);
             }
             if self.out[pi].deltas.retry_at.is_some_and(|t| t <= now) {
                 let piece_seq = self.out[pi].piece.as_ref().map_or(0, |p| p.seq);
-                let s = &mut self.out[pi].deltas;
-                s.sent_upto = s.acked.max(piece_seq);
-                s.rto = (s.rto * 2).min(self.tuning.rto_max);
-                s.retry_at = None;
+                self.out[pi]
+                    .deltas
+                    .retransmit(piece_seq, self.tuning.rto_max);
                 self.retransmits += 1;
                 self.flush_deltas(p);
             }
@@ -645,7 +719,8 @@ impl Node {
             f.tries += 1;
             f.rto = (f.rto * 2).min(self.tuning.rto_max);
             f.retry_at = now + f.rto;
-            let (owner, updates) = (f.owner, f.updates.clone());
+            let (owner, updates, waited) = (f.owner, f.updates.clone(), f.rto / 2);
+            self.peers[owner as usize].fwd_rtt.timed_out(waited);
             self.retransmits += 1;
             self.send(owner, id, Body::Forward(updates));
         }
@@ -1084,6 +1159,7 @@ impl Node {
                 bytes += l;
                 s.sent_upto = *seq;
             }
+            s.sent_through(self.now);
             if !s.items.is_empty() && s.retry_at.is_none() {
                 s.retry_at = Some(self.now + s.rto);
             }
@@ -1121,6 +1197,7 @@ impl Node {
                 bytes += l;
                 s.sent_upto = *seq;
             }
+            s.sent_through(self.now);
             if !s.items.is_empty() && s.retry_at.is_none() {
                 s.retry_at = Some(self.now + s.rto);
             }
@@ -1229,6 +1306,10 @@ impl Node {
                 match (ok, outcomes) {
                     (true, Some(outcomes)) => {
                         let f = self.forwards_out.remove(&h.msg_id).expect("checked");
+                        if f.tries == 1 {
+                            let took = self.now.saturating_sub(f.sent_at);
+                            self.peers[pi].fwd_rtt.sample(took);
+                        }
                         for (i, o) in f.indices.into_iter().zip(outcomes) {
                             self.set_result(f.token, i, o);
                         }
@@ -1244,8 +1325,8 @@ impl Node {
                     return self.drop_msg("unexpected");
                 }
                 let applied = applied.min(self.table.table().seq());
-                let (now, rto) = (self.now, self.tuning.rto);
-                self.out[pi].deltas.ack(applied, now, rto);
+                let (now, min, max) = (self.now, self.tuning.rto, self.tuning.rto_max);
+                self.out[pi].deltas.ack(applied, now, min, max);
                 if self.out[pi]
                     .piece
                     .as_ref()
@@ -1281,8 +1362,8 @@ impl Node {
             Body::FibAck { applied } => {
                 let s = &mut self.out[pi].fib;
                 let applied = applied.min(s.next.saturating_sub(1));
-                let (now, rto) = (self.now, self.tuning.rto);
-                s.ack(applied, now, rto);
+                let (now, min, max) = (self.now, self.tuning.rto, self.tuning.rto_max);
+                s.ack(applied, now, min, max);
                 self.flush_fib(p);
             }
             Body::ClientRequest(_) | Body::ClientReply(_) => self.drop_msg("unexpected"),
@@ -1368,7 +1449,9 @@ impl Node {
     fn forward(&mut self, owner: NodeId, token: u64, list: Vec<(u32, Update)>) {
         let id = self.new_id();
         let (indices, updates): (Vec<u32>, Vec<Update>) = list.into_iter().unzip();
-        let rto = self.tuning.rto;
+        let rto = self.peers[owner as usize]
+            .fwd_rtt
+            .rto(self.tuning.rto, self.tuning.rto_max);
         let retry_at = self.now + self.jitter(rto);
         self.send(owner, id, Body::Forward(updates.clone()));
         self.forwards_out.insert(
@@ -1378,6 +1461,7 @@ impl Node {
                 token,
                 indices,
                 updates,
+                sent_at: self.now,
                 tries: 1,
                 retry_at,
                 rto,
