@@ -77,9 +77,9 @@ pub fn started_node() -> Node {
         .map(|i| i.to_le_bytes().to_vec())
         .filter(|k| s.owner_of(k) == 0)
         .map(|key| Flow {
-            key,
+            key: key.into(),
             node: 1,
-            value: vec![1, 2],
+            value: crate::Bytes::from_slice(&[1, 2]),
         })
         .collect();
     let mut n = Node::new(s, 0, flows, Vec::new(), 0, 1).expect("valid spec");

@@ -173,6 +173,14 @@ pub use node::{Node, Tuning};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// A key or a FIB value: up to 16 bytes (an IPv6 UE address; a TEID with an IPv4 eNodeB
+/// address) are kept inline, longer ones on the heap. An update passes through a dozen places
+/// (decoded at the node a client sent it to and at the owner, the RIB, the batch, the FIB
+/// stream, the handler's FIB): with `Vec<u8>` each was an allocation, about 20 per update over
+/// the cluster, and malloc and free took a fifth of an update burst's CPU
+/// (`docs/bench/control.md`).
+pub type Bytes = smallvec::SmallVec<[u8; 16]>;
+
 /// A node's index in the cluster (0-based).
 pub type NodeId = u16;
 
@@ -315,11 +323,11 @@ impl ClusterSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Flow {
     /// The key (a UE address).
-    pub key: Vec<u8>,
+    pub key: Bytes,
     /// The handling node.
     pub node: NodeId,
     /// The FIB value (opaque: a tunnel).
-    pub value: Vec<u8>,
+    pub value: Bytes,
 }
 
 /// An update's operation.
@@ -339,11 +347,11 @@ pub struct Update {
     /// What to do.
     pub op: Op,
     /// The key.
-    pub key: Vec<u8>,
+    pub key: Bytes,
     /// The (new) handling node.
     pub node: NodeId,
     /// The (new) FIB value.
-    pub value: Vec<u8>,
+    pub value: Bytes,
 }
 
 /// What became of an update (its code on the wire).
@@ -421,14 +429,14 @@ pub enum Event {
     /// This node handles `key` now (insert or overwrite its FIB entry).
     FibInsert {
         /// The key.
-        key: Vec<u8>,
+        key: Bytes,
         /// The FIB value.
-        value: Vec<u8>,
+        value: Bytes,
     },
     /// This node no longer handles `key`.
     FibRemove {
         /// The key.
-        key: Vec<u8>,
+        key: Bytes,
     },
     /// Apply to the live GPT (`SetSep::apply_owner_delta`).
     GptDelta(sb_setsep::Delta),

@@ -3,6 +3,7 @@
 use crate::record::{self, Record};
 use crate::wire::{self, Body, FibItem, Header, Kind};
 use crate::{
+    Bytes,
     ClusterSpec, ControlError, Event, Flow, Nanos, NodeId, Op, Outcome, OwnerStatus, Peer, Status,
     Update, CHUNK_BYTES, MAX_PIECE_BYTES,
 };
@@ -288,7 +289,7 @@ struct FibIn {
     pending: BTreeMap<u64, FibItem>,
     /// Keys installed since the owner's new epoch began (the owner restarted): a prune removes
     /// the owner's other keys.
-    sync: Option<Set<Vec<u8>>>,
+    sync: Option<Set<Bytes>>,
     slice_done: bool,
 }
 
@@ -326,7 +327,7 @@ struct Item {
     index: u32,
     u: Update,
     outcome: Outcome,
-    old: Option<(NodeId, Vec<u8>)>,
+    old: Option<(NodeId, Bytes)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,7 +382,7 @@ pub struct Node {
     now: Nanos,
     phase: Phase,
     // Owner.
-    rib: Map<Vec<u8>, (NodeId, Vec<u8>)>,
+    rib: Map<Bytes, (NodeId, Bytes)>,
     table: Updatable,
     change_seq: u64,
     queue: VecDeque<Queued>,
@@ -397,7 +398,7 @@ pub struct Node {
     gpt: Option<SetSep>,
     reps: Vec<Rep>,
     // Handler.
-    fib: Map<Vec<u8>, Vec<u8>>,
+    fib: Map<Bytes, Bytes>,
     fin: Vec<FibIn>,
     // Peers and requests.
     peers: Vec<PeerInfo>,
@@ -495,7 +496,7 @@ impl Node {
         })?;
         let mut records = vec![record::epoch(epoch)];
         let initial = if base_done { base } else { flows };
-        let mut rib: Map<Vec<u8>, (NodeId, Vec<u8>)> = Map::default();
+        let mut rib: Map<Bytes, (NodeId, Bytes)> = Map::default();
         rib.reserve(initial.len());
         for (index, f) in initial.into_iter().enumerate() {
             let bad = |reason| ControlError::BadFlow { index, reason };
@@ -1828,7 +1829,7 @@ impl Node {
                 FibItem::SliceEnd => self.fin[oi].slice_done = true,
                 FibItem::Prune => {
                     if let Some(sync) = self.fin[oi].sync.take() {
-                        let stale: Vec<Vec<u8>> = self
+                        let stale: Vec<Bytes> = self
                             .fib
                             .keys()
                             .filter(|k| !sync.contains(*k) && self.spec.owner_of(k) == o)
@@ -1846,7 +1847,7 @@ impl Node {
         self.send(o, id, Body::FibAck { applied });
     }
 
-    fn fib_insert(&mut self, key: Vec<u8>, value: Vec<u8>) {
+    fn fib_insert(&mut self, key: Bytes, value: Bytes) {
         self.fib.insert(key.clone(), value.clone());
         self.events.push_back(Event::FibInsert { key, value });
     }
@@ -1854,7 +1855,7 @@ impl Node {
     fn fib_remove(&mut self, key: &[u8]) {
         if self.fib.remove(key).is_some() {
             self.events
-                .push_back(Event::FibRemove { key: key.to_vec() });
+                .push_back(Event::FibRemove { key: key.into() });
         }
     }
 
@@ -1886,7 +1887,7 @@ impl Node {
                     if self.durable >= self.boot_persist {
                         self.phase = Phase::SyncFib;
                         // Our own slice, then every known peer's.
-                        let mine: Vec<(Vec<u8>, Vec<u8>)> = self
+                        let mine: Vec<(Bytes, Bytes)> = self
                             .rib
                             .iter()
                             .filter(|(_, (n, _))| *n == self.me)
@@ -1954,7 +1955,7 @@ impl Node {
 
     /// Validates `u` against the RIB; if accepted, applies it to the RIB and returns the old
     /// entry.
-    fn validate(&mut self, u: &Update) -> (Outcome, Option<(NodeId, Vec<u8>)>) {
+    fn validate(&mut self, u: &Update) -> (Outcome, Option<(NodeId, Bytes)>) {
         if let Some(o) = self.precheck(u) {
             return (o, None);
         }
@@ -2038,7 +2039,7 @@ impl Node {
 
     fn start_batch(&mut self) {
         while self.batch.is_none() && !self.queue.is_empty() {
-            let mut keys: Set<Vec<u8>> = Set::default();
+            let mut keys: Set<Bytes> = Set::default();
             let mut items = Vec::new();
             while let Some(q) = self.queue.front() {
                 if items.len() >= self.tuning.max_batch || keys.contains(&q.u.key) {
@@ -2176,7 +2177,7 @@ impl Node {
                         op: Op::Delete,
                         key: it.u.key.clone(),
                         node: 0,
-                        value: Vec::new(),
+                        value: Bytes::new(),
                     });
                 }
             }

@@ -77,9 +77,9 @@ impl<'a> Rd<'a> {
     fn u64(&mut self) -> Result<u64, &'static str> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
-    fn bytes8(&mut self) -> Result<Vec<u8>, &'static str> {
+    fn bytes8(&mut self) -> Result<crate::Bytes, &'static str> {
         let n = self.u8()? as usize;
-        Ok(self.take(n)?.to_vec())
+        Ok(crate::Bytes::from_slice(self.take(n)?))
     }
 }
 

@@ -6,6 +6,7 @@
 //! GPT). [`Sim::check`] checks the invariants after every step; a failure panics with the seed.
 
 use crate::{
+    Bytes,
     client, wire, ClusterSpec, Event, Flow, GptSpec, Nanos, Node, NodeId, Op, Outcome, Peer,
     Tuning, Update,
 };
@@ -119,7 +120,7 @@ struct Req {
     updates: Vec<Update>,
     expected: Vec<Outcome>,
     /// Old entries of the updates' keys (for changes: the allowed handlers in flight).
-    old: Vec<Option<(NodeId, Vec<u8>)>>,
+    old: Vec<Option<(NodeId, Bytes)>>,
     uncertain: bool,
     retry_at: Nanos,
     give_up_at: Nanos,
@@ -142,7 +143,7 @@ pub struct Sim {
     uncommitted: Vec<Vec<Vec<u8>>>,
     fsync_at: Vec<Option<Nanos>>,
     /// The data plane of each node: FIB and GPT, from its events.
-    fibs: Vec<HashMap<Vec<u8>, Vec<u8>>>,
+    fibs: Vec<HashMap<Bytes, Bytes>>,
     gpts: Vec<Option<SetSep>>,
     net: BinaryHeap<std::cmp::Reverse<InFlight>>,
     net_seq: u64,
@@ -153,9 +154,9 @@ pub struct Sim {
     next_request_at: Nanos,
     clients_on: bool,
     /// Acknowledged state: key -> (node, value).
-    oracle: BTreeMap<Vec<u8>, (NodeId, Vec<u8>)>,
-    inflight_keys: BTreeSet<Vec<u8>>,
-    uncertain: BTreeSet<Vec<u8>>,
+    oracle: BTreeMap<Bytes, (NodeId, Bytes)>,
+    inflight_keys: BTreeSet<Bytes>,
+    uncertain: BTreeSet<Bytes>,
     next_key: u64,
     /// Per (owner, epoch): the base piece and the deltas 1, 2, ...
     history: HashMap<(NodeId, u32), (Piece, Vec<Delta>)>,
@@ -174,7 +175,7 @@ pub struct Sim {
     dirty: bool,
     checks: u64,
     /// What happened to each key (for failure messages).
-    trail: HashMap<Vec<u8>, Vec<String>>,
+    trail: HashMap<Bytes, Vec<String>>,
 }
 
 impl Sim {
@@ -255,15 +256,15 @@ impl Sim {
         sim
     }
 
-    fn fresh_key(&mut self) -> Vec<u8> {
+    fn fresh_key(&mut self) -> Bytes {
         self.next_key += 1;
-        let mut k = self.next_key.to_le_bytes().to_vec();
+        let mut k = Bytes::from_slice(&self.next_key.to_le_bytes());
         k[7] = 0x5a;
         k
     }
 
-    fn value(&mut self) -> Vec<u8> {
-        (rnd(&mut self.rng) as u32).to_le_bytes().to_vec()
+    fn value(&mut self) -> Bytes {
+        Bytes::from_slice(&(rnd(&mut self.rng) as u32).to_le_bytes())
     }
 
     fn fail(&self, what: String) -> ! {
@@ -537,7 +538,7 @@ impl Sim {
         let mut expected = Vec::new();
         let mut old = Vec::new();
         let mut used = BTreeSet::new();
-        let stable: Vec<Vec<u8>> = self
+        let stable: Vec<Bytes> = self
             .oracle
             .keys()
             .filter(|k| !self.inflight_keys.contains(*k) && !self.uncertain.contains(*k))
@@ -546,7 +547,7 @@ impl Sim {
         for _ in 0..n {
             let kind = below(&mut self.rng, 100);
             let nodes = self.spec.nodes as u64;
-            let pick = |s: &mut Sim, used: &BTreeSet<Vec<u8>>| -> Option<Vec<u8>> {
+            let pick = |s: &mut Sim, used: &BTreeSet<Bytes>| -> Option<Bytes> {
                 if stable.is_empty() {
                     return None;
                 }
@@ -595,7 +596,7 @@ impl Sim {
                         op: Op::Delete,
                         key,
                         node: 0,
-                        value: Vec::new(),
+                        value: Bytes::new(),
                     },
                     Outcome::Applied,
                 )
@@ -624,7 +625,7 @@ impl Sim {
                                 op: Op::Delete,
                                 key,
                                 node: 0,
-                                value: Vec::new(),
+                                value: Bytes::new(),
                             },
                             Outcome::Missing,
                         )
@@ -632,9 +633,9 @@ impl Sim {
                     2 => (
                         Update {
                             op: Op::Insert,
-                            key: vec![1, 2, 3, 4, 5],
+                            key: Bytes::from_slice(&[1, 2, 3, 4, 5]),
                             node: 0,
-                            value: vec![0; VALUE_BYTES],
+                            value: Bytes::from_elem(0, VALUE_BYTES),
                         },
                         Outcome::BadKeyLength,
                     ),
@@ -645,7 +646,7 @@ impl Sim {
                                 op: Op::Insert,
                                 key,
                                 node: self.spec.nodes,
-                                value: vec![0; VALUE_BYTES],
+                                value: Bytes::from_elem(0, VALUE_BYTES),
                             },
                             Outcome::NodeOutOfRange,
                         )
@@ -755,9 +756,9 @@ impl Sim {
     /// oracle's for keys not in flight, the old and the new for a change in flight (in-flight
     /// inserts and deletes and uncertain keys are not checkable). Every change in flight, and
     /// all stable keys (`full`) or a random run of 48 of them.
-    fn allowed(&mut self, full: bool) -> Vec<(Vec<u8>, [NodeId; 2])> {
+    fn allowed(&mut self, full: bool) -> Vec<(Bytes, [NodeId; 2])> {
         let mut a = Vec::new();
-        let ok = |s: &Sim, k: &Vec<u8>| !s.uncertain.contains(k) && !s.inflight_keys.contains(k);
+        let ok = |s: &Sim, k: &Bytes| !s.uncertain.contains(k) && !s.inflight_keys.contains(k);
         if full {
             for (k, (n, _)) in &self.oracle {
                 if ok(self, k) {
@@ -765,9 +766,7 @@ impl Sim {
                 }
             }
         } else {
-            let mut from = below(&mut self.rng, self.next_key + 1)
-                .to_le_bytes()
-                .to_vec();
+            let mut from = Bytes::from_slice(&below(&mut self.rng, self.next_key + 1).to_le_bytes());
             from[7] = 0x5a;
             let run = self.oracle.range(from..).chain(self.oracle.iter()).take(48);
             for (k, (n, _)) in run {
@@ -980,13 +979,13 @@ impl Sim {
             }
         }
         // The owners' RIBs: the truth.
-        let mut rib: BTreeMap<Vec<u8>, (NodeId, Vec<u8>)> = BTreeMap::new();
+        let mut rib: BTreeMap<Bytes, (NodeId, Bytes)> = BTreeMap::new();
         for (o, x) in nodes.iter().enumerate() {
             for (k, h, v) in x.rib_entries() {
                 if self.spec.owner_of(k) as usize != o {
                     self.fail(format!("owner {o} holds a key of another range"));
                 }
-                rib.insert(k.to_vec(), (h, v.to_vec()));
+                rib.insert(Bytes::from_slice(k), (h, Bytes::from_slice(v)));
             }
         }
         for (k, want) in &self.oracle {
@@ -1018,7 +1017,7 @@ impl Sim {
         }
         #[allow(clippy::needless_range_loop)]
         for h in 0..n as usize {
-            let want: HashMap<Vec<u8>, Vec<u8>> = rib
+            let want: HashMap<Bytes, Bytes> = rib
                 .iter()
                 .filter(|(_, (x, _))| *x as usize == h)
                 .map(|(k, (_, v))| (k.clone(), v.clone()))
@@ -1040,9 +1039,9 @@ impl Sim {
                     "node {h}'s FIB is not its slice: {extra} extra, {missing} missing, {wrong} wrong values"
                 ));
             }
-            let node_fib: HashMap<Vec<u8>, Vec<u8>> = nodes[h]
+            let node_fib: HashMap<Bytes, Bytes> = nodes[h]
                 .fib_entries()
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map(|(k, v)| (Bytes::from_slice(k), Bytes::from_slice(v)))
                 .collect();
             if node_fib != self.fibs[h] {
                 self.fail(format!("node {h}'s FIB events differ from its fib_entries"));

@@ -93,14 +93,14 @@ pub enum FibItem {
     /// Install (or overwrite) the entry.
     Install {
         /// The key.
-        key: Vec<u8>,
+        key: crate::Bytes,
         /// The FIB value.
-        value: Vec<u8>,
+        value: crate::Bytes,
     },
     /// Remove the entry.
     Remove {
         /// The key.
-        key: Vec<u8>,
+        key: crate::Bytes,
     },
     /// The owner's full slice for this node has been sent (the node is in sync with the owner).
     SliceEnd,
@@ -392,9 +392,9 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
-    fn bytes8(&mut self) -> Result<Vec<u8>, WireError> {
+    fn bytes8(&mut self) -> Result<crate::Bytes, WireError> {
         let n = self.u8()? as usize;
-        Ok(self.take(n)?.to_vec())
+        Ok(crate::Bytes::from_slice(self.take(n)?))
     }
     fn end(&self) -> Result<(), WireError> {
         if self.b.is_empty() {

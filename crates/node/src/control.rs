@@ -9,7 +9,7 @@
 //! sending is what makes an acknowledgment mean "durable and installed".
 
 use crate::config::NodeFile;
-use sb_control::{ClusterSpec, Event, Flow, Peer};
+use sb_control::{Bytes, ClusterSpec, Event, Flow, Peer};
 use sb_engine::lte::{Tunnel, KEY_BYTES};
 use sb_setsep::LiveSetSep;
 use serde::{Deserialize, Serialize};
@@ -164,9 +164,9 @@ pub fn my_flows(path: &Path, spec: &ClusterSpec, me: u16) -> Result<Vec<Flow>, C
 /// The RIB entry of a tunnel.
 pub fn flow_of(t: &Tunnel) -> Flow {
     Flow {
-        key: t.key().to_vec(),
+        key: Bytes::from_slice(&t.key()),
         node: t.node,
-        value: t.value().to_vec(),
+        value: Bytes::from_slice(&t.value()),
     }
 }
 
@@ -181,9 +181,9 @@ pub struct DataPlane {
     /// Inserts the tables refused (full).
     pub failed: u64,
     /// Removals waiting for their grace period: key -> when.
-    pub removals: std::collections::HashMap<Vec<u8>, Instant>,
+    pub removals: std::collections::HashMap<Bytes, Instant>,
     /// The same, in deadline order.
-    pub removal_queue: std::collections::VecDeque<(Instant, Vec<u8>)>,
+    pub removal_queue: std::collections::VecDeque<(Instant, Bytes)>,
 }
 
 impl DataPlane {
@@ -234,7 +234,7 @@ impl DataPlane {
     /// before): the control plane removes an old handler's entry once every node's GPT points
     /// elsewhere, but packets that a node's old GPT sent here may still be in the fabric or in
     /// this node's receive ring.
-    fn fib_remove_later(&mut self, key: Vec<u8>, now: Instant) {
+    fn fib_remove_later(&mut self, key: Bytes, now: Instant) {
         self.removals.insert(key.clone(), now + REMOVAL_GRACE);
         self.removal_queue.push_back((now + REMOVAL_GRACE, key));
     }
@@ -537,12 +537,12 @@ impl UpdateLine {
         let delete = matches!(self.op, sb_control::Op::Delete);
         sb_control::Update {
             op: self.op,
-            key: self.tunnel.key().to_vec(),
+            key: Bytes::from_slice(&self.tunnel.key()),
             node: self.tunnel.node,
             value: if delete {
-                Vec::new()
+                Bytes::new()
             } else {
-                self.tunnel.value().to_vec()
+                Bytes::from_slice(&self.tunnel.value())
             },
         }
     }

@@ -434,12 +434,12 @@ impl Sessions for Cluster {
                 let t = new.or(old).expect("one of them");
                 updates.push(Update {
                     value: if op == Op::Delete {
-                        Vec::new()
+                        sb_control::Bytes::new()
                     } else {
-                        t.value().to_vec()
+                        sb_control::Bytes::from_slice(&t.value())
                     },
                     op,
-                    key: t.key().to_vec(),
+                    key: sb_control::Bytes::from_slice(&t.key()),
                     node: t.node,
                 });
             }
