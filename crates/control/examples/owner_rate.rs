@@ -93,9 +93,9 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
             owned.push(k.clone());
         }
         slices[o as usize].push(Flow {
-            key: k,
+            key: k.into(),
             node: (rnd(&mut rng) % nodes as u64) as u16,
-            value: vec![1; 16],
+            value: sb_control::Bytes::from_elem(1, 16),
         });
     }
     let tuning = Tuning {
@@ -206,9 +206,9 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
                         existing.push(k.clone());
                         Update {
                             op: sb_control::Op::Insert,
-                            key: k,
+                            key: k.into(),
                             node: (rnd(&mut rng) % nodes as u64) as u16,
-                            value: vec![2; 16],
+                            value: sb_control::Bytes::from_elem(2, 16),
                         }
                     } else {
                         let j = (rnd(&mut rng) % existing.len() as u64) as usize;
@@ -216,17 +216,17 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
                         if r < 8 {
                             Update {
                                 op: sb_control::Op::Change,
-                                key: k,
+                                key: k.into(),
                                 node: (rnd(&mut rng) % nodes as u64) as u16,
-                                value: vec![3; 16],
+                                value: sb_control::Bytes::from_elem(3, 16),
                             }
                         } else {
                             existing.swap_remove(j);
                             Update {
                                 op: sb_control::Op::Delete,
-                                key: k,
+                                key: k.into(),
                                 node: 0,
-                                value: Vec::new(),
+                                value: sb_control::Bytes::new(),
                             }
                         }
                     };

@@ -11,7 +11,7 @@
 //! "the FIB entry is installed before the ack" holds once the driver has applied the events.
 //!
 //! ```
-//! use sb_control::{ClusterSpec, Event, Flow, GptSpec, Node, Peer};
+//! use sb_control::{Bytes, ClusterSpec, Event, Flow, GptSpec, Node, Peer};
 //! // A one-node cluster with two flows.
 //! let spec = ClusterSpec {
 //!     cluster_id: 1,
@@ -24,7 +24,7 @@
 //!     value_bytes: 16,
 //! };
 //! let flows: Vec<Flow> = (0u8..2)
-//!     .map(|i| Flow { key: vec![i; 16], node: 0, value: vec![7; 16] })
+//!     .map(|i| Flow { key: Bytes::from_elem(i, 16), node: 0, value: Bytes::from_elem(7, 16) })
 //!     .collect();
 //! let mut node = Node::new(spec, 0, flows, Vec::new(), 0, 42)?;
 //! // The driver's loop: events first (log appends, FIB, GPT), then datagrams.

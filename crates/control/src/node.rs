@@ -3,9 +3,8 @@
 use crate::record::{self, Record};
 use crate::wire::{self, Body, FibItem, Header, Kind};
 use crate::{
-    Bytes,
-    ClusterSpec, ControlError, Event, Flow, Nanos, NodeId, Op, Outcome, OwnerStatus, Peer, Status,
-    Update, CHUNK_BYTES, MAX_PIECE_BYTES,
+    Bytes, ClusterSpec, ControlError, Event, Flow, Nanos, NodeId, Op, Outcome, OwnerStatus, Peer,
+    Status, Update, CHUNK_BYTES, MAX_PIECE_BYTES,
 };
 use sb_setsep::{Delta, Piece, SetSep, Updatable};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -1854,8 +1853,7 @@ impl Node {
 
     fn fib_remove(&mut self, key: &[u8]) {
         if self.fib.remove(key).is_some() {
-            self.events
-                .push_back(Event::FibRemove { key: key.into() });
+            self.events.push_back(Event::FibRemove { key: key.into() });
         }
     }
 

@@ -139,9 +139,9 @@ mod tests {
     fn records_round_trip() {
         let u = Update {
             op: Op::Delete,
-            key: vec![1; 16],
+            key: crate::Bytes::from_elem(1, 16),
             node: 0,
-            value: vec![],
+            value: crate::Bytes::new(),
         };
         let k = [5u8; 16];
         let v = [6u8; 3];
@@ -150,9 +150,9 @@ mod tests {
             (
                 base(&[(&k, 2, &v)]),
                 Record::Base(vec![Flow {
-                    key: k.to_vec(),
+                    key: crate::Bytes::from_slice(&k),
                     node: 2,
-                    value: v.to_vec(),
+                    value: crate::Bytes::from_slice(&v),
                 }]),
             ),
             (base_end(), Record::BaseEnd),

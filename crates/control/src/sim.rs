@@ -6,8 +6,7 @@
 //! GPT). [`Sim::check`] checks the invariants after every step; a failure panics with the seed.
 
 use crate::{
-    Bytes,
-    client, wire, ClusterSpec, Event, Flow, GptSpec, Nanos, Node, NodeId, Op, Outcome, Peer,
+    client, wire, Bytes, ClusterSpec, Event, Flow, GptSpec, Nanos, Node, NodeId, Op, Outcome, Peer,
     Tuning, Update,
 };
 use sb_setsep::{Delta, Piece, SetSep};
@@ -766,7 +765,8 @@ impl Sim {
                 }
             }
         } else {
-            let mut from = Bytes::from_slice(&below(&mut self.rng, self.next_key + 1).to_le_bytes());
+            let mut from =
+                Bytes::from_slice(&below(&mut self.rng, self.next_key + 1).to_le_bytes());
             from[7] = 0x5a;
             let run = self.oracle.range(from..).chain(self.oracle.iter()).take(48);
             for (k, (n, _)) in run {

@@ -563,9 +563,9 @@ mod tests {
     fn bodies() -> Vec<Body> {
         let u = Update {
             op: Op::Change,
-            key: vec![1; 16],
+            key: crate::Bytes::from_elem(1, 16),
             node: 3,
-            value: vec![2; 16],
+            value: crate::Bytes::from_elem(2, 16),
         };
         vec![
             Body::Hello,
@@ -594,10 +594,12 @@ mod tests {
                 first_seq: 1,
                 items: vec![
                     FibItem::Install {
-                        key: vec![1; 4],
-                        value: vec![],
+                        key: crate::Bytes::from_elem(1, 4),
+                        value: crate::Bytes::new(),
                     },
-                    FibItem::Remove { key: vec![3; 5] },
+                    FibItem::Remove {
+                        key: crate::Bytes::from_elem(3, 5),
+                    },
                     FibItem::SliceEnd,
                     FibItem::Prune,
                 ],

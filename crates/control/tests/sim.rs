@@ -3,6 +3,7 @@
 //! runs N schedules (default 400); `SB_DST_SEED=S` runs only schedule S.
 
 use sb_control::sim::{Sim, SimConfig};
+use sb_control::Tuning;
 
 fn config(seed: u64) -> SimConfig {
     let mut x = seed;
@@ -25,6 +26,11 @@ fn config(seed: u64) -> SimConfig {
         inflight: [1, 3, 6, 16][r(4) as usize],
         max_updates: [1, 4, 8, 30][r(4) as usize],
         request_every: 2_000_000 + r(10_000_000),
+        // Small batches too: a key that waits for the batch in flight, many deltas per request.
+        tuning: Tuning {
+            max_batch: [1, 3, 1024][r(3) as usize],
+            ..SimConfig::default().tuning
+        },
         ..SimConfig::default()
     };
     if small {

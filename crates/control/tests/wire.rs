@@ -72,9 +72,9 @@ fn a_bad_spec_or_flow_is_refused() {
     assert!(Node::new(s, 0, Vec::new(), Vec::new(), 0, 1).is_err());
     assert!(Node::new(fuzzing::spec(), 2, Vec::new(), Vec::new(), 0, 1).is_err());
     let bad = sb_control::Flow {
-        key: vec![1, 2, 3],
+        key: sb_control::Bytes::from_slice(&[1, 2, 3]),
         node: 0,
-        value: vec![0, 0],
+        value: sb_control::Bytes::from_slice(&[0, 0]),
     };
     assert!(Node::new(fuzzing::spec(), 0, vec![bad], Vec::new(), 0, 1).is_err());
     assert!(Node::new(fuzzing::spec(), 0, Vec::new(), vec![vec![99]], 0, 1).is_err());

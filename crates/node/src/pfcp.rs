@@ -753,7 +753,7 @@ mod tests {
         assert_eq!(us.len(), 1);
         assert_eq!(us[0].op, Op::Insert);
         assert_eq!(us[0].node, 1);
-        let t = Tunnel::from_entry(&us[0].key.clone().try_into().unwrap(), &us[0].value);
+        let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&us[0].key[..]).unwrap(), &us[0].value);
         assert_eq!(
             (t.ue, t.teid, t.enb, t.ul_teid),
             (ue, 0x100, enb, 0x0200_0001)
@@ -777,7 +777,7 @@ mod tests {
         let r = c.outbox.pop().unwrap();
         let us = decode(&c, &r);
         assert_eq!(us[0].op, Op::Change);
-        let t = Tunnel::from_entry(&us[0].key.clone().try_into().unwrap(), &us[0].value);
+        let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&us[0].key[..]).unwrap(), &us[0].value);
         assert_eq!((t.teid, t.ul_teid), (0x101, 0x0200_0001));
         // Refused: the installed state stays the old one.
         assert_eq!(
@@ -912,7 +912,7 @@ mod tests {
         let mut ues: Vec<IpAddr> = Vec::new();
         for r in &reqs {
             for u in decode(&c, r) {
-                let t = Tunnel::from_entry(&u.key.clone().try_into().unwrap(), &u.value);
+                let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&u.key[..]).unwrap(), &u.value);
                 ues.push(t.ue);
             }
         }
@@ -994,7 +994,7 @@ mod tests {
         let r = c.outbox.pop().unwrap();
         let us = decode(&c, &r);
         assert_eq!(us[0].op, Op::Insert);
-        let t = Tunnel::from_entry(&us[0].key.clone().try_into().unwrap(), &us[0].value);
+        let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&us[0].key[..]).unwrap(), &us[0].value);
         assert_eq!(t.uplink_teid(), 0x0100_0005);
     }
 
