@@ -226,7 +226,7 @@ struct PieceOut {
 /// What this node, as an owner, sends one peer.
 struct PeerOut {
     fib: OutStream<FibItem>,
-    deltas: OutStream<Vec<u8>>,
+    deltas: OutStream<Arc<[u8]>>,
     piece: Option<PieceOut>,
 }
 
@@ -258,7 +258,7 @@ struct Rep {
     applied: u64,
     /// A piece of `epoch` was installed (or waits for the first assembly in `initial`).
     have: bool,
-    pending: BTreeMap<u64, Vec<u8>>,
+    pending: BTreeMap<u64, Arc<[u8]>>,
     max_seen: u64,
     gap_since: Option<Nanos>,
     want_piece_at: Option<Nanos>,
@@ -1177,7 +1177,7 @@ impl Node {
         }
         let limit = self.out[pi].deltas.acked + self.tuning.window as u64;
         let pack = self.tuning.pack_bytes.clamp(400, BODY_MAX - 16);
-        let mut msgs: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
+        let mut msgs: Vec<(u64, Vec<Arc<[u8]>>)> = Vec::new();
         {
             let s = &mut self.out[pi].deltas;
             let mut bytes = 0;
@@ -1550,7 +1550,7 @@ impl Node {
 
     // ----- replica ----------------------------------------------------------------------------
 
-    fn take_deltas(&mut self, o: NodeId, e: u32, first: u64, deltas: Vec<Vec<u8>>) {
+    fn take_deltas(&mut self, o: NodeId, e: u32, first: u64, deltas: Vec<Arc<[u8]>>) {
         let oi = o as usize;
         let cap = self.tuning.reorder_buffer;
         let r = &mut self.reps[oi];
@@ -1558,10 +1558,19 @@ impl Node {
             // The owner's piece of this epoch has not arrived: it is on its way.
             return self.drop_msg("before_piece");
         }
+        if !deltas.is_empty() {
+            r.max_seen = r.max_seen.max(first + deltas.len() as u64 - 1);
+        }
+        let assembled = self.gpt.is_some();
         for (i, d) in deltas.into_iter().enumerate() {
             let seq = first + i as u64;
-            r.max_seen = r.max_seen.max(seq);
-            if seq > r.applied && r.pending.len() < cap {
+            let r = &mut self.reps[oi];
+            if assembled && seq == r.applied + 1 && r.pending.is_empty() {
+                // In order, nothing waiting (the usual case): applied at once.
+                if !self.apply_delta(o, &d) {
+                    return self.ack_owner(o);
+                }
+            } else if seq > r.applied && r.pending.len() < cap {
                 r.pending.entry(seq).or_insert(d);
             }
         }
@@ -1569,48 +1578,65 @@ impl Node {
         self.ack_owner(o);
     }
 
+    /// Applies `bytes` as the next delta of `o`; on a bad one, drops what is buffered and asks
+    /// the owner for its piece. Whether it applied.
+    fn apply_delta(&mut self, o: NodeId, bytes: &[u8]) -> bool {
+        let oi = o as usize;
+        let Some(gpt) = &mut self.gpt else {
+            return false;
+        };
+        let range = &self.spec.ranges[oi];
+        let r = &mut self.reps[oi];
+        let next = r.applied + 1;
+        let ok = match Delta::from_bytes(bytes) {
+            Ok(d) if d.seq() == next && range.contains(&(d.group() / 64)) => {
+                gpt.apply_owner_delta(&d).is_ok().then_some(d)
+            }
+            _ => None,
+        };
+        match ok {
+            Some(d) => {
+                r.applied = next;
+                self.events.push_back(Event::GptDelta(d));
+                true
+            }
+            None => {
+                r.pending.clear();
+                r.gap_since = None;
+                self.drop_msg("bad_delta");
+                if o != self.me {
+                    self.request_piece(o);
+                }
+                false
+            }
+        }
+    }
+
     /// Applies an owner's buffered deltas that are next in order.
     fn drain(&mut self, o: NodeId) {
         let oi = o as usize;
-        let Some(gpt) = &mut self.gpt else {
+        if self.gpt.is_none() {
             return;
-        };
-        let range = self.spec.ranges[oi].clone();
+        }
         let r = &mut self.reps[oi];
         let applied = r.applied;
         r.pending.retain(|&s, _| s > applied);
-        let mut bad = false;
-        while let Some(bytes) = r.pending.remove(&(r.applied + 1)) {
-            let next = r.applied + 1;
-            let ok = match Delta::from_bytes(&bytes) {
-                Ok(d) if d.seq() == next && range.contains(&(d.group() / 64)) => {
-                    gpt.apply_owner_delta(&d).is_ok().then_some(d)
-                }
-                _ => None,
+        loop {
+            let r = &mut self.reps[oi];
+            let Some(bytes) = r.pending.remove(&(r.applied + 1)) else {
+                break;
             };
-            match ok {
-                Some(d) => {
-                    r.applied = next;
-                    self.events.push_back(Event::GptDelta(d));
-                }
-                None => {
-                    bad = true;
-                    r.pending.clear();
-                    break;
-                }
+            if !self.apply_delta(o, &bytes) {
+                return;
             }
         }
+        let now = self.now;
+        let r = &mut self.reps[oi];
         r.gap_since = if r.pending.is_empty() {
             None
         } else {
-            Some(r.gap_since.unwrap_or(self.now))
+            Some(r.gap_since.unwrap_or(now))
         };
-        if bad {
-            self.drop_msg("bad_delta");
-            if o != self.me {
-                self.request_piece(o);
-            }
-        }
     }
 
     fn ack_owner(&mut self, o: NodeId) {
@@ -2190,7 +2216,7 @@ impl Node {
         }
         if let (Some(first), Some(last)) = (deltas.first(), deltas.last()) {
             let (first_seq, last_seq) = (first.seq(), last.seq());
-            let bytes: Vec<Vec<u8>> = deltas.iter().map(|d| d.to_bytes()).collect();
+            let bytes: Vec<Arc<[u8]>> = deltas.iter().map(|d| d.to_bytes().into()).collect();
             for p in 0..self.spec.nodes {
                 if p == self.me {
                     continue;

@@ -127,8 +127,9 @@ pub enum Body {
     Deltas {
         /// Sequence number of the first.
         first_seq: u64,
-        /// The serialized deltas.
-        deltas: Vec<Vec<u8>>,
+        /// The serialized deltas (shared: an owner sends each to every replica, and again on a
+        /// retransmission, without copying it).
+        deltas: Vec<std::sync::Arc<[u8]>>,
     },
     /// [`Kind::DeltaAck`]: the replica applied the owner's deltas up to `applied` (of the
     /// owner's epoch in the header's `receiver_epoch`).
@@ -479,7 +480,7 @@ pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body
             let mut deltas = Vec::with_capacity(n.min(r.b.len() / 2));
             for _ in 0..n {
                 let l = r.u16()? as usize;
-                deltas.push(r.take(l)?.to_vec());
+                deltas.push(std::sync::Arc::from(r.take(l)?));
             }
             if first_seq == 0 || first_seq.checked_add(n as u64).is_none() {
                 return Err(WireError::Malformed("bad delta sequence number"));
@@ -576,7 +577,7 @@ mod tests {
             Body::ForwardReply(vec![]),
             Body::Deltas {
                 first_seq: 9,
-                deltas: vec![vec![1, 2, 3], vec![]],
+                deltas: vec![vec![1, 2, 3].into(), vec![].into()],
             },
             Body::DeltaAck { applied: 77 },
             Body::PieceChunk {
