@@ -824,15 +824,8 @@ impl Node {
 
     /// Everything handed out in [`Event::Persist`] events so far is durable.
     pub fn persisted(&mut self, now: Nanos) {
-        let n = self.persists_handed;
-        self.persisted_through(now, n);
-    }
-
-    /// The first `n` [`Event::Persist`] events handed out are durable: for a driver whose log
-    /// commits on another thread while the node goes on (more may have been handed out since).
-    pub fn persisted_through(&mut self, now: Nanos, n: u64) {
         self.tick(now);
-        self.durable = self.durable.max(n.min(self.persists_handed));
+        self.durable = self.persists_handed;
         self.progress();
     }
 

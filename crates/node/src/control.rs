@@ -318,132 +318,6 @@ fn transmit(
     }
 }
 
-/// The node's log on a thread of its own: the control loop hands it each [`Event::Persist`]'s
-/// records and goes on serving (acks to other owners, deltas, FIB installs) while the thread
-/// appends and commits everything waiting as one group commit (fdatasync), then says how many
-/// persist events are durable and wakes the loop. With the commit on the control thread every
-/// fdatasync stalled this node's part in every other owner's batches; an update burst on 4
-/// nodes ran about a tenth faster with no fsync at all (`docs/bench/control.md`).
-struct LogThread {
-    tx: Option<std::sync::mpsc::Sender<(u64, Vec<Vec<u8>>)>>,
-    /// Persist events durable so far.
-    durable: Arc<std::sync::atomic::AtomicU64>,
-    log_bytes: Arc<std::sync::atomic::AtomicU64>,
-    /// The thread's failure (the log is then poisoned and the loop stops).
-    failed: Arc<Mutex<Option<sb_wal::WalError>>>,
-    /// Readable after a commit.
-    wake: std::os::unix::net::UnixDatagram,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LogThread {
-    fn start(mut wal: sb_wal::Wal) -> Result<LogThread, ControlError> {
-        let (tx, rx) = std::sync::mpsc::channel::<(u64, Vec<Vec<u8>>)>();
-        let (wake, waker) = std::os::unix::net::UnixDatagram::pair()
-            .map_err(|e| ControlError::Invalid(format!("log wake-up socket: {e}")))?;
-        // Neither end ever blocks: a full buffer already holds a wake-up.
-        for s in [&wake, &waker] {
-            s.set_nonblocking(true)
-                .map_err(|e| ControlError::Invalid(format!("log wake-up socket: {e}")))?;
-        }
-        let durable = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let log_bytes = Arc::new(std::sync::atomic::AtomicU64::new(wal.log_bytes()));
-        let failed = Arc::new(Mutex::new(None));
-        let (d, lb, f) = (durable.clone(), log_bytes.clone(), failed.clone());
-        let handle = std::thread::Builder::new()
-            .name("sb-log".into())
-            .spawn(move || {
-                let write = |n: u64, records: Vec<Vec<u8>>, wal: &mut sb_wal::Wal| {
-                    for r in &records {
-                        match wal.append(r) {
-                            // More than one commit holds (a first start persists every
-                            // initial flow of the range): commit what is pending, go on.
-                            Err(sb_wal::WalError::BatchFull { .. }) => {
-                                wal.commit()?;
-                                wal.append(r)?;
-                            }
-                            other => {
-                                other?;
-                            }
-                        }
-                    }
-                    Ok::<u64, sb_wal::WalError>(n)
-                };
-                // Block for the first persist event, take whatever else waits, commit once.
-                while let Ok((n, records)) = rx.recv() {
-                    let mut r = write(n, records, &mut wal);
-                    while let (Ok(_), Ok((n, records))) = (&r, rx.try_recv()) {
-                        r = write(n, records, &mut wal);
-                    }
-                    let r = r.and_then(|n| wal.commit().map(|_| n));
-                    match r {
-                        Ok(n) => {
-                            d.store(n, Ordering::Release);
-                            lb.store(wal.log_bytes(), Ordering::Relaxed);
-                            // A full buffer means a wake-up is already pending.
-                            let _ = waker.send(&[1]);
-                        }
-                        Err(e) => {
-                            *f.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                            let _ = waker.send(&[1]);
-                            return;
-                        }
-                    }
-                }
-            })
-            .map_err(|e| ControlError::Invalid(format!("log thread: {e}")))?;
-        Ok(LogThread {
-            tx: Some(tx),
-            durable,
-            log_bytes,
-            failed,
-            wake,
-            handle: Some(handle),
-        })
-    }
-
-    /// Hands persist event number `n` (counting from 1) to the thread.
-    fn persist(&self, n: u64, records: Vec<Vec<u8>>) -> Result<(), ControlError> {
-        let sent = self.tx.as_ref().map(|tx| tx.send((n, records)));
-        match sent {
-            Some(Ok(())) => Ok(()),
-            _ => Err(self.failure()),
-        }
-    }
-
-    /// Persist events durable so far, after clearing the wake-up; the thread's failure, if any.
-    fn durable(&self) -> Result<u64, ControlError> {
-        let mut b = [0u8; 64];
-        while self.wake.recv(&mut b).is_ok() {}
-        if self
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-        {
-            return Err(self.failure());
-        }
-        Ok(self.durable.load(Ordering::Acquire))
-    }
-
-    fn failure(&self) -> ControlError {
-        match self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            Some(e) => ControlError::Wal(e),
-            None => ControlError::Invalid("the log thread stopped".into()),
-        }
-    }
-}
-
-impl Drop for LogThread {
-    /// Lets the thread commit what it was given, then joins it.
-    fn drop(&mut self) {
-        self.tx = None;
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
 /// The control loop: runs until `stop` is set. The GPT slot in `dp` is filled once the state
 /// machine has assembled it.
 pub fn run(
@@ -478,7 +352,7 @@ pub fn run(
         identity,
         ..sb_wal::WalOptions::default()
     };
-    let (wal, recovery) = sb_wal::Wal::open(&ctl.wal, &opts)?;
+    let (mut wal, recovery) = sb_wal::Wal::open(&ctl.wal, &opts)?;
     if recovery.torn_tail_bytes > 0 {
         tracing_warn(&format!(
             "log: dropped a torn last commit of {} bytes (never acknowledged)",
@@ -504,10 +378,6 @@ pub fn run(
         None => Peer::Client(a),
     };
     let mut buf = vec![0u8; 65536];
-    let log = LogThread::start(wal)?;
-    let (mut handed, mut durable) = (0u64, 0u64);
-    let sock_fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
-    let wake_fd = std::os::fd::AsRawFd::as_raw_fd(&log.wake);
     let mut last_pub = Instant::now() - Duration::from_secs(1);
     let mut was_ready = false;
     while !stop.load(Ordering::Relaxed) {
@@ -518,9 +388,11 @@ pub fn run(
             .unwrap_or(Duration::from_millis(50))
             .clamp(Duration::from_micros(100), Duration::from_millis(50));
         match &pfcp {
-            Some(p) => p.wait(&[sock_fd, wake_fd], wait),
+            Some(p) => p.wait(&sock, wait),
             None => {
-                if let Err(e) = sb_io::wait_readable(&[sock_fd, wake_fd], wait) {
+                if let Err(e) =
+                    sb_io::wait_readable(&[std::os::fd::AsRawFd::as_raw_fd(&sock)], wait)
+                {
                     tracing_warn(&format!("poll: {e}"));
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -553,14 +425,26 @@ pub fn run(
             node.handle_timeout(now);
         }
         dp.remove_due(Instant::now());
-        // Events until none is left; a commit the log thread finished may release more (acks
-        // after persistence).
+        // Events until none is left: a commit may release more (acks after persistence).
         loop {
+            let mut appended = false;
             while let Some(ev) = node.poll_event() {
                 match ev {
                     Event::Persist { records } => {
-                        handed += 1;
-                        log.persist(handed, records)?;
+                        for r in &records {
+                            match wal.append(r) {
+                                // More than one commit holds (a first start persists every
+                                // initial flow of the range): commit what is pending, go on.
+                                Err(sb_wal::WalError::BatchFull { .. }) => {
+                                    wal.commit()?;
+                                    wal.append(r)?;
+                                }
+                                other => {
+                                    other?;
+                                }
+                            }
+                        }
+                        appended = true;
                     }
                     Event::FibInsert { key, value } => dp.fib_insert(&key, &value),
                     Event::FibRemove { key } => dp.fib_remove_later(key, Instant::now()),
@@ -584,12 +468,15 @@ pub fn run(
                     }
                 }
             }
-            let d = log.durable()?;
-            if d <= durable {
+            if !appended {
                 break;
             }
-            durable = d;
-            node.persisted_through(clock(), d);
+            // What is queued never waits for this commit (the state machine holds back whatever
+            // needs it until `persisted`): peers' acks, deltas and installs go out while the log
+            // syncs instead of after it.
+            transmit(&mut node, &mut pfcp, ctl, &sock);
+            wal.commit()?;
+            node.persisted(clock());
         }
         transmit(&mut node, &mut pfcp, ctl, &sock);
         let ready = node.ready();
@@ -598,7 +485,7 @@ pub fn run(
             let mut p = published.lock().unwrap_or_else(|e| e.into_inner());
             p.ready = ready;
             p.status = serde_json::to_value(node.status()).unwrap_or_default();
-            p.log_bytes = log.log_bytes.load(Ordering::Relaxed);
+            p.log_bytes = wal.log_bytes();
             p.fib_insert_failed = dp.failed;
             p.pfcp = pfcp.as_ref().map(|e| e.counts());
             last_pub = Instant::now();

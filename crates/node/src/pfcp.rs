@@ -557,12 +557,10 @@ impl Endpoint {
         &self.upf
     }
 
-    /// Sleeps until one of `others` (the control socket, the log's wake-up) or the PFCP socket
-    /// is readable, or `timeout` passes.
-    pub fn wait(&self, others: &[std::os::fd::RawFd], timeout: Duration) {
-        let mut fds = others.to_vec();
-        fds.push(self.sock.as_raw_fd());
-        if let Err(e) = sb_io::wait_readable(&fds, timeout) {
+    /// Sleeps until `control` or the PFCP socket has a datagram, or `timeout` passes.
+    pub fn wait(&self, control: &UdpSocket, timeout: Duration) {
+        if let Err(e) = sb_io::wait_readable(&[control.as_raw_fd(), self.sock.as_raw_fd()], timeout)
+        {
             eprintln!("pfcp: poll: {e}");
             std::thread::sleep(timeout.min(Duration::from_millis(1)));
         }
