@@ -17,6 +17,8 @@
 //!   acknowledgment waits for every node's GPT ack). `cluster.cpu` says where the burst's CPU
 //!   time went (the machine's busy and I/O-wait shares from `/proc/stat`, the node processes'
 //!   own CPU time) and names the limit: the cores when they were at least 90% busy.
+//!   `cluster.retransmits`: what the nodes resent during the burst (deltas, FIB items,
+//!   pieces, forwards: a timeout shorter than the loaded cluster's round trips shows here).
 
 use anyhow::{bail, ensure, Context, Result};
 use rand::{Rng, SeedableRng};
@@ -237,6 +239,14 @@ fn cpu_report(m0: [f64; 4], m1: [f64; 4], nodes: f64, wall: f64, acked: u64) -> 
     })
 }
 
+/// Retransmissions (deltas, FIB items, pieces, forwards) of every node so far.
+fn retransmits(status: &Value) -> i64 {
+    status["nodes"]
+        .as_array()
+        .map(|ns| ns.iter().filter_map(|n| n["retransmits"].as_i64()).sum())
+        .unwrap_or(0)
+}
+
 fn cluster(a: &Args) -> Result<Value> {
     ensure!(sb_io::netns::is_root(), "bench update --cluster needs root");
     let tmp = tempfile::tempdir()?;
@@ -275,7 +285,8 @@ fn cluster(a: &Args) -> Result<Value> {
             inserts_csv(&p, &mut fresh, per, a.nodes)?;
             files.push(p);
         }
-        let pids = crate::pfcp::pids(&crate::pfcp::status(&d)?)?;
+        let st0 = crate::pfcp::status(&d)?;
+        let pids = crate::pfcp::pids(&st0)?;
         let (m0, n0) = (machine_cpu()?, nodes_cpu(&pids)?);
         let t0 = Instant::now();
         let outs: Vec<Result<String>> = std::thread::scope(|sc| {
@@ -310,6 +321,10 @@ fn cluster(a: &Args) -> Result<Value> {
         }
         let cluster_kops = acked as f64 / slowest / 1e3;
         let cpu = cpu_report(m0, m1, n1 - n0, wall, acked);
+        // Retransmissions of the burst, from the nodes' published status (it lags by up to
+        // 200 ms).
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let retransmits = retransmits(&crate::pfcp::status(&d)?) - retransmits(&st0);
         // Propagation at 10% of that rate, one update per request.
         let p = tmp.path().join("paced.csv");
         inserts_csv(&p, &mut fresh, a.paced_updates, a.nodes)?;
@@ -338,6 +353,7 @@ fn cluster(a: &Args) -> Result<Value> {
             "cluster_updates": acked,
             "cluster_seconds": slowest,
             "cluster_kops": cluster_kops,
+            "retransmits": retransmits,
             "paced_rate_per_s": rate,
             "paced_updates": v["acked"],
             "propagation_p50_ms": v["ack_ms"]["p50"],
