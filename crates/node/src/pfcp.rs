@@ -18,7 +18,8 @@
 //! [`ControlFile`] lists them). An association set up, updated or released at one node is
 //! replicated to the others; a Session Modification or Deletion for a session another node
 //! holds (its SEID's top bits name the node) is relayed there and its answer comes back
-//! through the node the SMF asked.
+//! through the node the SMF asked; a SEID whose top bits name no node of the cluster is
+//! answered Session context not found by the node asked.
 //!
 //! What this does not do (stated, not hidden):
 //! - Session state (SEID -> rules) lives in memory on the node the Establishment came to: a
@@ -529,6 +530,7 @@ impl Endpoint {
         }
         config.allocator_id = cfg.node as u8 + 1;
         config.relay = ctl.pfcp_peers.len() > 1;
+        config.endpoints = ctl.pfcp_peers.len().min(255) as u8;
         // Sessions live on the endpoint that took them: one endpoint may hold the cluster's
         // whole capacity (the FIB refuses past it: No resources available).
         config.max_sessions = (ctl.fib_room * ctl.peers.len().max(1)).max(1 << 20);

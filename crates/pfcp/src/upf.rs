@@ -69,6 +69,10 @@ pub struct Config {
     /// replicated to the others and session requests for SEIDs another endpoint allocated
     /// are relayed to it ([`Upf::poll_relay`], [`Upf::handle_relay`]; see [`crate::relay`]).
     pub relay: bool,
+    /// With [`Config::relay`]: the cluster's endpoints have allocator ids `1..=endpoints` (0:
+    /// not said). A session request whose SEID names none of them is answered here (Session
+    /// context not found) instead of being relayed nowhere.
+    pub endpoints: u8,
 }
 
 impl Config {
@@ -87,6 +91,7 @@ impl Config {
             response_ttl: Duration::from_secs(30),
             response_cache_entries: 1 << 16,
             relay: false,
+            endpoints: 0,
         }
     }
 }
@@ -603,6 +608,7 @@ impl<S: Sessions> Upf<S> {
             msg_type::SESSION_MODIFICATION_REQUEST | msg_type::SESSION_DELETION_REQUEST
         ) && seid >> 56 == 0
             && home != 0
+            && (self.config.endpoints == 0 || home <= self.config.endpoints)
             && home != self.config.allocator_id
             && !self.sessions.contains_key(&seid)
             && self.by_addr.contains_key(&from.ip());

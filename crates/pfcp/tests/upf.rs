@@ -1159,6 +1159,7 @@ impl TwoEndpoints {
             let mut c = config();
             c.allocator_id = id;
             c.relay = true;
+            c.endpoints = 2;
             Upf::new(c, Cluster::default())
         };
         TwoEndpoints {
@@ -1308,6 +1309,13 @@ fn any_endpoint_of_a_cluster_takes_any_message() {
     let unknown = msg(5, Some((2 << 48) | 77), Body::SessionDeletionRequest);
     let (by, r) = c.send(0, &unknown).unwrap();
     assert_eq!((by, cause_of(&r)), (0, Cause::SESSION_CONTEXT_NOT_FOUND));
+
+    // A SEID that names no endpoint of the cluster: answered where it came, nothing relayed.
+    let out_before = c.eps[0].stats().relayed_out;
+    let nowhere = msg(20, Some((7 << 48) | 77), Body::SessionDeletionRequest);
+    let (by, r) = c.send(0, &nowhere).unwrap();
+    assert_eq!((by, cause_of(&r)), (0, Cause::SESSION_CONTEXT_NOT_FOUND));
+    assert_eq!(c.eps[0].stats().relayed_out, out_before);
 
     // Deleted through endpoint 1.
     let (by, r) = c
