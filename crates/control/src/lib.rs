@@ -96,8 +96,9 @@
 //! below [`Tuning::rto`]; Karn's rule: nothing sent twice is timed), and a forward that timed out
 //! with no measurement to explain it lengthens the next forwards' timeout. A forward's round
 //! trip includes its wait in the owner's queue, which under a burst is tens of milliseconds: with
-//! a fixed 20 ms every node resent about 500 forwards per second of burst, each decoded and
-//! dropped again by its owner (`docs/bench/control.md`).
+//! a fixed 20 ms a 4-node cluster resent about 1,500 datagrams per 200,000-insert burst, forwards
+//! that each owner decoded and dropped again (`cluster.retransmits` of `bench update
+//! --cluster`; `docs/bench/control.md`).
 //!
 //! # Wire format (protocol version 1)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose
@@ -176,9 +177,8 @@ use std::collections::BTreeMap;
 /// A key or a FIB value: up to 16 bytes (an IPv6 UE address; a TEID with an IPv4 eNodeB
 /// address) are kept inline, longer ones on the heap. An update passes through a dozen places
 /// (decoded at the node a client sent it to and at the owner, the RIB, the batch, the FIB
-/// stream, the handler's FIB): with `Vec<u8>` each was an allocation, about 20 per update over
-/// the cluster, and malloc and free took a fifth of an update burst's CPU
-/// (`docs/bench/control.md`).
+/// stream, the handler's FIB): with `Vec<u8>` each was an allocation (`scripts/profile-update.sh`
+/// and `docs/bench/control.md` count them).
 pub type Bytes = smallvec::SmallVec<[u8; 16]>;
 
 /// A node's index in the cluster (0-based).

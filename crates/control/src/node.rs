@@ -190,13 +190,16 @@ impl<T> OutStream<T> {
     }
 
     /// Items up to `sent_upto` went out at `now`: time the last one if it went out for the
-    /// first time and no other is timed.
+    /// first time and no other is timed, and arm the timeout if anything is unacknowledged.
     fn sent_through(&mut self, now: Nanos) {
         if self.sent_upto > self.max_sent {
             if self.timed.is_none() {
                 self.timed = Some((self.sent_upto, now));
             }
             self.max_sent = self.sent_upto;
+        }
+        if !self.items.is_empty() && self.retry_at.is_none() {
+            self.retry_at = Some(now + self.rto);
         }
     }
 
@@ -716,10 +719,11 @@ impl Node {
                 }
                 continue;
             }
+            let waited = f.rto;
             f.tries += 1;
             f.rto = (f.rto * 2).min(self.tuning.rto_max);
             f.retry_at = now + f.rto;
-            let (owner, updates, waited) = (f.owner, f.updates.clone(), f.rto / 2);
+            let (owner, updates) = (f.owner, f.updates.clone());
             self.peers[owner as usize].fwd_rtt.timed_out(waited);
             self.retransmits += 1;
             self.send(owner, id, Body::Forward(updates));
@@ -1160,9 +1164,6 @@ impl Node {
                 s.sent_upto = *seq;
             }
             s.sent_through(self.now);
-            if !s.items.is_empty() && s.retry_at.is_none() {
-                s.retry_at = Some(self.now + s.rto);
-            }
         }
         for (first_seq, items) in msgs {
             let id = self.new_id();
@@ -1198,9 +1199,6 @@ impl Node {
                 s.sent_upto = *seq;
             }
             s.sent_through(self.now);
-            if !s.items.is_empty() && s.retry_at.is_none() {
-                s.retry_at = Some(self.now + s.rto);
-            }
         }
         for (first_seq, deltas) in msgs {
             let id = self.new_id();

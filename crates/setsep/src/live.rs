@@ -435,13 +435,22 @@ impl LiveSetSep {
     /// of which are the same block for the deltas an [`crate::Updatable`] makes) switch at once.
     fn write_delta(&self, d: &Delta) {
         let n_blocks = self.shape.n_blocks;
-        let mut blocks = vec![d.block()];
         let (rm, ins) = d.fallback_edits();
-        let at = |h: &KeyHash| locate(*h, n_blocks).0;
-        blocks.extend(rm.iter().map(at).chain(ins.iter().map(|(h, _)| at(h))));
-        blocks.sort_unstable();
-        blocks.dedup();
-        self.open(&blocks);
+        let block = [d.block()];
+        // A delta without fallback edits (nearly all) touches its one block: no allocation.
+        let more: Vec<u64>;
+        let blocks: &[u64] = if rm.is_empty() && ins.is_empty() {
+            &block
+        } else {
+            let at = |h: &KeyHash| locate(*h, n_blocks).0;
+            let mut v = block.to_vec();
+            v.extend(rm.iter().map(at).chain(ins.iter().map(|(h, _)| at(h))));
+            v.sort_unstable();
+            v.dedup();
+            more = v;
+            &more
+        };
+        self.open(blocks);
         if d.touches_fallback() {
             let mut fb = self.fallback.write().unwrap_or_else(|e| e.into_inner());
             edit_fallback(&mut fb, d);
@@ -458,7 +467,7 @@ impl LiveSetSep {
                 c,
             );
         }
-        self.close(&blocks);
+        self.close(blocks);
     }
 
     fn apply(&self, d: &Delta, sequenced: bool) -> Result<(), DeltaError> {

@@ -13,16 +13,8 @@
 #   compare.sh update raw before after; compare.sh update u after mi fold;
 #   compare.sh pfcp p after fold; compare.sh update v after fo; compare.sh pfcp q after fo
 set -euo pipefail
+# Three rounds of the same runs as ../control-20261126b/compare.sh, written here.
+here=$(cd "$(dirname "$0")" && pwd)
 mode=$1 prefix=$2
 shift 2
-out=$(cd "$(dirname "$0")" && pwd)
-for r in 1 2 3; do
-    for b in "$@"; do
-        f="$out/$prefix-$(basename "$b")-r$r.json"
-        if [ "$mode" = update ]; then
-            "$b/scalebricks-bench" update --keys 100000 --updates 1000 --batch 256 --cluster --json >"$f"
-        else
-            "$b/scalebricks-bench" pfcp --sessions 100000 --window 256 --json >"$f"
-        fi
-    done
-done
+OUT=$here exec "$here/../control-20261126b/compare.sh" "$mode" "$prefix" 3 "$@"
