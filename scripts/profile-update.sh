@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Where an update burst's CPU goes (root, needs `perf`): a 4-node namespace cluster of 100K
+# Where an update burst's CPU goes (root; installs Debian's linux-perf if `perf` is missing): a 4-node namespace cluster of 100K
 # flows, then 4 x PER inserts from one `scalebricks update` client per node at once (what
 # `bench update --cluster` runs). During the burst only, counts glibc `malloc` calls of every
 # process with a uprobe and samples every CPU; prints malloc calls per acknowledged update and
 # the share of CPU samples in glibc's malloc/free functions.
 #
-#   scripts/profile-update.sh [BIN_DIR (default target/release)] [PER (default 50000)]
+#   scripts/profile-update.sh [BIN_DIR (from the repository root; default target/release)] [PER (default 50000)]
 #
 # The uprobe slows the burst; the rate it prints is not the cluster's (use `bench update`).
 set -euo pipefail
 trap 'echo "profile-update: failed at line $LINENO" >&2' ERR
+cd "$(dirname "$0")/.."
+command -v perf >/dev/null || scripts/apt-install.sh linux-perf
 B=${1:-target/release}
 PER=${2:-50000}
 LIBC=$(ldconfig -p | awk '/libc\.so\.6 .*x86-64/ {print $NF; exit}')
