@@ -1,7 +1,7 @@
 //! The fuzz target's entry point (`crates/pfcp/fuzz`), also run by the property tests.
 
 use crate::ie::{NodeId, RecoveryTimeStamp};
-use crate::message::{AssociationSetupRequest, Body, Message};
+use crate::message::{pack_rules, unpack_rules, AssociationSetupRequest, Body, Message};
 use crate::relay::{Relay, RelayKind};
 use crate::upf::{Applied, Config, Failure, FibChange, Placement, Sessions, Token, Upf};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -49,6 +49,18 @@ pub fn pfcp_message(data: &[u8]) {
             .to_bytes()
             .expect("a parsed message can be written again");
         assert_eq!(Message::parse(&bytes).as_ref(), Ok(&msg));
+        if let Body::SessionEstablishmentRequest(r) = &msg.body {
+            // The rules the endpoint keeps packed read back as they were.
+            let pdrs: Vec<_> = (r.create_pdr.iter())
+                .enumerate()
+                .map(|(i, p)| (p, (i % 2 == 1).then_some(i as u32)))
+                .collect();
+            let packed = pack_rules(pdrs.iter().copied(), &r.create_far, &r.create_qer)
+                .expect("rules that parsed pack");
+            let (p, f, q) = unpack_rules(&packed).expect("packed rules unpack");
+            let p: Vec<_> = p.iter().map(|(p, t)| (p, *t)).collect();
+            assert_eq!((p, &f, &q), (pdrs, &r.create_far, &r.create_qer));
+        }
     }
     let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 8805);
     let cfg = Config::new(

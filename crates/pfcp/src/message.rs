@@ -1427,3 +1427,55 @@ impl SessionDeletionResponse {
         write_opt(w, &self.offending_ie)
     }
 }
+
+/// The IE type that follows a stored Create PDR with the TEID the user plane gave it (4 bytes).
+/// Only [`pack_rules`] writes it and only [`unpack_rules`] reads it: it is never sent.
+const STORED_TEID: u16 = 0xffff;
+
+/// A session's rules, packed for keeping: each PDR as its Create PDR IE (followed by the TEID
+/// the user plane gave it, if any), then each FAR as its Create FAR IE and each QER as its
+/// Create QER IE. One allocation of about the size of the request that made them, where the
+/// decoded rules take several and three times the bytes; [`unpack_rules`] reads them back.
+pub(crate) fn pack_rules<'a>(
+    pdrs: impl IntoIterator<Item = (&'a CreatePdr, Option<u32>)>,
+    fars: impl IntoIterator<Item = &'a CreateFar>,
+    qers: impl IntoIterator<Item = &'a Qer>,
+) -> Result<Box<[u8]>, BuildError> {
+    let mut w = Writer::new(Vec::with_capacity(128));
+    for (p, teid) in pdrs {
+        p.encode(&mut w)?;
+        if let Some(t) = teid {
+            w.bytes(STORED_TEID, &t.to_be_bytes())?;
+        }
+    }
+    fars.into_iter().try_for_each(|f| f.encode(&mut w))?;
+    qers.into_iter()
+        .try_for_each(|q| q.encode(&mut w, ie_type::CREATE_QER))?;
+    Ok(w.buf.into_boxed_slice())
+}
+
+/// What [`pack_rules`] packed: PDRs with their TEIDs, FARs, QERs, each in the order packed.
+pub(crate) type UnpackedRules = (Vec<(CreatePdr, Option<u32>)>, Vec<CreateFar>, Vec<Qer>);
+
+/// Reads back what [`pack_rules`] wrote.
+pub(crate) fn unpack_rules(v: &[u8]) -> Result<UnpackedRules, DecodeError> {
+    let (mut pdrs, mut fars, mut qers) = (Vec::new(), Vec::new(), Vec::new());
+    each(v, |ty, v| {
+        match ty {
+            ie_type::CREATE_PDR => pdrs.push((CreatePdr::decode(v)?, None)),
+            STORED_TEID => {
+                let t = u32::from_be_bytes(
+                    v.try_into()
+                        .map_err(|_| DecodeError::InvalidIe(STORED_TEID))?,
+                );
+                let last = pdrs.last_mut().ok_or(DecodeError::InvalidIe(STORED_TEID))?;
+                last.1 = Some(t);
+            }
+            ie_type::CREATE_FAR => fars.push(CreateFar::decode(v)?),
+            ie_type::CREATE_QER => qers.push(Qer::decode_create(v)?),
+            _ => return Err(DecodeError::InvalidIe(ty)),
+        }
+        Ok(())
+    })?;
+    Ok((pdrs, fars, qers))
+}

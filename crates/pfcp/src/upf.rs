@@ -244,6 +244,45 @@ struct Rules {
     qers: VecMap<u32, Qer>,
 }
 
+impl Rules {
+    /// The rules packed for keeping ([`pack_rules`]); a rule too long to pack (a PDR whose
+    /// updates made it longer than one IE holds) is refused with its id.
+    fn pack(&self) -> Result<Box<[u8]>, Reject> {
+        let pdrs = self.pdrs.values().map(|(p, t)| (p, *t));
+        pack_rules(pdrs, self.fars.values(), self.qers.values()).map_err(|_| {
+            let alone = |p: &CreatePdr| pack_rules([(p, None)], [], []).is_err();
+            let failed = if let Some((id, _)) = self.pdrs.iter().find(|(_, (p, _))| alone(p)) {
+                FailedRuleId::Pdr(*id)
+            } else if let Some(id) = self
+                .fars
+                .iter()
+                .find(|(_, f)| pack_rules([], [*f], []).is_err())
+                .map(|(id, _)| *id)
+            {
+                FailedRuleId::Far(id)
+            } else {
+                let id = self.qers.keys().next().copied().unwrap_or(0);
+                FailedRuleId::Qer(id)
+            };
+            Reject::rule(failed)
+        })
+    }
+
+    /// Rules that [`Rules::pack`] packed.
+    fn unpack(bytes: &[u8]) -> Rules {
+        let (pdrs, fars, qers) = unpack_rules(bytes).expect("packed rules read back");
+        Rules {
+            pdrs: pdrs
+                .into_iter()
+                .map(|(p, t)| (p.pdr_id.0, (p, t)))
+                .collect(),
+            fars: fars.into_iter().map(|f| (f.far_id.0, f)).collect(),
+            qers: qers.into_iter().map(|q| (q.qer_id.0, q)).collect(),
+        }
+    }
+}
+
+/// A session being set up or changed: its rules decoded, and what they forward.
 #[derive(Clone, Debug)]
 struct Session {
     node_id: NodeId,
@@ -253,14 +292,38 @@ struct Session {
     fwd: Forwarding,
 }
 
-impl Session {
-    /// Gives back the room its rule maps kept while they were built.
-    fn compact(&mut self) {
-        self.rules.pdrs.shrink_to_fit();
-        self.rules.fars.shrink_to_fit();
-        self.rules.qers.shrink_to_fit();
-        self.fwd.downlink.shrink_to_fit();
-        self.fwd.uplink.shrink_to_fit();
+/// An installed session as kept: its rules packed ([`Rules::pack`], about the bytes of the
+/// request that made them, in one allocation), decoded again ([`Stored::unpack`]) only when a
+/// request changes or removes them. Its forwarding follows from its rules.
+#[derive(Clone, Debug)]
+struct Stored {
+    node_id: NodeId,
+    cp_f_seid: FSeid,
+    placement: Placement,
+    rules: Box<[u8]>,
+}
+
+impl Stored {
+    fn new(session: Session, rules: Box<[u8]>) -> Stored {
+        Stored {
+            node_id: session.node_id,
+            cp_f_seid: session.cp_f_seid,
+            placement: session.placement,
+            rules,
+        }
+    }
+
+    /// The session, its rules decoded.
+    fn unpack(&self) -> Session {
+        let rules = Rules::unpack(&self.rules);
+        let fwd = forwarding(&rules).expect("kept rules forward as they did when kept");
+        Session {
+            node_id: self.node_id.clone(),
+            cp_f_seid: self.cp_f_seid,
+            placement: self.placement,
+            rules,
+            fwd,
+        }
     }
 }
 
@@ -349,11 +412,13 @@ enum Commit {
     Establish {
         seid: u64,
         session: Box<Session>,
+        packed: Box<[u8]>,
         created: Vec<CreatedPdr>,
     },
     Modify {
         seid: u64,
         session: Box<Session>,
+        packed: Box<[u8]>,
         created: Vec<CreatedPdr>,
     },
     Delete {
@@ -383,7 +448,7 @@ pub struct Upf<S> {
     sessions_impl: S,
     associations: HashMap<NodeId, Association>,
     by_addr: HashMap<IpAddr, NodeId>,
-    sessions: HashMap<u64, Session>,
+    sessions: HashMap<u64, Stored>,
     /// Which session holds each UE address (installed or being installed).
     ue_index: HashMap<IpAddr, u64>,
     teids: HashSet<u32>,
@@ -470,8 +535,10 @@ impl<S: Sessions> Upf<S> {
     }
 
     /// The forwarding and placement of installed session `up_seid`.
-    pub fn session(&self, up_seid: u64) -> Option<(&Forwarding, Placement)> {
-        self.sessions.get(&up_seid).map(|s| (&s.fwd, s.placement))
+    pub fn session(&self, up_seid: u64) -> Option<(Forwarding, Placement)> {
+        self.sessions
+            .get(&up_seid)
+            .map(|s| (s.unpack().fwd, s.placement))
     }
 
     /// The UP SEIDs of the installed sessions.
@@ -1011,7 +1078,7 @@ impl<S: Sessions> Upf<S> {
         seids.sort_unstable();
         let mut changes = Vec::new();
         for s in &seids {
-            let sess = &self.sessions[s];
+            let sess = self.sessions[s].unpack();
             changes.extend(sess.fwd.diff(&Forwarding::default(), sess.placement.node));
         }
         self.busy_nodes.insert(node);
@@ -1069,6 +1136,7 @@ impl<S: Sessions> Upf<S> {
             Commit::Establish {
                 seid,
                 session,
+                packed,
                 created,
             } => {
                 self.busy.remove(&seid);
@@ -1085,9 +1153,7 @@ impl<S: Sessions> Upf<S> {
                     ipv4: Some(self.config.pfcp_addr),
                     ipv6: None,
                 };
-                let mut session = *session;
-                session.compact();
-                self.sessions.insert(seid, session);
+                self.sessions.insert(seid, Stored::new(*session, packed));
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -1105,12 +1171,13 @@ impl<S: Sessions> Upf<S> {
             Commit::Modify {
                 seid,
                 session,
+                packed,
                 created,
             } => {
                 self.busy.remove(&seid);
                 if let Err(f) = result {
                     // Free what the new rules reserved and the old ones do not hold.
-                    let old = &self.sessions[&seid];
+                    let old = self.sessions[&seid].unpack();
                     let (old_ues, old_teids) = (ues_of(&old.rules), teids_of(&old.rules));
                     for ue in ues_of(&session.rules).difference(&old_ues) {
                         self.ue_index.remove(ue);
@@ -1120,14 +1187,12 @@ impl<S: Sessions> Upf<S> {
                     }
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
-                let mut session = *session;
-                session.compact();
+                let (new_ues, new_teids) = (ues_of(&session.rules), teids_of(&session.rules));
                 let old = self
                     .sessions
-                    .insert(seid, session)
-                    .expect("modified sessions exist");
-                let new = &self.sessions[&seid];
-                let (new_ues, new_teids) = (ues_of(&new.rules), teids_of(&new.rules));
+                    .insert(seid, Stored::new(*session, packed))
+                    .expect("modified sessions exist")
+                    .unpack();
                 for ue in ues_of(&old.rules).difference(&new_ues) {
                     self.ue_index.remove(ue);
                 }
@@ -1205,7 +1270,7 @@ impl<S: Sessions> Upf<S> {
             if let Some(a) = self.associations.get_mut(&s.node_id) {
                 a.sessions.remove(&seid);
             }
-            self.forget(&s, seid);
+            self.forget(&s.unpack(), seid);
         }
     }
 
@@ -1338,6 +1403,10 @@ impl<S: Sessions> Upf<S> {
                 }),
             })
             .collect();
+        let packed = match rules.pack() {
+            Ok(p) => p,
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
+        };
         let changes = Forwarding::default().diff(&fwd, placement.node);
         let session = Session {
             node_id: node,
@@ -1358,6 +1427,7 @@ impl<S: Sessions> Upf<S> {
             Commit::Establish {
                 seid,
                 session: Box::new(session),
+                packed,
                 created,
             },
         )
@@ -1470,7 +1540,7 @@ impl<S: Sessions> Upf<S> {
     }
 
     /// The session `seid` if `from`'s association holds it.
-    fn owned(&self, from: SocketAddr, seid: u64) -> Option<&Session> {
+    fn owned(&self, from: SocketAddr, seid: u64) -> Option<&Stored> {
         let node = self.by_addr.get(&from.ip())?;
         self.sessions.get(&seid).filter(|s| &s.node_id == node)
     }
@@ -1504,12 +1574,12 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
-        let mut session = s.clone();
+        let mut session = s.unpack();
         if let Some(f) = r.cp_f_seid {
             session.cp_f_seid = f;
         }
-        let old_pdrs = s.rules.pdrs.clone();
-        let old_fwd = s.fwd.clone();
+        let old_pdrs = session.rules.pdrs.clone();
+        let old_fwd = session.fwd.clone();
         let mut touched = Vec::new();
         let edited = (|| {
             let rules = &mut session.rules;
@@ -1658,6 +1728,10 @@ impl<S: Sessions> Upf<S> {
                 }),
             })
             .collect();
+        let packed = match session.rules.pack() {
+            Ok(p) => p,
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
+        };
         let changes = old_fwd.diff(&fwd, session.placement.node);
         session.fwd = fwd;
         self.reserve(&session, seid);
@@ -1671,6 +1745,7 @@ impl<S: Sessions> Upf<S> {
             Commit::Modify {
                 seid,
                 session: Box::new(session),
+                packed,
                 created,
             },
         )
@@ -1699,7 +1774,10 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
-        let changes = s.fwd.diff(&Forwarding::default(), s.placement.node);
+        let changes = s
+            .unpack()
+            .fwd
+            .diff(&Forwarding::default(), s.placement.node);
         self.busy.insert(seid);
         self.apply(from, seq, t, reply_seid, changes, Commit::Delete { seid })
     }

@@ -1,0 +1,93 @@
+//! What the endpoint keeps per installed session: heap bytes counted by a global allocator
+//! while 50,000 sessions are established (the endpoint's response cache is off, so what is
+//! left is the sessions' own state).
+#![allow(unsafe_code)] // The counting allocator: it only forwards to the system's.
+
+use sb_pfcp::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Duration;
+
+/// The system allocator, counting the bytes it holds.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call forwards to `System` with the caller's arguments.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded as given.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded as given.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded as given.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// A cluster that installs everything at once.
+struct Installs;
+
+impl Sessions for Installs {
+    fn place(&mut self, _: &[IpAddr]) -> Result<Placement, Failure> {
+        Ok(Placement {
+            node: 1,
+            ran: Ipv4Addr::new(10, 1, 0, 2),
+        })
+    }
+    fn apply(&mut self, _: Token, _: &[FibChange]) -> Result<Applied, Failure> {
+        Ok(Applied::Done)
+    }
+}
+
+/// Our load generator's session (`smf::establishment`: two PDRs, two FARs), 50,000 times. The
+/// bound: the rules packed (~170 bytes), the session map's entry (~96 bytes at 3/4 load), the
+/// UE address and TEID indexes (~60 bytes). Decoded rules took 914 bytes.
+#[test]
+fn an_installed_session_keeps_under_400_bytes() {
+    let smf = Ipv4Addr::new(10, 3, 0, 254);
+    let from = SocketAddr::new(IpAddr::V4(smf), 8805);
+    let addr = Ipv4Addr::new(10, 0, 0, 1);
+    let mut cfg = Config::new(NodeId::Ipv4(addr), RecoveryTimeStamp(1), addr);
+    cfg.response_cache_entries = 0;
+    cfg.response_ttl = Duration::ZERO;
+    let mut upf = Upf::new(cfg, Installs);
+    let setup = smf::association_setup(1, smf, 5).to_bytes().unwrap();
+    assert_eq!(upf.handle(Duration::ZERO, from, &setup).len(), 1);
+    let n = 50_000u32;
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..n {
+        let ue = IpAddr::V4(Ipv4Addr::from(0x0a80_0000 + i));
+        let enb = Ipv4Addr::new(10, 2, 0, 1);
+        let m = smf::establishment(i + 2, smf, u64::from(i), ue, i + 1, enb);
+        let out = upf.handle(Duration::from_millis(1), from, &m.to_bytes().unwrap());
+        let reply = Message::parse(&out[0].bytes).unwrap();
+        let Body::SessionEstablishmentResponse(r) = reply.body else {
+            panic!("{reply:?}")
+        };
+        assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    }
+    assert_eq!(upf.session_count(), n as usize);
+    let per = (LIVE.load(Ordering::Relaxed) - before) / n as isize;
+    eprintln!("{per} heap bytes per installed session");
+    assert!(per < 400, "{per} heap bytes per installed session");
+    // They still read back: every session forwards what it was given.
+    for seid in upf.session_ids().collect::<Vec<_>>() {
+        let (fwd, place) = upf.session(seid).unwrap();
+        assert_eq!(
+            (fwd.downlink.len(), fwd.uplink.len(), place.node),
+            (1, 1, 1)
+        );
+    }
+}
