@@ -50,6 +50,11 @@ pub struct Tuning {
     pub chunk_bytes: usize,
     /// Keep every delta this owner makes for [`Node::take_own_deltas`] (tests).
     pub keep_own_deltas: bool,
+    /// Keys this node is expected to own and to handle (its share of the cluster's capacity):
+    /// the RIB and the FIB map are allocated for that many at start, so that they never
+    /// grow (a map of millions of keys that doubles stalls the node for a fraction of a
+    /// second; all nodes reach that size together). 0: they grow as keys come.
+    pub expected_keys: usize,
 }
 
 impl Default for Tuning {
@@ -68,6 +73,7 @@ impl Default for Tuning {
             pack_bytes: BODY_MAX - 16,
             chunk_bytes: CHUNK_BYTES,
             keep_own_deltas: false,
+            expected_keys: 0,
         }
     }
 }
@@ -499,7 +505,7 @@ impl Node {
         let mut records = vec![record::epoch(epoch)];
         let initial = if base_done { base } else { flows };
         let mut rib: Map<Bytes, (NodeId, Bytes)> = Map::default();
-        rib.reserve(initial.len());
+        rib.reserve(initial.len().max(tuning.expected_keys));
         for (index, f) in initial.into_iter().enumerate() {
             let bad = |reason| ControlError::BadFlow { index, reason };
             if f.key.len() != spec.key_bytes {
@@ -582,7 +588,11 @@ impl Node {
                     resyncs: 0,
                 })
                 .collect(),
-            fib: Map::default(),
+            fib: {
+                let mut fib = Map::default();
+                fib.reserve(tuning.expected_keys);
+                fib
+            },
             fin: (0..n)
                 .map(|_| FibIn {
                     epoch: 0,

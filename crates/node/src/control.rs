@@ -372,7 +372,15 @@ pub fn run(
     // The sockets are waited on with poll, then drained.
     sock.set_nonblocking(true)
         .map_err(|e| ControlError::Invalid(format!("{listen}: {e}")))?;
-    let mut node = sb_control::Node::new(spec, me, flows, recovered, clock(), rand::random())?;
+    // The node's share of the cluster's capacity (its FIB room holds 50% more, for
+    // imbalance): the control plane's maps start at that size and do not grow under load.
+    let share = ctl.fib_room * 2 / 3;
+    let tuning = sb_control::Tuning {
+        expected_keys: share,
+        ..sb_control::Tuning::default()
+    };
+    let mut node =
+        sb_control::Node::with_tuning(spec, me, flows, recovered, clock(), rand::random(), tuning)?;
     let peer_of = |a: SocketAddr| match ctl.peers.iter().position(|p| *p == a) {
         Some(j) => Peer::Node(j as u16),
         None => Peer::Client(a),

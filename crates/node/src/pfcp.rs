@@ -209,6 +209,12 @@ impl Cluster {
         }
     }
 
+    /// Room for `n` UE addresses without growing.
+    pub fn reserve(&mut self, n: usize) {
+        self.installed.reserve(n);
+        self.uplink_ue.reserve(n);
+    }
+
     /// Packs the changes applied since the last call into as few client requests as fit
     /// (in order; a change's updates stay in one request unless they are more than one
     /// holds), ready in `outbox`. Sessions that
@@ -534,6 +540,9 @@ impl Endpoint {
         // Sessions live on the endpoint that took them: one endpoint may hold the cluster's
         // whole capacity (the FIB refuses past it: No resources available).
         config.max_sessions = (ctl.fib_room * ctl.peers.len().max(1)).max(1 << 20);
+        // Sessions an endpoint is expected to hold: the node's share of the capacity (an SMF
+        // that spreads its requests over the nodes). Its maps start at that size.
+        config.expected_sessions = ctl.fib_room * 2 / 3;
         if config.relay && ctl.pfcp_peers.get(cfg.node as usize) != Some(&addr) {
             return Err(ControlError::Invalid(format!(
                 "pfcp_peers names {:?} for node {}, not its pfcp address {addr}",
@@ -541,7 +550,8 @@ impl Endpoint {
                 cfg.node
             )));
         }
-        let cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
+        let mut cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
+        cluster.reserve(config.expected_sessions);
         Ok(Some(Endpoint {
             sock,
             upf: Upf::new(config, cluster),

@@ -69,6 +69,10 @@ pub struct Config {
     /// replicated to the others and session requests for SEIDs another endpoint allocated
     /// are relayed to it ([`Upf::poll_relay`], [`Upf::handle_relay`]; see [`crate::relay`]).
     pub relay: bool,
+    /// Sessions this endpoint is expected to hold: its session maps are allocated for that
+    /// many at start and do not grow (and stall) until it holds more. 0: they grow as
+    /// sessions come.
+    pub expected_sessions: usize,
     /// With [`Config::relay`]: the cluster's endpoints have allocator ids `1..=endpoints` (0:
     /// not said). A session request whose SEID names none of them is answered here (Session
     /// context not found) instead of being relayed nowhere.
@@ -92,6 +96,7 @@ impl Config {
             response_cache_entries: 1 << 16,
             relay: false,
             endpoints: 0,
+            expected_sessions: 0,
         }
     }
 }
@@ -233,7 +238,6 @@ pub struct Stats {
 struct Association {
     addr: IpAddr,
     recovery_time_stamp: RecoveryTimeStamp,
-    sessions: HashSet<u64>,
 }
 
 /// A session's rules as installed.
@@ -478,14 +482,15 @@ pub struct Upf<S> {
 impl<S: Sessions> Upf<S> {
     /// An endpoint with no association.
     pub fn new(config: Config, sessions: S) -> Self {
+        let n = config.expected_sessions;
         Upf {
             config,
             sessions_impl: sessions,
             associations: HashMap::new(),
             by_addr: HashMap::new(),
-            sessions: HashMap::new(),
-            ue_index: HashMap::new(),
-            teids: HashSet::new(),
+            sessions: HashMap::with_capacity(n),
+            ue_index: HashMap::with_capacity(n),
+            teids: HashSet::with_capacity(n),
             next_teid: 1,
             next_seid: 1,
             busy: HashSet::new(),
@@ -940,7 +945,6 @@ impl<S: Sessions> Upf<S> {
         let association = Association {
             addr: from.ip(),
             recovery_time_stamp: r.recovery_time_stamp,
-            sessions: HashSet::new(),
         };
         let accepted = Message {
             seid: None,
@@ -988,11 +992,12 @@ impl<S: Sessions> Upf<S> {
         self.associations.insert(node, association);
     }
 
+    /// The sessions of `node`'s association: a walk over every session (an association's
+    /// setup and release are rare; an index per association cost 14 bytes per session).
     fn sessions_of<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = u64> + 'a {
-        self.associations
-            .get(node)
-            .into_iter()
-            .flat_map(|a| a.sessions.iter().copied())
+        (self.sessions.iter())
+            .filter(move |(_, s)| &s.node_id == node)
+            .map(|(seid, _)| *seid)
     }
 
     fn association_update(
@@ -1145,9 +1150,6 @@ impl<S: Sessions> Upf<S> {
                     self.forget(&session, seid);
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
-                if let Some(a) = self.associations.get_mut(&session.node_id) {
-                    a.sessions.insert(seid);
-                }
                 let up_f_seid = FSeid {
                     seid,
                     ipv4: Some(self.config.pfcp_addr),
@@ -1267,9 +1269,6 @@ impl<S: Sessions> Upf<S> {
 
     fn remove_session(&mut self, seid: u64) {
         if let Some(s) = self.sessions.remove(&seid) {
-            if let Some(a) = self.associations.get_mut(&s.node_id) {
-                a.sessions.remove(&seid);
-            }
             self.forget(&s.unpack(), seid);
         }
     }
