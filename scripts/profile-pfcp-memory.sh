@@ -9,8 +9,10 @@
 #   scripts/profile-pfcp-memory.sh [BIN_DIR (default target/release)] [SESSIONS (default 100000)]
 #
 # heaptrack slows every allocation: the rate smf-sim prints is not the cluster's (use
-# `bench pfcp`). Peak heap is what was allocated and not yet freed at the moment node 0 held the
-# most, not RSS (malloc's own headers and free lists are not counted).
+# `bench pfcp`). Peak heap is what was allocated after heaptrack attached and not yet freed at
+# the moment node 0 held the most: not RSS (malloc's own headers and free lists are not
+# counted), and not what the node allocated at start: its tables and its per-session maps,
+# allocated for its share of the capacity, whose pages count in RSS as sessions fill them.
 set -euo pipefail
 trap 'echo "profile-pfcp-memory: failed at line $LINENO" >&2' ERR
 cd "$(dirname "$0")/.."
@@ -34,20 +36,21 @@ for _ in $(seq 60); do
 done
 pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"][0]["pid"])' "$work/st.json")
 rss() { awk '/VmRSS/ {print $2 * 1024}' "/proc/$pid/status"; }
-heaptrack -p "$pid" -o "$work/ht" >"$work/ht.log" 2>&1 &
+# Attached, heaptrack writes heaptrack.scalebricks.N.zst in its working directory.
+(cd "$work" && exec heaptrack -p "$pid") >"$work/ht.log" 2>&1 &
 ht=$!
 # heaptrack injects itself with gdb: wait until it says so.
 for _ in $(seq 60); do grep -q "injection finished" "$work/ht.log" && break; sleep 1; done
 before=$(rss)
-"$B/scalebricks" smf-sim --dir "$work/state" --sessions "$N" --window 256 >"$work/sim.json"
+"$B/scalebricks" smf-sim --dir "$work/state" --sessions "$N" --window 256 >"$work/sim.json" || { cat "$work/ht.log" "$work/sim.json" >&2; exit 1; }
 sleep 2
 after=$(rss)
 "$B/scalebricks" cluster down --dir "$work/state" >/dev/null
 wait "$ht" || true
-data=$(ls "$work"/ht*.zst 2>/dev/null | head -1)
-[ -n "$data" ] || data=$(ls heaptrack.scalebricks.*.zst 2>/dev/null | head -1)
-heaptrack_print -f "$data" -F "$work/peak.txt" --flamegraph-cost-type peak >/dev/null 2>&1
-case "$data" in heaptrack.scalebricks.*) rm -f "$data" ;; esac
+data=$(find "$work" -maxdepth 1 -name 'heaptrack.*.zst' | head -1)
+[ -n "$data" ] || { cat "$work/ht.log" >&2; exit 1; }
+heaptrack_print -f "$data" -F "$work/peak.txt" \
+    --flamegraph-cost-type peak >/dev/null 2>&1
 python3 - "$work" "$before" "$after" <<'PY'
 import collections, json, re, sys
 w, before, after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
