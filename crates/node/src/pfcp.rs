@@ -48,10 +48,13 @@ use sb_engine::lte::Tunnel;
 use sb_pfcp::{
     Applied, Failure, FibChange, NodeId, Placement, RecoveryTimeStamp, Sessions, Token, Upf,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+
+/// The endpoint's maps: foldhash, seeded per process.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The client address of the PFCP endpoint's requests to its own node (0.0.0.0:0: no datagram
 /// comes from there).
@@ -198,11 +201,11 @@ impl Cluster {
             next_node: first as usize,
             ran_addrs,
             id_base: rand::random::<u64>() & !0xffff_ffff,
-            installed: HashMap::new(),
-            uplink_ue: HashMap::new(),
-            pending: HashMap::new(),
+            installed: HashMap::default(),
+            uplink_ue: HashMap::default(),
+            pending: HashMap::default(),
             queued: Vec::new(),
-            batches: HashMap::new(),
+            batches: HashMap::default(),
             next_batch: 0,
             max_batch: sb_control::client::max_updates(spec.key_bytes, spec.value_bytes).max(1),
             outbox: Vec::new(),

@@ -43,9 +43,14 @@ use crate::ie::*;
 use crate::message::*;
 use crate::relay::{Relay, RelayKind};
 use crate::vecmap::VecMap;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use smallvec::SmallVec;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
+
+/// The endpoint's maps: foldhash, seeded per process (keys come from associated peers).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 /// The endpoint's settings.
 #[derive(Clone, Debug)]
@@ -486,25 +491,25 @@ impl<S: Sessions> Upf<S> {
         Upf {
             config,
             sessions_impl: sessions,
-            associations: HashMap::new(),
-            by_addr: HashMap::new(),
-            sessions: HashMap::with_capacity(n),
-            ue_index: HashMap::with_capacity(n),
-            teids: HashSet::with_capacity(n),
+            associations: HashMap::default(),
+            by_addr: HashMap::default(),
+            sessions: HashMap::with_capacity_and_hasher(n, Default::default()),
+            ue_index: HashMap::with_capacity_and_hasher(n, Default::default()),
+            teids: HashSet::with_capacity_and_hasher(n, Default::default()),
             next_teid: 1,
             next_seid: 1,
-            busy: HashSet::new(),
-            busy_nodes: HashSet::new(),
+            busy: HashSet::default(),
+            busy_nodes: HashSet::default(),
             establishing: 0,
-            pending: HashMap::new(),
-            in_flight: HashSet::new(),
-            cache: HashMap::new(),
+            pending: HashMap::default(),
+            in_flight: HashSet::default(),
+            cache: HashMap::default(),
             cache_order: VecDeque::new(),
             next_token: 1,
             stats: Stats::default(),
             relays: VecDeque::new(),
-            via: HashMap::new(),
-            silent: HashSet::new(),
+            via: HashMap::default(),
+            silent: HashSet::default(),
             replaying: false,
         }
     }
@@ -1181,10 +1186,16 @@ impl<S: Sessions> Upf<S> {
                     // Free what the new rules reserved and the old ones do not hold.
                     let old = self.sessions[&seid].unpack();
                     let (old_ues, old_teids) = (ues_of(&old.rules), teids_of(&old.rules));
-                    for ue in ues_of(&session.rules).difference(&old_ues) {
+                    for ue in ues_of(&session.rules)
+                        .iter()
+                        .filter(|u| !old_ues.contains(u))
+                    {
                         self.ue_index.remove(ue);
                     }
-                    for teid in teids_of(&session.rules).difference(&old_teids) {
+                    for teid in teids_of(&session.rules)
+                        .iter()
+                        .filter(|t| !old_teids.contains(t))
+                    {
                         self.teids.remove(teid);
                     }
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
@@ -1195,10 +1206,13 @@ impl<S: Sessions> Upf<S> {
                     .insert(seid, Stored::new(*session, packed))
                     .expect("modified sessions exist")
                     .unpack();
-                for ue in ues_of(&old.rules).difference(&new_ues) {
+                for ue in ues_of(&old.rules).iter().filter(|u| !new_ues.contains(u)) {
                     self.ue_index.remove(ue);
                 }
-                for teid in teids_of(&old.rules).difference(&new_teids) {
+                for teid in teids_of(&old.rules)
+                    .iter()
+                    .filter(|t| !new_teids.contains(t))
+                {
                     self.teids.remove(teid);
                 }
                 Message {
@@ -1366,7 +1380,7 @@ impl<S: Sessions> Upf<S> {
         if let Err(rej) = built {
             return Some(self.reject(t, reply_seid, seq, rej));
         }
-        let ues: Vec<IpAddr> = ues_of(&rules).into_iter().collect();
+        let ues = ues_of(&rules);
         if ues.is_empty() {
             return Some(self.reject(
                 t,
@@ -1475,7 +1489,7 @@ impl<S: Sessions> Upf<S> {
         old: &VecMap<u16, (CreatePdr, Option<u32>)>,
         ids: &[u16],
     ) -> Result<Vec<(u16, u32)>, Reject> {
-        let mut by_choose_id: HashMap<u8, u32> = HashMap::new();
+        let mut by_choose_id: HashMap<u8, u32> = HashMap::default();
         let mut taken: Vec<u32> = Vec::new();
         let mut created = Vec::new();
         for id in ids {
@@ -1783,27 +1797,37 @@ impl<S: Sessions> Upf<S> {
 }
 
 /// The UE addresses a PDR names.
-fn pdr_ues(p: &CreatePdr) -> Vec<IpAddr> {
-    let mut v = Vec::new();
-    if let Some(ue) = &p.pdi.ue_ip_address {
-        if let Some(UeAddr::Addr(a)) = ue.ipv4 {
-            v.push(IpAddr::V4(a));
-        }
-        if let Some(UeAddr::Addr(a)) = ue.ipv6 {
-            v.push(IpAddr::V6(a));
-        }
-    }
+fn pdr_ues(p: &CreatePdr) -> impl Iterator<Item = IpAddr> + '_ {
+    p.pdi.ue_ip_address.iter().flat_map(|ue| {
+        let v4 = match ue.ipv4 {
+            Some(UeAddr::Addr(a)) => Some(IpAddr::V4(a)),
+            _ => None,
+        };
+        let v6 = match ue.ipv6 {
+            Some(UeAddr::Addr(a)) => Some(IpAddr::V6(a)),
+            _ => None,
+        };
+        v4.into_iter().chain(v6)
+    })
+}
+
+/// A session's few UE addresses or TEIDs, sorted, each once (inline up to 4: no allocation).
+type Few<T> = SmallVec<[T; 4]>;
+
+fn sorted_once<T: Ord>(mut v: Few<T>) -> Few<T> {
+    v.sort_unstable();
+    v.dedup();
     v
 }
 
 /// Every UE address of a session's PDRs.
-fn ues_of(rules: &Rules) -> std::collections::BTreeSet<IpAddr> {
-    rules.pdrs.values().flat_map(|(p, _)| pdr_ues(p)).collect()
+fn ues_of(rules: &Rules) -> Few<IpAddr> {
+    sorted_once(rules.pdrs.values().flat_map(|(p, _)| pdr_ues(p)).collect())
 }
 
 /// Every TEID a session's PDRs hold.
-fn teids_of(rules: &Rules) -> HashSet<u32> {
-    rules.pdrs.values().filter_map(|(_, t)| *t).collect()
+fn teids_of(rules: &Rules) -> Few<u32> {
+    sorted_once(rules.pdrs.values().filter_map(|(_, t)| *t).collect())
 }
 
 /// A QER we can apply: gates only.
@@ -1841,6 +1865,15 @@ fn far_action(f: &CreateFar) -> Result<Action, Reject> {
 /// A candidate target and the (precedence, PDR id) of the PDR giving it: the lowest wins.
 type Ranked<T> = ((u32, u16), Option<T>);
 
+/// Keeps in `list` the candidate of lowest rank per key.
+fn rank_in<K: PartialEq, T>(list: &mut Few<(K, Ranked<T>)>, key: K, candidate: Ranked<T>) {
+    match list.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, e)) if candidate.0 < e.0 => *e = candidate,
+        Some(_) => {}
+        None => list.push((key, candidate)),
+    }
+}
+
 /// A session's forwarding from its rules, or the rule that cannot be applied.
 fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
     for f in rules.fars.values() {
@@ -1850,9 +1883,9 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
         check_qer(q)?;
     }
     // (precedence, PDR id) of the winner per key.
-    let mut down: BTreeMap<IpAddr, Ranked<(u32, Ipv4Addr)>> = BTreeMap::new();
-    let mut up: BTreeMap<u32, Ranked<IpAddr>> = BTreeMap::new();
-    let all_ues: Vec<IpAddr> = ues_of(rules).into_iter().collect();
+    let mut down: Few<(IpAddr, Ranked<(u32, Ipv4Addr)>)> = Few::new();
+    let mut up: Few<(u32, Ranked<IpAddr>)> = Few::new();
+    let all_ues = ues_of(rules);
     for (&id, (p, teid)) in &rules.pdrs {
         let fail = Reject::rule(FailedRuleId::Pdr(id));
         if !p.pdi.other.is_empty() || !p.urr_ids.is_empty() {
@@ -1880,8 +1913,7 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
         let rank = (p.precedence.0, id);
         match p.pdi.source_interface {
             Interface::CORE => {
-                let ues = pdr_ues(p);
-                if ues.is_empty()
+                if pdr_ues(p).next().is_none()
                     || p.pdi.local_f_teid.is_some()
                     || p.outer_header_removal.is_some()
                 {
@@ -1897,11 +1929,8 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
                     (Action::Drop, _) => None,
                 };
                 let target = target.filter(|_| gate_open.1);
-                for ue in ues {
-                    let e = down.entry(ue).or_insert((rank, target));
-                    if rank < e.0 {
-                        *e = (rank, target);
-                    }
+                for ue in pdr_ues(p) {
+                    rank_in(&mut down, ue, (rank, target));
                 }
             }
             Interface::ACCESS => {
@@ -1924,12 +1953,9 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
                     }
                     (Action::Drop, _) => false,
                 };
-                let ue = pdr_ues(p).first().copied().or(all_ues.first().copied());
+                let ue = pdr_ues(p).next().or(all_ues.first().copied());
                 let target = ue.filter(|_| forward && gate_open.0);
-                let e = up.entry(teid).or_insert((rank, target));
-                if rank < e.0 {
-                    *e = (rank, target);
-                }
+                rank_in(&mut up, teid, (rank, target));
             }
             _ => return Err(fail),
         }
