@@ -1,7 +1,10 @@
 //! The fuzz target's entry point (`crates/pfcp/fuzz`), also run by the property tests.
 
 use crate::ie::{NodeId, RecoveryTimeStamp};
-use crate::message::{pack_rules, unpack_rules, AssociationSetupRequest, Body, Message};
+use crate::message::{
+    pack_session, packed_node_id, unpack_session, AssociationSetupRequest, Body, Message,
+    PackedSession,
+};
 use crate::relay::{Relay, RelayKind};
 use crate::upf::{Applied, Config, Failure, FibChange, Placement, Sessions, Token, Upf};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -50,16 +53,28 @@ pub fn pfcp_message(data: &[u8]) {
             .expect("a parsed message can be written again");
         assert_eq!(Message::parse(&bytes).as_ref(), Ok(&msg));
         if let Body::SessionEstablishmentRequest(r) = &msg.body {
-            // The rules the endpoint keeps packed read back as they were.
+            // The session the endpoint keeps packed reads back as it was.
             let pdrs: Vec<_> = (r.create_pdr.iter())
                 .enumerate()
-                .map(|(i, p)| (p, (i % 2 == 1).then_some(i as u32)))
+                .map(|(i, p)| (p.clone(), (i % 2 == 1).then_some(i as u32)))
                 .collect();
-            let packed = pack_rules(pdrs.iter().copied(), &r.create_far, &r.create_qer)
-                .expect("rules that parsed pack");
-            let (p, f, q) = unpack_rules(&packed).expect("packed rules unpack");
-            let p: Vec<_> = p.iter().map(|(p, t)| (p, *t)).collect();
-            assert_eq!((p, &f, &q), (pdrs, &r.create_far, &r.create_qer));
+            let packed = pack_session(
+                &r.node_id,
+                &r.cp_f_seid,
+                pdrs.iter().map(|(p, t)| (p, *t)),
+                &r.create_far,
+                &r.create_qer,
+            )
+            .expect("a session that parsed packs");
+            let want = PackedSession {
+                node_id: r.node_id.clone(),
+                cp_f_seid: r.cp_f_seid,
+                pdrs,
+                fars: r.create_far.clone(),
+                qers: r.create_qer.clone(),
+            };
+            assert_eq!(unpack_session(&packed), Ok(want));
+            assert_eq!(packed_node_id(&packed), Ok(r.node_id.clone()));
         }
     }
     let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 8805);

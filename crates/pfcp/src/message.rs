@@ -1429,19 +1429,24 @@ impl SessionDeletionResponse {
 }
 
 /// The IE type that follows a stored Create PDR with the TEID the user plane gave it (4 bytes).
-/// Only [`pack_rules`] writes it and only [`unpack_rules`] reads it: it is never sent.
+/// Only [`pack_session`] writes it and only [`unpack_session`] reads it: it is never sent.
 const STORED_TEID: u16 = 0xffff;
 
-/// A session's rules, packed for keeping: each PDR as its Create PDR IE (followed by the TEID
-/// the user plane gave it, if any), then each FAR as its Create FAR IE and each QER as its
-/// Create QER IE. One allocation of about the size of the request that made them, where the
-/// decoded rules take several and three times the bytes; [`unpack_rules`] reads them back.
-pub(crate) fn pack_rules<'a>(
+/// A session packed for keeping: the CP's Node ID and F-SEID as their IEs, then each PDR as its
+/// Create PDR IE (followed by the TEID the user plane gave it, if any), each FAR as its Create
+/// FAR IE and each QER as its Create QER IE. One allocation of about the size of the request
+/// that made them, where the decoded rules take several and three times the bytes;
+/// [`unpack_session`] reads it back, [`packed_node_id`] its Node ID alone.
+pub(crate) fn pack_session<'a>(
+    node_id: &NodeId,
+    cp_f_seid: &FSeid,
     pdrs: impl IntoIterator<Item = (&'a CreatePdr, Option<u32>)>,
     fars: impl IntoIterator<Item = &'a CreateFar>,
     qers: impl IntoIterator<Item = &'a Qer>,
 ) -> Result<Box<[u8]>, BuildError> {
-    let mut w = Writer::new(Vec::with_capacity(128));
+    let mut w = Writer::new(Vec::with_capacity(160));
+    write(&mut w, node_id)?;
+    write(&mut w, cp_f_seid)?;
     for (p, teid) in pdrs {
         p.encode(&mut w)?;
         if let Some(t) = teid {
@@ -1454,14 +1459,25 @@ pub(crate) fn pack_rules<'a>(
     Ok(w.buf.into_boxed_slice())
 }
 
-/// What [`pack_rules`] packed: PDRs with their TEIDs, FARs, QERs, each in the order packed.
-pub(crate) type UnpackedRules = (Vec<(CreatePdr, Option<u32>)>, Vec<CreateFar>, Vec<Qer>);
+/// What [`pack_session`] packed: the CP's Node ID and F-SEID, the PDRs with their TEIDs, the
+/// FARs and the QERs, each in the order packed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct PackedSession {
+    pub(crate) node_id: NodeId,
+    pub(crate) cp_f_seid: FSeid,
+    pub(crate) pdrs: Vec<(CreatePdr, Option<u32>)>,
+    pub(crate) fars: Vec<CreateFar>,
+    pub(crate) qers: Vec<Qer>,
+}
 
-/// Reads back what [`pack_rules`] wrote.
-pub(crate) fn unpack_rules(v: &[u8]) -> Result<UnpackedRules, DecodeError> {
+/// Reads back what [`pack_session`] wrote.
+pub(crate) fn unpack_session(v: &[u8]) -> Result<PackedSession, DecodeError> {
+    let (mut node, mut fseid) = (None, None);
     let (mut pdrs, mut fars, mut qers) = (Vec::new(), Vec::new(), Vec::new());
     each(v, |ty, v| {
         match ty {
+            ie_type::NODE_ID => first(&mut node, v)?,
+            ie_type::F_SEID => first(&mut fseid, v)?,
             ie_type::CREATE_PDR => pdrs.push((CreatePdr::decode(v)?, None)),
             STORED_TEID => {
                 let t = u32::from_be_bytes(
@@ -1477,5 +1493,20 @@ pub(crate) fn unpack_rules(v: &[u8]) -> Result<UnpackedRules, DecodeError> {
         }
         Ok(())
     })?;
-    Ok((pdrs, fars, qers))
+    Ok(PackedSession {
+        node_id: need(node, ie_type::NODE_ID)?,
+        cp_f_seid: need(fseid, ie_type::F_SEID)?,
+        pdrs,
+        fars,
+        qers,
+    })
+}
+
+/// The CP's Node ID of a session [`pack_session`] packed (its first IE).
+pub(crate) fn packed_node_id(v: &[u8]) -> Result<NodeId, DecodeError> {
+    match Ies::new(v).next() {
+        Some(Ok((ie_type::NODE_ID, value))) => read(value),
+        Some(Err(e)) => Err(e),
+        _ => Err(DecodeError::MissingIe(ie_type::NODE_ID)),
+    }
 }
