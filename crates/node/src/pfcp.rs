@@ -180,7 +180,6 @@ pub struct Cluster {
     next_node: usize,
     id_base: u64,
     installed: HashMap<IpAddr, Entry>,
-    uplink_ue: HashMap<u32, IpAddr>,
     pending: HashMap<u64, Pending>,
     /// Changes not yet in a request ([`Cluster::flush`] packs them).
     queued: Vec<u64>,
@@ -202,7 +201,6 @@ impl Cluster {
             ran_addrs,
             id_base: rand::random::<u64>() & !0xffff_ffff,
             installed: HashMap::default(),
-            uplink_ue: HashMap::default(),
             pending: HashMap::default(),
             queued: Vec::new(),
             batches: HashMap::default(),
@@ -215,7 +213,6 @@ impl Cluster {
     /// Room for `n` UE addresses without growing.
     pub fn reserve(&mut self, n: usize) {
         self.installed.reserve(n);
-        self.uplink_ue.reserve(n);
     }
 
     /// Packs the changes applied since the last call into as few client requests as fit
@@ -336,14 +333,8 @@ impl Cluster {
         let token = Token(id.wrapping_sub(self.id_base));
         if results.iter().all(|o| *o == Outcome::Applied) {
             for (ue, e) in p.entries {
-                if let Some(old) = self.installed.get(&ue).and_then(|o| o.up) {
-                    self.uplink_ue.remove(&old);
-                }
                 match e {
                     Some(e) => {
-                        if let Some(t) = e.up {
-                            self.uplink_ue.insert(t, ue);
-                        }
                         self.installed.insert(ue, e);
                     }
                     None => {
@@ -396,7 +387,7 @@ impl Sessions for Cluster {
             };
             &mut t[i].1
         }
-        let mut dropped_up: Vec<u32> = Vec::new();
+        let mut dropped_up: Vec<(u32, IpAddr)> = Vec::new();
         for c in changes {
             match *c {
                 FibChange::SetDownlink {
@@ -417,13 +408,15 @@ impl Sessions for Cluster {
                     e.up = Some(teid);
                     e.node = node;
                 }
-                FibChange::RemoveUplink { teid, .. } => dropped_up.push(teid),
+                FibChange::RemoveUplink { teid, ue, .. } => dropped_up.push((teid, ue)),
             }
         }
-        for teid in dropped_up {
-            let Some(&ue) = self.uplink_ue.get(&teid) else {
+        for (teid, ue) in dropped_up {
+            // The UE's entry holds the TEID (installed, or set by these changes): it goes.
+            let installed = self.installed.get(&ue).is_some_and(|e| e.up == Some(teid));
+            if !installed && !touched.iter().any(|(u, _)| *u == ue) {
                 continue;
-            };
+            }
             let e = slot(&mut touched, &self.installed, ue);
             if e.up == Some(teid) {
                 e.up = None;
@@ -805,6 +798,7 @@ mod tests {
         let d = [
             FibChange::RemoveUplink {
                 teid: 0x0200_0001,
+                ue,
                 node: 1,
             },
             FibChange::RemoveDownlink { ue, node: 1 },
@@ -826,7 +820,57 @@ mod tests {
             Some((Token(4), Ok(())))
         );
         assert_eq!(c.ues(), 0);
-        assert!(c.uplink_ue.is_empty());
+    }
+
+    #[test]
+    fn removing_the_uplink_alone_keeps_the_downlink() {
+        let mut c = Cluster::new(&spec(), ran(), 0);
+        let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 10));
+        let enb = Ipv4Addr::new(10, 2, 1, 2);
+        let est = [
+            FibChange::SetDownlink {
+                ue,
+                teid: 0x100,
+                peer: enb,
+                node: 1,
+            },
+            FibChange::SetUplink {
+                teid: 0x0200_0002,
+                ue,
+                peer: Some(enb),
+                node: 1,
+            },
+        ];
+        assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
+        c.flush();
+        c.outbox.clear();
+        let id = c.id_base.wrapping_add(1);
+        assert_eq!(c.finish(id, &[Outcome::Applied]), Some((Token(1), Ok(()))));
+        // A TEID the UE does not hold changes nothing.
+        let other = [FibChange::RemoveUplink {
+            teid: 0x0200_0003,
+            ue,
+            node: 1,
+        }];
+        assert_eq!(c.apply(Token(2), &other), Ok(Applied::Done));
+        assert_eq!(c.installed[&ue].up, Some(0x0200_0002));
+        // Its own TEID: a change to the tunnel without an uplink TEID.
+        let up = [FibChange::RemoveUplink {
+            teid: 0x0200_0002,
+            ue,
+            node: 1,
+        }];
+        assert_eq!(c.apply(Token(3), &up), Ok(Applied::Pending));
+        c.flush();
+        let r = c.outbox.pop().unwrap();
+        let us = decode(&c, &r);
+        assert_eq!(us[0].op, Op::Change);
+        let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&us[0].key[..]).unwrap(), &us[0].value);
+        assert_eq!((t.teid, t.ul_teid), (0x100, 0));
+        let id = c.id_base.wrapping_add(3);
+        assert_eq!(c.finish(id, &[Outcome::Applied]), Some((Token(3), Ok(()))));
+        assert_eq!(c.installed[&ue].up, None);
+        assert_eq!(c.ues(), 1);
     }
 
     #[test]

@@ -153,6 +153,8 @@ pub enum FibChange {
     RemoveUplink {
         /// Our TEID.
         teid: u32,
+        /// The UE address it was for (as its [`FibChange::SetUplink`] said).
+        ue: IpAddr,
         /// The handling node.
         node: u16,
     },
@@ -353,8 +355,16 @@ impl Forwarding {
         {
             out.push(FibChange::RemoveDownlink { ue: *ue, node });
         }
-        for teid in self.uplink.keys().filter(|k| !new.uplink.contains_key(k)) {
-            out.push(FibChange::RemoveUplink { teid: *teid, node });
+        for (teid, &(ue, _)) in self
+            .uplink
+            .iter()
+            .filter(|(k, _)| !new.uplink.contains_key(k))
+        {
+            out.push(FibChange::RemoveUplink {
+                teid: *teid,
+                ue,
+                node,
+            });
         }
         for (ue, &(teid, peer)) in &new.downlink {
             if self.downlink.get(ue) != Some(&(teid, peer)) {

@@ -55,7 +55,7 @@ impl Cluster {
                 } => {
                     up.insert(teid, (ue, peer, node));
                 }
-                FibChange::RemoveUplink { teid, node } => {
+                FibChange::RemoveUplink { teid, node, .. } => {
                     assert_eq!(up.remove(&teid).map(|e| e.2), Some(node), "{c:?}");
                 }
             }
