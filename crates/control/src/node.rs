@@ -504,8 +504,8 @@ impl Node {
         })?;
         let mut records = vec![record::epoch(epoch)];
         let initial = if base_done { base } else { flows };
-        let mut rib: Map<Bytes, (NodeId, Bytes)> = Map::default();
-        rib.reserve(initial.len().max(tuning.expected_keys));
+        let mut rib: Map<Bytes, (NodeId, Bytes)> =
+            Map::with_capacity_and_hasher(initial.len().max(tuning.expected_keys), <_>::default());
         for (index, f) in initial.into_iter().enumerate() {
             let bad = |reason| ControlError::BadFlow { index, reason };
             if f.key.len() != spec.key_bytes {
@@ -588,11 +588,7 @@ impl Node {
                     resyncs: 0,
                 })
                 .collect(),
-            fib: {
-                let mut fib = Map::default();
-                fib.reserve(tuning.expected_keys);
-                fib
-            },
+            fib: Map::with_capacity_and_hasher(tuning.expected_keys, <_>::default()),
             fin: (0..n)
                 .map(|_| FibIn {
                     epoch: 0,

@@ -55,6 +55,16 @@ pub struct ControlFile {
     pub pfcp_peers: Vec<SocketAddr>,
 }
 
+impl ControlFile {
+    /// The keys (and sessions) this node is expected to hold: its share of the cluster's
+    /// capacity, 2/3 of its FIB room (which holds 50% more, for imbalance). The control
+    /// plane's and the PFCP endpoint's per-key maps are allocated for that many at start, so
+    /// that they do not all double together under load.
+    pub fn share(&self) -> usize {
+        self.fib_room * 2 / 3
+    }
+}
+
 /// Why the control plane stopped or could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -372,11 +382,8 @@ pub fn run(
     // The sockets are waited on with poll, then drained.
     sock.set_nonblocking(true)
         .map_err(|e| ControlError::Invalid(format!("{listen}: {e}")))?;
-    // The node's share of the cluster's capacity (its FIB room holds 50% more, for
-    // imbalance): the control plane's maps start at that size and do not grow under load.
-    let share = ctl.fib_room * 2 / 3;
     let tuning = sb_control::Tuning {
-        expected_keys: share,
+        expected_keys: ctl.share(),
         ..sb_control::Tuning::default()
     };
     let mut node =

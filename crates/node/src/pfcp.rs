@@ -536,9 +536,8 @@ impl Endpoint {
         // Sessions live on the endpoint that took them: one endpoint may hold the cluster's
         // whole capacity (the FIB refuses past it: No resources available).
         config.max_sessions = (ctl.fib_room * ctl.peers.len().max(1)).max(1 << 20);
-        // Sessions an endpoint is expected to hold: the node's share of the capacity (an SMF
-        // that spreads its requests over the nodes). Its maps start at that size.
-        config.expected_sessions = ctl.fib_room * 2 / 3;
+        // An SMF that spreads its requests over the nodes gives each endpoint its share.
+        config.expected_sessions = ctl.share();
         if config.relay && ctl.pfcp_peers.get(cfg.node as usize) != Some(&addr) {
             return Err(ControlError::Invalid(format!(
                 "pfcp_peers names {:?} for node {}, not its pfcp address {addr}",
@@ -726,6 +725,24 @@ mod tests {
         }
     }
 
+    /// A session's establishment on node 1: downlink TEID 0x100 to `enb`, uplink TEID `ul`.
+    fn establishment(ue: IpAddr, enb: Ipv4Addr, ul: u32) -> [FibChange; 2] {
+        [
+            FibChange::SetDownlink {
+                ue,
+                teid: 0x100,
+                peer: enb,
+                node: 1,
+            },
+            FibChange::SetUplink {
+                teid: ul,
+                ue,
+                peer: Some(enb),
+                node: 1,
+            },
+        ]
+    }
+
     #[test]
     fn placement_is_round_robin_with_the_nodes_ran_address() {
         let mut c = Cluster::new(&spec(), ran(), 2);
@@ -740,20 +757,7 @@ mod tests {
         let mut c = Cluster::new(&spec(), ran(), 0);
         let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 9));
         let enb = Ipv4Addr::new(10, 2, 1, 2);
-        let est = [
-            FibChange::SetDownlink {
-                ue,
-                teid: 0x100,
-                peer: enb,
-                node: 1,
-            },
-            FibChange::SetUplink {
-                teid: 0x0200_0001,
-                ue,
-                peer: Some(enb),
-                node: 1,
-            },
-        ];
+        let est = establishment(ue, enb, 0x0200_0001);
         assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
         c.flush();
         let req = c.outbox.pop().unwrap();
@@ -827,20 +831,7 @@ mod tests {
         let mut c = Cluster::new(&spec(), ran(), 0);
         let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 10));
         let enb = Ipv4Addr::new(10, 2, 1, 2);
-        let est = [
-            FibChange::SetDownlink {
-                ue,
-                teid: 0x100,
-                peer: enb,
-                node: 1,
-            },
-            FibChange::SetUplink {
-                teid: 0x0200_0002,
-                ue,
-                peer: Some(enb),
-                node: 1,
-            },
-        ];
+        let est = establishment(ue, enb, 0x0200_0002);
         assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
         c.flush();
         c.outbox.clear();

@@ -436,6 +436,9 @@ enum Commit {
         session: Box<Session>,
         packed: Box<[u8]>,
         created: Vec<CreatedPdr>,
+        /// The UE addresses and TEIDs the session held before.
+        old_ues: Few<IpAddr>,
+        old_teids: Few<u32>,
     },
     Delete {
         seid: u64,
@@ -1187,12 +1190,12 @@ impl<S: Sessions> Upf<S> {
                 session,
                 packed,
                 created,
+                old_ues,
+                old_teids,
             } => {
                 self.busy.remove(&seid);
                 if let Err(f) = result {
                     // Free what the new rules reserved and the old ones do not hold.
-                    let old = self.sessions[&seid].unpack();
-                    let (old_ues, old_teids) = (ues_of(&old.rules), teids_of(&old.rules));
                     for ue in ues_of(&session.rules)
                         .iter()
                         .filter(|u| !old_ues.contains(u))
@@ -1208,18 +1211,11 @@ impl<S: Sessions> Upf<S> {
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
                 let (new_ues, new_teids) = (ues_of(&session.rules), teids_of(&session.rules));
-                let old = self
-                    .sessions
-                    .insert(seid, Stored::new(&session, packed))
-                    .expect("modified sessions exist")
-                    .unpack();
-                for ue in ues_of(&old.rules).iter().filter(|u| !new_ues.contains(u)) {
+                self.sessions.insert(seid, Stored::new(&session, packed));
+                for ue in old_ues.iter().filter(|u| !new_ues.contains(u)) {
                     self.ue_index.remove(ue);
                 }
-                for teid in teids_of(&old.rules)
-                    .iter()
-                    .filter(|t| !new_teids.contains(t))
-                {
+                for teid in old_teids.iter().filter(|t| !new_teids.contains(t)) {
                     self.teids.remove(teid);
                 }
                 Message {
@@ -1600,6 +1596,7 @@ impl<S: Sessions> Upf<S> {
         }
         let old_pdrs = session.rules.pdrs.clone();
         let old_fwd = session.fwd.clone();
+        let (old_ues, old_teids) = (ues_of(&session.rules), teids_of(&session.rules));
         let mut touched = Vec::new();
         let edited = (|| {
             let rules = &mut session.rules;
@@ -1767,6 +1764,8 @@ impl<S: Sessions> Upf<S> {
                 session: Box::new(session),
                 packed,
                 created,
+                old_ues,
+                old_teids,
             },
         )
     }

@@ -94,11 +94,6 @@ impl<K: Ord, V> VecMap<K, V> {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-
-    /// Gives back the room a growing vector kept.
-    pub fn shrink_to_fit(&mut self) {
-        self.0.shrink_to_fit();
-    }
 }
 
 impl<K: Ord, V> FromIterator<(K, V)> for VecMap<K, V> {
