@@ -60,6 +60,15 @@ if [ "$PLOT_ONLY" != 1 ]; then
             --fib-entries "$sizes_csv" --secs "$SECS" --json > "$f.tmp"
         mv "$f.tmp" "$f"
     done
+    if [ "$(nproc)" -ge 2 ]; then
+        for r in $(seq 1 "$RUNS"); do
+            f="$RAW/node-per-port-$stamp-run$r.json"
+            echo "== node --layout per-port run $r/$RUNS (one core per port, the paper's node) -> $f" >&2
+            "$BIN" node --arch scalebricks,full-dup,hash-part --fib "$FIBS" --nodes "$NODES" \
+                --fib-entries "$sizes_csv" --secs "$SECS" --layout per-port --json > "$f.tmp"
+            mv "$f.tmp" "$f"
+        done
+    fi
     for r in $(seq 1 "$RUNS"); do
         f="$RAW/node-bubble-$stamp-run$r.json"
         echo "== node --bubble run $r/$RUNS -> $f" >&2
@@ -94,6 +103,7 @@ pick() {
 }
 mapfile -t node_files < <(pick node)
 mapfile -t bubble_files < <(pick node-bubble)
+mapfile -t per_port_files < <(pick node-per-port)
 mapfile -t latency_files < <(pick latency)
 if [ ${#node_files[@]} -eq 0 ]; then
     echo "no node results to plot in $RAW" >&2
@@ -101,6 +111,7 @@ if [ ${#node_files[@]} -eq 0 ]; then
 fi
 args=(--node "${node_files[@]}")
 [ ${#bubble_files[@]} -gt 0 ] && args+=(--node-bubble "${bubble_files[@]}")
+[ ${#per_port_files[@]} -gt 0 ] && args+=(--node-per-port "${per_port_files[@]}")
 [ ${#latency_files[@]} -gt 0 ] && args+=(--latency "${latency_files[@]}")
 "$BIN" plot "${args[@]}" --out-dir docs/bench
 {
@@ -112,7 +123,7 @@ args=(--node "${node_files[@]}")
         echo "node: \`--nodes $NODES --fib $FIBS --secs $SECS\`, $RUNS run(s) each; latency:"
         echo "\`--flows $LATENCY_FLOWS --packets $LATENCY_PACKETS --rate $LATENCY_RATE\`. Raw JSON:"
     fi
-    for f in "${node_files[@]}" "${bubble_files[@]}" "${latency_files[@]}"; do
+    for f in "${node_files[@]}" "${per_port_files[@]}" "${bubble_files[@]}" "${latency_files[@]}"; do
         echo "- \`$f\`"
     done
 } >> docs/bench/cluster-tables.md

@@ -16,6 +16,13 @@
 //! one batch at a time), the per-node throughput of a cluster whose nodes run one such core.
 //! With `--bubble` a thread on another core streams over a buffer of half the last-level
 //! cache while the engine runs (the paper's "half L3" experiment, Figure 9).
+//!
+//! `--layout per-port` runs the paper's node instead: one core per port. Two engines on the
+//! same tables run at the same time on pinned cores 0 and 1, the external one on the `inet`
+//! frames and the internal one on the `fabric` frames. Each core's engine time per external
+//! packet of the node (the internal core's scaled by the fabric frames an external packet
+//! brings) gives `external_core_mpps` and `internal_core_mpps`; `mpps_per_node` is the rate of
+//! the busier of the two, and `mpps_per_core` the two cores' time added up.
 
 use anyhow::{bail, ensure, Context};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -63,6 +70,12 @@ pub struct Args {
     /// Seconds of engine time per row.
     #[arg(long, default_value_t = 2.0)]
     secs: f64,
+    /// Cores of the node: `one-core` runs the external (`inet`) and internal (`fabric`) work
+    /// on one core, interleaved; `per-port` is the paper's node, one core per port: the two
+    /// run at the same time on their own pinned cores (0 and 1), each with its own engine on
+    /// the shared tables.
+    #[arg(long, default_value = "one-core", value_parser = ["one-core", "per-port"])]
+    layout: String,
     /// Seed of the tunnels and the traffic.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -236,17 +249,24 @@ fn workload(arch: Arch, tunnels: &[Tunnel], a: &Args, seed: u64) -> anyhow::Resu
     Ok(Work { external, internal })
 }
 
+/// The node's FIB and `extra` more handles on the same table (one per engine).
 fn make_fib(
     kind: &str,
     arch: Arch,
     tunnels: &[Tunnel],
     nodes: u16,
     seed: u64,
-) -> anyhow::Result<Box<dyn Fib>> {
+    extra: usize,
+) -> anyhow::Result<Vec<Box<dyn Fib>>> {
     match kind {
-        "cuckoo" => Ok(Box::new(cluster::build_cuckoo_fib(
-            arch, tunnels, 0, nodes, seed,
-        )?)),
+        "cuckoo" => {
+            let f = cluster::build_cuckoo_fib(arch, tunnels, 0, nodes, seed)?;
+            let mut v: Vec<Box<dyn Fib>> = (0..extra)
+                .map(|_| Box::new(f.handle()) as Box<dyn Fib>)
+                .collect();
+            v.insert(0, Box::new(f));
+            Ok(v)
+        }
         #[cfg(feature = "dpdk")]
         "rte_hash" => {
             let slice = cluster::fib_slice(arch, tunnels, 0, nodes, seed);
@@ -255,11 +275,13 @@ fn make_fib(
                 .iter()
                 .map(|&i| (tunnels[i].key(), tunnels[i].value()))
                 .collect();
-            Ok(Box::new(sb_engine::RteHashFib::build(
-                16,
-                16,
-                kv.iter().map(|(k, v)| (&k[..], &v[..])),
-            )?))
+            let f = sb_engine::RteHashFib::build(16, 16, kv.iter().map(|(k, v)| (&k[..], &v[..])))?;
+            let mut v: Vec<Box<dyn Fib>> = Vec::new();
+            for _ in 0..extra {
+                v.push(Box::new(f.handle()?));
+            }
+            v.insert(0, Box::new(f));
+            Ok(v)
         }
         #[cfg(not(feature = "dpdk"))]
         "rte_hash" => bail!("the rte_hash FIB needs a build with --features dpdk"),
@@ -300,12 +322,121 @@ fn llc_bytes() -> usize {
 
 struct Row {
     mpps: f64,
+    /// Per-port layout: the node's rate, bounded by the busier core; and each core's rate in
+    /// external packets per second.
+    per_port: Option<PerPort>,
     fib_entries: usize,
     fib_bytes: usize,
     gpt_bytes: usize,
     mean_crossings_sent: f64,
     external: u64,
     internal: u64,
+}
+
+#[derive(Clone, Copy)]
+struct PerPort {
+    mpps_per_node: f64,
+    external_core_mpps: f64,
+    internal_core_mpps: f64,
+}
+
+fn check_drops(engine: &Engine<Lte>) -> anyhow::Result<()> {
+    let c = engine.counters();
+    let dropped: u64 = c.ports.iter().map(|p| p.dropped).sum();
+    ensure!(
+        dropped == 0,
+        "the engine dropped {dropped} of the benchmark's packets: {:?}",
+        c.drops_by_reason()
+    );
+    Ok(())
+}
+
+fn fabric_sends(engine: &Engine<Lte>) -> u64 {
+    let c = engine.counters();
+    c.ports[PortId::Inet as usize].to_fabric + c.ports[PortId::Fabric as usize].to_fabric
+}
+
+/// Runs the frames of `frames` arriving on `port` through `engine` (from index 0, cycling)
+/// until `a.secs` of engine time: (frames, engine time). Pinned to `cpu` if given.
+fn one_port(
+    engine: &mut Engine<Lte>,
+    port: PortId,
+    frames: &[Vec<u8>],
+    a: &Args,
+    cpu: usize,
+) -> (u64, Duration) {
+    let _ = sb_io::cpu::pin_current_thread(cpu);
+    let mut rx = PacketBatch::new(a.batch);
+    let mut out = Outputs::new(a.batch, rx.buf_size());
+    let (mut i, mut count) = (0usize, 0u64);
+    let mut busy = Duration::ZERO;
+    let deadline = Duration::from_secs_f64(a.secs);
+    let wall = Instant::now();
+    while busy < deadline && wall.elapsed() < deadline * 20 {
+        for _ in 0..a.batch {
+            rx.push(&frames[i]);
+            i = (i + 1) % frames.len();
+        }
+        let t = Instant::now();
+        engine.process(port, &mut rx, &mut out);
+        busy += t.elapsed();
+        count += a.batch as u64;
+        out.inet.clear();
+        out.ran.clear();
+        out.fabric.clear();
+    }
+    (count, busy)
+}
+
+/// The paper's node: the external core runs the `inet` frames while the internal core runs
+/// the `fabric` frames, at the same time. Each core's cost per external packet of the node
+/// (the internal core's scaled by the internal frames an external packet brings) gives the
+/// node's rate, bounded by the busier core.
+fn measure_per_port(
+    ext: &mut Engine<Lte>,
+    int: &mut Engine<Lte>,
+    w: &Work,
+    a: &Args,
+) -> anyhow::Result<Row> {
+    let ratio = w.internal.len() as f64 / w.external.len() as f64;
+    let ((e, eb), (i, ib)) = std::thread::scope(|s| {
+        let ht = s.spawn(|| one_port(int, PortId::Fabric, &w.internal, a, 1));
+        let he = one_port(ext, PortId::Inet, &w.external, a, 0);
+        (he, ht.join().expect("internal core thread"))
+    });
+    check_drops(ext)?;
+    check_drops(int)?;
+    // Seconds of each core per external packet of the node.
+    let ce = eb.as_secs_f64() / e as f64;
+    let ci = if ratio > 0.0 && i > 0 {
+        ib.as_secs_f64() / i as f64 * ratio
+    } else {
+        0.0
+    };
+    let ext_sends = fabric_sends(ext) as f64 / e as f64;
+    let int_sends = if i > 0 {
+        fabric_sends(int) as f64 / i as f64 * ratio
+    } else {
+        0.0
+    };
+    Ok(Row {
+        mpps: 1.0 / (ce + ci) / 1e6,
+        per_port: Some(PerPort {
+            mpps_per_node: 1.0 / ce.max(ci) / 1e6,
+            external_core_mpps: 1.0 / ce / 1e6,
+            internal_core_mpps: if ci > 0.0 {
+                1.0 / ci / 1e6
+            } else {
+                f64::INFINITY
+            },
+        }),
+        fib_entries: ext.fib().len(),
+        fib_bytes: ext.fib().memory_bytes(),
+        gpt_bytes: ext.gpt().map_or(0, |g| g.stats().bytes as usize),
+        mean_crossings_sent: ext_sends + int_sends,
+        external: e,
+        internal: i,
+    })
 }
 
 fn measure(engine: &mut Engine<Lte>, w: &Work, a: &Args) -> anyhow::Result<Row> {
@@ -343,17 +474,11 @@ fn measure(engine: &mut Engine<Lte>, w: &Work, a: &Args) -> anyhow::Result<Row> 
             out.fabric.clear();
         }
     }
-    let c = engine.counters();
-    let dropped: u64 = c.ports.iter().map(|p| p.dropped).sum();
-    ensure!(
-        dropped == 0,
-        "the engine dropped {dropped} of the benchmark's packets: {:?}",
-        c.drops_by_reason()
-    );
-    let sent_fabric =
-        c.ports[PortId::Inet as usize].to_fabric + c.ports[PortId::Fabric as usize].to_fabric;
+    check_drops(engine)?;
+    let sent_fabric = fabric_sends(engine);
     Ok(Row {
         mpps: ext as f64 / busy.as_secs_f64() / 1e6,
+        per_port: None,
         fib_entries: engine.fib().len(),
         fib_bytes: engine.fib().memory_bytes(),
         gpt_bytes: engine.gpt().map_or(0, |g| g.stats().bytes as usize),
@@ -382,6 +507,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let mb = (((max * 10 / 9 + 64) * 132) >> 20) as u32 + 512;
         sb_peers::dpdk::eal_init(mb).context("DPDK EAL")?;
     }
+    let per_port = a.layout == "per-port";
+    let cpus = sb_io::cpu::online_cpus();
+    ensure!(
+        !per_port || cpus >= 2 + usize::from(a.bubble),
+        "--layout per-port needs {} CPUs (one per port{}), this machine has {cpus}",
+        2 + usize::from(a.bubble),
+        if a.bubble { " and the bubble's" } else { "" }
+    );
     let _ = sb_io::cpu::pin_current_thread(0);
     let stop = Arc::new(AtomicBool::new(false));
     let bubble_thread = if a.bubble {
@@ -390,7 +523,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         Some((
             bytes,
             std::thread::spawn(move || {
-                let _ = sb_io::cpu::pin_current_thread(1);
+                let _ = sb_io::cpu::pin_current_thread(if per_port { 2 } else { 1 });
                 bubble(bytes, &s)
             }),
         ))
@@ -423,7 +556,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             let w = workload(arch, &tunnels, &a, a.seed + 1)?;
             for fib_kind in &a.fib {
-                let fib = make_fib(fib_kind, arch, &tunnels, a.nodes, a.seed)?;
+                let mut fibs = make_fib(
+                    fib_kind,
+                    arch,
+                    &tunnels,
+                    a.nodes,
+                    a.seed,
+                    usize::from(per_port),
+                )?
+                .into_iter();
                 // Node 0 serves no upstream traffic here: an empty uplink table.
                 let uplink = Lte::uplink_table(std::iter::empty(), a.seed)?;
                 let g = if arch == Arch::ScaleBricks {
@@ -431,17 +572,39 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 } else {
                     None
                 };
-                let mut engine =
-                    cluster::sim_engine(arch, 0, a.nodes, a.seed, g, fib, uplink, a.batch)?;
-                let r = measure(&mut engine, &w, &a)?;
+                let engine = |fib: Box<dyn Fib>| {
+                    cluster::sim_engine(
+                        arch,
+                        0,
+                        a.nodes,
+                        a.seed,
+                        g.clone(),
+                        fib,
+                        uplink.clone(),
+                        a.batch,
+                    )
+                };
+                let mut first = engine(fibs.next().context("a FIB")?)?;
+                let r = if per_port {
+                    let mut second = engine(fibs.next().context("a second FIB handle")?)?;
+                    measure_per_port(&mut first, &mut second, &w, &a)?
+                } else {
+                    measure(&mut first, &w, &a)?
+                };
                 if !a.json {
+                    let node = r.per_port.map_or(String::new(), |p| {
+                        format!(
+                            " ({:.2} Mpps per node of 2 cores: external core {:.2}, internal {:.2})",
+                            p.mpps_per_node, p.external_core_mpps, p.internal_core_mpps
+                        )
+                    });
                     eprintln!(
-                        "{:>11} {:>8} {:>9} entries: {:6.2} Mpps per core, FIB {} entries {:.1} MB, GPT {:.2} MB",
+                        "{:>11} {:>8} {:>9} entries: {:6.2} Mpps per core{node}, FIB {} entries {:.1} MB, GPT {:.2} MB",
                         arch.label(), fib_kind, entries, r.mpps, r.fib_entries,
                         r.fib_bytes as f64 / 1e6, r.gpt_bytes as f64 / 1e6
                     );
                 }
-                rows.push(json!({
+                let mut row = json!({
                     "arch": arch.label(),
                     "fib": fib_kind,
                     "fib_entries": entries,
@@ -452,7 +615,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     "fabric_sends_per_external_packet": r.mean_crossings_sent,
                     "external_packets": r.external,
                     "internal_packets": r.internal,
-                }));
+                });
+                if let Some(p) = r.per_port {
+                    row["mpps_per_node"] = json!(p.mpps_per_node);
+                    row["external_core_mpps"] = json!(p.external_core_mpps);
+                    row["internal_core_mpps"] = json!(p.internal_core_mpps);
+                }
+                rows.push(row);
             }
         }
     }
@@ -470,6 +639,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "batch": a.batch,
         "frame_bytes": FRAME,
         "zipf": a.zipf,
+        "layout": a.layout,
         "bubble_bytes": bubble_bytes,
         "machine": { "cpus": sb_io::cpu::online_cpus(), "llc_bytes": llc_bytes() },
         "results": rows,
