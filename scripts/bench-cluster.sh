@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Cluster benchmarks (the paper's Figures 8, 9, 10): per-node throughput of the three
-# architectures with our cuckoo FIB and DPDK's rte_hash over FIB sizes, the same under the
-# half-L3 bubble, and one-way latency through a namespace cluster; then the figures and the
-# table. Every run's JSON is kept under docs/bench/raw/ (timestamped); `scalebricks-bench plot`
-# takes the medians and regenerates docs/bench/fig8-node-throughput.png,
-# fig9-node-throughput-bubble.png, fig10-latency.png and cluster-tables.md.
+# architectures with our cuckoo FIB and DPDK's rte_hash over FIB sizes (on one core, and on
+# one core per port as the paper's node had, given 2 CPUs), the same under the half-L3 bubble,
+# and one-way latency through a namespace cluster; then the figures and the table. Every run's
+# JSON is kept under docs/bench/raw/ (timestamped); `scalebricks-bench plot` takes the medians
+# and regenerates docs/bench/fig8-node-throughput.png, fig8-node-throughput-per-port.png,
+# fig9-node-throughput-bubble.png, fig10-latency.png and cluster-tables.md. PLOT_ONLY=1 takes
+# every run directly in raw/: keep other machines' runs in a subfolder.
 # See docs/bench/cluster.md.
 #
 # Usage: scripts/bench-cluster.sh        (as root for the latency part and to install DPDK)
@@ -127,4 +129,4 @@ args=(--node "${node_files[@]}")
         echo "- \`$f\`"
     done
 } >> docs/bench/cluster-tables.md
-echo "== wrote docs/bench/fig8-node-throughput.png, fig9-node-throughput-bubble.png, fig10-latency.png, cluster-tables.md" >&2
+echo "== wrote docs/bench/fig8-node-throughput.png, fig8-node-throughput-per-port.png (given 2 CPUs), fig9-node-throughput-bubble.png, fig10-latency.png, cluster-tables.md" >&2

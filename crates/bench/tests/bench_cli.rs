@@ -193,3 +193,68 @@ fn bench_fib_pages_are_measured_and_4k_is_a_control() {
         assert_ne!(r["page_size"], "unmeasured", "{r}");
     }
 }
+
+#[test]
+fn bench_node_per_port_gives_each_core_and_the_node() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let args = [
+        "node",
+        "--arch",
+        "scalebricks,full-dup",
+        "--fib-entries",
+        "20000",
+        "--pool",
+        "4096",
+        "--secs",
+        "0.05",
+        "--layout",
+        "per-port",
+        "--json",
+    ];
+    let o = run(&args);
+    if cpus < 2 {
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("needs 2 CPUs"), "{}", stderr(&o));
+        return;
+    }
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["layout"], "per-port");
+    let rows = v["results"].as_array().expect("results");
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+        let (node, core) = (f("mpps_per_node"), f("mpps_per_core"));
+        let (ext, int) = (f("external_core_mpps"), f("internal_core_mpps"));
+        assert!(node > 0.0 && core > 0.0, "{r}");
+        // The node's rate is its busier core's; the two cores' time added up is slower.
+        assert!((node - ext.min(int)).abs() < 1e-9 * node, "{r}");
+        let added = 1.0 / (1.0 / ext + 1.0 / int);
+        assert!((core - added).abs() < 1e-6 * core, "{r}");
+        assert!(node >= core, "{r}");
+        assert!(f("internal_packets") > 0.0, "{r}");
+    }
+    // A one-core run has no per-port fields.
+    let o = run(&args[..args.len() - 3]
+        .iter()
+        .chain(&["--json"])
+        .copied()
+        .collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["layout"], "one-core");
+    assert!(v["results"][0].get("mpps_per_node").is_none());
+    // The bubble needs a third core beside the two ports' cores.
+    if cpus < 3 {
+        let o = run(&[
+            "node",
+            "--fib-entries",
+            "20000",
+            "--layout",
+            "per-port",
+            "--bubble",
+        ]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("needs 3 CPUs"), "{}", stderr(&o));
+    }
+}
