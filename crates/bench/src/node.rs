@@ -356,8 +356,32 @@ fn fabric_sends(engine: &Engine<Lte>) -> u64 {
     c.ports[PortId::Inet as usize].to_fabric + c.ports[PortId::Fabric as usize].to_fabric
 }
 
+/// Pushes `batch` frames of `frames` into `rx` from `*next` on (cycling), runs them through
+/// `engine` as arriving on `port` and empties the outputs: the engine time of that call.
+fn timed_batch(
+    engine: &mut Engine<Lte>,
+    port: PortId,
+    frames: &[Vec<u8>],
+    next: &mut usize,
+    rx: &mut PacketBatch,
+    out: &mut Outputs,
+    batch: usize,
+) -> Duration {
+    for _ in 0..batch {
+        rx.push(&frames[*next]);
+        *next = (*next + 1) % frames.len();
+    }
+    let t = Instant::now();
+    engine.process(port, rx, out);
+    let busy = t.elapsed();
+    out.inet.clear();
+    out.ran.clear();
+    out.fabric.clear();
+    busy
+}
+
 /// Runs the frames of `frames` arriving on `port` through `engine` (from index 0, cycling)
-/// until `a.secs` of engine time: (frames, engine time). Pinned to `cpu` if given.
+/// until `a.secs` of engine time, on a thread pinned to `cpu`: (frames, engine time).
 fn one_port(
     engine: &mut Engine<Lte>,
     port: PortId,
@@ -373,17 +397,8 @@ fn one_port(
     let deadline = Duration::from_secs_f64(a.secs);
     let wall = Instant::now();
     while busy < deadline && wall.elapsed() < deadline * 20 {
-        for _ in 0..a.batch {
-            rx.push(&frames[i]);
-            i = (i + 1) % frames.len();
-        }
-        let t = Instant::now();
-        engine.process(port, &mut rx, &mut out);
-        busy += t.elapsed();
+        busy += timed_batch(engine, port, frames, &mut i, &mut rx, &mut out, a.batch);
         count += a.batch as u64;
-        out.inet.clear();
-        out.ran.clear();
-        out.fabric.clear();
     }
     (count, busy)
 }
@@ -449,29 +464,27 @@ fn measure(engine: &mut Engine<Lte>, w: &Work, a: &Args) -> anyhow::Result<Row> 
     let deadline = Duration::from_secs_f64(a.secs);
     let wall = Instant::now();
     while busy < deadline && wall.elapsed() < deadline * 20 {
-        for _ in 0..a.batch {
-            rx.push(&w.external[ei]);
-            ei = (ei + 1) % w.external.len();
-        }
-        let t = Instant::now();
-        engine.process(PortId::Inet, &mut rx, &mut out);
-        busy += t.elapsed();
+        busy += timed_batch(
+            engine,
+            PortId::Inet,
+            &w.external,
+            &mut ei,
+            &mut rx,
+            &mut out,
+            a.batch,
+        );
         ext += a.batch as u64;
-        out.inet.clear();
-        out.ran.clear();
-        out.fabric.clear();
         while (int as f64) < ext as f64 * ratio {
-            for _ in 0..a.batch {
-                rx.push(&w.internal[ii]);
-                ii = (ii + 1) % w.internal.len();
-            }
-            let t = Instant::now();
-            engine.process(PortId::Fabric, &mut rx, &mut out);
-            busy += t.elapsed();
+            busy += timed_batch(
+                engine,
+                PortId::Fabric,
+                &w.internal,
+                &mut ii,
+                &mut rx,
+                &mut out,
+                a.batch,
+            );
             int += a.batch as u64;
-            out.inet.clear();
-            out.ran.clear();
-            out.fabric.clear();
         }
     }
     check_drops(engine)?;
