@@ -160,6 +160,7 @@
 //!
 
 mod client_api;
+mod fixed;
 mod node;
 mod record;
 pub mod wire;

@@ -1,5 +1,6 @@
 //! The state machine of one node: owner, replica and handler (see the crate documentation).
 
+use crate::fixed::{FixedMap, Rib};
 use crate::record::{self, Record};
 use crate::wire::{self, Body, FibItem, Header, Kind};
 use crate::{
@@ -390,7 +391,7 @@ pub struct Node {
     now: Nanos,
     phase: Phase,
     // Owner.
-    rib: Map<Bytes, (NodeId, Bytes)>,
+    rib: Rib,
     table: Updatable,
     change_seq: u64,
     queue: VecDeque<Queued>,
@@ -406,7 +407,7 @@ pub struct Node {
     gpt: Option<SetSep>,
     reps: Vec<Rep>,
     // Handler.
-    fib: Map<Bytes, Bytes>,
+    fib: FixedMap,
     fin: Vec<FibIn>,
     // Peers and requests.
     peers: Vec<PeerInfo>,
@@ -493,6 +494,16 @@ impl Node {
                     if !base_done {
                         return Err(bad("changes before the initial flows"));
                     }
+                    // The log was written by this cluster's nodes: a change of another width
+                    // or node count is not ours.
+                    let fits = |u: &Update| {
+                        u.key.len() == spec.key_bytes
+                            && (u.op == Op::Delete
+                                || (u.value.len() == spec.value_bytes && u.node < spec.nodes))
+                    };
+                    if !updates.iter().all(fits) {
+                        return Err(bad("a change that does not fit the cluster"));
+                    }
                     change_seq = first + updates.len() as u64 - 1;
                     changes.extend(updates);
                 }
@@ -504,8 +515,11 @@ impl Node {
         })?;
         let mut records = vec![record::epoch(epoch)];
         let initial = if base_done { base } else { flows };
-        let mut rib: Map<Bytes, (NodeId, Bytes)> =
-            Map::with_capacity_and_hasher(initial.len().max(tuning.expected_keys), <_>::default());
+        let mut rib = Rib::with_capacity(
+            spec.key_bytes,
+            spec.value_bytes,
+            initial.len().max(tuning.expected_keys),
+        );
         for (index, f) in initial.into_iter().enumerate() {
             let bad = |reason| ControlError::BadFlow { index, reason };
             if f.key.len() != spec.key_bytes {
@@ -520,15 +534,12 @@ impl Node {
             if spec.owner_of(&f.key) != me {
                 return Err(bad("key is not in this node's range"));
             }
-            if rib.insert(f.key, (f.node, f.value)).is_some() {
+            if rib.insert(&f.key, f.node, &f.value) {
                 return Err(bad("key given twice"));
             }
         }
         if !base_done {
-            let flows: Vec<(&[u8], NodeId, &[u8])> = rib
-                .iter()
-                .map(|(k, (n, v))| (k.as_slice(), *n, v.as_slice()))
-                .collect();
+            let flows: Vec<(&[u8], NodeId, &[u8])> = rib.iter().collect();
             for c in flows.chunks(record::BASE_PER_RECORD) {
                 records.push(record::base(c));
             }
@@ -537,15 +548,14 @@ impl Node {
         for u in changes {
             match u.op {
                 Op::Insert | Op::Change => {
-                    rib.insert(u.key, (u.node, u.value));
+                    rib.insert(&u.key, u.node, &u.value);
                 }
                 Op::Delete => {
                     rib.remove(&u.key);
                 }
             }
         }
-        let (keys, values): (Vec<&[u8]>, Vec<u16>) =
-            rib.iter().map(|(k, (n, _))| (k.as_slice(), *n)).unzip();
+        let (keys, values): (Vec<&[u8]>, Vec<u16>) = rib.iter().map(|(k, n, _)| (k, n)).unzip();
         let table = Updatable::build(&keys, &values, &spec.gpt.build_options())?;
         let n = spec.nodes as usize;
         let rto = tuning.rto;
@@ -588,7 +598,7 @@ impl Node {
                     resyncs: 0,
                 })
                 .collect(),
-            fib: Map::with_capacity_and_hasher(tuning.expected_keys, <_>::default()),
+            fib: FixedMap::with_capacity(spec.key_bytes, spec.value_bytes, tuning.expected_keys),
             fin: (0..n)
                 .map(|_| FibIn {
                     epoch: 0,
@@ -843,12 +853,12 @@ impl Node {
 
     /// This node's FIB slice as the control plane installed it.
     pub fn fib_entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.fib.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))
+        self.fib.iter()
     }
 
     /// This node's FIB value of `key`.
     pub fn fib_get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.fib.get(key).map(|v| v.as_slice())
+        self.fib.get(key)
     }
 
     /// The replica GPT (None until every owner's piece arrived).
@@ -859,14 +869,12 @@ impl Node {
     /// This owner's RIB entry of `key` (handling node, value), if the key is in its range and
     /// present (including changes accepted but not yet acknowledged).
     pub fn rib_get(&self, key: &[u8]) -> Option<(NodeId, &[u8])> {
-        self.rib.get(key).map(|(n, v)| (*n, v.as_slice()))
+        self.rib.get(key)
     }
 
     /// This owner's RIB.
     pub fn rib_entries(&self) -> impl Iterator<Item = (&[u8], NodeId, &[u8])> {
-        self.rib
-            .iter()
-            .map(|(k, (n, v))| (k.as_slice(), *n, v.as_slice()))
+        self.rib.iter()
     }
 
     /// This owner's table (its range's keys only).
@@ -1102,10 +1110,10 @@ impl Node {
         let mut slice: Vec<FibItem> = self
             .rib
             .iter()
-            .filter(|(_, (n, _))| *n == p)
-            .map(|(k, (_, v))| FibItem::Install {
-                key: k.clone(),
-                value: v.clone(),
+            .filter(|(_, n, _)| *n == p)
+            .map(|(k, _, v)| FibItem::Install {
+                key: k.into(),
+                value: v.into(),
             })
             .collect();
         // Flows the batch in flight moves away from `p` (or deletes): replicas may still send
@@ -1849,6 +1857,12 @@ impl Node {
             self.fin[oi].applied += 1;
             match it {
                 FibItem::Install { key, value } => {
+                    // An owner of this cluster sends its widths; an item of others is counted
+                    // and skipped (the stream goes on: its sequence number is used).
+                    if key.len() != self.spec.key_bytes || value.len() != self.spec.value_bytes {
+                        self.drop_msg("fib_item_width");
+                        continue;
+                    }
                     if let Some(s) = &mut self.fin[oi].sync {
                         s.insert(key.clone());
                     }
@@ -1860,9 +1874,10 @@ impl Node {
                     if let Some(sync) = self.fin[oi].sync.take() {
                         let stale: Vec<Bytes> = self
                             .fib
-                            .keys()
+                            .iter()
+                            .map(|(k, _)| k)
                             .filter(|k| !sync.contains(*k) && self.spec.owner_of(k) == o)
-                            .cloned()
+                            .map(Bytes::from_slice)
                             .collect();
                         for k in stale {
                             self.fib_remove(&k);
@@ -1877,12 +1892,12 @@ impl Node {
     }
 
     fn fib_insert(&mut self, key: Bytes, value: Bytes) {
-        self.fib.insert(key.clone(), value.clone());
+        self.fib.insert(&key, &[&value]);
         self.events.push_back(Event::FibInsert { key, value });
     }
 
     fn fib_remove(&mut self, key: &[u8]) {
-        if self.fib.remove(key).is_some() {
+        if self.fib.remove(key) {
             self.events.push_back(Event::FibRemove { key: key.into() });
         }
     }
@@ -1918,8 +1933,8 @@ impl Node {
                         let mine: Vec<(Bytes, Bytes)> = self
                             .rib
                             .iter()
-                            .filter(|(_, (n, _))| *n == self.me)
-                            .map(|(k, (_, v))| (k.clone(), v.clone()))
+                            .filter(|(_, n, _)| *n == self.me)
+                            .map(|(k, _, v)| (k.into(), v.into()))
                             .collect();
                         for (k, v) in mine {
                             self.fib_insert(k, v);
@@ -1990,12 +2005,12 @@ impl Node {
         if self.spec.owner_of(&u.key) != self.me {
             return (Outcome::Internal, None);
         }
-        let old = self.rib.get(&u.key).cloned();
+        let old = self.rib.get(&u.key).map(|(n, v)| (n, Bytes::from_slice(v)));
         match (u.op, &old) {
             (Op::Insert, Some(_)) => return (Outcome::Exists, None),
             (Op::Change | Op::Delete, None) => return (Outcome::Missing, None),
             (Op::Insert | Op::Change, _) => {
-                self.rib.insert(u.key.clone(), (u.node, u.value.clone()));
+                self.rib.insert(&u.key, u.node, &u.value);
             }
             (Op::Delete, Some(_)) => {
                 self.rib.remove(&u.key);
@@ -2191,7 +2206,7 @@ impl Node {
             it.outcome = Outcome::Internal;
             match it.old.clone() {
                 Some((n, v)) => {
-                    self.rib.insert(it.u.key.clone(), (n, v.clone()));
+                    self.rib.insert(&it.u.key, n, &v);
                     undo.push(Update {
                         op: Op::Change,
                         key: it.u.key.clone(),
