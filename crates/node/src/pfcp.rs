@@ -46,7 +46,8 @@ use crate::metrics::PfcpKey;
 use sb_control::{ClusterSpec, Op, Outcome, Peer, Update};
 use sb_engine::lte::Tunnel;
 use sb_pfcp::{
-    Applied, Failure, FibChange, NodeId, Placement, RecoveryTimeStamp, Sessions, Token, Upf,
+    Applied, Failure, FibChange, NodeId, Placement, RecoveryTimeStamp, Sessions, Token, UeChange,
+    UeFib, Upf,
 };
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -122,36 +123,21 @@ pub fn cause_name(c: u8) -> String {
     .to_string()
 }
 
-/// A UE's forwarding as this endpoint installed it (or will, once it has a downlink tunnel).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Entry {
-    /// Downlink TEID and eNodeB.
-    down: Option<(u32, Ipv4Addr)>,
-    /// Our uplink TEID.
-    up: Option<u32>,
-    /// The handling node.
-    node: u16,
-}
-
-impl Entry {
-    /// The FIB entry, when the UE has a downlink tunnel.
-    fn tunnel(&self, ue: IpAddr) -> Option<Tunnel> {
-        let (teid, enb) = self.down?;
-        Some(Tunnel {
-            ue,
-            teid,
-            enb,
-            node: self.node,
-            qci: 9,
-            ul_teid: self.up.unwrap_or(0),
-        })
-    }
+/// The FIB entry of a UE address's forwarding at `node`, when it has a downlink tunnel.
+fn tunnel(ue: IpAddr, node: u16, f: &UeFib) -> Option<Tunnel> {
+    let (teid, enb) = f.down?;
+    Some(Tunnel {
+        ue,
+        teid,
+        enb,
+        node,
+        qci: 9,
+        ul_teid: f.up.unwrap_or(0),
+    })
 }
 
 /// A change handed to the control plane, waiting for its reply.
 struct Pending {
-    /// The entries it sets (None: removed).
-    entries: Vec<(IpAddr, Option<Entry>)>,
     /// Its updates, for the request(s) that carry them.
     updates: Vec<Update>,
     /// Requests carrying a part of its updates not answered yet (a change of more updates
@@ -172,14 +158,15 @@ struct Batch {
     sent: Instant,
 }
 
-/// The cluster as the PFCP endpoint sees it: placement and control-plane updates.
+/// The cluster as the PFCP endpoint sees it: placement and control-plane updates. It keeps no
+/// copy of the sessions' forwarding: the endpoint gives each change's UE addresses whole,
+/// before and after ([`UeChange`]), and the update follows from the two.
 pub struct Cluster {
     key: [u8; 32],
     cluster_id: u64,
     ran_addrs: Vec<Ipv4Addr>,
     next_node: usize,
     id_base: u64,
-    installed: HashMap<IpAddr, Entry>,
     pending: HashMap<u64, Pending>,
     /// Changes not yet in a request ([`Cluster::flush`] packs them).
     queued: Vec<u64>,
@@ -200,7 +187,6 @@ impl Cluster {
             next_node: first as usize,
             ran_addrs,
             id_base: rand::random::<u64>() & !0xffff_ffff,
-            installed: HashMap::default(),
             pending: HashMap::default(),
             queued: Vec::new(),
             batches: HashMap::default(),
@@ -208,11 +194,6 @@ impl Cluster {
             max_batch: sb_control::client::max_updates(spec.key_bytes, spec.value_bytes).max(1),
             outbox: Vec::new(),
         }
-    }
-
-    /// Room for `n` UE addresses without growing.
-    pub fn reserve(&mut self, n: usize) {
-        self.installed.reserve(n);
     }
 
     /// Packs the changes applied since the last call into as few client requests as fit
@@ -321,27 +302,11 @@ impl Cluster {
         self.finish(id, &results)
     }
 
-    /// UE addresses this endpoint's sessions hold.
-    pub fn ues(&self) -> usize {
-        self.installed.len()
-    }
-
-    /// The outcome of the request of `token`: its entries become the installed ones on
-    /// success. None when no such request waits.
+    /// The outcome of the request of `token`. None when no such request waits.
     fn finish(&mut self, id: u64, results: &[Outcome]) -> Option<(Token, Result<(), Failure>)> {
-        let p = self.pending.remove(&id)?;
+        self.pending.remove(&id)?;
         let token = Token(id.wrapping_sub(self.id_base));
         if results.iter().all(|o| *o == Outcome::Applied) {
-            for (ue, e) in p.entries {
-                match e {
-                    Some(e) => {
-                        self.installed.insert(ue, e);
-                    }
-                    None => {
-                        self.installed.remove(&ue);
-                    }
-                }
-            }
             return Some((token, Ok(())));
         }
         let busy = results.contains(&Outcome::Busy);
@@ -370,88 +335,38 @@ impl Sessions for Cluster {
         })
     }
 
-    fn apply(&mut self, token: Token, changes: &[FibChange]) -> Result<Applied, Failure> {
-        // The new state of every UE the changes touch.
-        let mut touched: Vec<(IpAddr, Entry)> = Vec::new();
-        fn slot<'a>(
-            t: &'a mut Vec<(IpAddr, Entry)>,
-            installed: &HashMap<IpAddr, Entry>,
-            ue: IpAddr,
-        ) -> &'a mut Entry {
-            let i = match t.iter().position(|(u, _)| *u == ue) {
-                Some(i) => i,
-                None => {
-                    t.push((ue, installed.get(&ue).copied().unwrap_or_default()));
-                    t.len() - 1
-                }
-            };
-            &mut t[i].1
-        }
-        let mut dropped_up: Vec<(u32, IpAddr)> = Vec::new();
-        for c in changes {
-            match *c {
-                FibChange::SetDownlink {
-                    ue,
-                    teid,
-                    peer,
-                    node,
-                } => {
-                    let e = slot(&mut touched, &self.installed, ue);
-                    e.down = Some((teid, peer));
-                    e.node = node;
-                }
-                FibChange::RemoveDownlink { ue, .. } => {
-                    slot(&mut touched, &self.installed, ue).down = None;
-                }
-                FibChange::SetUplink { teid, ue, node, .. } => {
-                    let e = slot(&mut touched, &self.installed, ue);
-                    e.up = Some(teid);
-                    e.node = node;
-                }
-                FibChange::RemoveUplink { teid, ue, .. } => dropped_up.push((teid, ue)),
-            }
-        }
-        for (teid, ue) in dropped_up {
-            // The UE's entry holds the TEID (installed, or set by these changes): it goes.
-            let installed = self.installed.get(&ue).is_some_and(|e| e.up == Some(teid));
-            if !installed && !touched.iter().any(|(u, _)| *u == ue) {
-                continue;
-            }
-            let e = slot(&mut touched, &self.installed, ue);
-            if e.up == Some(teid) {
-                e.up = None;
-            }
-        }
+    fn apply(
+        &mut self,
+        token: Token,
+        _: &[FibChange],
+        ues: &[UeChange],
+    ) -> Result<Applied, Failure> {
         let mut updates = Vec::new();
-        let mut entries = Vec::new();
-        for (ue, e) in touched {
-            let old = self.installed.get(&ue).and_then(|o| o.tunnel(ue));
-            let new = e.tunnel(ue);
+        for c in ues {
+            let old = tunnel(c.ue, c.node, &c.before);
+            let new = tunnel(c.ue, c.node, &c.after);
             let op = match (&old, &new) {
-                (None, Some(_)) => Some(Op::Insert),
-                (Some(a), Some(b)) if a != b => Some(Op::Change),
-                (Some(_), None) => Some(Op::Delete),
-                _ => None,
+                (None, Some(_)) => Op::Insert,
+                (Some(a), Some(b)) if a != b => Op::Change,
+                (Some(_), None) => Op::Delete,
+                // No downlink before or after (an uplink waiting for its downlink), or the
+                // same entry: nothing the FIB holds changes.
+                _ => continue,
             };
-            if let Some(op) = op {
-                let t = new.or(old).expect("one of them");
-                updates.push(Update {
-                    value: if op == Op::Delete {
-                        sb_control::Bytes::new()
-                    } else {
-                        sb_control::Bytes::from_slice(&t.value())
-                    },
-                    op,
-                    key: sb_control::Bytes::from_slice(&t.key()),
-                    node: t.node,
-                });
-            }
-            let keep = e.down.is_some() || e.up.is_some();
-            entries.push((ue, keep.then_some(e)));
+            let t = new.or(old).expect("one of them");
+            updates.push(Update {
+                value: if op == Op::Delete {
+                    sb_control::Bytes::new()
+                } else {
+                    sb_control::Bytes::from_slice(&t.value())
+                },
+                op,
+                key: sb_control::Bytes::from_slice(&t.key()),
+                node: t.node,
+            });
         }
         let id = self.id_base.wrapping_add(token.0);
         let pending = Pending {
-            entries,
             updates,
             parts_left: 0,
             not_applied: Vec::new(),
@@ -545,8 +460,7 @@ impl Endpoint {
                 cfg.node
             )));
         }
-        let mut cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
-        cluster.reserve(config.expected_sessions);
+        let cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
         Ok(Some(Endpoint {
             sock,
             upf: Upf::new(config, cluster),
@@ -725,22 +639,39 @@ mod tests {
         }
     }
 
-    /// A session's establishment on node 1: downlink TEID 0x100 to `enb`, uplink TEID `ul`.
-    fn establishment(ue: IpAddr, enb: Ipv4Addr, ul: u32) -> [FibChange; 2] {
-        [
-            FibChange::SetDownlink {
-                ue,
-                teid: 0x100,
-                peer: enb,
-                node: 1,
-            },
-            FibChange::SetUplink {
-                teid: ul,
-                ue,
-                peer: Some(enb),
-                node: 1,
-            },
-        ]
+    /// A UE address's change at node 1.
+    fn change(ue: IpAddr, before: UeFib, after: UeFib) -> [UeChange; 1] {
+        [UeChange {
+            ue,
+            node: 1,
+            before,
+            after,
+        }]
+    }
+
+    /// Forwarding with downlink TEID `teid` to `enb` and uplink TEID `ul` (0: none).
+    fn fwd(teid: u32, enb: Ipv4Addr, ul: u32) -> UeFib {
+        UeFib {
+            down: Some((teid, enb)),
+            up: (ul != 0).then_some(ul),
+        }
+    }
+
+    /// The one update of the request `c` has ready, and its tunnel.
+    fn sent(c: &mut Cluster) -> (Op, Tunnel) {
+        c.flush();
+        let req = c.outbox.pop().expect("a request");
+        assert!(c.outbox.is_empty());
+        let us = decode(c, &req);
+        assert_eq!(us.len(), 1);
+        let key = <[u8; 16]>::try_from(&us[0].key[..]).unwrap();
+        let t = if us[0].op == Op::Delete {
+            Tunnel::from_entry(&key, &[0; 16])
+        } else {
+            Tunnel::from_entry(&key, &us[0].value)
+        };
+        assert_eq!(us[0].node, 1);
+        (us[0].op, t)
     }
 
     #[test]
@@ -757,73 +688,44 @@ mod tests {
         let mut c = Cluster::new(&spec(), ran(), 0);
         let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 9));
         let enb = Ipv4Addr::new(10, 2, 1, 2);
-        let est = establishment(ue, enb, 0x0200_0001);
-        assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
-        c.flush();
-        let req = c.outbox.pop().unwrap();
-        let us = decode(&c, &req);
-        assert_eq!(us.len(), 1);
-        assert_eq!(us[0].op, Op::Insert);
-        assert_eq!(us[0].node, 1);
-        let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&us[0].key[..]).unwrap(), &us[0].value);
+        let none = UeFib::default();
+        let est = change(ue, none, fwd(0x100, enb, 0x0200_0001));
+        assert_eq!(c.apply(Token(1), &[], &est), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!(op, Op::Insert);
         assert_eq!(
             (t.ue, t.teid, t.enb, t.ul_teid),
             (ue, 0x100, enb, 0x0200_0001)
         );
-        // Not installed until the reply says so.
-        assert_eq!(c.ues(), 0);
         let id = c.id_base.wrapping_add(1);
         assert_eq!(c.finish(id, &[Outcome::Applied]), Some((Token(1), Ok(()))));
-        assert_eq!(c.ues(), 1);
         assert_eq!(c.finish(id, &[Outcome::Applied]), None);
 
         // A new downlink TEID: a change, the uplink TEID kept.
-        let m = [FibChange::SetDownlink {
+        let m = change(
             ue,
-            teid: 0x101,
-            peer: enb,
-            node: 1,
-        }];
-        assert_eq!(c.apply(Token(2), &m), Ok(Applied::Pending));
-        c.flush();
-        let r = c.outbox.pop().unwrap();
-        let us = decode(&c, &r);
-        assert_eq!(us[0].op, Op::Change);
-        let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&us[0].key[..]).unwrap(), &us[0].value);
+            fwd(0x100, enb, 0x0200_0001),
+            fwd(0x101, enb, 0x0200_0001),
+        );
+        assert_eq!(c.apply(Token(2), &[], &m), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!(op, Op::Change);
         assert_eq!((t.teid, t.ul_teid), (0x101, 0x0200_0001));
-        // Refused: the installed state stays the old one.
         assert_eq!(
             c.finish(c.id_base.wrapping_add(2), &[Outcome::Missing]),
             Some((Token(2), Err(Failure::System)))
         );
-        assert_eq!(c.installed[&ue].down, Some((0x100, enb)));
 
-        // Deletion: both removals give one delete.
-        let d = [
-            FibChange::RemoveUplink {
-                teid: 0x0200_0001,
-                ue,
-                node: 1,
-            },
-            FibChange::RemoveDownlink { ue, node: 1 },
-        ];
-        assert_eq!(c.apply(Token(3), &d), Ok(Applied::Pending));
-        c.flush();
-        let r = c.outbox.pop().unwrap();
-        let us = decode(&c, &r);
-        assert_eq!(us[0].op, Op::Delete);
+        // Deletion: one delete.
+        let d = change(ue, fwd(0x100, enb, 0x0200_0001), none);
+        assert_eq!(c.apply(Token(3), &[], &d), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!((op, t.ue), (Op::Delete, ue));
         assert_eq!(
             c.finish(c.id_base.wrapping_add(3), &[Outcome::Busy]),
             Some((Token(3), Err(Failure::NoResources)))
         );
-        assert_eq!(c.apply(Token(4), &d), Ok(Applied::Pending));
-        c.flush();
-        c.outbox.clear();
-        assert_eq!(
-            c.finish(c.id_base.wrapping_add(4), &[Outcome::Applied]),
-            Some((Token(4), Ok(())))
-        );
-        assert_eq!(c.ues(), 0);
+        assert!(c.pending.is_empty());
     }
 
     #[test]
@@ -831,37 +733,22 @@ mod tests {
         let mut c = Cluster::new(&spec(), ran(), 0);
         let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 10));
         let enb = Ipv4Addr::new(10, 2, 1, 2);
-        let est = establishment(ue, enb, 0x0200_0002);
-        assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
-        c.flush();
-        c.outbox.clear();
-        let id = c.id_base.wrapping_add(1);
-        assert_eq!(c.finish(id, &[Outcome::Applied]), Some((Token(1), Ok(()))));
-        // A TEID the UE does not hold changes nothing.
-        let other = [FibChange::RemoveUplink {
-            teid: 0x0200_0003,
-            ue,
-            node: 1,
-        }];
-        assert_eq!(c.apply(Token(2), &other), Ok(Applied::Done));
-        assert_eq!(c.installed[&ue].up, Some(0x0200_0002));
-        // Its own TEID: a change to the tunnel without an uplink TEID.
-        let up = [FibChange::RemoveUplink {
-            teid: 0x0200_0002,
-            ue,
-            node: 1,
-        }];
-        assert_eq!(c.apply(Token(3), &up), Ok(Applied::Pending));
-        c.flush();
-        let r = c.outbox.pop().unwrap();
-        let us = decode(&c, &r);
-        assert_eq!(us[0].op, Op::Change);
-        let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&us[0].key[..]).unwrap(), &us[0].value);
+        let up = change(ue, fwd(0x100, enb, 0x0200_0002), fwd(0x100, enb, 0));
+        assert_eq!(c.apply(Token(3), &[], &up), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!(op, Op::Change);
         assert_eq!((t.teid, t.ul_teid), (0x100, 0));
-        let id = c.id_base.wrapping_add(3);
-        assert_eq!(c.finish(id, &[Outcome::Applied]), Some((Token(3), Ok(()))));
-        assert_eq!(c.installed[&ue].up, None);
-        assert_eq!(c.ues(), 1);
+        // The downlink alone goes: the entry goes.
+        let down = change(
+            ue,
+            fwd(0x100, enb, 0x0200_0002),
+            UeFib {
+                down: None,
+                up: Some(0x0200_0002),
+            },
+        );
+        assert_eq!(c.apply(Token(4), &[], &down), Ok(Applied::Pending));
+        assert_eq!(sent(&mut c).0, Op::Delete);
     }
 
     #[test]
@@ -869,15 +756,17 @@ mod tests {
         let mut c = Cluster::new(&spec(), ran(), 0);
         let ue = |i: u8| IpAddr::V4(Ipv4Addr::new(100, 64, 8, i));
         let est = |i: u8| {
-            [FibChange::SetDownlink {
-                ue: ue(i),
-                teid: 0x100 + u32::from(i),
-                peer: Ipv4Addr::new(10, 2, 1, 2),
-                node: 1,
-            }]
+            change(
+                ue(i),
+                UeFib::default(),
+                fwd(0x100 + u32::from(i), Ipv4Addr::new(10, 2, 1, 2), 0),
+            )
         };
         for i in 1..=3u8 {
-            assert_eq!(c.apply(Token(u64::from(i)), &est(i)), Ok(Applied::Pending));
+            assert_eq!(
+                c.apply(Token(u64::from(i)), &[], &est(i)),
+                Ok(Applied::Pending)
+            );
         }
         c.flush();
         assert_eq!(c.outbox.len(), 1);
@@ -898,12 +787,11 @@ mod tests {
                 (Token(3), Ok(()))
             ]
         );
-        assert_eq!(c.ues(), 2);
         assert!(
             c.finish_batch(id, &[Outcome::Applied; 3]).is_empty(),
             "a duplicate reply"
         );
-        assert_eq!(c.apply(Token(4), &est(4)), Ok(Applied::Pending));
+        assert_eq!(c.apply(Token(4), &[], &est(4)), Ok(Applied::Pending));
         c.flush();
         let r = c.outbox.pop().unwrap();
         let id = sb_control::wire::decode(&c.key, c.cluster_id, &r)
@@ -917,7 +805,7 @@ mod tests {
         // More updates than one request holds: several requests.
         c.max_batch = 2;
         for i in 10..15u8 {
-            c.apply(Token(u64::from(i)), &est(i)).unwrap();
+            c.apply(Token(u64::from(i)), &[], &est(i)).unwrap();
         }
         c.flush();
         assert_eq!(c.outbox.len(), 3);
@@ -929,22 +817,14 @@ mod tests {
         // (System failure) before; now its updates go in several requests, answered when all are.
         let mut c = Cluster::new(&spec(), ran(), 0);
         c.max_batch = 2;
-        let est: Vec<FibChange> = (1..=5u8)
-            .map(|i| FibChange::SetDownlink {
-                ue: IpAddr::V4(Ipv4Addr::new(100, 64, 7, i)),
-                teid: 0x200 + u32::from(i),
-                peer: Ipv4Addr::new(10, 2, 1, 2),
-                node: 1,
-            })
+        let ue = |i: u8| IpAddr::V4(Ipv4Addr::new(100, 64, 7, i));
+        let enb = Ipv4Addr::new(10, 2, 1, 2);
+        let est: Vec<UeChange> = (1..=5u8)
+            .flat_map(|i| change(ue(i), UeFib::default(), fwd(0x200 + u32::from(i), enb, 0)))
             .collect();
-        let one = [FibChange::SetDownlink {
-            ue: IpAddr::V4(Ipv4Addr::new(100, 64, 7, 9)),
-            teid: 0x209,
-            peer: Ipv4Addr::new(10, 2, 1, 2),
-            node: 1,
-        }];
-        assert_eq!(c.apply(Token(1), &est), Ok(Applied::Pending));
-        assert_eq!(c.apply(Token(2), &one), Ok(Applied::Pending));
+        let one = change(ue(9), UeFib::default(), fwd(0x209, enb, 0));
+        assert_eq!(c.apply(Token(1), &[], &est), Ok(Applied::Pending));
+        assert_eq!(c.apply(Token(2), &[], &one), Ok(Applied::Pending));
         c.flush();
         // 5 updates in parts of 2, 2, 1; the next change's one update shares the last request.
         let reqs = std::mem::take(&mut c.outbox);
@@ -966,37 +846,21 @@ mod tests {
                 ues.push(t.ue);
             }
         }
-        let mut want: Vec<IpAddr> = est
-            .iter()
-            .map(|c| match c {
-                FibChange::SetDownlink { ue, .. } => *ue,
-                _ => unreachable!(),
-            })
-            .collect();
-        want.push(IpAddr::V4(Ipv4Addr::new(100, 64, 7, 9)));
+        let want: Vec<IpAddr> = [1, 2, 3, 4, 5, 9].into_iter().map(ue).collect();
         assert_eq!(ues, want, "every update once, in order");
         // Parts answered out of order: the change completes with its last part.
         assert!(c.finish_batch(ids[1], &[Outcome::Applied; 2]).is_empty());
         assert!(c.finish_batch(ids[0], &[Outcome::Applied; 2]).is_empty());
         assert_eq!(
-            c.ues(),
-            0,
-            "nothing installed before every part is answered"
-        );
-        assert_eq!(
             c.finish_batch(ids[2], &[Outcome::Applied; 2]),
             vec![(Token(1), Ok(())), (Token(2), Ok(()))]
         );
-        assert_eq!(c.ues(), 6);
 
-        // One part refused: the change fails (and installs nothing), whatever the others say.
-        let del: Vec<FibChange> = (1..=5u8)
-            .map(|i| FibChange::RemoveDownlink {
-                ue: IpAddr::V4(Ipv4Addr::new(100, 64, 7, i)),
-                node: 1,
-            })
+        // One part refused: the change fails, whatever the others say.
+        let del: Vec<UeChange> = (1..=5u8)
+            .flat_map(|i| change(ue(i), fwd(0x200 + u32::from(i), enb, 0), UeFib::default()))
             .collect();
-        assert_eq!(c.apply(Token(3), &del), Ok(Applied::Pending));
+        assert_eq!(c.apply(Token(3), &[], &del), Ok(Applied::Pending));
         c.flush();
         let reqs = std::mem::take(&mut c.outbox);
         assert_eq!(reqs.len(), 3);
@@ -1017,7 +881,6 @@ mod tests {
             c.finish_batch(ids[2], &[Outcome::Applied]),
             vec![(Token(3), Err(Failure::NoResources))]
         );
-        assert_eq!(c.ues(), 6);
         assert!(c.pending.is_empty());
     }
 
@@ -1025,26 +888,17 @@ mod tests {
     fn an_uplink_alone_waits_for_its_downlink() {
         let mut c = Cluster::new(&spec(), ran(), 0);
         let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 10));
-        let up = [FibChange::SetUplink {
-            teid: 0x0100_0005,
-            ue,
-            peer: None,
-            node: 0,
-        }];
-        assert_eq!(c.apply(Token(1), &up), Ok(Applied::Done));
-        assert!(c.outbox.is_empty());
-        let down = [FibChange::SetDownlink {
-            ue,
-            teid: 9,
-            peer: Ipv4Addr::new(10, 2, 0, 2),
-            node: 0,
-        }];
-        assert_eq!(c.apply(Token(2), &down), Ok(Applied::Pending));
-        c.flush();
-        let r = c.outbox.pop().unwrap();
-        let us = decode(&c, &r);
-        assert_eq!(us[0].op, Op::Insert);
-        let t = Tunnel::from_entry(&<[u8; 16]>::try_from(&us[0].key[..]).unwrap(), &us[0].value);
+        let up = UeFib {
+            down: None,
+            up: Some(0x0100_0005),
+        };
+        let alone = change(ue, UeFib::default(), up);
+        assert_eq!(c.apply(Token(1), &[], &alone), Ok(Applied::Done));
+        assert!(c.outbox.is_empty() && c.pending.is_empty());
+        let both = change(ue, up, fwd(9, Ipv4Addr::new(10, 2, 0, 2), 0x0100_0005));
+        assert_eq!(c.apply(Token(2), &[], &both), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!(op, Op::Insert);
         assert_eq!(t.uplink_teid(), 0x0100_0005);
     }
 

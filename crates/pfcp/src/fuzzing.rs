@@ -6,7 +6,7 @@ use crate::message::{
     PackedSession,
 };
 use crate::relay::{Relay, RelayKind};
-use crate::upf::{Applied, Config, Failure, FibChange, Placement, Sessions, Token, Upf};
+use crate::upf::{Applied, Config, Failure, FibChange, Placement, Sessions, Token, UeChange, Upf};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ impl Sessions for Accept {
             ran: Ipv4Addr::new(10, 1, 0, node as u8 + 1),
         })
     }
-    fn apply(&mut self, token: Token, _: &[FibChange]) -> Result<Applied, Failure> {
+    fn apply(&mut self, token: Token, _: &[FibChange], _: &[UeChange]) -> Result<Applied, Failure> {
         self.calls += 1;
         match self.calls % 5 {
             0 => Err(Failure::NoResources),

@@ -14,7 +14,8 @@
 //!   decode errors that become causes (Mandatory IE missing, Mandatory IE incorrect, Invalid
 //!   length, each with the Offending IE).
 //! - [`upf`]: [`Upf`], the endpoint: `handle(now, peer, bytes)` answers and hands
-//!   [`FibChange`]s to a [`Sessions`] implementation (the cluster), whose answer may come
+//!   [`FibChange`]s (and each UE address's whole forwarding before and after them,
+//!   [`UeChange`]) to a [`Sessions`] implementation (the cluster), whose answer may come
 //!   later ([`Upf::complete`]). Its module docs list exactly which rules are applied and which
 //!   are refused with which cause; in short, downlink PDR (Core, UE address) + FAR (FORW, GTP-U
 //!   outer header) and uplink PDR (Access, CHOOSE F-TEID, GTP-U outer header removal) +
@@ -31,13 +32,14 @@
 //!
 //! /// A one-node cluster that installs at once.
 //! #[derive(Default)]
-//! struct OneNode(Vec<FibChange>);
+//! struct OneNode(Vec<FibChange>, Vec<UeChange>);
 //! impl Sessions for OneNode {
 //!     fn place(&mut self, _: &[IpAddr]) -> Result<Placement, Failure> {
 //!         Ok(Placement { node: 0, ran: Ipv4Addr::new(10, 1, 0, 1) })
 //!     }
-//!     fn apply(&mut self, _: Token, changes: &[FibChange]) -> Result<Applied, Failure> {
+//!     fn apply(&mut self, _: Token, changes: &[FibChange], ues: &[UeChange]) -> Result<Applied, Failure> {
 //!         self.0.extend_from_slice(changes);
+//!         self.1.extend_from_slice(ues);
 //!         Ok(Applied::Done)
 //!     }
 //! }
@@ -115,6 +117,11 @@
 //!     upf.sessions_impl().0,
 //!     [FibChange::SetDownlink { ue: IpAddr::V4(ue), teid: 0x1000, peer: Ipv4Addr::new(192, 168, 1, 10), node: 0 }]
 //! );
+//! let after = UeFib { down: Some((0x1000, Ipv4Addr::new(192, 168, 1, 10))), up: None };
+//! assert_eq!(
+//!     upf.sessions_impl().1,
+//!     [UeChange { ue: IpAddr::V4(ue), node: 0, before: UeFib::default(), after }]
+//! );
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -136,5 +143,5 @@ pub use message::*;
 pub use relay::{Relay, RelayError, RelayKind};
 pub use upf::{
     Applied, Config, Failure, FibChange, Forwarding, Placement, Sessions, Stats, Token, Transmit,
-    Upf,
+    UeChange, UeFib, Upf,
 };

@@ -160,6 +160,38 @@ pub enum FibChange {
     },
 }
 
+/// A UE address's forwarding in the session that holds it: the parts of its FIB entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UeFib {
+    /// Downlink: the peer's TEID and the eNodeB/gNB (the entry exists only with one).
+    pub down: Option<(u32, Ipv4Addr)>,
+    /// Uplink: our TEID (the lowest, when several uplink PDRs name the UE address).
+    pub up: Option<u32>,
+}
+
+impl UeFib {
+    /// Whether the UE address has no forwarding at all.
+    pub fn is_empty(&self) -> bool {
+        self.down.is_none() && self.up.is_none()
+    }
+}
+
+/// A UE address whose forwarding the changes given with it turn from `before` into `after`:
+/// one per UE address they touch, so that a cluster can write each UE's whole FIB entry
+/// without keeping its own copy of every session's state. A UE address belongs to one session
+/// at a time, so `before` is what the cluster installed for it (or nothing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UeChange {
+    /// The UE address (the FIB key).
+    pub ue: IpAddr,
+    /// The handling node.
+    pub node: u16,
+    /// Its forwarding before the changes.
+    pub before: UeFib,
+    /// And after them.
+    pub after: UeFib,
+}
+
 /// Why the cluster could not apply changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Failure {
@@ -197,10 +229,16 @@ pub enum Applied {
 pub trait Sessions {
     /// Chooses the handling node of a new session whose UE addresses are `ues` (never empty).
     fn place(&mut self, ues: &[IpAddr]) -> Result<Placement, Failure>;
-    /// Applies `changes` all or nothing (removals listed before additions). On `Err` nothing
-    /// may have changed; with [`Applied::Pending`] the same holds for an `Err` given later to
+    /// Applies `changes` all or nothing (removals listed before additions); `ues` says what
+    /// they do to each UE address they touch, whole (use either). On `Err` nothing may have
+    /// changed; with [`Applied::Pending`] the same holds for an `Err` given later to
     /// [`Upf::complete`].
-    fn apply(&mut self, token: Token, changes: &[FibChange]) -> Result<Applied, Failure>;
+    fn apply(
+        &mut self,
+        token: Token,
+        changes: &[FibChange],
+        ues: &[UeChange],
+    ) -> Result<Applied, Failure>;
 }
 
 /// A datagram to send.
@@ -388,7 +426,48 @@ impl Forwarding {
         }
         out
     }
+
+    /// A UE address's forwarding here.
+    pub fn ue(&self, ue: &IpAddr) -> UeFib {
+        UeFib {
+            down: self.downlink.get(ue).copied(),
+            up: self
+                .uplink
+                .iter()
+                .find(|(_, (u, _))| u == ue)
+                .map(|(teid, _)| *teid),
+        }
+    }
+
+    /// What turning `self` into `new` at `node` does to each UE address ([`UeChange`]), in
+    /// address order; addresses whose forwarding stays are left out.
+    pub fn ue_diff(&self, new: &Forwarding, node: u16) -> Vec<UeChange> {
+        let mut ues: Vec<IpAddr> = [self, new]
+            .iter()
+            .flat_map(|f| f.downlink.keys().chain(f.uplink.values().map(|(u, _)| u)))
+            .copied()
+            .collect();
+        ues.sort_unstable();
+        ues.dedup();
+        ues.into_iter()
+            .map(|ue| UeChange {
+                ue,
+                node,
+                before: self.ue(&ue),
+                after: new.ue(&ue),
+            })
+            .filter(|c| c.before != c.after)
+            .collect()
+    }
+
+    /// [`Forwarding::diff`] and [`Forwarding::ue_diff`].
+    fn changes(&self, new: &Forwarding, node: u16) -> Changes {
+        (self.diff(new, node), self.ue_diff(new, node))
+    }
 }
+
+/// Changes for [`Sessions::apply`].
+type Changes = (Vec<FibChange>, Vec<UeChange>);
 
 /// A refusal: the cause and what it is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1096,10 +1175,14 @@ impl<S: Sessions> Upf<S> {
         }
         let mut seids: Vec<u64> = self.sessions_of(&node).collect();
         seids.sort_unstable();
-        let mut changes = Vec::new();
+        let mut changes: Changes = Default::default();
         for s in &seids {
             let sess = self.sessions[s].unpack();
-            changes.extend(sess.fwd.diff(&Forwarding::default(), sess.placement.node));
+            let (fib, ues) = sess
+                .fwd
+                .changes(&Forwarding::default(), sess.placement.node);
+            changes.0.extend(fib);
+            changes.1.extend(ues);
         }
         self.busy_nodes.insert(node);
         self.busy.extend(seids);
@@ -1113,15 +1196,15 @@ impl<S: Sessions> Upf<S> {
         seq: u32,
         t: u8,
         reply_seid: Option<u64>,
-        changes: Vec<FibChange>,
+        changes: Changes,
         commit: Commit,
     ) -> Option<Message> {
         let token = Token(self.next_token);
         self.next_token += 1;
-        let result = if changes.is_empty() {
+        let result = if changes.0.is_empty() {
             Ok(Applied::Done)
         } else {
-            self.sessions_impl.apply(token, &changes)
+            self.sessions_impl.apply(token, &changes.0, &changes.1)
         };
         match result {
             Ok(Applied::Pending) => {
@@ -1419,7 +1502,7 @@ impl<S: Sessions> Upf<S> {
                 }),
             })
             .collect();
-        let changes = Forwarding::default().diff(&fwd, placement.node);
+        let changes = Forwarding::default().changes(&fwd, placement.node);
         let session = Session {
             node_id: node,
             cp_f_seid: r.cp_f_seid,
@@ -1749,7 +1832,7 @@ impl<S: Sessions> Upf<S> {
             Ok(p) => p,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
-        let changes = old_fwd.diff(&fwd, session.placement.node);
+        let changes = old_fwd.changes(&fwd, session.placement.node);
         session.fwd = fwd;
         self.reserve(&session, seid);
         self.busy.insert(seid);
@@ -1796,7 +1879,7 @@ impl<S: Sessions> Upf<S> {
         let changes = s
             .unpack()
             .fwd
-            .diff(&Forwarding::default(), s.placement.node);
+            .changes(&Forwarding::default(), s.placement.node);
         self.busy.insert(seid);
         self.apply(from, seq, t, reply_seid, changes, Commit::Delete { seid })
     }

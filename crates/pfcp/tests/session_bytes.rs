@@ -46,7 +46,7 @@ impl Sessions for Installs {
             ran: Ipv4Addr::new(10, 1, 0, 2),
         })
     }
-    fn apply(&mut self, _: Token, _: &[FibChange]) -> Result<Applied, Failure> {
+    fn apply(&mut self, _: Token, _: &[FibChange], _: &[UeChange]) -> Result<Applied, Failure> {
         Ok(Applied::Done)
     }
 }

@@ -12,9 +12,11 @@ use std::time::Duration;
 struct Cluster {
     down: HashMap<IpAddr, (u32, Ipv4Addr, u16)>,
     up: HashMap<u32, (IpAddr, Option<Ipv4Addr>, u16)>,
+    /// Each UE address's whole forwarding as the `UeChange`s say, checked against the tables.
+    ues: HashMap<IpAddr, UeFib>,
     capacity: Option<usize>,
     defer: bool,
-    deferred: Vec<(Token, Vec<FibChange>)>,
+    deferred: Vec<(Token, Vec<FibChange>, Vec<UeChange>)>,
     fail_next: Option<Failure>,
     applies: usize,
 }
@@ -31,7 +33,7 @@ fn ran(node: u16) -> Ipv4Addr {
 }
 
 impl Cluster {
-    fn install(&mut self, changes: &[FibChange]) -> Result<(), Failure> {
+    fn install(&mut self, changes: &[FibChange], ue_changes: &[UeChange]) -> Result<(), Failure> {
         let mut down = self.down.clone();
         let mut up = self.up.clone();
         for c in changes {
@@ -63,8 +65,47 @@ impl Cluster {
         if self.capacity.is_some_and(|cap| down.len() + up.len() > cap) {
             return Err(Failure::NoResources);
         }
+        // The UE changes: each starts from what the last said (a UE address is one session's),
+        // ends at what the tables now hold, and together they name every UE address the
+        // changes touched whose forwarding moved.
+        let mut ues = self.ues.clone();
+        for c in ue_changes {
+            if let Some(d) = down.get(&c.ue) {
+                assert_eq!(c.node, d.2, "{c:?}");
+            }
+            let before = ues.get(&c.ue).copied().unwrap_or_default();
+            assert_eq!(before, c.before, "{c:?}");
+            assert_ne!(c.before, c.after, "{c:?}");
+            let now = UeFib {
+                down: down.get(&c.ue).map(|e| (e.0, e.1)),
+                up: up
+                    .iter()
+                    .filter(|(_, e)| e.0 == c.ue)
+                    .map(|(t, _)| *t)
+                    .min(),
+            };
+            assert_eq!(now, c.after, "{c:?}");
+            if c.after.is_empty() {
+                ues.remove(&c.ue);
+            } else {
+                ues.insert(c.ue, c.after);
+            }
+        }
+        for c in changes {
+            let ue = match *c {
+                FibChange::SetDownlink { ue, .. }
+                | FibChange::RemoveDownlink { ue, .. }
+                | FibChange::SetUplink { ue, .. }
+                | FibChange::RemoveUplink { ue, .. } => ue,
+            };
+            let was = self.ues.get(&ue).copied().unwrap_or_default();
+            let is = ues.get(&ue).copied().unwrap_or_default();
+            let told = ue_changes.iter().any(|u| u.ue == ue);
+            assert_eq!(told, was != is, "{c:?}");
+        }
         self.down = down;
         self.up = up;
+        self.ues = ues;
         Ok(())
     }
 }
@@ -77,16 +118,21 @@ impl Sessions for Cluster {
             ran: ran(node),
         })
     }
-    fn apply(&mut self, token: Token, changes: &[FibChange]) -> Result<Applied, Failure> {
+    fn apply(
+        &mut self,
+        token: Token,
+        changes: &[FibChange],
+        ues: &[UeChange],
+    ) -> Result<Applied, Failure> {
         self.applies += 1;
         if let Some(f) = self.fail_next.take() {
             return Err(f);
         }
         if self.defer {
-            self.deferred.push((token, changes.to_vec()));
+            self.deferred.push((token, changes.to_vec(), ues.to_vec()));
             return Ok(Applied::Pending);
         }
-        self.install(changes).map(|()| Applied::Done)
+        self.install(changes, ues).map(|()| Applied::Done)
     }
 }
 
@@ -992,9 +1038,9 @@ fn deferred_installs_answer_on_completion() {
         .is_empty());
     assert_eq!(upf.stats().retransmissions_in_flight, 1);
     assert_eq!(upf.session_count(), 0);
-    let (token, changes) = upf.sessions_impl_mut().deferred.remove(0);
+    let (token, changes, ues) = upf.sessions_impl_mut().deferred.remove(0);
     assert!(upf.sessions_impl().deferred.is_empty());
-    upf.sessions_impl_mut().install(&changes).unwrap();
+    upf.sessions_impl_mut().install(&changes, &ues).unwrap();
     let out = upf.complete(Duration::from_secs(3), token, Ok(()));
     let m = Message::parse(&out[0].bytes).unwrap();
     assert_eq!(m.seid, Some(0x42));
@@ -1019,7 +1065,7 @@ fn deferred_installs_answer_on_completion() {
     assert!(upf
         .handle(Duration::from_secs(5), smf.addr, &req)
         .is_empty());
-    let (token, _) = upf.sessions_impl_mut().deferred.remove(0);
+    let (token, _, _) = upf.sessions_impl_mut().deferred.remove(0);
     let out = upf.complete(Duration::from_secs(6), token, Err(Failure::NoResources));
     let Body::SessionEstablishmentResponse(r) = Message::parse(&out[0].bytes).unwrap().body else {
         panic!()
@@ -1296,8 +1342,11 @@ fn any_endpoint_of_a_cluster_takes_any_message() {
         Body::SessionModificationRequest(retunnel(0x300, ran(8))),
     );
     assert!(c.send(1, &modify).is_none());
-    let (token, changes) = c.eps[0].sessions_impl_mut().deferred.pop().unwrap();
-    c.eps[0].sessions_impl_mut().install(&changes).unwrap();
+    let (token, changes, ues) = c.eps[0].sessions_impl_mut().deferred.pop().unwrap();
+    c.eps[0]
+        .sessions_impl_mut()
+        .install(&changes, &ues)
+        .unwrap();
     c.eps[0].sessions_impl_mut().defer = false;
     c.now += Duration::from_millis(1);
     assert!(c.eps[0].complete(c.now, token, Ok(())).is_empty());
