@@ -44,9 +44,12 @@ impl Sessions for Accept {
 /// sender, twice (the second time is a retransmission), then as a relayed session request and
 /// a replicated association request from another endpoint, and checks that everything it
 /// sends (to peers, and the responses it relays back) parses. `data` as a relay datagram
-/// must not panic either.
+/// must not panic either, nor `data` read as a packed session.
 pub fn pfcp_message(data: &[u8]) {
     let _ = Relay::parse(data, b"fuzz key");
+    // Bytes as a kept session: an error or a session, never a panic.
+    let _ = unpack_session(data);
+    let _ = packed_node_id(data);
     if let Ok(msg) = Message::parse(data) {
         let bytes = msg
             .to_bytes()
