@@ -21,7 +21,8 @@
 //! instance and UE address (SDF filters, application ids, ...); a Core PDR without UE address
 //! or with a local F-TEID or Outer Header Removal; an Access PDR without local F-TEID or
 //! without GTP-U Outer Header Removal; a PDR without FAR, or naming a FAR or QER the session
-//! lacks, or a URR; a UE address another session holds; CHOOSE of an IPv6-only F-TEID or of a
+//! lacks, or a URR; a UE address another session holds (an IPv4 address and its IPv4-mapped
+//! IPv6 form are one address, as they are one FIB key); CHOOSE of an IPv6-only F-TEID or of a
 //! UE address; a FAR whose Apply Action is not exactly one of DROP, FORW, BUFF (with NOCP), or
 //! DUPL; a FORW FAR of a Core PDR without GTP-U/UDP/IPv4 Outer Header Creation, or of an
 //! Access PDR with any. **QERs** are applied for their gates (closed = drop) and refused
@@ -547,8 +548,8 @@ pub struct Upf<S> {
     associations: HashMap<NodeId, Association>,
     by_addr: HashMap<IpAddr, NodeId>,
     sessions: HashMap<u64, Stored>,
-    /// Which session holds each UE address (installed or being installed).
-    ue_index: HashMap<IpAddr, u64>,
+    /// Which session holds each UE address (installed or being installed), by [`ue_slot`].
+    ue_index: HashMap<[u8; 16], u64>,
     teids: HashSet<u32>,
     next_teid: u32,
     next_seid: u64,
@@ -1279,11 +1280,11 @@ impl<S: Sessions> Upf<S> {
                 self.busy.remove(&seid);
                 if let Err(f) = result {
                     // Free what the new rules reserved and the old ones do not hold.
-                    for ue in ues_of(&session.rules)
-                        .iter()
-                        .filter(|u| !old_ues.contains(u))
-                    {
-                        self.ue_index.remove(ue);
+                    let old: Few<[u8; 16]> = old_ues.iter().map(ue_slot).collect();
+                    for ue in ues_of(&session.rules).iter().map(ue_slot) {
+                        if !old.contains(&ue) {
+                            self.ue_index.remove(&ue);
+                        }
                     }
                     for teid in teids_of(&session.rules)
                         .iter()
@@ -1295,8 +1296,11 @@ impl<S: Sessions> Upf<S> {
                 }
                 let (new_ues, new_teids) = (ues_of(&session.rules), teids_of(&session.rules));
                 self.sessions.insert(seid, Stored::new(&session, packed));
-                for ue in old_ues.iter().filter(|u| !new_ues.contains(u)) {
-                    self.ue_index.remove(ue);
+                let new: Few<[u8; 16]> = new_ues.iter().map(ue_slot).collect();
+                for ue in old_ues.iter().map(ue_slot) {
+                    if !new.contains(&ue) {
+                        self.ue_index.remove(&ue);
+                    }
                 }
                 for teid in old_teids.iter().filter(|t| !new_teids.contains(t)) {
                     self.teids.remove(teid);
@@ -1375,7 +1379,7 @@ impl<S: Sessions> Upf<S> {
 
     /// Frees the UE addresses and TEIDs `s` holds.
     fn forget(&mut self, s: &Session, seid: u64) {
-        for ue in ues_of(&s.rules) {
+        for ue in ues_of(&s.rules).iter().map(ue_slot) {
             if self.ue_index.get(&ue) == Some(&seid) {
                 self.ue_index.remove(&ue);
             }
@@ -1548,7 +1552,7 @@ impl<S: Sessions> Upf<S> {
 
     /// Marks the UE addresses and TEIDs of `s` as taken by `seid`.
     fn reserve(&mut self, s: &Session, seid: u64) {
-        for ue in ues_of(&s.rules) {
+        for ue in ues_of(&s.rules).iter().map(ue_slot) {
             self.ue_index.insert(ue, seid);
         }
         self.teids.extend(teids_of(&s.rules));
@@ -1558,7 +1562,7 @@ impl<S: Sessions> Upf<S> {
     fn check_ues(&self, rules: &Rules, seid: u64) -> Result<(), Reject> {
         for (id, (p, _)) in &rules.pdrs {
             for ue in pdr_ues(p) {
-                if self.ue_index.get(&ue).is_some_and(|&s| s != seid) {
+                if self.ue_index.get(&ue_slot(&ue)).is_some_and(|&s| s != seid) {
                     return Err(Reject::rule(FailedRuleId::Pdr(*id)));
                 }
             }
@@ -1882,6 +1886,16 @@ impl<S: Sessions> Upf<S> {
             .changes(&Forwarding::default(), s.placement.node);
         self.busy.insert(seid);
         self.apply(from, seq, t, reply_seid, changes, Commit::Delete { seid })
+    }
+}
+
+/// A UE address as the cluster's FIB keys it: IPv4 as IPv4-mapped IPv6 (`::ffff:a.b.c.d`), so
+/// that an IPv4 address and its mapped IPv6 form are one UE to the endpoint as they are one key
+/// to the FIB (two sessions cannot claim one FIB entry); 16 bytes where an `IpAddr` takes 17.
+fn ue_slot(ue: &IpAddr) -> [u8; 16] {
+    match ue {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
     }
 }
 

@@ -863,6 +863,18 @@ fn rules_we_cannot_apply_are_refused_by_id() {
     );
     assert_eq!(upf.sessions_impl().applies, applies);
     assert_eq!(upf.sessions_impl().down[&ue].0, 1);
+    // The same address as IPv4-mapped IPv6 is the same FIB key: held too.
+    let IpAddr::V4(ue4) = ue else { unreachable!() };
+    let mapped = IpAddr::V6(ue4.to_ipv6_mapped());
+    let r = smf.establish(&mut upf, session(3, mapped, Some((3, ENB))));
+    assert_eq!(
+        (r.cause, r.failed_rule_id),
+        (
+            Cause::RULE_CREATION_MODIFICATION_FAILURE,
+            Some(FailedRuleId::Pdr(1))
+        )
+    );
+    assert_eq!(upf.sessions_impl().applies, applies);
 }
 
 #[test]
