@@ -2,8 +2,8 @@
 
 use crate::ie::{NodeId, RecoveryTimeStamp};
 use crate::message::{
-    pack_session, packed_node_id, unpack_session, AssociationSetupRequest, Body, Message,
-    PackedSession,
+    pack_session, packed_cp_seid, packed_node_id, unpack_session, AssociationSetupRequest, Body,
+    Message, PackedSession,
 };
 use crate::relay::{Relay, RelayKind};
 use crate::upf::{Applied, Config, Failure, FibChange, Placement, Sessions, Token, UeChange, Upf};
@@ -50,6 +50,7 @@ pub fn pfcp_message(data: &[u8]) {
     // Bytes as a kept session: an error or a session, never a panic.
     let _ = unpack_session(data);
     let _ = packed_node_id(data);
+    let _ = packed_cp_seid(data);
     if let Ok(msg) = Message::parse(data) {
         let bytes = msg
             .to_bytes()
@@ -78,6 +79,7 @@ pub fn pfcp_message(data: &[u8]) {
             };
             assert_eq!(unpack_session(&packed), Ok(want));
             assert_eq!(packed_node_id(&packed), Ok(r.node_id.clone()));
+            assert_eq!(packed_cp_seid(&packed), Ok(r.cp_f_seid.seid));
         }
     }
     let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 8805);

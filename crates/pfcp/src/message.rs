@@ -1437,7 +1437,7 @@ const STORED_TEID: u16 = 0xffff;
 /// FAR IE and each QER as its Create QER IE, every IE with a short header ([`compact`]). One
 /// allocation of less than the request that made them, where the decoded rules take several
 /// and three times the bytes; [`unpack_session`] reads it back, [`packed_node_id`] its Node ID
-/// alone.
+/// alone and [`packed_cp_seid`] the CP's SEID alone.
 pub(crate) fn pack_session<'a>(
     node_id: &NodeId,
     cp_f_seid: &FSeid,
@@ -1602,6 +1602,16 @@ pub(crate) fn unpack_session(packed: &[u8]) -> Result<PackedSession, DecodeError
 }
 
 /// The CP's Node ID of a session [`pack_session`] packed (its first IE).
+/// The CP's SEID of a session [`pack_session`] packed (in its second IE, the F-SEID).
+pub(crate) fn packed_cp_seid(mut packed: &[u8]) -> Result<u64, DecodeError> {
+    next_compact(&mut packed)?;
+    match next_compact(&mut packed) {
+        Ok((ie_type::F_SEID, value, false)) => read::<FSeid>(value).map(|f| f.seid),
+        Ok(_) => Err(DecodeError::MissingIe(ie_type::F_SEID)),
+        Err(e) => Err(e),
+    }
+}
+
 pub(crate) fn packed_node_id(mut packed: &[u8]) -> Result<NodeId, DecodeError> {
     match next_compact(&mut packed) {
         Ok((ie_type::NODE_ID, value, false)) => read(value),
@@ -1701,6 +1711,7 @@ mod tests {
             ies.len()
         );
         assert_eq!(packed_node_id(&packed), Ok(r.node_id.clone()));
+        assert_eq!(packed_cp_seid(&packed), Ok(7));
         let back = unpack_session(&packed).unwrap();
         assert_eq!((back.pdrs.len(), back.fars.len()), (2, 2));
     }
