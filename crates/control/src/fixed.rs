@@ -66,16 +66,17 @@ impl FixedMap {
         &entries[at..at + key_len]
     }
 
-    fn find(&self, key: &[u8]) -> Option<u32> {
+    /// The index of `key`, whose hash is `h`.
+    fn find(&self, h: u64, key: &[u8]) -> Option<u32> {
         let (e, w, kl) = (&self.entries, self.width, self.key_len);
         self.table
-            .find(self.hash(key), |&i| Self::key_of(e, w, kl, i) == key)
+            .find(h, |&i| Self::key_of(e, w, kl, i) == key)
             .copied()
     }
 
     /// The value of `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        let i = self.find(key)? as usize * self.width;
+        let i = self.find(self.hash(key), key)? as usize * self.width;
         Some(&self.entries[i + self.key_len..i + self.width])
     }
 
@@ -87,14 +88,14 @@ impl FixedMap {
             self.width - self.key_len,
             "value width"
         );
-        let (present, at) = match self.find(key) {
+        let h = self.hash(key);
+        let (present, at) = match self.find(h, key) {
             Some(i) => (true, i as usize * self.width + self.key_len),
             None => {
                 let i = u32::try_from(self.len()).expect("at most 2^32 entries");
                 self.entries.extend_from_slice(key);
                 let at = self.entries.len();
                 self.entries.resize(at + self.width - self.key_len, 0);
-                let h = self.hash(key);
                 let (e, w, kl, s) = (&self.entries, self.width, self.key_len, &self.hasher);
                 self.table
                     .insert_unique(h, i, |&j| s.hash_one(Self::key_of(e, w, kl, j)));

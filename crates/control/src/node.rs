@@ -436,6 +436,22 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// Outcome of an update that can be judged without the RIB (sizes, node).
+fn precheck(spec: &ClusterSpec, u: &Update) -> Option<Outcome> {
+    if u.key.len() != spec.key_bytes {
+        return Some(Outcome::BadKeyLength);
+    }
+    if u.op != Op::Delete {
+        if u.value.len() != spec.value_bytes {
+            return Some(Outcome::BadValueLength);
+        }
+        if u.node >= spec.nodes {
+            return Some(Outcome::NodeOutOfRange);
+        }
+    }
+    None
+}
+
 fn splitmix(x: &mut u64) -> u64 {
     *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *x;
@@ -496,12 +512,7 @@ impl Node {
                     }
                     // The log was written by this cluster's nodes: a change of another width
                     // or node count is not ours.
-                    let fits = |u: &Update| {
-                        u.key.len() == spec.key_bytes
-                            && (u.op == Op::Delete
-                                || (u.value.len() == spec.value_bytes && u.node < spec.nodes))
-                    };
-                    if !updates.iter().all(fits) {
+                    if updates.iter().any(|u| precheck(&spec, u).is_some()) {
                         return Err(bad("a change that does not fit the cluster"));
                     }
                     change_seq = first + updates.len() as u64 - 1;
@@ -1382,20 +1393,9 @@ impl Node {
         }
     }
 
-    /// Outcome of an update that can be judged without the RIB (sizes, node).
+    /// Outcome of an update that can be judged without the RIB ([`precheck`]).
     fn precheck(&self, u: &Update) -> Option<Outcome> {
-        if u.key.len() != self.spec.key_bytes {
-            return Some(Outcome::BadKeyLength);
-        }
-        if u.op != Op::Delete {
-            if u.value.len() != self.spec.value_bytes {
-                return Some(Outcome::BadValueLength);
-            }
-            if u.node >= self.spec.nodes {
-                return Some(Outcome::NodeOutOfRange);
-            }
-        }
-        None
+        precheck(&self.spec, u)
     }
 
     fn on_client_request(&mut self, addr: SocketAddr, id: u64, us: Vec<Update>) {

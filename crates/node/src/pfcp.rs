@@ -365,18 +365,16 @@ impl Sessions for Cluster {
                 node: t.node,
             });
         }
+        if updates.is_empty() {
+            // Nothing the FIB holds changes (an uplink waiting for its downlink, say).
+            return Ok(Applied::Done);
+        }
         let id = self.id_base.wrapping_add(token.0);
         let pending = Pending {
             updates,
             parts_left: 0,
             not_applied: Vec::new(),
         };
-        if pending.updates.is_empty() {
-            // Nothing the FIB holds changes (an uplink waiting for its downlink, say).
-            self.pending.insert(id, pending);
-            self.finish(id, &[]);
-            return Ok(Applied::Done);
-        }
         self.pending.insert(id, pending);
         self.queued.push(id);
         Ok(Applied::Pending)

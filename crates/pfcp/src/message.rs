@@ -1704,6 +1704,7 @@ mod tests {
             pack_session(&r.node_id, &r.cp_f_seid, pdrs, &r.create_far, &r.create_qer).unwrap();
         let mut ies = Vec::new();
         expand(&packed, &mut ies).unwrap();
+        eprintln!("{} bytes packed, {} as IEs", packed.len(), ies.len());
         assert!(
             packed.len() * 4 <= ies.len() * 3,
             "{} of {}",

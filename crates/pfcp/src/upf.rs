@@ -520,7 +520,7 @@ enum Commit {
         packed: Box<[u8]>,
         created: Vec<CreatedPdr>,
         /// The UE addresses and TEIDs the session held before.
-        old_ues: Few<IpAddr>,
+        old_ues: Few<[u8; 16]>,
         old_teids: Few<u32>,
     },
     Delete {
@@ -1283,11 +1283,11 @@ impl<S: Sessions> Upf<S> {
                 self.busy.remove(&seid);
                 if let Err(f) = result {
                     // Free what the new rules reserved and the old ones do not hold.
-                    let old: Few<[u8; 16]> = old_ues.iter().map(ue_slot).collect();
-                    for ue in ues_of(&session.rules).iter().map(ue_slot) {
-                        if !old.contains(&ue) {
-                            self.ue_index.remove(&ue);
-                        }
+                    for ue in ue_slots(&session.rules)
+                        .iter()
+                        .filter(|u| !old_ues.contains(u))
+                    {
+                        self.ue_index.remove(ue);
                     }
                     for teid in teids_of(&session.rules)
                         .iter()
@@ -1297,13 +1297,10 @@ impl<S: Sessions> Upf<S> {
                     }
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
-                let (new_ues, new_teids) = (ues_of(&session.rules), teids_of(&session.rules));
+                let (new_ues, new_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
                 self.sessions.insert(seid, Stored::new(&session, packed));
-                let new: Few<[u8; 16]> = new_ues.iter().map(ue_slot).collect();
-                for ue in old_ues.iter().map(ue_slot) {
-                    if !new.contains(&ue) {
-                        self.ue_index.remove(&ue);
-                    }
+                for ue in old_ues.iter().filter(|u| !new_ues.contains(u)) {
+                    self.ue_index.remove(ue);
                 }
                 for teid in old_teids.iter().filter(|t| !new_teids.contains(t)) {
                     self.teids.remove(teid);
@@ -1382,7 +1379,7 @@ impl<S: Sessions> Upf<S> {
 
     /// Frees the UE addresses and TEIDs `s` holds.
     fn forget(&mut self, s: &Session, seid: u64) {
-        for ue in ues_of(&s.rules).iter().map(ue_slot) {
+        for ue in ue_slots(&s.rules) {
             if self.ue_index.get(&ue) == Some(&seid) {
                 self.ue_index.remove(&ue);
             }
@@ -1555,7 +1552,7 @@ impl<S: Sessions> Upf<S> {
 
     /// Marks the UE addresses and TEIDs of `s` as taken by `seid`.
     fn reserve(&mut self, s: &Session, seid: u64) {
-        for ue in ues_of(&s.rules).iter().map(ue_slot) {
+        for ue in ue_slots(&s.rules) {
             self.ue_index.insert(ue, seid);
         }
         self.teids.extend(teids_of(&s.rules));
@@ -1686,7 +1683,7 @@ impl<S: Sessions> Upf<S> {
         }
         let old_pdrs = session.rules.pdrs.clone();
         let old_fwd = session.fwd.clone();
-        let (old_ues, old_teids) = (ues_of(&session.rules), teids_of(&session.rules));
+        let (old_ues, old_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
         let mut touched = Vec::new();
         let edited = (|| {
             let rules = &mut session.rules;
@@ -1929,6 +1926,18 @@ fn sorted_once<T: Ord>(mut v: Few<T>) -> Few<T> {
 /// Every UE address of a session's PDRs.
 fn ues_of(rules: &Rules) -> Few<IpAddr> {
     sorted_once(rules.pdrs.values().flat_map(|(p, _)| pdr_ues(p)).collect())
+}
+
+/// The UE addresses of `rules` as the UE index keys them ([`ue_slot`]), each once.
+fn ue_slots(rules: &Rules) -> Few<[u8; 16]> {
+    sorted_once(
+        rules
+            .pdrs
+            .values()
+            .flat_map(|(p, _)| pdr_ues(p))
+            .map(|u| ue_slot(&u))
+            .collect(),
+    )
 }
 
 /// Every TEID a session's PDRs hold.
