@@ -464,6 +464,9 @@ pub struct OwnerStatus {
     pub resyncs: u64,
     /// Whether this node has the owner's whole FIB slice for it.
     pub slice_done: bool,
+    /// Keys of the owner's range in this node's replica: the count its last piece or delta
+    /// applied here carried (this node's own range: its RIB's keys).
+    pub keys: u64,
 }
 
 /// A node's state for `cluster status`.
@@ -479,6 +482,8 @@ pub struct Status {
     pub phase: String,
     /// `SetSep::content_digest` of the replica, hex (none before assembly).
     pub gpt_digest: Option<String>,
+    /// Keys of the replica: the sum of the owners' `keys` (0 before assembly).
+    pub gpt_keys: u64,
     /// Per owner.
     pub owners: Vec<OwnerStatus>,
     /// Sequence number of this node's own table (its deltas this epoch).

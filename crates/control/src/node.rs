@@ -275,6 +275,8 @@ struct Rep {
     assembly: Option<Assembly>,
     initial: Option<Piece>,
     resyncs: u64,
+    /// Keys of the owner's range: its last piece's or applied delta's count.
+    keys: u64,
 }
 
 impl Rep {
@@ -607,6 +609,7 @@ impl Node {
                     assembly: None,
                     initial: None,
                     resyncs: 0,
+                    keys: 0,
                 })
                 .collect(),
             fib: FixedMap::with_capacity(spec.key_bytes, spec.value_bytes, tuning.expected_keys),
@@ -1003,9 +1006,14 @@ impl Node {
                     lag: r.max_seen.saturating_sub(r.applied),
                     resyncs: r.resyncs,
                     slice_done: self.fin[o as usize].slice_done,
+                    keys: if o == self.me {
+                        self.table.len() as u64
+                    } else {
+                        r.keys
+                    },
                 }
             })
-            .collect();
+            .collect::<Vec<_>>();
         Status {
             node: self.me,
             epoch: self.epoch,
@@ -1015,6 +1023,10 @@ impl Node {
                 .gpt
                 .as_ref()
                 .map(|g| format!("{:016x}", g.content_digest())),
+            gpt_keys: self
+                .gpt
+                .as_ref()
+                .map_or(0, |_| owners.iter().map(|o| o.keys).sum()),
             owners,
             own_seq: self.table.table().seq(),
             rib_keys: self.rib.len(),
@@ -1609,6 +1621,7 @@ impl Node {
         match ok {
             Some(d) => {
                 r.applied = next;
+                r.keys = d.keys();
                 self.events.push_back(Event::GptDelta(d));
                 true
             }
@@ -1751,6 +1764,7 @@ impl Node {
         if r.have && (r.epoch, r.applied) >= (e, seq) {
             return;
         }
+        let keys = piece.keys();
         match &mut self.gpt {
             Some(gpt) => {
                 if gpt.install_piece(&piece).is_err() {
@@ -1767,6 +1781,7 @@ impl Node {
         }
         r.epoch = e;
         r.applied = seq;
+        r.keys = keys;
         r.max_seen = r.max_seen.max(seq);
         r.have = true;
         r.want_piece_at = None;

@@ -1005,6 +1005,15 @@ impl Sim {
             }
         }
         for (i, x) in nodes.iter().enumerate() {
+            let st = x.status();
+            if st.gpt_keys != rib.len() as u64 {
+                self.fail(format!(
+                    "node {i}'s status counts {} GPT keys, the owners' RIBs hold {} (per owner {:?})",
+                    st.gpt_keys,
+                    rib.len(),
+                    st.owners.iter().map(|o| o.keys).collect::<Vec<_>>()
+                ));
+            }
             let g = x.gpt().expect("gpt");
             for (k, (h, _)) in &rib {
                 if g.lookup(k) != *h {

@@ -66,10 +66,17 @@ pub struct Tables {
     pub sizes: TableSizes,
 }
 
+/// The keys of a live GPT: the control plane's count (its owners' pieces and deltas), since the
+/// table itself keeps the count it was assembled with.
+fn live_gpt_keys(status: &serde_json::Value) -> u64 {
+    status["gpt_keys"].as_u64().unwrap_or(0)
+}
+
 /// Table sizes a node reports.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct TableSizes {
-    /// GPT keys (0 without a GPT).
+    /// GPT keys (0 without a GPT; with the control plane, the cluster's keys as this node's
+    /// replica has them).
     pub gpt_keys: u64,
     /// GPT bytes.
     pub gpt_bytes: usize,
@@ -544,6 +551,10 @@ fn forward(
     let sizes = || {
         let mut z = tables.sizes;
         z.fib_entries = tables.fib.sizes().0;
+        z.uplink_entries = tables.uplink.len();
+        if cfg.control.is_some() {
+            z.gpt_keys = live_gpt_keys(&ctl_pub.lock().unwrap_or_else(|e| e.into_inner()).status);
+        }
         z
     };
     write_json(
@@ -583,7 +594,8 @@ fn forward(
                 ctl_pub.clone(),
             );
             let ctl3 = ctl_pub.clone();
-            let (fib_r, sizes0) = (fib.reader().clone(), tables.sizes);
+            let (fib_r, uplink_r, sizes0) =
+                (fib.reader().clone(), tables.uplink.clone(), tables.sizes);
             let backend = crate::api::NodeApi {
                 node: cfg.node,
                 gpt: tables.gpt.clone(),
@@ -600,7 +612,9 @@ fn forward(
                         .collect();
                     let mut z = sizes0;
                     z.fib_entries = fib_r.len();
+                    z.uplink_entries = uplink_r.len();
                     let p = ctl2.lock().unwrap_or_else(|e| e.into_inner());
+                    z.gpt_keys = live_gpt_keys(&p.status);
                     let control = json!({"status": p.status, "log_bytes": p.log_bytes,
                         "ready": p.ready, "fib_insert_failed": p.fib_insert_failed});
                     drop(p);

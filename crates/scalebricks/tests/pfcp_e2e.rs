@@ -806,6 +806,24 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
     for n in st["nodes"].as_array().unwrap() {
         assert_eq!(u(&n["fib_insert_failed"]), 0, "{n}");
     }
+    // The reported table sizes follow the sessions: each node's GPT replica counts every key of
+    // the cluster (the FIB slices' sum), not the keys it was assembled with. The counters are
+    // written every second: wait for a write after convergence.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let st = c.status();
+        let rows = st["node_status"].as_array().unwrap();
+        let fib: u64 = rows.iter().map(|n| u(&n["tables"]["fib_entries"])).sum();
+        let gpt: Vec<u64> = rows.iter().map(|n| u(&n["tables"]["gpt_keys"])).collect();
+        if gpt.iter().all(|&g| g == fib) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "GPT keys per node {gpt:?}, FIB entries in all {fib}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     eprintln!("pfcp e2e took {:?}", t_start.elapsed());
     assert!(t_start.elapsed() < Duration::from_secs(300));
 }

@@ -380,7 +380,10 @@ impl LiveSetSep {
         self.shape.config
     }
 
-    /// Number of keys (after the sequenced deltas applied; waits for a writer in progress).
+    /// Number of keys: the build's or assembly's count, as a single owner's deltas
+    /// ([`LiveSetSep::apply_delta`]) update it; the deltas of several owners
+    /// ([`LiveSetSep::apply_owner_delta`]) leave it, and whoever applies them counts each
+    /// owner's keys ([`Delta::keys`]). Waits for a writer in progress.
     pub fn len(&self) -> u64 {
         self.lock().n_keys
     }

@@ -129,6 +129,12 @@ impl Delta {
         self.seq
     }
 
+    /// Keys of the owner's table after the delta (an owner of a block range: the keys of its
+    /// range).
+    pub fn keys(&self) -> u64 {
+        self.n_keys
+    }
+
     /// Fingerprint of the table the delta was made for ([`SetSep::fingerprint`]).
     pub fn table_fingerprint(&self) -> u64 {
         self.table
