@@ -1484,20 +1484,45 @@ fn compact(ies: &[u8], out: &mut Vec<u8>) -> Result<(), BuildError> {
     for ie in Ies::new(ies) {
         // Our own encoding: its IEs are well-formed.
         let (ty, value) = ie.map_err(|_| BuildError::Value(0))?;
-        let mut g = Vec::new();
-        let group = packed_group(ty) && compact(value, &mut g).is_ok();
-        let value = if group { &g[..] } else { value };
-        match (group, ty) {
-            (false, 0..0x80) => out.push(ty as u8),
-            (true, 0..0x7c) => out.push(0x80 + ty as u8),
-            (false, _) => {
-                out.push(0xfc);
-                out.extend_from_slice(&ty.to_be_bytes());
+        let at = out.len();
+        if packed_group(ty) {
+            // Rewritten in place after a provisional tag and 1-byte length (no buffer of its
+            // own): a long type or value widens the header afterwards.
+            out.extend_from_slice(&[0, 0]);
+            if compact(value, out).is_ok() {
+                let n = out.len() - at - 2;
+                let mut head = [0u8; 6];
+                let mut h = 0;
+                if ty < 0x7c {
+                    head[0] = 0x80 + ty as u8;
+                    h = 1;
+                } else {
+                    head[0] = 0xff;
+                    head[1..3].copy_from_slice(&ty.to_be_bytes());
+                    h += 3;
+                }
+                match u8::try_from(n) {
+                    Ok(l) if l < 0xff => {
+                        head[h] = l;
+                        h += 1;
+                    }
+                    _ => {
+                        let len = u16::try_from(n).map_err(|_| BuildError::TooLong(ty))?;
+                        head[h] = 0xff;
+                        head[h + 1..h + 3].copy_from_slice(&len.to_be_bytes());
+                        h += 3;
+                    }
+                }
+                out.splice(at..at + 2, head[..h].iter().copied());
+                continue;
             }
-            (true, _) => {
-                out.push(0xff);
-                out.extend_from_slice(&ty.to_be_bytes());
-            }
+            out.truncate(at);
+        }
+        if ty < 0x80 {
+            out.push(ty as u8);
+        } else {
+            out.push(0xfc);
+            out.extend_from_slice(&ty.to_be_bytes());
         }
         match u8::try_from(value.len()) {
             Ok(l) if l < 0xff => out.push(l),
