@@ -8,6 +8,9 @@
 #
 #   scripts/profile-pfcp-memory.sh [BIN_DIR (default target/release)] [SESSIONS (default 100000)]
 #
+# COST=allocations counts heap allocations (calls) instead, per session and by function (the
+# allocator's CPU time is paid per call; see docs/bench/pfcp.md).
+#
 # heaptrack slows every allocation: the rate smf-sim prints is not the cluster's (use
 # `bench pfcp`). Peak heap is what was allocated after heaptrack attached and not yet freed at
 # the moment node 0 held the most: not RSS (malloc's own headers and free lists are not
@@ -19,6 +22,8 @@ cd "$(dirname "$0")/.."
 command -v heaptrack >/dev/null || scripts/apt-install.sh heaptrack
 B=${1:-target/release}
 N=${2:-100000}
+COST=${COST:-peak}
+case "$COST" in peak | allocations) ;; *) echo "COST must be peak or allocations" >&2; exit 2 ;; esac
 work=$(mktemp -d)
 name=sbmem$$
 cleanup() {
@@ -50,10 +55,10 @@ wait "$ht" || true
 data=$(find "$work" -maxdepth 1 -name 'heaptrack.*.zst' | head -1)
 [ -n "$data" ] || { cat "$work/ht.log" >&2; exit 1; }
 heaptrack_print -f "$data" -F "$work/peak.txt" \
-    --flamegraph-cost-type peak >/dev/null 2>&1
-python3 - "$work" "$before" "$after" <<'PY'
+    --flamegraph-cost-type "$COST" >/dev/null 2>&1
+python3 - "$work" "$before" "$after" "$COST" <<'PY'
 import collections, json, re, sys
-w, before, after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+w, before, after, cost = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 sim = json.load(open(f"{w}/sim.json"))
 handled = sim["per_node"][0]["handled"]
 by = collections.Counter()
@@ -66,7 +71,7 @@ for line in open(f"{w}/peak.txt"):
 total = sum(by.values())
 print(json.dumps({
     "sessions_node0": handled,
-    "peak_heap_bytes_per_session": round(total / handled, 1),
+    ("peak_heap_bytes_per_session" if cost == "peak" else "allocations_per_session"): round(total / handled, 1),
     "rss_growth_bytes_per_session": round((after - before) / handled, 1),
     "by_function": {k: round(v / handled, 1) for k, v in by.most_common(12)},
 }, indent=1))
