@@ -57,6 +57,21 @@ impl FixedMap {
         self.table.len()
     }
 
+    /// Bytes of the map: its hash table (4-byte indices and hashbrown's control bytes, sized
+    /// from its capacity: every bucket is touched as entries land at random) and its entries
+    /// as held (the array's unused capacity is reserved, not touched).
+    pub(crate) fn bytes(&self) -> usize {
+        let cap = self.table.capacity();
+        let buckets = if cap == 0 {
+            0
+        } else if cap < 8 {
+            (cap + 1).next_power_of_two()
+        } else {
+            (cap * 8).div_ceil(7).next_power_of_two()
+        };
+        buckets * (std::mem::size_of::<u32>() + 1) + self.entries.len()
+    }
+
     fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
@@ -160,6 +175,11 @@ impl Rib {
 
     pub(crate) fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// [`FixedMap::bytes`].
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.bytes()
     }
 
     pub(crate) fn get(&self, key: &[u8]) -> Option<(NodeId, &[u8])> {

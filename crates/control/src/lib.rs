@@ -469,6 +469,25 @@ pub struct OwnerStatus {
     pub keys: u64,
 }
 
+/// Bytes a node's control plane holds, by structure: what grows with the keys beside the GPT
+/// replica and the FIB slice. Counted by the structures themselves: each map's hash table
+/// from its capacity and its entries as held; the owner's table's RIB as the bytes its slab
+/// has handed out ([`sb_setsep::RibBytes::touched`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Memory {
+    /// The owner's RIB: its range's keys, each with its handling node and FIB value.
+    pub rib: usize,
+    /// The handler's FIB map: the keys it handles and their values (what its FIB slice holds).
+    pub fib_map: usize,
+    /// The RIB of the owner's table: its range's keys by GPT group, for re-solving a group
+    /// when a key comes or goes.
+    pub table_rib: usize,
+    /// Of which the entries themselves ([`sb_setsep::RibBytes::entries`]).
+    pub table_rib_entries: usize,
+    /// The owner's own table (the GPT sized for the cluster, its range's blocks filled).
+    pub table: usize,
+}
+
 /// A node's state for `cluster status`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Status {
@@ -502,6 +521,8 @@ pub struct Status {
     pub dropped: BTreeMap<String, u64>,
     /// Datagrams sent that were retransmissions.
     pub retransmits: u64,
+    /// Bytes by structure.
+    pub memory: Memory,
 }
 
 /// Why a node cannot start.

@@ -1044,6 +1044,16 @@ impl Node {
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect(),
             retransmits: self.retransmits,
+            memory: {
+                let tr = self.table.rib_bytes();
+                crate::Memory {
+                    rib: self.rib.bytes(),
+                    fib_map: self.fib.bytes(),
+                    table_rib: tr.touched,
+                    table_rib_entries: tr.entries,
+                    table: self.table.table().bytes(),
+                }
+            },
         }
     }
 

@@ -652,6 +652,12 @@ impl SetSep {
         self.tables().stats(pi)
     }
 
+    /// Bytes of the table, as [`Stats::bytes`] counts them, without the statistics' walk
+    /// over every group.
+    pub fn bytes(&self) -> usize {
+        crate::format::serialized_len(&self.hdr, self.tables().fallback_len())
+    }
+
     /// Hash seed of the table.
     pub fn seed(&self) -> u64 {
         self.hdr.seed

@@ -36,6 +36,9 @@ fn round_trip_owned_view_and_mmap() {
         assert_eq!(back.to_bytes(), bytes);
         check_all(&back, &kr, &values);
         assert_eq!(back.stats().bits_per_key, t.stats().bits_per_key);
+        // The cheap size is the serialized size the statistics report.
+        assert_eq!(t.bytes() as u64, t.stats().bytes);
+        assert_eq!(t.bytes(), bytes.len());
         // SAFETY: the bytes come from to_bytes.
         let v = unsafe { SetSepView::from_bytes_unchecked(&bytes) };
         assert_eq!(v.stats().fallback_keys, t.stats().fallback_keys);
@@ -103,6 +106,7 @@ fn a_table_with_fallback_entries_round_trips() {
     // 8+16 with 8-bit values leaves groups in the fallback table.
     let (t, keys, values) = small_table(8, 20_000, Config::C8_16);
     assert!(t.stats().fallback_keys > 0);
+    assert_eq!(t.bytes(), t.to_bytes().len());
     let back = SetSep::from_bytes(&t.to_bytes()).unwrap();
     check_all(&back, &refs(&keys), &values);
 }
