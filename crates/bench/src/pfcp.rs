@@ -210,7 +210,20 @@ pub fn run(a: Args) -> Result<()> {
                 "uplink_bytes": upl,
                 "table_bytes_per_session":
                     gpt / f64::from(a.sessions) + (fib + upl) / handled as f64,
+                "memory": held(&st["control"]["status"]["memory"]),
             }));
+        }
+        // What the nodes count they hold, by structure, per session handled (mean over nodes).
+        let mut held_per_session = serde_json::Map::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let handled = sim["per_node"][i]["handled"].as_u64().unwrap_or(0).max(1) as f64;
+            if let Some(m) = n["memory"].as_object() {
+                for (k, v) in m {
+                    let x = v.as_f64().unwrap_or(0.0) / handled / nodes.len() as f64;
+                    let e = held_per_session.entry(k.clone()).or_insert(json!(0.0));
+                    *e = json!(e.as_f64().unwrap_or(0.0) + x);
+                }
+            }
         }
         let mean = |k: &str| {
             nodes.iter().filter_map(|n| n[k].as_f64()).sum::<f64>() / nodes.len().max(1) as f64
@@ -239,6 +252,7 @@ pub fn run(a: Args) -> Result<()> {
             "retransmissions": sim["retransmissions"],
             "rss_bytes_per_session": mean("rss_bytes_per_session"),
             "table_bytes_per_session": mean("table_bytes_per_session"),
+            "held_bytes_per_session": held_per_session,
             "cpu_us_per_session": {
                 "nodes_user": nu,
                 "nodes_system": ns,
@@ -266,4 +280,35 @@ pub fn run(a: Args) -> Result<()> {
         }
     );
     Ok(())
+}
+
+/// A node's `memory` status flattened to `structure: bytes` (the PFCP endpoint's as
+/// `pfcp_structure`), plus `total`.
+fn held(m: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    let mut total = 0u64;
+    if let Some(o) = m.as_object() {
+        for (k, v) in o {
+            match v {
+                Value::Object(p) => {
+                    for (pk, pv) in p {
+                        // The chunks count the packed bytes again, with malloc's overhead.
+                        if pk != "packed" {
+                            total += pv.as_u64().unwrap_or(0);
+                        }
+                        out.insert(format!("{k}_{pk}"), pv.clone());
+                    }
+                }
+                v => {
+                    // The table RIB's entries are within its bytes.
+                    if k != "table_rib_entries" {
+                        total += v.as_u64().unwrap_or(0);
+                    }
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    out.insert("total".into(), total.into());
+    Value::Object(out)
 }

@@ -500,6 +500,24 @@ pub fn run(
             let mut p = published.lock().unwrap_or_else(|e| e.into_inner());
             p.ready = ready;
             p.status = serde_json::to_value(node.status()).unwrap_or_default();
+            if let (Some(e), Some(mem)) = (
+                &pfcp,
+                p.status.get_mut("memory").and_then(|v| v.as_object_mut()),
+            ) {
+                let m = e.upf().memory();
+                mem.insert(
+                    "pfcp".into(),
+                    serde_json::json!({
+                        "sessions": m.sessions,
+                        "packed": m.packed,
+                        "packed_chunks": m.packed_chunks,
+                        "ue_index": m.ue_index,
+                        "teids": m.teids,
+                        "responses": m.responses,
+                        "shapes": m.shapes,
+                    }),
+                );
+            }
             p.log_bytes = wal.log_bytes();
             p.fib_insert_failed = dp.failed;
             p.pfcp = pfcp.as_ref().map(|e| e.counts());

@@ -44,13 +44,26 @@ impl Sessions for Accept {
 /// sender, twice (the second time is a retransmission), then as a relayed session request and
 /// a replicated association request from another endpoint, and checks that everything it
 /// sends (to peers, and the responses it relays back) parses. `data` as a relay datagram
-/// must not panic either, nor `data` read as a packed session.
+/// must not panic either, nor `data` read as a packed session or a kept one.
 pub fn pfcp_message(data: &[u8]) {
     let _ = Relay::parse(data, b"fuzz key");
     // Bytes as a kept session: an error or a session, never a panic.
     let _ = unpack_session(data);
     let _ = packed_node_id(data);
     let _ = packed_cp_seid(data);
+    // And as a kept session's differences from a template (the first half of the data).
+    {
+        let mut shapes = crate::shapes::Shapes::default();
+        let (t, k) = data.split_at(data.len() / 2);
+        shapes.encode(t);
+        let mut out = Vec::new();
+        let _ = shapes.decode(k, &mut out);
+        // What is encoded decodes to itself.
+        let kept = shapes.encode(k);
+        out.clear();
+        assert!(shapes.decode(&kept, &mut out).is_some());
+        assert_eq!(out, k);
+    }
     if let Ok(msg) = Message::parse(data) {
         let bytes = msg
             .to_bytes()

@@ -134,6 +134,7 @@ pub mod fuzzing;
 pub mod ie;
 pub mod message;
 pub mod relay;
+mod shapes;
 pub mod smf;
 pub mod upf;
 pub mod vecmap;
@@ -142,6 +143,6 @@ pub use ie::*;
 pub use message::*;
 pub use relay::{Relay, RelayError, RelayKind};
 pub use upf::{
-    Applied, Config, Failure, FibChange, Forwarding, Placement, Sessions, Stats, Token, Transmit,
-    UeChange, UeFib, Upf,
+    malloc_chunk, Applied, Config, Failure, FibChange, Forwarding, Memory, Placement, Sessions,
+    Stats, Token, Transmit, UeChange, UeFib, Upf,
 };

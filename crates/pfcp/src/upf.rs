@@ -43,6 +43,7 @@
 use crate::ie::*;
 use crate::message::*;
 use crate::relay::{Relay, RelayKind};
+use crate::shapes::Shapes;
 use crate::vecmap::VecMap;
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, VecDeque};
@@ -326,37 +327,48 @@ impl Session {
 }
 
 /// An installed session as kept: its placement, the rest packed ([`Session::pack`]: the CP's
-/// Node ID and F-SEID and the rules, less than the bytes of the request that made them, in one
-/// allocation), decoded again ([`Stored::unpack`]) only when a request changes or removes it;
-/// the CP's SEID of a response is read from the packed F-SEID alone. Its forwarding follows
-/// from its rules. 24 bytes and the packed ones, where the decoded session took 190 and 700.
+/// Node ID and F-SEID and the rules, less than the bytes of the request that made them) and
+/// kept as its differences from the first packed session of its length ([`Shapes`]: an SMF's
+/// sessions differ in a few fields), in one allocation; decoded again ([`Stored::unpack`])
+/// only when a request changes or removes it. Its forwarding follows from its rules. 24 bytes
+/// and the kept ones, where the decoded session took 190 and 700.
 #[derive(Clone, Debug)]
 struct Stored {
     placement: Placement,
-    packed: Box<[u8]>,
+    /// The packed session as [`Shapes::encode`] keeps it.
+    kept: Box<[u8]>,
 }
 
 impl Stored {
-    fn new(session: &Session, packed: Box<[u8]>) -> Stored {
+    fn new(session: &Session, kept: Box<[u8]>) -> Stored {
         Stored {
             placement: session.placement,
-            packed,
+            kept,
         }
     }
 
+    /// The packed session.
+    fn packed(&self, shapes: &Shapes) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        shapes
+            .decode(&self.kept, &mut out)
+            .expect("kept sessions decode");
+        out
+    }
+
     /// The CP's SEID (the F-SEID the CP gave at establishment).
-    fn cp_seid(&self) -> u64 {
-        packed_cp_seid(&self.packed).expect("packed sessions read back")
+    fn cp_seid(&self, shapes: &Shapes) -> u64 {
+        packed_cp_seid(&self.packed(shapes)).expect("packed sessions read back")
     }
 
     /// Whether the session is `node`'s.
-    fn is_of(&self, node: &NodeId) -> bool {
-        packed_node_id(&self.packed).is_ok_and(|n| n == *node)
+    fn is_of(&self, shapes: &Shapes, node: &NodeId) -> bool {
+        packed_node_id(&self.packed(shapes)).is_ok_and(|n| n == *node)
     }
 
     /// The session, decoded.
-    fn unpack(&self) -> Session {
-        let p = unpack_session(&self.packed).expect("packed sessions read back");
+    fn unpack(&self, shapes: &Shapes) -> Session {
+        let p = unpack_session(&self.packed(shapes)).expect("packed sessions read back");
         let rules = Rules {
             pdrs: p
                 .pdrs
@@ -544,6 +556,50 @@ struct Pending {
     commit: Commit,
 }
 
+/// What [`Upf::memory`] counts: each map's hash table from its capacity (every bucket and
+/// hashbrown's control byte; a table presized for the node's share is touched as sessions
+/// land in it at random), and what the entries point to as held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// The session map (UP SEID -> placement and kept rules).
+    pub sessions: usize,
+    /// The sessions' kept rules (their bytes): each packed session's differences from the
+    /// first one of its length.
+    pub packed: usize,
+    /// The same allocations as glibc's malloc sizes them (computed: [`malloc_chunk`]).
+    pub packed_chunks: usize,
+    /// The UE address index.
+    pub ue_index: usize,
+    /// The set of uplink TEIDs given out.
+    pub teids: usize,
+    /// The response cache (its map and the responses' bytes).
+    pub responses: usize,
+    /// The templates the kept sessions are differences from.
+    pub shapes: usize,
+}
+
+/// The bytes glibc's malloc takes for an allocation of `n` bytes on 64-bit Linux: `n` plus
+/// its 8-byte size field, rounded up to 16, at least 32.
+pub fn malloc_chunk(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (n + 8).next_multiple_of(16).max(32)
+    }
+}
+
+/// The bytes of a hashbrown table of capacity `cap` with elements `T`: its buckets (a power
+/// of two, loaded to 7/8 from 8 up) each with one control byte, plus a group's worth more of
+/// control bytes.
+fn table_bytes<T>(cap: usize) -> usize {
+    let buckets = match cap {
+        0 => return 0,
+        1..8 => (cap + 1).next_power_of_two(),
+        _ => (cap * 8).div_ceil(7).next_power_of_two(),
+    };
+    buckets * (std::mem::size_of::<T>() + 1) + 16
+}
+
 /// The PFCP endpoint of the user plane. See the module docs for what it accepts.
 pub struct Upf<S> {
     config: Config,
@@ -565,6 +621,14 @@ pub struct Upf<S> {
     in_flight: HashSet<(SocketAddr, u32)>,
     cache: HashMap<(SocketAddr, u32), Vec<u8>>,
     cache_order: VecDeque<(Duration, SocketAddr, u32)>,
+    /// Bytes of the cached responses.
+    cache_bytes: usize,
+    /// The templates of kept sessions.
+    shapes: Shapes,
+    /// Bytes of the kept sessions ([`Stored::kept`]), and of their allocations as glibc's
+    /// malloc sizes them ([`malloc_chunk`]).
+    packed_bytes: usize,
+    packed_chunks: usize,
     next_token: u64,
     stats: Stats,
     /// Relays for other endpoints, drained by [`Upf::poll_relay`].
@@ -598,6 +662,10 @@ impl<S: Sessions> Upf<S> {
             in_flight: HashSet::default(),
             cache: HashMap::default(),
             cache_order: VecDeque::new(),
+            cache_bytes: 0,
+            shapes: Shapes::default(),
+            packed_bytes: 0,
+            packed_chunks: 0,
             next_token: 1,
             stats: Stats::default(),
             relays: VecDeque::new(),
@@ -627,6 +695,35 @@ impl<S: Sessions> Upf<S> {
         self.sessions.len()
     }
 
+    /// [`Upf::memory`] counted again by walking every session and cached response (what the
+    /// running counts must equal; for tests and audits: it takes time in the sessions).
+    pub fn recount_memory(&self) -> Memory {
+        let (packed, chunks) = self.sessions.values().fold((0, 0), |(p, c), s| {
+            (p + s.kept.len(), c + malloc_chunk(s.kept.len()))
+        });
+        let cached: usize = self.cache.values().map(Vec::len).sum();
+        Memory {
+            packed,
+            packed_chunks: chunks,
+            responses: table_bytes::<((SocketAddr, u32), Vec<u8>)>(self.cache.capacity()) + cached,
+            ..self.memory()
+        }
+    }
+
+    /// Bytes the endpoint holds for its sessions, by structure.
+    pub fn memory(&self) -> Memory {
+        Memory {
+            sessions: table_bytes::<(u64, Stored)>(self.sessions.capacity()),
+            packed: self.packed_bytes,
+            packed_chunks: self.packed_chunks,
+            ue_index: table_bytes::<([u8; 16], u64)>(self.ue_index.capacity()),
+            teids: table_bytes::<u32>(self.teids.capacity()),
+            responses: table_bytes::<((SocketAddr, u32), Vec<u8>)>(self.cache.capacity())
+                + self.cache_bytes,
+            shapes: self.shapes.bytes(),
+        }
+    }
+
     /// Peers with an association.
     pub fn association_count(&self) -> usize {
         self.associations.len()
@@ -641,7 +738,7 @@ impl<S: Sessions> Upf<S> {
     pub fn session(&self, up_seid: u64) -> Option<(Forwarding, Placement)> {
         self.sessions
             .get(&up_seid)
-            .map(|s| (s.unpack().fwd, s.placement))
+            .map(|s| (s.unpack(&self.shapes).fwd, s.placement))
     }
 
     /// The UP SEIDs of the installed sessions.
@@ -710,7 +807,9 @@ impl<S: Sessions> Upf<S> {
                 break;
             }
             self.cache_order.pop_front();
-            self.cache.remove(&(addr, seq));
+            if let Some(b) = self.cache.remove(&(addr, seq)) {
+                self.cache_bytes -= b.len();
+            }
         }
     }
 
@@ -740,8 +839,10 @@ impl<S: Sessions> Upf<S> {
             return;
         };
         if let Some(seq) = cache_seq {
-            if self.cache.insert((to, seq), bytes.clone()).is_none() {
-                self.cache_order.push_back((now, to, seq));
+            self.cache_bytes += bytes.len();
+            match self.cache.insert((to, seq), bytes.clone()) {
+                None => self.cache_order.push_back((now, to, seq)),
+                Some(old) => self.cache_bytes -= old.len(),
             }
             self.expire(now);
         }
@@ -953,7 +1054,7 @@ impl<S: Sessions> Upf<S> {
     /// The response header SEID for a request about `up_seid` from `from`.
     fn reply_seid(&self, from: SocketAddr, up_seid: u64) -> u64 {
         match (self.sessions.get(&up_seid), self.by_addr.get(&from.ip())) {
-            (Some(s), Some(node)) if s.is_of(node) => s.cp_seid(),
+            (Some(s), Some(node)) if s.is_of(&self.shapes, node) => s.cp_seid(&self.shapes),
             _ => 0,
         }
     }
@@ -1094,7 +1195,7 @@ impl<S: Sessions> Upf<S> {
     /// setup and release are rare; an index per association cost 14 bytes per session).
     fn sessions_of<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = u64> + 'a {
         (self.sessions.iter())
-            .filter(move |(_, s)| s.is_of(node))
+            .filter(move |(_, s)| s.is_of(&self.shapes, node))
             .map(|(seid, _)| *seid)
     }
 
@@ -1181,7 +1282,7 @@ impl<S: Sessions> Upf<S> {
         seids.sort_unstable();
         let mut changes: Changes = Default::default();
         for s in &seids {
-            let sess = self.sessions[s].unpack();
+            let sess = self.sessions[s].unpack(&self.shapes);
             let (fib, ues) = sess
                 .fwd
                 .changes(&Forwarding::default(), sess.placement.node);
@@ -1257,7 +1358,8 @@ impl<S: Sessions> Upf<S> {
                     ipv4: Some(self.config.pfcp_addr),
                     ipv6: None,
                 };
-                self.sessions.insert(seid, Stored::new(&session, packed));
+                let kept = self.shapes.encode(&packed);
+                self.keep(seid, Stored::new(&session, kept));
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -1298,7 +1400,8 @@ impl<S: Sessions> Upf<S> {
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
                 let (new_ues, new_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
-                self.sessions.insert(seid, Stored::new(&session, packed));
+                let kept = self.shapes.encode(&packed);
+                self.keep(seid, Stored::new(&session, kept));
                 for ue in old_ues.iter().filter(|u| !new_ues.contains(u)) {
                     self.ue_index.remove(ue);
                 }
@@ -1373,7 +1476,19 @@ impl<S: Sessions> Upf<S> {
 
     fn remove_session(&mut self, seid: u64) {
         if let Some(s) = self.sessions.remove(&seid) {
-            self.forget(&s.unpack(), seid);
+            self.packed_bytes -= s.kept.len();
+            self.packed_chunks -= malloc_chunk(s.kept.len());
+            self.forget(&s.unpack(&self.shapes), seid);
+        }
+    }
+
+    /// Keeps session `seid` (replacing what was kept), counting its packed bytes.
+    fn keep(&mut self, seid: u64, s: Stored) {
+        self.packed_bytes += s.kept.len();
+        self.packed_chunks += malloc_chunk(s.kept.len());
+        if let Some(old) = self.sessions.insert(seid, s) {
+            self.packed_bytes -= old.kept.len();
+            self.packed_chunks -= malloc_chunk(old.kept.len());
         }
     }
 
@@ -1645,7 +1760,9 @@ impl<S: Sessions> Upf<S> {
     /// The session `seid` if `from`'s association holds it.
     fn owned(&self, from: SocketAddr, seid: u64) -> Option<&Stored> {
         let node = self.by_addr.get(&from.ip())?;
-        self.sessions.get(&seid).filter(|s| s.is_of(node))
+        self.sessions
+            .get(&seid)
+            .filter(|s| s.is_of(&self.shapes, node))
     }
 
     fn modify(
@@ -1668,7 +1785,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::SESSION_CONTEXT_NOT_FOUND),
             ));
         };
-        let reply_seid = Some(s.cp_seid());
+        let reply_seid = Some(s.cp_seid(&self.shapes));
         if self.busy.contains(&seid) {
             return Some(self.reject(
                 t,
@@ -1677,7 +1794,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
-        let mut session = s.unpack();
+        let mut session = s.unpack(&self.shapes);
         if let Some(f) = r.cp_f_seid {
             session.cp_f_seid = f;
         }
@@ -1871,7 +1988,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::SESSION_CONTEXT_NOT_FOUND),
             ));
         };
-        let reply_seid = Some(s.cp_seid());
+        let reply_seid = Some(s.cp_seid(&self.shapes));
         if self.busy.contains(&seid) {
             return Some(self.reject(
                 t,
@@ -1881,7 +1998,7 @@ impl<S: Sessions> Upf<S> {
             ));
         }
         let changes = s
-            .unpack()
+            .unpack(&self.shapes)
             .fwd
             .changes(&Forwarding::default(), s.placement.node);
         self.busy.insert(seid);

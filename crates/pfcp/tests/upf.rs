@@ -409,6 +409,14 @@ fn check_consistent(upf: &Upf<Cluster>) {
     }
     assert_eq!(upf.sessions_impl().down, down);
     assert_eq!(upf.sessions_impl().up, up);
+    // The running byte counts agree with a walk over the sessions and responses.
+    let m = upf.memory();
+    assert_eq!(m, upf.recount_memory());
+    assert_eq!(m.packed == 0, upf.session_count() == 0, "{m:?}");
+    assert!(
+        m.packed_chunks >= m.packed + 8 * upf.session_count(),
+        "{m:?}"
+    );
 }
 
 #[test]

@@ -1,0 +1,236 @@
+//! Kept sessions as their differences from a session of the same shape.
+//!
+//! An SMF sends every session of a DNN and slice with the same rules: two packed sessions of
+//! one SMF differ in a few fields (the CP SEID, the UE address, the TEIDs, the base station),
+//! the other ~90% of their bytes are the same. [`Shapes`] keeps the first packed session of
+//! each length as a template and every session after it as the runs of bytes where it differs:
+//! smf-sim's 148-byte session is kept in 25 bytes (the unit test prints it). A session
+//! with no template of its length once [`MAX_TEMPLATES`] are taken is kept whole.
+//!
+//! A kept encoding is one byte, the template (or [`WHOLE`]), then for a template the runs:
+//! each the count of bytes equal to the template's (LEB128), the count of bytes that replace
+//! the template's (LEB128), and those bytes; the template's bytes after the last run follow
+//! unchanged. The two have the same length. Templates are never removed (at most
+//! [`MAX_TEMPLATES`] of at most a few hundred bytes each).
+
+use std::collections::HashMap;
+
+/// Templates an endpoint keeps (one per packed length); sessions of other lengths are kept
+/// whole.
+pub(crate) const MAX_TEMPLATES: usize = 255;
+/// The first byte of a session kept whole.
+pub(crate) const WHOLE: u8 = 0xff;
+
+/// The templates of one endpoint.
+#[derive(Debug, Default)]
+pub(crate) struct Shapes {
+    templates: Vec<Box<[u8]>>,
+    by_len: HashMap<usize, u8>,
+}
+
+impl Shapes {
+    /// `packed` for keeping: its differences from the template of its length (which it
+    /// becomes when there is none yet and room for one), or itself after [`WHOLE`].
+    pub(crate) fn encode(&mut self, packed: &[u8]) -> Box<[u8]> {
+        let id = match self.by_len.get(&packed.len()) {
+            Some(&id) => id,
+            None if self.templates.len() < MAX_TEMPLATES => {
+                let id = self.templates.len() as u8;
+                self.templates.push(packed.into());
+                self.by_len.insert(packed.len(), id);
+                id
+            }
+            None => {
+                let mut out = Vec::with_capacity(1 + packed.len());
+                out.push(WHOLE);
+                out.extend_from_slice(packed);
+                return out.into_boxed_slice();
+            }
+        };
+        let t = &self.templates[id as usize];
+        let mut out = vec![id];
+        let (mut i, mut equal) = (0, 0);
+        while i < packed.len() {
+            if packed[i] == t[i] {
+                equal += 1;
+                i += 1;
+                continue;
+            }
+            // A run: up to the next two equal bytes in a row (a run's header costs two).
+            let start = i;
+            while i < packed.len() && (packed[i] != t[i] || differs_within(packed, t, i, 2)) {
+                i += 1;
+            }
+            put_varint(&mut out, equal);
+            put_varint(&mut out, i - start);
+            out.extend_from_slice(&packed[start..i]);
+            equal = 0;
+        }
+        out.into_boxed_slice()
+    }
+
+    /// Appends the packed session `kept` encodes to `out`; `None` when it does not decode
+    /// (never for what [`Shapes::encode`] gave; never panics).
+    pub(crate) fn decode(&self, kept: &[u8], out: &mut Vec<u8>) -> Option<()> {
+        let (&id, mut rest) = kept.split_first()?;
+        if id == WHOLE {
+            out.extend_from_slice(rest);
+            return Some(());
+        }
+        let t = self.templates.get(id as usize)?;
+        let mut at = 0usize;
+        while !rest.is_empty() {
+            let equal = take_varint(&mut rest)?;
+            let n = take_varint(&mut rest)?;
+            let end = at.checked_add(equal)?.checked_add(n)?;
+            if end > t.len() || n > rest.len() {
+                return None;
+            }
+            out.extend_from_slice(&t[at..at + equal]);
+            out.extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            at = end;
+        }
+        out.extend_from_slice(&t[at..]);
+        Some(())
+    }
+
+    /// Bytes of the templates (and their index).
+    pub(crate) fn bytes(&self) -> usize {
+        self.templates.iter().map(|t| t.len()).sum::<usize>()
+            + self.templates.capacity() * std::mem::size_of::<Box<[u8]>>()
+            + self.by_len.capacity() * (std::mem::size_of::<(usize, u8)>() + 1)
+    }
+}
+
+/// Whether `a` and `b` differ in one of the `n` bytes after `i`.
+fn differs_within(a: &[u8], b: &[u8], i: usize, n: usize) -> bool {
+    (i + 1..(i + 1 + n).min(a.len())).any(|j| a[j] != b[j])
+}
+
+fn put_varint(out: &mut Vec<u8>, mut x: usize) {
+    while x >= 0x80 {
+        out.push(x as u8 | 0x80);
+        x >>= 7;
+    }
+    out.push(x as u8);
+}
+
+fn take_varint(b: &mut &[u8]) -> Option<usize> {
+    let mut x = 0usize;
+    for shift in (0..35).step_by(7) {
+        let (&c, rest) = b.split_first()?;
+        *b = rest;
+        x |= usize::from(c & 0x7f) << shift;
+        if c & 0x80 == 0 {
+            return Some(x);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip(s: &mut Shapes, p: &[u8]) -> usize {
+        let k = s.encode(p);
+        let mut back = Vec::new();
+        s.decode(&k, &mut back).expect("decodes");
+        assert_eq!(back, p);
+        k.len()
+    }
+
+    proptest! {
+        /// Anything kept reads back as it was, whatever came before it.
+        #[test]
+        fn kept_sessions_read_back(ps in proptest::collection::vec(
+            proptest::collection::vec(any::<u8>(), 0..40), 1..40)) {
+            let mut s = Shapes::default();
+            for p in &ps {
+                round_trip(&mut s, p);
+            }
+            // And still after every template exists.
+            for p in &ps {
+                let k = s.encode(p);
+                let mut back = Vec::new();
+                prop_assert!(s.decode(&k, &mut back).is_some());
+                prop_assert_eq!(back, p.clone());
+            }
+        }
+
+        /// A few changed bytes cost a few bytes.
+        #[test]
+        fn a_near_copy_is_small(t in proptest::collection::vec(any::<u8>(), 50..300),
+                                edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..5)) {
+            let mut s = Shapes::default();
+            round_trip(&mut s, &t);
+            let mut p = t.clone();
+            for (i, b) in &edits {
+                let n = p.len();
+                p[i % n] = *b;
+            }
+            let n = round_trip(&mut s, &p);
+            prop_assert!(n <= 1 + edits.len() * 5, "{} bytes for {} edits", n, edits.len());
+        }
+
+        /// Any bytes: decoded or refused, never a panic.
+        #[test]
+        fn any_bytes_decode_or_fail(t in proptest::collection::vec(any::<u8>(), 0..60),
+                                    k in proptest::collection::vec(any::<u8>(), 0..60)) {
+            let mut s = Shapes::default();
+            s.encode(&t);
+            let mut out = Vec::new();
+            if s.decode(&k, &mut out).is_some() && k.first() == Some(&0) {
+                prop_assert_eq!(out.len(), t.len());
+            }
+        }
+    }
+
+    #[test]
+    fn an_smf_sim_session_is_kept_in_a_fifth_of_its_packed_bytes() {
+        use crate::message::{pack_session, Body};
+        use std::net::{IpAddr, Ipv4Addr};
+        let packed = |i: u32| {
+            let m = crate::smf::establishment(
+                i + 2,
+                Ipv4Addr::new(10, 3, 0, 254),
+                u64::from(i),
+                IpAddr::V4(Ipv4Addr::from(0x6440_0000 + i)),
+                0x100 + i,
+                Ipv4Addr::new(10, 2, 0, 2),
+            );
+            let Body::SessionEstablishmentRequest(r) = m.body else {
+                unreachable!()
+            };
+            let pdrs: Vec<_> = r
+                .create_pdr
+                .iter()
+                .map(|p| (p, Some(0x0100_0000 + i)))
+                .collect();
+            pack_session(&r.node_id, &r.cp_f_seid, pdrs, &r.create_far, &r.create_qer).unwrap()
+        };
+        let mut s = Shapes::default();
+        round_trip(&mut s, &packed(0));
+        let p = packed(12_345);
+        let n = round_trip(&mut s, &p);
+        eprintln!("{} packed bytes kept in {n}", p.len());
+        assert!(n * 5 <= p.len(), "{n} of {}", p.len());
+    }
+
+    #[test]
+    fn past_the_last_template_sessions_are_kept_whole() {
+        let mut s = Shapes::default();
+        for len in 0..MAX_TEMPLATES {
+            round_trip(&mut s, &vec![7; len]);
+        }
+        let p = vec![1; MAX_TEMPLATES + 3];
+        let k = s.encode(&p);
+        assert_eq!(k[0], WHOLE);
+        assert_eq!(k.len(), p.len() + 1);
+        round_trip(&mut s, &p);
+        // A template's own length still diffs.
+        assert_eq!(round_trip(&mut s, &[7; 10]), 1);
+    }
+}
