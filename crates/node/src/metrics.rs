@@ -62,7 +62,7 @@
 //! | sample | type | labels | meaning |
 //! |---|---|---|---|
 //! | `fivegs_upffunction_upf_sessionnbr` | gauge | | sessions this node handles: its FIB slice's entries (as open5gs names its session gauge) |
-//! | `scalebricks_table_entries` | gauge | `table` | `gpt`: keys the GPT was built for (the whole cluster's); `fib`: entries of this node's FIB slice; `uplink`: tunnels by TEID |
+//! | `scalebricks_table_entries` | gauge | `table` | `gpt`: keys of the whole cluster in this node's GPT replica (with the control plane, its count from the owners' pieces and deltas); `fib`: entries of this node's FIB slice; `uplink`: tunnels by TEID |
 //! | `scalebricks_table_bytes` | gauge | `table` | memory of the GPT, the FIB slice, the uplink table |
 //!
 //! Control plane (from [`Snapshot::control`], the control state machine's status as JSON; each
@@ -83,6 +83,7 @@
 //! | `scalebricks_control_dropped_datagrams_total` | counter | `reason` | `dropped` (an object): control datagrams dropped, by reason |
 //! | `scalebricks_control_retransmits_total` | counter | | `retransmits` |
 //! | `scalebricks_log_bytes` | gauge | | [`Snapshot::log_bytes`]: bytes of the node's update log |
+//! | `scalebricks_memory_bytes` | gauge | `structure` | `memory` (an object of numbers, a nested object's fields named `outer_inner`): what grows with the keys beside the tables, by structure (`sb_control::Memory`; under `pfcp`, the PFCP endpoint's `sb_pfcp::Memory`). `table_rib_entries` is part of `table_rib`; `pfcp_packed` and `pfcp_packed_chunks` count the same allocations (their bytes, and as glibc's malloc sizes them) |
 //!
 //! PFCP (from [`Snapshot::pfcp`], message counts keyed by [`PfcpKey`]; absent without it). The
 //! keys are snake_case names: `message` a TS 29.244 message type
@@ -642,6 +643,27 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             resyncs,
         )?;
     }
+    // `memory: {structure: bytes, pfcp: {structure: bytes}}`, flattened.
+    let mut memory: Vec<(Labels, u64)> = Vec::new();
+    if let Some(m) = st["memory"].as_object() {
+        for (k, v) in m {
+            match v.as_object() {
+                Some(inner) => memory.extend(inner.iter().filter_map(|(ik, iv)| {
+                    Some((vec![("structure", clean(&format!("{k}_{ik}")))], uint(iv)?))
+                })),
+                None => memory.extend(uint(v).map(|n| (vec![("structure", clean(k))], n))),
+            }
+        }
+    }
+    if !memory.is_empty() {
+        family(
+            enc,
+            "scalebricks_memory_bytes",
+            "Bytes of what grows with the keys beside the tables, by structure.",
+            Gauge,
+            memory,
+        )?;
+    }
     let scalars: [(&str, &str, &str, MetricType); 5] = [
         (
             "rib_keys",
@@ -998,6 +1020,7 @@ mod tests {
         "scalebricks_control_dropped_datagrams",
         "scalebricks_control_retransmits",
         "scalebricks_log_bytes",
+        "scalebricks_memory_bytes",
         "scalebricks_pfcp_messages",
         "fivegs_upffunction_sm_n4sessionestabreq",
         "fivegs_upffunction_sm_n4sessionestabfail",
@@ -1074,6 +1097,7 @@ mod tests {
                 "rejected": {"stale": 4, "bad key\"}": 1},
                 "dropped": {"bad_checksum": 8},
                 "retransmits": 10,
+                "memory": {"rib": 4000, "table_rib": 3000, "pfcp": {"sessions": 2000, "packed": 500}},
             })),
             log_bytes: Some(123_456),
             pfcp: Some(pfcp),
@@ -1265,6 +1289,16 @@ mod tests {
             ),
             ("scalebricks_control_retransmits_total", "10"),
             ("scalebricks_log_bytes", "123456"),
+            (r#"scalebricks_memory_bytes{structure="rib"}"#, "4000"),
+            (r#"scalebricks_memory_bytes{structure="table_rib"}"#, "3000"),
+            (
+                r#"scalebricks_memory_bytes{structure="pfcp_sessions"}"#,
+                "2000",
+            ),
+            (
+                r#"scalebricks_memory_bytes{structure="pfcp_packed"}"#,
+                "500",
+            ),
             (
                 r#"scalebricks_pfcp_messages_total{message="session_establishment_request",cause=""}"#,
                 "12",

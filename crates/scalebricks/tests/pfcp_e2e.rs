@@ -793,6 +793,9 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
         1
     );
     // Node 1 answered the modifications and deletions relayed to it by nodes 2 and 3.
+    // The node's bytes by structure are exported: it keeps the sessions it took.
+    assert!(sample(r#"scalebricks_memory_bytes{structure="pfcp_packed"}"#) > 0);
+    assert!(sample(r#"scalebricks_memory_bytes{structure="rib"}"#) > 0);
     let relayed_in = sample(r#"scalebricks_pfcp_messages_total{message="relay_in",cause=""}"#);
     assert!(
         relayed_in >= (MODIFIED + DELETED) as u64,
@@ -823,6 +826,17 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
             "GPT keys per node {gpt:?}, FIB entries in all {fib}"
         );
         std::thread::sleep(Duration::from_millis(500));
+    }
+    // Each node counts what it holds by structure: its kept sessions (smf-sim established 50
+    // through every node), its owner's RIBs, and the metric shows them.
+    let st = c.status();
+    for n in st["node_status"].as_array().unwrap() {
+        let m = &n["control"]["status"]["memory"];
+        assert!(u(&m["pfcp"]["packed"]) > 0, "{m}");
+        assert!(u(&m["pfcp"]["sessions"]) > 0, "{m}");
+        assert!(u(&m["table_rib_entries"]) > 0, "{m}");
+        assert!(u(&m["table_rib"]) >= u(&m["table_rib_entries"]), "{m}");
+        assert!(u(&m["rib"]) > 0 && u(&m["fib_map"]) > 0, "{m}");
     }
     eprintln!("pfcp e2e took {:?}", t_start.elapsed());
     assert!(t_start.elapsed() < Duration::from_secs(300));
