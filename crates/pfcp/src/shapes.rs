@@ -29,6 +29,10 @@ pub(crate) const WHOLE: u8 = 0xff;
 pub(crate) struct Shapes {
     templates: Vec<Box<[u8]>>,
     by_len: HashMap<usize, u8>,
+    /// Where an encoding is written before it is copied into an allocation of its size (a
+    /// vector shrunk into a box keeps the chunk it grew to: glibc does not split off less than
+    /// 32 bytes, so 20 bytes grown in a 32-byte vector stayed in a 48-byte chunk).
+    scratch: Vec<u8>,
 }
 
 impl Shapes {
@@ -51,7 +55,9 @@ impl Shapes {
             }
         };
         let t = &self.templates[id as usize];
-        let mut out = vec![id];
+        let out = &mut self.scratch;
+        out.clear();
+        out.push(id);
         let (mut i, mut equal) = (0, 0);
         while i < packed.len() {
             if packed[i] == t[i] {
@@ -66,15 +72,15 @@ impl Shapes {
             }
             let n = i - start;
             if n <= 3 {
-                put_varint(&mut out, equal << 2 | (n - 1));
+                put_varint(out, equal << 2 | (n - 1));
             } else {
-                put_varint(&mut out, equal << 2 | 3);
-                put_varint(&mut out, n);
+                put_varint(out, equal << 2 | 3);
+                put_varint(out, n);
             }
             out.extend_from_slice(&packed[start..i]);
             equal = 0;
         }
-        out.into_boxed_slice()
+        Box::from(&out[..])
     }
 
     /// Appends the packed session `kept` encodes to `out`; `None` when it does not decode
@@ -112,6 +118,7 @@ impl Shapes {
         self.templates.iter().map(|t| t.len()).sum::<usize>()
             + self.templates.capacity() * std::mem::size_of::<Box<[u8]>>()
             + self.by_len.capacity() * (std::mem::size_of::<(usize, u8)>() + 1)
+            + self.scratch.capacity()
     }
 }
 
