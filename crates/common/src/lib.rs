@@ -13,3 +13,16 @@ pub mod pages;
 pub use hash::{hash128, random_seed, splitmix64, splitmix64_mix, KeyHash, SPLITMIX64_GAMMA};
 pub use huge::{set_huge_advice, HugeArray};
 pub use pages::PageInfo;
+
+/// Bytes of a hashbrown table (`HashMap`, `HashSet`, `HashTable`) of `capacity` elements of
+/// `elem_bytes` each: its buckets (a power of two, loaded to 7/8 from 8 up), a control byte
+/// each, and a group's worth (16) more control bytes. Computed from hashbrown's layout, not
+/// measured.
+pub fn hash_table_bytes(capacity: usize, elem_bytes: usize) -> usize {
+    let buckets = match capacity {
+        0 => return 0,
+        1..8 => (capacity + 1).next_power_of_two(),
+        _ => (capacity * 8).div_ceil(7).next_power_of_two(),
+    };
+    buckets * (elem_bytes + 1) + 16
+}

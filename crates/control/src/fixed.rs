@@ -61,15 +61,8 @@ impl FixedMap {
     /// from its capacity: every bucket is touched as entries land at random) and its entries
     /// as held (the array's unused capacity is reserved, not touched).
     pub(crate) fn bytes(&self) -> usize {
-        let cap = self.table.capacity();
-        let buckets = if cap == 0 {
-            0
-        } else if cap < 8 {
-            (cap + 1).next_power_of_two()
-        } else {
-            (cap * 8).div_ceil(7).next_power_of_two()
-        };
-        buckets * (std::mem::size_of::<u32>() + 1) + self.entries.len()
+        sb_common::hash_table_bytes(self.table.capacity(), std::mem::size_of::<u32>())
+            + self.entries.len()
     }
 
     fn hash(&self, key: &[u8]) -> u64 {

@@ -356,11 +356,6 @@ impl Stored {
         out
     }
 
-    /// The CP's SEID (the F-SEID the CP gave at establishment).
-    fn cp_seid(&self, shapes: &Shapes) -> u64 {
-        packed_cp_seid(&self.packed(shapes)).expect("packed sessions read back")
-    }
-
     /// Whether the session is `node`'s.
     fn is_of(&self, shapes: &Shapes, node: &NodeId) -> bool {
         packed_node_id(&self.packed(shapes)).is_ok_and(|n| n == *node)
@@ -368,7 +363,12 @@ impl Stored {
 
     /// The session, decoded.
     fn unpack(&self, shapes: &Shapes) -> Session {
-        let p = unpack_session(&self.packed(shapes)).expect("packed sessions read back");
+        Self::session(self.placement, &self.packed(shapes))
+    }
+
+    /// The session of placement `placement` whose packed bytes are `packed`.
+    fn session(placement: Placement, packed: &[u8]) -> Session {
+        let p = unpack_session(packed).expect("packed sessions read back");
         let rules = Rules {
             pdrs: p
                 .pdrs
@@ -382,7 +382,7 @@ impl Stored {
         Session {
             node_id: p.node_id,
             cp_f_seid: p.cp_f_seid,
-            placement: self.placement,
+            placement,
             rules,
             fwd,
         }
@@ -588,16 +588,9 @@ pub fn malloc_chunk(n: usize) -> usize {
     }
 }
 
-/// The bytes of a hashbrown table of capacity `cap` with elements `T`: its buckets (a power
-/// of two, loaded to 7/8 from 8 up) each with one control byte, plus a group's worth more of
-/// control bytes.
+/// [`sb_common::hash_table_bytes`] of a table of `T`.
 fn table_bytes<T>(cap: usize) -> usize {
-    let buckets = match cap {
-        0 => return 0,
-        1..8 => (cap + 1).next_power_of_two(),
-        _ => (cap * 8).div_ceil(7).next_power_of_two(),
-    };
-    buckets * (std::mem::size_of::<T>() + 1) + 16
+    sb_common::hash_table_bytes(cap, std::mem::size_of::<T>())
 }
 
 /// The PFCP endpoint of the user plane. See the module docs for what it accepts.
@@ -1054,7 +1047,13 @@ impl<S: Sessions> Upf<S> {
     /// The response header SEID for a request about `up_seid` from `from`.
     fn reply_seid(&self, from: SocketAddr, up_seid: u64) -> u64 {
         match (self.sessions.get(&up_seid), self.by_addr.get(&from.ip())) {
-            (Some(s), Some(node)) if s.is_of(&self.shapes, node) => s.cp_seid(&self.shapes),
+            (Some(s), Some(node)) => {
+                let packed = s.packed(&self.shapes);
+                match packed_node_id(&packed) {
+                    Ok(n) if n == *node => packed_cp_seid(&packed).unwrap_or(0),
+                    _ => 0,
+                }
+            }
             _ => 0,
         }
     }
@@ -1757,12 +1756,15 @@ impl<S: Sessions> Upf<S> {
         None
     }
 
-    /// The session `seid` if `from`'s association holds it.
-    fn owned(&self, from: SocketAddr, seid: u64) -> Option<&Stored> {
+    /// The session `seid` if `from`'s association holds it: its placement and packed bytes
+    /// (decoded from what is kept once, for the check, the response's SEID and the rules).
+    fn owned(&self, from: SocketAddr, seid: u64) -> Option<(Placement, Vec<u8>)> {
         let node = self.by_addr.get(&from.ip())?;
-        self.sessions
-            .get(&seid)
-            .filter(|s| s.is_of(&self.shapes, node))
+        let s = self.sessions.get(&seid)?;
+        let packed = s.packed(&self.shapes);
+        packed_node_id(&packed)
+            .is_ok_and(|n| n == *node)
+            .then_some((s.placement, packed))
     }
 
     fn modify(
@@ -1777,7 +1779,7 @@ impl<S: Sessions> Upf<S> {
             self.stats.dropped_no_association += 1;
             return None;
         }
-        let Some(s) = self.owned(from, seid) else {
+        let Some((placement, packed)) = self.owned(from, seid) else {
             return Some(self.reject(
                 t,
                 Some(0),
@@ -1785,7 +1787,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::SESSION_CONTEXT_NOT_FOUND),
             ));
         };
-        let reply_seid = Some(s.cp_seid(&self.shapes));
+        let reply_seid = Some(packed_cp_seid(&packed).expect("packed sessions read back"));
         if self.busy.contains(&seid) {
             return Some(self.reject(
                 t,
@@ -1794,7 +1796,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
-        let mut session = s.unpack(&self.shapes);
+        let mut session = Stored::session(placement, &packed);
         if let Some(f) = r.cp_f_seid {
             session.cp_f_seid = f;
         }
@@ -1980,7 +1982,7 @@ impl<S: Sessions> Upf<S> {
             self.stats.dropped_no_association += 1;
             return None;
         }
-        let Some(s) = self.owned(from, seid) else {
+        let Some((placement, packed)) = self.owned(from, seid) else {
             return Some(self.reject(
                 t,
                 Some(0),
@@ -1988,7 +1990,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::SESSION_CONTEXT_NOT_FOUND),
             ));
         };
-        let reply_seid = Some(s.cp_seid(&self.shapes));
+        let reply_seid = Some(packed_cp_seid(&packed).expect("packed sessions read back"));
         if self.busy.contains(&seid) {
             return Some(self.reject(
                 t,
@@ -1997,10 +1999,9 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
-        let changes = s
-            .unpack(&self.shapes)
+        let changes = Stored::session(placement, &packed)
             .fwd
-            .changes(&Forwarding::default(), s.placement.node);
+            .changes(&Forwarding::default(), placement.node);
         self.busy.insert(seid);
         self.apply(from, seq, t, reply_seid, changes, Commit::Delete { seid })
     }
