@@ -1,6 +1,6 @@
 //! The node's control plane: the `sb-control` state machine wired to a UDP socket on the node's
-//! fabric address, its log (`sb-wal`) and the data plane (the live GPT, the FIB and the uplink
-//! table that the workers read while the control thread changes them).
+//! control-network address, its log (`sb-wal`) and the data plane (the live GPT, the FIB and the
+//! uplink table that the workers read while the control thread changes them).
 //!
 //! One thread runs the loop: receive a datagram (or time out), hand it to the state machine,
 //! then apply every event it emits in order (log records are appended and committed once per
@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The UDP port of the control protocol on every node's fabric address.
+/// The UDP port of the control protocol on every node's control-network address (the fabric
+/// address in clusters made before the control network existed).
 pub const CONTROL_PORT: u16 = 7400;
 
 /// Control datagrams the loop takes before it applies their events and commits the log.

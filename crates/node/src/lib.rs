@@ -9,7 +9,7 @@
 //!   calls to write them.
 //! - [`run`](mod@run): [`run::run`] (the node process), [`run::drive`] (one worker's loop over
 //!   any three ports: the demo drives in-memory ports with it).
-//! - [`control`]: the control plane's thread ([`sb_control`] over UDP on the fabric address,
+//! - [`control`]: the control plane's thread ([`sb_control`] over UDP on the control network,
 //!   its log, and the live GPT, FIB and uplink table it changes while the workers forward).
 //! - [`pfcp`]: the node's PFCP endpoint (the cluster is one UPF; sessions become control-plane
 //!   updates, answered once durable and installed).

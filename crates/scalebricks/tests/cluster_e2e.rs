@@ -185,6 +185,24 @@ fn up_returns_with_every_link_up() {
         bad.is_empty(),
         "right after `cluster up` ({took:?} before all were up): {bad:#?}"
     );
+    // Where br_netfilter is loaded, the bridges of the switch and the control network do not
+    // hand frames to the IP hooks (the host's own setting is left as it was).
+    if std::path::Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists() {
+        for ns in [format!("{}-sw", c.prefix), format!("{}-cp", c.prefix)] {
+            for table in ["iptables", "ip6tables", "arptables"] {
+                let o = std::process::Command::new("ip")
+                    .args(["netns", "exec", &ns, "cat"])
+                    .arg(format!("/proc/sys/net/bridge/bridge-nf-call-{table}"))
+                    .output()
+                    .unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&o.stdout).trim(),
+                    "0",
+                    "{ns}: bridge-nf-call-{table}"
+                );
+            }
+        }
+    }
     ok(&c.down(), "cluster down");
 }
 

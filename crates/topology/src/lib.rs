@@ -322,6 +322,14 @@ fn create_netns(j: &mut Journal, name: &str, forward: bool) -> Result<(), TopoEr
         args.push("net.ipv6.conf.all.disable_ipv6=1");
         args.push("net.ipv6.conf.default.disable_ipv6=1");
     }
+    // With br_netfilter loaded (Docker loads it), a new namespace's bridges hand every frame
+    // to the IP hooks; a switch does not, and each frame pays for it (the settings are per
+    // namespace: the host's are left as they are).
+    if Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists() {
+        args.push("net.bridge.bridge-nf-call-iptables=0");
+        args.push("net.bridge.bridge-nf-call-ip6tables=0");
+        args.push("net.bridge.bridge-nf-call-arptables=0");
+    }
     sys::ip(&args)?;
     sys::ip(&["-n", name, "link", "set", "lo", "up"])?;
     Ok(())

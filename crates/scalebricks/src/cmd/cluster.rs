@@ -426,15 +426,17 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
     }
 }
 
-/// Every node's control address: its fabric address, port [`CONTROL_PORT`].
+/// Every node's control address, port [`CONTROL_PORT`]: its address on the control network
+/// (`ctl`), or its fabric address in a description made before the control network existed.
+/// The control network keeps the nodes' update traffic out of the fabric, where every datagram
+/// was also copied into the data plane's AF_PACKET ring and woke its worker.
 pub fn control_addrs(d: &Description) -> Vec<SocketAddr> {
     d.nodes
         .iter()
         .map(|m| {
             let ip = m
-                .fabric
-                .local
-                .ip()
+                .control_addr
+                .or_else(|| m.fabric.local.ip())
                 .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
             SocketAddr::from((ip, CONTROL_PORT))
         })
