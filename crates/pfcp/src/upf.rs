@@ -44,6 +44,7 @@ use crate::ie::*;
 use crate::message::*;
 use crate::relay::{Relay, RelayKind};
 use crate::shapes::Shapes;
+use crate::ue_index::UeIndex;
 use crate::vecmap::VecMap;
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, VecDeque};
@@ -601,7 +602,7 @@ pub struct Upf<S> {
     by_addr: HashMap<IpAddr, NodeId>,
     sessions: HashMap<u64, Stored>,
     /// Which session holds each UE address (installed or being installed), by [`ue_slot`].
-    ue_index: HashMap<[u8; 16], u64>,
+    ue_index: UeIndex,
     teids: HashSet<u32>,
     next_teid: u32,
     next_seid: u64,
@@ -644,7 +645,7 @@ impl<S: Sessions> Upf<S> {
             associations: HashMap::default(),
             by_addr: HashMap::default(),
             sessions: HashMap::with_capacity_and_hasher(n, Default::default()),
-            ue_index: HashMap::with_capacity_and_hasher(n, Default::default()),
+            ue_index: UeIndex::with_capacity(n),
             teids: HashSet::with_capacity_and_hasher(n, Default::default()),
             next_teid: 1,
             next_seid: 1,
@@ -709,7 +710,7 @@ impl<S: Sessions> Upf<S> {
             sessions: table_bytes::<(u64, Stored)>(self.sessions.capacity()),
             packed: self.packed_bytes,
             packed_chunks: self.packed_chunks,
-            ue_index: table_bytes::<([u8; 16], u64)>(self.ue_index.capacity()),
+            ue_index: self.ue_index.bytes(),
             teids: table_bytes::<u32>(self.teids.capacity()),
             responses: table_bytes::<((SocketAddr, u32), Vec<u8>)>(self.cache.capacity())
                 + self.cache_bytes,
@@ -1494,7 +1495,7 @@ impl<S: Sessions> Upf<S> {
     /// Frees the UE addresses and TEIDs `s` holds.
     fn forget(&mut self, s: &Session, seid: u64) {
         for ue in ue_slots(&s.rules) {
-            if self.ue_index.get(&ue) == Some(&seid) {
+            if self.ue_index.get(&ue) == Some(seid) {
                 self.ue_index.remove(&ue);
             }
         }
@@ -1676,7 +1677,7 @@ impl<S: Sessions> Upf<S> {
     fn check_ues(&self, rules: &Rules, seid: u64) -> Result<(), Reject> {
         for (id, (p, _)) in &rules.pdrs {
             for ue in pdr_ues(p) {
-                if self.ue_index.get(&ue_slot(&ue)).is_some_and(|&s| s != seid) {
+                if self.ue_index.get(&ue_slot(&ue)).is_some_and(|s| s != seid) {
                     return Err(Reject::rule(FailedRuleId::Pdr(*id)));
                 }
             }
