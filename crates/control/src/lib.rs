@@ -182,6 +182,9 @@ use std::collections::BTreeMap;
 /// and `docs/bench/control.md` count them).
 pub type Bytes = smallvec::SmallVec<[u8; 16]>;
 
+/// A set of keys ([`Event::FibPrune`]).
+pub type KeySet = std::collections::HashSet<Bytes, foldhash::fast::FixedState>;
+
 /// A node's index in the cluster (0-based).
 pub type NodeId = u16;
 
@@ -434,10 +437,20 @@ pub enum Event {
         /// The FIB value.
         value: Bytes,
     },
-    /// This node no longer handles `key`.
+    /// This node no longer handles `key` (without [`Tuning::fib_map`], also for a key it does
+    /// not hold: nothing to remove then).
     FibRemove {
         /// The key.
         key: Bytes,
+    },
+    /// Only without [`Tuning::fib_map`]: owner `owner` restarted and has sent this node its
+    /// slice again; every key of `owner`'s range ([`ClusterSpec::owner_of`]) that is not in
+    /// `keep` is no longer this node's to handle (remove it as [`Event::FibRemove`] would).
+    FibPrune {
+        /// The owner.
+        owner: NodeId,
+        /// The keys it sent since its restart.
+        keep: KeySet,
     },
     /// Apply to the live GPT (`SetSep::apply_owner_delta`).
     GptDelta(sb_setsep::Delta),

@@ -51,6 +51,12 @@ pub struct Tuning {
     pub chunk_bytes: usize,
     /// Keep every delta this owner makes for [`Node::take_own_deltas`] (tests).
     pub keep_own_deltas: bool,
+    /// Keep the handler's FIB map: the FIB slice as this state machine installed it, which
+    /// [`Node::fib_entries`] and [`Node::fib_get`] read and an owner's restart prunes. A node
+    /// whose data plane holds the same entries turns it off (the node process: its cuckoo FIB
+    /// has every key and value) and saves a key and value per flow; [`Event::FibRemove`] then
+    /// comes for every removal, held or not, and a prune comes as [`Event::FibPrune`].
+    pub fib_map: bool,
     /// Keys this node is expected to own and to handle (its share of the cluster's capacity):
     /// the RIB and the FIB map are allocated for that many at start, so that they never
     /// grow (a map of millions of keys that doubles stalls the node for a fraction of a
@@ -74,6 +80,7 @@ impl Default for Tuning {
             pack_bytes: BODY_MAX - 16,
             chunk_bytes: CHUNK_BYTES,
             keep_own_deltas: false,
+            fib_map: true,
             expected_keys: 0,
         }
     }
@@ -612,7 +619,15 @@ impl Node {
                     keys: 0,
                 })
                 .collect(),
-            fib: FixedMap::with_capacity(spec.key_bytes, spec.value_bytes, tuning.expected_keys),
+            fib: FixedMap::with_capacity(
+                spec.key_bytes,
+                spec.value_bytes,
+                if tuning.fib_map {
+                    tuning.expected_keys
+                } else {
+                    0
+                },
+            ),
             fin: (0..n)
                 .map(|_| FibIn {
                     epoch: 0,
@@ -865,12 +880,13 @@ impl Node {
 
     // ----- inspection -------------------------------------------------------------------------
 
-    /// This node's FIB slice as the control plane installed it.
+    /// This node's FIB slice as the control plane installed it (none without the map:
+    /// [`Tuning::fib_map`]).
     pub fn fib_entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.fib.iter()
     }
 
-    /// This node's FIB value of `key`.
+    /// This node's FIB value of `key` (`None` without the map: [`Tuning::fib_map`]).
     pub fn fib_get(&self, key: &[u8]) -> Option<&[u8]> {
         self.fib.get(key)
     }
@@ -1897,6 +1913,13 @@ impl Node {
                 FibItem::SliceEnd => self.fin[oi].slice_done = true,
                 FibItem::Prune => {
                     if let Some(sync) = self.fin[oi].sync.take() {
+                        if !self.tuning.fib_map {
+                            self.events.push_back(Event::FibPrune {
+                                owner: o,
+                                keep: sync,
+                            });
+                            continue;
+                        }
                         let stale: Vec<Bytes> = self
                             .fib
                             .iter()
@@ -1917,12 +1940,14 @@ impl Node {
     }
 
     fn fib_insert(&mut self, key: Bytes, value: Bytes) {
-        self.fib.insert(&key, &[&value]);
+        if self.tuning.fib_map {
+            self.fib.insert(&key, &[&value]);
+        }
         self.events.push_back(Event::FibInsert { key, value });
     }
 
     fn fib_remove(&mut self, key: &[u8]) {
-        if self.fib.remove(key) {
+        if !self.tuning.fib_map || self.fib.remove(key) {
             self.events.push_back(Event::FibRemove { key: key.into() });
         }
     }

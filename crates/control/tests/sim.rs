@@ -29,6 +29,9 @@ fn config(seed: u64) -> SimConfig {
         // Small batches too: a key that waits for the batch in flight, many deltas per request.
         tuning: Tuning {
             max_batch: [1, 3, 1024][r(3) as usize],
+            // Every other schedule without the handler's FIB map: its FIB is what the events
+            // (prunes included) made of it.
+            fib_map: seed % 2 == 0,
             ..SimConfig::default().tuning
         },
         ..SimConfig::default()

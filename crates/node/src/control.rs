@@ -265,6 +265,31 @@ impl DataPlane {
         }
     }
 
+    /// Owner `owner` restarted and sent this node its slice again (`keep`): the FIB entries of
+    /// its range that it did not send go, after the grace as any removal.
+    fn prune(&mut self, spec: &ClusterSpec, owner: u16, keep: &sb_control::KeySet, now: Instant) {
+        let mut stale = Vec::new();
+        self.fib.for_each(|k, _| {
+            if spec.owner_of(k) == owner && !keep.contains(k) {
+                stale.push(Bytes::from_slice(k));
+            }
+        });
+        for k in stale {
+            self.fib_remove_later(k, now);
+        }
+    }
+
+    /// FIB entries the control plane installed and has not removed (those waiting for the
+    /// grace are removed already for it).
+    fn installed(&self) -> usize {
+        let leaving = self
+            .removals
+            .keys()
+            .filter(|k| self.fib.contains(k))
+            .count();
+        self.fib.len() - leaving
+    }
+
     fn fib_remove(&mut self, key: &[u8]) {
         let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
             return;
@@ -385,10 +410,19 @@ pub fn run(
         .map_err(|e| ControlError::Invalid(format!("{listen}: {e}")))?;
     let tuning = sb_control::Tuning {
         expected_keys: ctl.share(),
+        // The cuckoo FIB holds the slice: no second copy of it in the state machine.
+        fib_map: false,
         ..sb_control::Tuning::default()
     };
-    let mut node =
-        sb_control::Node::with_tuning(spec, me, flows, recovered, clock(), rand::random(), tuning)?;
+    let mut node = sb_control::Node::with_tuning(
+        spec.clone(),
+        me,
+        flows,
+        recovered,
+        clock(),
+        rand::random(),
+        tuning,
+    )?;
     let peer_of = |a: SocketAddr| match ctl.peers.iter().position(|p| *p == a) {
         Some(j) => Peer::Node(j as u16),
         None => Peer::Client(a),
@@ -464,6 +498,9 @@ pub fn run(
                     }
                     Event::FibInsert { key, value } => dp.fib_insert(&key, &value),
                     Event::FibRemove { key } => dp.fib_remove_later(key, Instant::now()),
+                    Event::FibPrune { owner, keep } => {
+                        dp.prune(&spec, owner, &keep, Instant::now())
+                    }
                     Event::GptDelta(d) => {
                         if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                             if let Err(e) = g.apply_owner_delta(&d) {
@@ -501,6 +538,8 @@ pub fn run(
             let mut p = published.lock().unwrap_or_else(|e| e.into_inner());
             p.ready = ready;
             p.status = serde_json::to_value(node.status()).unwrap_or_default();
+            // The state machine keeps no FIB map here (Tuning::fib_map): the FIB is the count.
+            p.status["fib_entries"] = dp.installed().into();
             if let (Some(e), Some(mem)) = (
                 &pfcp,
                 p.status.get_mut("memory").and_then(|v| v.as_object_mut()),
@@ -660,4 +699,71 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
             ul_teid: 0,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sb_engine::lte::{Tunnel, UPLINK_VALUE_BYTES, VALUE_BYTES};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn empty(key_bytes: usize, value_bytes: usize) -> sb_cuckoo::Writer {
+        let none: [(&[u8], &[u8]); 0] = [];
+        sb_engine::fib::cuckoo_table_with_room(key_bytes, value_bytes, 7, 1000, none.into_iter())
+            .unwrap()
+            .into_concurrent()
+            .0
+    }
+
+    fn tunnel(i: u32) -> Tunnel {
+        Tunnel {
+            ue: IpAddr::V4(Ipv4Addr::from(0x0a2d_0000 + i)),
+            teid: 100 + i,
+            enb: Ipv4Addr::new(10, 2, 0, 1),
+            node: 1,
+            qci: 9,
+            ul_teid: 5000 + i,
+        }
+    }
+
+    /// An owner's restart prunes the keys of its range it did not send again, after the grace,
+    /// and leaves the other owners' keys; the count of installed entries leaves them out at
+    /// once.
+    #[test]
+    fn a_prune_removes_the_owners_other_keys_after_the_grace() {
+        let spec = new_spec(7, 3, 1, 1000);
+        let mut dp = DataPlane::new(empty(KEY_BYTES, VALUE_BYTES), empty(4, UPLINK_VALUE_BYTES));
+        let ts: Vec<Tunnel> = (0..200).map(tunnel).collect();
+        for t in &ts {
+            dp.fib_insert(&t.key(), &t.value());
+        }
+        assert_eq!(dp.installed(), 200);
+        let owner = spec.owner_of(&ts[0].key());
+        // The owner sent every other key of its range again.
+        let mine: Vec<&Tunnel> = ts
+            .iter()
+            .filter(|t| spec.owner_of(&t.key()) == owner)
+            .collect();
+        assert!(mine.len() > 10 && mine.len() < 200, "{}", mine.len());
+        let keep: sb_control::KeySet = mine
+            .iter()
+            .step_by(2)
+            .map(|t| Bytes::from_slice(&t.key()))
+            .collect();
+        let t0 = Instant::now();
+        dp.prune(&spec, owner, &keep, t0);
+        let stale = mine.len() - keep.len();
+        assert_eq!(dp.installed(), 200 - stale);
+        // Still forwarding during the grace.
+        assert_eq!(dp.fib.len(), 200);
+        dp.remove_due(t0 + REMOVAL_GRACE + Duration::from_millis(1));
+        assert_eq!(dp.fib.len(), 200 - stale);
+        for t in &ts {
+            let held = dp.fib.contains(&t.key());
+            let want = spec.owner_of(&t.key()) != owner || keep.contains(&t.key()[..]);
+            assert_eq!(held, want, "{t:?}");
+            // The uplink entry goes with its tunnel.
+            assert_eq!(dp.uplink.contains(&t.uplink_teid().to_be_bytes()), want);
+        }
+    }
 }
