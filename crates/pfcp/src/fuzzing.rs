@@ -63,6 +63,14 @@ pub fn pfcp_message(data: &[u8]) {
         out.clear();
         assert!(shapes.decode(&kept, &mut out).is_some());
         assert_eq!(out, k);
+        // And with a head (a session's placement).
+        out.clear();
+        let _ = shapes.decode_with_head(k, &mut out);
+        let head = [t.len() as u8, 0, 10, 2, 0, 1];
+        let kept = shapes.encode_with_head(head, k);
+        out.clear();
+        assert_eq!(shapes.decode_with_head(&kept, &mut out), Some(head));
+        assert_eq!(out, k);
     }
     if let Ok(msg) = Message::parse(data) {
         let bytes = msg

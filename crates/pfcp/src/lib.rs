@@ -136,6 +136,7 @@ pub mod message;
 pub mod relay;
 mod shapes;
 pub mod smf;
+mod teid_set;
 mod ue_index;
 pub mod upf;
 pub mod vecmap;

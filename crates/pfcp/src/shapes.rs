@@ -23,12 +23,18 @@ use std::collections::HashMap;
 pub(crate) const MAX_TEMPLATES: usize = 255;
 /// The first byte of a session kept whole.
 pub(crate) const WHOLE: u8 = 0xff;
+/// Bytes of a head ([`Shapes::encode_with_head`]).
+pub(crate) const HEAD: usize = 6;
+/// Heads an endpoint names by index; later ones are kept inline after [`WHOLE`].
+pub(crate) const MAX_HEADS: usize = 255;
 
 /// The templates of one endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct Shapes {
     templates: Vec<Box<[u8]>>,
     by_len: HashMap<usize, u8>,
+    /// Heads kept sessions name by their index (a session's placement: one of a few).
+    heads: Vec<[u8; HEAD]>,
     /// Where an encoding is written before it is copied into an allocation of its size (a
     /// vector shrunk into a box keeps the chunk it grew to: glibc does not split off less than
     /// 32 bytes, so 20 bytes grown in a 32-byte vector stayed in a 48-byte chunk).
@@ -39,6 +45,49 @@ impl Shapes {
     /// `packed` for keeping: its differences from the template of its length (which it
     /// becomes when there is none yet and room for one), or itself after [`WHOLE`].
     pub(crate) fn encode(&mut self, packed: &[u8]) -> Box<[u8]> {
+        self.encode_after(&[], packed)
+    }
+
+    /// [`Shapes::encode`] after a byte naming `head` (its index among the heads this endpoint
+    /// has seen), or [`WHOLE`] and `head` itself once [`MAX_HEADS`] are taken: what a session
+    /// keeps beside its rules (its placement) costs a byte in its allocation instead of its
+    /// own field beside it.
+    pub(crate) fn encode_with_head(&mut self, head: [u8; HEAD], packed: &[u8]) -> Box<[u8]> {
+        let mut pre = [WHOLE; 1 + HEAD];
+        let pre: &[u8] = match self.heads.iter().position(|h| *h == head) {
+            Some(i) => {
+                pre[0] = i as u8;
+                &pre[..1]
+            }
+            None if self.heads.len() < MAX_HEADS => {
+                pre[0] = self.heads.len() as u8;
+                self.heads.push(head);
+                &pre[..1]
+            }
+            None => {
+                pre[1..].copy_from_slice(&head);
+                &pre[..]
+            }
+        };
+        self.encode_after(pre, packed)
+    }
+
+    /// Appends the packed session `kept` ([`Shapes::encode_with_head`]) encodes to `out` and
+    /// returns its head; `None` when it does not decode (never panics).
+    pub(crate) fn decode_with_head(&self, kept: &[u8], out: &mut Vec<u8>) -> Option<[u8; HEAD]> {
+        let (&i, rest) = kept.split_first()?;
+        let (head, rest) = if i == WHOLE {
+            let (h, rest) = rest.split_first_chunk::<HEAD>()?;
+            (*h, rest)
+        } else {
+            (*self.heads.get(usize::from(i))?, rest)
+        };
+        self.decode(rest, out)?;
+        Some(head)
+    }
+
+    /// [`Shapes::encode`] after the bytes `pre`.
+    fn encode_after(&mut self, pre: &[u8], packed: &[u8]) -> Box<[u8]> {
         let id = match self.by_len.get(&packed.len()) {
             Some(&id) => id,
             None if self.templates.len() < MAX_TEMPLATES => {
@@ -48,7 +97,8 @@ impl Shapes {
                 id
             }
             None => {
-                let mut out = Vec::with_capacity(1 + packed.len());
+                let mut out = Vec::with_capacity(pre.len() + 1 + packed.len());
+                out.extend_from_slice(pre);
                 out.push(WHOLE);
                 out.extend_from_slice(packed);
                 return out.into_boxed_slice();
@@ -57,6 +107,7 @@ impl Shapes {
         let t = &self.templates[id as usize];
         let out = &mut self.scratch;
         out.clear();
+        out.extend_from_slice(pre);
         out.push(id);
         let (mut i, mut equal) = (0, 0);
         while i < packed.len() {
@@ -118,6 +169,7 @@ impl Shapes {
         self.templates.iter().map(|t| t.len()).sum::<usize>()
             + self.templates.capacity() * std::mem::size_of::<Box<[u8]>>()
             + self.by_len.capacity() * (std::mem::size_of::<(usize, u8)>() + 1)
+            + self.heads.capacity() * HEAD
             + self.scratch.capacity()
     }
 }
@@ -204,6 +256,46 @@ mod tests {
             if s.decode(&k, &mut out).is_some() && k.first() == Some(&0) {
                 prop_assert_eq!(out.len(), t.len());
             }
+        }
+    }
+
+    proptest! {
+        /// Sessions kept with heads read back with their heads, past the heads named by index
+        /// too, and cost one byte more than without a head while an index names it.
+        #[test]
+        fn heads_read_back(ps in proptest::collection::vec(
+            (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..40)), 1..60)) {
+            let mut s = Shapes::default();
+            let mut plain = Shapes::default();
+            let mut kept = Vec::new();
+            for (i, (h, p)) in ps.iter().enumerate() {
+                // Few heads, and more than MAX_HEADS of them once i passes 30.
+                let n = if i < 30 { h % 4 } else { *h };
+                let head = [n as u8, (n >> 8) as u8, 10, 2, 0, 1];
+                let k = s.encode_with_head(head, p);
+                let without = plain.encode(p);
+                if s.heads.contains(&head) {
+                    prop_assert_eq!(k.len(), without.len() + 1);
+                } else {
+                    prop_assert_eq!(k.len(), without.len() + 1 + HEAD);
+                }
+                kept.push((head, k));
+            }
+            for ((_, p), (head, k)) in ps.iter().zip(&kept) {
+                let mut out = Vec::new();
+                prop_assert_eq!(s.decode_with_head(k, &mut out), Some(*head));
+                prop_assert_eq!(&out, p);
+            }
+        }
+
+        /// Any bytes as a kept session with a head: decoded or refused, never a panic.
+        #[test]
+        fn any_bytes_decode_with_a_head_or_fail(t in proptest::collection::vec(any::<u8>(), 0..60),
+                                                k in proptest::collection::vec(any::<u8>(), 0..60)) {
+            let mut s = Shapes::default();
+            s.encode_with_head([1, 0, 10, 2, 0, 1], &t);
+            let mut out = Vec::new();
+            let _ = s.decode_with_head(&k, &mut out);
         }
     }
 

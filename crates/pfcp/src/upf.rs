@@ -44,6 +44,7 @@ use crate::ie::*;
 use crate::message::*;
 use crate::relay::{Relay, RelayKind};
 use crate::shapes::Shapes;
+use crate::teid_set::TeidSet;
 use crate::ue_index::UeIndex;
 use crate::vecmap::VecMap;
 use smallvec::SmallVec;
@@ -331,40 +332,53 @@ impl Session {
 /// Node ID and F-SEID and the rules, less than the bytes of the request that made them) and
 /// kept as its differences from the first packed session of its length ([`Shapes`]: an SMF's
 /// sessions differ in a few fields), in one allocation; decoded again ([`Stored::unpack`])
-/// only when a request changes or removes it. Its forwarding follows from its rules. 24 bytes
-/// and the kept ones, where the decoded session took 190 and 700.
+/// only when a request changes or removes it; its placement is the allocation's first byte
+/// (one of the few placements the endpoint has seen: [`Shapes::encode_with_head`]). Its
+/// forwarding follows from its rules. 16 bytes and the kept ones, where the decoded session
+/// took 190 and 700.
 #[derive(Clone, Debug)]
 struct Stored {
-    placement: Placement,
-    /// The packed session as [`Shapes::encode`] keeps it.
+    /// The placement and the packed session as [`Shapes::encode_with_head`] keeps them.
     kept: Box<[u8]>,
 }
 
+/// A placement as a head of [`Shapes::encode_with_head`]: the node (little-endian), the
+/// `ran` address.
+fn placement_head(p: Placement) -> [u8; crate::shapes::HEAD] {
+    let [a, b] = p.node.to_le_bytes();
+    let [c, d, e, f] = p.ran.octets();
+    [a, b, c, d, e, f]
+}
+
 impl Stored {
-    fn new(session: &Session, kept: Box<[u8]>) -> Stored {
+    fn new(shapes: &mut Shapes, session: &Session, packed: &[u8]) -> Stored {
         Stored {
-            placement: session.placement,
-            kept,
+            kept: shapes.encode_with_head(placement_head(session.placement), packed),
         }
     }
 
-    /// The packed session.
-    fn packed(&self, shapes: &Shapes) -> Vec<u8> {
+    /// The placement and the packed session.
+    fn packed(&self, shapes: &Shapes) -> (Placement, Vec<u8>) {
         let mut out = Vec::with_capacity(256);
-        shapes
-            .decode(&self.kept, &mut out)
+        let [a, b, c, d, e, f] = shapes
+            .decode_with_head(&self.kept, &mut out)
             .expect("kept sessions decode");
-        out
+        let placement = Placement {
+            node: u16::from_le_bytes([a, b]),
+            ran: Ipv4Addr::new(c, d, e, f),
+        };
+        (placement, out)
     }
 
     /// Whether the session is `node`'s.
     fn is_of(&self, shapes: &Shapes, node: &NodeId) -> bool {
-        packed_node_id(&self.packed(shapes)).is_ok_and(|n| n == *node)
+        packed_node_id(&self.packed(shapes).1).is_ok_and(|n| n == *node)
     }
 
     /// The session, decoded.
     fn unpack(&self, shapes: &Shapes) -> Session {
-        Self::session(self.placement, &self.packed(shapes))
+        let (placement, packed) = self.packed(shapes);
+        Self::session(placement, &packed)
     }
 
     /// The session of placement `placement` whose packed bytes are `packed`.
@@ -603,7 +617,7 @@ pub struct Upf<S> {
     sessions: HashMap<u64, Stored>,
     /// Which session holds each UE address (installed or being installed), by [`ue_slot`].
     ue_index: UeIndex,
-    teids: HashSet<u32>,
+    teids: TeidSet,
     next_teid: u32,
     next_seid: u64,
     /// Sessions (and associations, by node) with a change being installed.
@@ -639,6 +653,7 @@ impl<S: Sessions> Upf<S> {
     /// An endpoint with no association.
     pub fn new(config: Config, sessions: S) -> Self {
         let n = config.expected_sessions;
+        let teids = TeidSet::new(config.allocator_id);
         Upf {
             config,
             sessions_impl: sessions,
@@ -646,7 +661,7 @@ impl<S: Sessions> Upf<S> {
             by_addr: HashMap::default(),
             sessions: HashMap::with_capacity_and_hasher(n, Default::default()),
             ue_index: UeIndex::with_capacity(n),
-            teids: HashSet::with_capacity_and_hasher(n, Default::default()),
+            teids,
             next_teid: 1,
             next_seid: 1,
             busy: HashSet::default(),
@@ -711,7 +726,7 @@ impl<S: Sessions> Upf<S> {
             packed: self.packed_bytes,
             packed_chunks: self.packed_chunks,
             ue_index: self.ue_index.bytes(),
-            teids: table_bytes::<u32>(self.teids.capacity()),
+            teids: self.teids.bytes(),
             responses: table_bytes::<((SocketAddr, u32), Vec<u8>)>(self.cache.capacity())
                 + self.cache_bytes,
             shapes: self.shapes.bytes(),
@@ -730,9 +745,10 @@ impl<S: Sessions> Upf<S> {
 
     /// The forwarding and placement of installed session `up_seid`.
     pub fn session(&self, up_seid: u64) -> Option<(Forwarding, Placement)> {
-        self.sessions
-            .get(&up_seid)
-            .map(|s| (s.unpack(&self.shapes).fwd, s.placement))
+        self.sessions.get(&up_seid).map(|s| {
+            let session = s.unpack(&self.shapes);
+            (session.fwd, session.placement)
+        })
     }
 
     /// The UP SEIDs of the installed sessions.
@@ -1049,7 +1065,7 @@ impl<S: Sessions> Upf<S> {
     fn reply_seid(&self, from: SocketAddr, up_seid: u64) -> u64 {
         match (self.sessions.get(&up_seid), self.by_addr.get(&from.ip())) {
             (Some(s), Some(node)) => {
-                let packed = s.packed(&self.shapes);
+                let (_, packed) = s.packed(&self.shapes);
                 match packed_node_id(&packed) {
                     Ok(n) if n == *node => packed_cp_seid(&packed).unwrap_or(0),
                     _ => 0,
@@ -1358,8 +1374,8 @@ impl<S: Sessions> Upf<S> {
                     ipv4: Some(self.config.pfcp_addr),
                     ipv6: None,
                 };
-                let kept = self.shapes.encode(&packed);
-                self.keep(seid, Stored::new(&session, kept));
+                let kept = Stored::new(&mut self.shapes, &session, &packed);
+                self.keep(seid, kept);
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -1395,18 +1411,18 @@ impl<S: Sessions> Upf<S> {
                         .iter()
                         .filter(|t| !old_teids.contains(t))
                     {
-                        self.teids.remove(teid);
+                        self.teids.remove(*teid);
                     }
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
                 let (new_ues, new_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
-                let kept = self.shapes.encode(&packed);
-                self.keep(seid, Stored::new(&session, kept));
+                let kept = Stored::new(&mut self.shapes, &session, &packed);
+                self.keep(seid, kept);
                 for ue in old_ues.iter().filter(|u| !new_ues.contains(u)) {
                     self.ue_index.remove(ue);
                 }
                 for teid in old_teids.iter().filter(|t| !new_teids.contains(t)) {
-                    self.teids.remove(teid);
+                    self.teids.remove(*teid);
                 }
                 Message {
                     seid: reply_seid,
@@ -1500,7 +1516,7 @@ impl<S: Sessions> Upf<S> {
             }
         }
         for teid in teids_of(&s.rules) {
-            self.teids.remove(&teid);
+            self.teids.remove(teid);
         }
     }
 
@@ -1670,7 +1686,9 @@ impl<S: Sessions> Upf<S> {
         for ue in ue_slots(&s.rules) {
             self.ue_index.insert(ue, seid);
         }
-        self.teids.extend(teids_of(&s.rules));
+        for t in teids_of(&s.rules) {
+            self.teids.insert(t);
+        }
     }
 
     /// Every UE address of `rules` is free or already `seid`'s.
@@ -1750,7 +1768,7 @@ impl<S: Sessions> Upf<S> {
         for _ in 0..(1u32 << 24) {
             let t = prefix | (self.next_teid & 0xff_ffff);
             self.next_teid = self.next_teid.wrapping_add(1);
-            if t & 0xff_ffff != 0 && !self.teids.contains(&t) && !taken.contains(&t) {
+            if t & 0xff_ffff != 0 && !self.teids.contains(t) && !taken.contains(&t) {
                 return Some(t);
             }
         }
@@ -1762,10 +1780,10 @@ impl<S: Sessions> Upf<S> {
     fn owned(&self, from: SocketAddr, seid: u64) -> Option<(Placement, Vec<u8>)> {
         let node = self.by_addr.get(&from.ip())?;
         let s = self.sessions.get(&seid)?;
-        let packed = s.packed(&self.shapes);
+        let (placement, packed) = s.packed(&self.shapes);
         packed_node_id(&packed)
             .is_ok_and(|n| n == *node)
-            .then_some((s.placement, packed))
+            .then_some((placement, packed))
     }
 
     fn modify(
