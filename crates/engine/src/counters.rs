@@ -63,8 +63,9 @@ pub enum Drop {
     /// Traffic on the access port that is not a G-PDU or an Echo Request (plain IP, other
     /// GTP-U messages).
     NotGpdu,
-    /// An IPv4, IPv6 or ARP frame on the fabric: traffic between the nodes' own kernels (the
-    /// control plane's UDP between fabric addresses), not a fabric frame. The kernel has its
+    /// An IPv4, IPv6 or ARP frame on the fabric: traffic between the nodes' own kernels (ARP,
+    /// or the control plane's UDP in a cluster made before it moved to the control network),
+    /// not a fabric frame. The kernel has its
     /// own copy; the engine leaves it alone and counts it in [`PortCounters::host`], not as a
     /// drop.
     Host,
@@ -127,8 +128,8 @@ pub struct PortCounters {
     pub to_fabric: u64,
     /// Frames received here and dropped (all reasons).
     pub dropped: u64,
-    /// Frames left to the node's own kernel ([`Drop::Host`]: the control plane's traffic on
-    /// the fabric), counted here and not as drops.
+    /// Frames left to the node's own kernel ([`Drop::Host`]: the kernels' own traffic on the
+    /// fabric), counted here and not as drops.
     pub host: u64,
 }
 

@@ -42,7 +42,7 @@
 //! | `fivegs_ep_n3_gtp_outdatapktn3upf_total` | counter | | TS 28.552 GTP.OutDataPktN3UPF: G-PDUs this node sent on N3 (downstream packets, every fabric-crossing count) |
 //! | `scalebricks_packets_total` | counter | `port`, `direction` | frames the engine took from (`rx`) or gave to (`tx`) the port |
 //! | `scalebricks_fabric_forwarded_packets_total` | counter | `port` | frames received on the port that the engine sent on over the fabric |
-//! | `scalebricks_host_frames_total` | counter | `port` | frames left to the node's kernel (on the fabric: the control plane's UDP), not drops |
+//! | `scalebricks_host_frames_total` | counter | `port` | frames left to the node's kernel (on the fabric: the kernels' own ARP and IP), not drops |
 //! | `scalebricks_dropped_packets_total` | counter | `port`, `reason` | frames received on the port and dropped, by reason (`sb_engine::Drop::label`; `malformed` for every parser error); the reasons of a port sum to all its drops; every reason is present, also at 0 |
 //! | `scalebricks_malformed_packets_total` | counter | `reason` | malformed frames by parser error (`sb_wire::WireError::label`), all ports |
 //! | `scalebricks_fabric_crossings` | histogram | `le` 0, 1, 2, +Inf | downstream packets sent on N3 by how often they crossed the fabric (the `+Inf` bucket holds 3 or more, counted as 3 in `_sum`) |
@@ -364,7 +364,7 @@ fn data_plane(enc: &mut DescriptorEncoder, c: &Counters) -> Result<(), std::fmt:
     family(
         enc,
         "scalebricks_host_frames",
-        "Frames on each port left to the node's own kernel (on the fabric: the control plane's UDP), not drops.",
+        "Frames on each port left to the node's own kernel (on the fabric: the kernels' own ARP and IP), not drops.",
         Counter,
         PortId::ALL
             .into_iter()
