@@ -315,6 +315,12 @@ impl ClusterSpec {
         self.owner_of_block(b)
     }
 
+    /// Whether a prune of owner `owner` that keeps `keep` ([`Event::FibPrune`]) removes `key`:
+    /// a key of `owner`'s range that it did not send again.
+    pub fn pruned(&self, owner: NodeId, keep: &KeySet, key: &[u8]) -> bool {
+        self.owner_of(key) == owner && !keep.contains(key)
+    }
+
     /// The node owning block `b`.
     pub fn owner_of_block(&self, b: u64) -> NodeId {
         // Ranges are contiguous and in order: binary search on the starts.
@@ -444,8 +450,8 @@ pub enum Event {
         key: Bytes,
     },
     /// Only without [`Tuning::fib_map`]: owner `owner` restarted and has sent this node its
-    /// slice again; every key of `owner`'s range ([`ClusterSpec::owner_of`]) that is not in
-    /// `keep` is no longer this node's to handle (remove it as [`Event::FibRemove`] would).
+    /// slice again; every key [`ClusterSpec::pruned`] names (of `owner`'s range, not in
+    /// `keep`) is no longer this node's to handle (remove it as [`Event::FibRemove`] would).
     FibPrune {
         /// The owner.
         owner: NodeId,

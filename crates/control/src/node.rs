@@ -1924,7 +1924,7 @@ impl Node {
                             .fib
                             .iter()
                             .map(|(k, _)| k)
-                            .filter(|k| !sync.contains(*k) && self.spec.owner_of(k) == o)
+                            .filter(|k| self.spec.pruned(o, &sync, k))
                             .map(Bytes::from_slice)
                             .collect();
                         for k in stale {

@@ -388,7 +388,7 @@ impl Sim {
                 }
                 Event::FibPrune { owner, keep } => {
                     let spec = &self.spec;
-                    self.fibs[ii].retain(|k, _| spec.owner_of(k) != owner || keep.contains(k));
+                    self.fibs[ii].retain(|k, _| !spec.pruned(owner, &keep, k));
                 }
                 Event::GptDelta(d) => match &mut self.gpts[ii] {
                     Some(g) => {

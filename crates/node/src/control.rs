@@ -270,7 +270,7 @@ impl DataPlane {
     fn prune(&mut self, spec: &ClusterSpec, owner: u16, keep: &sb_control::KeySet, now: Instant) {
         let mut stale = Vec::new();
         self.fib.for_each(|k, _| {
-            if spec.owner_of(k) == owner && !keep.contains(k) {
+            if spec.pruned(owner, keep, k) {
                 stale.push(Bytes::from_slice(k));
             }
         });

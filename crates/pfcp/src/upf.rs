@@ -350,6 +350,14 @@ fn placement_head(p: Placement) -> [u8; crate::shapes::HEAD] {
     [a, b, c, d, e, f]
 }
 
+/// The placement [`placement_head`] made `head` of.
+fn placement_of_head([a, b, c, d, e, f]: [u8; crate::shapes::HEAD]) -> Placement {
+    Placement {
+        node: u16::from_le_bytes([a, b]),
+        ran: Ipv4Addr::new(c, d, e, f),
+    }
+}
+
 impl Stored {
     fn new(shapes: &mut Shapes, session: &Session, packed: &[u8]) -> Stored {
         Stored {
@@ -360,14 +368,10 @@ impl Stored {
     /// The placement and the packed session.
     fn packed(&self, shapes: &Shapes) -> (Placement, Vec<u8>) {
         let mut out = Vec::with_capacity(256);
-        let [a, b, c, d, e, f] = shapes
+        let head = shapes
             .decode_with_head(&self.kept, &mut out)
             .expect("kept sessions decode");
-        let placement = Placement {
-            node: u16::from_le_bytes([a, b]),
-            ran: Ipv4Addr::new(c, d, e, f),
-        };
-        (placement, out)
+        (placement_of_head(head), out)
     }
 
     /// Whether the session is `node`'s.
@@ -1063,16 +1067,9 @@ impl<S: Sessions> Upf<S> {
 
     /// The response header SEID for a request about `up_seid` from `from`.
     fn reply_seid(&self, from: SocketAddr, up_seid: u64) -> u64 {
-        match (self.sessions.get(&up_seid), self.by_addr.get(&from.ip())) {
-            (Some(s), Some(node)) => {
-                let (_, packed) = s.packed(&self.shapes);
-                match packed_node_id(&packed) {
-                    Ok(n) if n == *node => packed_cp_seid(&packed).unwrap_or(0),
-                    _ => 0,
-                }
-            }
-            _ => 0,
-        }
+        self.owned(from, up_seid)
+            .and_then(|(_, packed)| packed_cp_seid(&packed).ok())
+            .unwrap_or(0)
     }
 
     fn our_node(&self) -> NodeId {
