@@ -204,8 +204,9 @@ fn flows_move_between_nodes_under_traffic_without_a_miss() {
     std::thread::sleep(Duration::from_millis(1200));
     let st = c.status();
     // The update traffic (10,000 acknowledged updates: requests, deltas and acks between the
-    // nodes, 158 of them seen on node 0's fabric port when they ran there) ran on the control
-    // network: none of it reached the data plane's fabric ring.
+    // nodes; one run of this test with them on the fabric addresses counted 158 on node 0's
+    // fabric port) ran on the control network: none of it reached the data plane's fabric
+    // ring.
     for i in 0..NODES {
         let host = u(&st["node_status"][i]["engine"]["ports"]["fabric"]["host"]);
         assert!(
