@@ -83,7 +83,7 @@
 //! | `scalebricks_control_dropped_datagrams_total` | counter | `reason` | `dropped` (an object): control datagrams dropped, by reason |
 //! | `scalebricks_control_retransmits_total` | counter | | `retransmits` |
 //! | `scalebricks_log_bytes` | gauge | | [`Snapshot::log_bytes`]: bytes of the node's update log |
-//! | `scalebricks_memory_bytes` | gauge | `structure` | `memory` (an object of numbers, a nested object's fields named `outer_inner`): what grows with the keys beside the tables, by structure (`sb_control::Memory`; under `pfcp`, the PFCP endpoint's `sb_pfcp::Memory`). `table_rib_entries` is part of `table_rib`; `pfcp_packed` and `pfcp_packed_chunks` count the same allocations (their bytes, and as glibc's malloc sizes them) |
+//! | `scalebricks_memory_bytes` | gauge | `structure` | `memory` (an object of numbers, a nested object's fields named `outer_inner`): what grows with the keys beside the tables, by structure (`sb_control::Memory`; under `pfcp`, the PFCP endpoint's `sb_pfcp::Memory`). `table_rib_entries` is part of `table_rib`; `pfcp_packed` is the kept sessions' bytes and `pfcp_packed_chunks` what holds them (the session slab's pools of 64 KiB chunks, and glibc's chunks for the few longer than 255 bytes); `pfcp_sessions` is the slab's slots |
 //!
 //! PFCP (from [`Snapshot::pfcp`], message counts keyed by [`PfcpKey`]; absent without it). The
 //! keys are snake_case names: `message` a TS 29.244 message type

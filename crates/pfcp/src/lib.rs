@@ -135,6 +135,7 @@ pub mod ie;
 pub mod message;
 pub mod relay;
 mod shapes;
+mod slab;
 pub mod smf;
 mod teid_set;
 mod ue_index;

@@ -44,6 +44,7 @@ use crate::ie::*;
 use crate::message::*;
 use crate::relay::{Relay, RelayKind};
 use crate::shapes::Shapes;
+use crate::slab::Slab;
 use crate::teid_set::TeidSet;
 use crate::ue_index::UeIndex;
 use crate::vecmap::VecMap;
@@ -68,7 +69,9 @@ pub struct Config {
     /// The most sessions this endpoint holds; more get No resources available.
     pub max_sessions: usize,
     /// The top byte of every TEID and the top 16 bits of every SEID we allocate, so that the
-    /// endpoints of one cluster never allocate the same (2^24 - 1 TEIDs each).
+    /// endpoints of one cluster never allocate the same (2^24 - 1 TEIDs each). A SEID's low 48
+    /// bits name the slot of the endpoint's session slab its session is kept in, and the
+    /// slot's generation: a deleted session's SEID names nothing after.
     pub allocator_id: u8,
     /// How long a response is kept to answer retransmissions (TS 29.244: at least N1 * T1).
     pub response_ttl: Duration,
@@ -78,7 +81,7 @@ pub struct Config {
     /// replicated to the others and session requests for SEIDs another endpoint allocated
     /// are relayed to it ([`Upf::poll_relay`], [`Upf::handle_relay`]; see [`crate::relay`]).
     pub relay: bool,
-    /// Sessions this endpoint is expected to hold: its session maps are allocated for that
+    /// Sessions this endpoint is expected to hold: its session maps and slab are allocated for that
     /// many at start and do not grow (and stall) until it holds more. 0: they grow as
     /// sessions come.
     pub expected_sessions: usize,
@@ -331,15 +334,15 @@ impl Session {
 /// An installed session as kept: its placement, the rest packed ([`Session::pack`]: the CP's
 /// Node ID and F-SEID and the rules, less than the bytes of the request that made them) and
 /// kept as its differences from the first packed session of its length ([`Shapes`]: an SMF's
-/// sessions differ in a few fields), in one allocation; decoded again ([`Stored::unpack`])
-/// only when a request changes or removes it; its placement is the allocation's first byte
-/// (one of the few placements the endpoint has seen: [`Shapes::encode_with_head`]). Its
-/// forwarding follows from its rules. 16 bytes and the kept ones, where the decoded session
-/// took 190 and 700.
-#[derive(Clone, Debug)]
-struct Stored {
+/// sessions differ in a few fields), in the endpoint's [`Slab`] under its SEID; decoded again
+/// ([`Stored::unpack`]) only when a request changes or removes it; its placement is the kept
+/// bytes' first byte (one of the few placements the endpoint has seen:
+/// [`Shapes::encode_with_head`]). Its forwarding follows from its rules. 8 bytes of slot and
+/// the kept ones, where the decoded session took 190 and 700.
+#[derive(Clone, Copy, Debug)]
+struct Stored<'a> {
     /// The placement and the packed session as [`Shapes::encode_with_head`] keeps them.
-    kept: Box<[u8]>,
+    kept: &'a [u8],
 }
 
 /// A placement as a head of [`Shapes::encode_with_head`]: the node (little-endian), the
@@ -358,18 +361,17 @@ fn placement_of_head([a, b, c, d, e, f]: [u8; crate::shapes::HEAD]) -> Placement
     }
 }
 
-impl Stored {
-    fn new(shapes: &mut Shapes, session: &Session, packed: &[u8]) -> Stored {
-        Stored {
-            kept: shapes.encode_with_head(placement_head(session.placement), packed),
-        }
+impl Stored<'_> {
+    /// The bytes to keep of `session`, packed as `packed`.
+    fn encode(shapes: &mut Shapes, session: &Session, packed: &[u8]) -> Box<[u8]> {
+        shapes.encode_with_head(placement_head(session.placement), packed)
     }
 
     /// The placement and the packed session.
     fn packed(&self, shapes: &Shapes) -> (Placement, Vec<u8>) {
         let mut out = Vec::with_capacity(256);
         let head = shapes
-            .decode_with_head(&self.kept, &mut out)
+            .decode_with_head(self.kept, &mut out)
             .expect("kept sessions decode");
         (placement_of_head(head), out)
     }
@@ -580,12 +582,15 @@ struct Pending {
 /// land in it at random), and what the entries point to as held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Memory {
-    /// The session map (UP SEID -> placement and kept rules).
+    /// The session slab's slots (UP SEID -> where the session is kept: 8 bytes per slot
+    /// used) and its list of free slots.
     pub sessions: usize,
     /// The sessions' kept rules (their bytes): each packed session's differences from the
     /// first one of its length.
     pub packed: usize,
-    /// The same allocations as glibc's malloc sizes them (computed: [`malloc_chunk`]).
+    /// What holds them: the slab's pools, 64 KiB chunks of records of one length each, and
+    /// the allocations of the few kept sessions longer than 255 bytes as glibc's malloc sizes
+    /// them ([`malloc_chunk`]).
     pub packed_chunks: usize,
     /// The UE address index.
     pub ue_index: usize,
@@ -618,12 +623,12 @@ pub struct Upf<S> {
     sessions_impl: S,
     associations: HashMap<NodeId, Association>,
     by_addr: HashMap<IpAddr, NodeId>,
-    sessions: HashMap<u64, Stored>,
+    /// The installed sessions by UP SEID (and the SEIDs of those being established).
+    sessions: Slab,
     /// Which session holds each UE address (installed or being installed), by [`ue_slot`].
     ue_index: UeIndex,
     teids: TeidSet,
     next_teid: u32,
-    next_seid: u64,
     /// Sessions (and associations, by node) with a change being installed.
     busy: HashSet<u64>,
     busy_nodes: HashSet<NodeId>,
@@ -637,10 +642,6 @@ pub struct Upf<S> {
     cache_bytes: usize,
     /// The templates of kept sessions.
     shapes: Shapes,
-    /// Bytes of the kept sessions ([`Stored::kept`]), and of their allocations as glibc's
-    /// malloc sizes them ([`malloc_chunk`]).
-    packed_bytes: usize,
-    packed_chunks: usize,
     next_token: u64,
     stats: Stats,
     /// Relays for other endpoints, drained by [`Upf::poll_relay`].
@@ -658,16 +659,16 @@ impl<S: Sessions> Upf<S> {
     pub fn new(config: Config, sessions: S) -> Self {
         let n = config.expected_sessions;
         let teids = TeidSet::new(config.allocator_id);
+        let slab = Slab::new(config.allocator_id, n);
         Upf {
             config,
             sessions_impl: sessions,
             associations: HashMap::default(),
             by_addr: HashMap::default(),
-            sessions: HashMap::with_capacity_and_hasher(n, Default::default()),
+            sessions: slab,
             ue_index: UeIndex::with_capacity(n),
             teids,
             next_teid: 1,
-            next_seid: 1,
             busy: HashSet::default(),
             busy_nodes: HashSet::default(),
             establishing: 0,
@@ -677,8 +678,6 @@ impl<S: Sessions> Upf<S> {
             cache_order: VecDeque::new(),
             cache_bytes: 0,
             shapes: Shapes::default(),
-            packed_bytes: 0,
-            packed_chunks: 0,
             next_token: 1,
             stats: Stats::default(),
             relays: VecDeque::new(),
@@ -711,13 +710,10 @@ impl<S: Sessions> Upf<S> {
     /// [`Upf::memory`] counted again by walking every session and cached response (what the
     /// running counts must equal; for tests and audits: it takes time in the sessions).
     pub fn recount_memory(&self) -> Memory {
-        let (packed, chunks) = self.sessions.values().fold((0, 0), |(p, c), s| {
-            (p + s.kept.len(), c + malloc_chunk(s.kept.len()))
-        });
+        let packed = self.sessions.iter().map(|(_, kept)| kept.len()).sum();
         let cached: usize = self.cache.values().map(Vec::len).sum();
         Memory {
             packed,
-            packed_chunks: chunks,
             responses: table_bytes::<((SocketAddr, u32), Vec<u8>)>(self.cache.capacity()) + cached,
             ..self.memory()
         }
@@ -726,9 +722,9 @@ impl<S: Sessions> Upf<S> {
     /// Bytes the endpoint holds for its sessions, by structure.
     pub fn memory(&self) -> Memory {
         Memory {
-            sessions: table_bytes::<(u64, Stored)>(self.sessions.capacity()),
-            packed: self.packed_bytes,
-            packed_chunks: self.packed_chunks,
+            sessions: self.sessions.slot_bytes(),
+            packed: self.sessions.held(),
+            packed_chunks: self.sessions.record_bytes(),
             ue_index: self.ue_index.bytes(),
             teids: self.teids.bytes(),
             responses: table_bytes::<((SocketAddr, u32), Vec<u8>)>(self.cache.capacity())
@@ -749,15 +745,15 @@ impl<S: Sessions> Upf<S> {
 
     /// The forwarding and placement of installed session `up_seid`.
     pub fn session(&self, up_seid: u64) -> Option<(Forwarding, Placement)> {
-        self.sessions.get(&up_seid).map(|s| {
-            let session = s.unpack(&self.shapes);
+        self.sessions.get(up_seid).map(|kept| {
+            let session = Stored { kept }.unpack(&self.shapes);
             (session.fwd, session.placement)
         })
     }
 
     /// The UP SEIDs of the installed sessions.
     pub fn session_ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.sessions.keys().copied()
+        self.sessions.iter().map(|(seid, _)| seid)
     }
 
     /// Handles one datagram from `from` at time `now` (any fixed epoch): the datagrams to
@@ -895,7 +891,7 @@ impl<S: Sessions> Upf<S> {
             && home != 0
             && (self.config.endpoints == 0 || home <= self.config.endpoints)
             && home != self.config.allocator_id
-            && !self.sessions.contains_key(&seid)
+            && !self.sessions.contains(seid)
             && self.by_addr.contains_key(&from.ip());
         relayed.then_some(home)
     }
@@ -1208,8 +1204,8 @@ impl<S: Sessions> Upf<S> {
     /// setup and release are rare; an index per association cost 14 bytes per session).
     fn sessions_of<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = u64> + 'a {
         (self.sessions.iter())
-            .filter(move |(_, s)| s.is_of(&self.shapes, node))
-            .map(|(seid, _)| *seid)
+            .filter(move |(_, kept)| Stored { kept }.is_of(&self.shapes, node))
+            .map(|(seid, _)| seid)
     }
 
     fn association_update(
@@ -1295,7 +1291,11 @@ impl<S: Sessions> Upf<S> {
         seids.sort_unstable();
         let mut changes: Changes = Default::default();
         for s in &seids {
-            let sess = self.sessions[s].unpack(&self.shapes);
+            let kept = self
+                .sessions
+                .get(*s)
+                .expect("sessions_of gives kept sessions");
+            let sess = Stored { kept }.unpack(&self.shapes);
             let (fib, ues) = sess
                 .fwd
                 .changes(&Forwarding::default(), sess.placement.node);
@@ -1364,6 +1364,7 @@ impl<S: Sessions> Upf<S> {
                 self.establishing -= 1;
                 if let Err(f) = result {
                     self.forget(&session, seid);
+                    self.sessions.unreserve(seid);
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
                 let up_f_seid = FSeid {
@@ -1371,8 +1372,8 @@ impl<S: Sessions> Upf<S> {
                     ipv4: Some(self.config.pfcp_addr),
                     ipv6: None,
                 };
-                let kept = Stored::new(&mut self.shapes, &session, &packed);
-                self.keep(seid, kept);
+                let kept = Stored::encode(&mut self.shapes, &session, &packed);
+                self.sessions.keep(seid, &kept);
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -1413,8 +1414,8 @@ impl<S: Sessions> Upf<S> {
                     return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
                 }
                 let (new_ues, new_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
-                let kept = Stored::new(&mut self.shapes, &session, &packed);
-                self.keep(seid, kept);
+                let kept = Stored::encode(&mut self.shapes, &session, &packed);
+                self.sessions.keep(seid, &kept);
                 for ue in old_ues.iter().filter(|u| !new_ues.contains(u)) {
                     self.ue_index.remove(ue);
                 }
@@ -1488,20 +1489,9 @@ impl<S: Sessions> Upf<S> {
     }
 
     fn remove_session(&mut self, seid: u64) {
-        if let Some(s) = self.sessions.remove(&seid) {
-            self.packed_bytes -= s.kept.len();
-            self.packed_chunks -= malloc_chunk(s.kept.len());
-            self.forget(&s.unpack(&self.shapes), seid);
-        }
-    }
-
-    /// Keeps session `seid` (replacing what was kept), counting its packed bytes.
-    fn keep(&mut self, seid: u64, s: Stored) {
-        self.packed_bytes += s.kept.len();
-        self.packed_chunks += malloc_chunk(s.kept.len());
-        if let Some(old) = self.sessions.insert(seid, s) {
-            self.packed_bytes -= old.kept.len();
-            self.packed_chunks -= malloc_chunk(old.kept.len());
+        if let Some(kept) = self.sessions.remove(seid) {
+            let session = Stored { kept: &kept }.unpack(&self.shapes);
+            self.forget(&session, seid);
         }
     }
 
@@ -1607,8 +1597,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::ie(Cause::CONDITIONAL_IE_MISSING, ie_type::UE_IP_ADDRESS),
             ));
         }
-        let seid = self.alloc_seid();
-        if let Err(rej) = self.check_ues(&rules, seid) {
+        if let Err(rej) = self.check_ues(&rules, None) {
             return Some(self.reject(t, reply_seid, seq, rej));
         }
         let created = match self.allocate_teids(&mut rules, &VecMap::new(), &created_ids) {
@@ -1646,6 +1635,7 @@ impl<S: Sessions> Upf<S> {
             Ok(p) => p,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
+        let seid = self.sessions.reserve();
         self.reserve(&session, seid);
         self.busy.insert(seid);
         self.establishing += 1;
@@ -1664,20 +1654,6 @@ impl<S: Sessions> Upf<S> {
         )
     }
 
-    fn alloc_seid(&mut self) -> u64 {
-        let prefix = u64::from(self.config.allocator_id) << 48;
-        loop {
-            let s = prefix | (self.next_seid & ((1 << 48) - 1));
-            self.next_seid = self.next_seid.wrapping_add(1);
-            if s & ((1 << 48) - 1) != 0
-                && !self.sessions.contains_key(&s)
-                && !self.busy.contains(&s)
-            {
-                return s;
-            }
-        }
-    }
-
     /// Marks the UE addresses and TEIDs of `s` as taken by `seid`.
     fn reserve(&mut self, s: &Session, seid: u64) {
         for ue in ue_slots(&s.rules) {
@@ -1688,11 +1664,15 @@ impl<S: Sessions> Upf<S> {
         }
     }
 
-    /// Every UE address of `rules` is free or already `seid`'s.
-    fn check_ues(&self, rules: &Rules, seid: u64) -> Result<(), Reject> {
+    /// Every UE address of `rules` is free or already `seid`'s (`None`: a new session's).
+    fn check_ues(&self, rules: &Rules, seid: Option<u64>) -> Result<(), Reject> {
         for (id, (p, _)) in &rules.pdrs {
             for ue in pdr_ues(p) {
-                if self.ue_index.get(&ue_slot(&ue)).is_some_and(|s| s != seid) {
+                if self
+                    .ue_index
+                    .get(&ue_slot(&ue))
+                    .is_some_and(|s| Some(s) != seid)
+                {
                     return Err(Reject::rule(FailedRuleId::Pdr(*id)));
                 }
             }
@@ -1776,8 +1756,8 @@ impl<S: Sessions> Upf<S> {
     /// (decoded from what is kept once, for the check, the response's SEID and the rules).
     fn owned(&self, from: SocketAddr, seid: u64) -> Option<(Placement, Vec<u8>)> {
         let node = self.by_addr.get(&from.ip())?;
-        let s = self.sessions.get(&seid)?;
-        let (placement, packed) = s.packed(&self.shapes);
+        let kept = self.sessions.get(seid)?;
+        let (placement, packed) = Stored { kept }.packed(&self.shapes);
         packed_node_id(&packed)
             .is_ok_and(|n| n == *node)
             .then_some((placement, packed))
@@ -1944,7 +1924,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::ie(Cause::CONDITIONAL_IE_MISSING, ie_type::UE_IP_ADDRESS),
             ));
         }
-        if let Err(rej) = self.check_ues(&session.rules, seid) {
+        if let Err(rej) = self.check_ues(&session.rules, Some(seid)) {
             return Some(self.reject(t, reply_seid, seq, rej));
         }
         let created = match self.allocate_teids(&mut session.rules, &old_pdrs, &touched) {

@@ -413,10 +413,8 @@ fn check_consistent(upf: &Upf<Cluster>) {
     let m = upf.memory();
     assert_eq!(m, upf.recount_memory());
     assert_eq!(m.packed == 0, upf.session_count() == 0, "{m:?}");
-    assert!(
-        m.packed_chunks >= m.packed + 8 * upf.session_count(),
-        "{m:?}"
-    );
+    assert!(m.packed_chunks >= m.packed, "{m:?}");
+    assert!(m.sessions >= 8 * upf.session_count(), "{m:?}");
 }
 
 #[test]
@@ -679,11 +677,56 @@ fn delete_then_session_context_not_found() {
     let (_, r) = smf.modify(&mut upf, up, drop_downlink());
     assert_eq!(r.cause, Cause::SESSION_CONTEXT_NOT_FOUND);
     // The UE address is free again.
-    assert_eq!(
-        smf.establish(&mut upf, session(0x56, v4(3), Some((1, ENB))))
-            .cause,
-        Cause::REQUEST_ACCEPTED
-    );
+    let again = smf.establish(&mut upf, session(0x56, v4(3), Some((1, ENB))));
+    assert_eq!(again.cause, Cause::REQUEST_ACCEPTED);
+    // The new session has the old one's slot, not its SEID: the old SEID still names nothing.
+    let again = again.up_f_seid.unwrap().seid;
+    assert_eq!(again & 0xffff_ffff, up & 0xffff_ffff, "the slot is reused");
+    assert_ne!(again, up);
+    let (_, r) = smf.modify(&mut upf, up, drop_downlink());
+    assert_eq!(r.cause, Cause::SESSION_CONTEXT_NOT_FOUND);
+    let (seid, r) = smf.delete(&mut upf, up);
+    assert_eq!((seid, r.cause), (Some(0), Cause::SESSION_CONTEXT_NOT_FOUND));
+    assert_eq!(upf.session_count(), 1);
+    check_consistent(&upf);
+}
+
+/// Establishments the cluster refuses and deleted sessions give their SEIDs' slots back: a
+/// thousand of each leave the endpoint holding as many slots as it did after the first, and
+/// none of their SEIDs names a session after.
+#[test]
+fn failed_establishments_and_deletions_give_their_slots_back() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let first = smf.establish(&mut upf, session(1, v4(1), Some((1, ENB))));
+    let first = first.up_f_seid.unwrap().seid;
+    let mut gone = Vec::new();
+    let mut slots = 0;
+    for i in 0..1000u64 {
+        upf.sessions_impl_mut().fail_next = Some(Failure::NoResources);
+        let r = smf.establish(&mut upf, session(i + 2, v4(2), Some((1, ENB))));
+        assert_eq!(r.cause, Cause::NO_RESOURCES_AVAILABLE);
+        let r = smf.establish(&mut upf, session(i + 2, v4(2), Some((1, ENB))));
+        assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+        let seid = r.up_f_seid.unwrap().seid;
+        assert!(!gone.contains(&seid), "a SEID is given out once");
+        let (_, r) = smf.delete(&mut upf, seid);
+        assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+        gone.push(seid);
+        if i == 0 {
+            slots = upf.memory().sessions;
+        }
+        assert_eq!(upf.memory().sessions, slots, "after {i}");
+    }
+    for seid in gone.iter().step_by(97) {
+        let (_, r) = smf.modify(&mut upf, *seid, drop_downlink());
+        assert_eq!(r.cause, Cause::SESSION_CONTEXT_NOT_FOUND);
+    }
+    let (_, r) = smf.modify(&mut upf, first, drop_downlink());
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.session_count(), 1);
+    check_consistent(&upf);
 }
 
 #[test]

@@ -1,0 +1,409 @@
+//! The endpoint's sessions by UP SEID, in a slab.
+//!
+//! The endpoint chooses its sessions' SEIDs, so a SEID can name where its session is kept: its
+//! low 32 bits are a slot of an array and the 16 above them the slot's generation, which moves
+//! on each time the slot is freed (a SEID of a deleted session then names nothing, until the
+//! slot has been reused 65,535 times). The top 16 bits stay the endpoint's allocator id, as
+//! [`crate::upf::Config::allocator_id`] says. A slot is one `u64`: generation, length and where
+//! the kept bytes are. Kept sessions of up to [`POOLED`] bytes sit in pools, one per length,
+//! of 64 KiB chunks holding records back to back (a freed record is reused by the next session
+//! of its length); longer ones get an allocation of their own.
+//!
+//! A hash map from SEID to a boxed slice took 25 bytes per entry at hashbrown's load (41.9
+//! bytes per session at 10M sessions on 4 nodes) and glibc's chunk for each kept session, 32
+//! bytes for the usual 19-25: here a session costs its slot (8 bytes) and its kept bytes.
+
+use std::collections::VecDeque;
+
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Kept sessions of at most this many bytes go to the pools.
+pub(crate) const POOLED: usize = 255;
+/// Bytes of a pool's chunk.
+const CHUNK: usize = 64 * 1024;
+/// A slot's length field for a session kept in an allocation of its own.
+const BIG: u64 = 0xffff;
+/// A free slot's and a reserved slot's `at` field (their length is 0).
+const FREE: u64 = 0;
+const RESERVED: u64 = 1;
+
+/// Records of one length, in chunks.
+#[derive(Debug, Default)]
+struct Pool {
+    chunks: Vec<Box<[u8]>>,
+    /// Records handed out so far (freed ones included).
+    next: u32,
+    free: Vec<u32>,
+}
+
+/// The sessions an endpoint holds, by UP SEID.
+#[derive(Debug)]
+pub(crate) struct Slab {
+    /// The allocator id, in the SEIDs' top 16 bits.
+    prefix: u64,
+    /// Per slot: generation (16 bits), length (16: 0 for a free or reserved slot, [`BIG`] for
+    /// an allocation of its own), then the record's index in its pool ([`FREE`] or
+    /// [`RESERVED`] when the length is 0).
+    slots: Vec<u64>,
+    /// Free slots, the longest free first (a freed slot waits for every other before reuse).
+    free: VecDeque<u32>,
+    /// Pool `l - 1` holds the records of length `l`.
+    pools: Vec<Pool>,
+    big: HashMap<u32, Box<[u8]>>,
+    /// Kept sessions and their bytes.
+    len: usize,
+    held: usize,
+}
+
+fn slot(gen: u64, len: u64, at: u64) -> u64 {
+    gen << 48 | len << 32 | at
+}
+
+fn parts(s: u64) -> (u64, u64, u64) {
+    (s >> 48, (s >> 32) & 0xffff, s & 0xffff_ffff)
+}
+
+fn per_chunk(len: usize) -> usize {
+    (CHUNK / len).max(1)
+}
+
+impl Slab {
+    /// An empty slab for an endpoint with allocator id `prefix`, with room for `capacity`
+    /// slots before its array grows.
+    pub(crate) fn new(prefix: u8, capacity: usize) -> Slab {
+        Slab {
+            prefix: u64::from(prefix),
+            slots: Vec::with_capacity(capacity),
+            free: VecDeque::new(),
+            pools: Vec::new(),
+            big: HashMap::default(),
+            len: 0,
+            held: 0,
+        }
+    }
+
+    /// Kept sessions.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes of the kept sessions.
+    pub(crate) fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Bytes of the slot array and the free list (the array's reserved, untouched end is not
+    /// counted).
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slots.len() * 8 + self.free.capacity() * 4
+    }
+
+    /// Bytes of the pools' chunks and of the allocations of sessions kept on their own (as
+    /// glibc's malloc sizes them: [`crate::malloc_chunk`]).
+    pub(crate) fn record_bytes(&self) -> usize {
+        let pools: usize = self.pools.iter().map(|p| p.chunks.len() * CHUNK).sum();
+        let big: usize = self
+            .big
+            .values()
+            .map(|b| crate::malloc_chunk(b.len()))
+            .sum();
+        pools + big
+    }
+
+    /// The slot `seid` names, if it is one of ours (whatever its state).
+    fn index(&self, seid: u64) -> Option<usize> {
+        let i = (seid & 0xffff_ffff) as usize;
+        let gen = (seid >> 32) & 0xffff;
+        (seid >> 48 == self.prefix && gen != 0 && i < self.slots.len())
+            .then_some(i)
+            .filter(|&i| parts(self.slots[i]).0 == gen)
+    }
+
+    /// A new SEID, its slot reserved (not kept: [`Slab::get`] does not find it) until
+    /// [`Slab::keep`] or [`Slab::unreserve`].
+    pub(crate) fn reserve(&mut self) -> u64 {
+        let i = match self.free.pop_front() {
+            Some(i) => i as usize,
+            None => {
+                assert!(
+                    self.slots.len() < u32::MAX as usize,
+                    "at most 2^32 - 1 slots"
+                );
+                self.slots.push(slot(1, 0, FREE));
+                self.slots.len() - 1
+            }
+        };
+        let gen = parts(self.slots[i]).0;
+        debug_assert_eq!(self.slots[i], slot(gen, 0, FREE));
+        self.slots[i] = slot(gen, 0, RESERVED);
+        self.prefix << 48 | gen << 32 | i as u64
+    }
+
+    /// Frees the reserved slot of `seid`; nothing when it is not reserved.
+    pub(crate) fn unreserve(&mut self, seid: u64) {
+        if let Some(i) = self.index(seid) {
+            if parts(self.slots[i]).1 == 0 && parts(self.slots[i]).2 == RESERVED {
+                self.free_slot(i);
+            }
+        }
+    }
+
+    fn free_slot(&mut self, i: usize) {
+        let gen = match parts(self.slots[i]).0 {
+            0xffff => 1,
+            g => g + 1,
+        };
+        self.slots[i] = slot(gen, 0, FREE);
+        self.free.push_back(i as u32);
+    }
+
+    /// Whether `seid` names a kept session.
+    pub(crate) fn contains(&self, seid: u64) -> bool {
+        self.get(seid).is_some()
+    }
+
+    /// The kept bytes of session `seid`.
+    pub(crate) fn get(&self, seid: u64) -> Option<&[u8]> {
+        let i = self.index(seid)?;
+        self.bytes_of(i)
+    }
+
+    fn bytes_of(&self, i: usize) -> Option<&[u8]> {
+        let (_, len, at) = parts(self.slots[i]);
+        match len {
+            0 => None,
+            BIG => Some(&self.big[&(i as u32)]),
+            len => {
+                let len = len as usize;
+                let per = per_chunk(len);
+                let (c, r) = (at as usize / per, at as usize % per);
+                Some(&self.pools[len - 1].chunks[c][r * len..(r + 1) * len])
+            }
+        }
+    }
+
+    /// Keeps `bytes` (not empty) as session `seid`, whose slot is reserved or kept (what it
+    /// kept is replaced). Panics when `seid` names neither: the endpoint keeps only SEIDs it
+    /// reserved.
+    pub(crate) fn keep(&mut self, seid: u64, bytes: &[u8]) {
+        assert!(!bytes.is_empty(), "a kept session has bytes");
+        let i = self.index(seid).expect("a reserved or kept SEID");
+        let (gen, len, at) = parts(self.slots[i]);
+        assert!(len != 0 || at == RESERVED, "a reserved or kept SEID");
+        if len as usize == bytes.len() && bytes.len() <= POOLED {
+            // The same length: in place.
+            let per = per_chunk(bytes.len());
+            let (c, r) = (at as usize / per, at as usize % per);
+            let l = bytes.len();
+            self.pools[l - 1].chunks[c][r * l..(r + 1) * l].copy_from_slice(bytes);
+            return;
+        }
+        if len != 0 {
+            self.release(i);
+        }
+        self.slots[i] = if bytes.len() <= POOLED {
+            slot(gen, bytes.len() as u64, u64::from(self.put(bytes)))
+        } else {
+            self.big.insert(i as u32, bytes.into());
+            slot(gen, BIG, 0)
+        };
+        self.len += 1;
+        self.held += bytes.len();
+    }
+
+    /// Frees what slot `i` keeps (it keeps something), leaving the slot as it is.
+    fn release(&mut self, i: usize) {
+        let (_, len, at) = parts(self.slots[i]);
+        let n = if len == BIG {
+            self.big
+                .remove(&(i as u32))
+                .expect("a big slot's bytes")
+                .len()
+        } else {
+            self.pools[len as usize - 1].free.push(at as u32);
+            len as usize
+        };
+        self.len -= 1;
+        self.held -= n;
+    }
+
+    /// A record of `bytes.len()` bytes holding `bytes`: its index in its pool.
+    fn put(&mut self, bytes: &[u8]) -> u32 {
+        let l = bytes.len();
+        if self.pools.len() < l {
+            self.pools.resize_with(l, Pool::default);
+        }
+        let per = per_chunk(l);
+        let p = &mut self.pools[l - 1];
+        let r = match p.free.pop() {
+            Some(r) => r,
+            None => {
+                let r = p.next;
+                if r as usize / per == p.chunks.len() {
+                    p.chunks.push(vec![0u8; per * l].into_boxed_slice());
+                }
+                p.next += 1;
+                r
+            }
+        };
+        let (c, o) = (r as usize / per, r as usize % per);
+        p.chunks[c][o * l..(o + 1) * l].copy_from_slice(bytes);
+        r
+    }
+
+    /// Removes session `seid`: its kept bytes, if it was kept. Its SEID names nothing after.
+    pub(crate) fn remove(&mut self, seid: u64) -> Option<Vec<u8>> {
+        let i = self.index(seid)?;
+        let bytes = self.bytes_of(i)?.to_vec();
+        self.release(i);
+        self.free_slot(i);
+        Some(bytes)
+    }
+
+    /// Every kept session (SEID, bytes), by slot.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        (0..self.slots.len()).filter_map(move |i| {
+            let b = self.bytes_of(i)?;
+            let gen = parts(self.slots[i]).0;
+            Some((self.prefix << 48 | gen << 32 | i as u64, b))
+        })
+    }
+}
+
+/// Whether `seid` could be one a [`Slab`] gives out (its low 48 bits not all zero).
+#[cfg(test)]
+fn well_formed(seid: u64) -> bool {
+    seid & ((1 << 48) - 1) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Reserve,
+        /// Keep (the reserved or kept SEID of this index among those handed out) with bytes
+        /// of this length and fill.
+        Keep(usize, usize, u8),
+        Unreserve(usize),
+        Remove(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Reserve),
+            4 => (any::<usize>(), prop_oneof![1usize..8, 250usize..260], any::<u8>())
+                .prop_map(|(i, l, f)| Op::Keep(i, l, f)),
+            1 => any::<usize>().prop_map(Op::Unreserve),
+            2 => any::<usize>().prop_map(Op::Remove),
+        ]
+    }
+
+    proptest! {
+        /// The slab agrees with a `HashMap` oracle of kept sessions and a set of reserved
+        /// SEIDs: lookups of every SEID ever handed out (a removed one names nothing, even
+        /// once its slot is reused), the counts, the bytes held and the iteration. Lengths
+        /// around [`POOLED`] exercise the pools and the allocations of their own.
+        #[test]
+        fn agrees_with_a_hashmap(ops in proptest::collection::vec(op(), 1..300), prefix in 0u8..4) {
+            let mut s = Slab::new(prefix, 2);
+            let mut kept: HashMap<u64, Vec<u8>> = HashMap::new();
+            let mut reserved: Vec<u64> = Vec::new();
+            let mut seen: Vec<u64> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Reserve => {
+                        let seid = s.reserve();
+                        prop_assert!(well_formed(seid));
+                        prop_assert_eq!(seid >> 48, u64::from(prefix));
+                        prop_assert!(!seen.contains(&seid), "a SEID is handed out once");
+                        seen.push(seid);
+                        reserved.push(seid);
+                    }
+                    Op::Keep(i, l, f) => {
+                        let live: Vec<u64> = reserved.iter().chain(kept.keys()).copied().collect();
+                        if live.is_empty() { continue; }
+                        let seid = live[i % live.len()];
+                        let b = vec![f; l];
+                        s.keep(seid, &b);
+                        reserved.retain(|&x| x != seid);
+                        kept.insert(seid, b);
+                    }
+                    Op::Unreserve(i) => {
+                        if seen.is_empty() { continue; }
+                        let seid = seen[i % seen.len()];
+                        s.unreserve(seid);
+                        reserved.retain(|&x| x != seid);
+                    }
+                    Op::Remove(i) => {
+                        if seen.is_empty() { continue; }
+                        let seid = seen[i % seen.len()];
+                        prop_assert_eq!(s.remove(seid), kept.remove(&seid));
+                    }
+                }
+                prop_assert_eq!(s.len(), kept.len());
+                prop_assert_eq!(s.held(), kept.values().map(Vec::len).sum::<usize>());
+                for &seid in &seen {
+                    prop_assert_eq!(s.get(seid), kept.get(&seid).map(Vec::as_slice));
+                    prop_assert_eq!(s.contains(seid), kept.contains_key(&seid));
+                }
+                let mut all: Vec<(u64, Vec<u8>)> = s.iter().map(|(k, v)| (k, v.to_vec())).collect();
+                all.sort();
+                let mut want: Vec<(u64, Vec<u8>)> = kept.clone().into_iter().collect();
+                want.sort();
+                prop_assert_eq!(all, want);
+                prop_assert!(s.record_bytes() >= s.held());
+            }
+        }
+    }
+
+    #[test]
+    fn seids_of_others_and_of_freed_slots_name_nothing() {
+        let mut s = Slab::new(3, 0);
+        let a = s.reserve();
+        s.keep(a, &[1, 2, 3]);
+        assert_eq!(s.get(a), Some(&[1u8, 2, 3][..]));
+        // Another allocator's prefix, a generation 0, a slot out of range.
+        assert_eq!(s.get(a ^ 1 << 48), None);
+        assert_eq!(s.get(a & !(0xffff << 32)), None);
+        assert_eq!(s.get(a + 1), None);
+        assert_eq!(s.remove(a), Some(vec![1, 2, 3]));
+        let b = s.reserve();
+        assert_eq!(b & 0xffff_ffff, a & 0xffff_ffff, "the slot is reused");
+        assert_ne!(a, b);
+        s.keep(b, &[4]);
+        assert_eq!(s.get(a), None);
+        assert_eq!(s.remove(a), None);
+        assert_eq!(s.get(b), Some(&[4u8][..]));
+    }
+
+    #[test]
+    fn a_slot_reused_65535_times_skips_generation_0() {
+        let mut s = Slab::new(1, 0);
+        let first = s.reserve();
+        s.unreserve(first);
+        let mut last = first;
+        for _ in 0..70_000 {
+            last = s.reserve();
+            assert!(well_formed(last));
+            assert_ne!((last >> 32) & 0xffff, 0);
+            s.unreserve(last);
+        }
+        assert_eq!(last & 0xffff_ffff, 0);
+    }
+
+    #[test]
+    fn a_reserved_seid_is_not_kept_and_a_kept_one_is_not_unreserved() {
+        let mut s = Slab::new(0, 0);
+        let a = s.reserve();
+        assert!(!s.contains(a));
+        assert_eq!(s.len(), 0);
+        s.keep(a, &[9; 300]);
+        s.unreserve(a);
+        assert_eq!(s.get(a), Some(&[9u8; 300][..]));
+        assert!(s.record_bytes() >= 300);
+    }
+}
