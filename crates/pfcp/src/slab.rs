@@ -119,6 +119,17 @@ impl Slab {
             .filter(|&i| parts(self.slots[i]).0 == gen)
     }
 
+    /// The slot `seid` names (whether or not it is one of ours).
+    pub(crate) fn slot_of(seid: u64) -> u32 {
+        seid as u32
+    }
+
+    /// The SEID of slot `i` when it is reserved or kept.
+    pub(crate) fn seid_at(&self, i: u32) -> Option<u64> {
+        let (gen, len, at) = parts(*self.slots.get(i as usize)?);
+        (len != 0 || at == RESERVED).then_some(self.prefix << 48 | gen << 32 | u64::from(i))
+    }
+
     /// A new SEID, its slot reserved (not kept: [`Slab::get`] does not find it) until
     /// [`Slab::keep`] or [`Slab::unreserve`].
     pub(crate) fn reserve(&mut self) -> u64 {
@@ -393,6 +404,20 @@ mod tests {
             s.unreserve(last);
         }
         assert_eq!(last & 0xffff_ffff, 0);
+    }
+
+    #[test]
+    fn a_slot_gives_the_seid_of_its_reserved_or_kept_session() {
+        let mut s = Slab::new(2, 0);
+        let (a, b) = (s.reserve(), s.reserve());
+        s.keep(b, &[1]);
+        assert_eq!(s.seid_at(Slab::slot_of(a)), Some(a));
+        assert_eq!(s.seid_at(Slab::slot_of(b)), Some(b));
+        s.unreserve(a);
+        s.remove(b);
+        assert_eq!(s.seid_at(Slab::slot_of(a)), None);
+        assert_eq!(s.seid_at(Slab::slot_of(b)), None);
+        assert_eq!(s.seid_at(7), None);
     }
 
     #[test]

@@ -2,19 +2,21 @@
 //!
 //! Most UE addresses are IPv4, and an index of 16-byte keys and 8-byte SEIDs gave each of them
 //! 24 bytes of entry (plus hashbrown's control byte), 20 of them the IPv4-mapped prefix and the
-//! alignment padding. Here IPv4 addresses live in a table of 12-byte entries (4 address bytes,
-//! the SEID as 8 unaligned bytes) presized for the endpoint's share of sessions; IPv6 addresses
-//! in a second table that grows as they come.
+//! alignment padding. Here IPv4 addresses live in a table of 8-byte entries (4 address bytes
+//! and the session's slot in the endpoint's session slab, from which the slab gives its SEID)
+//! presized for the endpoint's share of sessions; IPv6 addresses in a second table that grows
+//! as they come.
 
 use std::net::Ipv6Addr;
 
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
-/// UE address (as [`crate::upf`] writes it: IPv4-mapped or IPv6, 16 bytes) -> UP SEID.
+/// UE address (as [`crate::upf`] writes it: IPv4-mapped or IPv6, 16 bytes) -> the slot of
+/// the session holding it.
 #[derive(Debug, Default)]
 pub(crate) struct UeIndex {
-    v4: HashMap<[u8; 4], [u8; 8]>,
-    v6: HashMap<[u8; 16], u64>,
+    v4: HashMap<[u8; 4], u32>,
+    v6: HashMap<[u8; 16], u32>,
 }
 
 /// The IPv4 address of an IPv4-mapped slot.
@@ -31,22 +33,22 @@ impl UeIndex {
         }
     }
 
-    /// The session holding `slot`.
-    pub(crate) fn get(&self, slot: &[u8; 16]) -> Option<u64> {
+    /// The session slot holding `slot`.
+    pub(crate) fn get(&self, slot: &[u8; 16]) -> Option<u32> {
         match v4_of(slot) {
-            Some(a) => self.v4.get(&a).map(|s| u64::from_le_bytes(*s)),
+            Some(a) => self.v4.get(&a).copied(),
             None => self.v6.get(slot).copied(),
         }
     }
 
-    /// `slot` is `seid`'s now.
-    pub(crate) fn insert(&mut self, slot: [u8; 16], seid: u64) {
+    /// `slot` is session slot `holder`'s now.
+    pub(crate) fn insert(&mut self, slot: [u8; 16], holder: u32) {
         match v4_of(&slot) {
             Some(a) => {
-                self.v4.insert(a, seid.to_le_bytes());
+                self.v4.insert(a, holder);
             }
             None => {
-                self.v6.insert(slot, seid);
+                self.v6.insert(slot, holder);
             }
         }
     }
@@ -71,10 +73,11 @@ impl UeIndex {
 
     /// Bytes of both tables (from their capacities, as [`sb_common::hash_table_bytes`]).
     pub(crate) fn bytes(&self) -> usize {
-        sb_common::hash_table_bytes(
-            self.v4.capacity(),
-            std::mem::size_of::<([u8; 4], [u8; 8])>(),
-        ) + sb_common::hash_table_bytes(self.v6.capacity(), std::mem::size_of::<([u8; 16], u64)>())
+        sb_common::hash_table_bytes(self.v4.capacity(), std::mem::size_of::<([u8; 4], u32)>())
+            + sb_common::hash_table_bytes(
+                self.v6.capacity(),
+                std::mem::size_of::<([u8; 16], u32)>(),
+            )
     }
 }
 
@@ -93,8 +96,8 @@ mod tests {
     }
 
     #[test]
-    fn an_ipv4_entry_takes_12_bytes() {
-        assert_eq!(std::mem::size_of::<([u8; 4], [u8; 8])>(), 12);
+    fn an_ipv4_entry_takes_8_bytes() {
+        assert_eq!(std::mem::size_of::<([u8; 4], u32)>(), 8);
         let mut i = UeIndex::with_capacity(1000);
         let before = i.bytes();
         i.insert(slot(&IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))), 7);
@@ -108,7 +111,7 @@ mod tests {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Insert(IpAddr, u64),
+        Insert(IpAddr, u32),
         Remove(IpAddr),
     }
 
@@ -128,13 +131,13 @@ mod tests {
         #[test]
         fn matches_a_hashmap(ops in proptest::collection::vec(
             prop_oneof![
-                (addr(), any::<u64>()).prop_map(|(a, s)| Op::Insert(a, s)),
+                (addr(), any::<u32>()).prop_map(|(a, s)| Op::Insert(a, s)),
                 addr().prop_map(Op::Remove),
             ],
             0..200,
         )) {
             let mut i = UeIndex::with_capacity(4);
-            let mut o: Oracle<[u8; 16], u64> = Oracle::new();
+            let mut o: Oracle<[u8; 16], u32> = Oracle::new();
             for op in &ops {
                 match op {
                     Op::Insert(a, s) => {

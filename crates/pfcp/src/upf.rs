@@ -1489,16 +1489,23 @@ impl<S: Sessions> Upf<S> {
     }
 
     fn remove_session(&mut self, seid: u64) {
-        if let Some(kept) = self.sessions.remove(seid) {
-            let session = Stored { kept: &kept }.unpack(&self.shapes);
+        if let Some(kept) = self.sessions.get(seid) {
+            let session = Stored { kept }.unpack(&self.shapes);
+            // While its slot still names it (the UE index holds slots).
             self.forget(&session, seid);
+            self.sessions.remove(seid);
         }
     }
 
-    /// Frees the UE addresses and TEIDs `s` holds.
+    /// The session (reserved or kept) holding UE address `ue` ([`ue_slot`]).
+    fn ue_holder(&self, ue: &[u8; 16]) -> Option<u64> {
+        self.sessions.seid_at(self.ue_index.get(ue)?)
+    }
+
+    /// Frees the UE addresses and TEIDs `s` holds (call while its SEID is reserved or kept).
     fn forget(&mut self, s: &Session, seid: u64) {
         for ue in ue_slots(&s.rules) {
-            if self.ue_index.get(&ue) == Some(seid) {
+            if self.ue_holder(&ue) == Some(seid) {
                 self.ue_index.remove(&ue);
             }
         }
@@ -1657,7 +1664,7 @@ impl<S: Sessions> Upf<S> {
     /// Marks the UE addresses and TEIDs of `s` as taken by `seid`.
     fn reserve(&mut self, s: &Session, seid: u64) {
         for ue in ue_slots(&s.rules) {
-            self.ue_index.insert(ue, seid);
+            self.ue_index.insert(ue, Slab::slot_of(seid));
         }
         for t in teids_of(&s.rules) {
             self.teids.insert(t);
@@ -1669,8 +1676,7 @@ impl<S: Sessions> Upf<S> {
         for (id, (p, _)) in &rules.pdrs {
             for ue in pdr_ues(p) {
                 if self
-                    .ue_index
-                    .get(&ue_slot(&ue))
+                    .ue_holder(&ue_slot(&ue))
                     .is_some_and(|s| Some(s) != seid)
                 {
                     return Err(Reject::rule(FailedRuleId::Pdr(*id)));
