@@ -1,5 +1,6 @@
-//! Maps of fixed-width byte strings for the per-key state of a node: the owner's RIB and the
-//! handler's FIB map hold millions of keys, all of the cluster's key and value widths.
+//! Maps of fixed-width byte strings for the per-key state of a node: the handler's FIB map
+//! and the owner's RIB as its log gives it at boot hold millions of keys, all of the
+//! cluster's key and value widths.
 //!
 //! A [`FixedMap`] keeps its entries back to back in one array (key, then value, no pointers,
 //! no per-entry allocation) and its hash table holds only each entry's 4-byte index, so an
@@ -155,8 +156,9 @@ impl FixedMap {
     }
 }
 
-/// The owner's RIB: key -> (handling node, FIB value), a [`FixedMap`] whose values are the
-/// node (2 bytes, little-endian) and the FIB value.
+/// The owner's RIB as read from its log at boot: key -> (handling node, FIB value), a
+/// [`FixedMap`] whose values are the node (2 bytes, little-endian) and the FIB value. The
+/// owner's table is built from it; afterwards the table's RIB holds the same entries.
 #[derive(Debug)]
 pub(crate) struct Rib(FixedMap);
 
@@ -166,15 +168,12 @@ impl Rib {
         Rib(FixedMap::with_capacity(key_len, 2 + value_len, capacity))
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
-    /// [`FixedMap::bytes`].
-    pub(crate) fn bytes(&self) -> usize {
-        self.0.bytes()
-    }
-
+    #[cfg(test)]
     pub(crate) fn get(&self, key: &[u8]) -> Option<(NodeId, &[u8])> {
         self.0.get(key).map(split_node)
     }

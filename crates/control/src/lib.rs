@@ -494,12 +494,13 @@ pub struct OwnerStatus {
 /// has handed out ([`sb_setsep::RibBytes::touched`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Memory {
-    /// The owner's RIB: its range's keys, each with its handling node and FIB value.
+    /// The owner's changes validated and logged but not yet in its table (the batch in
+    /// flight). Its RIB itself is the table's ([`Memory::table_rib`]).
     pub rib: usize,
     /// The handler's FIB map: the keys it handles and their values (what its FIB slice holds).
     pub fib_map: usize,
-    /// The RIB of the owner's table: its range's keys by GPT group, for re-solving a group
-    /// when a key comes or goes.
+    /// The owner's RIB, its table's: its range's keys by GPT group (to re-solve a group when
+    /// a key comes or goes), each with its handling node (the table's value) and its FIB value.
     pub table_rib: usize,
     /// Of which the entries themselves ([`sb_setsep::RibBytes::entries`]).
     pub table_rib_entries: usize,

@@ -57,10 +57,11 @@ pub struct Tuning {
     /// has every key and value) and saves a key and value per flow; [`Event::FibRemove`] then
     /// comes for every removal, held or not, and a prune comes as [`Event::FibPrune`].
     pub fib_map: bool,
-    /// Keys this node is expected to own and to handle (its share of the cluster's capacity):
-    /// the RIB and the FIB map are allocated for that many at start, so that they never
-    /// grow (a map of millions of keys that doubles stalls the node for a fraction of a
-    /// second; all nodes reach that size together). 0: they grow as keys come.
+    /// Keys this node is expected to handle (its share of the cluster's capacity): the FIB
+    /// map is allocated for that many at start, so that it never grows (a map of millions of
+    /// keys that doubles stalls the node for a fraction of a second; all nodes reach that size
+    /// together). 0: it grows as keys come. (The owner's RIB is its table's, whose groups the
+    /// table's capacity sets.)
     pub expected_keys: usize,
 }
 
@@ -399,9 +400,11 @@ pub struct Node {
     next_id: u64,
     now: Nanos,
     phase: Phase,
-    // Owner.
-    rib: Rib,
+    // Owner: its RIB is its table's (each key with its handling node as the table's value and
+    // its FIB value as the entry's payload), and `pending` holds the batch in flight's changes,
+    // validated and logged but not yet in the table (`None`: a deletion).
     table: Updatable,
+    pending: Map<Bytes, Option<(NodeId, Bytes)>>,
     change_seq: u64,
     queue: VecDeque<Queued>,
     batch: Option<Batch>,
@@ -535,11 +538,8 @@ impl Node {
         })?;
         let mut records = vec![record::epoch(epoch)];
         let initial = if base_done { base } else { flows };
-        let mut rib = Rib::with_capacity(
-            spec.key_bytes,
-            spec.value_bytes,
-            initial.len().max(tuning.expected_keys),
-        );
+        // The RIB from the log, then the table built from it.
+        let mut rib = Rib::with_capacity(spec.key_bytes, spec.value_bytes, initial.len());
         for (index, f) in initial.into_iter().enumerate() {
             let bad = |reason| ControlError::BadFlow { index, reason };
             if f.key.len() != spec.key_bytes {
@@ -575,8 +575,21 @@ impl Node {
                 }
             }
         }
-        let (keys, values): (Vec<&[u8]>, Vec<u16>) = rib.iter().map(|(k, n, _)| (k, n)).unzip();
-        let table = Updatable::build(&keys, &values, &spec.gpt.build_options())?;
+        let (mut keys, mut nodes, mut values) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, n, v) in rib.iter() {
+            keys.push(k);
+            nodes.push(n);
+            values.extend_from_slice(v);
+        }
+        let table = Updatable::build_with_payloads(
+            &keys,
+            &nodes,
+            &values,
+            spec.value_bytes,
+            &spec.gpt.build_options(),
+        )?;
+        drop((keys, nodes, values));
+        drop(rib);
         let n = spec.nodes as usize;
         let rto = tuning.rto;
         let mut node = Node {
@@ -586,8 +599,8 @@ impl Node {
             next_id: 1,
             now,
             phase: Phase::Boot,
-            rib,
             table,
+            pending: Map::default(),
             change_seq,
             queue: VecDeque::new(),
             batch: None,
@@ -899,12 +912,34 @@ impl Node {
     /// This owner's RIB entry of `key` (handling node, value), if the key is in its range and
     /// present (including changes accepted but not yet acknowledged).
     pub fn rib_get(&self, key: &[u8]) -> Option<(NodeId, &[u8])> {
-        self.rib.get(key)
+        match self.pending.get(key) {
+            Some(Some((n, v))) => Some((*n, v.as_slice())),
+            Some(None) => None,
+            None => self.table.entry(key),
+        }
     }
 
-    /// This owner's RIB.
+    /// This owner's RIB (including changes accepted but not yet acknowledged): its table's
+    /// entries, then the changes of the batch in flight.
     pub fn rib_entries(&self) -> impl Iterator<Item = (&[u8], NodeId, &[u8])> {
-        self.rib.iter()
+        let pending = &self.pending;
+        let table = (self.table.entries()).filter(move |(k, _, _)| !pending.contains_key(*k));
+        let changed = (pending.iter())
+            .filter_map(|(k, e)| e.as_ref().map(|(n, v)| (k.as_slice(), *n, v.as_slice())));
+        table.chain(changed)
+    }
+
+    /// Keys in this owner's RIB ([`Node::rib_entries`]).
+    fn rib_len(&self) -> usize {
+        let mut n = self.table.len();
+        for (k, e) in &self.pending {
+            match (self.table.entry(k).is_some(), e.is_some()) {
+                (false, true) => n += 1,
+                (true, false) => n -= 1,
+                _ => {}
+            }
+        }
+        n
     }
 
     /// This owner's table (its range's keys only).
@@ -1045,7 +1080,7 @@ impl Node {
                 .map_or(0, |_| owners.iter().map(|o| o.keys).sum()),
             owners,
             own_seq: self.table.table().seq(),
-            rib_keys: self.rib.len(),
+            rib_keys: self.rib_len(),
             fib_entries: self.fib.len(),
             queued: self.queue.len() + self.batch.as_ref().map_or(0, |b| b.items.len()),
             applied: self.applied_updates,
@@ -1063,7 +1098,10 @@ impl Node {
             memory: {
                 let tr = self.table.rib_bytes();
                 crate::Memory {
-                    rib: self.rib.bytes(),
+                    rib: sb_common::hash_table_bytes(
+                        self.pending.capacity(),
+                        std::mem::size_of::<(Bytes, Option<(NodeId, Bytes)>)>(),
+                    ),
                     fib_map: self.fib.bytes(),
                     table_rib: tr.touched,
                     table_rib_entries: tr.entries,
@@ -1157,8 +1195,7 @@ impl Node {
         self.out[pi].deltas = OutStream::new(rto);
         self.out[pi].piece = None;
         let mut slice: Vec<FibItem> = self
-            .rib
-            .iter()
+            .rib_entries()
             .filter(|(_, n, _)| *n == p)
             .map(|(k, _, v)| FibItem::Install {
                 key: k.into(),
@@ -1981,8 +2018,7 @@ impl Node {
                         self.phase = Phase::SyncFib;
                         // Our own slice, then every known peer's.
                         let mine: Vec<(Bytes, Bytes)> = self
-                            .rib
-                            .iter()
+                            .rib_entries()
                             .filter(|(_, n, _)| *n == self.me)
                             .map(|(k, _, v)| (k.into(), v.into()))
                             .collect();
@@ -2055,15 +2091,16 @@ impl Node {
         if self.spec.owner_of(&u.key) != self.me {
             return (Outcome::Internal, None);
         }
-        let old = self.rib.get(&u.key).map(|(n, v)| (n, Bytes::from_slice(v)));
+        let old = self.rib_get(&u.key).map(|(n, v)| (n, Bytes::from_slice(v)));
         match (u.op, &old) {
             (Op::Insert, Some(_)) => return (Outcome::Exists, None),
             (Op::Change | Op::Delete, None) => return (Outcome::Missing, None),
             (Op::Insert | Op::Change, _) => {
-                self.rib.insert(&u.key, u.node, &u.value);
+                self.pending
+                    .insert(u.key.clone(), Some((u.node, u.value.clone())));
             }
             (Op::Delete, Some(_)) => {
-                self.rib.remove(&u.key);
+                self.pending.insert(u.key.clone(), None);
             }
         }
         (Outcome::Applied, old)
@@ -2249,14 +2286,15 @@ impl Node {
                 }
             }
         }
-        // Failed keys (two keys with one 128-bit hash): undo in the RIB and the log.
+        // Failed keys (two keys with one 128-bit hash): the table did not change for them,
+        // so the RIB is as it was once their pending change goes; undo them in the log.
         let mut undo = Vec::new();
         for i in failed {
             let it = &mut b.items[i];
             it.outcome = Outcome::Internal;
+            self.pending.remove(&it.u.key);
             match it.old.clone() {
                 Some((n, v)) => {
-                    self.rib.insert(&it.u.key, n, &v);
                     undo.push(Update {
                         op: Op::Change,
                         key: it.u.key.clone(),
@@ -2265,7 +2303,6 @@ impl Node {
                     });
                 }
                 None => {
-                    self.rib.remove(&it.u.key);
                     undo.push(Update {
                         op: Op::Delete,
                         key: it.u.key.clone(),
@@ -2275,6 +2312,15 @@ impl Node {
                 }
             }
         }
+        // The applied changes' FIB values go into the table's RIB beside their keys (a change
+        // of value alone changes no GPT group); the RIB is the table's again.
+        for it in b.items.iter().filter(|i| i.outcome == Outcome::Applied) {
+            if matches!(it.u.op, Op::Insert | Op::Change) {
+                let present = self.table.set_payload(&it.u.key, &it.u.value);
+                debug_assert!(present, "an applied insert or change is in the table");
+            }
+        }
+        self.pending.clear();
         if !undo.is_empty() {
             let rec = record::changes(self.change_seq + 1, undo.iter());
             self.change_seq += undo.len() as u64;

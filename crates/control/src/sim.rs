@@ -1011,9 +1011,9 @@ impl Sim {
         for (i, x) in nodes.iter().enumerate() {
             let st = x.status();
             // The owner's table's RIB holds each key of its range once: its length byte, the
-            // key, the value and two base hashes (8 bytes).
+            // key, the value and two base hashes (8 bytes), and the FIB value.
             let own = x.rib_entries().count();
-            let want = own * (1 + self.spec.key_bytes + 8);
+            let want = own * (1 + self.spec.key_bytes + 8 + self.spec.value_bytes);
             if st.memory.table_rib_entries != want || st.memory.table_rib < want {
                 self.fail(format!(
                     "node {i}'s table RIB counts {:?} for {own} keys (entries should be {want})",

@@ -502,8 +502,10 @@ impl Default for Growth {
 /// order and stay byte-identical.
 pub struct Updatable {
     table: SetSep,
-    /// Per global group: entries `[key len u8][key][value u16 LE]`.
+    /// Per global group: entries `[key len u8][key][value u16 LE][a u16][b u32][payload]`.
     rib: Rib,
+    /// Bytes of each entry's payload.
+    payload_len: usize,
     len: usize,
     searcher: Searcher,
     gkeys: Vec<GKey>,
@@ -654,13 +656,20 @@ impl Rib {
     }
 }
 
-/// Bytes of a RIB entry after its key: value u16, then the key's base hashes `a` (u16) and `b`
-/// (u32) so that re-searching a group needs no hashing.
+/// Bytes of a RIB entry after its key and before its payload: value u16, then the key's base
+/// hashes `a` (u16) and `b` (u32) so that re-searching a group needs no hashing.
 const TAIL: usize = 8;
 
-/// Finds `key` (whose hash is `h`) in a group arena: (offset of the entry, offset of its value).
-/// The stored base hashes are compared before the key bytes.
-fn find(arena: &[u8], key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
+/// The most payload bytes an entry may carry ([`Updatable::build_with_payloads`]).
+pub const MAX_RIB_PAYLOAD: usize = 255;
+
+/// A buffer for one encoded entry.
+type EntryBuf = [u8; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
+
+/// Finds `key` (whose hash is `h`) in a group arena whose entries carry `pl` payload bytes:
+/// (offset of the entry, offset of its value). The stored base hashes are compared before the
+/// key bytes.
+fn find(arena: &[u8], pl: usize, key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
     let (a, b) = family(h);
     let ab = (a as u64 | (b as u64) << 16).to_le_bytes();
     let mut p = 0;
@@ -670,13 +679,22 @@ fn find(arena: &[u8], key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
         if arena[vo + 2..vo + 8] == ab[..6] && l == key.len() && &arena[p + 1..vo] == key {
             return Some((p, vo));
         }
-        p = vo + TAIL;
+        p = vo + TAIL + pl;
     }
     None
 }
 
-/// The entries of a group arena: (key, value, a, b).
-fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16, u16, u32)> {
+/// An entry of a group arena.
+struct Entry<'a> {
+    key: &'a [u8],
+    v: u16,
+    a: u16,
+    b: u32,
+    payload: &'a [u8],
+}
+
+/// The entries of a group arena whose entries carry `pl` payload bytes.
+fn entries(arena: &[u8], pl: usize) -> impl Iterator<Item = Entry<'_>> {
     let mut p = 0;
     std::iter::from_fn(move || {
         if p >= arena.len() {
@@ -684,19 +702,20 @@ fn entries(arena: &[u8]) -> impl Iterator<Item = (&[u8], u16, u16, u32)> {
         }
         let l = arena[p] as usize;
         let k = &arena[p + 1..p + 1 + l];
-        let t = &arena[p + 1 + l..p + 1 + l + TAIL];
-        p += 1 + l + TAIL;
-        Some((
-            k,
-            u16::from_le_bytes([t[0], t[1]]),
-            u16::from_le_bytes([t[2], t[3]]),
-            u32::from_le_bytes([t[4], t[5], t[6], t[7]]),
-        ))
+        let t = &arena[p + 1 + l..p + 1 + l + TAIL + pl];
+        p += 1 + l + TAIL + pl;
+        Some(Entry {
+            key: k,
+            v: u16::from_le_bytes([t[0], t[1]]),
+            a: u16::from_le_bytes([t[2], t[3]]),
+            b: u32::from_le_bytes([t[4], t[5], t[6], t[7]]),
+            payload: &t[TAIL..],
+        })
     })
 }
 
 /// Encodes a RIB entry into `buf` and returns its length.
-fn encode_entry(buf: &mut [u8; 1 + 64 + TAIL], key: &[u8], v: u16, h: KeyHash) -> usize {
+fn encode_entry(buf: &mut EntryBuf, key: &[u8], v: u16, h: KeyHash, payload: &[u8]) -> usize {
     let (a, b) = family(h);
     let l = key.len();
     buf[0] = l as u8;
@@ -704,7 +723,8 @@ fn encode_entry(buf: &mut [u8; 1 + 64 + TAIL], key: &[u8], v: u16, h: KeyHash) -
     buf[1 + l..3 + l].copy_from_slice(&v.to_le_bytes());
     buf[3 + l..5 + l].copy_from_slice(&a.to_le_bytes());
     buf[5 + l..9 + l].copy_from_slice(&b.to_le_bytes());
-    1 + l + TAIL
+    buf[9 + l..9 + l + payload.len()].copy_from_slice(payload);
+    1 + l + TAIL + payload.len()
 }
 
 impl Updatable {
@@ -714,6 +734,28 @@ impl Updatable {
         values: &[u16],
         opts: &BuildOptions,
     ) -> Result<Updatable, BuildError> {
+        Self::build_with_payloads(keys, values, &[], 0, opts)
+    }
+
+    /// [`Updatable::build`] whose RIB keeps beside each key `payload_len` bytes of the
+    /// caller's (at most [`MAX_RIB_PAYLOAD`]), key `i`'s at `payloads[i * payload_len..]`: an owner
+    /// keeps its FIB values there instead of in a second map of the same keys. A key
+    /// [`Updatable::insert`] adds has a payload of zeros until [`Updatable::set_payload`].
+    ///
+    /// Panics if `payloads` is not `keys.len() * payload_len` bytes or `payload_len` is over
+    /// [`MAX_RIB_PAYLOAD`].
+    pub fn build_with_payloads(
+        keys: &[&[u8]],
+        values: &[u16],
+        payloads: &[u8],
+        payload_len: usize,
+        opts: &BuildOptions,
+    ) -> Result<Updatable, BuildError> {
+        assert!(
+            payload_len <= MAX_RIB_PAYLOAD,
+            "payload over {MAX_RIB_PAYLOAD} bytes"
+        );
+        assert_eq!(payloads.len(), keys.len() * payload_len, "payload bytes");
         let table = SetSep::build(keys, values, opts)?;
         let rib = {
             let t = table.tables();
@@ -722,12 +764,13 @@ impl Updatable {
             let groups: Vec<u32> = keys.iter().map(|k| t.group_of(t.hash(k)) as u32).collect();
             let mut sizes = vec![0u32; ng];
             for (k, &g) in keys.iter().zip(&groups) {
-                sizes[g as usize] += (1 + k.len() + TAIL) as u32;
+                sizes[g as usize] += (1 + k.len() + TAIL + payload_len) as u32;
             }
             let mut rib = Rib::with_sizes(&sizes);
-            let mut buf = [0u8; 1 + 64 + TAIL];
-            for ((k, &v), &g) in keys.iter().zip(values).zip(&groups) {
-                let n = encode_entry(&mut buf, k, v, t.hash(k));
+            let mut buf: EntryBuf = [0; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
+            for (i, ((k, &v), &g)) in keys.iter().zip(values).zip(&groups).enumerate() {
+                let payload = &payloads[i * payload_len..(i + 1) * payload_len];
+                let n = encode_entry(&mut buf, k, v, t.hash(k), payload);
                 rib.append(g as usize, &buf[..n]);
             }
             rib
@@ -735,6 +778,7 @@ impl Updatable {
         Ok(Updatable {
             table,
             rib,
+            payload_len,
             len: keys.len(),
             searcher: Searcher::new(opts.kernel),
             gkeys: Vec::new(),
@@ -768,12 +812,17 @@ impl Updatable {
     /// table is unchanged.
     pub fn grow_to(&mut self, blocks: u64) -> Result<(), BuildError> {
         let grown = {
-            let (keys, values): (Vec<&[u8]>, Vec<u16>) = self.iter().unzip();
+            let (mut keys, mut values, mut payloads) = (Vec::new(), Vec::new(), Vec::new());
+            for (k, v, p) in self.entries() {
+                keys.push(k);
+                values.push(v);
+                payloads.extend_from_slice(p);
+            }
             let opts = BuildOptions {
                 capacity: blocks.saturating_mul(crate::layout::KEYS_PER_BLOCK),
                 ..self.opts.clone()
             };
-            Updatable::build(&keys, &values, &opts)?
+            Updatable::build_with_payloads(&keys, &values, &payloads, self.payload_len, &opts)?
         };
         let (growth, growths, rebalances) = (self.growth, self.growths + 1, self.rebalances);
         *self = grown;
@@ -818,7 +867,7 @@ impl Updatable {
         let groups = start * GROUPS_PER_BLOCK..end * GROUPS_PER_BLOCK;
         let keys = groups
             .clone()
-            .map(|g| entries(self.rib.group(g)).count() as u64)
+            .map(|g| entries(self.rib.group(g), self.payload_len).count() as u64)
             .sum();
         let mut fallback = Vec::new();
         for (&(lo, hi), &v) in &self.table.fallback {
@@ -872,15 +921,50 @@ impl Updatable {
 
     /// The value of `key`, if it is in the table.
     pub fn get(&self, key: &[u8]) -> Option<u16> {
+        self.entry(key).map(|(v, _)| v)
+    }
+
+    /// The value and payload of `key`, if it is in the table.
+    pub fn entry(&self, key: &[u8]) -> Option<(u16, &[u8])> {
         let t = self.table.tables();
         let h = t.hash(key);
         let a = self.rib.group(t.group_of(h));
-        find(a, key, h).map(|(_, vo)| u16::from_le_bytes([a[vo], a[vo + 1]]))
+        let pl = self.payload_len;
+        find(a, pl, key, h).map(|(_, vo)| {
+            let v = u16::from_le_bytes([a[vo], a[vo + 1]]);
+            (v, &a[vo + TAIL..vo + TAIL + pl])
+        })
+    }
+
+    /// Sets the payload of `key` (of [`Updatable::payload_len`] bytes); returns whether the key
+    /// is in the table (when it is not, nothing changes). The table itself does not change.
+    pub fn set_payload(&mut self, key: &[u8], payload: &[u8]) -> bool {
+        assert_eq!(payload.len(), self.payload_len, "payload bytes");
+        let t = self.table.tables();
+        let h = t.hash(key);
+        let g = t.group_of(h);
+        let Some((_, vo)) = find(self.rib.group(g), self.payload_len, key, h) else {
+            return false;
+        };
+        self.rib.group_mut(g)[vo + TAIL..vo + TAIL + payload.len()].copy_from_slice(payload);
+        true
+    }
+
+    /// Bytes of each key's payload.
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
     }
 
     /// Every key and value (in group order).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], u16)> {
-        (0..self.rib.head.len()).flat_map(|g| entries(self.rib.group(g)).map(|(k, v, _, _)| (k, v)))
+        self.entries().map(|(k, v, _)| (k, v))
+    }
+
+    /// Every key, value and payload (in group order).
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], u16, &[u8])> {
+        let pl = self.payload_len;
+        (0..self.rib.head.len())
+            .flat_map(move |g| entries(self.rib.group(g), pl).map(|e| (e.key, e.v, e.payload)))
     }
 
     fn check(&self, key: &[u8], value: u16) -> Result<(), UpdateError> {
@@ -974,21 +1058,22 @@ impl Updatable {
         } else {
             Vec::new()
         };
-        match find(self.rib.group(g), key, h) {
+        let pl = self.payload_len;
+        match find(self.rib.group(g), pl, key, h) {
             Some((_, vo)) => {
                 self.rib.group_mut(g)[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
             }
             None => {
                 let (a, b) = family(h);
-                let same_ab: Vec<&[u8]> = entries(self.rib.group(g))
-                    .filter(|e| (e.2, e.3) == (a, b))
-                    .map(|e| e.0)
+                let same_ab: Vec<&[u8]> = entries(self.rib.group(g), pl)
+                    .filter(|e| (e.a, e.b) == (a, b))
+                    .map(|e| e.key)
                     .collect();
                 if same_ab.iter().any(|k| hash128(k, seed) == h) {
                     return Err(UpdateError::HashCollision);
                 }
-                let mut buf = [0u8; 1 + 64 + TAIL];
-                let n = encode_entry(&mut buf, key, value, h);
+                let mut buf: EntryBuf = [0; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
+                let n = encode_entry(&mut buf, key, value, h, &[0; MAX_RIB_PAYLOAD][..pl]);
                 self.rib.append(g, &buf[..n]);
                 self.len += 1;
             }
@@ -1005,7 +1090,7 @@ impl Updatable {
         self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
-        let Some((p, vo)) = find(self.rib.group(g), key, h) else {
+        let Some((p, vo)) = find(self.rib.group(g), self.payload_len, key, h) else {
             return Ok(None);
         };
         let old_hashes = if self.table.tables().is_fallback_group(g) {
@@ -1013,7 +1098,7 @@ impl Updatable {
         } else {
             Vec::new()
         };
-        self.rib.remove(g, p..vo + TAIL);
+        self.rib.remove(g, p..vo + TAIL + self.payload_len);
         self.len -= 1;
         Ok(Some(self.resolve(g, old_hashes)))
     }
@@ -1044,8 +1129,8 @@ impl Updatable {
 
     fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
         let seed = self.table.hdr.seed;
-        entries(self.rib.group(g))
-            .map(|(k, _, _, _)| hash128(k, seed))
+        entries(self.rib.group(g), self.payload_len)
+            .map(|e| hash128(e.key, seed))
             .collect()
     }
 
@@ -1059,20 +1144,21 @@ impl Updatable {
         let first = blk * GROUPS_PER_BLOCK;
         let mut fb_remove = Vec::new();
         let mut keys: Vec<(KeyHash, u16)> = Vec::new();
-        let mut raw: Vec<(Vec<u8>, u16, KeyHash)> = Vec::new();
+        let mut raw: Vec<(Vec<u8>, u16, KeyHash, Vec<u8>)> = Vec::new();
+        let pl = self.payload_len;
         {
             let t = self.table.tables();
             for g in first..first + GROUPS_PER_BLOCK {
                 // A fallback group's RIB keys are the ones in the fallback table: only the
                 // group being changed differs, and it was not a fallback group.
                 let in_fb = t.is_fallback_group(g);
-                for (k, v, _, _) in entries(self.rib.group(g)) {
-                    let h = hash128(k, seed);
+                for e in entries(self.rib.group(g), pl) {
+                    let h = hash128(e.key, seed);
                     if in_fb {
                         fb_remove.push(h);
                     }
-                    keys.push((h, v));
-                    raw.push((k.to_vec(), v, h));
+                    keys.push((h, e.v));
+                    raw.push((e.key.to_vec(), e.v, h, e.payload.to_vec()));
                 }
             }
         }
@@ -1086,11 +1172,11 @@ impl Updatable {
             let len = self.rib.group(g).len();
             self.rib.remove(g, 0..len);
         }
-        let mut buf = [0u8; 1 + 64 + TAIL];
-        for (k, v, h) in &raw {
+        let mut buf: EntryBuf = [0; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
+        for (k, v, h, payload) in &raw {
             let bkt = locate(*h, n_blocks).1;
             let g = first + CAND[bkt][choice_of(choices[bkt / 4], bkt)] as usize;
-            let n = encode_entry(&mut buf, k, *v, *h);
+            let n = encode_entry(&mut buf, k, *v, *h, payload);
             self.rib.append(g, &buf[..n]);
         }
         let fb_insert = (0..fb.len() / FB_ENTRY)
@@ -1127,8 +1213,12 @@ impl Updatable {
         let vbits = self.table.hdr.value_bits as u32;
         let rec = self.table.hdr.rec_bytes();
         self.gkeys.clear();
-        for (_, v, a, b) in entries(self.rib.group(g)) {
-            self.gkeys.push(GKey { a, b, v });
+        for e in entries(self.rib.group(g), self.payload_len) {
+            self.gkeys.push(GKey {
+                a: e.a,
+                b: e.b,
+                v: e.v,
+            });
         }
         let t = self.table.tables();
         let was_fb = t.is_fallback_group(g);
@@ -1164,8 +1254,8 @@ impl Updatable {
         let fb_remove = old_hashes;
         let fb_insert = if now_fb {
             let seed = self.table.hdr.seed;
-            entries(self.rib.group(g))
-                .map(|(k, v, _, _)| (hash128(k, seed), v))
+            entries(self.rib.group(g), self.payload_len)
+                .map(|e| (hash128(e.key, seed), e.v))
                 .collect()
         } else {
             Vec::new()
