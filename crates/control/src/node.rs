@@ -2265,12 +2265,16 @@ impl Node {
                         .collect();
                     let mut from = 0;
                     while from < idx.len() {
-                        let run: Vec<(&[u8], u16)> = idx[from..]
+                        // Each key with its handling node and, in the RIB, its FIB value.
+                        let run: Vec<(&[u8], u16, &[u8])> = idx[from..]
                             .iter()
-                            .map(|&i| (b.items[i].u.key.as_slice(), b.items[i].u.node))
+                            .map(|&i| {
+                                let u = &b.items[i].u;
+                                (u.key.as_slice(), u.node, u.value.as_slice())
+                            })
                             .collect();
                         let mut made = 0;
-                        let res = self.table.insert_batch(&run, |d| {
+                        let res = self.table.insert_batch_with_payloads(&run, |d| {
                             deltas.push(d);
                             made += 1;
                         });
@@ -2312,12 +2316,12 @@ impl Node {
                 }
             }
         }
-        // The applied changes' FIB values go into the table's RIB beside their keys (a change
-        // of value alone changes no GPT group); the RIB is the table's again.
+        // A change of FIB value alone changes no GPT group: its value goes into the table's
+        // RIB here (the inserts above carried theirs). The RIB is the table's again.
         for it in b.items.iter().filter(|i| i.outcome == Outcome::Applied) {
-            if matches!(it.u.op, Op::Insert | Op::Change) {
+            if matches!((it.u.op, &it.old), (Op::Change, Some((n, _))) if *n == it.u.node) {
                 let present = self.table.set_payload(&it.u.key, &it.u.value);
-                debug_assert!(present, "an applied insert or change is in the table");
+                debug_assert!(present, "a changed key is in the table");
             }
         }
         self.pending.clear();

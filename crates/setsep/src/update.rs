@@ -986,7 +986,7 @@ impl Updatable {
         self.check(key, value)?;
         let h = hash128(key, self.table.hdr.seed);
         self.prefetch_candidates(h);
-        let d = self.insert_hashed(key, value, h)?;
+        let d = self.insert_hashed(key, value, h, None)?;
         self.maybe_grow()?;
         Ok(d)
     }
@@ -1016,13 +1016,40 @@ impl Updatable {
     pub fn insert_batch(
         &mut self,
         updates: &[(&[u8], u16)],
+        sink: impl FnMut(Delta),
+    ) -> Result<(), UpdateError> {
+        self.insert_batch_of(updates.len(), |i| (updates[i].0, updates[i].1, None), sink)
+    }
+
+    /// [`Updatable::insert_batch`] that also sets each key's payload (of
+    /// [`Updatable::payload_len`] bytes; panics otherwise), as [`Updatable::set_payload`]
+    /// after it would, without finding the key again.
+    pub fn insert_batch_with_payloads(
+        &mut self,
+        updates: &[(&[u8], u16, &[u8])],
+        sink: impl FnMut(Delta),
+    ) -> Result<(), UpdateError> {
+        for u in updates {
+            assert_eq!(u.2.len(), self.payload_len, "payload bytes");
+        }
+        self.insert_batch_of(
+            updates.len(),
+            |i| (updates[i].0, updates[i].1, Some(updates[i].2)),
+            sink,
+        )
+    }
+
+    fn insert_batch_of<'a>(
+        &mut self,
+        n: usize,
+        update: impl Fn(usize) -> (&'a [u8], u16, Option<&'a [u8]>),
         mut sink: impl FnMut(Delta),
     ) -> Result<(), UpdateError> {
         let seed = self.table.hdr.seed;
         let mut hs = [KeyHash::default(); UPDATE_AHEAD + 1];
         let ahead = |u: &Self, i: usize, hs: &mut [KeyHash; UPDATE_AHEAD + 1]| {
-            if let Some(&(k, _)) = updates.get(i) {
-                let h = hash128(k, seed);
+            if i < n {
+                let h = hash128(update(i).0, seed);
                 hs[i % (UPDATE_AHEAD + 1)] = h;
                 u.prefetch_candidates(h);
             }
@@ -1030,9 +1057,10 @@ impl Updatable {
         for i in 0..UPDATE_AHEAD {
             ahead(self, i, &mut hs);
         }
-        for (i, &(key, value)) in updates.iter().enumerate() {
+        for i in 0..n {
+            let (key, value, payload) = update(i);
             ahead(self, i + UPDATE_AHEAD, &mut hs);
-            if i + 1 < updates.len() {
+            if i + 1 < n {
                 // The next key's choice arrived meanwhile: start its RIB extent.
                 let g = self
                     .table
@@ -1041,14 +1069,21 @@ impl Updatable {
                 self.prefetch_group(g);
             }
             self.check(key, value)?;
-            sink(self.insert_hashed(key, value, hs[i % (UPDATE_AHEAD + 1)])?);
+            sink(self.insert_hashed(key, value, hs[i % (UPDATE_AHEAD + 1)], payload)?);
             self.maybe_grow()?;
         }
         Ok(())
     }
 
-    /// [`Updatable::insert`] of a checked key whose hash is `h`.
-    fn insert_hashed(&mut self, key: &[u8], value: u16, h: KeyHash) -> Result<Delta, UpdateError> {
+    /// [`Updatable::insert`] of a checked key whose hash is `h`, setting its payload when one is
+    /// given (a new key's is zeros otherwise).
+    fn insert_hashed(
+        &mut self,
+        key: &[u8],
+        value: u16,
+        h: KeyHash,
+        payload: Option<&[u8]>,
+    ) -> Result<Delta, UpdateError> {
         let seed = self.table.hdr.seed;
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
@@ -1061,7 +1096,11 @@ impl Updatable {
         let pl = self.payload_len;
         match find(self.rib.group(g), pl, key, h) {
             Some((_, vo)) => {
-                self.rib.group_mut(g)[vo..vo + 2].copy_from_slice(&value.to_le_bytes());
+                let e = &mut self.rib.group_mut(g)[vo..vo + TAIL + pl];
+                e[..2].copy_from_slice(&value.to_le_bytes());
+                if let Some(p) = payload {
+                    e[TAIL..].copy_from_slice(p);
+                }
             }
             None => {
                 let (a, b) = family(h);
@@ -1073,7 +1112,8 @@ impl Updatable {
                     return Err(UpdateError::HashCollision);
                 }
                 let mut buf: EntryBuf = [0; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
-                let n = encode_entry(&mut buf, key, value, h, &[0; MAX_RIB_PAYLOAD][..pl]);
+                let payload = payload.unwrap_or(&[0; MAX_RIB_PAYLOAD][..pl]);
+                let n = encode_entry(&mut buf, key, value, h, payload);
                 self.rib.append(g, &buf[..n]);
                 self.len += 1;
             }

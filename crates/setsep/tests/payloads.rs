@@ -100,17 +100,29 @@ proptest! {
             match *op {
                 Op::Insert(v, p) => {
                     let k = fresh.next().expect("pool").clone();
-                    up.insert(&k, v & 3).expect("insert");
-                    prop_assert_eq!(up.entry(&k), Some((v & 3, &vec![0u8; pl][..])));
+                    let with = p & 1 == 1;
                     let p = payload(pl, p);
-                    prop_assert!(up.set_payload(&k, &p));
+                    if with {
+                        up.insert_batch_with_payloads(&[(&k, v & 3, &p)], |_| {}).expect("insert");
+                    } else {
+                        up.insert(&k, v & 3).expect("insert");
+                        prop_assert_eq!(up.entry(&k), Some((v & 3, &vec![0u8; pl][..])));
+                        prop_assert!(up.set_payload(&k, &p));
+                    }
                     oracle.insert(k.clone(), (v & 3, p));
                     live.push(k);
                 }
                 Op::Change(i, v) if !live.is_empty() => {
                     let k = &live[i % live.len()];
-                    up.insert(k, v & 3).expect("change");
-                    oracle.get_mut(k).expect("live").0 = v & 3;
+                    if v & 4 == 4 {
+                        // The value and the payload in one.
+                        let p = payload(pl, u64::from(v));
+                        up.insert_batch_with_payloads(&[(k, v & 3, &p)], |_| {}).expect("change");
+                        *oracle.get_mut(k).expect("live") = (v & 3, p);
+                    } else {
+                        up.insert(k, v & 3).expect("change");
+                        oracle.get_mut(k).expect("live").0 = v & 3;
+                    }
                 }
                 Op::SetPayload(i, p) if !live.is_empty() => {
                     let k = &live[i % live.len()];
@@ -146,10 +158,22 @@ fn payloads_survive_growth_and_rebalances() {
     let mut oracle: Oracle = (0..512)
         .map(|i| (keys[i].clone(), (values[i], payload(pl, i as u64))))
         .collect();
-    for i in 512..kr.len() {
-        up.insert(kr[i], values[i]).unwrap();
-        assert!(up.set_payload(kr[i], &payload(pl, i as u64)));
-        oracle.insert(keys[i].clone(), (values[i], payload(pl, i as u64)));
+    for (i, chunk) in (512..kr.len()).collect::<Vec<_>>().chunks(100).enumerate() {
+        let ps: Vec<Vec<u8>> = chunk.iter().map(|&j| payload(pl, j as u64)).collect();
+        if i % 2 == 0 {
+            let batch: Vec<(&[u8], u16, &[u8])> = (chunk.iter().zip(&ps))
+                .map(|(&j, p)| (kr[j], values[j], p.as_slice()))
+                .collect();
+            up.insert_batch_with_payloads(&batch, |_| {}).unwrap();
+        } else {
+            for (&j, p) in chunk.iter().zip(&ps) {
+                up.insert(kr[j], values[j]).unwrap();
+                assert!(up.set_payload(kr[j], p));
+            }
+        }
+        for (&j, p) in chunk.iter().zip(ps) {
+            oracle.insert(keys[j].clone(), (values[j], p));
+        }
     }
     assert!(up.growths() >= 2, "grew {} times", up.growths());
     assert!(up.rebalances() > 0, "re-balanced no block");
