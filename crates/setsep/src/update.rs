@@ -570,7 +570,12 @@ impl Rib {
         let mut off = 0usize;
         for (h, &sz) in head.iter_mut().zip(sizes) {
             let cap = Self::cap_for(sz as usize);
-            *h = [off as u64, (cap as u64) << 32];
+            // An empty group's header stays zero, unwritten: an owner's table has every group
+            // of the cluster's and keys in its own range only, so the others' headers (16
+            // bytes each, 5 bytes per key on 4 nodes) are never made resident.
+            if cap > 0 {
+                *h = [off as u64, (cap as u64) << 32];
+            }
             off += cap;
         }
         Rib {
@@ -648,7 +653,15 @@ impl Rib {
             let (off, len, _) = Self::unpack(*h);
             let cap = Self::cap_for(len);
             data[at..at + len].copy_from_slice(&self.data[off..off + len]);
-            *h = [at as u64, len as u64 | (cap as u64) << 32];
+            let new = if cap == 0 {
+                [0, 0]
+            } else {
+                [at as u64, len as u64 | (cap as u64) << 32]
+            };
+            // Unwritten when it does not change (see `with_sizes`).
+            if *h != new {
+                *h = new;
+            }
             at += cap;
         }
         self.data = data;
@@ -1332,6 +1345,12 @@ mod tests {
         assert_eq!(rib.used, Rib::cap_for(15));
         assert_eq!(rib.group(500), &[7; 10]);
         assert!(rib.group(499).is_empty() && rib.group(501).is_empty());
+        // The other groups' headers stay zero, also through a compaction that empties 500.
+        assert!((rib.head.iter().enumerate()).all(|(g, h)| g == 500 || *h == [0, 0]));
+        rib.remove(500, 0..10);
+        rib.grow(0);
+        assert!(rib.head.iter().all(|h| *h == [0, 0]));
+        assert_eq!(rib.used, 0);
     }
 
     #[test]
