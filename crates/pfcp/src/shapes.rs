@@ -45,7 +45,7 @@ impl Shapes {
     /// `packed` for keeping: its differences from the template of its length (which it
     /// becomes when there is none yet and room for one), or itself after [`WHOLE`].
     pub(crate) fn encode(&mut self, packed: &[u8]) -> Box<[u8]> {
-        self.encode_after(&[], packed)
+        self.encode_after(&[], packed).into()
     }
 
     /// [`Shapes::encode`] after a byte naming `head` (its index among the heads this endpoint
@@ -53,6 +53,12 @@ impl Shapes {
     /// keeps beside its rules (its placement) costs a byte in its allocation instead of its
     /// own field beside it.
     pub(crate) fn encode_with_head(&mut self, head: [u8; HEAD], packed: &[u8]) -> Box<[u8]> {
+        self.encode_with_head_in(head, packed).into()
+    }
+
+    /// [`Shapes::encode_with_head`] into this value's scratch buffer, for a caller that copies
+    /// it where it keeps it (the endpoint's session slab): no allocation.
+    pub(crate) fn encode_with_head_in(&mut self, head: [u8; HEAD], packed: &[u8]) -> &[u8] {
         let mut pre = [WHOLE; 1 + HEAD];
         let pre: &[u8] = match self.heads.iter().position(|h| *h == head) {
             Some(i) => {
@@ -86,8 +92,8 @@ impl Shapes {
         Some(head)
     }
 
-    /// [`Shapes::encode`] after the bytes `pre`.
-    fn encode_after(&mut self, pre: &[u8], packed: &[u8]) -> Box<[u8]> {
+    /// [`Shapes::encode`] after the bytes `pre`, in the scratch buffer.
+    fn encode_after(&mut self, pre: &[u8], packed: &[u8]) -> &[u8] {
         let id = match self.by_len.get(&packed.len()) {
             Some(&id) => id,
             None if self.templates.len() < MAX_TEMPLATES => {
@@ -97,11 +103,12 @@ impl Shapes {
                 id
             }
             None => {
-                let mut out = Vec::with_capacity(pre.len() + 1 + packed.len());
+                let out = &mut self.scratch;
+                out.clear();
                 out.extend_from_slice(pre);
                 out.push(WHOLE);
                 out.extend_from_slice(packed);
-                return out.into_boxed_slice();
+                return out;
             }
         };
         let t = &self.templates[id as usize];
@@ -131,7 +138,7 @@ impl Shapes {
             out.extend_from_slice(&packed[start..i]);
             equal = 0;
         }
-        Box::from(&out[..])
+        out
     }
 
     /// Appends the packed session `kept` encodes to `out`; `None` when it does not decode

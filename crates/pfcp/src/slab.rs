@@ -67,6 +67,13 @@ fn per_chunk(len: usize) -> usize {
     (CHUNK / len).max(1)
 }
 
+/// Where record `at` of the pool of length `len` is: its chunk and its byte range there.
+fn locate(len: usize, at: usize) -> (usize, std::ops::Range<usize>) {
+    let per = per_chunk(len);
+    let r = at % per;
+    (at / per, r * len..(r + 1) * len)
+}
+
 impl Slab {
     /// An empty slab for an endpoint with allocator id `prefix`, with room for `capacity`
     /// slots before its array grows.
@@ -185,10 +192,8 @@ impl Slab {
             0 => None,
             BIG => Some(&self.big[&(i as u32)]),
             len => {
-                let len = len as usize;
-                let per = per_chunk(len);
-                let (c, r) = (at as usize / per, at as usize % per);
-                Some(&self.pools[len - 1].chunks[c][r * len..(r + 1) * len])
+                let (c, range) = locate(len as usize, at as usize);
+                Some(&self.pools[len as usize - 1].chunks[c][range])
             }
         }
     }
@@ -203,10 +208,8 @@ impl Slab {
         assert!(len != 0 || at == RESERVED, "a reserved or kept SEID");
         if len as usize == bytes.len() && bytes.len() <= POOLED {
             // The same length: in place.
-            let per = per_chunk(bytes.len());
-            let (c, r) = (at as usize / per, at as usize % per);
-            let l = bytes.len();
-            self.pools[l - 1].chunks[c][r * l..(r + 1) * l].copy_from_slice(bytes);
+            let (c, range) = locate(bytes.len(), at as usize);
+            self.pools[bytes.len() - 1].chunks[c][range].copy_from_slice(bytes);
             return;
         }
         if len != 0 {
@@ -257,8 +260,8 @@ impl Slab {
                 r
             }
         };
-        let (c, o) = (r as usize / per, r as usize % per);
-        p.chunks[c][o * l..(o + 1) * l].copy_from_slice(bytes);
+        let (c, range) = locate(l, r as usize);
+        p.chunks[c][range].copy_from_slice(bytes);
         r
     }
 

@@ -362,9 +362,9 @@ fn placement_of_head([a, b, c, d, e, f]: [u8; crate::shapes::HEAD]) -> Placement
 }
 
 impl Stored<'_> {
-    /// The bytes to keep of `session`, packed as `packed`.
-    fn encode(shapes: &mut Shapes, session: &Session, packed: &[u8]) -> Box<[u8]> {
-        shapes.encode_with_head(placement_head(session.placement), packed)
+    /// The bytes to keep of `session`, packed as `packed` (in `shapes`' scratch buffer).
+    fn encode<'s>(shapes: &'s mut Shapes, session: &Session, packed: &[u8]) -> &'s [u8] {
+        shapes.encode_with_head_in(placement_head(session.placement), packed)
     }
 
     /// The placement and the packed session.
@@ -1373,7 +1373,7 @@ impl<S: Sessions> Upf<S> {
                     ipv6: None,
                 };
                 let kept = Stored::encode(&mut self.shapes, &session, &packed);
-                self.sessions.keep(seid, &kept);
+                self.sessions.keep(seid, kept);
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -1415,7 +1415,7 @@ impl<S: Sessions> Upf<S> {
                 }
                 let (new_ues, new_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
                 let kept = Stored::encode(&mut self.shapes, &session, &packed);
-                self.sessions.keep(seid, &kept);
+                self.sessions.keep(seid, kept);
                 for ue in old_ues.iter().filter(|u| !new_ues.contains(u)) {
                     self.ue_index.remove(ue);
                 }

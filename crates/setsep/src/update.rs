@@ -676,8 +676,11 @@ const TAIL: usize = 8;
 /// The most payload bytes an entry may carry ([`Updatable::build_with_payloads`]).
 pub const MAX_RIB_PAYLOAD: usize = 255;
 
+/// The most bytes an encoded entry takes.
+const ENTRY_MAX: usize = 1 + 64 + TAIL + MAX_RIB_PAYLOAD;
+
 /// A buffer for one encoded entry.
-type EntryBuf = [u8; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
+type EntryBuf = [u8; ENTRY_MAX];
 
 /// Finds `key` (whose hash is `h`) in a group arena whose entries carry `pl` payload bytes:
 /// (offset of the entry, offset of its value). The stored base hashes are compared before the
@@ -780,7 +783,7 @@ impl Updatable {
                 sizes[g as usize] += (1 + k.len() + TAIL + payload_len) as u32;
             }
             let mut rib = Rib::with_sizes(&sizes);
-            let mut buf: EntryBuf = [0; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
+            let mut buf: EntryBuf = [0; ENTRY_MAX];
             for (i, ((k, &v), &g)) in keys.iter().zip(values).zip(&groups).enumerate() {
                 let payload = &payloads[i * payload_len..(i + 1) * payload_len];
                 let n = encode_entry(&mut buf, k, v, t.hash(k), payload);
@@ -1124,7 +1127,7 @@ impl Updatable {
                 if same_ab.iter().any(|k| hash128(k, seed) == h) {
                     return Err(UpdateError::HashCollision);
                 }
-                let mut buf: EntryBuf = [0; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
+                let mut buf: EntryBuf = [0; ENTRY_MAX];
                 let payload = payload.unwrap_or(&[0; MAX_RIB_PAYLOAD][..pl]);
                 let n = encode_entry(&mut buf, key, value, h, payload);
                 self.rib.append(g, &buf[..n]);
@@ -1225,7 +1228,7 @@ impl Updatable {
             let len = self.rib.group(g).len();
             self.rib.remove(g, 0..len);
         }
-        let mut buf: EntryBuf = [0; 1 + 64 + TAIL + MAX_RIB_PAYLOAD];
+        let mut buf: EntryBuf = [0; ENTRY_MAX];
         for (k, v, h, payload) in &raw {
             let bkt = locate(*h, n_blocks).1;
             let g = first + CAND[bkt][choice_of(choices[bkt / 4], bkt)] as usize;
