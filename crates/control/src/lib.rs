@@ -570,6 +570,9 @@ pub enum ControlError {
         /// Why.
         reason: &'static str,
     },
+    /// A [`Tuning`] value is out of range.
+    #[error("bad tuning: {0}")]
+    BadTuning(&'static str),
     /// Building the owner's table failed.
     #[error("cannot build the owner's table: {0}")]
     Build(#[from] sb_setsep::BuildError),

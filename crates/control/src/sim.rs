@@ -177,6 +177,14 @@ pub struct Sim {
     trail: HashMap<Bytes, Vec<String>>,
 }
 
+/// Key number `n` ([`Sim::fresh_key`]).
+fn key_of(n: u64) -> Bytes {
+    let mut k = Bytes::from_slice(&(n << 16).to_le_bytes());
+    k[0] = if n % 2 == 1 { 0x5a } else { 0xa5 };
+    k[1] = 0x5a;
+    k
+}
+
 impl Sim {
     /// A cluster of `cfg.nodes` nodes with `cfg.flows` random initial flows, started.
     pub fn new(cfg: SimConfig) -> Sim {
@@ -255,11 +263,11 @@ impl Sim {
         sim
     }
 
+    /// A new key: `5a 5a` or `a5 5a` (odd and even counts, so that a RIB key prefix of
+    /// `5a 5a` is left out of half the keys), then the count's low 6 bytes.
     fn fresh_key(&mut self) -> Bytes {
         self.next_key += 1;
-        let mut k = Bytes::from_slice(&self.next_key.to_le_bytes());
-        k[7] = 0x5a;
-        k
+        key_of(self.next_key)
     }
 
     fn value(&mut self) -> Bytes {
@@ -769,9 +777,7 @@ impl Sim {
                 }
             }
         } else {
-            let mut from =
-                Bytes::from_slice(&below(&mut self.rng, self.next_key + 1).to_le_bytes());
-            from[7] = 0x5a;
+            let from = key_of(below(&mut self.rng, self.next_key + 1));
             let run = self.oracle.range(from..).chain(self.oracle.iter()).take(48);
             for (k, (n, _)) in run {
                 if ok(self, k) {
@@ -986,10 +992,10 @@ impl Sim {
         let mut rib: BTreeMap<Bytes, (NodeId, Bytes)> = BTreeMap::new();
         for (o, x) in nodes.iter().enumerate() {
             for (k, h, v) in x.rib_entries() {
-                if self.spec.owner_of(k) as usize != o {
+                if self.spec.owner_of(&k) as usize != o {
                     self.fail(format!("owner {o} holds a key of another range"));
                 }
-                rib.insert(Bytes::from_slice(k), (h, Bytes::from_slice(v)));
+                rib.insert(Bytes::from_slice(&k), (h, Bytes::from_slice(v)));
             }
         }
         for (k, want) in &self.oracle {
@@ -1011,9 +1017,16 @@ impl Sim {
         for (i, x) in nodes.iter().enumerate() {
             let st = x.status();
             // The owner's table's RIB holds each key of its range once: its length byte, the
-            // key, the value and two base hashes (8 bytes), and the FIB value.
-            let own = x.rib_entries().count();
-            let want = own * (1 + self.spec.key_bytes + 8 + self.spec.value_bytes);
+            // key (without the tuning's prefix, if it starts with it), the value and two base
+            // hashes (8 bytes), and the FIB value.
+            let prefix = &self.cfg.tuning.rib_key_prefix;
+            let (mut own, mut want) = (0, 0);
+            for (k, _, _) in x.rib_entries() {
+                let elided = !prefix.is_empty() && k.starts_with(prefix);
+                own += 1;
+                want += 1 + self.spec.key_bytes + 8 + self.spec.value_bytes;
+                want -= if elided { prefix.len() } else { 0 };
+            }
             if st.memory.table_rib_entries != want || st.memory.table_rib < want {
                 self.fail(format!(
                     "node {i}'s table RIB counts {:?} for {own} keys (entries should be {want})",

@@ -32,6 +32,13 @@ fn config(seed: u64) -> SimConfig {
             // Every other schedule without the handler's FIB map: its FIB is what the events
             // (prunes included) made of it.
             fib_map: seed % 2 == 0,
+            // Every other schedule (crossing the one above) with a RIB that keeps half the
+            // keys without their first two bytes.
+            rib_key_prefix: if seed % 4 < 2 {
+                vec![0x5a, 0x5a]
+            } else {
+                Vec::new()
+            },
             ..SimConfig::default().tuning
         },
         ..SimConfig::default()

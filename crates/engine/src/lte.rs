@@ -43,6 +43,9 @@ pub const UPLINK_VALUE_BYTES: usize = KEY_BYTES + 4;
 /// Outer header bytes a tunnel adds to the IP packet (IPv4 20 + UDP 8 + GTP-U 8).
 pub const TUNNEL_OVERHEAD: usize = 36;
 
+/// The first 12 bytes of every IPv4 UE address's key (IPv4-mapped IPv6, `::ffff:a.b.c.d`).
+pub const IPV4_KEY_PREFIX: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+
 /// The FIB key of a UE address.
 pub fn ue_key(addr: IpAddr) -> [u8; KEY_BYTES] {
     match addr {
@@ -452,6 +455,8 @@ mod tests {
                 ul_teid: 0,
             };
             assert_eq!(key_addr(&t.key()), ue);
+            // The owners' RIBs leave this prefix out of IPv4 keys, and only those.
+            assert_eq!(t.key().starts_with(&IPV4_KEY_PREFIX), ue.is_ipv4());
             assert_eq!(Tunnel::from_entry(&t.key(), &t.value()), t);
             // Without an uplink TEID the uplink table is keyed by the TEID.
             assert_eq!(t.uplink_entry().0, 0xdead_beef_u32.to_be_bytes());

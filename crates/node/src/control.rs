@@ -412,6 +412,8 @@ pub fn run(
         expected_keys: ctl.share(),
         // The cuckoo FIB holds the slice: no second copy of it in the state machine.
         fib_map: false,
+        // The owner's RIB keeps IPv4 UE keys without their 12 common bytes.
+        rib_key_prefix: sb_engine::lte::IPV4_KEY_PREFIX.to_vec(),
         ..sb_control::Tuning::default()
     };
     let mut node = sb_control::Node::with_tuning(

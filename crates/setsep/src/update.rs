@@ -502,10 +502,13 @@ impl Default for Growth {
 /// order and stay byte-identical.
 pub struct Updatable {
     table: SetSep,
-    /// Per global group: entries `[key len u8][key][value u16 LE][a u16][b u32][payload]`.
+    /// Per global group: entries `[key len u8][key][value u16 LE][a u16][b u32][payload]`
+    /// (bit 7 of the length byte: the key is kept without `prefix`).
     rib: Rib,
     /// Bytes of each entry's payload.
     payload_len: usize,
+    /// The key prefix the RIB leaves out of the keys that start with it.
+    prefix: Box<[u8]>,
     len: usize,
     searcher: Searcher,
     gkeys: Vec<GKey>,
@@ -684,17 +687,32 @@ const ENTRY_MAX: usize = 1 + 64 + TAIL + MAX_RIB_PAYLOAD;
 /// A buffer for one encoded entry.
 type EntryBuf = [u8; ENTRY_MAX];
 
-/// Finds `key` (whose hash is `h`) in a group arena whose entries carry `pl` payload bytes:
-/// (offset of the entry, offset of its value). The stored base hashes are compared before the
-/// key bytes.
-fn find(arena: &[u8], pl: usize, key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
+/// Bit 7 of an entry's length byte: the key is kept without the RIB's prefix (the low bits
+/// count the bytes kept; keys are at most [`MAX_KEY_LEN`], 64, bytes).
+const ELIDED: u8 = 0x80;
+
+/// How the RIB keeps `key`: its length byte and the bytes it keeps (without `prefix` when the
+/// key starts with it).
+fn stored<'k>(key: &'k [u8], prefix: &[u8]) -> (u8, &'k [u8]) {
+    if !prefix.is_empty() && key.starts_with(prefix) {
+        let rest = &key[prefix.len()..];
+        (ELIDED | rest.len() as u8, rest)
+    } else {
+        (key.len() as u8, key)
+    }
+}
+
+/// Finds the key kept as `stored` (whose hash is `h`) in a group arena whose entries carry
+/// `pl` payload bytes: (offset of the entry, offset of its value). The stored base hashes are
+/// compared before the key bytes.
+fn find(arena: &[u8], pl: usize, stored: (u8, &[u8]), h: KeyHash) -> Option<(usize, usize)> {
     let (a, b) = family(h);
     let ab = (a as u64 | (b as u64) << 16).to_le_bytes();
+    let (lb, kept) = stored;
     let mut p = 0;
     while p < arena.len() {
-        let l = arena[p] as usize;
-        let vo = p + 1 + l;
-        if arena[vo + 2..vo + 8] == ab[..6] && l == key.len() && &arena[p + 1..vo] == key {
+        let vo = p + 1 + (arena[p] & !ELIDED) as usize;
+        if arena[vo + 2..vo + 8] == ab[..6] && arena[p] == lb && &arena[p + 1..vo] == kept {
             return Some((p, vo));
         }
         p = vo + TAIL + pl;
@@ -702,41 +720,126 @@ fn find(arena: &[u8], pl: usize, key: &[u8], h: KeyHash) -> Option<(usize, usize
     None
 }
 
+/// A key read back from the RIB (which keeps it without its prefix where it can, see
+/// [`Updatable::build_with_key_prefix`]): up to [`MAX_KEY_LEN`] bytes, to which it
+/// dereferences.
+#[derive(Clone, Copy)]
+pub struct RibKey {
+    len: u8,
+    bytes: [u8; MAX_KEY_LEN],
+}
+
+impl RibKey {
+    fn join(prefix: &[u8], rest: &[u8]) -> RibKey {
+        let mut k = RibKey {
+            len: (prefix.len() + rest.len()) as u8,
+            bytes: [0; MAX_KEY_LEN],
+        };
+        k.bytes[..prefix.len()].copy_from_slice(prefix);
+        k.bytes[prefix.len()..k.len as usize].copy_from_slice(rest);
+        k
+    }
+
+    /// A copy of `key`; panics if it is longer than [`MAX_KEY_LEN`].
+    pub fn new(key: &[u8]) -> RibKey {
+        assert!(key.len() <= MAX_KEY_LEN, "key over {MAX_KEY_LEN} bytes");
+        Self::join(&[], key)
+    }
+}
+
+impl std::ops::Deref for RibKey {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl AsRef<[u8]> for RibKey {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for RibKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl PartialEq for RibKey {
+    fn eq(&self, other: &RibKey) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for RibKey {}
+
+impl std::hash::Hash for RibKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state)
+    }
+}
+
 /// An entry of a group arena.
 struct Entry<'a> {
-    key: &'a [u8],
+    /// The RIB's prefix when the entry's key was kept without it, else empty.
+    prefix: &'a [u8],
+    /// The key's bytes kept.
+    kept: &'a [u8],
     v: u16,
     a: u16,
     b: u32,
     payload: &'a [u8],
+    /// The whole encoded entry.
+    raw: &'a [u8],
 }
 
-/// The entries of a group arena whose entries carry `pl` payload bytes.
-fn entries(arena: &[u8], pl: usize) -> impl Iterator<Item = Entry<'_>> {
+impl Entry<'_> {
+    fn key(&self) -> RibKey {
+        RibKey::join(self.prefix, self.kept)
+    }
+}
+
+/// The entries of a group arena whose entries carry `pl` payload bytes and whose keys may be
+/// kept without `prefix`.
+fn entries<'a>(arena: &'a [u8], pl: usize, prefix: &'a [u8]) -> impl Iterator<Item = Entry<'a>> {
     let mut p = 0;
     std::iter::from_fn(move || {
         if p >= arena.len() {
             return None;
         }
-        let l = arena[p] as usize;
+        let lb = arena[p];
+        let l = (lb & !ELIDED) as usize;
         let k = &arena[p + 1..p + 1 + l];
         let t = &arena[p + 1 + l..p + 1 + l + TAIL + pl];
+        let raw = &arena[p..p + 1 + l + TAIL + pl];
         p += 1 + l + TAIL + pl;
         Some(Entry {
-            key: k,
+            prefix: if lb & ELIDED != 0 { prefix } else { &[] },
+            kept: k,
             v: u16::from_le_bytes([t[0], t[1]]),
             a: u16::from_le_bytes([t[2], t[3]]),
             b: u32::from_le_bytes([t[4], t[5], t[6], t[7]]),
             payload: &t[TAIL..],
+            raw,
         })
     })
 }
 
-/// Encodes a RIB entry into `buf` and returns its length.
-fn encode_entry(buf: &mut EntryBuf, key: &[u8], v: u16, h: KeyHash, payload: &[u8]) -> usize {
+/// Encodes a RIB entry into `buf` (its key kept without `prefix` when it starts with it) and
+/// returns its length.
+fn encode_entry(
+    buf: &mut EntryBuf,
+    key: &[u8],
+    prefix: &[u8],
+    v: u16,
+    h: KeyHash,
+    payload: &[u8],
+) -> usize {
     let (a, b) = family(h);
+    let (lb, key) = stored(key, prefix);
     let l = key.len();
-    buf[0] = l as u8;
+    buf[0] = lb;
     buf[1..1 + l].copy_from_slice(key);
     buf[1 + l..3 + l].copy_from_slice(&v.to_le_bytes());
     buf[3 + l..5 + l].copy_from_slice(&a.to_le_bytes());
@@ -769,9 +872,49 @@ impl Updatable {
         payload_len: usize,
         opts: &BuildOptions,
     ) -> Result<Updatable, BuildError> {
+        Self::build_with_key_prefix(keys, values, payloads, payload_len, &[], opts)
+    }
+
+    /// [`Updatable::build_with_payloads`] whose RIB keeps the keys that start with `prefix`
+    /// without it (the table is the same; only the RIB is smaller). A cluster of IPv4 UE
+    /// addresses as IPv4-mapped IPv6 keys passes their common 12 bytes: each RIB entry then
+    /// takes 12 bytes less.
+    ///
+    /// Panics as [`Updatable::build_with_payloads`] does, and if `prefix` is longer than
+    /// [`MAX_KEY_LEN`].
+    ///
+    /// ```
+    /// use sb_setsep::{BuildOptions, Updatable};
+    /// let prefix = [0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+    /// let keys: Vec<Vec<u8>> = (0u32..1000)
+    ///     .map(|i| [&prefix[..], &i.to_be_bytes()[..]].concat())
+    ///     .collect();
+    /// let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    /// let opts = BuildOptions { value_bits: 2, ..BuildOptions::default() };
+    /// let plain = Updatable::build_with_payloads(&refs, &vec![1; 1000], &[], 0, &opts).unwrap();
+    /// let mut u =
+    ///     Updatable::build_with_key_prefix(&refs, &vec![1; 1000], &[], 0, &prefix, &opts).unwrap();
+    /// assert_eq!(u.rib_bytes().entries + 12 * 1000, plain.rib_bytes().entries);
+    /// u.insert(&[9u8; 16], 2).unwrap(); // a key without the prefix is kept whole
+    /// assert_eq!(u.get(&keys[7]), Some(1));
+    /// assert_eq!(u.get(&[9u8; 16]), Some(2));
+    /// assert!(u.iter().any(|(k, v)| *k == keys[7][..] && v == 1));
+    /// ```
+    pub fn build_with_key_prefix(
+        keys: &[&[u8]],
+        values: &[u16],
+        payloads: &[u8],
+        payload_len: usize,
+        prefix: &[u8],
+        opts: &BuildOptions,
+    ) -> Result<Updatable, BuildError> {
         assert!(
             payload_len <= MAX_RIB_PAYLOAD,
             "payload over {MAX_RIB_PAYLOAD} bytes"
+        );
+        assert!(
+            prefix.len() <= MAX_KEY_LEN,
+            "prefix over {MAX_KEY_LEN} bytes"
         );
         assert_eq!(payloads.len(), keys.len() * payload_len, "payload bytes");
         let table = SetSep::build(keys, values, opts)?;
@@ -782,13 +925,13 @@ impl Updatable {
             let groups: Vec<u32> = keys.iter().map(|k| t.group_of(t.hash(k)) as u32).collect();
             let mut sizes = vec![0u32; ng];
             for (k, &g) in keys.iter().zip(&groups) {
-                sizes[g as usize] += (1 + k.len() + TAIL + payload_len) as u32;
+                sizes[g as usize] += (1 + stored(k, prefix).1.len() + TAIL + payload_len) as u32;
             }
             let mut rib = Rib::with_sizes(&sizes);
             let mut buf: EntryBuf = [0; ENTRY_MAX];
             for (i, ((k, &v), &g)) in keys.iter().zip(values).zip(&groups).enumerate() {
                 let payload = &payloads[i * payload_len..(i + 1) * payload_len];
-                let n = encode_entry(&mut buf, k, v, t.hash(k), payload);
+                let n = encode_entry(&mut buf, k, prefix, v, t.hash(k), payload);
                 rib.append(g as usize, &buf[..n]);
             }
             rib
@@ -797,6 +940,7 @@ impl Updatable {
             table,
             rib,
             payload_len,
+            prefix: prefix.into(),
             len: keys.len(),
             searcher: Searcher::new(opts.kernel),
             gkeys: Vec::new(),
@@ -836,11 +980,13 @@ impl Updatable {
                 values.push(v);
                 payloads.extend_from_slice(p);
             }
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &**k).collect();
             let opts = BuildOptions {
                 capacity: blocks.saturating_mul(crate::layout::KEYS_PER_BLOCK),
                 ..self.opts.clone()
             };
-            Updatable::build_with_payloads(&keys, &values, &payloads, self.payload_len, &opts)?
+            let (pl, prefix) = (self.payload_len, &self.prefix);
+            Updatable::build_with_key_prefix(&keys, &values, &payloads, pl, prefix, &opts)?
         };
         let (growth, growths, rebalances) = (self.growth, self.growths + 1, self.rebalances);
         *self = grown;
@@ -885,7 +1031,7 @@ impl Updatable {
         let groups = start * GROUPS_PER_BLOCK..end * GROUPS_PER_BLOCK;
         let keys = groups
             .clone()
-            .map(|g| entries(self.rib.group(g), self.payload_len).count() as u64)
+            .map(|g| entries(self.rib.group(g), self.payload_len, &[]).count() as u64)
             .sum();
         let mut fallback = Vec::new();
         for (&(lo, hi), &v) in &self.table.fallback {
@@ -948,7 +1094,7 @@ impl Updatable {
         let h = t.hash(key);
         let a = self.rib.group(t.group_of(h));
         let pl = self.payload_len;
-        find(a, pl, key, h).map(|(_, vo)| {
+        find(a, pl, stored(key, &self.prefix), h).map(|(_, vo)| {
             let v = u16::from_le_bytes([a[vo], a[vo + 1]]);
             (v, &a[vo + TAIL..vo + TAIL + pl])
         })
@@ -961,7 +1107,8 @@ impl Updatable {
         let t = self.table.tables();
         let h = t.hash(key);
         let g = t.group_of(h);
-        let Some((_, vo)) = find(self.rib.group(g), self.payload_len, key, h) else {
+        let sk = stored(key, &self.prefix);
+        let Some((_, vo)) = find(self.rib.group(g), self.payload_len, sk, h) else {
             return false;
         };
         self.rib.group_mut(g)[vo + TAIL..vo + TAIL + payload.len()].copy_from_slice(payload);
@@ -973,16 +1120,23 @@ impl Updatable {
         self.payload_len
     }
 
+    /// The key prefix the RIB leaves out ([`Updatable::build_with_key_prefix`]; empty when
+    /// none).
+    pub fn key_prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
     /// Every key and value (in group order).
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u16)> {
+    pub fn iter(&self) -> impl Iterator<Item = (RibKey, u16)> + '_ {
         self.entries().map(|(k, v, _)| (k, v))
     }
 
     /// Every key, value and payload (in group order).
-    pub fn entries(&self) -> impl Iterator<Item = (&[u8], u16, &[u8])> {
-        let pl = self.payload_len;
-        (0..self.rib.head.len())
-            .flat_map(move |g| entries(self.rib.group(g), pl).map(|e| (e.key, e.v, e.payload)))
+    pub fn entries(&self) -> impl Iterator<Item = (RibKey, u16, &[u8])> {
+        let (pl, prefix) = (self.payload_len, &*self.prefix);
+        (0..self.rib.head.len()).flat_map(move |g| {
+            entries(self.rib.group(g), pl, prefix).map(|e| (e.key(), e.v, e.payload))
+        })
     }
 
     fn check(&self, key: &[u8], value: u16) -> Result<(), UpdateError> {
@@ -1112,7 +1266,7 @@ impl Updatable {
             Vec::new()
         };
         let pl = self.payload_len;
-        match find(self.rib.group(g), pl, key, h) {
+        match find(self.rib.group(g), pl, stored(key, &self.prefix), h) {
             Some((_, vo)) => {
                 let e = &mut self.rib.group_mut(g)[vo..vo + TAIL + pl];
                 e[..2].copy_from_slice(&value.to_le_bytes());
@@ -1122,16 +1276,14 @@ impl Updatable {
             }
             None => {
                 let (a, b) = family(h);
-                let same_ab: Vec<&[u8]> = entries(self.rib.group(g), pl)
-                    .filter(|e| (e.a, e.b) == (a, b))
-                    .map(|e| e.key)
-                    .collect();
-                if same_ab.iter().any(|k| hash128(k, seed) == h) {
+                if entries(self.rib.group(g), pl, &self.prefix)
+                    .any(|e| (e.a, e.b) == (a, b) && hash128(&e.key(), seed) == h)
+                {
                     return Err(UpdateError::HashCollision);
                 }
                 let mut buf: EntryBuf = [0; ENTRY_MAX];
                 let payload = payload.unwrap_or(&[0; MAX_RIB_PAYLOAD][..pl]);
-                let n = encode_entry(&mut buf, key, value, h, payload);
+                let n = encode_entry(&mut buf, key, &self.prefix, value, h, payload);
                 self.rib.append(g, &buf[..n]);
                 self.len += 1;
             }
@@ -1148,7 +1300,8 @@ impl Updatable {
         self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
-        let Some((p, vo)) = find(self.rib.group(g), self.payload_len, key, h) else {
+        let sk = stored(key, &self.prefix);
+        let Some((p, vo)) = find(self.rib.group(g), self.payload_len, sk, h) else {
             return Ok(None);
         };
         let old_hashes = if self.table.tables().is_fallback_group(g) {
@@ -1187,8 +1340,8 @@ impl Updatable {
 
     fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
         let seed = self.table.hdr.seed;
-        entries(self.rib.group(g), self.payload_len)
-            .map(|e| hash128(e.key, seed))
+        entries(self.rib.group(g), self.payload_len, &self.prefix)
+            .map(|e| hash128(&e.key(), seed))
             .collect()
     }
 
@@ -1202,7 +1355,8 @@ impl Updatable {
         let first = blk * GROUPS_PER_BLOCK;
         let mut fb_remove = Vec::new();
         let mut keys: Vec<(KeyHash, u16)> = Vec::new();
-        let mut raw: Vec<(Vec<u8>, u16, KeyHash, Vec<u8>)> = Vec::new();
+        // Each key's hash and its entry as encoded (moved as it is).
+        let mut raw: Vec<(KeyHash, Vec<u8>)> = Vec::new();
         let pl = self.payload_len;
         {
             let t = self.table.tables();
@@ -1210,13 +1364,13 @@ impl Updatable {
                 // A fallback group's RIB keys are the ones in the fallback table: only the
                 // group being changed differs, and it was not a fallback group.
                 let in_fb = t.is_fallback_group(g);
-                for e in entries(self.rib.group(g), pl) {
-                    let h = hash128(e.key, seed);
+                for e in entries(self.rib.group(g), pl, &self.prefix) {
+                    let h = hash128(&e.key(), seed);
                     if in_fb {
                         fb_remove.push(h);
                     }
                     keys.push((h, e.v));
-                    raw.push((e.key.to_vec(), e.v, h, e.payload.to_vec()));
+                    raw.push((h, e.raw.to_vec()));
                 }
             }
         }
@@ -1230,12 +1384,10 @@ impl Updatable {
             let len = self.rib.group(g).len();
             self.rib.remove(g, 0..len);
         }
-        let mut buf: EntryBuf = [0; ENTRY_MAX];
-        for (k, v, h, payload) in &raw {
+        for (h, entry) in &raw {
             let bkt = locate(*h, n_blocks).1;
             let g = first + CAND[bkt][choice_of(choices[bkt / 4], bkt)] as usize;
-            let n = encode_entry(&mut buf, k, *v, *h, payload);
-            self.rib.append(g, &buf[..n]);
+            self.rib.append(g, entry);
         }
         let fb_insert = (0..fb.len() / FB_ENTRY)
             .map(|i| {
@@ -1271,7 +1423,7 @@ impl Updatable {
         let vbits = self.table.hdr.value_bits as u32;
         let rec = self.table.hdr.rec_bytes();
         self.gkeys.clear();
-        for e in entries(self.rib.group(g), self.payload_len) {
+        for e in entries(self.rib.group(g), self.payload_len, &[]) {
             self.gkeys.push(GKey {
                 a: e.a,
                 b: e.b,
@@ -1312,8 +1464,8 @@ impl Updatable {
         let fb_remove = old_hashes;
         let fb_insert = if now_fb {
             let seed = self.table.hdr.seed;
-            entries(self.rib.group(g), self.payload_len)
-                .map(|e| (hash128(e.key, seed), e.v))
+            entries(self.rib.group(g), self.payload_len, &self.prefix)
+                .map(|e| (hash128(&e.key(), seed), e.v))
                 .collect()
         } else {
             Vec::new()

@@ -118,7 +118,7 @@ fn live_matches_setsep_through_deltas() {
         assert_eq!(owner.growths(), 0);
         assert_eq!(live.content_digest(), owner.table().content_digest());
         for (k, v) in owner.iter() {
-            assert_eq!(live.lookup(k), v);
+            assert_eq!(live.lookup(&k), v);
         }
         if config == Config::C8_16 && !growth {
             assert!(
@@ -306,9 +306,9 @@ fn stress(config: Config, growth: bool, run_for: Duration) -> (u64, u64, u64, u6
     let lookups = readers.into_iter().map(|r| r.join().unwrap()).sum();
     assert_eq!(owner.growths(), 0);
     assert_eq!(live.content_digest(), owner.table().content_digest());
-    let want: HashMap<&[u8], u16> = owner.iter().collect();
+    let want: HashMap<sb_setsep::RibKey, u16> = owner.iter().collect();
     for (k, v) in want {
-        assert_eq!(live.lookup(k), v);
+        assert_eq!(live.lookup(&k), v);
     }
     (event, lookups, fallbacks, blocks)
 }

@@ -1,6 +1,8 @@
 //! An updatable table whose RIB keeps a payload beside each key (an owner's FIB values),
 //! against a HashMap oracle of (value, payload): through inserts, changes, payload updates,
-//! removals, growth rebuilds and block re-balances, every key keeps its payload.
+//! removals, growth rebuilds and block re-balances, every key keeps its payload. The same
+//! with a RIB that keeps keys without a common prefix (`build_with_key_prefix`), half the
+//! keys starting with it.
 
 mod common;
 
@@ -26,6 +28,16 @@ fn payload(pl: usize, x: u64) -> Vec<u8> {
     (0..pl)
         .map(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8)
         .collect()
+}
+
+/// Gives every other key `prefix` (only the first key when the prefix is a whole key, so
+/// that the keys stay distinct).
+fn with_prefix(keys: &mut [Vec<u8>], prefix: &[u8]) {
+    for (i, k) in keys.iter_mut().enumerate() {
+        if i % 2 == 0 && (prefix.len() < k.len() || i == 0) {
+            k[..prefix.len()].copy_from_slice(prefix);
+        }
+    }
 }
 
 fn check(up: &Updatable, oracle: &Oracle, absent: &[&[u8]]) {
@@ -78,16 +90,20 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..120),
         n0 in 0usize..300,
         pl in prop_oneof![Just(0usize), Just(1), Just(5), Just(16), Just(MAX_RIB_PAYLOAD)],
+        plen in prop_oneof![Just(0usize), Just(4), Just(12), Just(16)],
         seed in any::<u64>(),
     ) {
-        let (pool, values) = random_set(n0 + ops.len(), 13, 2, seed);
+        let (mut pool, values) = random_set(n0 + ops.len(), 16, 2, seed);
+        let prefix: Vec<u8> = (0..plen as u8).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+        with_prefix(&mut pool, &prefix);
         let (init, fresh) = pool.split_at(n0);
         let mut s = seed;
         let payloads: Vec<u8> = (0..n0).flat_map(|_| payload(pl, splitmix(&mut s))).collect();
-        let mut up = Updatable::build_with_payloads(&refs(init), &values[..n0], &payloads, pl, &opts(seed))
+        let mut up = Updatable::build_with_key_prefix(&refs(init), &values[..n0], &payloads, pl, &prefix, &opts(seed))
             .expect("build")
             .with_growth(Growth::default());
         prop_assert_eq!(up.payload_len(), pl);
+        prop_assert_eq!(up.key_prefix(), &prefix[..]);
         let mut oracle: Oracle = init
             .iter()
             .enumerate()
@@ -145,16 +161,25 @@ proptest! {
 }
 
 /// 6,000 keys into a table built for 512 with growth: it grows (rebuilds from its RIB) and
-/// re-balances blocks, and every payload is still its key's.
+/// re-balances blocks, and every payload is still its key's; with a key prefix, half the
+/// keys are kept without it through all of that.
 #[test]
 fn payloads_survive_growth_and_rebalances() {
+    for prefix in [&[][..], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]] {
+        growth_and_rebalances(prefix);
+    }
+}
+
+fn growth_and_rebalances(prefix: &[u8]) {
     let pl = 16;
-    let (keys, values) = random_set(6_000, 16, 2, 77);
+    let (mut keys, values) = random_set(6_000, 16, 2, 77);
+    with_prefix(&mut keys, prefix);
     let kr = refs(&keys);
     let p0: Vec<u8> = (0..512).flat_map(|i| payload(pl, i)).collect();
-    let mut up = Updatable::build_with_payloads(&kr[..512], &values[..512], &p0, pl, &opts(5))
-        .unwrap()
-        .with_growth(Growth::default());
+    let mut up =
+        Updatable::build_with_key_prefix(&kr[..512], &values[..512], &p0, pl, prefix, &opts(5))
+            .unwrap()
+            .with_growth(Growth::default());
     let mut oracle: Oracle = (0..512)
         .map(|i| (keys[i].clone(), (values[i], payload(pl, i as u64))))
         .collect();
@@ -178,8 +203,13 @@ fn payloads_survive_growth_and_rebalances() {
     assert!(up.growths() >= 2, "grew {} times", up.growths());
     assert!(up.rebalances() > 0, "re-balanced no block");
     check(&up, &oracle, &[]);
+    assert_eq!(up.key_prefix(), prefix);
     let rb = up.rib_bytes();
-    assert_eq!(rb.entries, 6_000 * (1 + 16 + 8 + pl));
+    let elided = if prefix.is_empty() { 0 } else { 3_000 };
+    assert_eq!(
+        rb.entries,
+        6_000 * (1 + 16 + 8 + pl) - elided * prefix.len()
+    );
 }
 
 #[test]
