@@ -134,6 +134,7 @@ pub mod fuzzing;
 pub mod ie;
 pub mod message;
 pub mod relay;
+mod responses;
 mod shapes;
 mod slab;
 pub mod smf;

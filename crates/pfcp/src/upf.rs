@@ -43,6 +43,7 @@
 use crate::ie::*;
 use crate::message::*;
 use crate::relay::{Relay, RelayKind};
+use crate::responses::Responses;
 use crate::shapes::Shapes;
 use crate::slab::Slab;
 use crate::teid_set::TeidSet;
@@ -75,7 +76,7 @@ pub struct Config {
     pub allocator_id: u8,
     /// How long a response is kept to answer retransmissions (TS 29.244: at least N1 * T1).
     pub response_ttl: Duration,
-    /// At most this many responses are kept (the oldest go first).
+    /// At most this many responses are kept (the oldest go first), and 256 MiB of them.
     pub response_cache_entries: usize,
     /// Whether this endpoint is one of several of one cluster: association requests are
     /// replicated to the others and session requests for SEIDs another endpoint allocated
@@ -612,11 +613,6 @@ pub fn malloc_chunk(n: usize) -> usize {
     }
 }
 
-/// [`sb_common::hash_table_bytes`] of a table of `T`.
-fn table_bytes<T>(cap: usize) -> usize {
-    sb_common::hash_table_bytes(cap, std::mem::size_of::<T>())
-}
-
 /// The PFCP endpoint of the user plane. See the module docs for what it accepts.
 pub struct Upf<S> {
     config: Config,
@@ -636,10 +632,8 @@ pub struct Upf<S> {
     establishing: usize,
     pending: HashMap<Token, Pending>,
     in_flight: HashSet<(SocketAddr, u32)>,
-    cache: HashMap<(SocketAddr, u32), Vec<u8>>,
-    cache_order: VecDeque<(Duration, SocketAddr, u32)>,
-    /// Bytes of the cached responses.
-    cache_bytes: usize,
+    /// Responses to recent requests, for their retransmissions.
+    cache: Responses,
     /// The templates of kept sessions.
     shapes: Shapes,
     next_token: u64,
@@ -660,6 +654,7 @@ impl<S: Sessions> Upf<S> {
         let n = config.expected_sessions;
         let teids = TeidSet::new(config.allocator_id);
         let slab = Slab::new(config.allocator_id, n);
+        let cache = Responses::new(config.response_ttl, config.response_cache_entries);
         Upf {
             config,
             sessions_impl: sessions,
@@ -674,9 +669,7 @@ impl<S: Sessions> Upf<S> {
             establishing: 0,
             pending: HashMap::default(),
             in_flight: HashSet::default(),
-            cache: HashMap::default(),
-            cache_order: VecDeque::new(),
-            cache_bytes: 0,
+            cache,
             shapes: Shapes::default(),
             next_token: 1,
             stats: Stats::default(),
@@ -711,10 +704,8 @@ impl<S: Sessions> Upf<S> {
     /// running counts must equal; for tests and audits: it takes time in the sessions).
     pub fn recount_memory(&self) -> Memory {
         let packed = self.sessions.iter().map(|(_, kept)| kept.len()).sum();
-        let cached: usize = self.cache.values().map(Vec::len).sum();
         Memory {
             packed,
-            responses: table_bytes::<((SocketAddr, u32), Vec<u8>)>(self.cache.capacity()) + cached,
             ..self.memory()
         }
     }
@@ -727,8 +718,7 @@ impl<S: Sessions> Upf<S> {
             packed_chunks: self.sessions.record_bytes(),
             ue_index: self.ue_index.bytes(),
             teids: self.teids.bytes(),
-            responses: table_bytes::<((SocketAddr, u32), Vec<u8>)>(self.cache.capacity())
-                + self.cache_bytes,
+            responses: self.cache.memory(),
             shapes: self.shapes.bytes(),
         }
     }
@@ -810,17 +800,7 @@ impl<S: Sessions> Upf<S> {
     }
 
     fn expire(&mut self, now: Duration) {
-        while let Some(&(at, addr, seq)) = self.cache_order.front() {
-            if now.saturating_sub(at) <= self.config.response_ttl
-                && self.cache_order.len() <= self.config.response_cache_entries
-            {
-                break;
-            }
-            self.cache_order.pop_front();
-            if let Some(b) = self.cache.remove(&(addr, seq)) {
-                self.cache_bytes -= b.len();
-            }
-        }
+        self.cache.expire(now);
     }
 
     /// Sends `msg` to `to`, caching it as the answer to request `cache_seq`.
@@ -849,12 +829,7 @@ impl<S: Sessions> Upf<S> {
             return;
         };
         if let Some(seq) = cache_seq {
-            self.cache_bytes += bytes.len();
-            match self.cache.insert((to, seq), bytes.clone()) {
-                None => self.cache_order.push_back((now, to, seq)),
-                Some(old) => self.cache_bytes -= old.len(),
-            }
-            self.expire(now);
+            self.cache.insert(now, to, seq, &bytes);
         }
         self.emit(out, to, cache_seq, bytes);
     }
@@ -955,9 +930,8 @@ impl<S: Sessions> Upf<S> {
             return;
         }
         let key = (from, header.sequence);
-        if let Some(bytes) = self.cache.get(&key) {
+        if let Some(bytes) = self.cache.get(from, header.sequence) {
             self.stats.retransmissions += 1;
-            let bytes = bytes.clone();
             self.emit(out, from, Some(header.sequence), bytes);
             return;
         }
