@@ -2347,7 +2347,14 @@ impl Node {
         }
         if let (Some(first), Some(last)) = (deltas.first(), deltas.last()) {
             let (first_seq, last_seq) = (first.seq(), last.seq());
-            let bytes: Vec<Arc<[u8]>> = deltas.iter().map(|d| d.to_bytes().into()).collect();
+            let mut buf = Vec::new();
+            let bytes: Vec<Arc<[u8]>> = (deltas.iter())
+                .map(|d| {
+                    buf.clear();
+                    d.write_to(&mut buf);
+                    Arc::from(&buf[..])
+                })
+                .collect();
             for p in 0..self.spec.nodes {
                 if p == self.me {
                     continue;

@@ -13,6 +13,10 @@ use crate::table::{fallback_entry, FbMap, FB_ENTRY};
 use crate::{BuildError, BuildOptions, Config, DeltaError, SetSep, UpdateError};
 use sb_common::{hash128, HugeArray, KeyHash};
 
+/// A delta's record bytes: a group's (at most 16 bytes for the shapes in use, 6 for 16+8 with
+/// 2-bit values) without an allocation.
+type Record = smallvec::SmallVec<[u8; 16]>;
+
 /// One change of a table: the new record of one group, and the fallback entries that leave and
 /// join the fallback table. Produced by [`Updatable`], applied by [`SetSep::apply_delta`].
 ///
@@ -32,8 +36,9 @@ pub struct Delta {
     digest: u64,
     /// The group rewritten, or the first group of the block a block delta rewrites.
     group: u64,
-    /// Its record, or the block's 64 records.
-    record: Vec<u8>,
+    /// Its record, or the block's 64 records (a group's, a few bytes, inline: a replica
+    /// parses one delta per update, and this was its one allocation).
+    record: Record,
     /// A block delta's bucket choices (64 bytes): a growing owner re-balances a block when an
     /// insert would send one of its groups to the fallback table.
     choices: Option<Vec<u8>>,
@@ -143,24 +148,36 @@ impl Delta {
     /// The serialized delta: header, table fingerprint, sequence number, group id, kind (0: one
     /// group's record; 1: a block's 64 choice bytes and 64 records), fallback edits, checksum.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = self.body();
-        let sum = self.digest as u32;
-        out.extend_from_slice(&sum.to_le_bytes());
+        let mut out = Vec::with_capacity(44 + self.record.len());
+        self.write_to(&mut out);
         out
     }
 
-    fn body(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(40 + self.record.len());
+    /// [`Delta::to_bytes`] appended to `out` (no allocation when it has room).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        self.body_into(out);
+        let sum = self.digest as u32;
+        out.extend_from_slice(&sum.to_le_bytes());
+    }
+
+    /// Sets the digest from the body, serialized into `scratch` (cleared first).
+    fn seal(&mut self, scratch: &mut Vec<u8>) {
+        scratch.clear();
+        self.body_into(scratch);
+        self.digest = Self::digest_of(scratch);
+    }
+
+    fn body_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(DELTA_MAGIC);
         out.push(DELTA_VERSION);
         out.push(self.config.index_bits);
         out.push(self.config.array_bits);
         out.push(self.value_bits);
         out.extend_from_slice(&self.table.to_le_bytes());
-        put_varint(&mut out, self.n_blocks);
-        put_varint(&mut out, self.n_keys);
-        put_varint(&mut out, self.seq);
-        put_varint(&mut out, self.group);
+        put_varint(out, self.n_blocks);
+        put_varint(out, self.n_keys);
+        put_varint(out, self.seq);
+        put_varint(out, self.group);
         match &self.choices {
             None => out.push(0),
             Some(c) => {
@@ -169,16 +186,15 @@ impl Delta {
             }
         }
         out.extend_from_slice(&self.record);
-        put_varint(&mut out, self.fb_remove.len() as u64);
+        put_varint(out, self.fb_remove.len() as u64);
         for h in &self.fb_remove {
             out.extend_from_slice(&h.lo.to_le_bytes());
             out.extend_from_slice(&h.hi.to_le_bytes());
         }
-        put_varint(&mut out, self.fb_insert.len() as u64);
+        put_varint(out, self.fb_insert.len() as u64);
         for &(h, v) in &self.fb_insert {
             out.extend_from_slice(&fallback_entry(h, v));
         }
-        out
     }
 
     /// The digest of a serialized body (the checksum is its low 32 bits); never 0, which the
@@ -228,13 +244,13 @@ impl Delta {
         }
         let rec = config.entry_bytes() * value_bits as usize;
         let (choices, record) = match r.u8()? {
-            0 => (None, r.take(rec)?.to_vec()),
+            0 => (None, Record::from_slice(r.take(rec)?)),
             1 => {
                 if group % GROUPS_PER_BLOCK as u64 != 0 {
                     return Err(DeltaError::Malformed("block delta not at a block"));
                 }
                 let c = r.take(CHOICE_BYTES_PER_BLOCK)?.to_vec();
-                (Some(c), r.take(rec * GROUPS_PER_BLOCK)?.to_vec())
+                (Some(c), Record::from_slice(r.take(rec * GROUPS_PER_BLOCK)?))
             }
             _ => return Err(DeltaError::Malformed("bad delta kind")),
         };
@@ -519,6 +535,8 @@ pub struct Updatable {
     rebalances: u64,
     /// For block re-balances (made on first use).
     builder: Option<Box<BlockBuilder>>,
+    /// A delta's body while its digest is computed.
+    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for Updatable {
@@ -949,6 +967,7 @@ impl Updatable {
             growths: 0,
             rebalances: 0,
             builder: None,
+            scratch: Vec::new(),
         })
     }
 
@@ -1405,12 +1424,12 @@ impl Updatable {
             seq: self.table.hdr.seq + 1,
             digest: 0,
             group: first as u64,
-            record,
+            record: Record::from_vec(record),
             choices: Some(choices),
             fb_remove,
             fb_insert,
         };
-        d.digest = Delta::digest_of(&d.body());
+        d.seal(&mut self.scratch);
         apply(&mut self.table, &d, true).expect("a delta made from this table applies to it");
         self.rebalances += 1;
         d
@@ -1432,7 +1451,7 @@ impl Updatable {
         }
         let t = self.table.tables();
         let was_fb = t.is_fallback_group(g);
-        let mut record = vec![0u8; rec];
+        let mut record = Record::from_elem(0, rec);
         // Current indexes; keep those that still separate.
         let eb = cfg.entry_bytes();
         let mut idx = [0u16; 16];
@@ -1484,7 +1503,7 @@ impl Updatable {
             fb_remove,
             fb_insert,
         };
-        d.digest = Delta::digest_of(&d.body());
+        d.seal(&mut self.scratch);
         apply(&mut self.table, &d, true).expect("a delta made from this table applies to it");
         d
     }
