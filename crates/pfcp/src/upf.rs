@@ -700,8 +700,8 @@ impl<S: Sessions> Upf<S> {
         self.sessions.len()
     }
 
-    /// [`Upf::memory`] counted again by walking every session and cached response (what the
-    /// running counts must equal; for tests and audits: it takes time in the sessions).
+    /// [`Upf::memory`] with the kept bytes counted again by walking every session (what the
+    /// running count must equal; for tests and audits: it takes time in the sessions).
     pub fn recount_memory(&self) -> Memory {
         let packed = self.sessions.iter().map(|(_, kept)| kept.len()).sum();
         Memory {
@@ -749,7 +749,7 @@ impl<S: Sessions> Upf<S> {
     /// Handles one datagram from `from` at time `now` (any fixed epoch): the datagrams to
     /// send back. A datagram may hold several messages (the FO flag).
     pub fn handle(&mut self, now: Duration, from: SocketAddr, bytes: &[u8]) -> Vec<Transmit> {
-        self.expire(now);
+        self.cache.expire(now);
         let mut out = Vec::new();
         let mut rest = bytes;
         loop {
@@ -789,7 +789,7 @@ impl<S: Sessions> Upf<S> {
         token: Token,
         result: Result<(), Failure>,
     ) -> Vec<Transmit> {
-        self.expire(now);
+        self.cache.expire(now);
         let mut out = Vec::new();
         if let Some(p) = self.pending.remove(&token) {
             self.in_flight.remove(&(p.to, p.sequence));
@@ -797,10 +797,6 @@ impl<S: Sessions> Upf<S> {
             self.send(&mut out, now, p.to, Some(p.sequence), msg);
         }
         out
-    }
-
-    fn expire(&mut self, now: Duration) {
-        self.cache.expire(now);
     }
 
     /// Sends `msg` to `to`, caching it as the answer to request `cache_seq`.

@@ -1050,7 +1050,7 @@ impl Updatable {
         let groups = start * GROUPS_PER_BLOCK..end * GROUPS_PER_BLOCK;
         let keys = groups
             .clone()
-            .map(|g| entries(self.rib.group(g), self.payload_len, &[]).count() as u64)
+            .map(|g| entries(self.rib.group(g), self.payload_len, &self.prefix).count() as u64)
             .sum();
         let mut fallback = Vec::new();
         for (&(lo, hi), &v) in &self.table.fallback {
@@ -1111,9 +1111,9 @@ impl Updatable {
     pub fn entry(&self, key: &[u8]) -> Option<(u16, &[u8])> {
         let t = self.table.tables();
         let h = t.hash(key);
-        let a = self.rib.group(t.group_of(h));
-        let pl = self.payload_len;
-        find(a, pl, stored(key, &self.prefix), h).map(|(_, vo)| {
+        let g = t.group_of(h);
+        let (a, pl) = (self.rib.group(g), self.payload_len);
+        self.find_key(g, key, h).map(|(_, vo)| {
             let v = u16::from_le_bytes([a[vo], a[vo + 1]]);
             (v, &a[vo + TAIL..vo + TAIL + pl])
         })
@@ -1126,8 +1126,7 @@ impl Updatable {
         let t = self.table.tables();
         let h = t.hash(key);
         let g = t.group_of(h);
-        let sk = stored(key, &self.prefix);
-        let Some((_, vo)) = find(self.rib.group(g), self.payload_len, sk, h) else {
+        let Some((_, vo)) = self.find_key(g, key, h) else {
             return false;
         };
         self.rib.group_mut(g)[vo + TAIL..vo + TAIL + payload.len()].copy_from_slice(payload);
@@ -1143,6 +1142,17 @@ impl Updatable {
     /// none).
     pub fn key_prefix(&self) -> &[u8] {
         &self.prefix
+    }
+
+    /// Finds `key` (whose hash is `h`) in group `g`'s RIB extent: (offset of its entry, offset
+    /// of its value).
+    fn find_key(&self, g: usize, key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
+        find(
+            self.rib.group(g),
+            self.payload_len,
+            stored(key, &self.prefix),
+            h,
+        )
     }
 
     /// Every key and value (in group order).
@@ -1285,7 +1295,7 @@ impl Updatable {
             Vec::new()
         };
         let pl = self.payload_len;
-        match find(self.rib.group(g), pl, stored(key, &self.prefix), h) {
+        match self.find_key(g, key, h) {
             Some((_, vo)) => {
                 let e = &mut self.rib.group_mut(g)[vo..vo + TAIL + pl];
                 e[..2].copy_from_slice(&value.to_le_bytes());
@@ -1319,8 +1329,7 @@ impl Updatable {
         self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
-        let sk = stored(key, &self.prefix);
-        let Some((p, vo)) = find(self.rib.group(g), self.payload_len, sk, h) else {
+        let Some((p, vo)) = self.find_key(g, key, h) else {
             return Ok(None);
         };
         let old_hashes = if self.table.tables().is_fallback_group(g) {
@@ -1442,7 +1451,7 @@ impl Updatable {
         let vbits = self.table.hdr.value_bits as u32;
         let rec = self.table.hdr.rec_bytes();
         self.gkeys.clear();
-        for e in entries(self.rib.group(g), self.payload_len, &[]) {
+        for e in entries(self.rib.group(g), self.payload_len, &self.prefix) {
             self.gkeys.push(GKey {
                 a: e.a,
                 b: e.b,
