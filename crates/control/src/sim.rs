@@ -1017,14 +1017,14 @@ impl Sim {
         for (i, x) in nodes.iter().enumerate() {
             let st = x.status();
             // The owner's table's RIB holds each key of its range once: its length byte, the
-            // key (without the tuning's prefix, if it starts with it), the value and two base
-            // hashes (8 bytes), and the FIB value.
+            // key (without the tuning's prefix, if it starts with it), the value (2 bytes) and
+            // the FIB value.
             let prefix = &self.cfg.tuning.rib_key_prefix;
             let (mut own, mut want) = (0, 0);
             for (k, _, _) in x.rib_entries() {
                 let elided = !prefix.is_empty() && k.starts_with(prefix);
                 own += 1;
-                want += 1 + self.spec.key_bytes + 8 + self.spec.value_bytes;
+                want += 1 + self.spec.key_bytes + 2 + self.spec.value_bytes;
                 want -= if elided { prefix.len() } else { 0 };
             }
             if st.memory.table_rib_entries != want || st.memory.table_rib < want {

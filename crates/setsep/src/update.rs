@@ -518,7 +518,7 @@ impl Default for Growth {
 /// order and stay byte-identical.
 pub struct Updatable {
     table: SetSep,
-    /// Per global group: entries `[key len u8][key][value u16 LE][a u16][b u32][payload]`
+    /// Per global group: entries `[key len u8][key][value u16 LE][payload]`
     /// (bit 7 of the length byte: the key is kept without `prefix`).
     rib: Rib,
     /// Bytes of each entry's payload.
@@ -555,7 +555,8 @@ const UPDATE_AHEAD: usize = 3;
 /// What [`Updatable::rib_bytes`] reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RibBytes {
-    /// The entries: each key with its length, value and two base hashes.
+    /// The entries: each key (without the RIB's prefix where it can be) with its length byte,
+    /// value and payload.
     pub entries: usize,
     /// Touched: headers and handed-out extents (what is resident).
     pub touched: usize,
@@ -692,9 +693,10 @@ impl Rib {
     }
 }
 
-/// Bytes of a RIB entry after its key and before its payload: value u16, then the key's base
-/// hashes `a` (u16) and `b` (u32) so that re-searching a group needs no hashing.
-const TAIL: usize = 8;
+/// Bytes of a RIB entry after its key and before its payload: the value, u16 LE. The key's
+/// hash is not kept: re-searching a group hashes its keys again (a few ns a key of up to 16
+/// bytes, [`hash128`]), which costs less than the 6 bytes per entry its base hashes took.
+const TAIL: usize = 2;
 
 /// The most payload bytes an entry may carry ([`Updatable::build_with_payloads`]).
 pub const MAX_RIB_PAYLOAD: usize = 255;
@@ -720,17 +722,14 @@ fn stored<'k>(key: &'k [u8], prefix: &[u8]) -> (u8, &'k [u8]) {
     }
 }
 
-/// Finds the key kept as `stored` (whose hash is `h`) in a group arena whose entries carry
-/// `pl` payload bytes: (offset of the entry, offset of its value). The stored base hashes are
-/// compared before the key bytes.
-fn find(arena: &[u8], pl: usize, stored: (u8, &[u8]), h: KeyHash) -> Option<(usize, usize)> {
-    let (a, b) = family(h);
-    let ab = (a as u64 | (b as u64) << 16).to_le_bytes();
+/// Finds the key kept as `stored` in a group arena whose entries carry `pl` payload bytes:
+/// (offset of the entry, offset of its value).
+fn find(arena: &[u8], pl: usize, stored: (u8, &[u8])) -> Option<(usize, usize)> {
     let (lb, kept) = stored;
     let mut p = 0;
     while p < arena.len() {
         let vo = p + 1 + (arena[p] & !ELIDED) as usize;
-        if arena[vo + 2..vo + 8] == ab[..6] && arena[p] == lb && &arena[p + 1..vo] == kept {
+        if arena[p] == lb && &arena[p + 1..vo] == kept {
             return Some((p, vo));
         }
         p = vo + TAIL + pl;
@@ -805,8 +804,6 @@ struct Entry<'a> {
     /// The key's bytes kept.
     kept: &'a [u8],
     v: u16,
-    a: u16,
-    b: u32,
     payload: &'a [u8],
     /// The whole encoded entry.
     raw: &'a [u8],
@@ -815,6 +812,21 @@ struct Entry<'a> {
 impl Entry<'_> {
     fn key(&self) -> RibKey {
         RibKey::join(self.prefix, self.kept)
+    }
+
+    /// The key's hash ([`hash128`]), joined on a 16-byte buffer when it fits (the RIB keeps no
+    /// hashes: a group's re-search hashes each of its keys).
+    #[inline]
+    fn hash(&self, seed: u64) -> KeyHash {
+        let (p, n) = (self.prefix.len(), self.prefix.len() + self.kept.len());
+        if n <= 16 {
+            let mut b = [0u8; 16];
+            b[..p].copy_from_slice(self.prefix);
+            b[p..n].copy_from_slice(self.kept);
+            hash128(&b[..n], seed)
+        } else {
+            hash128(&self.key(), seed)
+        }
     }
 }
 
@@ -836,8 +848,6 @@ fn entries<'a>(arena: &'a [u8], pl: usize, prefix: &'a [u8]) -> impl Iterator<It
             prefix: if lb & ELIDED != 0 { prefix } else { &[] },
             kept: k,
             v: u16::from_le_bytes([t[0], t[1]]),
-            a: u16::from_le_bytes([t[2], t[3]]),
-            b: u32::from_le_bytes([t[4], t[5], t[6], t[7]]),
             payload: &t[TAIL..],
             raw,
         })
@@ -846,23 +856,13 @@ fn entries<'a>(arena: &'a [u8], pl: usize, prefix: &'a [u8]) -> impl Iterator<It
 
 /// Encodes a RIB entry into `buf` (its key kept without `prefix` when it starts with it) and
 /// returns its length.
-fn encode_entry(
-    buf: &mut EntryBuf,
-    key: &[u8],
-    prefix: &[u8],
-    v: u16,
-    h: KeyHash,
-    payload: &[u8],
-) -> usize {
-    let (a, b) = family(h);
+fn encode_entry(buf: &mut EntryBuf, key: &[u8], prefix: &[u8], v: u16, payload: &[u8]) -> usize {
     let (lb, key) = stored(key, prefix);
     let l = key.len();
     buf[0] = lb;
     buf[1..1 + l].copy_from_slice(key);
     buf[1 + l..3 + l].copy_from_slice(&v.to_le_bytes());
-    buf[3 + l..5 + l].copy_from_slice(&a.to_le_bytes());
-    buf[5 + l..9 + l].copy_from_slice(&b.to_le_bytes());
-    buf[9 + l..9 + l + payload.len()].copy_from_slice(payload);
+    buf[3 + l..3 + l + payload.len()].copy_from_slice(payload);
     1 + l + TAIL + payload.len()
 }
 
@@ -949,7 +949,7 @@ impl Updatable {
             let mut buf: EntryBuf = [0; ENTRY_MAX];
             for (i, ((k, &v), &g)) in keys.iter().zip(values).zip(&groups).enumerate() {
                 let payload = &payloads[i * payload_len..(i + 1) * payload_len];
-                let n = encode_entry(&mut buf, k, prefix, v, t.hash(k), payload);
+                let n = encode_entry(&mut buf, k, prefix, v, payload);
                 rib.append(g as usize, &buf[..n]);
             }
             rib
@@ -1113,7 +1113,7 @@ impl Updatable {
         let h = t.hash(key);
         let g = t.group_of(h);
         let (a, pl) = (self.rib.group(g), self.payload_len);
-        self.find_key(g, key, h).map(|(_, vo)| {
+        self.find_key(g, key).map(|(_, vo)| {
             let v = u16::from_le_bytes([a[vo], a[vo + 1]]);
             (v, &a[vo + TAIL..vo + TAIL + pl])
         })
@@ -1126,7 +1126,7 @@ impl Updatable {
         let t = self.table.tables();
         let h = t.hash(key);
         let g = t.group_of(h);
-        let Some((_, vo)) = self.find_key(g, key, h) else {
+        let Some((_, vo)) = self.find_key(g, key) else {
             return false;
         };
         self.rib.group_mut(g)[vo + TAIL..vo + TAIL + payload.len()].copy_from_slice(payload);
@@ -1144,14 +1144,12 @@ impl Updatable {
         &self.prefix
     }
 
-    /// Finds `key` (whose hash is `h`) in group `g`'s RIB extent: (offset of its entry, offset
-    /// of its value).
-    fn find_key(&self, g: usize, key: &[u8], h: KeyHash) -> Option<(usize, usize)> {
+    /// Finds `key` in group `g`'s RIB extent: (offset of its entry, offset of its value).
+    fn find_key(&self, g: usize, key: &[u8]) -> Option<(usize, usize)> {
         find(
             self.rib.group(g),
             self.payload_len,
             stored(key, &self.prefix),
-            h,
         )
     }
 
@@ -1295,7 +1293,7 @@ impl Updatable {
             Vec::new()
         };
         let pl = self.payload_len;
-        match self.find_key(g, key, h) {
+        match self.find_key(g, key) {
             Some((_, vo)) => {
                 let e = &mut self.rib.group_mut(g)[vo..vo + TAIL + pl];
                 e[..2].copy_from_slice(&value.to_le_bytes());
@@ -1304,15 +1302,12 @@ impl Updatable {
                 }
             }
             None => {
-                let (a, b) = family(h);
-                if entries(self.rib.group(g), pl, &self.prefix)
-                    .any(|e| (e.a, e.b) == (a, b) && hash128(&e.key(), seed) == h)
-                {
+                if entries(self.rib.group(g), pl, &self.prefix).any(|e| e.hash(seed) == h) {
                     return Err(UpdateError::HashCollision);
                 }
                 let mut buf: EntryBuf = [0; ENTRY_MAX];
                 let payload = payload.unwrap_or(&[0; MAX_RIB_PAYLOAD][..pl]);
-                let n = encode_entry(&mut buf, key, &self.prefix, value, h, payload);
+                let n = encode_entry(&mut buf, key, &self.prefix, value, payload);
                 self.rib.append(g, &buf[..n]);
                 self.len += 1;
             }
@@ -1329,7 +1324,7 @@ impl Updatable {
         self.prefetch_candidates(h);
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
-        let Some((p, vo)) = self.find_key(g, key, h) else {
+        let Some((p, vo)) = self.find_key(g, key) else {
             return Ok(None);
         };
         let old_hashes = if self.table.tables().is_fallback_group(g) {
@@ -1369,7 +1364,7 @@ impl Updatable {
     fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
         let seed = self.table.hdr.seed;
         entries(self.rib.group(g), self.payload_len, &self.prefix)
-            .map(|e| hash128(&e.key(), seed))
+            .map(|e| e.hash(seed))
             .collect()
     }
 
@@ -1393,7 +1388,7 @@ impl Updatable {
                 // group being changed differs, and it was not a fallback group.
                 let in_fb = t.is_fallback_group(g);
                 for e in entries(self.rib.group(g), pl, &self.prefix) {
-                    let h = hash128(&e.key(), seed);
+                    let h = e.hash(seed);
                     if in_fb {
                         fb_remove.push(h);
                     }
@@ -1450,13 +1445,11 @@ impl Updatable {
         let cfg = self.table.hdr.config;
         let vbits = self.table.hdr.value_bits as u32;
         let rec = self.table.hdr.rec_bytes();
+        let seed = self.table.hdr.seed;
         self.gkeys.clear();
         for e in entries(self.rib.group(g), self.payload_len, &self.prefix) {
-            self.gkeys.push(GKey {
-                a: e.a,
-                b: e.b,
-                v: e.v,
-            });
+            let (a, b) = family(e.hash(seed));
+            self.gkeys.push(GKey { a, b, v: e.v });
         }
         let t = self.table.tables();
         let was_fb = t.is_fallback_group(g);
@@ -1491,9 +1484,8 @@ impl Updatable {
         }
         let fb_remove = old_hashes;
         let fb_insert = if now_fb {
-            let seed = self.table.hdr.seed;
             entries(self.rib.group(g), self.payload_len, &self.prefix)
-                .map(|e| (hash128(&e.key(), seed), e.v))
+                .map(|e| (e.hash(seed), e.v))
                 .collect()
         } else {
             Vec::new()

@@ -208,7 +208,7 @@ fn growth_and_rebalances(prefix: &[u8]) {
     let elided = if prefix.is_empty() { 0 } else { 3_000 };
     assert_eq!(
         rb.entries,
-        6_000 * (1 + 16 + 8 + pl) - elided * prefix.len()
+        6_000 * (1 + 16 + 2 + pl) - elided * prefix.len()
     );
 }
 
