@@ -558,7 +558,7 @@ pub struct RibBytes {
     /// The entries: each key (without the RIB's prefix where it can be) with its length byte,
     /// value and payload.
     pub entries: usize,
-    /// Touched: headers and handed-out extents (what is resident).
+    /// Touched: the headers in use and the handed-out extents (what is resident).
     pub touched: usize,
     /// Reserved: headers and the whole slab (its untouched end costs no memory).
     pub allocated: usize,
@@ -575,6 +575,9 @@ struct Rib {
     used: usize,
     /// Bytes of the entries themselves.
     live: usize,
+    /// Headers that are not zero (those of groups given an extent): the others are never
+    /// written, so never resident.
+    held: usize,
 }
 
 impl Rib {
@@ -589,9 +592,10 @@ impl Rib {
     /// Lays out groups of the given sizes with some slack each.
     fn with_sizes(sizes: &[u32]) -> Rib {
         let mut head = HugeArray::<[u64; 2]>::zeroed(sizes.len());
-        let mut off = 0usize;
+        let (mut off, mut held) = (0usize, 0usize);
         for (h, &sz) in head.iter_mut().zip(sizes) {
             let cap = Self::cap_for(sz as usize);
+            held += usize::from(cap > 0);
             // An empty group's header stays zero, unwritten: an owner's table has every group
             // of the cluster's and keys in its own range only, so the others' headers (16
             // bytes each) are never made resident: 7-9 MB less RSS per node at a capacity of
@@ -606,6 +610,7 @@ impl Rib {
             data: HugeArray::zeroed(off + off / 8 + 4096),
             used: off,
             live: 0,
+            held,
         }
     }
 
@@ -646,7 +651,11 @@ impl Rib {
             cap = new_cap;
         }
         self.data[off + len..off + len + bytes.len()].copy_from_slice(bytes);
-        self.head[g] = [off as u64, (len + bytes.len()) as u64 | (cap as u64) << 32];
+        let new = [off as u64, (len + bytes.len()) as u64 | (cap as u64) << 32];
+        if self.head[g] == [0, 0] && new != [0, 0] {
+            self.held += 1;
+        }
+        self.head[g] = new;
         self.live += bytes.len();
     }
 
@@ -672,7 +681,7 @@ impl Rib {
             .sum::<usize>()
             + extra;
         let mut data = HugeArray::<u8>::zeroed(need + need / 4 + 4096);
-        let mut at = 0usize;
+        let (mut at, mut held) = (0usize, 0usize);
         for h in self.head.iter_mut() {
             let (off, len, _) = Self::unpack(*h);
             let cap = Self::cap_for(len);
@@ -686,10 +695,12 @@ impl Rib {
             if *h != new {
                 *h = new;
             }
+            held += usize::from(new != [0, 0]);
             at += cap;
         }
         self.data = data;
         self.used = at;
+        self.held = held;
     }
 }
 
@@ -1085,15 +1096,17 @@ impl Updatable {
         self.len
     }
 
-    /// The RIB's memory: its entries' bytes, and the bytes it has touched (its per-group
-    /// headers, and the extents its slab has handed out: the entries, their room to grow and
-    /// the extents abandoned by groups that outgrew them, until the slab is next compacted).
+    /// The RIB's memory: its entries' bytes, and the bytes it has touched (the headers of
+    /// the groups it has given an extent, and the extents its slab has handed out: the
+    /// entries, their room to grow and the extents abandoned by groups that outgrew them, until
+    /// the slab is next compacted). An owner's table has every group of the cluster and keys
+    /// in its own range only: the other groups' headers are never written.
     pub fn rib_bytes(&self) -> RibBytes {
-        let head = self.rib.head.len() * std::mem::size_of::<[u64; 2]>();
+        let h = std::mem::size_of::<[u64; 2]>();
         RibBytes {
             entries: self.rib.live,
-            touched: head + self.rib.used,
-            allocated: head + self.rib.data.len(),
+            touched: self.rib.held * h + self.rib.used,
+            allocated: self.rib.head.len() * h + self.rib.data.len(),
         }
     }
 
@@ -1524,10 +1537,16 @@ mod tests {
         assert!(rib.group(499).is_empty() && rib.group(501).is_empty());
         // The other groups' headers stay zero, also through a compaction that empties 500.
         assert!((rib.head.iter().enumerate()).all(|(g, h)| g == 500 || *h == [0, 0]));
+        assert_eq!(rib.held, 1);
         rib.remove(500, 0..10);
+        assert_eq!(
+            rib.held, 1,
+            "an emptied group keeps its extent until a compaction"
+        );
         rib.grow(0);
         assert!(rib.head.iter().all(|h| *h == [0, 0]));
         assert_eq!(rib.used, 0);
+        assert_eq!(rib.held, 0);
     }
 
     #[test]
@@ -1551,6 +1570,7 @@ mod tests {
         for (g, m) in model.iter().enumerate() {
             assert_eq!(rib.group(g), &m[..]);
         }
+        assert_eq!(rib.held, 3);
         // The slab grew from its initial few KB (moves and compaction happened).
         assert!(rib.data.len() > 40_000);
         // Groups emptied get no room at the next compaction.
@@ -1564,8 +1584,9 @@ mod tests {
         for (g, m) in model.iter().enumerate() {
             assert_eq!(rib.group(g), &m[..]);
         }
-        // The entries' bytes are counted as they come and go.
+        // The entries' bytes are counted as they come and go, and the headers in use.
         assert_eq!(rib.live, model.iter().map(Vec::len).sum::<usize>());
+        assert_eq!(rib.held, 1);
         assert!(rib.used >= rib.live);
     }
 }
