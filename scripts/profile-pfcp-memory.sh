@@ -63,11 +63,11 @@ sim = json.load(open(f"{w}/sim.json"))
 handled = sim["per_node"][0]["handled"]
 by = collections.Counter()
 for line in open(f"{w}/peak.txt"):
-    stack, cost = line.rsplit(' ', 1)
+    stack, n = line.rsplit(' ', 1)
     ours = [f for f in stack.split(';') if re.search(r'\bsb_\w+::', f)]
     # The innermost function of ours, without its hash and file.
     name = re.sub(r'::h[0-9a-f]{16}.*$', '', ours[-1]) if ours else "(not ours)"
-    by[name] += int(cost)
+    by[name] += int(n)
 total = sum(by.values())
 print(json.dumps({
     "sessions_node0": handled,

@@ -506,6 +506,10 @@ pub struct Memory {
     pub table_rib_entries: usize,
     /// The owner's own table (the GPT sized for the cluster, its range's blocks filled).
     pub table: usize,
+    /// Completed client requests and forwards remembered to answer their retransmissions
+    /// (at most [`crate::Tuning::remembered`] of each, the oldest forgotten first): their
+    /// maps, queues and replies. Bounded: it does not grow with the keys beyond that.
+    pub remembered: usize,
 }
 
 /// A node's state for `cluster status`.

@@ -375,6 +375,8 @@ struct Remembered<K> {
     map: Map<K, Option<Vec<u8>>>,
     order: VecDeque<K>,
     cap: usize,
+    /// Bytes of the replies held (their vectors' capacities).
+    reply_bytes: usize,
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Remembered<K> {
@@ -383,16 +385,41 @@ impl<K: std::hash::Hash + Eq + Clone> Remembered<K> {
             map: Map::default(),
             order: VecDeque::new(),
             cap,
+            reply_bytes: 0,
         }
     }
+
     fn start(&mut self, k: K) {
         if self.order.len() >= self.cap {
             if let Some(old) = self.order.pop_front() {
-                self.map.remove(&old);
+                if let Some(Some(r)) = self.map.remove(&old) {
+                    self.reply_bytes -= r.capacity();
+                }
             }
         }
-        self.map.insert(k.clone(), None);
+        if let Some(Some(r)) = self.map.insert(k.clone(), None) {
+            self.reply_bytes -= r.capacity();
+        }
         self.order.push_back(k);
+    }
+
+    /// The reply to request `k`, if it is still remembered.
+    fn finish(&mut self, k: &K, reply: Vec<u8>) {
+        if let Some(slot) = self.map.get_mut(k) {
+            self.reply_bytes += reply.capacity();
+            if let Some(old) = slot.replace(reply) {
+                self.reply_bytes -= old.capacity();
+            }
+        }
+    }
+
+    /// Bytes held: the map's table (from its capacity), the queue's and the replies'.
+    fn bytes(&self) -> usize {
+        sb_common::hash_table_bytes(
+            self.map.capacity(),
+            std::mem::size_of::<(K, Option<Vec<u8>>)>(),
+        ) + self.order.capacity() * std::mem::size_of::<K>()
+            + self.reply_bytes
     }
 }
 
@@ -1118,6 +1145,7 @@ impl Node {
                     table_rib: tr.touched,
                     table_rib_entries: tr.entries,
                     table: self.table.table().bytes(),
+                    remembered: self.clients.bytes() + self.forwards_in.bytes(),
                 }
             },
         }
@@ -1630,9 +1658,7 @@ impl Node {
         match org.kind {
             OriginKind::Client { addr, id } => {
                 let bytes = self.send_client(addr, id, Body::ClientReply(org.results));
-                if let Some(slot) = self.clients.map.get_mut(&(addr, id)) {
-                    *slot = Some(bytes);
-                }
+                self.clients.finish(&(addr, id), bytes);
             }
             OriginKind::Forward { node, epoch, id } => {
                 if self.peers[node as usize].epoch != epoch {
@@ -1640,9 +1666,7 @@ impl Node {
                 }
                 self.send(node, id, Body::ForwardReply(org.results));
                 let bytes = self.transmits.back().expect("just sent").1.clone();
-                if let Some(slot) = self.forwards_in.map.get_mut(&(node, epoch, id)) {
-                    *slot = Some(bytes);
-                }
+                self.forwards_in.finish(&(node, epoch, id), bytes);
             }
         }
     }
@@ -2406,5 +2430,45 @@ impl Node {
             self.count_outcome(it.outcome);
             self.set_result(it.origin, it.index, it.outcome);
         }
+    }
+}
+
+#[cfg(test)]
+mod remembered_tests {
+    use super::Remembered;
+
+    #[test]
+    fn replies_are_counted_and_forgotten_with_their_requests() {
+        let mut r: Remembered<u64> = Remembered::new(4);
+        assert_eq!(r.reply_bytes, 0);
+        for k in 0..4u64 {
+            r.start(k);
+        }
+        r.finish(&1, vec![0; 10]);
+        r.finish(&2, vec![0; 20]);
+        assert_eq!(r.reply_bytes, 30);
+        // A second reply to one request replaces the first.
+        r.finish(&2, vec![0; 5]);
+        assert_eq!(r.reply_bytes, 15);
+        // A reply to a request not remembered is dropped.
+        r.finish(&99, vec![0; 100]);
+        assert_eq!(r.reply_bytes, 15);
+        // The fifth request forgets the first (no reply), the sixth the second (10 bytes).
+        r.start(4);
+        assert_eq!(r.reply_bytes, 15);
+        r.start(5);
+        assert_eq!(r.reply_bytes, 5);
+        assert!(!r.map.contains_key(&1) && r.map.get(&2) == Some(&Some(vec![0; 5])));
+        let before = r.bytes();
+        for k in 6..1000u64 {
+            r.start(k);
+            r.finish(&k, vec![0; 8]);
+        }
+        assert_eq!(r.reply_bytes, 4 * 8, "bounded by the count remembered");
+        assert!(
+            r.bytes() <= before + 4 * 8 + 1024,
+            "{} after {before}",
+            r.bytes()
+        );
     }
 }

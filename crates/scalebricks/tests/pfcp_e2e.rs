@@ -837,6 +837,8 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
         assert!(u(&m["table_rib_entries"]) > 0, "{m}");
         assert!(u(&m["table_rib"]) >= u(&m["table_rib_entries"]), "{m}");
         assert!(u(&m["rib"]) > 0, "{m}");
+        // The requests it answered (each endpoint's go through the control plane).
+        assert!(u(&m["remembered"]) > 0, "{m}");
         // The handler keeps no second copy of its FIB slice: the cuckoo FIB is the slice.
         assert_eq!(u(&m["fib_map"]), 0, "{m}");
     }
