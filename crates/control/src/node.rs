@@ -403,7 +403,7 @@ impl<K: std::hash::Hash + Eq + Clone> Remembered<K> {
         self.order.push_back(k);
     }
 
-    /// The reply to request `k`, if it is still remembered.
+    /// Keeps `reply` as the answer to request `k`, if `k` is still remembered.
     fn finish(&mut self, k: &K, reply: Vec<u8>) {
         if let Some(slot) = self.map.get_mut(k) {
             self.reply_bytes += reply.capacity();

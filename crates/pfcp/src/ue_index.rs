@@ -116,24 +116,25 @@ impl V4Table {
         ((h as u128 * self.entries.len() as u128) >> 64) as usize
     }
 
-    /// The entry holding `addr`, if any.
-    fn find(&self, addr: u32) -> Option<usize> {
+    /// The entry holding `addr` (`Ok`), or the empty entry that ends its probe (`Err`).
+    fn probe(&self, addr: u32) -> Result<usize, usize> {
         let m = self.entries.len();
         let mut i = self.home(addr);
         loop {
             let e = self.entries[i];
             if e == 0 {
-                return None;
+                return Err(i);
             }
             if (e >> 32) as u32 == addr {
-                return Some(i);
+                return Ok(i);
             }
             i = if i + 1 == m { 0 } else { i + 1 };
         }
     }
 
     pub(crate) fn get(&self, addr: u32) -> Option<u32> {
-        self.find(addr)
+        self.probe(addr)
+            .ok()
             .map(|i| (self.entries[i] as u32).wrapping_sub(1))
     }
 
@@ -141,37 +142,33 @@ impl V4Table {
     pub(crate) fn insert(&mut self, addr: u32, slot: u32) {
         assert!(slot < u32::MAX, "slot {slot} out of range");
         let e = u64::from(addr) << 32 | u64::from(slot + 1);
-        if let Some(i) = self.find(addr) {
-            self.entries[i] = e;
-            return;
-        }
+        let mut i = match self.probe(addr) {
+            Ok(i) => {
+                self.entries[i] = e;
+                return;
+            }
+            Err(empty) => empty,
+        };
         if (self.len + 1) * 8 > self.entries.len() * Self::LOAD_EIGHTHS {
             self.resize(Self::size_for((self.len + 1) * 3 / 2));
-        }
-        self.place(e);
-        self.len += 1;
-    }
-
-    /// Puts entry `e` (of an address not in the table) at the first empty entry of its probe.
-    fn place(&mut self, e: u64) {
-        let m = self.entries.len();
-        let mut i = self.home((e >> 32) as u32);
-        while self.entries[i] != 0 {
-            i = if i + 1 == m { 0 } else { i + 1 };
+            i = self.probe(addr).unwrap_err();
         }
         self.entries[i] = e;
+        self.len += 1;
     }
 
     fn resize(&mut self, size: usize) {
         let old = std::mem::replace(&mut self.entries, vec![0; size].into_boxed_slice());
         for e in old.iter().copied().filter(|&e| e != 0) {
-            self.place(e);
+            // Addresses are distinct: the probe ends at an empty entry.
+            let i = self.probe((e >> 32) as u32).unwrap_err();
+            self.entries[i] = e;
         }
     }
 
     /// Unmaps `addr` (nothing if it is not mapped).
     pub(crate) fn remove(&mut self, addr: u32) {
-        let Some(mut hole) = self.find(addr) else {
+        let Ok(mut hole) = self.probe(addr) else {
             return;
         };
         self.len -= 1;

@@ -528,6 +528,9 @@ pub struct Updatable {
     len: usize,
     searcher: Searcher,
     gkeys: Vec<GKey>,
+    /// The hashes of the changed group's keys, in its RIB order ([`Updatable::hash_group`]):
+    /// the RIB keeps none, and an update hashes its group's keys once.
+    ghashes: Vec<KeyHash>,
     /// The options of the build, for growth rebuilds.
     opts: BuildOptions,
     growth: Option<Growth>,
@@ -973,6 +976,7 @@ impl Updatable {
             len: keys.len(),
             searcher: Searcher::new(opts.kernel),
             gkeys: Vec::new(),
+            ghashes: Vec::new(),
             opts: opts.clone(),
             growth: None,
             growths: 0,
@@ -1296,12 +1300,13 @@ impl Updatable {
         h: KeyHash,
         payload: Option<&[u8]>,
     ) -> Result<Delta, UpdateError> {
-        let seed = self.table.hdr.seed;
         let g = self.table.tables().group_of(h);
         self.prefetch_group(g);
-        let was_fb = self.table.tables().is_fallback_group(g);
-        let old_hashes = if was_fb {
-            self.group_hashes(g)
+        // The group's keys do not change but for a new one, added last: hashed once here for
+        // the collision check, the fallback entries and the re-search.
+        self.hash_group(g);
+        let old_hashes = if self.table.tables().is_fallback_group(g) {
+            self.ghashes.clone()
         } else {
             Vec::new()
         };
@@ -1315,13 +1320,14 @@ impl Updatable {
                 }
             }
             None => {
-                if entries(self.rib.group(g), pl, &self.prefix).any(|e| e.hash(seed) == h) {
+                if self.ghashes.contains(&h) {
                     return Err(UpdateError::HashCollision);
                 }
                 let mut buf: EntryBuf = [0; ENTRY_MAX];
                 let payload = payload.unwrap_or(&[0; MAX_RIB_PAYLOAD][..pl]);
                 let n = encode_entry(&mut buf, key, &self.prefix, value, payload);
                 self.rib.append(g, &buf[..n]);
+                self.ghashes.push(h);
                 self.len += 1;
             }
         }
@@ -1341,11 +1347,13 @@ impl Updatable {
             return Ok(None);
         };
         let old_hashes = if self.table.tables().is_fallback_group(g) {
-            self.group_hashes(g)
+            self.hash_group(g);
+            self.ghashes.clone()
         } else {
             Vec::new()
         };
         self.rib.remove(g, p..vo + TAIL + self.payload_len);
+        self.hash_group(g);
         self.len -= 1;
         Ok(Some(self.resolve(g, old_hashes)))
     }
@@ -1374,11 +1382,12 @@ impl Updatable {
         }
     }
 
-    fn group_hashes(&self, g: usize) -> Vec<KeyHash> {
+    /// Hashes group `g`'s keys into `ghashes`, in its RIB order.
+    fn hash_group(&mut self, g: usize) {
         let seed = self.table.hdr.seed;
-        entries(self.rib.group(g), self.payload_len, &self.prefix)
-            .map(|e| e.hash(seed))
-            .collect()
+        self.ghashes.clear();
+        let es = entries(self.rib.group(g), self.payload_len, &self.prefix);
+        self.ghashes.extend(es.map(|e| e.hash(seed)));
     }
 
     /// Rebuilds block `blk` from its RIB (new bucket choices, all 64 groups searched again),
@@ -1452,16 +1461,17 @@ impl Updatable {
         d
     }
 
-    /// Re-solves group `g` from its RIB, applies and returns the delta. `old_hashes` are the
-    /// group's fallback entries before the change (empty unless it was a fallback group).
+    /// Re-solves group `g` from its RIB and `ghashes` (its keys' hashes, in its RIB order, after
+    /// the change), applies and returns the delta. `old_hashes` are the group's fallback
+    /// entries before the change (empty unless it was a fallback group).
     fn resolve(&mut self, g: usize, old_hashes: Vec<KeyHash>) -> Delta {
         let cfg = self.table.hdr.config;
         let vbits = self.table.hdr.value_bits as u32;
         let rec = self.table.hdr.rec_bytes();
-        let seed = self.table.hdr.seed;
         self.gkeys.clear();
-        for e in entries(self.rib.group(g), self.payload_len, &self.prefix) {
-            let (a, b) = family(e.hash(seed));
+        let es = entries(self.rib.group(g), self.payload_len, &self.prefix);
+        for (e, &h) in es.zip(&self.ghashes) {
+            let (a, b) = family(h);
             self.gkeys.push(GKey { a, b, v: e.v });
         }
         let t = self.table.tables();
@@ -1498,7 +1508,8 @@ impl Updatable {
         let fb_remove = old_hashes;
         let fb_insert = if now_fb {
             entries(self.rib.group(g), self.payload_len, &self.prefix)
-                .map(|e| (e.hash(seed), e.v))
+                .zip(&self.ghashes)
+                .map(|(e, &h)| (h, e.v))
                 .collect()
         } else {
             Vec::new()
