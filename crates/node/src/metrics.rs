@@ -92,7 +92,7 @@
 //!
 //! | sample | type | labels | meaning |
 //! |---|---|---|---|
-//! | `scalebricks_pfcp_messages_total` | counter | `message`, `cause` | PFCP messages by type and cause; in a cluster of several nodes also the relays between the endpoints (`sb_pfcp::relay`, `cause` empty): `relay_out` (requests relayed to the node holding their session, associations replicated), `relay_in` (relays handled), `relay_refused` (not authenticated or malformed) |
+//! | `scalebricks_pfcp_messages_total` | counter | `message`, `cause` | PFCP messages by type and cause; in a cluster of several nodes also the relays between the endpoints (`sb_pfcp::relay`, `cause` empty): `relay_out` (requests relayed to the node holding their session, associations replicated), `relay_in` (relays handled), `relay_refused` (not authenticated or malformed); and the response cache (`cause` empty): `answered_from_cache` (retransmissions answered with the response they got), `retransmission_in_flight` (retransmissions dropped while their change is installed), `cache_forgotten` (responses forgotten when their peer set up an association anew) |
 //! | `fivegs_upffunction_sm_n4sessionestabreq_total` | counter | | TS 28.552 SM.N4SessionEstabReq: the `session_establishment_request` counts |
 //! | `fivegs_upffunction_sm_n4sessionestabfail_total` | counter | `cause` | TS 28.552 SM.N4SessionEstabFail: `session_establishment_response` counts whose cause is not `request_accepted` |
 //!

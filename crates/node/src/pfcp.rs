@@ -133,6 +133,8 @@ fn tunnel(ue: IpAddr, node: u16, f: &UeFib) -> Option<Tunnel> {
         node,
         qci: 9,
         ul_teid: f.up.unwrap_or(0),
+        qfi: 0,
+        rqi: false,
     })
 }
 
@@ -162,8 +164,11 @@ struct Batch {
 /// copy of the sessions' forwarding: the endpoint gives each change's UE addresses whole,
 /// before and after ([`UeChange`]), and the update follows from the two.
 pub struct Cluster {
+    /// The client key (the node's control plane takes this endpoint's requests as a client's).
     key: [u8; 32],
     cluster_id: u64,
+    /// The node whose control plane takes the requests.
+    to: u16,
     ran_addrs: Vec<Ipv4Addr>,
     next_node: usize,
     id_base: u64,
@@ -182,8 +187,9 @@ impl Cluster {
     /// session goes to node `first`.
     pub fn new(spec: &ClusterSpec, ran_addrs: Vec<Ipv4Addr>, first: u16) -> Cluster {
         Cluster {
-            key: spec.key,
+            key: spec.client_key(),
             cluster_id: spec.cluster_id,
+            to: first,
             next_node: first as usize,
             ran_addrs,
             id_base: rand::random::<u64>() & !0xffff_ffff,
@@ -233,7 +239,19 @@ impl Cluster {
         // Batch ids differ from change ids in bit 32 (change ids are `id_base + token`).
         let id = (self.id_base ^ (1 << 32)).wrapping_add(self.next_batch);
         self.next_batch += 1;
-        match sb_control::client::encode_request(&self.key, self.cluster_id, id, &updates) {
+        // The batch ids increase: the request's sequence numbers under this run's client id.
+        let stamp = sb_control::client::Stamp {
+            client: self.id_base,
+            seq: id,
+            time: sb_control::client::unix_nanos(),
+        };
+        match sb_control::client::encode_request(
+            &self.key,
+            self.cluster_id,
+            self.to,
+            stamp,
+            &updates,
+        ) {
             Ok(request) => {
                 self.outbox.push(request.clone());
                 self.batches.insert(
@@ -504,6 +522,19 @@ impl Endpoint {
             })
             .or_default() += n;
         }
+        for (name, n) in [
+            ("answered_from_cache", st.retransmissions),
+            ("retransmission_in_flight", st.retransmissions_in_flight),
+            ("cache_forgotten", st.responses_forgotten),
+        ] {
+            out.insert(
+                PfcpKey {
+                    message: name.into(),
+                    cause: String::new(),
+                },
+                n,
+            );
+        }
         if self.peers.len() > 1 {
             for (name, n) in [
                 ("relay_out", st.relayed_out),
@@ -632,7 +663,7 @@ mod tests {
 
     fn decode(c: &Cluster, b: &[u8]) -> Vec<Update> {
         match sb_control::wire::decode(&c.key, c.cluster_id, b).unwrap().1 {
-            sb_control::wire::Body::ClientRequest(us) => us,
+            sb_control::wire::Body::ClientRequest { updates, .. } => updates,
             _ => panic!("not a request"),
         }
     }

@@ -36,9 +36,12 @@
 //! request: Mandatory IE missing / Mandatory IE incorrect / Invalid length with the Offending
 //! IE. More than [`Config::max_sessions`] sessions, or a [`Failure::NoResources`] from the
 //! cluster: No resources available. A request for a session whose previous change is still
-//! being installed: PFCP entity in congestion. A retransmitted request (same sequence number
-//! from the same address within [`Config::response_ttl`]) is answered from the cache and not
-//! applied twice; one still being installed is dropped (the answer follows).
+//! being installed: PFCP entity in congestion. A retransmitted request (the same message,
+//! byte for byte, under the same sequence number from the same address within
+//! [`Config::response_ttl`]) is answered from the cache and not applied twice; one still being
+//! installed is dropped (the answer follows). Another request under a cached sequence number
+//! (a restarted peer numbers from 1 again) is handled as new, and a peer's cached responses
+//! are forgotten when it sets up an association.
 
 use crate::ie::*;
 use crate::message::*;
@@ -269,8 +272,11 @@ pub struct Stats {
     pub malformed: u64,
     /// Messages of a type we do not handle, or responses (we send no requests): dropped.
     pub ignored: u64,
-    /// Retransmitted requests answered from the cache.
+    /// Retransmitted requests answered from the cache (the same message from the same peer
+    /// under the same sequence number).
     pub retransmissions: u64,
+    /// Cached responses forgotten because their peer associated anew.
+    pub responses_forgotten: u64,
     /// Retransmitted requests dropped while their change was still being installed.
     pub retransmissions_in_flight: u64,
     /// Session Modification/Deletion requests from addresses without association (dropped).
@@ -571,6 +577,8 @@ enum Commit {
 struct Pending {
     to: SocketAddr,
     sequence: u32,
+    /// The digest of the request's bytes (with `to` and `sequence`, what names the request).
+    digest: u64,
     /// The SEID of the response header.
     reply_seid: Option<u64>,
     /// The message type of the request.
@@ -631,7 +639,10 @@ pub struct Upf<S> {
     /// Establishments being installed (they count against `max_sessions`).
     establishing: usize,
     pending: HashMap<Token, Pending>,
-    in_flight: HashSet<(SocketAddr, u32)>,
+    /// Requests being installed: (peer, sequence number, digest of the request's bytes).
+    in_flight: HashSet<(SocketAddr, u32, u64)>,
+    /// The digest of the request being handled ([`Responses::digest`]).
+    digest: u64,
     /// Responses to recent requests, for their retransmissions.
     cache: Responses,
     /// The templates of kept sessions.
@@ -669,6 +680,7 @@ impl<S: Sessions> Upf<S> {
             establishing: 0,
             pending: HashMap::default(),
             in_flight: HashSet::default(),
+            digest: 0,
             cache,
             shapes: Shapes::default(),
             next_token: 1,
@@ -792,20 +804,21 @@ impl<S: Sessions> Upf<S> {
         self.cache.expire(now);
         let mut out = Vec::new();
         if let Some(p) = self.pending.remove(&token) {
-            self.in_flight.remove(&(p.to, p.sequence));
+            self.in_flight.remove(&(p.to, p.sequence, p.digest));
             let msg = self.finish(p.request, p.reply_seid, p.sequence, p.commit, result);
-            self.send(&mut out, now, p.to, Some(p.sequence), msg);
+            self.send(&mut out, now, p.to, Some((p.sequence, p.digest)), msg);
         }
         out
     }
 
-    /// Sends `msg` to `to`, caching it as the answer to request `cache_seq`.
+    /// Sends `msg` to `to`, caching it as the answer to request `cache` (its sequence number
+    /// and digest).
     fn send(
         &mut self,
         out: &mut Vec<Transmit>,
         now: Duration,
         to: SocketAddr,
-        cache_seq: Option<u32>,
+        cache: Option<(u32, u64)>,
         msg: Message,
     ) {
         let t = msg.body.message_type();
@@ -824,10 +837,10 @@ impl<S: Sessions> Upf<S> {
         let Ok(bytes) = msg.to_bytes() else {
             return;
         };
-        if let Some(seq) = cache_seq {
-            self.cache.insert(now, to, seq, &bytes);
+        if let Some((seq, digest)) = cache {
+            self.cache.insert(now, to, seq, digest, &bytes);
         }
-        self.emit(out, to, cache_seq, bytes);
+        self.emit(out, to, cache.map(|c| c.0), bytes);
     }
 
     /// Sends the response `bytes` to request `seq` of `to`: to the peer, back to the endpoint
@@ -880,6 +893,8 @@ impl<S: Sessions> Upf<S> {
         self.stats.relayed_in += 1;
         let peer = relay.peer;
         let key = Header::peek_sequence(&relay.bytes).map(|seq| (peer, seq));
+        // A relay holds one request, whole: its digest is the one `message` computes.
+        let digest = self.cache.digest(&relay.bytes);
         match relay.kind {
             RelayKind::Response => {
                 return vec![Transmit {
@@ -903,7 +918,7 @@ impl<S: Sessions> Upf<S> {
         self.replaying = false;
         // A request answered at once, or never, leaves no route behind.
         if let Some(k) = key {
-            if !self.in_flight.contains(&k) {
+            if !self.in_flight.contains(&(k.0, k.1, digest)) {
                 self.via.remove(&k);
                 self.silent.remove(&k);
             }
@@ -925,8 +940,9 @@ impl<S: Sessions> Upf<S> {
             self.stats.ignored += 1;
             return;
         }
-        let key = (from, header.sequence);
-        if let Some(bytes) = self.cache.get(from, header.sequence) {
+        let digest = self.cache.digest(whole);
+        let key = (from, header.sequence, digest);
+        if let Some(bytes) = self.cache.get(from, header.sequence, digest) {
             self.stats.retransmissions += 1;
             self.emit(out, from, Some(header.sequence), bytes);
             return;
@@ -961,6 +977,7 @@ impl<S: Sessions> Upf<S> {
                 });
             }
         }
+        self.digest = digest;
         let decoded = Body::decode(t, body);
         if matches!(decoded, Err(DecodeError::UnknownMessage(_))) {
             self.stats.ignored += 1;
@@ -1027,7 +1044,7 @@ impl<S: Sessions> Upf<S> {
             }
         };
         if let Some(msg) = reply {
-            self.send(out, now, from, Some(seq), msg);
+            self.send(out, now, from, Some((seq, digest)), msg);
         }
     }
 
@@ -1120,6 +1137,9 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
+        // The peer associates anew: what its previous process was answered answers nothing
+        // of the new one's (which numbers its requests from 1 again).
+        self.stats.responses_forgotten += self.cache.forget(from.ip()) as u64;
         let association = Association {
             addr: from.ip(),
             recovery_time_stamp: r.recovery_time_stamp,
@@ -1296,12 +1316,13 @@ impl<S: Sessions> Upf<S> {
         };
         match result {
             Ok(Applied::Pending) => {
-                self.in_flight.insert((from, seq));
+                self.in_flight.insert((from, seq, self.digest));
                 self.pending.insert(
                     token,
                     Pending {
                         to: from,
                         sequence: seq,
+                        digest: self.digest,
                         reply_seid,
                         request: t,
                         commit,

@@ -1072,6 +1072,61 @@ fn retransmissions_are_answered_from_the_cache_not_applied_twice() {
     assert_eq!(upf.session_count(), 1);
 }
 
+/// An SMF restarts (new Recovery Time Stamp, sequence numbers from 1 again): its requests
+/// under old sequence numbers are new requests, handled, never answered with what the old
+/// process was told, whatever their type.
+#[test]
+fn a_restarted_smf_reusing_sequence_numbers_is_not_answered_from_the_cache() {
+    let mut upf = upf();
+    let mut old = Smf::new();
+    old.associate(&mut upf); // seq 1
+                             // seq 2: refused (a URR-less but FAR-less PDR: rule failure), cached.
+    let mut bad = session(9, v4(9), Some((9, ENB)));
+    bad.create_far.clear();
+    let r = old.establish(&mut upf, bad);
+    assert_ne!(r.cause, Cause::REQUEST_ACCEPTED);
+    // seq 3: a heartbeat, cached.
+    old.send(
+        &mut upf,
+        None,
+        Body::HeartbeatRequest(Heartbeat {
+            recovery_time_stamp: RecoveryTimeStamp(77),
+        }),
+    )
+    .unwrap();
+    // The new process: same address and port, sequence numbers from 1.
+    let mut new = Smf::new();
+    let body = Body::AssociationSetupRequest(AssociationSetupRequest {
+        node_id: new.node.clone(),
+        recovery_time_stamp: RecoveryTimeStamp(78),
+        up_function_features: None,
+        cp_function_features: None,
+    });
+    let m = new.send(&mut upf, None, body).unwrap(); // seq 1
+    let Body::AssociationSetupResponse(a) = m.body else {
+        panic!("{m:?}")
+    };
+    assert_eq!(a.cause, Cause::REQUEST_ACCEPTED);
+    new.seq = 1;
+    // seq 2 again: another establishment, accepted (not the cached refusal).
+    let r = new.establish(&mut upf, session(1, v4(1), Some((1, ENB))));
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    // seq 3 again: a session establishment where a heartbeat was answered: an establishment
+    // response, not the cached heartbeat response.
+    let r = new.establish(&mut upf, session(2, v4(2), Some((2, ENB))));
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.session_count(), 2);
+    assert_eq!(upf.stats().retransmissions, 0);
+    // Another request under a cached sequence number within the cache time, without a new
+    // association (an SMF that wrapped its numbers): handled too.
+    new.seq = 2;
+    let r = new.establish(&mut upf, session(3, v4(3), Some((3, ENB))));
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.session_count(), 3);
+    assert_eq!(upf.stats().retransmissions, 0);
+    assert!(upf.stats().responses_forgotten >= 3, "{:?}", upf.stats());
+}
+
 #[test]
 fn deferred_installs_answer_on_completion() {
     let mut upf = Upf::new(
