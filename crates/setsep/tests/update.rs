@@ -239,7 +239,7 @@ proptest! {
     }
 }
 
-/// A fuzzer find (crates/setsep/fuzz, delta_from_bytes): a varint with a redundant zero group
+/// A fuzzer find (fuzz/, target delta_from_bytes): a varint with a redundant zero group
 /// (`0xf5 0x00` for 117) was accepted and re-encoded to other bytes; now it is refused.
 #[test]
 fn non_canonical_varints_are_refused() {
