@@ -157,7 +157,7 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
                 Peer::Node(j) => {
                     if i == 0 && j == 1 && measuring {
                         if let Ok((_, wire::Body::Deltas { deltas: ds, .. })) =
-                            wire::decode(&[3; 32], 1, &d)
+                            wire::decode(&wire::pair_key(&[3; 32], 1, 0, 1), 1, &d)
                         {
                             delta_bytes += ds.iter().map(|x| x.len() as u64 + 2).sum::<u64>();
                             deltas += ds.len() as u64;
@@ -234,7 +234,13 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
                         us.push(u);
                     }
                 }
-                let bytes = client::encode_request(&spec.key, 1, next_id, &us).expect("fits");
+                let stamp = client::Stamp {
+                    client: 1,
+                    seq: next_id,
+                    time: now,
+                };
+                let bytes =
+                    client::encode_request(&spec.client_key(), 1, 0, stamp, &us).expect("fits");
                 next_id += 1;
                 sent += us.len() as u64;
                 inflight += 1;
@@ -253,7 +259,7 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
             }
         }
         for r in replies.drain(..) {
-            let rep = client::decode_reply(&spec.key, 1, &r).expect("reply");
+            let rep = client::decode_reply(&spec.client_key(), 1, &r).expect("reply");
             acked += rep.acked() as u64;
             inflight -= 1;
         }

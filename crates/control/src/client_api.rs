@@ -1,7 +1,8 @@
-//! Encoding a client's request and decoding a node's reply.
+//! Encoding a client's request and decoding a node's reply, with the client key
+//! ([`crate::ClusterSpec::client_key`]).
 
 use crate::wire::{self, Body, Header, Kind, WireError};
-use crate::{Outcome, Update};
+use crate::{NodeId, Outcome, Update};
 
 /// Why a request cannot be encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -14,19 +15,47 @@ pub enum RequestError {
     FieldTooLong,
 }
 
+/// Bytes of a request around its updates: header, tag, client id, time, count.
+const REQUEST_OVERHEAD: usize = wire::OVERHEAD + 8 + 8 + 2;
+
 /// Updates of `key_bytes` + `value_bytes` that fit one request.
 pub fn max_updates(key_bytes: usize, value_bytes: usize) -> usize {
-    ((wire::MAX_DATAGRAM - wire::OVERHEAD - 2) / (5 + key_bytes + value_bytes))
-        .min(u16::MAX as usize)
+    ((wire::MAX_DATAGRAM - REQUEST_OVERHEAD) / (5 + key_bytes + value_bytes)).min(u16::MAX as usize)
 }
 
-/// A client's request `id` with `updates`, authenticated with the cluster's key. A node answers
-/// each request id once per client address (a retransmission of the same id gets the same
-/// answer, not a second application), so resend the same bytes when no reply comes.
+/// What makes a request fresh: who sends it, its number and when it was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// The client's id: random per client run (`rand`, 64 bits), so that two runs never
+    /// share sequence numbers.
+    pub client: u64,
+    /// The request's sequence number: increasing over the client's requests (a node refuses
+    /// a number far below the ones it has seen from the client, and one it has answered and
+    /// forgotten).
+    pub seq: u64,
+    /// When the request was made: nanoseconds since the Unix epoch (the node's clock is the
+    /// judge: a request older than the node's start or than `Tuning::request_max_age`, or
+    /// ahead of it by more than `Tuning::request_max_ahead`, is refused as
+    /// [`Outcome::Stale`]).
+    pub time: u64,
+}
+
+/// Nanoseconds since the Unix epoch now (for [`Stamp::time`]).
+pub fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A client's request to node `to` with `updates`, authenticated with the client key.
+/// A node answers each (client, sequence number) once (a retransmission of the same bytes
+/// gets the same answer, not a second application), so resend the same bytes when no reply
+/// comes; a copy of them sent again later, or to another node, is refused.
 pub fn encode_request(
     key: &[u8; 32],
     cluster_id: u64,
-    id: u64,
+    to: NodeId,
+    stamp: Stamp,
     updates: &[Update],
 ) -> Result<Vec<u8>, RequestError> {
     if updates
@@ -35,29 +64,31 @@ pub fn encode_request(
     {
         return Err(RequestError::FieldTooLong);
     }
-    let len: usize = wire::OVERHEAD + 2 + updates.iter().map(wire::update_len).sum::<usize>();
+    let len: usize = REQUEST_OVERHEAD + updates.iter().map(wire::update_len).sum::<usize>();
     if len > wire::MAX_DATAGRAM || updates.len() > u16::MAX as usize {
         return Err(RequestError::TooLarge(len));
     }
     let h = Header {
         kind: Kind::ClientRequest,
         sender: wire::CLIENT_SENDER,
+        receiver: to,
         cluster_id,
         sender_epoch: 0,
         receiver_epoch: 0,
-        msg_id: id,
+        msg_id: stamp.seq,
     };
-    Ok(wire::encode(
-        key,
-        &h,
-        &Body::ClientRequest(updates.to_vec()),
-    ))
+    let body = Body::ClientRequest {
+        client: stamp.client,
+        time: stamp.time,
+        updates: updates.to_vec(),
+    };
+    Ok(wire::Keys::client(key, cluster_id).seal(&h, &body))
 }
 
 /// A node's answer to a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
-    /// The request's id.
+    /// The request's sequence number ([`Stamp::seq`]).
     pub id: u64,
     /// One outcome per update, in the request's order.
     pub results: Vec<Outcome>,
@@ -73,9 +104,9 @@ impl Reply {
     }
 }
 
-/// Checks and decodes a reply datagram.
+/// Checks and decodes a reply datagram (authenticated with the client key, for a client).
 pub fn decode_reply(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<Reply, WireError> {
-    match wire::decode(key, cluster_id, b)? {
+    match wire::Keys::client(key, cluster_id).open(b)? {
         (h, Body::ClientReply(codes)) => {
             let results = codes
                 .iter()

@@ -27,27 +27,34 @@ pub fn spec() -> ClusterSpec {
     }
 }
 
-/// `data` with a valid header (type `data[0]`) and tag around the rest, so that the body
-/// parser is reached.
-pub fn wrap(data: &[u8], sender: u16, sender_epoch: u32, receiver_epoch: u32) -> Vec<u8> {
+/// `data` with a valid header (type `data[0]`) and tag (with `key`) around the rest, so
+/// that the body parser is reached.
+pub fn wrap(
+    data: &[u8],
+    key: &[u8; 32],
+    (sender, receiver): (u16, u16),
+    sender_epoch: u32,
+    receiver_epoch: u32,
+) -> Vec<u8> {
     let mut b = Vec::with_capacity(data.len() + wire::OVERHEAD);
     b.extend_from_slice(wire::MAGIC);
     b.push(wire::VERSION);
     b.push(data.first().copied().unwrap_or(0) % 14);
     b.extend_from_slice(&sender.to_le_bytes());
+    b.extend_from_slice(&receiver.to_le_bytes());
     b.extend_from_slice(&CLUSTER.to_le_bytes());
     b.extend_from_slice(&sender_epoch.to_le_bytes());
     b.extend_from_slice(&receiver_epoch.to_le_bytes());
     b.extend_from_slice(&9u64.to_le_bytes());
     b.extend_from_slice(data.get(1..).unwrap_or(&[]));
-    let t = tag_of(&b);
+    let t = tag_of(key, &b);
     b.extend_from_slice(&t);
     b
 }
 
-fn tag_of(b: &[u8]) -> [u8; 16] {
+fn tag_of(key: &[u8; 32], b: &[u8]) -> [u8; 16] {
     use hmac::{Hmac, Mac};
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&KEY).expect("any key length");
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
     mac.update(b);
     let mut t = [0u8; 16];
     t.copy_from_slice(&mac.finalize().into_bytes()[..16]);
@@ -57,7 +64,9 @@ fn tag_of(b: &[u8]) -> [u8; 16] {
 /// Parses arbitrary bytes as a datagram, raw and with a valid header and tag; whatever is
 /// accepted must encode back to the same bytes.
 pub fn parse(data: &[u8]) {
-    for bytes in [data.to_vec(), wrap(data, 1, 1, 1)] {
+    let node0 = wire::Keys::node(&KEY, CLUSTER, 2, 0);
+    let pair = wire::pair_key(&KEY, CLUSTER, 1, 0);
+    for bytes in [data.to_vec(), wrap(data, &KEY, (1, 0), 1, 1)] {
         if let Ok((h, b)) = wire::decode(&KEY, CLUSTER, &bytes) {
             assert_eq!(
                 wire::encode(&KEY, &h, &b),
@@ -66,7 +75,20 @@ pub fn parse(data: &[u8]) {
             );
         }
     }
-    let _ = crate::client::decode_reply(&KEY, CLUSTER, data);
+    for bytes in [data.to_vec(), wrap(data, &pair, (1, 0), 1, 1)] {
+        if let Ok((h, b)) = node0.open(&bytes) {
+            let key = match h.sender {
+                wire::CLIENT_SENDER => spec().client_key(),
+                s => wire::pair_key(&KEY, CLUSTER, s, 0),
+            };
+            assert_eq!(
+                wire::encode(&key, &h, &b),
+                bytes,
+                "accepted bytes re-encode"
+            );
+        }
+    }
+    let _ = crate::client::decode_reply(&spec().client_key(), CLUSTER, data);
     let _ = crate::record::decode(data);
 }
 
@@ -94,23 +116,36 @@ pub fn started_node() -> Node {
 pub fn handle(data: &[u8]) {
     let mut n = started_node();
     let client = Peer::Client("127.0.0.1:9".parse().expect("address"));
+    let pair = wire::pair_key(&KEY, CLUSTER, 1, 0);
+    let ck = spec().client_key();
     let mut now = 1;
     for part in data.split(|&b| b == 0xfe).take(32) {
         now += 1_000_000;
         n.handle(now, Peer::Node(1), part);
         n.handle(now, client.clone(), part);
-        n.handle(now, Peer::Node(1), &wrap(part, 1, 1, 1));
-        n.handle(now, Peer::Node(1), &wrap(part, 1, 2, 1));
-        n.handle(now, client.clone(), &wrap(part, wire::CLIENT_SENDER, 0, 0));
+        n.handle(now, Peer::Node(1), &wrap(part, &pair, (1, 0), 1, 1));
+        n.handle(now, Peer::Node(1), &wrap(part, &pair, (1, 0), 2, 1));
+        let c = (wire::CLIENT_SENDER, 0);
+        n.handle(now, client.clone(), &wrap(part, &ck, c, 0, 0));
         n.handle_timeout(now + 50_000_000);
-        while n.poll_event().is_some() {}
+        while let Some(ev) = n.poll_event() {
+            // Now and then the data plane refuses an install or a delta.
+            match ev {
+                crate::Event::FibInsert { key, .. } if key.first() == Some(&0xfd) => {
+                    n.install_failed(&key)
+                }
+                crate::Event::GptDelta(_) if part.first() == Some(&0xfc) => n.gpt_refused(1),
+                _ => {}
+            }
+        }
         n.persisted(now);
-        while let Some((_, d)) = n.poll_transmit() {
+        while let Some((to, d)) = n.poll_transmit() {
             assert!(d.len() <= wire::MAX_DATAGRAM);
-            assert!(
-                wire::decode(&KEY, CLUSTER, &d).is_ok(),
-                "a node sends what it parses"
-            );
+            let keys = match to {
+                Peer::Node(j) => wire::Keys::node(&KEY, CLUSTER, 2, j),
+                Peer::Client(_) => wire::Keys::client(&ck, CLUSTER),
+            };
+            assert!(keys.open(&d).is_ok(), "a node sends what its peer parses");
         }
     }
     let _ = n.status();

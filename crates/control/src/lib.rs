@@ -252,7 +252,9 @@ pub struct ClusterSpec {
     pub cluster_id: u64,
     /// Number of nodes.
     pub nodes: u16,
-    /// The per-cluster authentication key.
+    /// The cluster's master secret: every node derives its pair keys and the client key
+    /// from it ([`wire::Keys`]); only the nodes hold it (a client holds the client key,
+    /// [`ClusterSpec::client_key`]).
     pub key: [u8; 32],
     /// The GPT's shape.
     pub gpt: GptSpec,
@@ -307,6 +309,17 @@ impl ClusterSpec {
             return bad("total blocks too large");
         }
         Ok(())
+    }
+
+    /// The client key (`wire::client_key` of the master secret): what a client signs its
+    /// requests with. It cannot make a node's message.
+    pub fn client_key(&self) -> [u8; 32] {
+        wire::client_key(&self.key, self.cluster_id)
+    }
+
+    /// Node `me`'s keys: a pair key per peer and the client key.
+    pub fn node_keys(&self, me: NodeId) -> wire::Keys {
+        wire::Keys::node(&self.key, self.cluster_id, self.nodes, me)
     }
 
     /// The node owning `key`'s block.
@@ -386,6 +399,13 @@ pub enum Outcome {
     Internal = 7,
     /// The owner's queue is full.
     Busy = 8,
+    /// The handling node's FIB is full: nothing was installed, logged as undone, and no GPT
+    /// changed.
+    FibFull = 9,
+    /// The request is older than the node's start, [`Tuning::request_max_age`] or its
+    /// client's window, or a replay of one the node no longer remembers: not applied (by
+    /// this node's incarnation: a request sent before the node restarted may have been).
+    Stale = 10,
 }
 
 impl Outcome {
@@ -407,6 +427,8 @@ impl Outcome {
             6 => Timeout,
             7 => Internal,
             8 => Busy,
+            9 => FibFull,
+            10 => Stale,
             _ => return None,
         })
     }
@@ -424,6 +446,8 @@ impl Outcome {
             Timeout => "timeout",
             Internal => "internal",
             Busy => "busy",
+            FibFull => "fib_full",
+            Stale => "stale",
         }
     }
 }
@@ -545,6 +569,11 @@ pub struct Status {
     pub dropped: BTreeMap<String, u64>,
     /// Datagrams sent that were retransmissions.
     pub retransmits: u64,
+    /// FIB installs refused (a full table) that no update could be rejected for: a slice
+    /// sent at a start, at this node as a handler or reported to it as an owner (the node is
+    /// sized below its share). Updates whose install was refused count in `rejected` as
+    /// `fib_full`.
+    pub fib_refused: u64,
     /// Bytes by structure.
     pub memory: Memory,
 }

@@ -68,6 +68,16 @@ pub struct Tuning {
     /// process passes the 12 bytes every IPv4 UE address's key starts with (IPv4-mapped IPv6),
     /// so each such key takes 12 bytes less in the RIB. Empty: none. At most 64 bytes.
     pub rib_key_prefix: Vec<u8>,
+    /// A client request made longer than this before the node's wall clock is refused
+    /// ([`Outcome::Stale`]); so is one made before the node started (a restart does not
+    /// reopen the replay of requests it no longer remembers).
+    pub request_max_age: Nanos,
+    /// A client request stamped further than this ahead of the node's wall clock is refused.
+    pub request_max_ahead: Nanos,
+    /// Clients whose request windows a node keeps at most (beyond, the one heard from least
+    /// recently is forgotten: requests stamped before its newest are refused from any client
+    /// the node does not know).
+    pub clients: usize,
 }
 
 impl Default for Tuning {
@@ -89,6 +99,9 @@ impl Default for Tuning {
             fib_map: true,
             expected_keys: 0,
             rib_key_prefix: Vec::new(),
+            request_max_age: 300_000_000_000,
+            request_max_ahead: 5_000_000_000,
+            clients: 4096,
         }
     }
 }
@@ -291,6 +304,11 @@ struct Rep {
     resyncs: u64,
     /// Keys of the owner's range: its last piece's or applied delta's count.
     keys: u64,
+    /// An acknowledgement is owed (sent once the events are applied).
+    ack_due: bool,
+    /// The data plane refused a delta or piece of this owner: no acknowledgement until a
+    /// piece is installed again.
+    refused: bool,
 }
 
 impl Rep {
@@ -316,11 +334,53 @@ struct FibIn {
     /// the owner's other keys.
     sync: Option<Set<Bytes>>,
     slice_done: bool,
+    /// Installs of the stream this node's FIB refused (full), above the owner's
+    /// acknowledgement as it last told: every acknowledgement names them.
+    refused: std::collections::BTreeSet<u64>,
+    /// An acknowledgement is owed (sent once the events are applied: [`Node::poll_event`]).
+    ack_due: bool,
+}
+
+/// Where an install handed out as [`Event::FibInsert`] came from (to report its refusal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// Item `seq` of owner `o`'s stream.
+    Stream(NodeId, u64),
+    /// This node's own batch.
+    Batch,
+    /// This node's own slice at its start.
+    Slice,
+}
+
+/// An install handed out and not yet known to be applied.
+struct Unconfirmed {
+    key: Bytes,
+    from: Source,
+    failed: bool,
+}
+
+/// A client's request window: what a node refuses of it.
+struct ClientWin {
+    /// Sequence numbers up to this one are answered and forgotten: refused.
+    floor: u64,
+    /// Requests stamped at or before this are refused (the node's floor for unknown clients
+    /// when this one became known).
+    since: u64,
+    /// The newest stamp seen.
+    newest: u64,
 }
 
 enum OriginKind {
-    Client { addr: SocketAddr, id: u64 },
-    Forward { node: NodeId, epoch: u32, id: u64 },
+    Client {
+        addr: SocketAddr,
+        client: u64,
+        id: u64,
+    },
+    Forward {
+        node: NodeId,
+        epoch: u32,
+        id: u64,
+    },
 }
 
 struct Origin {
@@ -353,6 +413,10 @@ struct Item {
     u: Update,
     outcome: Outcome,
     old: Option<(NodeId, Bytes)>,
+    /// Its FIB install: at which handler, with which stream number (0: this node).
+    install: Option<(NodeId, u64)>,
+    /// The handler refused the install (its FIB is full).
+    refused: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -368,6 +432,8 @@ struct Batch {
     persist_n: u64,
     fib_wait: Vec<u64>,
     delta_wait: u64,
+    /// Installs at this node wait for the driver to apply them.
+    local_wait: bool,
 }
 
 /// A bounded memory of completed requests: key -> reply (None while in progress).
@@ -389,18 +455,22 @@ impl<K: std::hash::Hash + Eq + Clone> Remembered<K> {
         }
     }
 
-    fn start(&mut self, k: K) {
+    /// Remembers request `k` (in progress); returns the request forgotten for it.
+    fn start(&mut self, k: K) -> Option<K> {
+        let mut forgot = None;
         if self.order.len() >= self.cap {
             if let Some(old) = self.order.pop_front() {
                 if let Some(Some(r)) = self.map.remove(&old) {
                     self.reply_bytes -= r.capacity();
                 }
+                forgot = Some(old);
             }
         }
         if let Some(Some(r)) = self.map.insert(k.clone(), None) {
             self.reply_bytes -= r.capacity();
         }
         self.order.push_back(k);
+        forgot
     }
 
     /// Keeps `reply` as the answer to request `k`, if `k` is still remembered.
@@ -426,6 +496,7 @@ impl<K: std::hash::Hash + Eq + Clone> Remembered<K> {
 /// One node's control plane: a sans-IO state machine (see the crate documentation).
 pub struct Node {
     spec: ClusterSpec,
+    keys: wire::Keys,
     me: NodeId,
     tuning: Tuning,
     epoch: u32,
@@ -457,8 +528,24 @@ pub struct Node {
     // Peers and requests.
     peers: Vec<PeerInfo>,
     origins: Map<u64, Origin>,
-    clients: Remembered<(SocketAddr, u64)>,
+    clients: Remembered<(u64, u64)>,
     forwards_in: Remembered<(NodeId, u32, u64)>,
+    /// Per client id, its window ([`Tuning::clients`] at most).
+    client_wins: Map<u64, ClientWin>,
+    /// Requests of clients not in `client_wins` stamped at or before this are refused.
+    client_floor: u64,
+    /// The `now` the node started at, and the wall clock's offset from `now`.
+    started: Nanos,
+    wall_offset: Nanos,
+    /// Per peer: (its epoch, the highest forward id forgotten): refused if seen again.
+    forward_floor: Vec<(u32, u64)>,
+    /// Installs handed out, not yet known to be applied ([`Node::install_failed`]).
+    unconfirmed: Vec<Unconfirmed>,
+    /// Acknowledgements or confirmations wait for the events to be applied.
+    unsettled: bool,
+    /// Installs this node's FIB refused that were no update's (a slice: the node is sized
+    /// below its share), and those that were (the updates were rejected).
+    fib_refused: u64,
     forwards_out: BTreeMap<u64, FwdOut>,
     // Output.
     events: VecDeque<Event>,
@@ -470,6 +557,9 @@ pub struct Node {
     retransmits: u64,
     own_deltas: Vec<Delta>,
 }
+
+/// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
+const MAX_REFUSED: usize = 1024;
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -632,6 +722,7 @@ impl Node {
         let n = spec.nodes as usize;
         let rto = tuning.rto;
         let mut node = Node {
+            keys: spec.node_keys(me),
             me,
             epoch,
             rng: seed,
@@ -669,6 +760,8 @@ impl Node {
                     initial: None,
                     resyncs: 0,
                     keys: 0,
+                    ack_due: false,
+                    refused: false,
                 })
                 .collect(),
             fib: FixedMap::with_capacity(
@@ -687,6 +780,8 @@ impl Node {
                     pending: BTreeMap::new(),
                     sync: None,
                     slice_done: false,
+                    refused: Default::default(),
+                    ack_due: false,
                 })
                 .collect(),
             peers: (0..n)
@@ -701,6 +796,14 @@ impl Node {
             origins: Map::default(),
             clients: Remembered::new(tuning.remembered),
             forwards_in: Remembered::new(tuning.remembered),
+            client_wins: Map::default(),
+            client_floor: 0,
+            started: now,
+            wall_offset: 0,
+            forward_floor: vec![(0, 0); n],
+            unconfirmed: Vec::new(),
+            unsettled: false,
+            fib_refused: 0,
             forwards_out: BTreeMap::new(),
             events: VecDeque::new(),
             transmits: VecDeque::new(),
@@ -724,7 +827,7 @@ impl Node {
     /// of a past epoch changes nothing and is counted ([`Status::dropped`]).
     pub fn handle(&mut self, now: Nanos, from: Peer, datagram: &[u8]) {
         self.tick(now);
-        let (h, body) = match wire::decode(&self.spec.key, self.spec.cluster_id, datagram) {
+        let (h, body) = match self.keys.open(datagram) {
             Ok(x) => x,
             Err(e) => return self.drop_msg(e.name()),
         };
@@ -734,8 +837,12 @@ impl Node {
         }
         match from {
             Peer::Client(addr) => match body {
-                Body::ClientRequest(us) if h.sender == wire::CLIENT_SENDER => {
-                    self.on_client_request(addr, h.msg_id, us)
+                Body::ClientRequest {
+                    client,
+                    time,
+                    updates,
+                } if h.sender == wire::CLIENT_SENDER => {
+                    self.on_client_request(addr, client, h.msg_id, time, updates)
                 }
                 _ => self.drop_msg("unexpected"),
             },
@@ -908,14 +1015,116 @@ impl Node {
         t
     }
 
-    /// The next effect for the local data plane. Drain them all before
-    /// [`Node::poll_transmit`].
+    /// The next effect for the local data plane. Apply each before polling the next, and
+    /// drain them all before [`Node::poll_transmit`]: once none is left, the node takes the
+    /// events handed out as applied (but for what [`Node::install_failed`] and
+    /// [`Node::gpt_refused`] reported) and only then makes the acknowledgements that say so
+    /// (which may release more events: polled here too).
     pub fn poll_event(&mut self) -> Option<Event> {
+        if self.events.is_empty() && self.unsettled {
+            self.settle();
+        }
         let e = self.events.pop_front();
         if let Some(Event::Persist { .. }) = e {
             self.persists_handed += 1;
         }
         e
+    }
+
+    /// The wall clock is `now + offset` (nanoseconds since the Unix epoch in a node process;
+    /// 0, the default, where clients stamp requests with the driver's clock): client requests'
+    /// stamps are judged by it ([`Tuning::request_max_age`]).
+    pub fn set_wall_offset(&mut self, offset: Nanos) {
+        self.wall_offset = offset;
+    }
+
+    /// The data plane could not install the last [`Event::FibInsert`] of `key` handed out
+    /// (its table is full); call it before polling the next event. Nothing of it may stay
+    /// installed. The update it was for is rejected ([`Outcome::FibFull`]) before any GPT
+    /// sends the key here.
+    pub fn install_failed(&mut self, key: &[u8]) {
+        if let Some(u) = self.unconfirmed.iter_mut().rev().find(|u| *u.key == *key) {
+            u.failed = true;
+        }
+    }
+
+    /// The data plane refused an [`Event::GptDelta`] or [`Event::GptPiece`] of owner `owner`
+    /// (`ClusterSpec::owner_of_block` of its group's block or range start): this node
+    /// acknowledges nothing more of it until the owner's piece is installed again, and asks
+    /// for it.
+    pub fn gpt_refused(&mut self, owner: NodeId) {
+        if let Some(r) = self.reps.get_mut(owner as usize) {
+            r.refused = true;
+            r.ack_due = false;
+            self.drop_msg("gpt_refused");
+            self.unsettled = true;
+        }
+    }
+
+    /// The events handed out are applied: confirms installs, sends the acknowledgements
+    /// owed, and moves on what waited for them.
+    fn settle(&mut self) {
+        self.unsettled = false;
+        let mut local_refused: Vec<Bytes> = Vec::new();
+        for u in std::mem::take(&mut self.unconfirmed) {
+            if !u.failed {
+                continue;
+            }
+            if self.tuning.fib_map {
+                self.fib.remove(&u.key);
+            }
+            match u.from {
+                Source::Stream(o, seq) => {
+                    self.fin[o as usize].refused.insert(seq);
+                }
+                Source::Batch => local_refused.push(u.key),
+                Source::Slice => self.fib_refused += 1,
+            }
+        }
+        let me = self.me;
+        if let Some(b) = &mut self.batch {
+            if b.stage == Stage::Installing && b.local_wait {
+                b.local_wait = false;
+                for k in &local_refused {
+                    if let Some(it) = b
+                        .items
+                        .iter_mut()
+                        .find(|it| it.u.key == *k && it.install.is_some_and(|(h, _)| h == me))
+                    {
+                        it.refused = true;
+                    }
+                }
+            }
+        }
+        for o in 0..self.spec.nodes {
+            let oi = o as usize;
+            if std::mem::take(&mut self.fin[oi].ack_due) {
+                let f = &self.fin[oi];
+                let mut applied = f.applied;
+                let mut refused: Vec<u64> = f.refused.range(..=applied).copied().collect();
+                if refused.len() > MAX_REFUSED {
+                    // Acknowledge only up to the last refusal named.
+                    refused.truncate(MAX_REFUSED + 1);
+                    applied = refused.pop().expect("over the bound") - 1;
+                }
+                let id = self.new_id();
+                self.send(o, id, Body::FibAck { applied, refused });
+            }
+            if std::mem::take(&mut self.reps[oi].ack_due) {
+                self.send_delta_ack(o);
+            }
+        }
+        for o in 0..self.spec.nodes {
+            let r = &mut self.reps[o as usize];
+            if r.refused && r.want_piece_at.is_none() {
+                if o == self.me {
+                    self.install_own_piece();
+                } else if self.gpt.is_some() {
+                    self.request_piece(o);
+                }
+            }
+        }
+        self.progress();
     }
 
     /// The next datagram to send (at most [`wire::MAX_DATAGRAM`] bytes).
@@ -1134,6 +1343,7 @@ impl Node {
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect(),
             retransmits: self.retransmits,
+            fib_refused: self.fib_refused,
             memory: {
                 let tr = self.table.rib_bytes();
                 crate::Memory {
@@ -1181,12 +1391,13 @@ impl Node {
         let h = Header {
             kind: body.kind(),
             sender: self.me,
+            receiver: to,
             cluster_id: self.spec.cluster_id,
             sender_epoch: self.epoch,
             receiver_epoch: self.peers[to as usize].epoch,
             msg_id,
         };
-        let bytes = wire::encode(&self.spec.key, &h, &body);
+        let bytes = self.keys.seal(&h, &body);
         self.transmits.push_back((Peer::Node(to), bytes));
     }
 
@@ -1194,12 +1405,13 @@ impl Node {
         let h = Header {
             kind: body.kind(),
             sender: self.me,
+            receiver: wire::CLIENT_SENDER,
             cluster_id: self.spec.cluster_id,
             sender_epoch: self.epoch,
             receiver_epoch: 0,
             msg_id,
         };
-        let bytes = wire::encode(&self.spec.key, &h, &body);
+        let bytes = self.keys.seal(&h, &body);
         self.transmits
             .push_back((Peer::Client(addr), bytes.clone()));
         bytes
@@ -1258,11 +1470,29 @@ impl Node {
                 }
             }
         }
+        // The batch's installs at `p` in flight are in the slice: their refusals come by
+        // their numbers in it.
+        let mut moved: Map<Bytes, usize> = Map::default();
+        if let Some(b) = self.batch.as_ref().filter(|b| b.stage == Stage::Installing) {
+            for (i, it) in b.items.iter().enumerate() {
+                if it.install.is_some_and(|(h, _)| h == p) {
+                    moved.insert(it.u.key.clone(), i);
+                }
+            }
+        }
         let s = &mut self.out[pi].fib;
         for it in slice {
             let seq = s.next;
+            if let (false, FibItem::Install { key, .. }) = (moved.is_empty(), &it) {
+                if let Some(&i) = moved.get(key) {
+                    if let Some(b) = &mut self.batch {
+                        b.items[i].install = Some((p, seq));
+                    }
+                }
+            }
             s.push(seq, it);
         }
+        let s = &mut self.out[pi].fib;
         let end = s.next;
         s.push(end, FibItem::SliceEnd);
         if let Some(b) = &mut self.batch {
@@ -1305,9 +1535,18 @@ impl Node {
             }
             s.sent_through(self.now);
         }
+        let acked = self.out[pi].fib.acked;
         for (first_seq, items) in msgs {
             let id = self.new_id();
-            self.send(p, id, Body::Fib { first_seq, items });
+            self.send(
+                p,
+                id,
+                Body::Fib {
+                    first_seq,
+                    acked,
+                    items,
+                },
+            );
         }
     }
 
@@ -1496,15 +1735,36 @@ impl Node {
                     }
                 }
             }
-            Body::Fib { first_seq, items } => self.on_fib(p, h.sender_epoch, first_seq, items),
-            Body::FibAck { applied } => {
+            Body::Fib {
+                first_seq,
+                acked,
+                items,
+            } => self.on_fib(p, h.sender_epoch, first_seq, acked, items),
+            Body::FibAck { applied, refused } => {
                 let s = &mut self.out[pi].fib;
                 let applied = applied.min(s.next.saturating_sub(1));
+                let before = s.acked;
+                for seq in refused {
+                    if seq <= before || seq > applied {
+                        continue; // told before, or not yet acknowledged
+                    }
+                    let of_batch = self.batch.as_mut().and_then(|b| {
+                        (b.stage == Stage::Installing)
+                            .then(|| b.items.iter_mut().find(|it| it.install == Some((p, seq))))
+                            .flatten()
+                    });
+                    match of_batch {
+                        Some(it) => it.refused = true,
+                        // A slice's install: the handler is sized below its share.
+                        None => self.fib_refused += 1,
+                    }
+                }
+                let s = &mut self.out[pi].fib;
                 let (now, min, max) = (self.now, self.tuning.rto, self.tuning.rto_max);
                 s.ack(applied, now, min, max);
                 self.flush_fib(p);
             }
-            Body::ClientRequest(_) | Body::ClientReply(_) => self.drop_msg("unexpected"),
+            Body::ClientRequest { .. } | Body::ClientReply(_) => self.drop_msg("unexpected"),
         }
     }
 
@@ -1513,20 +1773,82 @@ impl Node {
         precheck(&self.spec, u)
     }
 
-    fn on_client_request(&mut self, addr: SocketAddr, id: u64, us: Vec<Update>) {
-        let key = (addr, id);
+    /// Whether client `client`'s request `seq` stamped `time`, not remembered, is fresh:
+    /// Err with the reason it is not.
+    fn fresh(&mut self, client: u64, seq: u64, time: u64) -> Result<(), &'static str> {
+        let wall = self.now.saturating_add(self.wall_offset);
+        if time < self.started.saturating_add(self.wall_offset) {
+            return Err("request_before_start");
+        }
+        if time.saturating_add(self.tuning.request_max_age) < wall {
+            return Err("request_too_old");
+        }
+        if time > wall.saturating_add(self.tuning.request_max_ahead) {
+            return Err("request_ahead");
+        }
+        if let Some(w) = self.client_wins.get_mut(&client) {
+            if seq <= w.floor || (w.since > 0 && time <= w.since) {
+                return Err("request_replayed");
+            }
+            w.newest = w.newest.max(time);
+            return Ok(());
+        }
+        if self.client_floor > 0 && time <= self.client_floor {
+            return Err("request_replayed");
+        }
+        if self.client_wins.len() >= self.tuning.clients.max(1) {
+            // Forget the client heard from least recently: its requests are refused from
+            // now on as any unknown client's stamped before its newest.
+            let (&c, w) = (self.client_wins.iter())
+                .min_by_key(|(_, w)| w.newest)
+                .expect("full");
+            self.client_floor = self.client_floor.max(w.newest);
+            self.client_wins.remove(&c);
+        }
+        self.client_wins.insert(
+            client,
+            ClientWin {
+                floor: 0,
+                since: self.client_floor,
+                newest: time,
+            },
+        );
+        Ok(())
+    }
+
+    fn on_client_request(
+        &mut self,
+        addr: SocketAddr,
+        client: u64,
+        id: u64,
+        time: u64,
+        us: Vec<Update>,
+    ) {
+        let key = (client, id);
         if let Some(st) = self.clients.map.get(&key) {
             if let Some(reply) = st.clone() {
                 self.transmits.push_back((Peer::Client(addr), reply));
             }
             return;
         }
-        self.clients.start(key);
+        if let Err(why) = self.fresh(client, id, time) {
+            // Refused, and said so (the client learns its request was not applied here; a
+            // replay's reply goes where the replay came from and says nothing new).
+            self.drop_msg(why);
+            let codes = vec![Outcome::Stale.code(); us.len()];
+            self.send_client(addr, id, Body::ClientReply(codes));
+            return;
+        }
+        if let Some((c, s)) = self.clients.start(key) {
+            if let Some(w) = self.client_wins.get_mut(&c) {
+                w.floor = w.floor.max(s);
+            }
+        }
         let token = self.new_id();
         self.origins.insert(
             token,
             Origin {
-                kind: OriginKind::Client { addr, id },
+                kind: OriginKind::Client { addr, client, id },
                 results: vec![u8::MAX; us.len()],
                 remaining: us.len(),
             },
@@ -1604,7 +1926,18 @@ impl Node {
             }
             return;
         }
-        self.forwards_in.start(key);
+        let pi = p as usize;
+        if self.forward_floor[pi].0 == epoch && id <= self.forward_floor[pi].1 {
+            // Answered and forgotten: a replay.
+            return self.drop_msg("forward_replayed");
+        }
+        if let Some((n, e, i)) = self.forwards_in.start(key) {
+            let f = &mut self.forward_floor[n as usize];
+            if f.0 != e {
+                *f = (e, 0);
+            }
+            f.1 = f.1.max(i);
+        }
         let token = self.new_id();
         self.origins.insert(
             token,
@@ -1656,9 +1989,9 @@ impl Node {
             return;
         };
         match org.kind {
-            OriginKind::Client { addr, id } => {
+            OriginKind::Client { addr, client, id } => {
                 let bytes = self.send_client(addr, id, Body::ClientReply(org.results));
-                self.clients.finish(&(addr, id), bytes);
+                self.clients.finish(&(client, id), bytes);
             }
             OriginKind::Forward { node, epoch, id } => {
                 if self.peers[node as usize].epoch != epoch {
@@ -1763,12 +2096,21 @@ impl Node {
         };
     }
 
+    /// Owes owner `o` an acknowledgement of its deltas: sent once the events are applied
+    /// ([`Node::settle`]).
     fn ack_owner(&mut self, o: NodeId) {
+        if o != self.me {
+            self.reps[o as usize].ack_due = true;
+            self.unsettled = true;
+        }
+    }
+
+    fn send_delta_ack(&mut self, o: NodeId) {
         if o == self.me || self.gpt.is_none() {
             return;
         }
         let r = &self.reps[o as usize];
-        if !r.have || r.epoch != self.peers[o as usize].epoch {
+        if !r.have || r.refused || r.epoch != self.peers[o as usize].epoch {
             return;
         }
         let applied = r.applied;
@@ -1860,9 +2202,10 @@ impl Node {
             return self.drop_msg("bad_piece");
         }
         let r = &mut self.reps[oi];
-        if r.have && (r.epoch, r.applied) >= (e, seq) {
+        if r.have && (r.epoch, r.applied) >= (e, seq) && !r.refused {
             return;
         }
+        r.refused = false;
         let keys = piece.keys();
         match &mut self.gpt {
             Some(gpt) => {
@@ -1943,7 +2286,7 @@ impl Node {
 
     // ----- handler ----------------------------------------------------------------------------
 
-    fn on_fib(&mut self, o: NodeId, e: u32, first: u64, items: Vec<FibItem>) {
+    fn on_fib(&mut self, o: NodeId, e: u32, first: u64, acked: u64, items: Vec<FibItem>) {
         let oi = o as usize;
         let cap = self.tuning.reorder_buffer;
         let f = &mut self.fin[oi];
@@ -1955,7 +2298,13 @@ impl Node {
                 pending: BTreeMap::new(),
                 sync: restarted.then(Set::default),
                 slice_done: false,
+                refused: Default::default(),
+                ack_due: false,
             };
+        }
+        // The owner has heard of the refusals up to its acknowledgement.
+        while f.refused.first().is_some_and(|&s| s <= acked) {
+            f.refused.pop_first();
         }
         for (i, it) in items.into_iter().enumerate() {
             let seq = first + i as u64;
@@ -1980,7 +2329,7 @@ impl Node {
                     if let Some(s) = &mut self.fin[oi].sync {
                         s.insert(key.clone());
                     }
-                    self.fib_insert(key, value);
+                    self.fib_insert(key, value, Source::Stream(o, next));
                 }
                 FibItem::Remove { key } => self.fib_remove(&key),
                 FibItem::SliceEnd => self.fin[oi].slice_done = true,
@@ -2007,15 +2356,21 @@ impl Node {
                 }
             }
         }
-        let applied = self.fin[oi].applied;
-        let id = self.new_id();
-        self.send(o, id, Body::FibAck { applied });
+        // Acknowledged once the events are applied, with the installs refused.
+        self.fin[oi].ack_due = true;
+        self.unsettled = true;
     }
 
-    fn fib_insert(&mut self, key: Bytes, value: Bytes) {
+    fn fib_insert(&mut self, key: Bytes, value: Bytes, from: Source) {
         if self.tuning.fib_map {
             self.fib.insert(&key, &[&value]);
         }
+        self.unconfirmed.push(Unconfirmed {
+            key: key.clone(),
+            from,
+            failed: false,
+        });
+        self.unsettled = true;
         self.events.push_back(Event::FibInsert { key, value });
     }
 
@@ -2030,7 +2385,7 @@ impl Node {
     fn fib_op(&mut self, h: NodeId, item: FibItem) -> u64 {
         if h == self.me {
             match item {
-                FibItem::Install { key, value } => self.fib_insert(key, value),
+                FibItem::Install { key, value } => self.fib_insert(key, value, Source::Batch),
                 FibItem::Remove { key } => self.fib_remove(&key),
                 FibItem::SliceEnd | FibItem::Prune => {}
             }
@@ -2059,7 +2414,7 @@ impl Node {
                             .map(|(k, _, v)| ((&*k).into(), v.into()))
                             .collect();
                         for (k, v) in mine {
-                            self.fib_insert(k, v);
+                            self.fib_insert(k, v, Source::Slice);
                         }
                         let me = self.me as usize;
                         self.fin[me].epoch = self.epoch;
@@ -2151,9 +2506,10 @@ impl Node {
                 if self.durable < self.batch.as_ref().expect("batch").persist_n {
                     return;
                 }
-                let b = self.batch.take().expect("batch");
-                let mut fib_wait = b.fib_wait;
-                for it in b.items.iter().filter(|i| i.outcome == Outcome::Applied) {
+                let mut b = self.batch.take().expect("batch");
+                let mut fib_wait = std::mem::take(&mut b.fib_wait);
+                let mut local_wait = false;
+                for it in b.items.iter_mut().filter(|i| i.outcome == Outcome::Applied) {
                     let u = &it.u;
                     let install = match (u.op, &it.old) {
                         (Op::Insert, _) => true,
@@ -2170,12 +2526,16 @@ impl Node {
                         );
                         if u.node != self.me {
                             fib_wait[u.node as usize] = seq;
+                        } else {
+                            local_wait = true;
                         }
+                        it.install = Some((u.node, seq));
                     }
                 }
                 self.batch = Some(Batch {
                     stage: Stage::Installing,
                     fib_wait,
+                    local_wait,
                     ..b
                 });
                 for p in 0..self.spec.nodes {
@@ -2186,8 +2546,9 @@ impl Node {
             }
             Stage::Installing => {
                 let b = self.batch.as_ref().expect("batch");
-                let installed =
-                    (0..self.spec.nodes as usize).all(|p| self.out[p].fib.acked >= b.fib_wait[p]);
+                let installed = !b.local_wait
+                    && (0..self.spec.nodes as usize)
+                        .all(|p| self.out[p].fib.acked >= b.fib_wait[p]);
                 if installed {
                     self.propagate();
                 }
@@ -2220,6 +2581,8 @@ impl Node {
                     u: q.u,
                     outcome,
                     old,
+                    install: None,
+                    refused: false,
                 });
             }
             let accepted: Vec<&Update> = items
@@ -2243,6 +2606,7 @@ impl Node {
                 persist_n,
                 fib_wait: vec![0; self.spec.nodes as usize],
                 delta_wait: 0,
+                local_wait: false,
             });
         }
     }
@@ -2258,6 +2622,17 @@ impl Node {
     /// Changes the owner's table for the batch and sends the deltas.
     fn propagate(&mut self) {
         let mut b = self.batch.take().expect("batch");
+        // Installs a handler refused (its FIB is full): rejected before any GPT changes for
+        // them, undone below as the table's refusals are.
+        let mut failed: Vec<(usize, Outcome)> = Vec::new();
+        for (i, it) in b.items.iter().enumerate() {
+            if it.refused && it.outcome == Outcome::Applied {
+                failed.push((i, Outcome::FibFull));
+            }
+        }
+        for &(i, o) in &failed {
+            b.items[i].outcome = o;
+        }
         // The GPT operations in order: runs of inserts go through insert_batch.
         enum G {
             Ins(usize),
@@ -2276,7 +2651,6 @@ impl Node {
             }
         }
         let mut deltas: Vec<Delta> = Vec::new();
-        let mut failed: Vec<usize> = Vec::new();
         let mut k = 0;
         while k < ops.len() {
             match ops[k] {
@@ -2284,7 +2658,7 @@ impl Node {
                     match self.table.remove(&b.items[i].u.key) {
                         Ok(Some(d)) => deltas.push(d),
                         Ok(None) => {}
-                        Err(_) => failed.push(i),
+                        Err(_) => failed.push((i, Outcome::Internal)),
                     }
                     k += 1;
                 }
@@ -2317,7 +2691,7 @@ impl Node {
                         match res {
                             Ok(()) => break,
                             Err(_) => {
-                                failed.push(idx[from + made]);
+                                failed.push((idx[from + made], Outcome::Internal));
                                 from += made + 1;
                             }
                         }
@@ -2329,9 +2703,9 @@ impl Node {
         // Failed keys (two keys with one 128-bit hash): the table did not change for them,
         // so the RIB is as it was once their pending change goes; undo them in the log.
         let mut undo = Vec::new();
-        for i in failed {
+        for (i, o) in failed {
             let it = &mut b.items[i];
-            it.outcome = Outcome::Internal;
+            it.outcome = o;
             self.pending.remove(&it.u.key);
             match it.old.clone() {
                 Some((n, v)) => {

@@ -42,6 +42,9 @@ pub struct SimConfig {
     pub check_every_step: bool,
     /// The nodes' tuning.
     pub tuning: Tuning,
+    /// Entries each node's modelled FIB holds at most (an install beyond is refused:
+    /// [`Node::install_failed`]); None: no bound. The initial flows must fit.
+    pub fib_capacity: Option<usize>,
 }
 
 impl SimConfig {
@@ -73,6 +76,7 @@ impl Default for SimConfig {
                 keep_own_deltas: true,
                 ..Tuning::default()
             },
+            fib_capacity: None,
         }
     }
 }
@@ -164,6 +168,10 @@ pub struct Sim {
     shadows: Vec<Option<Shadow>>,
     /// Updates acknowledged as applied.
     pub acked_updates: u64,
+    /// Updates rejected because their handler's FIB was full.
+    pub fib_full: u64,
+    /// Installs the modelled FIBs refused.
+    pub installs_refused: u64,
     /// Requests answered.
     pub replies: u64,
     /// Steps run.
@@ -237,6 +245,8 @@ impl Sim {
             seen: vec![vec![None; n as usize]; n as usize],
             shadows: (0..n).map(|_| None).collect(),
             acked_updates: 0,
+            fib_full: 0,
+            installs_refused: 0,
             replies: 0,
             steps: 0,
             delivered: 0,
@@ -389,7 +399,17 @@ impl Sim {
                     }
                 }
                 Event::FibInsert { key, value } => {
-                    self.fibs[ii].insert(key, value);
+                    let full = self
+                        .cfg
+                        .fib_capacity
+                        .is_some_and(|c| self.fibs[ii].len() >= c);
+                    if full && !self.fibs[ii].contains_key(&key) {
+                        // A full table refuses a new key (an overwrite needs no room).
+                        self.installs_refused += 1;
+                        node.install_failed(&key);
+                    } else {
+                        self.fibs[ii].insert(key, value);
+                    }
                 }
                 Event::FibRemove { key } => {
                     self.fibs[ii].remove(&key);
@@ -689,8 +709,19 @@ impl Sim {
         }
         self.next_req += 1;
         self.dirty = true;
-        let bytes = client::encode_request(&self.spec.key, self.spec.cluster_id, id, &updates)
-            .expect("fits");
+        let stamp = client::Stamp {
+            client: self.cfg.seed ^ 0xc1c1,
+            seq: id,
+            time: now,
+        };
+        let bytes = client::encode_request(
+            &self.spec.client_key(),
+            self.spec.cluster_id,
+            node,
+            stamp,
+            &updates,
+        )
+        .expect("fits");
         self.send(
             Peer::Client(self.client_addr),
             Dest::Node(node),
@@ -712,7 +743,8 @@ impl Sim {
     }
 
     fn on_reply(&mut self, bytes: &[u8]) {
-        let reply = match client::decode_reply(&self.spec.key, self.spec.cluster_id, bytes) {
+        let reply = match client::decode_reply(&self.spec.client_key(), self.spec.cluster_id, bytes)
+        {
             Ok(r) => r,
             Err(e) => self.fail(format!("the client cannot decode a reply: {e}")),
         };
@@ -728,7 +760,10 @@ impl Sim {
                 reply.results.len()
             ));
         }
-        for ((u, want), got) in r.updates.iter().zip(&r.expected).zip(&reply.results) {
+        for (((u, want), got), old) in (r.updates.iter().zip(&r.expected))
+            .zip(&reply.results)
+            .zip(&r.old)
+        {
             if u.key.len() == KEY_BYTES {
                 self.inflight_keys.remove(&u.key);
                 let now = self.now;
@@ -741,6 +776,20 @@ impl Sim {
                 if *want == Outcome::Applied {
                     self.uncertain.insert(u.key.clone());
                 }
+                continue;
+            }
+            // A full FIB at the new handler: rejected, nothing changed (the oracle stays).
+            let installs = match (u.op, old) {
+                (Op::Insert, _) => true,
+                (Op::Change, Some((n, v))) => (*n, v) != (u.node, &u.value),
+                _ => false,
+            };
+            if *got == Outcome::FibFull
+                && *want == Outcome::Applied
+                && installs
+                && self.cfg.fib_capacity.is_some()
+            {
+                self.fib_full += 1;
                 continue;
             }
             if got != want {

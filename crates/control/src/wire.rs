@@ -9,14 +9,14 @@ use sha2::Sha256;
 /// Magic of every datagram.
 pub const MAGIC: &[u8; 4] = b"SBCP";
 /// Protocol version.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the header.
-pub const HEADER_LEN: usize = 32;
+pub const HEADER_LEN: usize = 34;
 /// Bytes of the authentication tag (HMAC-SHA256 truncated).
 pub const TAG_LEN: usize = 16;
 /// The largest datagram this crate sends or accepts (a UDP payload of 60 KiB).
 pub const MAX_DATAGRAM: usize = 60 * 1024;
-/// The `sender` of a client's datagrams.
+/// The `sender` of a client's datagrams (and the `receiver` of a node's replies to one).
 pub const CLIENT_SENDER: u16 = 0xffff;
 
 /// Message types (the header's type byte).
@@ -77,13 +77,16 @@ pub struct Header {
     pub kind: Kind,
     /// Sending node, or [`CLIENT_SENDER`].
     pub sender: u16,
+    /// The node it is for, or [`CLIENT_SENDER`] (a reply to a client). Authenticated: a
+    /// datagram captured on its way to one node is refused by every other.
+    pub receiver: u16,
     /// The cluster's id.
     pub cluster_id: u64,
     /// The sender's epoch (incarnation); 0 for a client.
     pub sender_epoch: u32,
     /// The receiver's epoch as the sender knows it; 0 when unknown (hello, client).
     pub receiver_epoch: u32,
-    /// Message id: a client's request id, a forward's id; otherwise informative.
+    /// Message id: a client's request sequence number, a forward's id; otherwise informative.
     pub msg_id: u64,
 }
 
@@ -115,8 +118,18 @@ pub enum Body {
     Hello,
     /// [`Kind::HelloAck`].
     HelloAck,
-    /// [`Kind::ClientRequest`].
-    ClientRequest(Vec<Update>),
+    /// [`Kind::ClientRequest`]: the header's `msg_id` is the client's sequence number.
+    ClientRequest {
+        /// The client's id (random per client run): its sequence numbers count from any
+        /// start, increasing.
+        client: u64,
+        /// When the client made the request (nanoseconds since the Unix epoch, or the
+        /// driver's clock in a simulation): a node refuses requests older than it started,
+        /// or older than [`crate::Tuning::request_max_age`].
+        time: u64,
+        /// The updates.
+        updates: Vec<Update>,
+    },
     /// [`Kind::ClientReply`]: one result code per update.
     ClientReply(Vec<u8>),
     /// [`Kind::Forward`].
@@ -162,13 +175,21 @@ pub enum Body {
     Fib {
         /// Stream number of the first item.
         first_seq: u64,
+        /// The owner's cumulative acknowledgement of the stream so far: the handler may
+        /// forget its refusals up to it.
+        acked: u64,
         /// The items.
         items: Vec<FibItem>,
     },
-    /// [`Kind::FibAck`]: the handler applied the stream up to `applied`.
+    /// [`Kind::FibAck`]: the handler applied the stream up to `applied`, but for the
+    /// installs in `refused` (its FIB was full): not installed, so the owner rejects their
+    /// updates before any GPT points at the handler for them.
     FibAck {
         /// Last stream number applied.
         applied: u64,
+        /// Stream numbers of installs the handler refused, each above the owner's last
+        /// acknowledgement it knows of and at most `applied` (increasing).
+        refused: Vec<u64>,
     },
 }
 
@@ -178,7 +199,7 @@ impl Body {
         match self {
             Body::Hello => Kind::Hello,
             Body::HelloAck => Kind::HelloAck,
-            Body::ClientRequest(_) => Kind::ClientRequest,
+            Body::ClientRequest { .. } => Kind::ClientRequest,
             Body::ClientReply(_) => Kind::ClientReply,
             Body::Forward(_) => Kind::Forward,
             Body::ForwardReply(_) => Kind::ForwardReply,
@@ -216,6 +237,18 @@ pub enum WireError {
     /// The body does not parse.
     #[error("malformed body: {0}")]
     Malformed(&'static str),
+    /// Addressed to another node (or to a client): a datagram captured on its way to one
+    /// node and replayed to another.
+    #[error("datagram for another receiver")]
+    Misdirected,
+    /// The sender is no node of the cluster, is the receiver itself, or is a client
+    /// talking to a client.
+    #[error("unknown sender")]
+    UnknownSender,
+    /// A message type the key it is authenticated with may not carry (a client key only
+    /// signs client requests and replies; a node key never signs those).
+    #[error("message type not allowed for its key")]
+    KindNotAllowed,
 }
 
 impl WireError {
@@ -229,14 +262,20 @@ impl WireError {
             WireError::BadTag => "bad_tag",
             WireError::UnknownKind => "unknown_kind",
             WireError::Malformed(_) => "malformed",
+            WireError::Misdirected => "misdirected",
+            WireError::UnknownSender => "unknown_sender",
+            WireError::KindNotAllowed => "kind_not_allowed",
         }
     }
 }
 
 type HmacSha256 = Hmac<Sha256>;
 
-fn tag(key: &[u8; 32], bytes: &[u8]) -> [u8; TAG_LEN] {
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
+fn keyed(key: &[u8; 32]) -> HmacSha256 {
+    HmacSha256::new_from_slice(key).expect("HMAC takes any key length")
+}
+
+fn tag_with(mut mac: HmacSha256, bytes: &[u8]) -> [u8; TAG_LEN] {
     mac.update(bytes);
     let full = mac.finalize().into_bytes();
     let mut t = [0u8; TAG_LEN];
@@ -244,11 +283,150 @@ fn tag(key: &[u8; 32], bytes: &[u8]) -> [u8; TAG_LEN] {
     t
 }
 
-fn tag_ok(key: &[u8; 32], bytes: &[u8], t: &[u8]) -> bool {
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
+fn tag_ok_with(mut mac: HmacSha256, bytes: &[u8], t: &[u8]) -> bool {
     mac.update(bytes);
     // Constant time.
     mac.verify_truncated_left(t).is_ok()
+}
+
+/// A key derived from the cluster's master secret: HMAC-SHA256(master, label, cluster id,
+/// the parts).
+fn derive(master: &[u8; 32], label: &[u8], cluster_id: u64, parts: &[u16]) -> [u8; 32] {
+    let mut mac = keyed(master);
+    mac.update(b"sbcp-v2 ");
+    mac.update(label);
+    mac.update(&cluster_id.to_le_bytes());
+    for p in parts {
+        mac.update(&p.to_le_bytes());
+    }
+    mac.finalize().into_bytes().into()
+}
+
+/// The key nodes `a` and `b` authenticate their datagrams to each other with (the same for
+/// both directions): derived from the master secret, so a node holds no table of keys.
+pub fn pair_key(master: &[u8; 32], cluster_id: u64, a: u16, b: u16) -> [u8; 32] {
+    derive(master, b"node pair", cluster_id, &[a.min(b), a.max(b)])
+}
+
+/// The client key: what `scalebricks update` (and a node's PFCP endpoint) signs requests
+/// with and checks replies with. It signs nothing else, and the master does not follow from
+/// it (HMAC is one-way).
+pub fn client_key(master: &[u8; 32], cluster_id: u64) -> [u8; 32] {
+    derive(master, b"client", cluster_id, &[])
+}
+
+/// The keys of one end of the protocol: a node's (a pair key per peer, derived from the
+/// master secret, and the client key) or a client's (the client key alone). [`Keys::seal`]
+/// picks the key by the receiver, [`Keys::open`] by the sender.
+#[derive(Clone)]
+pub struct Keys {
+    cluster_id: u64,
+    /// This end: a node's id or [`CLIENT_SENDER`].
+    me: u16,
+    /// A node's: index `j`, the pair key with node `j` (keyed HMAC state; `me`'s unused).
+    pair: Vec<HmacSha256>,
+    client: HmacSha256,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("cluster_id", &self.cluster_id)
+            .field("me", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Keys {
+    /// Node `me`'s keys in a cluster of `nodes` nodes with this master secret.
+    pub fn node(master: &[u8; 32], cluster_id: u64, nodes: u16, me: u16) -> Keys {
+        Keys {
+            cluster_id,
+            me,
+            pair: (0..nodes)
+                .map(|j| keyed(&pair_key(master, cluster_id, me, j)))
+                .collect(),
+            client: keyed(&client_key(master, cluster_id)),
+        }
+    }
+
+    /// A client's keys: the client key alone.
+    pub fn client(client_key: &[u8; 32], cluster_id: u64) -> Keys {
+        Keys {
+            cluster_id,
+            me: CLIENT_SENDER,
+            pair: Vec::new(),
+            client: keyed(client_key),
+        }
+    }
+
+    /// The key of a datagram between this end and `peer`, and whether it is the client key.
+    fn with(&self, peer: u16) -> Option<(&HmacSha256, bool)> {
+        if self.me == CLIENT_SENDER {
+            return (peer != CLIENT_SENDER).then_some((&self.client, true));
+        }
+        if peer == CLIENT_SENDER {
+            return Some((&self.client, true));
+        }
+        if peer == self.me {
+            return None;
+        }
+        self.pair.get(peer as usize).map(|k| (k, false))
+    }
+
+    /// Encodes `body` for `h.receiver` with the key this end shares with it (`h.sender`
+    /// must be this end). Panics if there is none, or if the client key would sign a type
+    /// it may not carry: the callers are this crate's.
+    pub fn seal(&self, h: &Header, body: &Body) -> Vec<u8> {
+        let (key, client) = self.with(h.receiver).expect("a key for the receiver");
+        assert!(
+            h.sender == self.me && kind_allowed(h, client),
+            "{:?} from {} to {} is not for this key",
+            h.kind,
+            h.sender,
+            h.receiver
+        );
+        encode_with(key.clone(), h, body)
+    }
+
+    /// Checks and decodes a datagram for this end: length, magic, version, cluster id,
+    /// receiver (this end), the tag with the key of the sender, the message type against
+    /// that key, then the body. Never panics.
+    pub fn open(&self, b: &[u8]) -> Result<(Header, Body), WireError> {
+        let (kind_byte, sender, receiver) = check_frame(self.cluster_id, b)?;
+        if receiver != self.me {
+            return Err(WireError::Misdirected);
+        }
+        let (key, client) = self.with(sender).ok_or(WireError::UnknownSender)?;
+        let (signed, t) = b.split_at(b.len() - TAG_LEN);
+        if !tag_ok_with(key.clone(), signed, t) {
+            return Err(WireError::BadTag);
+        }
+        let kind = Kind::from_u8(kind_byte).ok_or(WireError::UnknownKind)?;
+        let hb = Header {
+            kind,
+            sender,
+            receiver,
+            cluster_id: self.cluster_id,
+            sender_epoch: 0,
+            receiver_epoch: 0,
+            msg_id: 0,
+        };
+        if !kind_allowed(&hb, client) {
+            return Err(WireError::KindNotAllowed);
+        }
+        parse(signed)
+    }
+}
+
+/// Whether a datagram of `h`'s type, sender and receiver may be authenticated with the
+/// client key (`client`) or with a node pair key (not `client`).
+fn kind_allowed(h: &Header, client: bool) -> bool {
+    match h.kind {
+        Kind::ClientRequest => client && h.sender == CLIENT_SENDER,
+        Kind::ClientReply => client && h.receiver == CLIENT_SENDER,
+        _ => !client,
+    }
 }
 
 /// Encodes an update: op (1 insert, 2 change, 3 delete), node u16, key length u8, key, value
@@ -303,18 +481,35 @@ fn put_fib_item(out: &mut Vec<u8>, i: &FibItem) {
 /// longer than 65535 entries do not fit the format: callers keep within them (the node checks
 /// updates' sizes against the cluster's before sending, and packs lists to [`MAX_DATAGRAM`]).
 pub fn encode(key: &[u8; 32], h: &Header, body: &Body) -> Vec<u8> {
+    encode_with(keyed(key), h, body)
+}
+
+fn encode_with(mac: HmacSha256, h: &Header, body: &Body) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
     out.push(body.kind() as u8);
     out.extend_from_slice(&h.sender.to_le_bytes());
+    out.extend_from_slice(&h.receiver.to_le_bytes());
     out.extend_from_slice(&h.cluster_id.to_le_bytes());
     out.extend_from_slice(&h.sender_epoch.to_le_bytes());
     out.extend_from_slice(&h.receiver_epoch.to_le_bytes());
     out.extend_from_slice(&h.msg_id.to_le_bytes());
     match body {
         Body::Hello | Body::HelloAck => {}
-        Body::ClientRequest(us) | Body::Forward(us) => {
+        Body::ClientRequest {
+            client,
+            time,
+            updates,
+        } => {
+            out.extend_from_slice(&client.to_le_bytes());
+            out.extend_from_slice(&time.to_le_bytes());
+            out.extend_from_slice(&(updates.len() as u16).to_le_bytes());
+            for u in updates {
+                put_update(&mut out, u);
+            }
+        }
+        Body::Forward(us) => {
             out.extend_from_slice(&(us.len() as u16).to_le_bytes());
             for u in us {
                 put_update(&mut out, u);
@@ -332,8 +527,15 @@ pub fn encode(key: &[u8; 32], h: &Header, body: &Body) -> Vec<u8> {
                 out.extend_from_slice(d);
             }
         }
-        Body::DeltaAck { applied } | Body::FibAck { applied } => {
+        Body::DeltaAck { applied } => {
             out.extend_from_slice(&applied.to_le_bytes());
+        }
+        Body::FibAck { applied, refused } => {
+            out.extend_from_slice(&applied.to_le_bytes());
+            out.extend_from_slice(&(refused.len() as u16).to_le_bytes());
+            for r in refused {
+                out.extend_from_slice(&r.to_le_bytes());
+            }
         }
         Body::PieceChunk {
             seq,
@@ -355,15 +557,20 @@ pub fn encode(key: &[u8; 32], h: &Header, body: &Body) -> Vec<u8> {
                 out.extend_from_slice(&m.to_le_bytes());
             }
         }
-        Body::Fib { first_seq, items } => {
+        Body::Fib {
+            first_seq,
+            acked,
+            items,
+        } => {
             out.extend_from_slice(&first_seq.to_le_bytes());
+            out.extend_from_slice(&acked.to_le_bytes());
             out.extend_from_slice(&(items.len() as u16).to_le_bytes());
             for i in items {
                 put_fib_item(&mut out, i);
             }
         }
     }
-    let t = tag(key, &out);
+    let t = tag_with(mac, &out);
     out.extend_from_slice(&t);
     out
 }
@@ -435,9 +642,8 @@ fn get_codes(r: &mut Reader) -> Result<Vec<u8>, WireError> {
     Ok(r.take(n)?.to_vec())
 }
 
-/// Checks and decodes a datagram: length, magic, version, cluster id, tag, type, body. Never
-/// panics; whatever it accepts re-encodes to the same bytes.
-pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body), WireError> {
+/// Checks length, magic, version and cluster id: the type byte, sender and receiver.
+fn check_frame(cluster_id: u64, b: &[u8]) -> Result<(u8, u16, u16), WireError> {
     if b.len() < HEADER_LEN + TAG_LEN || b.len() > MAX_DATAGRAM {
         return Err(WireError::Length);
     }
@@ -447,22 +653,39 @@ pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body
     if b[4] != VERSION {
         return Err(WireError::Version);
     }
-    let (signed, t) = b.split_at(b.len() - TAG_LEN);
-    let mut r = Reader { b: &signed[5..] };
+    let mut r = Reader { b: &b[5..] };
     let kind_byte = r.u8()?;
     let sender = r.u16()?;
-    let cid = r.u64()?;
-    if cid != cluster_id {
+    let receiver = r.u16()?;
+    if r.u64()? != cluster_id {
         return Err(WireError::ForeignCluster);
     }
-    if !tag_ok(key, signed, t) {
+    Ok((kind_byte, sender, receiver))
+}
+
+/// Checks and decodes a datagram authenticated with `key`: length, magic, version, cluster
+/// id, tag, type, body. Never panics; whatever it accepts re-encodes to the same bytes. It
+/// does not check who it is for or whether `key` may carry its type: a node and a client
+/// use [`Keys::open`], which does.
+pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body), WireError> {
+    check_frame(cluster_id, b)?;
+    let (signed, t) = b.split_at(b.len() - TAG_LEN);
+    if !tag_ok_with(keyed(key), signed, t) {
         return Err(WireError::BadTag);
     }
+    parse(signed)
+}
+
+/// Parses the authenticated bytes of a datagram (its frame checked).
+fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
+    let mut r = Reader { b: &signed[5..] };
+    let kind_byte = r.u8()?;
     let kind = Kind::from_u8(kind_byte).ok_or(WireError::UnknownKind)?;
     let h = Header {
         kind,
-        sender,
-        cluster_id: cid,
+        sender: r.u16()?,
+        receiver: r.u16()?,
+        cluster_id: r.u64()?,
         sender_epoch: r.u32()?,
         receiver_epoch: r.u32()?,
         msg_id: r.u64()?,
@@ -470,7 +693,11 @@ pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body
     let body = match kind {
         Kind::Hello => Body::Hello,
         Kind::HelloAck => Body::HelloAck,
-        Kind::ClientRequest => Body::ClientRequest(get_updates(&mut r)?),
+        Kind::ClientRequest => Body::ClientRequest {
+            client: r.u64()?,
+            time: r.u64()?,
+            updates: get_updates(&mut r)?,
+        },
         Kind::Forward => Body::Forward(get_updates(&mut r)?),
         Kind::ClientReply => Body::ClientReply(get_codes(&mut r)?),
         Kind::ForwardReply => Body::ForwardReply(get_codes(&mut r)?),
@@ -488,7 +715,15 @@ pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body
             Body::Deltas { first_seq, deltas }
         }
         Kind::DeltaAck => Body::DeltaAck { applied: r.u64()? },
-        Kind::FibAck => Body::FibAck { applied: r.u64()? },
+        Kind::FibAck => {
+            let applied = r.u64()?;
+            let n = r.u16()? as usize;
+            let mut refused = Vec::with_capacity(n.min(r.b.len() / 8));
+            for _ in 0..n {
+                refused.push(r.u64()?);
+            }
+            Body::FibAck { applied, refused }
+        }
         Kind::PieceChunk => {
             let seq = r.u64()?;
             let total_len = r.u32()?;
@@ -517,6 +752,7 @@ pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body
         }
         Kind::Fib => {
             let first_seq = r.u64()?;
+            let acked = r.u64()?;
             let n = r.u16()? as usize;
             let mut items = Vec::with_capacity(n.min(r.b.len()));
             for _ in 0..n {
@@ -534,7 +770,11 @@ pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body
             if first_seq == 0 || first_seq.checked_add(n as u64).is_none() {
                 return Err(WireError::Malformed("bad FIB sequence number"));
             }
-            Body::Fib { first_seq, items }
+            Body::Fib {
+                first_seq,
+                acked,
+                items,
+            }
         }
     };
     r.end()?;
@@ -554,6 +794,7 @@ mod tests {
         Header {
             kind,
             sender: 2,
+            receiver: 1,
             cluster_id: 99,
             sender_epoch: 3,
             receiver_epoch: 4,
@@ -571,7 +812,11 @@ mod tests {
         vec![
             Body::Hello,
             Body::HelloAck,
-            Body::ClientRequest(vec![u.clone(), u.clone()]),
+            Body::ClientRequest {
+                client: 0x1234,
+                time: 77,
+                updates: vec![u.clone(), u.clone()],
+            },
             Body::ClientReply(vec![0, 1, 2]),
             Body::Forward(vec![u]),
             Body::ForwardReply(vec![]),
@@ -593,6 +838,7 @@ mod tests {
             },
             Body::Fib {
                 first_seq: 1,
+                acked: 0,
                 items: vec![
                     FibItem::Install {
                         key: crate::Bytes::from_elem(1, 4),
@@ -605,7 +851,14 @@ mod tests {
                     FibItem::Prune,
                 ],
             },
-            Body::FibAck { applied: 0 },
+            Body::FibAck {
+                applied: 0,
+                refused: vec![],
+            },
+            Body::FibAck {
+                applied: 9,
+                refused: vec![3, 9],
+            },
         ]
     }
 
@@ -623,5 +876,91 @@ mod tests {
                 assert!(decode(&KEY, 99, &x).is_err(), "bit {i} of {:?}", b.kind());
             }
         }
+    }
+
+    /// A datagram is accepted by its receiver alone, with the key of its sender, and a
+    /// client key signs client requests and replies only.
+    #[test]
+    fn keys_bind_sender_receiver_and_kind() {
+        let master = [5u8; 32];
+        let k = |me| Keys::node(&master, 99, 3, me);
+        let client = Keys::client(&client_key(&master, 99), 99);
+        let h = Header {
+            kind: Kind::DeltaAck,
+            sender: 0,
+            receiver: 1,
+            cluster_id: 99,
+            sender_epoch: 1,
+            receiver_epoch: 1,
+            msg_id: 1,
+        };
+        let b = Body::DeltaAck { applied: 3 };
+        let d = k(0).seal(&h, &b);
+        assert_eq!(k(1).open(&d), Ok((h, b.clone())));
+        // Captured on its way to node 1, replayed to node 2: refused there.
+        assert_eq!(k(2).open(&d), Err(WireError::Misdirected));
+        // Its receiver rewritten to node 2: the tag no longer matches.
+        let mut x = d.clone();
+        x[8..10].copy_from_slice(&2u16.to_le_bytes());
+        assert_eq!(k(2).open(&x), Err(WireError::BadTag));
+        // Node 2 cannot make a datagram node 1 takes as node 0's: pair keys differ.
+        assert_ne!(pair_key(&master, 99, 0, 1), pair_key(&master, 99, 2, 1));
+        assert_eq!(pair_key(&master, 99, 0, 1), pair_key(&master, 99, 1, 0));
+        let forged = encode(&pair_key(&master, 99, 2, 1), &h, &b);
+        assert_eq!(k(1).open(&forged), Err(WireError::BadTag));
+        // The client key signs no node message, whatever the sender says.
+        let ck = client_key(&master, 99);
+        for sender in [0, CLIENT_SENDER] {
+            let forged = encode(&ck, &Header { sender, ..h }, &b);
+            assert!(
+                matches!(
+                    k(1).open(&forged),
+                    Err(WireError::KindNotAllowed | WireError::BadTag)
+                ),
+                "sender {sender}"
+            );
+        }
+        let forged = encode(
+            &ck,
+            &Header {
+                sender: CLIENT_SENDER,
+                ..h
+            },
+            &b,
+        );
+        assert_eq!(k(1).open(&forged), Err(WireError::KindNotAllowed));
+        // A client's request reaches the node it names; the reply the client.
+        let rh = Header {
+            kind: Kind::ClientRequest,
+            sender: CLIENT_SENDER,
+            receiver: 2,
+            cluster_id: 99,
+            sender_epoch: 0,
+            receiver_epoch: 0,
+            msg_id: 4,
+        };
+        let rb = Body::ClientRequest {
+            client: 1,
+            time: 2,
+            updates: vec![],
+        };
+        let r = client.seal(&rh, &rb);
+        assert_eq!(k(2).open(&r), Ok((rh, rb)));
+        assert_eq!(k(1).open(&r), Err(WireError::Misdirected));
+        let ah = Header {
+            kind: Kind::ClientReply,
+            sender: 2,
+            receiver: CLIENT_SENDER,
+            ..rh
+        };
+        let a = k(2).seal(&ah, &Body::ClientReply(vec![0]));
+        assert!(client.open(&a).is_ok());
+        // A node's pair key does not make a client request.
+        let forged = encode(
+            &pair_key(&master, 99, 0, 2),
+            &rh,
+            &Body::ClientReply(vec![]),
+        );
+        assert_eq!(k(2).open(&forged), Err(WireError::BadTag));
     }
 }

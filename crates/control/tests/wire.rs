@@ -28,15 +28,17 @@ fn a_datagram_without_the_key_or_of_another_cluster_changes_nothing_and_is_count
     let h = Header {
         kind: Kind::Hello,
         sender: 1,
+        receiver: 0,
         cluster_id: spec.cluster_id,
         sender_epoch: 1,
         receiver_epoch: 1,
         msg_id: 1,
     };
+    let pair = wire::pair_key(&spec.key, spec.cluster_id, 0, 1);
     let forged = wire::encode(&[0; 32], &h, &Body::Hello);
     n.handle(1, Peer::Node(1), &forged);
     let foreign = wire::encode(
-        &spec.key,
+        &pair,
         &Header {
             cluster_id: spec.cluster_id + 1,
             ..h
@@ -52,12 +54,12 @@ fn a_datagram_without_the_key_or_of_another_cluster_changes_nothing_and_is_count
     before.dropped.clear();
     assert_eq!(s, before);
     // The authentic hello is answered.
-    let real = wire::encode(&spec.key, &h, &Body::Hello);
+    let real = wire::encode(&pair, &h, &Body::Hello);
     while n.poll_transmit().is_some() {}
     n.handle(3, Peer::Node(1), &real);
     let mut acks = 0;
     while let Some((to, d)) = n.poll_transmit() {
-        if let Ok((_, Body::HelloAck)) = wire::decode(&spec.key, spec.cluster_id, &d) {
+        if let Ok((_, Body::HelloAck)) = wire::decode(&pair, spec.cluster_id, &d) {
             assert_eq!(to, Peer::Node(1));
             acks += 1;
         }
