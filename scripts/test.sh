@@ -4,18 +4,69 @@
 #   warnings denied, every test in debug mode
 #   (unit, property tests against HashMap oracles, CLI tests from outside, network-namespace
 #   end-to-end tests checked by tshark and scapy), loom models of the cuckoo table's and the live GPT's reader/writer
-#   protocol, a short run of every cargo-fuzz target, and the release-mode `large_` tests (16M keys;
+#   protocol, a short run of every cargo-fuzz target (all in the one crate `fuzz/`, built once),
+#   and the release-mode `large_` tests (16M keys;
 #   `#[ignore]`d, so the debug step does not run them; the last step runs them with `--ignored`).
 # Run as root it first installs what the tests need from Debian; the namespace tests need root.
+# At the end (also when a step fails) it prints each step's wall seconds.
+#
+# Environment:
+#   ONLY=fuzz         run only the named steps (comma- or space-separated) of:
+#                     fmt clippy doc test loom fuzz large demo (the Debian step runs as root anyway)
+#   FUZZ_SECONDS=15   how long each fuzz target runs
+#   FUZZ_JOBS=<cpus>  how many fuzz targets run at once (each still gets FUZZ_SECONDS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+FUZZ_JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+ONLY=${ONLY:-}
+
+# Step bookkeeping: `step NAME "what"` closes the step before it; the EXIT trap closes the last
+# one and prints the table, so a failing run still says where its time went.
+steps=()
+secs=()
+cur=""
+cur_start=0
+suite_start=$(date +%s)
+step_end() {
+    if [ -n "$cur" ]; then
+        steps+=("$cur")
+        secs+=($(($(date +%s) - cur_start)))
+        cur=""
+    fi
+}
+step() {
+    step_end
+    cur=$1
+    cur_start=$(date +%s)
+    printf '\n==> %s\n' "$2"
+}
+summary() {
+    local rc=$? failed=""
+    [ "$rc" -ne 0 ] && failed=$cur
+    step_end
+    printf '\n==> wall seconds per step\n'
+    local i
+    for i in "${!steps[@]}"; do
+        printf '%-10s %6s%s\n' "${steps[$i]}" "${secs[$i]}" \
+            "$([ "${steps[$i]}" = "$failed" ] && echo '  FAILED')"
+    done
+    printf '%-10s %6s%s\n' total $(($(date +%s) - suite_start)) "$([ "$rc" -ne 0 ] && echo "  (exit $rc)")"
+}
+trap summary EXIT
+# want NAME: whether ONLY (empty: everything) names this step.
+want() { [ -z "$ONLY" ] || [[ " ${ONLY//,/ } " == *" $1 "* ]]; }
+for s in ${ONLY//,/ }; do
+    case $s in
+        fmt | clippy | doc | test | loom | fuzz | large | demo) ;;
+        *) echo "ONLY: unknown step \`$s\` (fmt clippy doc test loom fuzz large demo)" >&2; exit 2 ;;
+    esac
+done
 
 features=()
 if [ "$(id -u)" -eq 0 ]; then
-    step "installing test tools and peer libraries from Debian"
+    step apt "installing test tools and peer libraries from Debian"
     scripts/apt-install.sh tshark prometheus python3-prometheus-client python3-scapy tcpreplay \
         tcpdump iproute2 procps pkg-config build-essential libdpdk-dev libcuckoo-dev
 fi
@@ -25,57 +76,94 @@ else
     echo "note: libdpdk-dev/libcuckoo-dev missing (not root?): peers behind features are not tested"
 fi
 
-step "cargo fmt --check"
-cargo fmt --all -- --check
-
-step "cargo clippy (default features, warnings denied)"
-cargo clippy --workspace --all-targets -- -D warnings
-if [ ${#features[@]} -gt 0 ]; then
-    step "cargo clippy (all features: dpdk, libcuckoo, xdp; warnings denied)"
-    cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
+if want fmt; then
+    step fmt "cargo fmt --check"
+    cargo fmt --all -- --check
 fi
 
-step "cargo doc (warnings denied: broken and private intra-doc links)"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+if want clippy; then
+    step clippy "cargo clippy (default features, warnings denied)"
+    cargo clippy --workspace --all-targets -- -D warnings
+    if [ ${#features[@]} -gt 0 ]; then
+        step clippy-all "cargo clippy (all features: dpdk, libcuckoo, xdp; warnings denied)"
+        cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
+    fi
+fi
 
-step "cargo test (debug)"
-cargo test --workspace "${features[@]}"
+if want doc; then
+    step doc "cargo doc (warnings denied: broken and private intra-doc links)"
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+fi
 
-step "loom models of the cuckoo table's reader/writer protocol"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo test -p sb-cuckoo --test loom --release
+if want test; then
+    step test "cargo test (debug)"
+    cargo test --workspace "${features[@]}"
+fi
 
-step "loom models of the live GPT's reader/writer protocol (a seqlock per block)"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo test -p sb-setsep --test loom --release
+if want loom; then
+    step loom "loom models of the cuckoo table's reader/writer protocol"
+    RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+        cargo test -p sb-cuckoo --test loom --release
 
-step "fuzz targets, ${FUZZ_SECONDS}s each"
-if rustup toolchain list 2>/dev/null | grep -q nightly; then
-    command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-    for dir in crates/*/fuzz; do
-        [ -f "$dir/Cargo.toml" ] || continue
-        crate_dir=$(dirname "$dir")
-        for target in $(cd "$crate_dir" && cargo +nightly fuzz list); do
-            echo "--- $crate_dir: $target"
-            log=$(mktemp)
-            if ! (cd "$crate_dir" && cargo +nightly fuzz run "$target" -- \
-                -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048) >"$log" 2>&1; then
-                tail -n 40 "$log"
-                echo "fuzz target $target failed"
-                exit 1
+    step loom-gpt "loom models of the live GPT's reader/writer protocol (a seqlock per block)"
+    RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+        cargo test -p sb-setsep --test loom --release
+fi
+
+# One target's run: its log in $2; prints its last line of statistics, or its log's tail.
+fuzz_one() {
+    local target=$1 log=$2
+    if (cd fuzz && cargo +nightly fuzz run "$target" -- \
+        -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048) >"$log" 2>&1; then
+        echo "--- $target: $(grep -E '^Done|^#[0-9]+ +DONE' "$log" | tail -n 1 || true)"
+    else
+        tail -n 40 "$log"
+        echo "--- $target: FAILED (log above)"
+        return 1
+    fi
+}
+
+if want fuzz; then
+    if rustup toolchain list 2>/dev/null | grep -q nightly; then
+        step fuzz-build "cargo +nightly fuzz build (every target of fuzz/, one sanitizer build)"
+        command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+        (cd fuzz && cargo +nightly fuzz build)
+
+        mapfile -t targets < <(cd fuzz && cargo +nightly fuzz list)
+        step fuzz "fuzz targets, ${#targets[@]} of them, ${FUZZ_SECONDS}s each, ${FUZZ_JOBS} at a time"
+        logs=$(mktemp -d)
+        running=0
+        fuzz_failed=0
+        for target in "${targets[@]}"; do
+            if [ "$running" -ge "$FUZZ_JOBS" ]; then
+                wait -n || fuzz_failed=1
+                running=$((running - 1))
             fi
-            grep -E '^Done|^#[0-9]+ +DONE' "$log" | tail -n 1 || true
-            rm -f "$log"
+            fuzz_one "$target" "$logs/$target.log" &
+            running=$((running + 1))
         done
-    done
-else
-    echo "note: no nightly toolchain, fuzz targets not run (their logic still runs in proptests)"
+        while [ "$running" -gt 0 ]; do
+            wait -n || fuzz_failed=1
+            running=$((running - 1))
+        done
+        rm -rf "$logs"
+        if [ "$fuzz_failed" -ne 0 ]; then
+            echo "a fuzz target failed"
+            exit 1
+        fi
+    else
+        echo "note: no nightly toolchain, fuzz targets not run (their logic still runs in proptests)"
+    fi
 fi
 
-step "release-mode large tests"
-cargo test --workspace --release "${features[@]}" -- --ignored large_
+if want large; then
+    step large "release-mode large tests"
+    cargo test --workspace --release "${features[@]}" -- --ignored large_
+fi
 
-step "the README's main job (cargo run --release --bin scalebricks -- demo)"
-# The same release build as the step above (its features), so nothing is built again.
-cargo run --release "${features[@]}" --bin scalebricks -- demo --json > target/demo.json
-grep -q '"ok": true' target/demo.json
+if want demo; then
+    step demo "the README's main job (cargo run --release --bin scalebricks -- demo)"
+    # The same release build as the step above (its features), so nothing is built again.
+    cargo run --release "${features[@]}" --bin scalebricks -- demo --json > target/demo.json
+    grep -q '"ok": true' target/demo.json
+fi
