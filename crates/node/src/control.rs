@@ -139,10 +139,62 @@ pub fn read_spec(path: &Path) -> Result<ClusterSpec, ControlError> {
         .map_err(|e| ControlError::Invalid(format!("{}: {e}", path.display())))
 }
 
-/// Writes the spec readable by its owner only (it holds the cluster's key).
+/// Writes the spec readable by its owner only (it holds the cluster's master secret).
 pub fn write_spec(path: &Path, spec: &ClusterSpec) -> Result<(), ControlError> {
+    write_private(
+        path,
+        &serde_json::to_vec_pretty(spec).expect("serializable"),
+    )
+}
+
+/// What a client of the control plane (`scalebricks update`) holds (`client.json`): the
+/// client key, which signs requests and checks replies and can make no node's message, and
+/// the widths of the updates. Not the master secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientFile {
+    /// The cluster's id.
+    pub cluster_id: u64,
+    /// Nodes of the cluster.
+    pub nodes: u16,
+    /// The client key ([`ClusterSpec::client_key`]).
+    pub key: [u8; 32],
+    /// Bytes of a key.
+    pub key_bytes: usize,
+    /// Bytes of a FIB value.
+    pub value_bytes: usize,
+}
+
+impl ClientFile {
+    /// The client's file of a cluster.
+    pub fn of(spec: &ClusterSpec) -> ClientFile {
+        ClientFile {
+            cluster_id: spec.cluster_id,
+            nodes: spec.nodes,
+            key: spec.client_key(),
+            key_bytes: spec.key_bytes,
+            value_bytes: spec.value_bytes,
+        }
+    }
+
+    /// Writes it readable by its owner only.
+    pub fn write(&self, path: &Path) -> Result<(), ControlError> {
+        write_private(
+            path,
+            &serde_json::to_vec_pretty(self).expect("serializable"),
+        )
+    }
+
+    /// Reads it.
+    pub fn read(path: &Path) -> Result<ClientFile, ControlError> {
+        let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+        serde_json::from_str(&text)
+            .map_err(|e| ControlError::Invalid(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Writes `bytes` to a file of mode 0600.
+fn write_private(path: &Path, json: &[u8]) -> Result<(), ControlError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let json = serde_json::to_vec_pretty(spec).expect("serializable");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -150,7 +202,7 @@ pub fn write_spec(path: &Path, spec: &ClusterSpec) -> Result<(), ControlError> {
         .mode(0o600)
         .open(path)
         .map_err(io_err(path))?;
-    std::io::Write::write_all(&mut f, &json).map_err(io_err(path))
+    std::io::Write::write_all(&mut f, json).map_err(io_err(path))
 }
 
 /// The flows of `flows.csv` whose GPT block node `me` owns.
@@ -216,29 +268,51 @@ impl DataPlane {
 pub const REMOVAL_GRACE: Duration = Duration::from_millis(500);
 
 impl DataPlane {
-    fn fib_insert(&mut self, key: &[u8], value: &[u8]) {
+    /// Installs `key`'s entry and its uplink entry, or neither: a full table refuses the
+    /// install (counted: status `fib_insert_failed`) and what was there stays, so that the
+    /// control plane rejects the update ([`sb_control::Node::install_failed`]) before any GPT
+    /// sends the key here.
+    fn fib_insert(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
         let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
-            return;
+            return Err(format!("a key of {} bytes", key.len()));
         };
-        // A pending removal of this key is cancelled: the flow is ours again.
-        self.removals.remove(key);
+        let old = self.fib.lookup(key);
+        let old_up = old
+            .as_ref()
+            .map(|o| Tunnel::from_entry(&k, o).uplink_entry());
         // The old tunnel's uplink entry goes with it.
-        if let Some(old) = self.fib.lookup(key) {
-            let (teid, _) = Tunnel::from_entry(&k, &old).uplink_entry();
-            self.uplink.remove(&teid);
+        if let Some((teid, _)) = &old_up {
+            self.uplink.remove(teid);
         }
         let t = Tunnel::from_entry(&k, value);
         let (teid, up) = t.uplink_entry();
-        // The control plane has checked the cluster's capacity; a full table here is a node
-        // sized below it: say so loudly and count it (status `fib_insert_failed`).
+        let restore_up = |dp: &mut DataPlane| {
+            if let Some((teid, up)) = &old_up {
+                let _ = dp.uplink.insert(teid, up);
+            }
+        };
         if let Err(e) = self.fib.insert(key, value) {
             self.failed += 1;
-            tracing_warn(&format!("FIB insert failed: {e}"));
+            restore_up(self);
+            return Err(format!("FIB: {e}"));
         }
         if let Err(e) = self.uplink.insert(&teid, &up) {
             self.failed += 1;
-            tracing_warn(&format!("uplink insert failed: {e}"));
+            // Back to what was there.
+            match &old {
+                Some(o) => {
+                    let _ = self.fib.insert(key, o);
+                }
+                None => {
+                    self.fib.remove(key);
+                }
+            }
+            restore_up(self);
+            return Err(format!("uplink table: {e}"));
         }
+        // A pending removal of this key is cancelled: the flow is ours again.
+        self.removals.remove(key);
+        Ok(())
     }
 
     /// Removes `key`'s entry once [`REMOVAL_GRACE`] has passed (unless it is inserted again
@@ -425,6 +499,8 @@ pub fn run(
         rand::random(),
         tuning,
     )?;
+    // Client requests are stamped with the Unix time: the node judges them by its own.
+    node.set_wall_offset(sb_control::client::unix_nanos().saturating_sub(clock()));
     let peer_of = |a: SocketAddr| match ctl.peers.iter().position(|p| *p == a) {
         Some(j) => Peer::Node(j as u16),
         None => Peer::Client(a),
@@ -498,7 +574,12 @@ pub fn run(
                         }
                         appended = true;
                     }
-                    Event::FibInsert { key, value } => dp.fib_insert(&key, &value),
+                    Event::FibInsert { key, value } => {
+                        if let Err(e) = dp.fib_insert(&key, &value) {
+                            tracing_warn(&format!("install refused ({e}): the update is rejected"));
+                            node.install_failed(&key);
+                        }
+                    }
                     Event::FibRemove { key } => dp.fib_remove_later(key, Instant::now()),
                     Event::FibPrune { owner, keep } => {
                         dp.prune(&spec, owner, &keep, Instant::now())
@@ -506,7 +587,9 @@ pub fn run(
                     Event::GptDelta(d) => {
                         if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                             if let Err(e) = g.apply_owner_delta(&d) {
+                                // Not acknowledged: the owner's piece comes again.
                                 tracing_warn(&format!("GPT delta refused: {e}"));
+                                node.gpt_refused(spec.owner_of_block(d.group() / 64));
                             }
                         }
                     }
@@ -518,6 +601,7 @@ pub fn run(
                         if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                             if let Err(e) = g.install_piece(&p) {
                                 tracing_warn(&format!("GPT piece refused: {e}"));
+                                node.gpt_refused(spec.owner_of_block(p.range().start));
                             }
                         }
                     }
@@ -674,6 +758,8 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
                 node: 0,
                 qci: 0,
                 ul_teid: 0,
+                qfi: 0,
+                rqi: false,
             },
         ));
     }
@@ -699,6 +785,8 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
             node,
             qci,
             ul_teid: 0,
+            qfi: 0,
+            rqi: false,
         },
     ))
 }
@@ -725,6 +813,8 @@ mod tests {
             node: 1,
             qci: 9,
             ul_teid: 5000 + i,
+            qfi: 0,
+            rqi: false,
         }
     }
 
@@ -737,7 +827,7 @@ mod tests {
         let mut dp = DataPlane::new(empty(KEY_BYTES, VALUE_BYTES), empty(4, UPLINK_VALUE_BYTES));
         let ts: Vec<Tunnel> = (0..200).map(tunnel).collect();
         for t in &ts {
-            dp.fib_insert(&t.key(), &t.value());
+            dp.fib_insert(&t.key(), &t.value()).unwrap();
         }
         assert_eq!(dp.installed(), 200);
         let owner = spec.owner_of(&ts[0].key());

@@ -127,6 +127,9 @@ pub enum OnOff {
 /// The control spec's file in the state directory (readable by root only: it holds the key).
 pub const CONTROL_SPEC_FILE: &str = "control.json";
 
+/// The control plane's client file (the client key; mode 0600): all `update` reads.
+pub const CONTROL_CLIENT_FILE: &str = "client.json";
+
 /// The cluster's operator API token (`scalebricks ctl` and the nodes read it; mode 0600).
 pub const API_TOKEN_FILE: &str = "api.token";
 
@@ -499,6 +502,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             sb_node::control::write_spec(&d.dir.join(CONTROL_SPEC_FILE), &spec)
                 .map_err(|e| e.to_string())?;
             files.push(CONTROL_SPEC_FILE.to_string());
+            sb_node::control::ClientFile::of(&spec)
+                .write(&d.dir.join(CONTROL_CLIENT_FILE))
+                .map_err(|e| e.to_string())?;
+            files.push(CONTROL_CLIENT_FILE.to_string());
             write_api_token(&d.dir.join(API_TOKEN_FILE))
                 .map_err(|e| format!("{API_TOKEN_FILE}: {e}"))?;
             files.push(API_TOKEN_FILE.to_string());

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use super::cluster::{control_addrs, load_cluster, state_dir, CONTROL_SPEC_FILE};
+use super::cluster::{control_addrs, load_cluster, state_dir, CONTROL_CLIENT_FILE};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -47,9 +47,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let dir = state_dir(a.dir.clone(), &a.name);
     let d = load_cluster(&dir)?;
-    let spec_path = dir.join(CONTROL_SPEC_FILE);
-    let spec = sb_node::control::read_spec(&spec_path)
-        .with_context(|| "the cluster runs without a control plane (cluster up --control on)")?;
+    // The client key alone: it signs requests and checks replies, and makes no node message.
+    let spec =
+        sb_node::control::ClientFile::read(&dir.join(CONTROL_CLIENT_FILE)).with_context(|| {
+            "no client key: the cluster runs without a control plane (cluster up --control on)"
+        })?;
     if a.node >= d.nodes.len() {
         bail!(
             "--node {}: the cluster has nodes 0..{}",
@@ -87,16 +89,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut acked = 0u64;
     let mut buf = vec![0u8; 65536];
     let deadline = t0 + Duration::from_secs(a.timeout);
-    let id_base = sb_common::random_seed() & 0xffff_ffff_0000_0000;
-    let send = |i: usize| -> anyhow::Result<()> {
-        let updates: Vec<sb_control::Update> = chunks[i].iter().map(|l| l.update()).collect();
-        let bytes = sb_control::client::encode_request(
-            &spec.key,
-            spec.cluster_id,
-            id_base + i as u64,
-            &updates,
-        )?;
-        sock.send_to(&bytes, target)?;
+    // A fresh client id per run: requests are numbered from 1 under it, each stamped with
+    // the time it was first sent and resent as the same bytes (the node answers a request
+    // once and refuses a copy it no longer remembers, or one made before it started).
+    let client = sb_common::random_seed();
+    let id_base = 1u64;
+    let mut made: HashMap<usize, Vec<u8>> = HashMap::new();
+    let send = |made: &mut HashMap<usize, Vec<u8>>, i: usize| -> anyhow::Result<()> {
+        if !made.contains_key(&i) {
+            let updates: Vec<sb_control::Update> = chunks[i].iter().map(|l| l.update()).collect();
+            let stamp = sb_control::client::Stamp {
+                client,
+                seq: id_base + i as u64,
+                time: sb_control::client::unix_nanos(),
+            };
+            let bytes = sb_control::client::encode_request(
+                &spec.key,
+                spec.cluster_id,
+                a.node as u16,
+                stamp,
+                &updates,
+            )?;
+            made.insert(i, bytes);
+        }
+        sock.send_to(&made[&i], target)?;
         Ok(())
     };
     while next < chunks.len() || !inflight.is_empty() {
@@ -113,7 +129,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             if a.rate > 0.0 && t0.elapsed().as_secs_f64() * a.rate < next as f64 {
                 break;
             }
-            send(next)?;
+            send(&mut made, next)?;
             let now = Instant::now();
             inflight.insert(id_base + next as u64, (next, now, 0));
             first_sent.insert(id_base + next as u64, now);
@@ -129,6 +145,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 let Some((i, _, _)) = inflight.remove(&reply.id) else {
                     continue; // a late duplicate
                 };
+                made.remove(&i);
                 if let Some(t) = first_sent.remove(&reply.id) {
                     rtts_us.push(t.elapsed().as_secs_f64() * 1e6);
                 }
@@ -159,7 +176,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .collect();
         for id in late {
             let (i, _, tries) = inflight[&id];
-            send(i)?;
+            send(&mut made, i)?;
             inflight.insert(id, (i, now, tries + 1));
         }
     }
