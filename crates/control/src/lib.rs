@@ -100,22 +100,23 @@
 //! that each owner decoded and dropped again (`cluster.retransmits` of `bench update
 //! --cluster`; `docs/bench/control.md`).
 //!
-//! # Wire format (protocol version 1)
+//! # Wire format (protocol version 2)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose
 //! MTU is 9000; the kernel fragments). All integers are little-endian.
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0..4 | magic `SBCP` |
-//! | 4 | version (1) |
+//! | 4 | version (2) |
 //! | 5 | message type |
 //! | 6..8 | sender: node id, or `0xffff` for a client |
-//! | 8..16 | cluster id |
-//! | 16..20 | sender's epoch (0 for a client) |
-//! | 20..24 | receiver's epoch as the sender knows it (0: unknown) |
-//! | 24..32 | message id (a client's request id, a forward's id) |
-//! | 32..n-16 | body |
-//! | n-16..n | tag: HMAC-SHA256 with the cluster key over bytes 0..n-16, first 16 bytes |
+//! | 8..10 | receiver: node id, or `0xffff` for a client |
+//! | 10..18 | cluster id |
+//! | 18..22 | sender's epoch (0 for a client) |
+//! | 22..26 | receiver's epoch as the sender knows it (0: unknown) |
+//! | 26..34 | message id (a client's request sequence number, a forward's id) |
+//! | 34..n-16 | body |
+//! | n-16..n | tag: HMAC-SHA256 over bytes 0..n-16 with the pair key of the two nodes, or the client key between a client and a node ([`wire`]: keys and threat model), first 16 bytes |
 //!
 //! An *update* is: op u8 (1 insert, 2 change, 3 delete), node u16, key length u8, key,
 //! value length u8, value. Bodies by type:
@@ -124,7 +125,7 @@
 //! |---|---|---|
 //! | 1 | hello | empty |
 //! | 2 | hello ack | empty |
-//! | 3 | client request | count u16, updates |
+//! | 3 | client request | client id u64, time u64 (ns since the Unix epoch), count u16, updates |
 //! | 4 | client reply | count u16, one [`Outcome`] code u8 per update |
 //! | 5 | forward | count u16, updates |
 //! | 6 | forward reply | count u16, codes |
@@ -132,11 +133,11 @@
 //! | 8 | delta ack | last sequence number applied u64 (of the owner epoch named in the header) |
 //! | 9 | piece chunk | snapshot sequence number u64, total length u32, index u32, count u32, bytes |
 //! | 10 | piece request | snapshot sequence number u64, count u16, missing chunk indexes u32 (none: a fresh piece) |
-//! | 11 | FIB | first stream number u64 (>= 1), count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune |
-//! | 12 | FIB ack | last stream number applied u64 |
+//! | 11 | FIB | first stream number u64 (>= 1), the owner's last ack u64, count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune |
+//! | 12 | FIB ack | last stream number applied u64, count u16, stream numbers u64 of the installs refused (a full FIB) |
 //!
-//! A receiver checks the length, magic, version, cluster id and tag before it reads anything
-//! else; a datagram that fails, or whose sender's epoch is older than one it has seen, or (but
+//! A receiver checks the length, magic, version, cluster id, receiver, tag (with its sender's
+//! key) and the type against that key before it reads anything else; a datagram that fails, or whose sender's epoch is older than one it has seen, or (but
 //! for a hello) that names another epoch of the receiver, changes nothing and is counted in
 //! [`Status::dropped`] by reason. A piece is `sb_setsep::Piece::to_bytes` cut into `count` chunks of
 //! `ceil(total / count)` bytes (at most [`CHUNK_BYTES`]), the last one shorter; deltas are `sb_setsep::Delta::to_bytes`, each owner numbering its

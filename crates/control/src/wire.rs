@@ -1,6 +1,35 @@
 //! The control protocol's datagrams: header, bodies, authentication tag (the format is specified
-//! in the crate documentation). [`decode`] checks a datagram once (length, magic, version,
-//! cluster id, tag, then the body) and never panics; [`encode`] writes one.
+//! in the crate documentation). [`Keys::open`] checks a datagram once (length, magic, version,
+//! cluster id, receiver, tag with the sender's key, the type against that key, then the body)
+//! and never panics; [`Keys::seal`] writes one.
+//!
+//! # Keys and threat model (protocol version 2)
+//! `cluster up` makes a random 32-byte **master secret** per cluster (`control.json`, mode
+//! 0600, read by the node processes only). Every node derives from it, and stores nothing
+//! else: the **pair key** of nodes `i` and `j`, `HMAC-SHA256(master, "sbcp-v2 node pair" ||
+//! cluster id || min(i,j) || max(i,j))` ([`pair_key`]), and the **client key**,
+//! `HMAC-SHA256(master, "sbcp-v2 client" || cluster id)` ([`client_key`]), which `cluster up`
+//! also writes to `client.json` (mode 0600): the one thing `scalebricks update` reads. A node's
+//! PFCP endpoint hands its requests to its own control plane in-process, as a client, with the
+//! client key. Every datagram carries its sender and receiver (a node id, or `0xffff` for a
+//! client) and the cluster id in its header, all under the tag: HMAC-SHA256 with the key of
+//! the (sender, receiver) pair, truncated to 16 bytes.
+//!
+//! What someone on the control network can do with a captured datagram: send it again to its
+//! receiver, where it is a duplicate (stream items, deltas and acks carry per-epoch sequence
+//! numbers and are no-ops when old; a forward's or a client request's id is answered from
+//! memory, or, once forgotten, refused: `forward_replayed`, `request_replayed`; anything of an
+//! earlier epoch of either end is `stale_epoch`); send it to another node, which refuses it
+//! (`misdirected`; with its receiver rewritten, `bad_tag`); send a client request after the
+//! node restarted (refused: stamped before the node's start, `request_before_start`) or much
+//! later (`request_too_old`). A client request's reply is authenticated and goes to the address
+//! the request came from. What a holder of the client key can do: any update (it is the
+//! update interface), but no node's message: the client key authenticates only client requests
+//! and replies (`kind_not_allowed`), and the master and pair keys do not follow from it.
+//! What it cannot protect against: a node's host (every node holds the master secret, so one
+//! compromised node is the cluster's), and reading the traffic (nothing is encrypted).
+//! Drops are counted by these names in [`crate::Status::dropped`] (`dropped` of `cluster
+//! status`, the metrics' drops by reason).
 
 use crate::{Op, Update};
 use hmac::{Hmac, Mac};
@@ -213,7 +242,7 @@ impl Body {
     }
 }
 
-/// Why a datagram was refused (each is a drop counter of [`crate::Status`]).
+/// Why a datagram was refused (each is a drop counter of [`crate::Status`]: [`WireError::name`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum WireError {
     /// Shorter than a header and a tag, or longer than [`MAX_DATAGRAM`].
