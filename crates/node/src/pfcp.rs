@@ -353,6 +353,14 @@ impl Sessions for Cluster {
         })
     }
 
+    fn placement_at(&self, ran: Ipv4Addr) -> Option<Placement> {
+        let node = self.ran_addrs.iter().position(|a| *a == ran)?;
+        Some(Placement {
+            node: node as u16,
+            ran,
+        })
+    }
+
     fn apply(
         &mut self,
         token: Token,
@@ -710,6 +718,15 @@ mod tests {
         let nodes: Vec<u16> = (0..8).map(|_| c.place(&ue).unwrap().node).collect();
         assert_eq!(nodes, [2, 3, 0, 1, 2, 3, 0, 1]);
         assert_eq!(c.place(&ue).unwrap().ran, Ipv4Addr::new(10, 2, 2, 1));
+    }
+
+    #[test]
+    fn an_smf_allocated_f_teid_places_the_session_on_its_node() {
+        let c = Cluster::new(&spec(), ran(), 2);
+        let at = c.placement_at(Ipv4Addr::new(10, 2, 2, 1)).unwrap();
+        assert_eq!(at.ran, Ipv4Addr::new(10, 2, 2, 1));
+        assert_eq!(c.ran_addrs[usize::from(at.node)], at.ran);
+        assert_eq!(c.placement_at(Ipv4Addr::new(192, 0, 2, 1)), None);
     }
 
     #[test]

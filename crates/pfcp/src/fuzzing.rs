@@ -39,6 +39,12 @@ impl Sessions for Accept {
     }
 }
 
+/// The SDF Filter reader (outside bytes from an SMF's PDI): a value or an error, never a
+/// panic.
+pub fn sdf_filter(data: &[u8]) {
+    let _ = crate::sdf::SdfFilter::read(data);
+}
+
 /// Parses `data` as a datagram; whatever parses must build, and parse again to itself. Then
 /// feeds `data` to a UPF endpoint (one of a cluster's, relaying) with an association from the
 /// sender, twice (the second time is a retransmission), then as a relayed session request and
@@ -89,6 +95,7 @@ pub fn pfcp_message(data: &[u8]) {
                 pdrs.iter().map(|(p, t)| (p, *t)),
                 &r.create_far,
                 &r.create_qer,
+                &r.create_urr,
             )
             .expect("a session that parsed packs");
             let want = PackedSession {
@@ -97,6 +104,7 @@ pub fn pfcp_message(data: &[u8]) {
                 pdrs,
                 fars: r.create_far.clone(),
                 qers: r.create_qer.clone(),
+                urrs: r.create_urr.clone(),
             };
             assert_eq!(unpack_session(&packed), Ok(want));
             assert_eq!(packed_node_id(&packed), Ok(r.node_id.clone()));

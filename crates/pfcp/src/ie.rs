@@ -59,6 +59,8 @@ pub mod ie_type {
     pub const QER_ID: u16 = 109;
     pub const FAILED_RULE_ID: u16 = 114;
     pub const QFI: u16 = 124;
+    /// 3GPP Interface Type (8.2.118).
+    pub const TGPP_INTERFACE_TYPE: u16 = 160;
 }
 
 /// What went wrong reading a message.

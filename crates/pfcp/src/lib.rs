@@ -135,6 +135,7 @@ pub mod ie;
 pub mod message;
 pub mod relay;
 mod responses;
+pub mod sdf;
 mod shapes;
 mod slab;
 pub mod smf;

@@ -1444,6 +1444,7 @@ pub(crate) fn pack_session<'a>(
     pdrs: impl IntoIterator<Item = (&'a CreatePdr, Option<u32>)>,
     fars: impl IntoIterator<Item = &'a CreateFar>,
     qers: impl IntoIterator<Item = &'a Qer>,
+    urrs: impl IntoIterator<Item = &'a Urr>,
 ) -> Result<Box<[u8]>, BuildError> {
     let mut w = Writer::new(Vec::with_capacity(160));
     write(&mut w, node_id)?;
@@ -1457,6 +1458,8 @@ pub(crate) fn pack_session<'a>(
     fars.into_iter().try_for_each(|f| f.encode(&mut w))?;
     qers.into_iter()
         .try_for_each(|q| q.encode(&mut w, ie_type::CREATE_QER))?;
+    urrs.into_iter()
+        .try_for_each(|u| u.encode(&mut w, ie_type::CREATE_URR))?;
     let mut out = Vec::with_capacity(w.buf.len());
     compact(&w.buf, &mut out)?;
     Ok(out.into_boxed_slice())
@@ -1471,6 +1474,7 @@ fn packed_group(ty: u16) -> bool {
             | ie_type::CREATE_FAR
             | ie_type::FORWARDING_PARAMETERS
             | ie_type::CREATE_QER
+            | ie_type::CREATE_URR
     )
 }
 
@@ -1581,7 +1585,7 @@ fn expand(mut b: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
 }
 
 /// What [`pack_session`] packed: the CP's Node ID and F-SEID, the PDRs with their TEIDs, the
-/// FARs and the QERs, each in the order packed.
+/// FARs, the QERs and the URRs, each in the order packed.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct PackedSession {
     pub(crate) node_id: NodeId,
@@ -1589,6 +1593,7 @@ pub(crate) struct PackedSession {
     pub(crate) pdrs: Vec<(CreatePdr, Option<u32>)>,
     pub(crate) fars: Vec<CreateFar>,
     pub(crate) qers: Vec<Qer>,
+    pub(crate) urrs: Vec<Urr>,
 }
 
 /// Reads back what [`pack_session`] wrote.
@@ -1597,7 +1602,7 @@ pub(crate) fn unpack_session(packed: &[u8]) -> Result<PackedSession, DecodeError
     expand(packed, &mut ies)?;
     let v = &ies[..];
     let (mut node, mut fseid) = (None, None);
-    let (mut pdrs, mut fars, mut qers) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pdrs, mut fars, mut qers, mut urrs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     each(v, |ty, v| {
         match ty {
             ie_type::NODE_ID => first(&mut node, v)?,
@@ -1613,6 +1618,7 @@ pub(crate) fn unpack_session(packed: &[u8]) -> Result<PackedSession, DecodeError
             }
             ie_type::CREATE_FAR => fars.push(CreateFar::decode(v)?),
             ie_type::CREATE_QER => qers.push(Qer::decode_create(v)?),
+            ie_type::CREATE_URR => urrs.push(Urr::decode_create(v)?),
             _ => return Err(DecodeError::InvalidIe(ty)),
         }
         Ok(())
@@ -1623,6 +1629,7 @@ pub(crate) fn unpack_session(packed: &[u8]) -> Result<PackedSession, DecodeError
         pdrs,
         fars,
         qers,
+        urrs,
     })
 }
 
@@ -1725,8 +1732,15 @@ mod tests {
             unreachable!()
         };
         let pdrs: Vec<_> = r.create_pdr.iter().map(|p| (p, Some(5))).collect();
-        let packed =
-            pack_session(&r.node_id, &r.cp_f_seid, pdrs, &r.create_far, &r.create_qer).unwrap();
+        let packed = pack_session(
+            &r.node_id,
+            &r.cp_f_seid,
+            pdrs,
+            &r.create_far,
+            &r.create_qer,
+            &r.create_urr,
+        )
+        .unwrap();
         let mut ies = Vec::new();
         expand(&packed, &mut ies).unwrap();
         eprintln!("{} bytes packed, {} as IEs", packed.len(), ies.len());

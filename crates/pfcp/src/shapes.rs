@@ -327,7 +327,15 @@ mod tests {
                 .iter()
                 .map(|p| (p, Some(0x0100_0000 + i)))
                 .collect();
-            pack_session(&r.node_id, &r.cp_f_seid, pdrs, &r.create_far, &r.create_qer).unwrap()
+            pack_session(
+                &r.node_id,
+                &r.cp_f_seid,
+                pdrs,
+                &r.create_far,
+                &r.create_qer,
+                &r.create_urr,
+            )
+            .unwrap()
         };
         let mut s = Shapes::default();
         round_trip(&mut s, &packed(0));

@@ -7,28 +7,41 @@
 //! - **Downlink**: a PDR with source interface Core matching a UE IP address, whose FAR is
 //!   FORW with Outer Header Creation GTP-U/UDP/IPv4 (TEID, eNodeB/gNB address) gives
 //!   [`FibChange::SetDownlink`] for each UE address (IPv4 and IPv6). Among Core PDRs of one
-//!   UE address the lowest precedence value wins (then the lowest PDR ID).
-//! - **Uplink**: a PDR with source interface Access and a local F-TEID (CHOOSE: we allocate the
-//!   TEID and answer with the handling node's `ran` IPv4 address in Created PDR) with Outer
-//!   Header Removal GTP-U, whose FAR is FORW (no outer header creation) gives
-//!   [`FibChange::SetUplink`].
-//! - **DROP** (and BUFF, NOCP: we do not buffer or notify; such a FAR drops, which the
+//!   UE address the lowest precedence value wins (then the lowest PDR ID). A FORW FAR without
+//!   Outer Header Creation (free5GC, before the gNB's tunnel is known) forwards nothing yet.
+//! - **Uplink**: a PDR with source interface Access and a local F-TEID with Outer Header
+//!   Removal GTP-U, whose FAR is FORW (no outer header creation) gives
+//!   [`FibChange::SetUplink`]: from the establishment on, before any downlink tunnel. The
+//!   F-TEID is CHOOSE (we allocate the TEID and answer with the handling node's `ran` IPv4
+//!   address in Created PDR; PDRs with one CHOOSE ID share it) or allocated by the SMF (CH
+//!   not set: honoured when no session of this endpoint holds it and its prefix is no other
+//!   endpoint's allocator's; the session is placed on the node whose `ran` address it names,
+//!   [`Sessions::placement_at`]; else refused by the PDR's id).
+//! - **DROP** (and BUFF, NOCP: we do not buffer or notify yet; such a FAR drops, which the
 //!   response does not hide: it is documented here) removes the direction's forwarding, as a
 //!   closed gate of a QER does.
+//! - **The PDI** may also carry QFI and 3GPP Interface Type (accepted; not matched on here),
+//!   Network Instance (one instance: ignored) and SDF Filters ([`crate::sdf`]: read and
+//!   checked). A PDR whose SDF filters match every packet (`permit out ip from any to
+//!   assigned`) is as one without. A PDR from the CP function, or one with a narrower SDF
+//!   filter whose FAR forwards to the CP function (open5gs's router solicitation path), is
+//!   kept and its F-TEID allocated, but forwards nothing in the data plane yet.
+//! - **QERs**: gates are applied (closed = drop); MBR, GBR and QFI are accepted and kept, not
+//!   yet enforced or marked. **URRs** are accepted and kept (create, update, remove; a PDR
+//!   must name existing ones), not yet measured: no usage report is sent.
 //!
 //! Refused with Rule creation/modification failure and the Failed Rule ID (the request changes
-//! nothing): a PDR whose PDI matches on anything but source interface, local F-TEID, network
-//! instance and UE address (SDF filters, application ids, ...); a Core PDR without UE address
-//! or with a local F-TEID or Outer Header Removal; an Access PDR without local F-TEID or
-//! without GTP-U Outer Header Removal; a PDR without FAR, or naming a FAR or QER the session
-//! lacks, or a URR; a UE address another session holds (an IPv4 address and its IPv4-mapped
+//! nothing): a PDR whose PDI carries any other IE (Application ID, Ethernet filters, ...), a
+//! malformed SDF filter, or a narrower SDF filter that forwards anywhere but the CP function
+//! (the data plane forwards a UE's packets one way per direction); a Core PDR without UE
+//! address or with a local F-TEID or Outer Header Removal; an Access PDR without local F-TEID
+//! or without GTP-U Outer Header Removal; a PDR without FAR, or naming a FAR, QER or URR the
+//! session lacks; a UE address another session holds (an IPv4 address and its IPv4-mapped
 //! IPv6 form are one address, as they are one FIB key); CHOOSE of an IPv6-only F-TEID or of a
 //! UE address; a FAR whose Apply Action is not exactly one of DROP, FORW, BUFF (with NOCP), or
-//! DUPL; a FORW FAR of a Core PDR without GTP-U/UDP/IPv4 Outer Header Creation, or of an
-//! Access PDR with any. **QERs** are applied for their gates (closed = drop) and refused
-//! (Failed Rule ID naming the QER) when they ask for anything else: MBR, GBR, QFI marking or
-//! any other QER IE, since we do not police rates or mark QoS flows. **URRs** are always
-//! refused (Failed Rule ID naming the URR): we do not count per session.
+//! DUPL; a FORW FAR of a Core PDR with an Outer Header Creation other than GTP-U/UDP/IPv4, or
+//! of an Access PDR with any; a QER with any IE but gate status, MBR, GBR, QFI and
+//! correlation id, or a QFI above 63; two rules of one kind with one id.
 //!
 //! Other causes: a session request from an address without association: Establishment is
 //! answered No established PFCP Association, Modification and Deletion are dropped; both are
@@ -240,6 +253,13 @@ pub enum Applied {
 pub trait Sessions {
     /// Chooses the handling node of a new session whose UE addresses are `ues` (never empty).
     fn place(&mut self, ues: &[IpAddr]) -> Result<Placement, Failure>;
+    /// The placement whose `ran` address is `ran`, if the cluster has one: a session whose
+    /// F-TEID the SMF allocated (CH not set) is placed where the gNB will send its uplink.
+    /// Without it such sessions are refused.
+    fn placement_at(&self, ran: Ipv4Addr) -> Option<Placement> {
+        let _ = ran;
+        None
+    }
     /// Applies `changes` all or nothing (removals listed before additions); `ues` says what
     /// they do to each UE address they touch, whole (use either). On `Err` nothing may have
     /// changed; with [`Applied::Pending`] the same holds for an `Err` given later to
@@ -305,6 +325,7 @@ struct Rules {
     pdrs: VecMap<u16, (CreatePdr, Option<u32>)>,
     fars: VecMap<u32, CreateFar>,
     qers: VecMap<u32, Qer>,
+    urrs: VecMap<u32, Urr>,
 }
 
 /// A session being set up or changed: its rules decoded, and what they forward.
@@ -323,9 +344,10 @@ impl Session {
     fn pack(&self) -> Result<Box<[u8]>, Reject> {
         let (r, node, fseid) = (&self.rules, &self.node_id, &self.cp_f_seid);
         let pdrs = r.pdrs.values().map(|(p, t)| (p, *t));
-        pack_session(node, fseid, pdrs, r.fars.values(), r.qers.values()).map_err(|_| {
-            let alone = |p: &CreatePdr| pack_session(node, fseid, [(p, None)], [], []).is_err();
-            let far_alone = |f: &CreateFar| pack_session(node, fseid, [], [f], []).is_err();
+        let (fars, qers, urrs) = (r.fars.values(), r.qers.values(), r.urrs.values());
+        pack_session(node, fseid, pdrs, fars, qers, urrs).map_err(|_| {
+            let alone = |p: &CreatePdr| pack_session(node, fseid, [(p, None)], [], [], []).is_err();
+            let far_alone = |f: &CreateFar| pack_session(node, fseid, [], [f], [], []).is_err();
             let failed = if let Some((id, _)) = r.pdrs.iter().find(|(_, (p, _))| alone(p)) {
                 FailedRuleId::Pdr(*id)
             } else if let Some((id, _)) = r.fars.iter().find(|(_, f)| far_alone(f)) {
@@ -405,6 +427,7 @@ impl Stored<'_> {
                 .collect(),
             fars: p.fars.into_iter().map(|f| (f.far_id.0, f)).collect(),
             qers: p.qers.into_iter().map(|q| (q.qer_id.0, q)).collect(),
+            urrs: p.urrs.into_iter().map(|u| (u.urr_id.0, u)).collect(),
         };
         let fwd = forwarding(&rules).expect("kept rules forward as they did when kept");
         Session {
@@ -1555,11 +1578,15 @@ impl<S: Sessions> Upf<S> {
             pdrs: VecMap::new(),
             fars: VecMap::new(),
             qers: VecMap::new(),
+            urrs: VecMap::new(),
         };
         let mut created_ids = Vec::new();
         let built = (|| {
-            if let Some(u) = r.create_urr.first() {
-                return Err(Reject::rule(FailedRuleId::Urr(u.urr_id.0)));
+            for u in r.create_urr {
+                let id = u.urr_id.0;
+                if rules.urrs.insert(id, u).is_some() {
+                    return Err(Reject::rule(FailedRuleId::Urr(id)));
+                }
             }
             for q in r.create_qer {
                 check_qer(&q)?;
@@ -1602,9 +1629,19 @@ impl<S: Sessions> Upf<S> {
             Ok(c) => c,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
-        let placement = match self.sessions_impl.place(&ues) {
+        let placed = match Self::smf_teid_addr(&rules) {
+            Err(rej) => Err(rej),
+            Ok(None) => (self.sessions_impl.place(&ues)).map_err(|f| Reject::cause(f.cause())),
+            Ok(Some(a)) => self.sessions_impl.placement_at(a).ok_or_else(|| {
+                let id = rules.pdrs.iter().find(|(_, (p, _))| {
+                    matches!(p.pdi.local_f_teid, Some(FTeid::Assigned { ipv4: Some(b), .. }) if b == a)
+                });
+                Reject::rule(FailedRuleId::Pdr(id.map_or(0, |(i, _)| *i)))
+            }),
+        };
+        let placement = match placed {
             Ok(p) => p,
-            Err(f) => return Some(self.reject(t, reply_seid, seq, Reject::cause(f.cause()))),
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
         let fwd = match forwarding(&rules) {
             Ok(f) => f,
@@ -1678,8 +1715,12 @@ impl<S: Sessions> Upf<S> {
     }
 
     /// Gives each PDR of `ids` (created or updated by this request) that asks CHOOSE a TEID;
-    /// PDRs with one CHOOSE ID share one. A PDR that already held a TEID (`old`) keeps it. An
-    /// explicit F-TEID must be the one the PDR holds. Returns the PDRs given a new TEID.
+    /// PDRs with one CHOOSE ID share one. A PDR that already held a TEID (`old`) keeps it, and
+    /// an explicit F-TEID of such a PDR must be the one it holds. A new PDR's explicit F-TEID
+    /// (allocated by the SMF, CH not set: free5GC) is honoured when no session of this
+    /// endpoint holds it and no other endpoint of the cluster allocates TEIDs of its prefix
+    /// (this endpoint's allocator skips the TEIDs it holds); several PDRs of one request may
+    /// name it. Returns the PDRs given a new TEID by us.
     fn allocate_teids(
         &mut self,
         rules: &mut Rules,
@@ -1688,22 +1729,39 @@ impl<S: Sessions> Upf<S> {
     ) -> Result<Vec<(u16, u32)>, Reject> {
         let mut by_choose_id: HashMap<u8, u32> = HashMap::default();
         let mut taken: Vec<u32> = Vec::new();
+        let mut given_here: Vec<u32> = Vec::new();
         let mut created = Vec::new();
         for id in ids {
             let held = old.get(id).and_then(|(_, t)| *t);
-            let Some((p, teid)) = rules.pdrs.get_mut(id) else {
+            let Some((p, _)) = rules.pdrs.get(id) else {
                 continue;
             };
-            match p.pdi.local_f_teid {
-                None => *teid = None,
-                Some(FTeid::Assigned { teid: given, .. }) => {
-                    if held != Some(given) {
-                        return Err(Reject::ie(
-                            Cause::INVALID_F_TEID_ALLOCATION_OPTION,
-                            ie_type::F_TEID,
-                        ));
+            let teid = match p.pdi.local_f_teid {
+                None => None,
+                Some(FTeid::Assigned { teid: given, .. }) if held == Some(given) => held,
+                Some(FTeid::Assigned { .. }) if held.is_some() => {
+                    // A PDR's TEID does not change under it.
+                    return Err(Reject::ie(
+                        Cause::INVALID_F_TEID_ALLOCATION_OPTION,
+                        ie_type::F_TEID,
+                    ));
+                }
+                Some(FTeid::Assigned {
+                    teid: given, ipv4, ..
+                }) => {
+                    let top = (given >> 24) as u8;
+                    let others_prefix =
+                        top != self.config.allocator_id && top != 0 && top <= self.config.endpoints;
+                    let fresh = !self.teids.contains(given) && !taken.contains(&given);
+                    if given == 0
+                        || ipv4.is_none()
+                        || others_prefix
+                        || !(fresh || given_here.contains(&given))
+                    {
+                        return Err(Reject::rule(FailedRuleId::Pdr(*id)));
                     }
-                    *teid = held;
+                    given_here.push(given);
+                    Some(given)
                 }
                 Some(FTeid::Choose {
                     ipv4, choose_id, ..
@@ -1711,30 +1769,52 @@ impl<S: Sessions> Upf<S> {
                     if !ipv4 {
                         return Err(Reject::rule(FailedRuleId::Pdr(*id)));
                     }
-                    if let Some(h) = held {
-                        *teid = Some(h);
-                        continue;
-                    }
-                    let shared = choose_id.and_then(|c| by_choose_id.get(&c).copied());
-                    let t = match shared {
-                        Some(t) => t,
+                    match held {
+                        Some(h) => Some(h),
                         None => {
-                            let t = self
-                                .pick_teid(&taken)
-                                .ok_or(Reject::cause(Cause::NO_RESOURCES_AVAILABLE))?;
-                            taken.push(t);
-                            if let Some(c) = choose_id {
-                                by_choose_id.insert(c, t);
-                            }
-                            t
+                            let shared = choose_id.and_then(|c| by_choose_id.get(&c).copied());
+                            let t = match shared {
+                                Some(t) => t,
+                                None => {
+                                    let mut not = taken.clone();
+                                    not.extend_from_slice(&given_here);
+                                    let t = self
+                                        .pick_teid(&not)
+                                        .ok_or(Reject::cause(Cause::NO_RESOURCES_AVAILABLE))?;
+                                    taken.push(t);
+                                    if let Some(c) = choose_id {
+                                        by_choose_id.insert(c, t);
+                                    }
+                                    t
+                                }
+                            };
+                            created.push((*id, t));
+                            Some(t)
                         }
-                    };
-                    *teid = Some(t);
-                    created.push((*id, t));
+                    }
                 }
+            };
+            if let Some((_, t)) = rules.pdrs.get_mut(id) {
+                *t = teid;
             }
         }
         Ok(created)
+    }
+
+    /// The address the SMF gave in the F-TEIDs it allocated (CH not set) among `rules`, if
+    /// any: where the gNB will send that session's uplink, so the node the session is placed
+    /// on. Several different addresses: the PDR naming the second is refused.
+    fn smf_teid_addr(rules: &Rules) -> Result<Option<Ipv4Addr>, Reject> {
+        let mut addr = None;
+        for (id, (p, _)) in &rules.pdrs {
+            if let Some(FTeid::Assigned { ipv4: Some(a), .. }) = p.pdi.local_f_teid {
+                match addr {
+                    Some(b) if b != a => return Err(Reject::rule(FailedRuleId::Pdr(*id))),
+                    _ => addr = Some(a),
+                }
+            }
+        }
+        Ok(addr)
     }
 
     fn pick_teid(&mut self, taken: &[u32]) -> Option<u32> {
@@ -1799,11 +1879,25 @@ impl<S: Sessions> Upf<S> {
         let mut touched = Vec::new();
         let edited = (|| {
             let rules = &mut session.rules;
-            if let Some(u) = r.create_urr.first().or(r.update_urr.first()) {
-                return Err(Reject::rule(FailedRuleId::Urr(u.urr_id.0)));
+            for id in &r.remove_urr {
+                rules
+                    .urrs
+                    .remove(&id.0)
+                    .ok_or(Reject::rule(FailedRuleId::Urr(id.0)))?;
             }
-            if let Some(u) = r.remove_urr.first() {
-                return Err(Reject::rule(FailedRuleId::Urr(u.0)));
+            for u in r.create_urr {
+                let id = u.urr_id.0;
+                if rules.urrs.insert(id, u).is_some() {
+                    return Err(Reject::rule(FailedRuleId::Urr(id)));
+                }
+            }
+            for u in r.update_urr {
+                let id = u.urr_id.0;
+                let old = rules
+                    .urrs
+                    .get_mut(&id)
+                    .ok_or(Reject::rule(FailedRuleId::Urr(id)))?;
+                update_urr(old, u);
             }
             for id in &r.remove_pdr {
                 rules
@@ -1928,6 +2022,19 @@ impl<S: Sessions> Upf<S> {
             Ok(c) => c,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
+        // An F-TEID the SMF allocated names the session's node, which does not change.
+        let moved = match Self::smf_teid_addr(&session.rules) {
+            Ok(Some(a)) if a != session.placement.ran => {
+                let id = session.rules.pdrs.iter().find(|(_, (p, _))| {
+                    matches!(p.pdi.local_f_teid, Some(FTeid::Assigned { ipv4: Some(b), .. }) if b == a)
+                });
+                Err(Reject::rule(FailedRuleId::Pdr(id.map_or(0, |(i, _)| *i))))
+            }
+            other => other.map(|_| ()),
+        };
+        if let Err(rej) = moved {
+            return Some(self.reject(t, reply_seid, seq, rej));
+        }
         let fwd = match forwarding(&session.rules) {
             Ok(f) => f,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
@@ -2056,13 +2163,63 @@ fn teids_of(rules: &Rules) -> Few<u32> {
     sorted_once(rules.pdrs.values().filter_map(|(_, t)| *t).collect())
 }
 
-/// A QER we can apply: gates only.
+/// A QER we accept: gates (applied), MBR and GBR (kept, not yet enforced), a QFI of 6 bits
+/// (kept). Any other QER IE (Packet Rate, DL Flow Level Marking, ...) is refused by the QER's
+/// id.
 fn check_qer(q: &Qer) -> Result<(), Reject> {
     let gates_ok = q.gate_status.is_none_or(|g| g.ul <= 1 && g.dl <= 1);
-    if !gates_ok || q.mbr.is_some() || q.gbr.is_some() || q.qfi.is_some() || !q.other.is_empty() {
+    let qfi_ok = q.qfi.is_none_or(|Qfi(f)| f <= 63);
+    if !gates_ok || !qfi_ok || !q.other.is_empty() {
         return Err(Reject::rule(FailedRuleId::Qer(q.qer_id.0)));
     }
     Ok(())
+}
+
+/// An Update URR's fields replace the URR's (its other IEs replace those of the same type).
+fn update_urr(old: &mut Urr, new: Urr) {
+    if new.measurement_method.is_some() {
+        old.measurement_method = new.measurement_method;
+    }
+    if new.reporting_triggers.is_some() {
+        old.reporting_triggers = new.reporting_triggers;
+    }
+    for ie in new.other {
+        old.other.retain(|o| o.ie_type != ie.ie_type);
+        old.other.push(ie);
+    }
+}
+
+/// What a PDR's PDI filters on beyond its interface, F-TEID and UE address.
+enum Filter {
+    /// Every packet of the UE (no SDF filter, or one that matches all).
+    All,
+    /// Some of them (an SDF filter that does not match all).
+    Some,
+}
+
+/// The PDI's other IEs: QFI and 3GPP Interface Type are accepted (the QFI of uplink G-PDUs
+/// is the data plane's to check, the interface type names what we already know), SDF
+/// Filters are read; any other refuses the PDR.
+fn pdi_filter(p: &CreatePdr) -> Result<Filter, Reject> {
+    let fail = Reject::rule(FailedRuleId::Pdr(p.pdr_id.0));
+    // Several SDF filters match their union: all when one of them does.
+    let (mut filtered, mut all) = (false, false);
+    for ie in &p.pdi.other {
+        match ie.ie_type {
+            ie_type::QFI | ie_type::TGPP_INTERFACE_TYPE => {}
+            ie_type::SDF_FILTER => {
+                let f = crate::sdf::SdfFilter::read(&ie.value).map_err(|_| fail)?;
+                filtered = true;
+                all |= f.matches_all();
+            }
+            _ => return Err(fail),
+        }
+    }
+    Ok(if filtered && !all {
+        Filter::Some
+    } else {
+        Filter::All
+    })
 }
 
 /// What a FAR does.
@@ -2114,7 +2271,8 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
     let all_ues = ues_of(rules);
     for (&id, (p, teid)) in &rules.pdrs {
         let fail = Reject::rule(FailedRuleId::Pdr(id));
-        if !p.pdi.other.is_empty() || !p.urr_ids.is_empty() {
+        let filter = pdi_filter(p)?;
+        if p.urr_ids.iter().any(|u| !rules.urrs.contains_key(&u.0)) {
             return Err(fail);
         }
         if let Some(ue) = &p.pdi.ue_ip_address {
@@ -2132,11 +2290,24 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
             }
         }
         let action = far_action(far)?;
-        let ohc = far
-            .forwarding_parameters
-            .as_ref()
-            .and_then(|f| f.outer_header_creation.clone());
+        let params = far.forwarding_parameters.as_ref();
+        let ohc = params.and_then(|f| f.outer_header_creation.clone());
+        let to_cp = params.and_then(|f| f.destination_interface) == Some(Interface::CP_FUNCTION);
         let rank = (p.precedence.0, id);
+        // The paths between the UE and the SMF (open5gs's IPv6 router solicitations and
+        // advertisements): a PDR from the CP function, or one whose FAR forwards to it, is
+        // kept and answered (its F-TEID allocated) but forwards nothing in the data plane
+        // yet; nor may it be what a direction's FIB entry follows.
+        if p.pdi.source_interface == Interface::CP_FUNCTION
+            || (to_cp && matches!(filter, Filter::Some))
+        {
+            continue;
+        }
+        // The data plane forwards a UE's packets one way per direction: a PDR that matches
+        // only some of them cannot be told apart there.
+        if matches!(filter, Filter::Some) {
+            return Err(fail);
+        }
         match p.pdi.source_interface {
             Interface::CORE => {
                 if pdr_ues(p).next().is_none()
@@ -2149,6 +2320,8 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
                     (Action::Forward, Some(OuterHeaderCreation::GtpuIpv4 { teid, addr })) => {
                         Some((*teid, *addr))
                     }
+                    // FORW before the gNB's tunnel is known (free5GC): nowhere to send yet.
+                    (Action::Forward, None) => None,
                     (Action::Forward, _) => {
                         return Err(Reject::rule(FailedRuleId::Far(far.far_id.0)))
                     }

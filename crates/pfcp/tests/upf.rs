@@ -813,6 +813,17 @@ fn malformed_requests_get_their_cause_and_offending_ie() {
     assert_eq!(upf.session_count(), 0);
 }
 
+/// An SDF Filter IE with flow description `flow`.
+fn sdf(flow: &str) -> RawIe {
+    let mut value = vec![1, 0];
+    value.extend_from_slice(&(flow.len() as u16).to_be_bytes());
+    value.extend_from_slice(flow.as_bytes());
+    RawIe {
+        ie_type: ie_type::SDF_FILTER,
+        value,
+    }
+}
+
 #[test]
 fn rules_we_cannot_apply_are_refused_by_id() {
     let mut upf = upf();
@@ -836,16 +847,21 @@ fn rules_we_cannot_apply_are_refused_by_id() {
     let mut req = session(1, ue, Some((1, ENB)));
     req.create_pdr[0].far_id = Some(FarId(9));
     refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(1));
-    // A URR: we do not count.
+    // A PDR naming a URR the session lacks.
     let mut req = session(1, ue, Some((1, ENB)));
-    req.create_urr.push(Urr {
+    req.create_pdr[0].urr_ids.push(UrrId(4));
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(1));
+    // Two URRs with one id.
+    let mut req = session(1, ue, Some((1, ENB)));
+    let urr = Urr {
         urr_id: UrrId(4),
         measurement_method: Some(MeasurementMethod(2)),
         reporting_triggers: Some(ReportingTriggers(vec![2, 0])),
         other: vec![],
-    });
+    };
+    req.create_urr = vec![urr.clone(), urr];
     refuse(&mut smf, &mut upf, req, FailedRuleId::Urr(4));
-    // A QER with an MBR: we do not police.
+    // A QER with an IE we do not know how to enforce (Packet Rate).
     let mut req = session(1, ue, Some((1, ENB)));
     req.create_qer.push(Qer {
         qer_id: QerId(5),
@@ -854,28 +870,46 @@ fn rules_we_cannot_apply_are_refused_by_id() {
         mbr: Some(Mbr(Bitrate { ul: 1, dl: 1 })),
         gbr: None,
         qfi: None,
-        other: vec![],
+        other: vec![RawIe {
+            ie_type: 94,
+            value: vec![0],
+        }],
     });
     refuse(&mut smf, &mut upf, req, FailedRuleId::Qer(5));
-    // An SDF filter in the PDI: we match on the UE address only.
+    // A malformed SDF filter in the PDI (a flow description without its length).
     let mut req = session(1, ue, Some((1, ENB)));
     req.create_pdr[0].pdi.other.push(RawIe {
         ie_type: ie_type::SDF_FILTER,
         value: vec![1, 0],
     });
     refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(1));
+    // An SDF filter matching some of the UE's packets, forwarding them like the rest: the
+    // data plane keeps one way per direction.
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_pdr[0]
+        .pdi
+        .other
+        .push(sdf("permit out 17 from any to assigned 53"));
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(1));
+    // An unknown PDI IE (Application ID).
+    let mut req = session(1, ue, Some((1, ENB)));
+    req.create_pdr[0].pdi.other.push(RawIe {
+        ie_type: 24,
+        value: b"app".to_vec(),
+    });
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Pdr(1));
     // DUPL.
     let mut req = session(1, ue, Some((1, ENB)));
     req.create_far[0].apply_action = ApplyAction(ApplyAction::FORW | ApplyAction::DUPL);
     refuse(&mut smf, &mut upf, req, FailedRuleId::Far(1));
-    // A downlink FORW FAR without outer header creation.
+    // An uplink FORW FAR with outer header creation (to anything but the CP function).
     let mut req = session(1, ue, Some((1, ENB)));
-    req.create_far[0]
+    req.create_far[1]
         .forwarding_parameters
         .as_mut()
         .unwrap()
-        .outer_header_creation = None;
-    refuse(&mut smf, &mut upf, req, FailedRuleId::Far(1));
+        .outer_header_creation = Some(OuterHeaderCreation::GtpuIpv4 { teid: 5, addr: ENB });
+    refuse(&mut smf, &mut upf, req, FailedRuleId::Far(2));
     // An uplink PDR without outer header removal.
     let mut req = session(1, ue, Some((1, ENB)));
     req.create_pdr[1].outer_header_removal = None;
