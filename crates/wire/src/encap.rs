@@ -9,7 +9,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::ethernet::{EtherType, EthernetAddress, EthernetRepr, VlanTag};
 use crate::frame::{parse_frame_with, FrameKind, ParseOptions, WireError};
-use crate::gtpu::{self, GtpuRepr};
+use crate::gtpu::{self, GtpuRepr, PduSession};
 use crate::ipv4::{protocol, Ipv4Repr};
 use crate::ipv6::Ipv6Repr;
 use crate::udp::{self, UdpChecksum, UdpRepr, GTPU_PORT};
@@ -77,6 +77,9 @@ pub struct GtpuTunnel {
     pub teid: u32,
     /// Optional GTP-U sequence number (sets S, adds 4 header bytes).
     pub seq_number: Option<u16>,
+    /// Optional PDU Session Container (5G N3: sets E, adds the 4-byte optional word and the
+    /// 4-byte extension header [`PduSession::ext_header`], TS 29.281 sec. 5.2.2.7).
+    pub pdu_session: Option<PduSession>,
 }
 
 impl GtpuTunnel {
@@ -101,6 +104,7 @@ impl GtpuTunnel {
             udp_checksum_v4: false,
             teid,
             seq_number: None,
+            pdu_session: None,
         }
     }
 
@@ -116,20 +120,29 @@ impl GtpuTunnel {
         }
     }
 
-    fn gtpu(&self) -> GtpuRepr<'static> {
+    /// The container's extension header bytes (zeros without one).
+    fn ext(&self) -> [u8; PduSession::EXT_LEN] {
+        self.pdu_session
+            .map_or([0; PduSession::EXT_LEN], |p| p.ext_header())
+    }
+
+    fn gtpu<'a>(&self, ext: &'a [u8; PduSession::EXT_LEN]) -> GtpuRepr<'a> {
         GtpuRepr {
             seq_number: self.seq_number,
+            extensions: self
+                .pdu_session
+                .map(|_| (gtpu::ext_type::PDU_SESSION_CONTAINER, &ext[..])),
             ..GtpuRepr::g_pdu(self.teid)
         }
     }
 
     /// Bytes the headers take (the headroom [`encap_in_place`](Self::encap_in_place) needs):
-    /// Ethernet 14/18 + IP 20/40 + UDP 8 + GTP-U 8/12.
+    /// Ethernet 14/18 + IP 20/40 + UDP 8 + GTP-U 8/12 (16 with a PDU Session Container).
     pub fn header_len(&self) -> usize {
         self.eth().header_len()
             + self.outer.header_len()
             + udp::HEADER_LEN
-            + self.gtpu().header_len()
+            + self.gtpu(&self.ext()).header_len()
     }
 
     /// Writes the headers for the user packet `buf[inner_start..inner_start + inner_len]` into
@@ -155,7 +168,8 @@ impl GtpuTunnel {
         let l3 = start + eth.header_len();
         let l4 = l3 + self.outer.header_len();
         let g = l4 + udp::HEADER_LEN;
-        let gtpu = self.gtpu();
+        let ext = self.ext();
+        let gtpu = self.gtpu(&ext);
         let ip_payload = inner_end - l4;
         if inner_end - l3 > usize::from(u16::MAX)
             || (matches!(self.outer, OuterIp::V6 { .. }) && ip_payload > usize::from(u16::MAX))
@@ -352,4 +366,71 @@ pub fn answer_echo_request(frame: &[u8], out: &mut [u8]) -> Result<Option<usize>
     msg[h + gl] = IE_RECOVERY;
     msg[h + gl + 1] = 0;
     Ok(Some(b.emit(out, gl + 2)?))
+}
+
+/// GTP-U information element types of an Error Indication (TS 29.281 sec. 8.3, 8.4).
+pub mod ie {
+    /// Tunnel Endpoint Identifier Data I (TV, 4 bytes).
+    pub const TEID_DATA_I: u8 = 16;
+    /// GTP-U Peer Address (TLV: 2-byte length, 4 or 16 bytes of address).
+    pub const GTPU_PEER_ADDRESS: u8 = 133;
+}
+
+/// If `frame` is a G-PDU, writes the GTP-U Error Indication a node that has no tunnel for its
+/// TEID sends back (TS 29.281 sec. 7.3.1): from the G-PDU's destination address and port 2152
+/// to its source address and port 2152 (sec. 4.4.2.3), MACs swapped, same VLAN tag; header
+/// TEID 0 with the S flag (sequence number 0) and a UDP Port extension header carrying the
+/// G-PDU's UDP source port (sec. 5.2.2.1); IEs TEID Data I (the G-PDU's TEID) and GTP-U Peer
+/// Address (the G-PDU's destination address). Returns its length; `Ok(None)` for any other
+/// well-formed frame.
+pub fn error_indication(frame: &[u8], out: &mut [u8]) -> Result<Option<usize>, EchoError> {
+    let p = parse_frame_with(frame, &ParseOptions::default())?;
+    let FrameKind::Gtpu(g) = p.kind else {
+        return Ok(None);
+    };
+    if g.msg_type != gtpu::msg_type::G_PDU {
+        return Ok(None);
+    }
+    let crate::frame::L4::Udp { src_port, .. } = g.outer.l4 else {
+        return Ok(None);
+    };
+    let b = crate::build::PacketBuilder {
+        vlan: p.eth.vlan,
+        ..crate::build::PacketBuilder::udp(
+            p.eth.dst_addr,
+            p.eth.src_addr,
+            g.outer.dst_addr,
+            g.outer.src_addr,
+            GTPU_PORT,
+            GTPU_PORT,
+        )
+    };
+    let h = b.header_len();
+    let port = src_port.to_be_bytes();
+    let ext = [1, port[0], port[1], gtpu::ext_type::NONE];
+    let repr = GtpuRepr {
+        msg_type: gtpu::msg_type::ERROR_INDICATION,
+        teid: 0,
+        seq_number: Some(0),
+        npdu_number: None,
+        extensions: Some((gtpu::ext_type::UDP_PORT, &ext[..])),
+    };
+    let gl = repr.header_len();
+    let peer_len = match g.outer.dst_addr {
+        IpAddr::V4(_) => 4,
+        IpAddr::V6(_) => 16,
+    };
+    let ies = 5 + 3 + peer_len;
+    let msg = crate::prefix_mut(out, h + gl + ies)?;
+    repr.emit(&mut msg[h..], ies)?;
+    let m = &mut msg[h + gl..];
+    m[0] = ie::TEID_DATA_I;
+    m[1..5].copy_from_slice(&g.teid.to_be_bytes());
+    m[5] = ie::GTPU_PEER_ADDRESS;
+    m[6..8].copy_from_slice(&(peer_len as u16).to_be_bytes());
+    match g.outer.dst_addr {
+        IpAddr::V4(a) => m[8..12].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) => m[8..24].copy_from_slice(&a.octets()),
+    }
+    Ok(Some(b.emit(out, gl + ies)?))
 }

@@ -185,6 +185,12 @@ pub fn gtpu(data: &[u8]) {
         return;
     };
     let _ = (p.version(), p.flags());
+    if let Some(c) = p.pdu_session() {
+        assert!(c.qfi < 64);
+        let h = c.ext_header();
+        let back = crate::gtpu::PduSession::parse(&h[1..3]).expect("2 content bytes");
+        assert_eq!((back.pdu_type, back.qfi), (c.pdu_type & 0xf, c.qfi));
+    }
     assert!(p.header_len() <= 8 + usize::from(p.length()));
     let ext_total: usize = p.extensions().map(|e| e.content.len() + 2).sum();
     assert_eq!(ext_total, p.ext_bytes().len());
@@ -351,6 +357,86 @@ pub fn echo(input: &[u8]) {
     }
 }
 
+/// The ICMP error builder over an arbitrary "IP packet": whatever it builds is a valid IPv4 or
+/// IPv6 packet with good checksums, sent back to the packet's source, quoting its first bytes.
+pub fn icmp_error(data: &[u8]) {
+    const HEADROOM: usize = 64;
+    let mut buf = [0u8; 2048];
+    let len = data.len().min(buf.len() - HEADROOM);
+    let (a4, a6) = (
+        Ipv4Addr::new(192, 0, 2, 1),
+        Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+    );
+    for msg in [
+        crate::icmp::ErrorMessage::TimeExceeded,
+        crate::icmp::ErrorMessage::TooBig { mtu: 1400 },
+    ] {
+        buf[HEADROOM..HEADROOM + len].copy_from_slice(&data[..len]);
+        let Ok((s, n)) = crate::icmp::error_in_place(&mut buf, HEADROOM, len, a4, a6, msg) else {
+            continue;
+        };
+        let e = &buf[s..s + n];
+        let quote_len = n - if e[0] >> 4 == 4 { 28 } else { 48 };
+        assert_eq!(&e[n - quote_len..], &data[..quote_len]);
+        match e[0] >> 4 {
+            4 => {
+                let ip = Ipv4Packet::new_checked(e).expect("a valid IPv4 packet");
+                assert!(ip.verify_checksum());
+                assert_eq!(ip.src_addr(), a4);
+                assert_eq!(&ip.dst_addr().octets()[..], &data[12..16]);
+                let m = IcmpPacket::new_checked(&e[20..]).expect("ICMP");
+                assert!(m.verify_checksum(IcmpVersion::V4, None));
+            }
+            _ => {
+                assert!(n <= crate::icmp::IPV6_MIN_MTU);
+                let ip = Ipv6Packet::new_checked(e).expect("a valid IPv6 packet");
+                assert_eq!(&ip.dst_addr().octets()[..], &data[8..24]);
+                let m = IcmpPacket::new_checked(&e[40..]).expect("ICMPv6");
+                let addrs = (IpAddr::V6(a6), IpAddr::V6(ip.dst_addr()));
+                assert!(m.verify_checksum(IcmpVersion::V6, Some(addrs)));
+            }
+        }
+    }
+}
+
+/// The Error Indication builder: whatever it answers parses as an Error Indication about the
+/// G-PDU's TEID, back to its sender.
+pub fn error_indication(input: &[u8]) {
+    let mut buf = [0u8; 2048];
+    let len = input.len().min(buf.len());
+    buf[..len].copy_from_slice(&input[..len]);
+    if let Ok(f) = EthernetFrame::new_checked(&buf[..len]) {
+        let l3 = f.header_len();
+        if f.ethertype() == crate::ethernet::EtherType::IPV4 {
+            if let Ok(mut ip) = Ipv4Packet::new_checked(&mut buf[l3..len]) {
+                ip.fill_checksum();
+            }
+        }
+    }
+    let data = &buf[..len];
+    let mut out = [0u8; 160];
+    if let Ok(Some(n)) = crate::encap::error_indication(data, &mut out) {
+        let req = crate::frame::parse_frame(data).expect("answered a valid G-PDU");
+        let FrameKind::Gtpu(a) = req.kind else {
+            panic!("answered something that is not GTP-U")
+        };
+        let rep = crate::frame::parse_frame(&out[..n]).expect("the indication is valid");
+        let FrameKind::Gtpu(g) = rep.kind else {
+            panic!("the indication is not GTP-U on port 2152")
+        };
+        assert_eq!(
+            (g.outer.src_addr, g.outer.dst_addr),
+            (a.outer.dst_addr, a.outer.src_addr)
+        );
+        assert_eq!((g.msg_type, g.teid, g.seq_number), (26, 0, Some(0)));
+        let p = GtpuPacket::new_checked(&out[g.gtpu_offset..n]).expect("GTP-U");
+        let ies = p.payload();
+        assert_eq!(ies[0], crate::encap::ie::TEID_DATA_I);
+        assert_eq!(&ies[1..5], &a.teid.to_be_bytes());
+        assert_eq!(ies[5], crate::encap::ie::GTPU_PEER_ADDRESS);
+    }
+}
+
 /// Every entry point on the same bytes.
 pub fn all(data: &[u8]) {
     ethernet(data);
@@ -364,4 +450,6 @@ pub fn all(data: &[u8]) {
     parse_frame(data);
     encap(data);
     echo(data);
+    icmp_error(data);
+    error_indication(data);
 }

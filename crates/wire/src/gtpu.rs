@@ -157,6 +157,79 @@ impl<T: AsRef<[u8]>> GtpuPacket<T> {
     }
 }
 
+impl<T: AsRef<[u8]>> GtpuPacket<T> {
+    /// The first PDU Session Container extension header's fields (type 0x85, TS 38.415), if
+    /// the message has one and it is at least 2 content bytes long.
+    pub fn pdu_session(&self) -> Option<PduSession> {
+        self.extensions()
+            .find(|e| e.ext_type == ext_type::PDU_SESSION_CONTAINER)
+            .and_then(|e| PduSession::parse(e.content))
+    }
+}
+
+/// The PDU Session Container (TS 38.415 sec. 5.5.2; GTP-U extension header type 0x85, TS
+/// 29.281 sec. 5.2.2.7): the 5G QoS flow a G-PDU belongs to. Its first two content bytes:
+///
+/// - DL PDU SESSION INFORMATION (PDU type 0): `type(4) | QMP | SNP | MSNP | spare`, then
+///   `PPP | RQI | QFI(6)`;
+/// - UL PDU SESSION INFORMATION (PDU type 1): `type(4) | QMP | DL delay | UL delay | SNP`,
+///   then `N3/N9 delay | new IE flag | QFI(6)`.
+///
+/// Optional fields the flags announce follow; [`PduSession::parse`] reads the two bytes and
+/// leaves the rest. [`PduSession::ext_header`] writes the 4-byte header a UPF sends downlink
+/// (length 1, no optional fields, next type 0).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct PduSession {
+    /// PDU type: [`PduSession::DL`] or [`PduSession::UL`] (others are reserved).
+    pub pdu_type: u8,
+    /// The QoS flow identifier (6 bits).
+    pub qfi: u8,
+    /// Reflective QoS indication (downlink only; the bit is the new IE flag uplink, read as
+    /// false there).
+    pub rqi: bool,
+}
+
+impl PduSession {
+    /// DL PDU SESSION INFORMATION.
+    pub const DL: u8 = 0;
+    /// UL PDU SESSION INFORMATION.
+    pub const UL: u8 = 1;
+    /// Bytes of the downlink extension header [`PduSession::ext_header`] writes.
+    pub const EXT_LEN: usize = 4;
+
+    /// A downlink container for QoS flow `qfi` (masked to 6 bits).
+    pub fn downlink(qfi: u8, rqi: bool) -> PduSession {
+        PduSession {
+            pdu_type: Self::DL,
+            qfi: qfi & 0x3f,
+            rqi,
+        }
+    }
+
+    /// Reads the content of a container extension header (the bytes between its length byte
+    /// and its next-type byte); `None` when shorter than 2 bytes.
+    pub fn parse(content: &[u8]) -> Option<PduSession> {
+        let (a, b) = (*content.first()?, *content.get(1)?);
+        let pdu_type = a >> 4;
+        Some(PduSession {
+            pdu_type,
+            qfi: b & 0x3f,
+            rqi: pdu_type == Self::DL && b & 0x40 != 0,
+        })
+    }
+
+    /// The whole extension header: length 1, PDU type in the high nibble (no QMP/SNP/MSNP),
+    /// `PPP=0 | RQI | QFI`, next extension type 0.
+    pub fn ext_header(&self) -> [u8; Self::EXT_LEN] {
+        [
+            1,
+            self.pdu_type << 4,
+            (u8::from(self.rqi) << 6) | (self.qfi & 0x3f),
+            ext_type::NONE,
+        ]
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> GtpuPacket<T> {
     /// Sets the TEID.
     pub fn set_teid(&mut self, teid: u32) {

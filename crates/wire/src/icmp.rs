@@ -225,3 +225,184 @@ impl IcmpRepr {
         IcmpPacket::new_unchecked(message).fill_checksum(version, addrs)
     }
 }
+
+/// ICMPv4 destination unreachable type (code 4: fragmentation needed and DF set).
+pub const V4_DEST_UNREACHABLE: u8 = 3;
+/// ICMPv4 code of "fragmentation needed and DF set" (RFC 792, RFC 1191).
+pub const V4_CODE_FRAG_NEEDED: u8 = 4;
+/// ICMPv4 time exceeded type (code 0: TTL exceeded in transit).
+pub const V4_TIME_EXCEEDED: u8 = 11;
+/// ICMPv6 packet too big type (RFC 4443 sec. 3.2).
+pub const V6_PACKET_TOO_BIG: u8 = 2;
+/// ICMPv6 time exceeded type (code 0: hop limit exceeded in transit).
+pub const V6_TIME_EXCEEDED: u8 = 3;
+/// The smallest IPv6 MTU: an ICMPv6 error is at most this long (RFC 4443 sec. 2.4 (c)).
+pub const IPV6_MIN_MTU: usize = 1280;
+/// Bytes an ICMPv4 error puts in front of its quote (IPv4 20 + ICMP 8).
+pub const V4_ERROR_OVERHEAD: usize = crate::ipv4::HEADER_LEN + HEADER_LEN;
+/// Bytes an ICMPv6 error puts in front of its quote (IPv6 40 + ICMPv6 8).
+pub const V6_ERROR_OVERHEAD: usize = crate::ipv6::HEADER_LEN + HEADER_LEN;
+/// TTL / hop limit of the errors [`error_in_place`] writes.
+pub const ERROR_TTL: u8 = 64;
+
+/// An error a router sends back about a packet it did not forward.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum ErrorMessage {
+    /// The TTL / hop limit ran out: ICMPv4 type 11 code 0, ICMPv6 type 3 code 0.
+    TimeExceeded,
+    /// The packet does not fit the next link: ICMPv4 destination unreachable, fragmentation
+    /// needed (type 3 code 4, RFC 1191: the next-hop MTU in bytes 6-7), ICMPv6 packet too big
+    /// (type 2, the MTU in bytes 4-7).
+    TooBig {
+        /// The largest packet that fits (the next-hop MTU the sender should use).
+        mtu: u16,
+    },
+}
+
+/// Why [`error_in_place`] wrote no error (RFC 1122 sec. 3.2.2, RFC 1812 sec. 4.3.2.7, RFC 4443
+/// sec. 2.4 (e)).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, thiserror::Error)]
+pub enum Refused {
+    /// The bytes are not a well-formed IPv4 or IPv6 packet.
+    #[error("not a well-formed IP packet")]
+    Malformed,
+    /// The packet is itself an ICMP error (never answered with another).
+    #[error("the packet is an ICMP error")]
+    AboutIcmpError,
+    /// A fragment other than the first.
+    #[error("a non-first fragment")]
+    Fragment,
+    /// Its source is not a unicast address (unspecified, loopback, multicast, broadcast) or its
+    /// destination is multicast or broadcast.
+    #[error("not between unicast addresses")]
+    NotUnicast,
+    /// Fewer bytes before the packet than the new headers need.
+    #[error("no headroom for the error's headers")]
+    NoHeadroom,
+}
+
+/// True for an ICMPv4 type that is an error message (RFC 792, RFC 1812 sec. 4.3.2.7).
+pub fn is_v4_error_type(t: u8) -> bool {
+    matches!(t, 3 | 4 | 5 | 11 | 12)
+}
+
+/// Turns the IP packet `buf[ip_start..ip_start + ip_len]` into an ICMP error about it, sent by
+/// `src_v4` / `src_v6` (the family of the packet picks one) back to the packet's source, in
+/// place: the new IP and ICMP headers are written into the bytes just before the packet, which
+/// stays where it is and becomes the quote: IPv4 its header and the first 8 bytes of its
+/// payload (RFC 792), IPv6 as much as keeps the error within 1280 bytes (RFC 4443 sec. 2.4
+/// (c)). Returns the error's `(start, len)` in `buf`. Checksums are computed; TTL / hop limit
+/// [`ERROR_TTL`], IPv4 DF clear, TOS 0xc0 (internetwork control).
+///
+/// Refuses what the RFCs say must not be answered: ICMP errors, non-first fragments, packets
+/// from non-unicast sources or to multicast / broadcast destinations.
+pub fn error_in_place(
+    buf: &mut [u8],
+    ip_start: usize,
+    ip_len: usize,
+    src_v4: core::net::Ipv4Addr,
+    src_v6: core::net::Ipv6Addr,
+    msg: ErrorMessage,
+) -> Result<(usize, usize), Refused> {
+    let end = ip_start.checked_add(ip_len).ok_or(Refused::Malformed)?;
+    let ip = buf.get(ip_start..end).ok_or(Refused::Malformed)?;
+    match ip.first().map(|b| b >> 4) {
+        Some(4) => {
+            let p = crate::ipv4::Ipv4Packet::new_checked(ip).map_err(|_| Refused::Malformed)?;
+            let (src, dst) = (p.src_addr(), p.dst_addr());
+            if p.frag_offset() != 0 {
+                return Err(Refused::Fragment);
+            }
+            let hl = p.header_len();
+            if p.protocol() == protocol::ICMP && ip.get(hl).is_some_and(|&t| is_v4_error_type(t)) {
+                return Err(Refused::AboutIcmpError);
+            }
+            let bad_src = src.is_unspecified()
+                || src.is_loopback()
+                || src.is_multicast()
+                || src.is_broadcast();
+            if bad_src || dst.is_multicast() || dst.is_broadcast() {
+                return Err(Refused::NotUnicast);
+            }
+            let quote = (hl + 8).min(ip_len);
+            let start = ip_start
+                .checked_sub(V4_ERROR_OVERHEAD)
+                .ok_or(Refused::NoHeadroom)?;
+            let icmp_len = HEADER_LEN + quote;
+            let out = &mut buf[start..ip_start + quote];
+            let repr = match msg {
+                ErrorMessage::TimeExceeded => IcmpRepr::Other {
+                    msg_type: V4_TIME_EXCEEDED,
+                    code: 0,
+                    rest: [0; 4],
+                },
+                ErrorMessage::TooBig { mtu } => {
+                    let m = mtu.to_be_bytes();
+                    IcmpRepr::Other {
+                        msg_type: V4_DEST_UNREACHABLE,
+                        code: V4_CODE_FRAG_NEEDED,
+                        rest: [0, 0, m[0], m[1]],
+                    }
+                }
+            };
+            let (h, icmp) = out.split_at_mut(crate::ipv4::HEADER_LEN);
+            repr.emit(icmp, IcmpVersion::V4, None)
+                .map_err(|_| Refused::NoHeadroom)?;
+            crate::ipv4::Ipv4Repr {
+                ttl: ERROR_TTL,
+                tos: 0xc0,
+                dont_frag: false,
+                ..crate::ipv4::Ipv4Repr::new(src_v4, src, protocol::ICMP, icmp_len)
+            }
+            .emit(h)
+            .map_err(|_| Refused::NoHeadroom)?;
+            Ok((start, V4_ERROR_OVERHEAD + quote))
+        }
+        Some(6) => {
+            let p = crate::ipv6::Ipv6Packet::new_checked(ip).map_err(|_| Refused::Malformed)?;
+            let (src, dst) = (p.src_addr(), p.dst_addr());
+            let ul = p.upper_layer().map_err(|_| Refused::Malformed)?;
+            if ul.fragment.is_some_and(|f| !f.is_first()) {
+                return Err(Refused::Fragment);
+            }
+            if ul.protocol == protocol::ICMPV6
+                && p.payload().get(ul.offset).is_some_and(|&t| t < 128)
+            {
+                return Err(Refused::AboutIcmpError);
+            }
+            if src.is_unspecified() || src.is_loopback() || src.is_multicast() || dst.is_multicast()
+            {
+                return Err(Refused::NotUnicast);
+            }
+            let quote = ip_len.min(IPV6_MIN_MTU - V6_ERROR_OVERHEAD);
+            let start = ip_start
+                .checked_sub(V6_ERROR_OVERHEAD)
+                .ok_or(Refused::NoHeadroom)?;
+            let icmp_len = HEADER_LEN + quote;
+            let out = &mut buf[start..ip_start + quote];
+            let repr = match msg {
+                ErrorMessage::TimeExceeded => IcmpRepr::Other {
+                    msg_type: V6_TIME_EXCEEDED,
+                    code: 0,
+                    rest: [0; 4],
+                },
+                ErrorMessage::TooBig { mtu } => IcmpRepr::Other {
+                    msg_type: V6_PACKET_TOO_BIG,
+                    code: 0,
+                    rest: u32::from(mtu).to_be_bytes(),
+                },
+            };
+            let (h, icmp) = out.split_at_mut(crate::ipv6::HEADER_LEN);
+            crate::ipv6::Ipv6Repr {
+                hop_limit: ERROR_TTL,
+                ..crate::ipv6::Ipv6Repr::new(src_v6, src, protocol::ICMPV6, icmp_len)
+            }
+            .emit(h)
+            .map_err(|_| Refused::NoHeadroom)?;
+            repr.emit(icmp, IcmpVersion::V6, Some((src_v6.into(), src.into())))
+                .map_err(|_| Refused::NoHeadroom)?;
+            Ok((start, V6_ERROR_OVERHEAD + quote))
+        }
+        _ => Err(Refused::Malformed),
+    }
+}

@@ -121,8 +121,8 @@ pub mod udp;
 pub use arp::{answer_request, ArpOperation, ArpPacket, ArpRepr};
 pub use build::{L4Header, PacketBuilder};
 pub use encap::{
-    answer_echo_request, decapsulate, decapsulate_with, DecapError, Decapsulated, EchoError,
-    EncapError, GtpuTunnel, OuterIp,
+    answer_echo_request, decapsulate, decapsulate_with, error_indication, DecapError, Decapsulated,
+    EchoError, EncapError, GtpuTunnel, OuterIp,
 };
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, VlanTag};
 pub use flow::{addr_key, FiveTuple, KeyBytes};
@@ -130,8 +130,8 @@ pub use frame::{
     parse_frame, parse_frame_with, FrameKind, GtpuInfo, IpInfo, ParseOptions, ParsedFrame,
     WireError, L4,
 };
-pub use gtpu::{GtpuExt, GtpuPacket, GtpuRepr};
-pub use icmp::{IcmpPacket, IcmpRepr, IcmpVersion};
+pub use gtpu::{GtpuExt, GtpuPacket, GtpuRepr, PduSession};
+pub use icmp::{error_in_place, ErrorMessage, IcmpPacket, IcmpRepr, IcmpVersion};
 pub use ipv4::{Fragment, Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr, UpperLayer};
 pub use tcp::{TcpFlags, TcpPacket, TcpRepr};

@@ -333,3 +333,152 @@ fn tshark_decodes_our_gtpu_encapsulation() {
     }
     eprintln!("tshark decoded {} GTP-U packets alike", rows.len());
 }
+
+/// Our 5G and error messages as tshark reads them: a G-PDU with a PDU Session Container (QFI,
+/// PDU type), ICMP Fragmentation Needed and Time Exceeded, ICMPv6 Packet Too Big, a GTP-U
+/// Error Indication; checksums good, nothing malformed.
+#[test]
+fn tshark_decodes_our_container_icmp_errors_and_error_indication() {
+    let Some(tshark) = tools::tshark() else {
+        return;
+    };
+    let macs = (
+        EthernetAddress([2, 0, 0, 0, 1, 1]),
+        EthernetAddress([2, 0, 0, 0, 1, 2]),
+    );
+    let server4: IpAddr = Ipv4Addr::new(203, 0, 113, 5).into();
+    let ue4: IpAddr = Ipv4Addr::new(10, 45, 0, 77).into();
+    let server6: IpAddr = Ipv6Addr::new(0x2001, 0x4860, 0, 0, 0, 0, 0, 0x8888).into();
+    let ue6: IpAddr = Ipv6Addr::new(0x2001, 0xdb8, 0x45, 0, 0, 0, 0, 0x77).into();
+    let payload: Vec<u8> = (0..1400).map(|k| k as u8).collect();
+    let ip4 = {
+        let (p, seg) = l4_segment(server4, ue4, L4Spec::Udp(443, 50000), &payload);
+        ip_packet(server4, ue4, p, &seg, &[])
+    };
+    let ip6 = {
+        let (p, seg) = l4_segment(server6, ue6, L4Spec::Udp(443, 50000), &payload);
+        ip_packet(server6, ue6, p, &seg, &[])
+    };
+    let outer = OuterIp::V4 {
+        src: Ipv4Addr::new(192, 0, 2, 1),
+        dst: Ipv4Addr::new(192, 0, 2, 200),
+    };
+    let mut frames = Vec::new();
+    // 1, 2: G-PDUs with containers.
+    for (qfi, rqi) in [(9u8, false), (63, true)] {
+        let t = GtpuTunnel {
+            pdu_session: Some(sb_wire::PduSession::downlink(qfi, rqi)),
+            ..GtpuTunnel::new(macs.0, macs.1, outer, 0x1234)
+        };
+        let mut f = vec![0u8; t.header_len() + ip4.len()];
+        t.encap_into(&ip4, &mut f).unwrap();
+        frames.push(f);
+    }
+    // 3-5: ICMP errors about the IPv4 and IPv6 packets.
+    let r4 = Ipv4Addr::new(10, 1, 0, 1);
+    let r6 = Ipv6Addr::new(0xfd73, 0x6200, 0, 0, 0, 0, 0, 1);
+    for (ip, msg) in [
+        (&ip4, sb_wire::ErrorMessage::TooBig { mtu: 1456 }),
+        (&ip4, sb_wire::ErrorMessage::TimeExceeded),
+        (&ip6, sb_wire::ErrorMessage::TooBig { mtu: 1456 }),
+    ] {
+        let mut buf = vec![0u8; 128 + ip.len()];
+        buf[128..].copy_from_slice(ip);
+        let (s, n) = sb_wire::error_in_place(&mut buf, 128, ip.len(), r4, r6, msg).unwrap();
+        let v6 = buf[s] >> 4 == 6;
+        let et = if v6 { [0x86, 0xdd] } else { [0x08, 0x00] };
+        let mut f = vec![2, 0, 0, 0, 1, 2, 2, 0, 0, 0, 1, 1, et[0], et[1]];
+        f.extend_from_slice(&buf[s..s + n]);
+        frames.push(f);
+    }
+    // 6: the Error Indication about a G-PDU with TEID 0xabcdef.
+    let mut g = vec![0u8; 2048];
+    let n = GtpuTunnel::new(macs.0, macs.1, outer, 0xab_cdef)
+        .encap_into(&ip4, &mut g)
+        .unwrap();
+    let mut ei = vec![0u8; 256];
+    let m = sb_wire::error_indication(&g[..n], &mut ei)
+        .unwrap()
+        .unwrap();
+    ei.truncate(m);
+    frames.push(ei);
+
+    let fields = [
+        "gtp.ext_hdr.pdu_ses_con.qos_flow_id",
+        "gtp.ext_hdr.pdu_ses_con.pdu_type",
+        "icmp.type",
+        "icmp.code",
+        "icmp.mtu",
+        "icmp.checksum.status",
+        "icmpv6.type",
+        "icmpv6.mtu",
+        "icmpv6.checksum.status",
+        "gtp.message",
+        "gtp.teid_data",
+        "gtp.gsn_ipv4",
+        "ip.checksum.status",
+        "_ws.malformed",
+    ];
+    let dir = std::env::temp_dir().join(format!("sb-wire-tshark-{}-5g", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("frames.pcap");
+    std::fs::write(&file, pcap(&frames)).unwrap();
+    let mut cmd = Command::new(&tshark);
+    cmd.args(["-n", "-r"]).arg(&file);
+    cmd.args([
+        "-o",
+        "ip.check_checksum:TRUE",
+        "-T",
+        "fields",
+        "-E",
+        "separator=|",
+    ]);
+    cmd.args(["-E", "occurrence=f"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("run tshark");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Vec<String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('|').map(str::to_string).collect())
+        .collect();
+    assert_eq!(rows.len(), frames.len(), "{rows:?}");
+    let get = |r: usize, f: &str| rows[r][fields.iter().position(|x| *x == f).unwrap()].clone();
+    for r in 0..rows.len() {
+        assert_eq!(
+            get(r, "_ws.malformed"),
+            "",
+            "frame {r}: malformed: {:?}",
+            rows[r]
+        );
+    }
+    assert_eq!(get(0, "gtp.ext_hdr.pdu_ses_con.qos_flow_id"), "9");
+    assert_eq!(get(0, "gtp.ext_hdr.pdu_ses_con.pdu_type"), "0");
+    assert_eq!(get(1, "gtp.ext_hdr.pdu_ses_con.qos_flow_id"), "63");
+    // ICMP: type, code, MTU, checksum good (status 1); ICMPv6 likewise.
+    assert_eq!(
+        [2, 3, 4, 5].map(|f| get(2, fields[f])),
+        ["3", "4", "1456", "1"].map(String::from)
+    );
+    assert_eq!(
+        [2, 3].map(|f| get(3, fields[f])),
+        ["11", "0"].map(String::from)
+    );
+    assert_eq!(get(3, "icmp.checksum.status"), "1");
+    assert_eq!(
+        [6, 7, 8].map(|f| get(4, fields[f])),
+        ["2", "1456", "1"].map(String::from)
+    );
+    assert_eq!(get(5, "gtp.message"), "0x1a");
+    assert_eq!(get(5, "gtp.teid_data"), "0x00abcdef");
+    assert_eq!(get(5, "gtp.gsn_ipv4"), "192.0.2.200");
+    for r in [0, 2, 3, 5] {
+        assert_eq!(get(r, "ip.checksum.status"), "1", "frame {r}");
+    }
+}
