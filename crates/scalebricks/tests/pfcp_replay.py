@@ -1,0 +1,100 @@
+"""Replays a stock SMF's PFCP messages (crates/pfcp/tests/data/smf/SMF/NN-*.bin, written IE
+for IE as open5gs or free5GC builds them) to one node: tests/pfcp_e2e.rs runs it in the
+cluster's control namespace.
+
+    pfcp_replay.py UPF_IP SRC_IP DIR RAN_IP FIRST LAST [UP_SEID] PCAP
+
+Sends the messages numbered FIRST..=LAST (e.g. 01 to 03) in order, each retransmitted after a
+second (3 times at most), with the placeholder UP SEID (bytes 4..12 of a session message)
+replaced by UP_SEID, and an F-TEID the SMF allocated (free5GC: 10.3.0.1 in its config) moved
+to RAN_IP (a node's `ran` address). Prints one JSON object: the cause of each answer by
+message name, the UP SEID of an establishment's answer, and the F-TEIDs of its Created PDRs.
+Every request and answer is appended to PCAP for tshark."""
+import glob
+import json
+import os
+import socket
+import struct
+import sys
+
+from scapy.all import IP, UDP, Ether, wrpcap
+from scapy.contrib.pfcp import PFCP, IE_Cause, IE_FSEID, IE_FTEID, IE_CreatedPDR  # noqa: F401
+
+UPF, SRC, DIR, RAN = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+FIRST, LAST = int(sys.argv[5]), int(sys.argv[6])
+SEID = int(sys.argv[7], 0) if len(sys.argv) > 8 else None
+PCAP = sys.argv[-1]
+
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.bind((SRC, 0))
+sock.settimeout(1.0)
+frames = []
+
+
+def find(ies, cls):
+    out = []
+    for ie in ies:
+        if isinstance(ie, cls):
+            out.append(ie)
+        out.extend(find(getattr(ie, "IE_list", []) or [], cls))
+    return out
+
+
+def patch(b):
+    b = bytearray(b)
+    if b[0] & 0x01 and SEID is not None and b[1] in (52, 54):
+        b[4:12] = struct.pack(">Q", SEID)
+    # F-TEID (type 21) with V4 and no CH: TEID then the IPv4 address 10.3.0.1.
+    i = 0
+    want = bytes([0, 21])
+    while True:
+        i = b.find(want, i)
+        if i < 0:
+            break
+        ln = struct.unpack(">H", b[i + 2:i + 4])[0]
+        if ln == 9 and b[i + 4] == 0x01 and bytes(b[i + 9:i + 13]) == bytes([10, 3, 0, 1]):
+            b[i + 9:i + 13] = socket.inet_aton(RAN)
+        i += 2
+    return bytes(b)
+
+
+out = {"causes": {}, "up_seid": None, "created": []}
+for path in sorted(glob.glob(os.path.join(DIR, "*.bin"))):
+    name = os.path.basename(path)[:-4]
+    try:
+        n = int(name[:2])
+    except ValueError:
+        continue
+    if not FIRST <= n <= LAST or not name[2] == "-":
+        continue
+    req = patch(open(path, "rb").read())
+    seq = struct.unpack(">I", b"\0" + req[(12 if req[0] & 1 else 4):][:3])[0]
+    answer = None
+    for _ in range(3):
+        sock.sendto(req, (UPF, 8805))
+        try:
+            while True:
+                data, _ = sock.recvfrom(65535)
+                off = 12 if data[0] & 1 else 4
+                if struct.unpack(">I", b"\0" + data[off:off + 3])[0] == seq:
+                    answer = data
+                    break
+        except socket.timeout:
+            continue
+        break
+    frames.append(Ether() / IP(src=SRC, dst=UPF) / UDP(sport=8805, dport=8805) / req)
+    if answer is None:
+        out["causes"][name] = None
+        continue
+    frames.append(Ether() / IP(src=UPF, dst=SRC) / UDP(sport=8805, dport=8805) / answer)
+    p = PFCP(answer)
+    causes = find(p.IE_list or [], IE_Cause)
+    out["causes"][name] = causes[0].cause if causes else "none"
+    for f in find(p.IE_list or [], IE_FSEID):
+        out["up_seid"] = f.seid
+    for c in find(p.IE_list or [], IE_CreatedPDR):
+        for t in find(c.IE_list or [], IE_FTEID):
+            out["created"].append({"teid": t.TEID, "ipv4": t.ipv4})
+
+wrpcap(PCAP, frames, append=os.path.exists(PCAP))
+print(json.dumps(out))
