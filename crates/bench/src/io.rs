@@ -217,6 +217,8 @@ impl EngineTables {
             LteConfig {
                 ran_addrs: vec![cluster::sim_ran_addr(0)],
                 ran_mtu: 1500,
+                icmp_src: cluster::sim_ran_addr(0),
+                icmp_src6: sb_engine::lte::default_icmp_src6(0),
             },
             Lte::uplink_table(std::iter::empty(), self.seed)?,
         );

@@ -2,7 +2,7 @@
 //! does to a packet. The LTE packet forwarding engine ([`crate::lte`]) is the first; a NAT or a
 //! load balancer implements the same trait.
 
-use crate::counters::Drop;
+use crate::counters::{Drop, PortId};
 use sb_io::{Meta, PacketBatch};
 
 /// What became of a frame that arrived on the access port.
@@ -13,6 +13,19 @@ pub enum Access {
     /// Answered in place (an echo response with its MACs already set): send it back out of the
     /// access port as it is.
     Reply,
+}
+
+/// Where an error message about a dropped frame goes ([`App::error_reply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorReply {
+    /// Out of the external port (an ICMP error to an Internet sender); the engine sets the
+    /// MACs.
+    External,
+    /// Back out of the access port as it is, MACs already set (a GTP-U Error Indication).
+    Access,
+    /// A packet for a flow key, to be looked up and forwarded like one that arrived on the
+    /// external port (an ICMP error to a UE, sent down its tunnel).
+    Downstream,
 }
 
 /// One network function on the engine. All methods work on one frame; the engine batches the
@@ -47,4 +60,27 @@ pub trait App: Send {
     /// A frame arrived on the access port (upstream traffic, path management): handles it in
     /// place.
     fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop>;
+
+    /// True if the application answers drops of reason `why` with an error message (the
+    /// engine then asks [`error_reply`](Self::error_reply) while its rate limit allows, and
+    /// counts the rest as rate limited). The default answers nothing.
+    fn answers(&self, why: Drop) -> bool {
+        let _ = why;
+        false
+    }
+
+    /// Turns frame `i`, received on `port` and dropped for `why` (the drop is counted all the
+    /// same), into an error message to its sender, in place, and says where it goes; `None`
+    /// sends nothing (a packet the RFCs say must not be answered). Called only for reasons
+    /// [`answers`](Self::answers) names, after the stage that dropped the frame.
+    fn error_reply(
+        &mut self,
+        batch: &mut PacketBatch,
+        i: usize,
+        port: PortId,
+        why: Drop,
+    ) -> Option<ErrorReply> {
+        let _ = (batch, i, port, why);
+        None
+    }
 }

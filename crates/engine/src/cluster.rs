@@ -109,6 +109,8 @@ pub fn generate_tunnels_in(
             node: ((n >> 8) % nodes as u64) as u16,
             qci: 1 + ((n >> 16) % 9) as u8,
             ul_teid: 0,
+            qfi: 0,
+            rqi: false,
         });
     }
     out
@@ -237,6 +239,8 @@ pub fn sim_engine(
         LteConfig {
             ran_addrs: (0..nodes).map(sim_ran_addr).collect(),
             ran_mtu: 1500,
+            icmp_src: Ipv4Addr::new(10, 0, node as u8, 1),
+            icmp_src6: crate::lte::default_icmp_src6(node),
         },
         uplink,
     );

@@ -57,9 +57,14 @@ pub enum Drop {
     TooManyHops,
     /// A G-PDU on the access port whose TEID no tunnel of this node has.
     UnknownTeid,
-    /// A G-PDU whose TEID is known but whose inner source or outer source address is not the
-    /// tunnel's UE or eNodeB address.
+    /// A G-PDU whose TEID is known but whose inner source address is not the tunnel's UE (for
+    /// an IPv6 UE: not in its /64).
     UplinkMismatch,
+    /// A G-PDU whose PDU Session Container names another QoS flow than its tunnel's QFI.
+    QfiMismatch,
+    /// A frame to a broadcast or multicast MAC or IP address on the external port: never
+    /// looked up, never sent over the fabric.
+    Multicast,
     /// Traffic on the access port that is not a G-PDU or an Echo Request (plain IP, other
     /// GTP-U messages).
     NotGpdu,
@@ -72,7 +77,7 @@ pub enum Drop {
 }
 
 /// Number of drop reasons other than the malformed ones.
-pub const N_DROPS: usize = 13;
+pub const N_DROPS: usize = 15;
 
 impl Drop {
     /// Every reason other than `Malformed`, in index order.
@@ -90,6 +95,8 @@ impl Drop {
         Drop::UplinkMismatch,
         Drop::NotGpdu,
         Drop::Host,
+        Drop::QfiMismatch,
+        Drop::Multicast,
     ];
 
     /// A stable name for counters (`malformed` for every malformed reason).
@@ -109,6 +116,8 @@ impl Drop {
             Drop::UplinkMismatch => "uplink_mismatch",
             Drop::NotGpdu => "not_gpdu",
             Drop::Host => "host",
+            Drop::QfiMismatch => "qfi_mismatch",
+            Drop::Multicast => "multicast",
         }
     }
 
@@ -150,6 +159,12 @@ pub struct Counters {
     pub upstream: u64,
     /// ARP requests for this node's addresses answered.
     pub arp_replies: u64,
+    /// ICMP / ICMPv6 errors sent about dropped packets (TTL expired, too big).
+    pub icmp_errors: u64,
+    /// GTP-U Error Indications sent (uplink G-PDUs with an unknown TEID).
+    pub error_indications: u64,
+    /// Error messages not sent because of the engine's rate limit.
+    pub errors_rate_limited: u64,
 }
 
 impl Default for Counters {
@@ -162,6 +177,9 @@ impl Default for Counters {
             echo_replies: 0,
             upstream: 0,
             arp_replies: 0,
+            icmp_errors: 0,
+            error_indications: 0,
+            errors_rate_limited: 0,
         }
     }
 }
@@ -218,6 +236,9 @@ impl Counters {
         self.echo_replies += other.echo_replies;
         self.upstream += other.upstream;
         self.arp_replies += other.arp_replies;
+        self.icmp_errors += other.icmp_errors;
+        self.error_indications += other.error_indications;
+        self.errors_rate_limited += other.errors_rate_limited;
     }
 
     /// Mean fabric crossings of the downstream packets transmitted on the access port.
@@ -283,6 +304,9 @@ impl Counters {
             echo_replies: self.echo_replies,
             upstream: self.upstream,
             arp_replies: self.arp_replies,
+            icmp_errors: self.icmp_errors,
+            error_indications: self.error_indications,
+            errors_rate_limited: self.errors_rate_limited,
         }
     }
 }
@@ -315,4 +339,10 @@ pub struct Report {
     pub upstream: u64,
     /// ARP requests answered.
     pub arp_replies: u64,
+    /// ICMP / ICMPv6 errors sent.
+    pub icmp_errors: u64,
+    /// GTP-U Error Indications sent.
+    pub error_indications: u64,
+    /// Error messages the rate limit held back.
+    pub errors_rate_limited: u64,
 }

@@ -1,6 +1,6 @@
 //! The engine: one node's data path over batches, for any of the three architectures.
 
-use crate::app::{Access, App};
+use crate::app::{Access, App, ErrorReply};
 use crate::counters::{Counters, Drop, PortId};
 use crate::fabric::{self, Kind, Shim};
 use crate::fib::Fib;
@@ -236,8 +236,55 @@ impl From<Arc<LiveSetSep>> for Gpt {
     }
 }
 
+/// The error messages an engine sends per second by default ([`Engine::set_error_rate`]).
+pub const ERROR_RATE: u32 = 100;
+/// The burst of error messages an engine sends at once by default (and before its clock
+/// moves).
+pub const ERROR_BURST: u32 = 100;
+
+/// A token bucket over the time the driver passes in ([`Engine::set_clock`]), in nanotokens.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    per_sec: u64,
+    cap: u64,
+    level: u64,
+    last_ns: u64,
+}
+
+impl Bucket {
+    const ONE: u64 = 1_000_000_000;
+
+    fn new(per_sec: u32, burst: u32) -> Bucket {
+        let cap = u64::from(burst.max(1)) * Self::ONE;
+        Bucket {
+            per_sec: u64::from(per_sec),
+            cap,
+            level: cap,
+            last_ns: 0,
+        }
+    }
+
+    fn advance(&mut self, now_ns: u64) {
+        let dt = now_ns.saturating_sub(self.last_ns);
+        self.last_ns = self.last_ns.max(now_ns);
+        // dt * per_sec tokens per 1e9 ns, i.e. dt * per_sec nanotokens.
+        let add = u128::from(dt) * u128::from(self.per_sec);
+        self.level = (u128::from(self.level) + add).min(u128::from(self.cap)) as u64;
+    }
+
+    fn take(&mut self) -> bool {
+        if self.level >= Self::ONE {
+            self.level -= Self::ONE;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// One node's engine: given a batch that arrived on a port, it fills the output batches.
-/// Sans-IO: no sockets, threads or clocks. One per worker thread.
+/// Sans-IO: no sockets, threads or clocks; the driver passes the time in
+/// ([`Engine::set_clock`]) for the rate limit of error messages. One per worker thread.
 pub struct Engine<A: App> {
     cfg: NodeConfig,
     nodes: u16,
@@ -261,6 +308,7 @@ pub struct Engine<A: App> {
     g_values: Vec<u8>,
     g_found: Vec<bool>,
     arp_buf: [u8; 128],
+    errors: Bucket,
 }
 
 /// Why an engine could not be made.
@@ -355,7 +403,23 @@ impl<A: App> Engine<A> {
             g_values: vec![0; n * vb],
             g_found: vec![false; n],
             arp_buf: [0; 128],
+            errors: Bucket::new(ERROR_RATE, ERROR_BURST),
         })
+    }
+
+    /// The time now, in nanoseconds from any fixed origin (monotonic): the error messages'
+    /// token bucket refills with it. A driver calls it once per loop; an engine whose clock
+    /// never moves sends at most its burst of error messages.
+    pub fn set_clock(&mut self, now_ns: u64) {
+        self.errors.advance(now_ns);
+    }
+
+    /// At most `per_sec` error messages (ICMP errors, GTP-U Error Indications) a second,
+    /// `burst` at once (default [`ERROR_RATE`], [`ERROR_BURST`]); the bucket starts full.
+    pub fn set_error_rate(&mut self, per_sec: u32, burst: u32) {
+        let last = self.errors.last_ns;
+        self.errors = Bucket::new(per_sec, burst);
+        self.errors.last_ns = last;
     }
 
     /// The configuration.
@@ -421,6 +485,7 @@ impl<A: App> Engine<A> {
             PortId::Fabric => self.on_fabric(rx),
             PortId::Ran => self.on_ran(rx),
         }
+        self.error_replies(port, rx);
         self.emit(port, rx, out);
         rx.clear();
     }
@@ -465,10 +530,11 @@ impl<A: App> Engine<A> {
         } else {
             self.app.downstream_key(frame, key, &mut meta)
         };
+        // Kept on a drop too: an error reply reads the offsets.
+        *rx.meta_mut(i) = meta;
         match r {
             Ok(()) => {
                 self.hashes[i] = hash128(key, self.cfg.seed);
-                *rx.meta_mut(i) = meta;
                 Dest::Local
             }
             Err(d) => Dest::Drop(d),
@@ -483,11 +549,21 @@ impl<A: App> Engine<A> {
             self.ingress[i] = me;
             self.dest[i] = if self.arp(rx, i, self.cfg.inet) {
                 Dest::Reply(PortId::Inet)
+            } else if is_group_frame(rx.get(i)) {
+                // Broadcast and multicast never reach the GPT: no other node sees them.
+                Dest::Drop(Drop::Multicast)
             } else {
                 self.key_of(rx, i, false)
             };
         }
-        // Which node holds each key's FIB entry.
+        self.route(rx);
+    }
+
+    /// The frames marked `Local` from the external port (or made by the application for the
+    /// downstream path): which node holds each key's FIB entry, then the FIB stage.
+    fn route(&mut self, rx: &mut PacketBatch) {
+        let n = rx.len();
+        let me = self.cfg.node;
         match self.cfg.arch {
             Arch::FullDup => {}
             Arch::HashPart => {
@@ -573,7 +649,10 @@ impl<A: App> Engine<A> {
     }
 
     fn on_ran(&mut self, rx: &mut PacketBatch) {
+        let me = self.cfg.node;
         for i in 0..rx.len() {
+            self.hops[i] = 0;
+            self.ingress[i] = me;
             self.dest[i] = if self.arp(rx, i, self.cfg.ran) {
                 Dest::Reply(PortId::Ran)
             } else {
@@ -657,6 +736,49 @@ impl<A: App> Engine<A> {
         }
     }
 
+    /// Frames dropped for a reason the application answers become error messages, while the
+    /// rate limit allows: the drop is counted here, the message goes where the application
+    /// says (downstream ones through [`route`](Self::route)).
+    fn error_replies(&mut self, port: PortId, rx: &mut PacketBatch) {
+        let mut downstream = false;
+        for i in 0..rx.len() {
+            let Dest::Drop(why) = self.dest[i] else {
+                continue;
+            };
+            if !self.app.answers(why) {
+                continue;
+            }
+            if !self.errors.take() {
+                self.counters.errors_rate_limited += 1;
+                continue;
+            }
+            let Some(r) = self.app.error_reply(rx, i, port, why) else {
+                continue;
+            };
+            self.counters.drop(port, why);
+            self.dest[i] = match r {
+                ErrorReply::External => {
+                    self.counters.icmp_errors += 1;
+                    Dest::Out(PortId::Inet)
+                }
+                ErrorReply::Access => {
+                    self.counters.error_indications += 1;
+                    Dest::Reply(PortId::Ran)
+                }
+                ErrorReply::Downstream => {
+                    self.counters.icmp_errors += 1;
+                    self.hops[i] = 0;
+                    self.ingress[i] = self.cfg.node;
+                    downstream = true;
+                    self.key_of(rx, i, false)
+                }
+            };
+        }
+        if downstream {
+            self.route(rx);
+        }
+    }
+
     fn emit(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
         let me = self.cfg.node;
         for i in 0..rx.len() {
@@ -714,4 +836,10 @@ impl<A: App> Engine<A> {
             }
         }
     }
+}
+
+/// True for a frame to a group (broadcast or multicast) MAC that is not ARP.
+#[inline]
+fn is_group_frame(f: &[u8]) -> bool {
+    f.len() >= 14 && f[0] & 1 != 0 && f[12..14] != [0x08, 0x06]
 }

@@ -50,6 +50,8 @@
 //!         node: u16::from(i - 1),
 //!         qci: 9,
 //!         ul_teid: 0,
+//!         qfi: 0, // a 5G QoS flow: 1..=63 (downlink G-PDUs then carry a PDU Session Container)
+//!         rqi: false,
 //!     })
 //!     .collect();
 //! // The GPT maps every UE key to its handling node.
@@ -66,7 +68,12 @@
 //!     mine.iter().map(|(k, v)| (&k[..], &v[..])))?;
 //! let uplink = lte::Lte::uplink_table(tunnels.iter().filter(|t| t.node == 0), seed)?;
 //! let app = lte::Lte::new(
-//!     lte::LteConfig { ran_addrs: vec![[10, 1, 0, 1].into(), [10, 1, 1, 1].into()], ran_mtu: 1500 },
+//!     lte::LteConfig {
+//!         ran_addrs: vec![[10, 1, 0, 1].into(), [10, 1, 1, 1].into()],
+//!         ran_mtu: 1500,
+//!         icmp_src: [10, 0, 0, 1].into(),
+//!         icmp_src6: lte::default_icmp_src6(0),
+//!     },
 //!     uplink,
 //! );
 //! let port = |m: u8| PortAddr { mac: [2, 0, 0, 0, m, 0], peer_mac: [2, 0, 0, 0, m, 1], ip: None };

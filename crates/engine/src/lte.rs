@@ -8,29 +8,49 @@
 //! - **FIB value** ([`Tunnel::value`], 16 bytes): TEID (4, big endian), eNodeB IPv4 address
 //!   (4), egress node (2, big endian: the node whose `ran` port serves the eNodeB), QoS class
 //!   identifier (1), the uplink TEID (4, big endian; 0: the same as the downlink TEID, as in
-//!   `flows.csv`), 1 byte of zero. The QCI is carried and reported, not yet applied (no
-//!   scheduler here).
+//!   `flows.csv`), the QoS flow byte (1): 0 for an LTE bearer (no PDU Session Container),
+//!   else `0x80 | RQI << 6 | QFI` for a 5G QoS flow (QFI 1..=63, [`Tunnel::qfi`],
+//!   [`Tunnel::rqi`]). The QCI is carried and reported, not yet applied (no scheduler here).
 //! - **Downstream** (`inet` -> `ran`): the IP packet is encapsulated in IPv4/UDP/GTP-U (TS
 //!   29.281, UDP port 2152, a G-PDU with the tunnel's TEID) from the egress node's `ran`
-//!   address to the eNodeB; outer TTL 64, DF set, UDP checksum 0 (allowed over IPv4); the inner
-//!   TTL (hop limit) is decremented, and a packet with TTL 1 or 0 is dropped ([`Drop::Ttl`]). A
-//!   packet that would exceed the `ran` MTU after the 36 bytes of outer headers is dropped
-//!   ([`Drop::Mtu`]) whatever its DF bit: we do not fragment tunnels (TS 29.281 leaves it to
-//!   the IP layer; a gateway that fragments instead sends ICMP too, which we do not).
+//!   address to the eNodeB; outer TTL 64, DF set, UDP checksum 0 (allowed over IPv4). A 5G
+//!   flow's G-PDUs carry a PDU Session Container (TS 29.281 sec. 5.2.2.7, TS 38.415 sec.
+//!   5.5.2.1: E flag, the optional word with next type 0x85, one 4-byte DL PDU SESSION
+//!   INFORMATION header with the flow's RQI and QFI): 44 bytes of outer headers instead of 36.
+//!   The inner TTL (hop limit) is decremented; a packet that arrives with TTL 1 or 0 is dropped
+//!   ([`Drop::Ttl`]) and answered with ICMP Time Exceeded (ICMPv6 Time Exceeded) out of
+//!   `inet`. A packet that would exceed the `ran` MTU after the outer headers is dropped
+//!   ([`Drop::Mtu`]) and answered with ICMP Destination Unreachable / Fragmentation Needed
+//!   (ICMPv6 Packet Too Big) carrying `ran_mtu` minus the outer headers. We do not fragment
+//!   the outer packet: an IPv4 packet without DF gets the same Fragmentation Needed (RFC 1191
+//!   hosts may ignore it for such packets, and the packet is lost). Broadcast and multicast
+//!   destinations are dropped at ingress ([`Drop::Multicast`]): never looked up, never sent
+//!   over the fabric.
 //! - **Upstream** (`ran` -> `inet`): a G-PDU's TEID must be one of the tunnels this node's
-//!   `ran` port serves ([`Drop::UnknownTeid`]) and its inner source and outer source must be
-//!   that tunnel's UE and eNodeB ([`Drop::UplinkMismatch`]); the inner packet leaves `inet`
-//!   byte for byte as it was tunnelled (the tunnel endpoint does not route it). Outer fragments
-//!   are dropped ([`Drop::OuterFragment`]), other GTP-U messages too ([`Drop::NotGpdu`]).
+//!   `ran` port serves ([`Drop::UnknownTeid`], answered with a GTP-U Error Indication, TS
+//!   29.281 sec. 7.3.1) and its inner source must be that tunnel's UE (IPv4: the address;
+//!   IPv6: its /64 prefix; [`Drop::UplinkMismatch`]). The outer source is not checked (a
+//!   gNB's N3 address need not be the one the control plane knows). A PDU Session Container,
+//!   when present, must name the tunnel's QFI if the tunnel has one ([`Drop::QfiMismatch`]).
+//!   The inner TTL / hop limit is decremented (checksum patched); 1 or 0 is dropped
+//!   ([`Drop::Ttl`]) and answered with ICMP Time Exceeded to the UE, sent down its own
+//!   tunnel like any downstream packet. Otherwise the inner packet leaves `inet` as it was
+//!   tunnelled but for the TTL. Outer fragments are dropped ([`Drop::OuterFragment`]), other
+//!   GTP-U messages too ([`Drop::NotGpdu`]).
+//! - **Error messages** (ICMP, ICMPv6, Error Indications) go through the engine's rate limit
+//!   ([`crate::Engine::set_error_rate`]); ICMP errors quote the packet as RFC 792 / RFC 4443
+//!   ask and come from [`LteConfig::icmp_src`] / [`LteConfig::icmp_src6`] (for an uplink
+//!   packet: the G-PDU's destination, our `ran` address). None answers an ICMP error, a
+//!   non-first fragment or a non-unicast address ([`sb_wire::icmp::error_in_place`]).
 //! - **Path management**: a GTP-U Echo Request on `ran` gets an Echo Response (TS 29.281 sec.
 //!   7.2.2, Recovery IE restart counter 0) back out of `ran`.
 
-use crate::app::{Access, App};
-use crate::counters::Drop;
+use crate::app::{Access, App, ErrorReply};
+use crate::counters::{Drop, PortId};
 use sb_io::{Meta, PacketBatch};
 use sb_wire::{
-    answer_echo_request, gtpu, parse_frame_with, FrameKind, GtpuTunnel, Ipv4Packet, Ipv6Packet,
-    OuterIp, ParseOptions,
+    answer_echo_request, error_in_place, error_indication, gtpu, parse_frame_with, ErrorMessage,
+    FrameKind, GtpuPacket, GtpuTunnel, Ipv4Packet, Ipv6Packet, OuterIp, ParseOptions, PduSession,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -38,10 +58,34 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const KEY_BYTES: usize = 16;
 /// Bytes of a FIB value.
 pub const VALUE_BYTES: usize = 16;
-/// Bytes of an uplink table value: the UE key and the eNodeB address.
-pub const UPLINK_VALUE_BYTES: usize = KEY_BYTES + 4;
+/// Bytes of an uplink table value: the UE key, the eNodeB address and the QoS flow byte (as in
+/// the FIB value).
+pub const UPLINK_VALUE_BYTES: usize = KEY_BYTES + 5;
 /// Outer header bytes a tunnel adds to the IP packet (IPv4 20 + UDP 8 + GTP-U 8).
 pub const TUNNEL_OVERHEAD: usize = 36;
+/// Outer header bytes of a 5G flow's tunnel: [`TUNNEL_OVERHEAD`] + the optional word (4) + the
+/// PDU Session Container (4).
+pub const TUNNEL_OVERHEAD_QFI: usize = 44;
+/// The FIB value's byte of the QoS flow (byte 15).
+pub const QOS_FLOW_BYTE: usize = 15;
+
+/// The QoS flow byte of a FIB value: 0 without a QFI, else `0x80 | RQI << 6 | QFI`.
+pub fn qos_flow_byte(qfi: u8, rqi: bool) -> u8 {
+    if qfi == 0 {
+        0
+    } else {
+        0x80 | (u8::from(rqi) << 6) | (qfi & 0x3f)
+    }
+}
+
+/// The QFI and RQI of a QoS flow byte (`(0, false)`: none).
+pub fn decode_qos_flow(b: u8) -> (u8, bool) {
+    if b & 0x80 == 0 {
+        (0, false)
+    } else {
+        (b & 0x3f, b & 0x40 != 0)
+    }
+}
 
 /// The first 12 bytes of every IPv4 UE address's key (IPv4-mapped IPv6, `::ffff:a.b.c.d`).
 pub const IPV4_KEY_PREFIX: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
@@ -80,6 +124,11 @@ pub struct Tunnel {
     /// The TEID upstream G-PDUs carry (ours: PFCP allocates it apart from the eNodeB's), or 0
     /// for the same as `teid`.
     pub ul_teid: u32,
+    /// The 5G QoS flow identifier (1..=63; PFCP's QER QFI), or 0 for an LTE bearer: downlink
+    /// G-PDUs then carry no PDU Session Container and uplink ones are not checked for one.
+    pub qfi: u8,
+    /// Reflective QoS indication, sent in the downlink container (meaningful with a QFI).
+    pub rqi: bool,
 }
 
 impl Tunnel {
@@ -96,6 +145,7 @@ impl Tunnel {
         v[8..10].copy_from_slice(&self.node.to_be_bytes());
         v[10] = self.qci;
         v[11..15].copy_from_slice(&self.ul_teid.to_be_bytes());
+        v[QOS_FLOW_BYTE] = qos_flow_byte(self.qfi, self.rqi);
         v
     }
 
@@ -113,7 +163,8 @@ impl Tunnel {
     pub fn uplink_entry(&self) -> ([u8; 4], [u8; UPLINK_VALUE_BYTES]) {
         let mut v = [0u8; UPLINK_VALUE_BYTES];
         v[..KEY_BYTES].copy_from_slice(&self.key());
-        v[KEY_BYTES..].copy_from_slice(&self.enb.octets());
+        v[KEY_BYTES..KEY_BYTES + 4].copy_from_slice(&self.enb.octets());
+        v[KEY_BYTES + 4] = qos_flow_byte(self.qfi, self.rqi);
         (self.uplink_teid().to_be_bytes(), v)
     }
 
@@ -124,6 +175,7 @@ impl Tunnel {
             Some(b) => u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
             None => 0,
         };
+        let (qfi, rqi) = decode_qos_flow(value.get(QOS_FLOW_BYTE).copied().unwrap_or(0));
         Tunnel {
             ue: key_addr(key),
             teid,
@@ -131,6 +183,8 @@ impl Tunnel {
             node,
             qci,
             ul_teid,
+            qfi,
+            rqi,
         }
     }
 }
@@ -219,6 +273,8 @@ pub fn read_flows(text: &str, nodes: usize) -> Result<Vec<Tunnel>, FlowsError> {
             node,
             qci,
             ul_teid: 0,
+            qfi: 0,
+            rqi: false,
         });
     }
     Ok(out)
@@ -229,8 +285,45 @@ pub fn read_flows(text: &str, nodes: usize) -> Result<Vec<Tunnel>, FlowsError> {
 pub struct LteConfig {
     /// The `ran` (S1-U) address of every node: the outer source of the tunnels it serves.
     pub ran_addrs: Vec<Ipv4Addr>,
-    /// The largest IP packet the `ran` link carries (its MTU, 1500 on Ethernet).
+    /// The largest IP packet the `ran` link carries (its MTU: 1500 on plain Ethernet, 9000 on
+    /// the jumbo N3 links `cluster up` makes, so a 1500-byte packet fits with its tunnel).
     pub ran_mtu: usize,
+    /// The source address of the ICMP errors about downstream packets (this node's `inet`
+    /// address).
+    pub icmp_src: Ipv4Addr,
+    /// The source address of ICMPv6 errors ([`default_icmp_src6`] unless configured).
+    pub icmp_src6: Ipv6Addr,
+}
+
+/// The ICMPv6 source address of node `node` when none is configured: `fd73:6200::{node + 1}`,
+/// in a unique local prefix of ours (the topology has no IPv6 addresses).
+pub fn default_icmp_src6(node: u16) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd73, 0x6200, 0, 0, 0, 0, 0, node.wrapping_add(1))
+}
+
+/// The length of the IP packet at the start of `ip` from its header (`None` if its header or
+/// that length does not fit).
+fn ip_len(ip: &[u8]) -> Option<usize> {
+    let n = match ip.first()? >> 4 {
+        4 => usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])),
+        6 => 40 + usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?])),
+        _ => return None,
+    };
+    (n <= ip.len()).then_some(n)
+}
+
+/// Writes an Ethernet header for the IP packet at `buf[s..s + n]` (MACs zero: the engine sets
+/// them) and returns the frame's start.
+fn ethernet_before(buf: &mut [u8], s: usize) -> Option<usize> {
+    let e = s.checked_sub(14)?;
+    let et: u16 = if buf.get(s)? >> 4 == 6 {
+        0x86DD
+    } else {
+        0x0800
+    };
+    buf[e..e + 12].fill(0);
+    buf[e + 12..e + 14].copy_from_slice(&et.to_be_bytes());
+    Some(e)
 }
 
 /// The LTE packet forwarding engine.
@@ -300,11 +393,18 @@ impl App for Lte {
         let FrameKind::Ip(ip) = p.kind else {
             return Err(Drop::NotIp);
         };
+        let group = match ip.dst_addr {
+            IpAddr::V4(a) => a.is_multicast() || a.is_broadcast(),
+            IpAddr::V6(a) => a.is_multicast(),
+        };
+        if group {
+            return Err(Drop::Multicast);
+        }
+        meta.user = ip.offset as u32 | (ip.packet.len() as u32) << 16;
         if ip.ttl <= 1 {
             return Err(Drop::Ttl);
         }
         key.copy_from_slice(&ue_key(ip.dst_addr));
-        meta.user = ip.offset as u32 | (ip.packet.len() as u32) << 16;
         Ok(())
     }
 
@@ -333,6 +433,7 @@ impl App for Lte {
         if len < 20 || 14 + len > frame.len() {
             return Err(Drop::InvalidFabric);
         }
+        meta.user = 14 | (len as u32) << 16;
         if ttl <= 1 {
             return Err(Drop::Ttl);
         }
@@ -348,9 +449,18 @@ impl App for Lte {
 
     fn apply(&mut self, batch: &mut PacketBatch, i: usize, value: &[u8]) -> Result<(), Drop> {
         let (teid, enb, node, _qci) = decode_value(value);
+        let (qfi, rqi) = decode_qos_flow(value[QOS_FLOW_BYTE]);
+        let overhead = if qfi == 0 {
+            TUNNEL_OVERHEAD
+        } else {
+            TUNNEL_OVERHEAD_QFI
+        };
         let user = batch.meta(i).user;
         let (off, ip_len) = ((user & 0xffff) as usize, (user >> 16) as usize);
-        if ip_len + TUNNEL_OVERHEAD > self.cfg.ran_mtu {
+        if ip_len + overhead > self.cfg.ran_mtu {
+            // For the error reply: the largest packet that fits, where the length was.
+            let mtu = self.cfg.ran_mtu.saturating_sub(overhead).min(0xffff) as u32;
+            batch.meta_mut(i).user = user & 0xffff | mtu << 16;
             return Err(Drop::Mtu);
         }
         let src = *self
@@ -377,12 +487,15 @@ impl App for Lte {
                 p.set_hop_limit(h - 1);
             }
         }
-        let t = GtpuTunnel::new(
-            sb_wire::EthernetAddress([0; 6]),
-            sb_wire::EthernetAddress([0; 6]),
-            OuterIp::V4 { src, dst: enb },
-            teid,
-        );
+        let t = GtpuTunnel {
+            pdu_session: (qfi != 0).then(|| PduSession::downlink(qfi, rqi)),
+            ..GtpuTunnel::new(
+                sb_wire::EthernetAddress([0; 6]),
+                sb_wire::EthernetAddress([0; 6]),
+                OuterIp::V4 { src, dst: enb },
+                teid,
+            )
+        };
         let s = t
             .encap_in_place(buf, ip_start, ip_len)
             .map_err(|_| Drop::NoRoom)?;
@@ -419,13 +532,38 @@ impl App for Lte {
                     return Err(Drop::UnknownTeid);
                 }
                 let ue = &v[..KEY_BYTES];
-                let enb = Ipv4Addr::new(v[16], v[17], v[18], v[19]);
-                if ue != ue_key(inner.src_addr) || g.outer.src_addr != IpAddr::V4(enb) {
+                let src = ue_key(inner.src_addr);
+                // IPv4: the UE's address; IPv6: its /64 prefix (the UE picks the rest).
+                let same = if inner.is_ipv6() {
+                    ue[..8] == src[..8]
+                } else {
+                    *ue == src
+                };
+                if !same {
                     return Err(Drop::UplinkMismatch);
                 }
-                let (off, len) = (inner.offset, inner.packet.len());
-                let ethertype: u16 = if inner.is_ipv6() { 0x86DD } else { 0x0800 };
+                let (qfi, _) = decode_qos_flow(v[KEY_BYTES + 4]);
+                if qfi != 0 && g.first_ext_type.is_some() {
+                    let c = frame
+                        .get(g.gtpu_offset..)
+                        .and_then(|b| GtpuPacket::new_checked(b).ok())
+                        .and_then(|p| p.pdu_session());
+                    if c.is_some_and(|c| c.qfi != qfi) {
+                        return Err(Drop::QfiMismatch);
+                    }
+                }
+                if inner.ttl <= 1 {
+                    return Err(Drop::Ttl);
+                }
+                let (off, len, v6) = (inner.offset, inner.packet.len(), inner.is_ipv6());
+                let ethertype: u16 = if v6 { 0x86DD } else { 0x0800 };
                 let (buf, start) = batch.buffer_mut(i);
+                let ip = &mut buf[start + off..start + off + len];
+                if v6 {
+                    ip[7] -= 1;
+                } else {
+                    Ipv4Packet::new_unchecked(ip).decrement_ttl();
+                }
                 let s = start + off - 14;
                 buf[s + 12..s + 14].copy_from_slice(&ethertype.to_be_bytes());
                 batch.set_range(i, s, 14 + len);
@@ -433,6 +571,83 @@ impl App for Lte {
             }
             _ => Err(Drop::NotGpdu),
         }
+    }
+
+    fn answers(&self, why: Drop) -> bool {
+        matches!(why, Drop::Ttl | Drop::Mtu | Drop::UnknownTeid)
+    }
+
+    fn error_reply(
+        &mut self,
+        batch: &mut PacketBatch,
+        i: usize,
+        port: PortId,
+        why: Drop,
+    ) -> Option<ErrorReply> {
+        let frame_len = batch.get(i).len();
+        if port == PortId::Ran {
+            let (off, len, src) = {
+                let frame = batch.get(i);
+                let p = parse_frame_with(frame, &ParseOptions::default()).ok()?;
+                let FrameKind::Gtpu(g) = p.kind else {
+                    return None;
+                };
+                if why == Drop::UnknownTeid {
+                    let n = error_indication(frame, &mut self.scratch).ok().flatten()?;
+                    let (buf, start) = batch.buffer_mut(i);
+                    buf.get_mut(start..start + n)?
+                        .copy_from_slice(&self.scratch[..n]);
+                    batch.set_range(i, start, n);
+                    return Some(ErrorReply::Access);
+                }
+                if why != Drop::Ttl {
+                    return None;
+                }
+                let inner = g.inner?;
+                let src = match g.outer.dst_addr {
+                    IpAddr::V4(a) => a,
+                    IpAddr::V6(_) => self.cfg.icmp_src,
+                };
+                (inner.offset, inner.packet.len(), src)
+            };
+            let (buf, start) = batch.buffer_mut(i);
+            let (s, n) = error_in_place(
+                buf,
+                start + off,
+                len,
+                src,
+                self.cfg.icmp_src6,
+                ErrorMessage::TimeExceeded,
+            )
+            .ok()?;
+            let e = ethernet_before(buf, s)?;
+            batch.set_range(i, e, 14 + n);
+            return Some(ErrorReply::Downstream);
+        }
+        let user = batch.meta(i).user;
+        let off = (user & 0xffff) as usize;
+        let msg = match why {
+            Drop::Ttl => ErrorMessage::TimeExceeded,
+            Drop::Mtu => ErrorMessage::TooBig {
+                mtu: (user >> 16) as u16,
+            },
+            _ => return None,
+        };
+        let (buf, start) = batch.buffer_mut(i);
+        let ip_start = start + off;
+        let len = ip_len(buf.get(ip_start..start + frame_len)?)?;
+        let (s, n) = error_in_place(
+            buf,
+            ip_start,
+            len,
+            self.cfg.icmp_src,
+            self.cfg.icmp_src6,
+            msg,
+        )
+        .ok()?;
+        let e = ethernet_before(buf, s)?;
+        batch.set_range(i, e, 14 + n);
+        Some(ErrorReply::External)
     }
 }
 
@@ -453,6 +668,8 @@ mod tests {
                 node: 3,
                 qci: 9,
                 ul_teid: 0,
+                qfi: 0,
+                rqi: false,
             };
             assert_eq!(key_addr(&t.key()), ue);
             // The owners' RIBs leave this prefix out of IPv4 keys, and only those.

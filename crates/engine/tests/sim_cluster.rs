@@ -135,6 +135,8 @@ fn run_arch(arch: Arch) {
     let t0 = &tunnels[0];
     bad.push(downstream(t0.ue, 1_000_001, 1, 20)); // TTL 1
     bad.push(downstream(t0.ue, 1_000_002, 0, 20)); // TTL 0
+                                                   // The IP packets the Time Exceeded messages quote, by TTL.
+    let sent_bad = [ip_of(&bad[21]).to_vec(), ip_of(&bad[20]).to_vec()];
     let mut bad_csum = downstream(t0.ue, 1_000_003, 64, 20);
     bad_csum[14 + 10] ^= 0xff; // IPv4 header checksum
     let truncated = downstream(t0.ue, 1_000_004, 64, 20)[..30].to_vec();
@@ -225,6 +227,35 @@ fn run_arch(arch: Arch) {
     }
     assert_eq!(cn.dropped(Drop::Ttl), 2, "{arch}");
     assert_eq!(cn.dropped(Drop::Mtu), 1, "{arch}");
+    // ... each answered with an ICMP error out of inet: Time Exceeded from the ingress node,
+    // Fragmentation Needed (MTU 1500 - 36) from the node that applied the tunnel.
+    assert_eq!(cn.icmp_errors, 3, "{arch}");
+    let mut icmp: Vec<(u8, u8, u16)> = Vec::new();
+    for (node, out) in c.inet_out.iter_mut().enumerate() {
+        for f in out.drain(..) {
+            assert_eq!(&f[..6], &sim_mac(PortId::Inet, node as u16, true));
+            let p = parse_frame(&f).unwrap();
+            let ip = p.ip().unwrap();
+            assert_eq!(ip.dst_addr, server_for(t0.ue), "{arch}: back to the sender");
+            assert_eq!(ip.src_addr, IpAddr::V4(Ipv4Addr::new(10, 0, node as u8, 1)));
+            let icmp_msg = &ip.packet[20..];
+            assert_eq!(
+                sb_wire::checksum::checksum(icmp_msg),
+                0,
+                "{arch}: ICMP checksum"
+            );
+            if node == 1 && icmp_msg[0] == 11 {
+                assert_eq!(&icmp_msg[8..], &sent_bad[icmp_msg[8 + 8] as usize][..28]);
+            }
+            icmp.push((
+                icmp_msg[0],
+                icmp_msg[1],
+                u16::from_be_bytes([icmp_msg[6], icmp_msg[7]]),
+            ));
+        }
+    }
+    icmp.sort();
+    assert_eq!(icmp, [(3, 4, 1464), (11, 0, 0), (11, 0, 0)], "{arch}");
     assert_eq!(
         cn.dropped(Drop::Malformed(sb_wire::WireError::ALL[0])),
         3,
@@ -251,7 +282,21 @@ fn run_arch(arch: Arch) {
             "{arch}: upstream packets of node {node}"
         );
         for (f, ip) in out.iter().zip(ips) {
-            assert_eq!(&f[14..], &ip[..], "{arch}: upstream byte-identical");
+            // Byte-identical but the TTL (decremented, IPv4 header checksum patched).
+            let got = &f[14..];
+            assert_eq!(got.len(), ip.len());
+            if ip[0] >> 4 == 4 {
+                assert_eq!(
+                    (&got[..8], got[8] + 1, &got[12..]),
+                    (&ip[..8], ip[8], &ip[12..])
+                );
+                assert_eq!(sb_wire::checksum::checksum(&got[..20]), 0, "{arch}");
+            } else {
+                assert_eq!(
+                    (&got[..7], got[7] + 1, &got[8..]),
+                    (&ip[..7], ip[7], &ip[8..])
+                );
+            }
             assert_eq!(&f[..6], &sim_mac(PortId::Inet, *node, true));
         }
     }
@@ -280,7 +325,19 @@ fn run_arch(arch: Arch) {
         2,
         "{arch}: unknown TEID and a TEID of another node"
     );
-    assert_eq!(cn.dropped(Drop::UplinkMismatch), 2, "{arch}");
+    // The outer source is not checked (an N3 address need not be the known one): the
+    // wrong-eNodeB G-PDU is forwarded; the spoofed inner source is not.
+    assert_eq!(cn.dropped(Drop::UplinkMismatch), 1, "{arch}");
+    // Each unknown TEID is answered with a GTP-U Error Indication out of ran.
+    assert_eq!(cn.error_indications, 2, "{arch}");
+    let eis: Vec<&Vec<u8>> = c.ran_out[usize::from(t.node)]
+        .iter()
+        .filter(|f| {
+            matches!(sb_wire::parse_frame(f).map(|p| p.kind),
+                Ok(sb_wire::FrameKind::Gtpu(g)) if g.msg_type == 26)
+        })
+        .collect();
+    assert_eq!(eis.len(), 2, "{arch}");
     assert_eq!(cn.dropped(Drop::NotGpdu), 1, "{arch}");
     assert_eq!(cn.echo_replies, 1);
     let reply = c.ran_out[usize::from(t.node)].last().unwrap();
@@ -430,7 +487,12 @@ fn tunnels_with_their_own_uplink_teid() {
         c.inject(t.node, PortId::Ran, &[good]);
         let out = &c.inet_out[usize::from(t.node)];
         assert_eq!(out.len(), before + 1, "tunnel {i}");
-        assert_eq!(&out.last().unwrap()[14..], &ip[..]);
+        let got = &out.last().unwrap()[14..];
+        let ttl = if ip[0] >> 4 == 4 { 8 } else { 7 };
+        assert_eq!(got[ttl] + 1, ip[ttl], "TTL decremented");
+        // After the TTL (and IPv4's patched header checksum).
+        let rest = if ttl == 8 { 12 } else { 8 };
+        assert_eq!(&got[rest..], &ip[rest..]);
         let unknown = c.counters().dropped(Drop::UnknownTeid);
         let (old, _) = gpdu(t, t.ue, t.enb, t.teid);
         c.inject(t.node, PortId::Ran, &[old]);

@@ -261,6 +261,8 @@ mod tests {
                 node: 1,
                 qci: 9,
                 ul_teid: if i % 2 == 0 { 0 } else { 0x9000 + i },
+                qfi: 0,
+                rqi: false,
             })
             .collect()
     }

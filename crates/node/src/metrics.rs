@@ -48,6 +48,9 @@
 //! | `scalebricks_fabric_crossings` | histogram | `le` 0, 1, 2, +Inf | downstream packets sent on N3 by how often they crossed the fabric (the `+Inf` bucket holds 3 or more, counted as 3 in `_sum`) |
 //! | `scalebricks_gtpu_echo_responses_total` | counter | | GTP-U Echo Responses sent |
 //! | `scalebricks_arp_replies_total` | counter | | ARP requests for the node's addresses answered |
+//! | `scalebricks_icmp_errors_total` | counter | | ICMP / ICMPv6 errors sent (TTL expired, packet too big) |
+//! | `scalebricks_gtpu_error_indications_total` | counter | | GTP-U Error Indications sent (unknown uplink TEIDs) |
+//! | `scalebricks_errors_rate_limited_total` | counter | | error messages the engine's rate limit held back |
 //!
 //! Ports (the packet sockets' own statistics, summed over the workers):
 //!
@@ -438,6 +441,27 @@ fn data_plane(enc: &mut DescriptorEncoder, c: &Counters) -> Result<(), std::fmt:
         "ARP requests for this node's addresses answered.",
         Counter,
         one(c.arp_replies),
+    )?;
+    family(
+        enc,
+        "scalebricks_icmp_errors",
+        "ICMP / ICMPv6 errors sent about dropped packets (TTL expired, too big).",
+        Counter,
+        one(c.icmp_errors),
+    )?;
+    family(
+        enc,
+        "scalebricks_gtpu_error_indications",
+        "GTP-U Error Indications sent (uplink G-PDUs with an unknown TEID).",
+        Counter,
+        one(c.error_indications),
+    )?;
+    family(
+        enc,
+        "scalebricks_errors_rate_limited",
+        "Error messages (ICMP, Error Indications) the rate limit held back.",
+        Counter,
+        one(c.errors_rate_limited),
     )
 }
 
@@ -1001,6 +1025,9 @@ mod tests {
         "scalebricks_fabric_crossings",
         "scalebricks_gtpu_echo_responses",
         "scalebricks_arp_replies",
+        "scalebricks_icmp_errors",
+        "scalebricks_gtpu_error_indications",
+        "scalebricks_errors_rate_limited",
         "scalebricks_port_bytes",
         "scalebricks_port_dropped_packets",
         "scalebricks_port_errors",
@@ -1027,7 +1054,7 @@ mod tests {
     ];
 
     /// Families present without control status, log size or PFCP counts.
-    const ALWAYS: usize = 16;
+    const ALWAYS: usize = 19;
 
     fn workers() -> Vec<Counters> {
         let mut a = Counters::default();
@@ -1320,9 +1347,9 @@ mod tests {
         for (k, v) in want {
             assert_eq!(s.get(k).map(String::as_str), Some(v), "{k} in\n{text}");
         }
-        // 12 named reasons (`host` is not a drop) and `malformed` per port; every parser error.
+        // 14 named reasons (`host` is not a drop) and `malformed` per port; every parser error.
         let n = |p: &str| s.keys().filter(|k| k.starts_with(p)).count();
-        assert_eq!(n("scalebricks_dropped_packets_total{"), 3 * 13);
+        assert_eq!(n("scalebricks_dropped_packets_total{"), 3 * 15);
         assert_eq!(n("scalebricks_malformed_packets_total{"), WireError::COUNT);
         assert_eq!(n("fivegs_upffunction_sm_n4sessionestabfail_total{"), 2);
         // Each port's drops by reason sum to its drops.

@@ -253,6 +253,13 @@ pub fn make_engine(cfg: &NodeFile, t: &Tables) -> Result<Engine<Lte>, NodeError>
         LteConfig {
             ran_addrs: cfg.ran_addrs.clone(),
             ran_mtu: cfg.ran_mtu,
+            // ICMP errors come from the node's inet address (its ran address if it has none).
+            icmp_src: cfg
+                .inet
+                .ip
+                .or(cfg.ran_addrs.get(usize::from(cfg.node)).copied())
+                .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+            icmp_src6: sb_engine::lte::default_icmp_src6(cfg.node),
         },
         t.uplink.clone(),
     );
@@ -283,7 +290,10 @@ pub fn drive<A: App>(
     let mut out = Outputs::new(batch, buf_size);
     let mut ready = Vec::with_capacity(3);
     let mut since_publish = 0u32;
+    let t0 = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        // The engine's clock (its error messages' rate limit), once per loop.
+        engine.set_clock(t0.elapsed().as_nanos() as u64);
         let mut busy = false;
         for (pi, port) in PortId::ALL.into_iter().enumerate() {
             if ports[pi].rx_batch(&mut rx) == 0 {
