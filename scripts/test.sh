@@ -135,6 +135,7 @@ if want fuzz; then
         (cd fuzz && cargo +nightly fuzz build)
 
         mapfile -t targets < <(cd fuzz && cargo +nightly fuzz list)
+        [ ${#targets[@]} -gt 0 ] || { echo "cargo fuzz list found no targets in fuzz/"; exit 1; }
         step fuzz "fuzz targets, ${#targets[@]} of them, ${FUZZ_SECONDS}s each, ${FUZZ_JOBS} at a time"
         logs=$(mktemp -d)
         running=0
