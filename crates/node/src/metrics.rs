@@ -831,7 +831,7 @@ where
     Ok(())
 }
 
-/// The fuzz target's entry (`crates/node/fuzz`, target `metrics_input`): `data` as a request
+/// The fuzz target's entry (`fuzz/`, target `metrics_input`): `data` as a request
 /// head, as an `Accept` header, and, if it is JSON, as the control status of a snapshot to
 /// encode. Panics only if one of them does.
 #[doc(hidden)]

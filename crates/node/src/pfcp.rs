@@ -125,7 +125,13 @@ pub fn cause_name(c: u8) -> String {
 
 /// The FIB entry of a UE address's forwarding at `node`, when it has a downlink tunnel.
 fn tunnel(ue: IpAddr, node: u16, f: &UeFib) -> Option<Tunnel> {
-    let (teid, enb) = f.down?;
+    if f.is_empty() {
+        return None;
+    }
+    // An uplink before the gNB's tunnel is known (an establishment, or a session whose
+    // downlink is idle): the entry's downlink TEID and gNB are 0, which the engine drops
+    // ([`sb_engine::Drop::NoTunnel`]) while the uplink forwards.
+    let (teid, enb) = f.down.unwrap_or((0, Ipv4Addr::UNSPECIFIED));
     Some(Tunnel {
         ue,
         teid,
@@ -133,7 +139,7 @@ fn tunnel(ue: IpAddr, node: u16, f: &UeFib) -> Option<Tunnel> {
         node,
         qci: 9,
         ul_teid: f.up.unwrap_or(0),
-        qfi: 0,
+        qfi: f.qfi,
         rqi: false,
     })
 }
@@ -691,6 +697,7 @@ mod tests {
         UeFib {
             down: Some((teid, enb)),
             up: (ul != 0).then_some(ul),
+            qfi: 0,
         }
     }
 
@@ -784,17 +791,31 @@ mod tests {
         let (op, t) = sent(&mut c);
         assert_eq!(op, Op::Change);
         assert_eq!((t.teid, t.ul_teid), (0x100, 0));
-        // The downlink alone goes: the entry goes.
-        let down = change(
-            ue,
-            fwd(0x100, enb, 0x0200_0002),
-            UeFib {
-                down: None,
-                up: Some(0x0200_0002),
-            },
-        );
+        // The downlink alone goes (idle): the entry stays for the uplink, without a tunnel.
+        let idle = UeFib {
+            down: None,
+            up: Some(0x0200_0002),
+            qfi: 0,
+        };
+        let down = change(ue, fwd(0x100, enb, 0x0200_0002), idle);
         assert_eq!(c.apply(Token(4), &[], &down), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!(op, Op::Change);
+        assert_eq!((t.teid, t.enb), (0, Ipv4Addr::UNSPECIFIED));
+        assert_eq!(t.uplink_teid(), 0x0200_0002);
+        // Both go: the entry goes.
+        let gone = change(ue, idle, UeFib::default());
+        assert_eq!(c.apply(Token(5), &[], &gone), Ok(Applied::Pending));
         assert_eq!(sent(&mut c).0, Op::Delete);
+        // A QoS flow is the entry's too.
+        let flow = UeFib {
+            qfi: 9,
+            ..fwd(0x100, enb, 0x0200_0002)
+        };
+        let marked = change(ue, UeFib::default(), flow);
+        assert_eq!(c.apply(Token(6), &[], &marked), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!((op, t.qfi), (Op::Insert, 9));
     }
 
     #[test]
@@ -930,22 +951,27 @@ mod tests {
         assert!(c.pending.is_empty());
     }
 
+    /// Uplink forwards from the establishment on: the SMF sends the gNB's tunnel later.
     #[test]
-    fn an_uplink_alone_waits_for_its_downlink() {
+    fn an_uplink_alone_is_installed_before_its_downlink() {
         let mut c = Cluster::new(&spec(), ran(), 0);
         let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 10));
         let up = UeFib {
             down: None,
             up: Some(0x0100_0005),
+            qfi: 0,
         };
         let alone = change(ue, UeFib::default(), up);
-        assert_eq!(c.apply(Token(1), &[], &alone), Ok(Applied::Done));
-        assert!(c.outbox.is_empty() && c.pending.is_empty());
+        assert_eq!(c.apply(Token(1), &[], &alone), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!(op, Op::Insert);
+        assert_eq!((t.teid, t.enb), (0, Ipv4Addr::UNSPECIFIED));
+        assert_eq!(t.uplink_teid(), 0x0100_0005);
         let both = change(ue, up, fwd(9, Ipv4Addr::new(10, 2, 0, 2), 0x0100_0005));
         assert_eq!(c.apply(Token(2), &[], &both), Ok(Applied::Pending));
         let (op, t) = sent(&mut c);
-        assert_eq!(op, Op::Insert);
-        assert_eq!(t.uplink_teid(), 0x0100_0005);
+        assert_eq!(op, Op::Change);
+        assert_eq!((t.teid, t.uplink_teid()), (9, 0x0100_0005));
     }
 
     #[test]

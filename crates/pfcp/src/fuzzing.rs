@@ -1,4 +1,5 @@
-//! The fuzz target's entry point (`crates/pfcp/fuzz`), also run by the property tests.
+//! The fuzz targets' entry points (`fuzz/`: `pfcp_message`, `sdf_filter`), also run by
+//! the property tests.
 
 use crate::ie::{NodeId, RecoveryTimeStamp};
 use crate::message::{

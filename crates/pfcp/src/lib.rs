@@ -5,7 +5,7 @@
 //! - [`message`]: the header (version 1, S flag, SEID, 24-bit sequence number, message
 //!   priority, FO) and the messages Heartbeat, Association Setup/Update/Release and Session
 //!   Establishment/Modification/Deletion, requests and responses. [`Message::parse`] checks
-//!   every length and never panics (fuzzed: `crates/pfcp/fuzz`, target `pfcp_message`);
+//!   every length and never panics (fuzzed: `fuzz/`, target `pfcp_message`);
 //!   [`Message::to_bytes`] refuses values their fields cannot hold. Unknown IEs are skipped,
 //!   except inside a PDI, QER or URR, where they are kept ([`RawIe`]) so that the endpoint can
 //!   refuse what it would otherwise ignore.
@@ -117,7 +117,7 @@
 //!     upf.sessions_impl().0,
 //!     [FibChange::SetDownlink { ue: IpAddr::V4(ue), teid: 0x1000, peer: Ipv4Addr::new(192, 168, 1, 10), node: 0 }]
 //! );
-//! let after = UeFib { down: Some((0x1000, Ipv4Addr::new(192, 168, 1, 10))), up: None };
+//! let after = UeFib { down: Some((0x1000, Ipv4Addr::new(192, 168, 1, 10))), up: None, qfi: 0 };
 //! assert_eq!(
 //!     upf.sessions_impl().1,
 //!     [UeChange { ue: IpAddr::V4(ue), node: 0, before: UeFib::default(), after }]

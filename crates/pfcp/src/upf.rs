@@ -191,6 +191,9 @@ pub struct UeFib {
     pub down: Option<(u32, Ipv4Addr)>,
     /// Uplink: our TEID (the lowest, when several uplink PDRs name the UE address).
     pub up: Option<u32>,
+    /// The session's QoS flow (its QERs' QFI, 1..=63), 0 for none (an LTE session): marked
+    /// in the PDU Session Container of downlink G-PDUs, checked in uplink ones.
+    pub qfi: u8,
 }
 
 impl UeFib {
@@ -447,6 +450,9 @@ pub struct Forwarding {
     pub downlink: VecMap<IpAddr, (u32, Ipv4Addr)>,
     /// Our TEID -> (UE address, peer).
     pub uplink: VecMap<u32, (IpAddr, Option<Ipv4Addr>)>,
+    /// The QFI of the QERs of the session's forwarding PDRs (the first, by PDR id, whose
+    /// QERs name one), 0 for none.
+    pub qfi: u8,
 }
 
 impl Forwarding {
@@ -503,6 +509,7 @@ impl Forwarding {
                 .iter()
                 .find(|(_, (u, _))| u == ue)
                 .map(|(teid, _)| *teid),
+            qfi: self.qfi,
         }
     }
 
@@ -1332,7 +1339,7 @@ impl<S: Sessions> Upf<S> {
     ) -> Option<Message> {
         let token = Token(self.next_token);
         self.next_token += 1;
-        let result = if changes.0.is_empty() {
+        let result = if changes.0.is_empty() && changes.1.is_empty() {
             Ok(Applied::Done)
         } else {
             self.sessions_impl.apply(token, &changes.0, &changes.1)
@@ -2269,6 +2276,7 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
     let mut down: Few<(IpAddr, Ranked<(u32, Ipv4Addr)>)> = Few::new();
     let mut up: Few<(u32, Ranked<IpAddr>)> = Few::new();
     let all_ues = ues_of(rules);
+    let mut qfi = 0;
     for (&id, (p, teid)) in &rules.pdrs {
         let fail = Reject::rule(FailedRuleId::Pdr(id));
         let filter = pdi_filter(p)?;
@@ -2284,6 +2292,9 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
         let mut gate_open = (true, true);
         for q in &p.qer_ids {
             let q = rules.qers.get(&q.0).ok_or(fail)?;
+            if qfi == 0 && p.pdi.source_interface != Interface::CP_FUNCTION {
+                qfi = q.qfi.map_or(0, |Qfi(f)| f);
+            }
             if let Some(g) = q.gate_status {
                 gate_open.0 &= g.ul == 0;
                 gate_open.1 &= g.dl == 0;
@@ -2368,5 +2379,9 @@ fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
         .into_iter()
         .filter_map(|(teid, (_, ue))| ue.map(|ue| (teid, (ue, peer))))
         .collect();
-    Ok(Forwarding { downlink, uplink })
+    Ok(Forwarding {
+        downlink,
+        uplink,
+        qfi,
+    })
 }

@@ -14,6 +14,8 @@ use std::time::Duration;
 struct Cluster {
     down: HashMap<IpAddr, (u32, Ipv4Addr)>,
     up: HashMap<u32, IpAddr>,
+    /// The QoS flow of each UE address as the UE changes say.
+    qfi: HashMap<IpAddr, u8>,
     next: u16,
 }
 
@@ -39,8 +41,11 @@ impl Sessions for Cluster {
         &mut self,
         _: Token,
         changes: &[FibChange],
-        _: &[UeChange],
+        ues: &[UeChange],
     ) -> Result<Applied, Failure> {
+        for u in ues {
+            self.qfi.insert(u.ue, u.after.qfi);
+        }
         for c in changes {
             match *c {
                 FibChange::SetDownlink { ue, teid, peer, .. } => {
@@ -228,6 +233,8 @@ fn open5gs_session_lifecycle() {
     // Uplink forwards from the establishment; downlink waits for the gNB (BUFF|NOCP).
     assert_eq!(upf.sessions_impl().up.get(&teid(2)), Some(&ue));
     assert_eq!(upf.sessions_impl().down.get(&ue), None);
+    // The QER's QFI (1) is the UE's QoS flow.
+    assert_eq!(upf.sessions_impl().qfi.get(&ue), Some(&1));
     modify_steps(&mut upf, "open5gs", seid, ue);
 }
 
@@ -260,6 +267,7 @@ fn free5gc_session_lifecycle() {
     assert_eq!(upf.sessions_impl().down.get(&ue), None);
     let (_, place) = upf.session(seid).unwrap();
     assert_eq!(place.ran, Ipv4Addr::new(10, 3, 0, 1));
+    assert_eq!(upf.sessions_impl().qfi.get(&ue), Some(&1));
     modify_steps(&mut upf, "free5gc", seid, ue);
 }
 

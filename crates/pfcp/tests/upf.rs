@@ -83,6 +83,8 @@ impl Cluster {
                     .filter(|(_, e)| e.0 == c.ue)
                     .map(|(t, _)| *t)
                     .min(),
+                // The QFI is no table's: the UE change carries it.
+                qfi: c.after.qfi,
             };
             assert_eq!(now, c.after, "{c:?}");
             if c.after.is_empty() {
