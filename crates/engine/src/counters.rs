@@ -42,12 +42,14 @@ pub enum Drop {
     /// The GPT sent the packet to this node (or this node itself), but its FIB has no entry:
     /// an unknown key (the GPT answers something for every key) or a stale GPT.
     FibMissAfterGpt,
-    /// IPv4 TTL or IPv6 hop limit of 1 or 0: not forwarded.
+    /// IPv4 TTL or IPv6 hop limit of 1 or 0: not forwarded (the LTE application answers
+    /// with ICMP Time Exceeded, within the engine's error rate).
     Ttl,
     /// The output batch was full.
     NoRoom,
     /// After the tunnel headers, the packet would exceed the access port's MTU (no
-    /// fragmentation: the packet is dropped, as with DF set).
+    /// fragmentation: the packet is dropped, as with DF set, and the LTE application answers
+    /// with ICMP Fragmentation Needed / ICMPv6 Packet Too Big).
     Mtu,
     /// A fragment of an outer GTP-U packet (not reassembled).
     OuterFragment,

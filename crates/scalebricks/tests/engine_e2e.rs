@@ -516,14 +516,26 @@ fn engine_end_to_end(arch: &str, seed: u64) {
     let inner_sent: HashMap<u64, Vec<u8>> = sent_frames
         .iter()
         .zip(&up_sent)
-        .filter(|(_, s)| s["kind"] == "known")
-        .map(|(f, s)| (s["id"].as_u64().unwrap(), parse_tunnelled(f).inner.to_vec()))
+        .filter(|(_, s)| s["kind"] == "known" || s["kind"] == "other_n3")
+        .map(|(f, s)| {
+            // What leaves inet: the inner packet with its TTL decremented (checksum patched).
+            let mut ip = parse_tunnelled(f).inner.to_vec();
+            ip[8] -= 1;
+            ip[10..12].fill(0);
+            let c = ipv4_checksum(&ip[..20]);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            (s["id"].as_u64().unwrap(), ip)
+        })
         .collect();
-    assert_eq!(inner_sent.len(), UP_KNOWN);
+    assert_eq!(inner_sent.len(), UP_KNOWN + 1);
     std::thread::sleep(Duration::from_millis(300));
     let at_inet = inet_cap.stop();
     let at_ran = ran_cap.stop();
-    assert_eq!(at_inet.len(), UP_KNOWN, "decapsulated packets at inet{h}");
+    assert_eq!(
+        at_inet.len(),
+        UP_KNOWN + 1,
+        "decapsulated packets at inet{h}"
+    );
     let mut up_seen = std::collections::HashSet::new();
     for f in &at_inet {
         assert_eq!(
@@ -539,8 +551,9 @@ fn engine_end_to_end(arch: &str, seed: u64) {
         assert_eq!(&f[14..], &inner_sent[&id][..], "upstream packet {id}");
         assert!(up_seen.insert(id), "upstream packet {id} twice");
     }
-    // The Echo Response, back to the request's source port, seen by tshark.
-    assert_eq!(at_ran.len(), 1, "frames at ran{h} after the echo request");
+    // The Echo Response, back to the request's source port, and an Error Indication per
+    // unknown TEID, seen by tshark.
+    assert_eq!(at_ran.len(), 4, "frames at ran{h} after the echo request");
     let rows = tshark_fields(
         &work.join("up-ran.pcap"),
         &[
@@ -550,11 +563,32 @@ fn engine_end_to_end(arch: &str, seed: u64) {
             "ip.src",
             "ip.dst",
             "_ws.malformed",
+            "gtp.teid_data",
         ],
         &decode_as(),
     );
-    assert_eq!(rows.len(), 1);
-    let r = &rows[0];
+    assert_eq!(rows.len(), 4);
+    let mut ei_teids: Vec<String> = rows
+        .iter()
+        .filter(|r| r[0] == "0x1a")
+        .map(|r| {
+            assert!(r[5].is_empty(), "{r:?}");
+            assert_eq!(r[4], "192.0.2.1", "back to the G-PDU's source: {r:?}");
+            r[6].clone()
+        })
+        .collect();
+    ei_teids.sort();
+    let mut unknown_teids: Vec<String> = up_sent
+        .iter()
+        .filter(|s| s["kind"] == "unknown_teid")
+        .map(|s| format!("0x{:08x}", s["teid"].as_u64().unwrap()))
+        .collect();
+    unknown_teids.sort();
+    assert_eq!(ei_teids, unknown_teids, "Error Indications name the TEIDs");
+    let r = rows
+        .iter()
+        .find(|r| r[0] == "0x02")
+        .expect("an Echo Response");
     assert_eq!(r[0], "0x02", "an Echo Response: {r:?}");
     assert_eq!(r[1], "0x004d", "the request's sequence number: {r:?}");
     assert_eq!(r[2], "40000", "{r:?}");
@@ -582,14 +616,15 @@ fn engine_end_to_end(arch: &str, seed: u64) {
         let get = |v: &Value| p.iter().fold(v, |v, k| &v[*k]).as_u64().unwrap_or(0);
         get(e) - get(before)
     };
-    assert_eq!(delta(&["upstream"]), UP_KNOWN as u64, "{e}");
+    assert_eq!(delta(&["upstream"]), UP_KNOWN as u64 + 1, "{e}");
     assert_eq!(delta(&["echo_replies"]), 1, "{e}");
     assert_eq!(delta(&["drops", "unknown_teid"]), 3, "{e}");
-    assert_eq!(delta(&["drops", "uplink_mismatch"]), 2, "{e}");
+    assert_eq!(delta(&["error_indications"]), 3, "{e}");
+    assert_eq!(delta(&["drops", "uplink_mismatch"]), 1, "{e}");
     assert_eq!(delta(&["ports", "ran", "rx"]), UP_KNOWN as u64 + 6, "{e}");
-    assert_eq!(delta(&["ports", "ran", "dropped"]), 5, "{e}");
-    assert_eq!(delta(&["ports", "inet", "tx"]), UP_KNOWN as u64, "{e}");
-    assert_eq!(delta(&["ports", "ran", "tx"]), 1, "{e}");
+    assert_eq!(delta(&["ports", "ran", "dropped"]), 4, "{e}");
+    assert_eq!(delta(&["ports", "inet", "tx"]), UP_KNOWN as u64 + 1, "{e}");
+    assert_eq!(delta(&["ports", "ran", "tx"]), 4, "{e}");
     for (i, n) in after.iter().enumerate() {
         assert_eq!(n["running"], true, "node {i}");
     }
@@ -703,12 +738,14 @@ fn kernel_tcp_syns_arrive_tunnelled_with_a_valid_checksum() {
     ok(&c.down(), "cluster down");
 }
 
-/// The largest packet the RAN link carries after encapsulation (1464 bytes of IP: 1500 with
-/// the 36 tunnel bytes) arrives however many fabric crossings it makes; one byte more is
-/// dropped and counted (`mtu`). Per architecture, into the node that does not serve the UE.
+/// A full-size Internet packet (1500 bytes of IP, the `inet` MTU) reaches the gNB whole over
+/// the jumbo `ran` link (1536 bytes of outer IP), however many fabric crossings it makes, and
+/// nothing is dropped for its size; a packet whose TTL runs out at the ingress node is answered
+/// with an ICMP Time Exceeded back at its sender, which tshark finds well formed (checksum
+/// good, quoting the packet). Per architecture, into the node that does not serve the UE.
 #[test]
-fn the_largest_tunnelled_packet_crosses_the_fabric_in_every_architecture() {
-    if !can_run_engine("the_largest_tunnelled_packet_crosses_the_fabric_in_every_architecture") {
+fn full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded() {
+    if !can_run_engine("full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded") {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -725,19 +762,29 @@ fn the_largest_tunnelled_packet_crosses_the_fabric_in_every_architecture() {
         );
         wait_links_up(&c);
         let desc = c.description();
+        assert_eq!(
+            desc["nodes"][1]["ran"]["local"]["mtu"], 9000,
+            "a jumbo N3 link"
+        );
         let flow = c.flows().into_iter().find(|f| f.node == 1).unwrap();
         let cap = Capture::start(
             &format!("{}-ran1", c.prefix),
             "eth0",
             "in",
-            c._tmp.path().join("mtu.pcap"),
+            c._tmp.path().join("big.pcap"),
+        );
+        let back = Capture::start(
+            &format!("{}-inet0", c.prefix),
+            "eth0",
+            "in",
+            c._tmp.path().join("icmp.pcap"),
         );
         let n0 = &desc["nodes"][0]["inet"];
         let script = format!(
-            "from scapy.all import *\nfor n in (1400, 1464, 1465):\n    sendp(Ether(dst='{}', src='{}') / IP(src='198.51.100.1', dst='{}') / UDP(sport=41000, dport=5000) / Raw(b'x' * (n - 28)), iface='eth0', verbose=False)\n",
+            "from scapy.all import *\nl2 = Ether(dst='{}', src='{}')\nfor n in (1400, 1500):\n    sendp(l2 / IP(src='198.51.100.1', dst='{ue}', flags='DF') / UDP(sport=41000, dport=5000) / Raw(bytes([n % 251]) * (n - 28)), iface='eth0', verbose=False)\nsendp(l2 / IP(src='198.51.100.1', dst='{ue}', ttl=1) / UDP(sport=41001, dport=5000) / Raw(b'ttl' * 10), iface='eth0', verbose=False)\n",
             n0["local"]["mac"].as_str().unwrap(),
             n0["peer"]["mac"].as_str().unwrap(),
-            flow.ue
+            ue = flow.ue
         );
         let o = run_prog(
             "ip",
@@ -757,20 +804,60 @@ fn the_largest_tunnelled_packet_crosses_the_fabric_in_every_architecture() {
             u(&ns[0]["engine"]["ports"]["inet"]["rx"]) == 3
         });
         std::thread::sleep(Duration::from_millis(300));
-        let got: Vec<usize> = cap
-            .stop()
+        let frames = cap.stop();
+        let got: Vec<usize> = frames
             .iter()
             .map(|f| parse_tunnelled(f).inner.len())
             .collect();
+        // Intact: the payload bytes the sender wrote, after the inner IP and UDP headers.
+        let intact = frames.iter().all(|f| {
+            let inner = parse_tunnelled(f).inner;
+            inner[28..]
+                .iter()
+                .all(|&b| usize::from(b) == inner.len() % 251)
+        });
         let mtu: u64 = st.iter().map(|n| u(&n["engine"]["drops"]["mtu"])).sum();
+        let icmp: u64 = st.iter().map(|n| u(&n["engine"]["icmp_errors"])).sum();
         let fabric_errors: u64 = st
             .iter()
             .map(|n| u(&n["ports"]["fabric"]["tx_errors"]) + u(&n["ports"]["fabric"]["tx_dropped"]))
             .sum();
-        eprintln!("{arch}: ran1 got inner lengths {got:?}, mtu drops {mtu}, fabric tx errors+drops {fabric_errors}");
-        if got != [1400, 1464] || mtu != 1 || fabric_errors != 0 {
+        back.stop();
+        let rows = tshark_fields(
+            &c._tmp.path().join("icmp.pcap"),
+            &[
+                "icmp.type",
+                "icmp.code",
+                "icmp.checksum.status",
+                "ip.src",
+                "ip.dst",
+                "udp.srcport",
+                "_ws.malformed",
+            ],
+            &[],
+        );
+        // The error from node 0's inet address to the sender, quoting the packet (its
+        // addresses and UDP port are the second occurrences).
+        let want_row: Vec<String> = [
+            "11".to_string(),
+            "0".into(),
+            "1".into(),
+            "10.1.0.1,198.51.100.1".into(),
+            format!("198.51.100.1,{}", flow.ue),
+            "41001".into(),
+            "".into(),
+        ]
+        .to_vec();
+        eprintln!("{arch}: ran1 got inner lengths {got:?} (intact {intact}), mtu drops {mtu}, icmp errors {icmp}, fabric tx errors+drops {fabric_errors}, at inet0: {rows:?}");
+        if got != [1400, 1500]
+            || !intact
+            || mtu != 0
+            || icmp != 1
+            || fabric_errors != 0
+            || rows != [want_row.clone()]
+        {
             failures.push(format!(
-                "{arch}: ran1 got inner lengths {got:?} (want [1400, 1464]), mtu drops {mtu} (want 1), fabric tx errors+drops {fabric_errors} (want 0)"
+                "{arch}: ran1 got inner lengths {got:?} (want [1400, 1500]), intact {intact}, mtu drops {mtu} (want 0), icmp errors {icmp} (want 1), fabric tx errors+drops {fabric_errors} (want 0), tshark at inet0 {rows:?} (want [{want_row:?}])"
             ));
         }
         ok(&c.down(), "cluster down");

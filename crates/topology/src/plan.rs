@@ -33,7 +33,9 @@
 //! [`Description::control`]. The engine never sees this network: its ports are `inet`, `ran`
 //! and `fabric`, and `ctl` belongs to the node's kernel.
 //!
-//! MTUs: the `inet`, `ran` and `ctl` links carry ordinary 1500-byte packets ([`EDGE_MTU`]); the fabric
+//! MTUs: the `inet` and `ctl` links carry ordinary 1500-byte packets ([`EDGE_MTU`]); the `ran`
+//! links (N3/S1-U) take [`RAN_MTU`] = 9000, as operators configure N3, so a full 1500-byte
+//! Internet packet plus its 36-44 bytes of GTP-U tunnel headers reaches the gNB whole; the fabric
 //! links (each node's `fabric`, its bridge port and `br0`) take [`FABRIC_MTU`] = 9000, so a frame
 //! that gained a fabric shim or a GTP-U tunnel header (up to ~100 bytes) still crosses the
 //! fabric. Every veth end has its checksum and segmentation offloads off (see [`crate::up`]).
@@ -49,8 +51,12 @@ use crate::TopoError;
 /// Most nodes a plan supports (the third octet of the link subnets and the fabric host part).
 pub const MAX_NODES: usize = 250;
 
-/// MTU of the `inet` and `ran` links (and of old descriptions that did not record one).
+/// MTU of the `inet` and `ctl` links (and of old descriptions that did not record one).
 pub const EDGE_MTU: u32 = 1500;
+
+/// MTU of the `ran` links (N3 / S1-U, both ends): jumbo frames, so a full-size Internet packet
+/// fits with its tunnel headers (the node's `ran_mtu` follows it).
+pub const RAN_MTU: u32 = 9000;
 
 /// MTU of the fabric links and the bridge: room for a shim or tunnel header on a full-size packet.
 pub const FABRIC_MTU: u32 = 9000;
@@ -444,10 +450,12 @@ pub fn plan(
                 local: iface(&node_ns, "inet", mac(1, i), Some(format!("10.1.{i}.1/24"))),
                 peer: iface(&inet_ns, "eth0", mac(4, i), Some(format!("10.1.{i}.2/24"))),
             };
-            let ran = Link {
+            let mut ran = Link {
                 local: iface(&node_ns, "ran", mac(2, i), Some(format!("10.2.{i}.1/24"))),
                 peer: iface(&ran_ns, "eth0", mac(5, i), Some(format!("10.2.{i}.2/24"))),
             };
+            ran.local.mtu = RAN_MTU;
+            ran.peer.mtu = RAN_MTU;
             let fabric = Link {
                 local: iface(
                     &node_ns,
@@ -563,8 +571,11 @@ mod tests {
         assert_eq!(a.nodes[3].fabric.local.addr.as_deref(), Some("10.0.0.4/24"));
         assert_eq!(a.nodes[2].inet.peer.mac.to_string(), "02:73:62:04:00:02");
         for n in &a.nodes {
-            for f in [&n.inet.local, &n.inet.peer, &n.ran.local, &n.ran.peer] {
+            for f in [&n.inet.local, &n.inet.peer] {
                 assert_eq!(f.mtu, EDGE_MTU, "{f:?}");
+            }
+            for f in [&n.ran.local, &n.ran.peer] {
+                assert_eq!(f.mtu, RAN_MTU, "{f:?}");
             }
             assert_eq!(
                 (n.fabric.local.mtu, n.fabric.peer.mtu),

@@ -270,7 +270,7 @@ fn a_pre_existing_empty_dir_is_kept_and_foreign_files_refused() {
 #[test]
 fn links_have_offloads_off_and_planned_mtus() {
     use sb_io::netns::{in_netns, mtu, offloads, set_offloads, Offloads};
-    use sb_topology::plan::{EDGE_MTU, FABRIC_MTU};
+    use sb_topology::plan::{EDGE_MTU, FABRIC_MTU, RAN_MTU};
     if !can_run("links_have_offloads_off_and_planned_mtus") {
         return;
     }
@@ -288,6 +288,8 @@ fn links_have_offloads_off_and_planned_mtus() {
         assert_eq!(in_netns(&i.netns, || mtu(&i.name)).unwrap().unwrap(), i.mtu);
         let want = if i.name == "fabric" || i.netns == d.switch.netns {
             FABRIC_MTU
+        } else if i.name == "ran" || i.netns.contains("-ran") {
+            RAN_MTU
         } else {
             EDGE_MTU
         };

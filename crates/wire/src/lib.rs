@@ -27,7 +27,10 @@
 //! - Building: [`PacketBuilder`] (Ethernet + IPv4/6 + UDP/TCP around a payload in place),
 //!   [`GtpuTunnel`] (encapsulation in place, or copying), [`decapsulate`], and the two
 //!   responders a node needs: [`answer_request`] (ARP for its own addresses) and
-//!   [`answer_echo_request`] (GTP-U echo).
+//!   [`answer_echo_request`] (GTP-U echo); the error messages: [`error_in_place`] (ICMP Time
+//!   Exceeded, Fragmentation Needed, ICMPv6 Packet Too Big, written in front of the packet they
+//!   quote) and [`error_indication`] (GTP-U, for an unknown TEID). A 5G flow's PDU Session
+//!   Container: [`PduSession`], [`GtpuTunnel::pdu_session`], [`GtpuPacket::pdu_session`].
 //! - [`fuzzing`]: the entry points the cargo-fuzz targets and the random-bytes property tests
 //!   share.
 //!

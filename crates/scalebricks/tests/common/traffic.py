@@ -130,12 +130,14 @@ def up(flows_csv, cluster_json, outdir, node, seed, known):
         frames.append(gpdu("192.0.2.1", teid, ip))
         sent.append({"id": pid, "kind": "unknown_teid", "teid": teid})
         pid += 1
-    # A known TEID with the wrong inner source, and with the wrong eNodeB: uplink_mismatch.
+    # A known TEID with the wrong inner source (uplink_mismatch), and from another N3 address
+    # than the tunnel's eNodeB (forwarded: the outer source is not checked).
     ue, teid, enb, _ = mine[0]
-    wrong_enb = "192.0.2.254" if enb != "192.0.2.254" else "192.0.2.253"
-    for src, e in [("100.64.0.99" if ue != "100.64.0.99" else "100.64.0.98", enb), (ue, wrong_enb)]:
+    other_n3 = "192.0.2.254" if enb != "192.0.2.254" else "192.0.2.253"
+    for src, e, kind in [("100.64.0.99" if ue != "100.64.0.99" else "100.64.0.98", enb, "uplink_mismatch"),
+                         (ue, other_n3, "other_n3")]:
         frames.append(gpdu(e, teid, inner(rng, pid, src, "8.8.8.8", 100, False, 64)))
-        sent.append({"id": pid, "kind": "uplink_mismatch", "teid": teid})
+        sent.append({"id": pid, "kind": kind, "teid": teid})
         pid += 1
     # An Echo Request from an odd source port: the response goes back to it.
     frames.append(l2 / IP(src=me["ran"]["peer"]["addr"].split("/")[0], dst=ran) /
