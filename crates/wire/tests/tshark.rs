@@ -450,13 +450,8 @@ fn tshark_decodes_our_container_icmp_errors_and_error_indication() {
         .collect();
     assert_eq!(rows.len(), frames.len(), "{rows:?}");
     let get = |r: usize, f: &str| rows[r][fields.iter().position(|x| *x == f).unwrap()].clone();
-    for r in 0..rows.len() {
-        assert_eq!(
-            get(r, "_ws.malformed"),
-            "",
-            "frame {r}: malformed: {:?}",
-            rows[r]
-        );
+    for (r, row) in rows.iter().enumerate() {
+        assert_eq!(get(r, "_ws.malformed"), "", "frame {r}: malformed: {row:?}");
     }
     assert_eq!(get(0, "gtp.ext_hdr.pdu_ses_con.qos_flow_id"), "9");
     assert_eq!(get(0, "gtp.ext_hdr.pdu_ses_con.pdu_type"), "0");
