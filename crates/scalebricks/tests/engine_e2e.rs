@@ -864,3 +864,101 @@ fn full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// With the engines' `ran_mtu` below the link's (`cluster up --ran-mtu 1400`), the largest
+/// packet that fits (1364 bytes of IP: 1400 with the 36 tunnel bytes) arrives; one byte more
+/// is dropped (`mtu`) and answered with ICMP Fragmentation Needed naming MTU 1364, back at the
+/// sender, with or without DF (we do not fragment the outer packet), which tshark finds well
+/// formed. ScaleBricks, into the UE's own node (whose inet sends the error).
+#[test]
+fn oversize_packets_get_frag_needed_back_at_the_sender() {
+    if !can_run_engine("oversize_packets_get_frag_needed_back_at_the_sender") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    ok(
+        &c.up_with(
+            2,
+            "user",
+            &["--flows", "100", "--seed", "5", "--ran-mtu", "1400"],
+        ),
+        "cluster up",
+    );
+    wait_links_up(&c);
+    let desc = c.description();
+    let flow = c.flows().into_iter().find(|f| f.node == 1).unwrap();
+    let cap = Capture::start(
+        &format!("{}-ran1", c.prefix),
+        "eth0",
+        "in",
+        c._tmp.path().join("fits.pcap"),
+    );
+    let back = Capture::start(
+        &format!("{}-inet1", c.prefix),
+        "eth0",
+        "in",
+        c._tmp.path().join("frag.pcap"),
+    );
+    let n1 = &desc["nodes"][1]["inet"];
+    let script = format!(
+        "from scapy.all import *\nl2 = Ether(dst='{}', src='{}')\nfor n, f in ((1364, 'DF'), (1365, 'DF'), (1365, 0)):\n    sendp(l2 / IP(src='198.51.100.7', dst='{}', flags=f) / UDP(sport=42000 + n % 2 + (f == 0), dport=5000) / Raw(b'y' * (n - 28)), iface='eth0', verbose=False)\n",
+        n1["local"]["mac"].as_str().unwrap(),
+        n1["peer"]["mac"].as_str().unwrap(),
+        flow.ue
+    );
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &format!("{}-inet1", c.prefix),
+            PY,
+            "-c",
+            &script,
+        ],
+        Duration::from_secs(30),
+    );
+    ok(&o, "scapy");
+    let st = settled(&c, "frag", false, |ns| {
+        u(&ns[1]["engine"]["ports"]["inet"]["rx"]) == 3
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let got: Vec<usize> = cap
+        .stop()
+        .iter()
+        .map(|f| parse_tunnelled(f).inner.len())
+        .collect();
+    back.stop();
+    assert_eq!(got, [1364], "what reached ran1");
+    assert_eq!(u(&st[1]["engine"]["drops"]["mtu"]), 2, "{}", st[1]);
+    assert_eq!(u(&st[1]["engine"]["icmp_errors"]), 2, "{}", st[1]);
+    let rows = tshark_fields(
+        &c._tmp.path().join("frag.pcap"),
+        &[
+            "icmp.type",
+            "icmp.code",
+            "icmp.mtu",
+            "icmp.checksum.status",
+            "ip.src",
+            "ip.dst",
+            "udp.srcport",
+            "_ws.malformed",
+        ],
+        &[],
+    );
+    let want = |port: u16| -> Vec<String> {
+        vec![
+            "3".into(),
+            "4".into(),
+            "1364".into(),
+            "1".into(),
+            "10.1.1.1,198.51.100.7".into(),
+            format!("198.51.100.7,{}", flow.ue),
+            port.to_string(),
+            String::new(),
+        ]
+    };
+    assert_eq!(rows, [want(42001), want(42002)], "tshark at inet1");
+    ok(&c.down(), "cluster down");
+}

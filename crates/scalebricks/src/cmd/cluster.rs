@@ -114,6 +114,11 @@ pub struct UpArgs {
     /// the initial flows, at least 65536].
     #[arg(long)]
     capacity: Option<u64>,
+    /// The largest IP packet the engines send on `ran` (576-9000) [default: the ran link's
+    /// MTU, 9000]: a lower value makes them answer bigger downstream packets with ICMP
+    /// Fragmentation Needed / Packet Too Big (tests; a gNB link with a smaller MTU).
+    #[arg(long)]
+    ran_mtu: Option<usize>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -398,7 +403,7 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
             .iter()
             .map(|m| m.ran.local.ip().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED))
             .collect(),
-        ran_mtu: n.ran.local.mtu as usize,
+        ran_mtu: a.ran_mtu.unwrap_or(n.ran.local.mtu as usize),
         gpt: (arch == Arch::ScaleBricks && !control).then(|| d.dir.join(tables::GPT_FILE)),
         fib_table: d.dir.join(tables::fib_file(i)),
         uplink_table: d.dir.join(tables::uplink_file(i)),
