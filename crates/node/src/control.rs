@@ -394,6 +394,9 @@ pub struct Published {
     /// The PFCP endpoint's message counts (None without one).
     #[serde(skip)]
     pub pfcp: Option<std::collections::BTreeMap<crate::metrics::PfcpKey, u64>>,
+    /// The PFCP sessions the endpoint holds (None without one).
+    #[serde(skip)]
+    pub pfcp_sessions: Option<u64>,
 }
 
 /// Sends every datagram the state machine has queued: to a PFCP peer through the PFCP
@@ -647,6 +650,7 @@ pub fn run(
             p.log_bytes = wal.log_bytes();
             p.fib_insert_failed = dp.failed;
             p.pfcp = pfcp.as_ref().map(|e| e.counts());
+            p.pfcp_sessions = pfcp.as_ref().map(|e| e.upf().session_count() as u64);
             last_pub = Instant::now();
         }
     }

@@ -95,6 +95,7 @@
 //!
 //! | sample | type | labels | meaning |
 //! |---|---|---|---|
+//! | `scalebricks_pfcp_sessions` | gauge | | PFCP sessions this node's endpoint holds, established, whether or not their downlink forwards yet |
 //! | `scalebricks_pfcp_messages_total` | counter | `message`, `cause` | PFCP messages by type and cause; in a cluster of several nodes also the relays between the endpoints (`sb_pfcp::relay`, `cause` empty): `relay_out` (requests relayed to the node holding their session, associations replicated), `relay_in` (relays handled), `relay_refused` (not authenticated or malformed); and the response cache (`cause` empty): `answered_from_cache` (retransmissions answered with the response they got), `retransmission_in_flight` (retransmissions dropped while their change is installed), `cache_forgotten` (responses forgotten when their peer set up an association anew) |
 //! | `fivegs_upffunction_sm_n4sessionestabreq_total` | counter | | TS 28.552 SM.N4SessionEstabReq: the `session_establishment_request` counts |
 //! | `fivegs_upffunction_sm_n4sessionestabfail_total` | counter | `cause` | TS 28.552 SM.N4SessionEstabFail: `session_establishment_response` counts whose cause is not `request_accepted` |
@@ -146,6 +147,9 @@ pub struct Snapshot {
     pub log_bytes: Option<u64>,
     /// PFCP message counts by type and cause.
     pub pfcp: Option<BTreeMap<PfcpKey, u64>>,
+    /// The PFCP sessions the node's endpoint holds, established (whether or not their
+    /// downlink forwards yet).
+    pub pfcp_sessions: Option<u64>,
 }
 
 /// An exposition format.
@@ -314,6 +318,15 @@ impl Collector for SnapshotCollector {
         }
         if let Some(p) = &s.pfcp {
             pfcp(&mut enc, p)?;
+        }
+        if let Some(n) = s.pfcp_sessions {
+            family(
+                &mut enc,
+                "scalebricks_pfcp_sessions",
+                "PFCP sessions this node's endpoint holds (established; their downlink may not forward yet).",
+                MetricType::Gauge,
+                one(n),
+            )?;
         }
         Ok(())
     }
@@ -1049,6 +1062,7 @@ mod tests {
         "scalebricks_log_bytes",
         "scalebricks_memory_bytes",
         "scalebricks_pfcp_messages",
+        "scalebricks_pfcp_sessions",
         "fivegs_upffunction_sm_n4sessionestabreq",
         "fivegs_upffunction_sm_n4sessionestabfail",
     ];
@@ -1128,6 +1142,7 @@ mod tests {
             })),
             log_bytes: Some(123_456),
             pfcp: Some(pfcp),
+            pfcp_sessions: Some(7),
         }
     }
 
@@ -1330,6 +1345,7 @@ mod tests {
                 r#"scalebricks_pfcp_messages_total{message="session_establishment_request",cause=""}"#,
                 "12",
             ),
+            ("scalebricks_pfcp_sessions", "7"),
             (
                 r#"scalebricks_pfcp_messages_total{message="heartbeat_request",cause=""}"#,
                 "4",

@@ -14,7 +14,8 @@
 //! installed everywhere, and only then is the PFCP response sent.
 //!
 //! Any node takes any message: the endpoints relay to each other over the control network
-//! ([`sb_pfcp::relay`], authenticated with the cluster's key; `pfcp_peers` in the
+//! ([`sb_pfcp::relay`], authenticated with the cluster's key, on UDP [`RELAY_PORT`] of the
+//! PFCP addresses, not PFCP's 8805; `pfcp_peers` in the
 //! [`ControlFile`] lists them). An association set up, updated or released at one node is
 //! replicated to the others; a Session Modification or Deletion for a session another node
 //! holds (its SEID's top bits name the node) is relayed there and its answer comes back
@@ -26,10 +27,10 @@
 //!   request for it while that node is down goes unanswered (the SMF's retransmissions are
 //!   relayed again), and a node restart loses its sessions' rules (their FIB entries stay)
 //!   while the Recovery Time Stamp stays the cluster's.
-//! - The FIB holds one entry per UE address, both directions: an uplink PDR without a
-//!   downlink tunnel (FAR not FORW with an outer header) is not installed until the session
-//!   gets one, and removing the downlink tunnel removes the uplink too. A session without an
-//!   uplink PDR accepts uplink G-PDUs on the downlink TEID (as `flows.csv`'s tunnels do).
+//! - The FIB holds one entry per UE address, both directions: an uplink without a downlink
+//!   tunnel (at establishment, or idle) is an entry whose downlink TEID and gNB are 0, which
+//!   the engine does not tunnel to. A session without an uplink PDR accepts uplink G-PDUs on
+//!   the downlink TEID (as `flows.csv`'s tunnels do).
 //! - The updates of one request are applied each on its own: a session with an IPv4 and an
 //!   IPv6 UE address whose second update fails keeps the first (the response says failure).
 //!   A dual-stack session's two entries share one uplink TEID, so only the last one installed
@@ -64,6 +65,9 @@ pub const LOCAL_CLIENT: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::
 /// A local request not answered after this long is handed to the node again (it drops
 /// requests while it boots; a retransmission of the same id is answered once).
 const RESEND: Duration = Duration::from_secs(1);
+
+/// The UDP port of the relays between a cluster's PFCP endpoints, on their PFCP addresses.
+pub const RELAY_PORT: u16 = 8806;
 
 /// Seconds from 1900 (PFCP's epoch) to 1970.
 pub const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
@@ -416,6 +420,9 @@ impl Sessions for Cluster {
 /// The node's PFCP endpoint: its socket and the [`Upf`].
 pub struct Endpoint {
     sock: UdpSocket,
+    /// The socket of the relays between the endpoints ([`RELAY_PORT`] on the PFCP address:
+    /// off PFCP's port, so PFCP tools do not take them for malformed PFCP), with relaying.
+    relay_sock: Option<UdpSocket>,
     upf: Upf<Cluster>,
     start: Instant,
     buf: Vec<u8>,
@@ -490,13 +497,34 @@ impl Endpoint {
                 cfg.node
             )));
         }
+        let relay_sock = if config.relay {
+            let at = SocketAddr::new(addr.ip(), RELAY_PORT);
+            let s = match &cfg.netns {
+                Some(ns) => sb_io::netns::in_netns(ns, || UdpSocket::bind(at))
+                    .map_err(|e| ControlError::Invalid(format!("entering {ns}: {e}")))?,
+                None => UdpSocket::bind(at),
+            }
+            .map_err(|e| ControlError::Invalid(format!("binding {at}: {e}")))?;
+            s.set_nonblocking(true)
+                .map_err(|e| ControlError::Invalid(format!("{at}: {e}")))?;
+            if let Err(e) = sb_io::set_socket_buffers(s.as_raw_fd(), 16 << 20) {
+                eprintln!("pfcp: socket buffers on {at}: {e}");
+            }
+            Some(s)
+        } else {
+            None
+        };
+        let peers = (ctl.pfcp_peers.iter())
+            .map(|p| SocketAddr::new(p.ip(), RELAY_PORT))
+            .collect();
         let cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
         Ok(Some(Endpoint {
             sock,
+            relay_sock,
             upf: Upf::new(config, cluster),
             start: Instant::now(),
             buf: vec![0u8; 65536],
-            peers: ctl.pfcp_peers.clone(),
+            peers,
             me: cfg.node as u8 + 1,
             key: spec.key.to_vec(),
             relays_refused: 0,
@@ -510,8 +538,9 @@ impl Endpoint {
 
     /// Sleeps until `control` or the PFCP socket has a datagram, or `timeout` passes.
     pub fn wait(&self, control: &UdpSocket, timeout: Duration) {
-        if let Err(e) = sb_io::wait_readable(&[control.as_raw_fd(), self.sock.as_raw_fd()], timeout)
-        {
+        let mut fds = vec![control.as_raw_fd(), self.sock.as_raw_fd()];
+        fds.extend(self.relay_sock.as_ref().map(|s| s.as_raw_fd()));
+        if let Err(e) = sb_io::wait_readable(&fds, timeout) {
             eprintln!("pfcp: poll: {e}");
             std::thread::sleep(timeout.min(Duration::from_millis(1)));
         }
@@ -578,25 +607,34 @@ impl Endpoint {
         for _ in 0..256 {
             match self.sock.recv_from(&mut self.buf) {
                 Ok((n, from)) => {
-                    let bytes = &self.buf[..n];
-                    let out = if sb_pfcp::relay::is_relay(bytes) {
-                        match sb_pfcp::Relay::parse(bytes, &self.key) {
-                            Ok((sender, relay)) => {
-                                self.upf.handle_relay(self.start.elapsed(), sender, relay)
-                            }
-                            Err(_) => {
-                                self.relays_refused += 1;
-                                Vec::new()
-                            }
-                        }
-                    } else {
-                        self.upf.handle(self.start.elapsed(), from, bytes)
-                    };
+                    let out = self.upf.handle(self.start.elapsed(), from, &self.buf[..n]);
                     self.send(out);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     eprintln!("pfcp: recv: {e}");
+                    break;
+                }
+            }
+        }
+        for _ in 0..256 {
+            let Some(rs) = &self.relay_sock else { break };
+            match rs.recv_from(&mut self.buf) {
+                Ok((n, _)) => {
+                    let out = match sb_pfcp::Relay::parse(&self.buf[..n], &self.key) {
+                        Ok((sender, relay)) => {
+                            self.upf.handle_relay(self.start.elapsed(), sender, relay)
+                        }
+                        Err(_) => {
+                            self.relays_refused += 1;
+                            Vec::new()
+                        }
+                    };
+                    self.send(out);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    eprintln!("pfcp: recv relay: {e}");
                     break;
                 }
             }
@@ -654,8 +692,9 @@ impl Endpoint {
                     .into_iter()
                     .collect(),
             };
+            let Some(rs) = &self.relay_sock else { continue };
             for to in targets {
-                if let Err(e) = self.sock.send_to(&bytes, to) {
+                if let Err(e) = rs.send_to(&bytes, to) {
                     eprintln!("pfcp: relay to {to}: {e}");
                 }
             }

@@ -701,11 +701,16 @@ fn forward(
                         .control
                         .as_ref()
                         .map(|_| ctl_pub.lock().unwrap_or_else(|e| e.into_inner()).log_bytes),
-                    pfcp: ctl_pub
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .pfcp
-                        .clone(),
+                    // (A lock guard made in a field's expression would live to the end of the
+                    // literal: each is taken and dropped in a block of its own.)
+                    pfcp: {
+                        let p = ctl_pub.lock().unwrap_or_else(|e| e.into_inner());
+                        p.pfcp.clone()
+                    },
+                    pfcp_sessions: {
+                        let p = ctl_pub.lock().unwrap_or_else(|e| e.into_inner());
+                        p.pfcp_sessions
+                    },
                 };
                 if let Err(e) = crate::metrics::serve(listener, stop, snapshot) {
                     eprintln!("metrics: {e}");

@@ -800,10 +800,26 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
     let rows = tshark_fields(
         &cp_pcap,
         &["pfcp.msg_type", "pfcp.cause", "pfcp.seid", "_ws.malformed"],
-        // Responses to the SMF (relays between the nodes' endpoints, port 8805 to 8805, are
-        // not PFCP: the bridge floods some of them here).
+        // Responses to the SMF.
         &["-Y", "udp.srcport == 8805 && udp.dstport != 8805"],
     );
+    // Everything on PFCP's port is PFCP that tshark decodes: the relays between the nodes'
+    // endpoints (which the bridge floods here at times) are on their own port.
+    let all = tshark_fields(
+        &cp_pcap,
+        &["udp.srcport", "udp.dstport", "_ws.malformed"],
+        &["-Y", "udp.port == 8805"],
+    );
+    for r in &all {
+        assert!(
+            r.get(2).is_none_or(|m| m.is_empty()),
+            "malformed on 8805: {r:?}"
+        );
+        assert!(
+            !(r[0] == "8805" && r[1] == "8805"),
+            "a relay on 8805: {r:?}"
+        );
+    }
     let want = 2 + SESSIONS + MODIFIED + DELETED + 3;
     assert!(
         rows.len() >= want,
@@ -871,6 +887,11 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
             r#"scalebricks_pfcp_messages_total{message="session_establishment_response",cause="request_accepted"}"#
         ),
         SESSIONS as u64
+    );
+    // The sessions node 1 holds: those it established, less those deleted.
+    assert_eq!(
+        sample("scalebricks_pfcp_sessions"),
+        (SESSIONS - DELETED) as u64
     );
     assert_eq!(
         sample(
