@@ -569,6 +569,9 @@ impl Endpoint {
             ("answered_from_cache", st.retransmissions),
             ("retransmission_in_flight", st.retransmissions_in_flight),
             ("cache_forgotten", st.responses_forgotten),
+            ("heartbeat_sent", st.heartbeats_sent),
+            ("peer_dead", st.peers_dead),
+            ("peer_restart", st.peer_restarts),
         ] {
             out.insert(
                 PfcpKey {
@@ -604,6 +607,9 @@ impl Endpoint {
     /// Handles the PFCP datagrams waiting on the socket (at most 256) and hands the requests
     /// they cause to `node` (and again those unanswered for a second).
     pub fn receive(&mut self, node: &mut sb_control::Node, now_nanos: u64) {
+        // Our heartbeats to the SMFs that associated here, when due.
+        let out = self.upf.poll(self.start.elapsed());
+        self.send(out);
         for _ in 0..256 {
             match self.sock.recv_from(&mut self.buf) {
                 Ok((n, from)) => {

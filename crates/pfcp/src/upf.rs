@@ -106,6 +106,13 @@ pub struct Config {
     /// not said). A session request whose SEID names none of them is answered here (Session
     /// context not found) instead of being relayed nowhere.
     pub endpoints: u8,
+    /// How often the endpoint sends a Heartbeat Request to each peer that set up its
+    /// association here ([`Upf::poll`]; TS 29.244 6.2.2), and how long it waits for the
+    /// answer before sending again. Zero: never.
+    pub heartbeat_interval: Duration,
+    /// Heartbeats unanswered in a row after which a peer is counted dead
+    /// ([`Stats::peers_dead`]; TS 29.244 N1).
+    pub heartbeat_misses: u8,
 }
 
 impl Config {
@@ -126,6 +133,8 @@ impl Config {
             relay: false,
             endpoints: 0,
             expected_sessions: 0,
+            heartbeat_interval: Duration::from_secs(10),
+            heartbeat_misses: 3,
         }
     }
 }
@@ -308,6 +317,11 @@ pub struct Stats {
     pub rejected_no_association: u64,
     /// Heartbeats or setups showing that a peer restarted (its Recovery Time Stamp changed).
     pub peer_restarts: u64,
+    /// Heartbeat Requests we sent to peers.
+    pub heartbeats_sent: u64,
+    /// Peers that left [`Config::heartbeat_misses`] heartbeats in a row unanswered (each time
+    /// one does).
+    pub peers_dead: u64,
     /// Requests relayed to the endpoint that holds their session, and association requests
     /// replicated to the other endpoints.
     pub relayed_out: u64,
@@ -320,6 +334,24 @@ pub struct Stats {
 struct Association {
     addr: IpAddr,
     recovery_time_stamp: RecoveryTimeStamp,
+    /// Our heartbeats to it, when it set the association up with this endpoint (not one
+    /// replicated from another endpoint of the cluster, which heartbeats it itself).
+    heartbeat: Option<Heartbeats>,
+}
+
+/// Our heartbeats to a peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Heartbeats {
+    /// Its PFCP address (where the setup came from).
+    to: SocketAddr,
+    /// When the next is due.
+    next: Duration,
+    /// The sequence number of the one unanswered, if any.
+    waiting: Option<u32>,
+    /// Unanswered in a row.
+    misses: u8,
+    /// Counted dead (until it answers again).
+    dead: bool,
 }
 
 /// A session's rules as installed.
@@ -678,6 +710,8 @@ pub struct Upf<S> {
     /// The templates of kept sessions.
     shapes: Shapes,
     next_token: u64,
+    /// The sequence number of our next request (heartbeats), 24 bits, never 0.
+    next_seq: u32,
     stats: Stats,
     /// Relays for other endpoints, drained by [`Upf::poll_relay`].
     relays: VecDeque<Relay>,
@@ -714,6 +748,7 @@ impl<S: Sessions> Upf<S> {
             cache,
             shapes: Shapes::default(),
             next_token: 1,
+            next_seq: 1,
             stats: Stats::default(),
             relays: VecDeque::new(),
             via: HashMap::default(),
@@ -966,6 +1001,10 @@ impl<S: Sessions> Upf<S> {
         out: &mut Vec<Transmit>,
     ) {
         let t = header.message_type;
+        if t == msg_type::HEARTBEAT_RESPONSE {
+            self.heartbeat_answered(from, header.sequence, body);
+            return;
+        }
         if !msg_type::is_request(t) {
             self.stats.ignored += 1;
             return;
@@ -1060,7 +1099,7 @@ impl<S: Sessions> Upf<S> {
                     }),
                 })
             }
-            Ok(Body::AssociationSetupRequest(r)) => self.association_setup(from, seq, r),
+            Ok(Body::AssociationSetupRequest(r)) => self.association_setup(now, from, seq, r),
             Ok(Body::AssociationUpdateRequest(r)) => Some(self.association_update(from, seq, r)),
             Ok(Body::AssociationReleaseRequest(r)) => self.association_release(from, seq, r),
             Ok(Body::SessionEstablishmentRequest(r)) => self.establish(from, seq, r),
@@ -1076,6 +1115,89 @@ impl<S: Sessions> Upf<S> {
         if let Some(msg) = reply {
             self.send(out, now, from, Some((seq, digest)), msg);
         }
+    }
+
+    /// Sends the heartbeats due at `now` (TS 29.244 6.2.2) to the peers that set up their
+    /// association with this endpoint, every [`Config::heartbeat_interval`]; a peer that
+    /// leaves [`Config::heartbeat_misses`] in a row unanswered is counted dead
+    /// ([`Stats::peers_dead`]) and heartbeated on. Its association and sessions stay: a peer
+    /// that comes back with a new Recovery Time Stamp sets up its association again, which
+    /// removes them (TS 29.244 6.2.6.2.2; we offer no session retention). Call it every
+    /// second or so.
+    pub fn poll(&mut self, now: Duration) -> Vec<Transmit> {
+        let mut out = Vec::new();
+        let interval = self.config.heartbeat_interval;
+        if interval.is_zero() {
+            return out;
+        }
+        let recovery_time_stamp = self.config.recovery_time_stamp;
+        for a in self.associations.values_mut() {
+            let Some(h) = &mut a.heartbeat else { continue };
+            if now < h.next {
+                continue;
+            }
+            if h.waiting.is_some() {
+                h.misses = h.misses.saturating_add(1);
+                if h.misses >= self.config.heartbeat_misses && !h.dead {
+                    h.dead = true;
+                    self.stats.peers_dead += 1;
+                }
+            }
+            let seq = self.next_seq;
+            self.next_seq = self.next_seq % 0xff_ffff + 1;
+            h.waiting = Some(seq);
+            h.next = now + interval;
+            let msg = Message {
+                seid: None,
+                sequence: seq,
+                priority: None,
+                body: Body::HeartbeatRequest(Heartbeat {
+                    recovery_time_stamp,
+                }),
+            };
+            if let Ok(bytes) = msg.to_bytes() {
+                self.stats.heartbeats_sent += 1;
+                out.push(Transmit { to: h.to, bytes });
+            }
+        }
+        out
+    }
+
+    /// A Heartbeat Response from `from` to our request `seq`: the peer lives; a changed
+    /// Recovery Time Stamp counts a restart.
+    fn heartbeat_answered(&mut self, from: SocketAddr, seq: u32, body: &[u8]) {
+        let Ok(Body::HeartbeatResponse(r)) = Body::decode(msg_type::HEARTBEAT_RESPONSE, body)
+        else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let a = (self.by_addr.get(&from.ip())).and_then(|n| self.associations.get_mut(n));
+        let Some(a) = a else {
+            self.stats.ignored += 1;
+            return;
+        };
+        match &mut a.heartbeat {
+            Some(h) if h.waiting == Some(seq) => {
+                h.waiting = None;
+                h.misses = 0;
+                h.dead = false;
+            }
+            _ => {
+                self.stats.ignored += 1;
+                return;
+            }
+        }
+        if a.recovery_time_stamp != r.recovery_time_stamp {
+            a.recovery_time_stamp = r.recovery_time_stamp;
+            self.stats.peer_restarts += 1;
+        }
+    }
+
+    /// Whether the peer of `node`'s association is counted dead (its heartbeats unanswered).
+    pub fn is_peer_dead(&self, node: &NodeId) -> bool {
+        (self.associations.get(node))
+            .and_then(|a| a.heartbeat.as_ref())
+            .is_some_and(|h| h.dead)
     }
 
     /// The response header SEID for a request about `up_seid` from `from`.
@@ -1154,6 +1276,7 @@ impl<S: Sessions> Upf<S> {
 
     fn association_setup(
         &mut self,
+        now: Duration,
         from: SocketAddr,
         seq: u32,
         r: AssociationSetupRequest,
@@ -1170,9 +1293,17 @@ impl<S: Sessions> Upf<S> {
         // The peer associates anew: what its previous process was answered answers nothing
         // of the new one's (which numbers its requests from 1 again).
         self.stats.responses_forgotten += self.cache.forget(from.ip()) as u64;
+        let interval = self.config.heartbeat_interval;
         let association = Association {
             addr: from.ip(),
             recovery_time_stamp: r.recovery_time_stamp,
+            heartbeat: (!self.replaying && !interval.is_zero()).then_some(Heartbeats {
+                to: from,
+                next: now + interval,
+                waiting: None,
+                misses: 0,
+                dead: false,
+            }),
         };
         let accepted = Message {
             seid: None,

@@ -1571,3 +1571,70 @@ fn a_lone_endpoint_does_not_relay() {
     assert_eq!(r.cause, Cause::SESSION_CONTEXT_NOT_FOUND);
     assert!(upf.poll_relay().is_none());
 }
+
+/// The endpoint heartbeats the peers that set up their association with it (TS 29.244
+/// 6.2.2): every interval, one request; an answer with a new Recovery Time Stamp counts a
+/// restart; three unanswered in a row count the peer dead until it answers again.
+#[test]
+fn we_heartbeat_our_peers_and_count_the_dead() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let node = NodeId::Ipv4(SMF);
+    let at = |s: u64| Duration::from_secs(s);
+    assert!(upf.poll(at(5)).is_empty(), "not due yet");
+    let heartbeat = |upf: &mut Upf<Cluster>, s: u64| -> u32 {
+        let out = upf.poll(at(s));
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].to, smf_addr());
+        let m = Message::parse(&out[0].bytes).unwrap();
+        let Body::HeartbeatRequest(h) = m.body else {
+            panic!("{m:?}")
+        };
+        assert_eq!(h.recovery_time_stamp, RecoveryTimeStamp(1000));
+        m.sequence
+    };
+    let answer = |upf: &mut Upf<Cluster>, seq: u32, ts: u32| {
+        let bytes = Message {
+            seid: None,
+            sequence: seq,
+            priority: None,
+            body: Body::HeartbeatResponse(Heartbeat {
+                recovery_time_stamp: RecoveryTimeStamp(ts),
+            }),
+        }
+        .to_bytes()
+        .unwrap();
+        // A response is answered with nothing.
+        assert!(upf.handle(at(0), smf_addr(), &bytes).is_empty());
+    };
+    let seq = heartbeat(&mut upf, 11);
+    assert!(upf.poll(at(12)).is_empty(), "one per interval");
+    answer(&mut upf, seq, 77);
+    assert_eq!(upf.stats().peer_restarts, 0);
+    // The SMF restarted: its answer says so.
+    let seq = heartbeat(&mut upf, 22);
+    answer(&mut upf, seq, 78);
+    assert_eq!(upf.stats().peer_restarts, 1);
+    // An answer to no request of ours changes nothing.
+    answer(&mut upf, seq, 79);
+    assert_eq!(upf.stats().peer_restarts, 1);
+    // Silence: three unanswered in a row, then dead (counted once).
+    for s in [33, 44, 55] {
+        heartbeat(&mut upf, s);
+        assert!(!upf.is_peer_dead(&node));
+    }
+    let seq = heartbeat(&mut upf, 66);
+    assert!(upf.is_peer_dead(&node));
+    heartbeat(&mut upf, 77);
+    assert_eq!(upf.stats().peers_dead, 1);
+    assert_eq!(upf.stats().heartbeats_sent, 7);
+    // An answer to an older request is no answer; to the last one revives it.
+    answer(&mut upf, seq, 78);
+    assert!(upf.is_peer_dead(&node));
+    let seq = heartbeat(&mut upf, 88);
+    answer(&mut upf, seq, 78);
+    assert!(!upf.is_peer_dead(&node));
+    // Its sessions and association stay throughout.
+    assert!(upf.is_associated(&node));
+}

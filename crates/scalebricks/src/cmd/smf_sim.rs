@@ -232,7 +232,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // Take what arrived (then refill the windows: at most a window's worth at a time).
         let mut got = 0;
         while got < a.window {
-            let (len, _) = match sock.recv_from(&mut buf) {
+            let (len, from) = match sock.recv_from(&mut buf) {
                 Ok(x) => x,
                 Err(e)
                     if matches!(
@@ -249,6 +249,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 *failures.entry("malformed response".into()).or_default() += 1;
                 continue;
             };
+            if let Body::HeartbeatRequest(_) = m.body {
+                // The UPF's heartbeat (its sequence numbers are not ours): answered, as an SMF
+                // does.
+                let answer = Message {
+                    seid: None,
+                    sequence: m.sequence,
+                    priority: None,
+                    body: Body::HeartbeatResponse(sb_pfcp::Heartbeat {
+                        recovery_time_stamp: sb_pfcp::RecoveryTimeStamp(recovery),
+                    }),
+                };
+                let _ = sock.send_to(&answer.to_bytes()?, from);
+                continue;
+            }
             let Some(o) = out.remove(&m.sequence) else {
                 continue; // a duplicate answer to a retransmission
             };
