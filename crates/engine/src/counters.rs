@@ -67,6 +67,9 @@ pub enum Drop {
     /// A frame to a broadcast or multicast MAC or IP address on the external port: never
     /// looked up, never sent over the fabric.
     Multicast,
+    /// The flow's FIB entry has no downlink tunnel: a session whose gNB tunnel the SMF has not
+    /// sent yet, or an idle one (buffering is not done: the packet is dropped).
+    NoTunnel,
     /// Traffic on the access port that is not a G-PDU or an Echo Request (plain IP, other
     /// GTP-U messages).
     NotGpdu,
@@ -79,7 +82,7 @@ pub enum Drop {
 }
 
 /// Number of drop reasons other than the malformed ones.
-pub const N_DROPS: usize = 15;
+pub const N_DROPS: usize = 16;
 
 impl Drop {
     /// Every reason other than `Malformed`, in index order.
@@ -99,6 +102,7 @@ impl Drop {
         Drop::Host,
         Drop::QfiMismatch,
         Drop::Multicast,
+        Drop::NoTunnel,
     ];
 
     /// A stable name for counters (`malformed` for every malformed reason).
@@ -120,6 +124,7 @@ impl Drop {
             Drop::Host => "host",
             Drop::QfiMismatch => "qfi_mismatch",
             Drop::Multicast => "multicast",
+            Drop::NoTunnel => "no_tunnel",
         }
     }
 

@@ -91,7 +91,7 @@
 //! let mut rx = PacketBatch::new(32);
 //! for i in 1..=2u8 {
 //!     let b = sb_wire::PacketBuilder::udp(
-//!         sb_wire::EthernetAddress([2; 6]), sb_wire::EthernetAddress([3; 6]),
+//!         sb_wire::EthernetAddress([2; 6]), sb_wire::EthernetAddress([2, 0, 0, 0, 1, 0]),
 //!         Ipv4Addr::new(203, 0, 113, 1).into(), Ipv4Addr::new(100, 64, 0, i).into(), 53, 4000);
 //!     let f = rx.alloc(b.header_len() + 5).unwrap();
 //!     b.build(b"hello", f)?;

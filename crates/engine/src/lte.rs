@@ -11,6 +11,9 @@
 //!   `flows.csv`), the QoS flow byte (1): 0 for an LTE bearer (no PDU Session Container),
 //!   else `0x80 | RQI << 6 | QFI` for a 5G QoS flow (QFI 1..=63, [`Tunnel::qfi`],
 //!   [`Tunnel::rqi`]). The QCI is carried and reported, not yet applied (no scheduler here).
+//!   An entry whose eNodeB address is 0.0.0.0 has no downlink tunnel (a PFCP session before
+//!   the gNB's tunnel is known, or idle): its uplink forwards, its downlink is dropped
+//!   ([`Drop::NoTunnel`]; buffering for paging is not done).
 //! - **Downstream** (`inet` -> `ran`): the IP packet is encapsulated in IPv4/UDP/GTP-U (TS
 //!   29.281, UDP port 2152, a G-PDU with the tunnel's TEID) from the egress node's `ran`
 //!   address to the eNodeB; outer TTL 64, DF set, UDP checksum 0 (allowed over IPv4). A 5G
@@ -449,6 +452,10 @@ impl App for Lte {
 
     fn apply(&mut self, batch: &mut PacketBatch, i: usize, value: &[u8]) -> Result<(), Drop> {
         let (teid, enb, node, _qci) = decode_value(value);
+        if enb.is_unspecified() {
+            // An uplink whose downlink tunnel is not known yet (or idle).
+            return Err(Drop::NoTunnel);
+        }
         let (qfi, rqi) = decode_qos_flow(value[QOS_FLOW_BYTE]);
         let overhead = if qfi == 0 {
             TUNNEL_OVERHEAD

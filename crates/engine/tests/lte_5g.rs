@@ -331,3 +331,35 @@ fn broadcast_and_multicast_never_cross_the_fabric() {
     assert_eq!(cn.ports[PortId::Fabric as usize].rx, 0);
     assert_eq!(cn.icmp_errors, 0);
 }
+
+/// A session whose gNB tunnel is not known yet (or idle) is an entry with downlink TEID 0 and
+/// gNB 0.0.0.0: its uplink forwards, its downlink is dropped (`no_tunnel`), never tunnelled
+/// to 0.0.0.0.
+#[test]
+fn an_entry_without_a_downlink_tunnel_forwards_uplink_only() {
+    let ts: Vec<Tunnel> = tunnels()
+        .into_iter()
+        .map(|t| Tunnel {
+            teid: 0,
+            enb: Ipv4Addr::UNSPECIFIED,
+            ul_teid: 0x0100_0000 | t.teid & 0xff_ffff,
+            ..t
+        })
+        .collect();
+    let mut c = cluster(&ts);
+    let t = ts.iter().find(|t| t.ue.is_ipv4()).unwrap();
+    let n = usize::from(t.node);
+    c.inject(
+        t.node,
+        PortId::Ran,
+        &[uplink(t, 64, Some(t.qfi).filter(|&q| q != 0))],
+    );
+    assert_eq!(c.inet_out[n].len(), 1, "the uplink forwards");
+    let ran_before: usize = c.ran_out.iter().map(|r| r.len()).sum();
+    for t in ts.iter().take(20) {
+        c.inject(0, PortId::Inet, &[downstream(t.ue, 64, 100, true)]);
+    }
+    let ran_after: usize = c.ran_out.iter().map(|r| r.len()).sum();
+    assert_eq!(ran_after, ran_before, "nothing tunnelled");
+    assert_eq!(c.counters().dropped(Drop::NoTunnel), 20);
+}

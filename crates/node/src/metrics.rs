@@ -1363,9 +1363,9 @@ mod tests {
         for (k, v) in want {
             assert_eq!(s.get(k).map(String::as_str), Some(v), "{k} in\n{text}");
         }
-        // 14 named reasons (`host` is not a drop) and `malformed` per port; every parser error.
+        // 15 named reasons (`host` is not a drop) and `malformed` per port; every parser error.
         let n = |p: &str| s.keys().filter(|k| k.starts_with(p)).count();
-        assert_eq!(n("scalebricks_dropped_packets_total{"), 3 * 15);
+        assert_eq!(n("scalebricks_dropped_packets_total{"), 3 * 16);
         assert_eq!(n("scalebricks_malformed_packets_total{"), WireError::COUNT);
         assert_eq!(n("fivegs_upffunction_sm_n4sessionestabfail_total{"), 2);
         // Each port's drops by reason sum to its drops.
