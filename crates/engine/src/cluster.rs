@@ -73,14 +73,15 @@ pub fn generate_tunnels_in(
         let ue = if v6_every > 0 && i % v6_every == v6_every - 1 {
             let r = mix(1 << 40 | next_v6);
             next_v6 += 1;
-            // Distinct: the counter sits in the address, the rest is decoration.
+            // Distinct /64s (an IPv6 UE's key, `lte::ue_key`): the counter sits in the prefix
+            // (2^32 of them in 2001:db8::/32), the interface identifier is decoration.
             IpAddr::V6(Ipv6Addr::new(
                 0x2001,
                 0xdb8,
-                (next_v6 >> 32) as u16,
                 (next_v6 >> 16) as u16,
                 next_v6 as u16,
-                0,
+                (r >> 48) as u16,
+                (r >> 32) as u16,
                 (r >> 16) as u16,
                 r as u16 | 1,
             ))

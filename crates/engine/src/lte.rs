@@ -1,10 +1,11 @@
 //! The LTE packet forwarding engine (the S/PGW user plane, or a 5G UPF's N3/N6 path) as an
 //! [`App`].
 //!
-//! - **Key**: the UE's IP address as 16 bytes ([`ue_key`]): an IPv6 address as it is, an IPv4
-//!   address IPv4-mapped (`::ffff:a.b.c.d`), so both families share one FIB. (An IPv6 UE
-//!   address inside `::ffff:0:0/96` would alias an IPv4 one; such addresses are not UE
-//!   addresses.)
+//! - **Key**: the UE's IP address as 16 bytes ([`ue_key`]): an IPv6 UE by its /64 prefix
+//!   (the interface identifier zeroed: a 5G or LTE PDU session is given a /64 and the UE picks
+//!   its addresses in it, TS 23.501 5.8.2.2.3), an IPv4 address IPv4-mapped
+//!   (`::ffff:a.b.c.d`), so both families share one FIB. (An IPv6 prefix inside
+//!   `::ffff:0:0/96` would alias IPv4 ones; such prefixes are not UE prefixes.)
 //! - **FIB value** ([`Tunnel::value`], 16 bytes): TEID (4, big endian), eNodeB IPv4 address
 //!   (4), egress node (2, big endian: the node whose `ran` port serves the eNodeB), QoS class
 //!   identifier (1), the uplink TEID (4, big endian; 0: the same as the downlink TEID, as in
@@ -93,15 +94,21 @@ pub fn decode_qos_flow(b: u8) -> (u8, bool) {
 /// The first 12 bytes of every IPv4 UE address's key (IPv4-mapped IPv6, `::ffff:a.b.c.d`).
 pub const IPV4_KEY_PREFIX: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
 
-/// The FIB key of a UE address.
+/// The FIB key of a UE address: an IPv4 address IPv4-mapped, an IPv6 address's /64 prefix.
 pub fn ue_key(addr: IpAddr) -> [u8; KEY_BYTES] {
     match addr {
         IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) => a.octets(),
+        // An IPv4-mapped address is the IPv4 address's key.
+        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => a.octets(),
+        IpAddr::V6(a) => {
+            let mut k = a.octets();
+            k[8..].fill(0);
+            k
+        }
     }
 }
 
-/// The UE address of a FIB key.
+/// The UE address of a FIB key (an IPv6 UE's: its /64 prefix, interface identifier 0).
 pub fn key_addr(key: &[u8; KEY_BYTES]) -> IpAddr {
     let a = Ipv6Addr::from(*key);
     match a.to_ipv4_mapped() {
@@ -538,15 +545,8 @@ impl App for Lte {
                 if !self.uplink.lookup_into(&g.teid.to_be_bytes(), &mut v) {
                     return Err(Drop::UnknownTeid);
                 }
-                let ue = &v[..KEY_BYTES];
-                let src = ue_key(inner.src_addr);
                 // IPv4: the UE's address; IPv6: its /64 prefix (the UE picks the rest).
-                let same = if inner.is_ipv6() {
-                    ue[..8] == src[..8]
-                } else {
-                    *ue == src
-                };
-                if !same {
+                if v[..KEY_BYTES] != ue_key(inner.src_addr) {
                     return Err(Drop::UplinkMismatch);
                 }
                 let (qfi, _) = decode_qos_flow(v[KEY_BYTES + 4]);
@@ -664,9 +664,10 @@ mod tests {
 
     #[test]
     fn keys_and_values_round_trip() {
+        // (An IPv6 UE's key is its /64: given as its prefix, it reads back as it was.)
         for ue in [
             IpAddr::V4(Ipv4Addr::new(100, 64, 0, 7)),
-            IpAddr::V6("2001:db8::7".parse().unwrap()),
+            IpAddr::V6("2001:db8:0:7::".parse().unwrap()),
         ] {
             let t = Tunnel {
                 ue,
@@ -694,6 +695,22 @@ mod tests {
             assert_eq!(u.uplink_entry().1, t.uplink_entry().1);
             assert_eq!(u.value()[..11], t.value()[..11]);
         }
+    }
+
+    #[test]
+    fn an_ipv6_ue_is_keyed_by_its_slash_64() {
+        let a: Ipv6Addr = "2001:db8:1:2:aaaa:bbbb:cccc:dddd".parse().unwrap();
+        let b: Ipv6Addr = "2001:db8:1:2::1".parse().unwrap();
+        let other: Ipv6Addr = "2001:db8:1:3:aaaa:bbbb:cccc:dddd".parse().unwrap();
+        assert_eq!(ue_key(a.into()), ue_key(b.into()));
+        assert_ne!(ue_key(a.into()), ue_key(other.into()));
+        assert_eq!(
+            key_addr(&ue_key(a.into())),
+            IpAddr::V6("2001:db8:1:2::".parse().unwrap())
+        );
+        // IPv4 keys are whole addresses.
+        let v4 = |d| IpAddr::V4(Ipv4Addr::new(100, 64, 0, d));
+        assert_ne!(ue_key(v4(1)), ue_key(v4(2)));
     }
 
     #[test]

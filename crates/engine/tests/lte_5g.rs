@@ -363,3 +363,49 @@ fn an_entry_without_a_downlink_tunnel_forwards_uplink_only() {
     assert_eq!(ran_after, ran_before, "nothing tunnelled");
     assert_eq!(c.counters().dropped(Drop::NoTunnel), 20);
 }
+
+/// An IPv6 UE is its /64: downlink to any interface identifier in it reaches its tunnel, and
+/// uplink from any address in it is accepted; another /64 is not the UE.
+#[test]
+fn ipv6_ues_are_forwarded_by_their_slash_64_both_ways() {
+    let ts = tunnels();
+    let mut c = cluster(&ts);
+    let t = ts.iter().find(|t| t.ue.is_ipv6()).unwrap();
+    let IpAddr::V6(ue) = t.ue else { unreachable!() };
+    let n = usize::from(t.node);
+    let with_iid = |iid: u64| -> IpAddr {
+        let mut o = ue.octets();
+        o[8..].copy_from_slice(&iid.to_be_bytes());
+        IpAddr::V6(o.into())
+    };
+    for (i, iid) in [0x1u64, 0xdead_beef_0bad_f00d, 0x0200_5eff_fe00_5301]
+        .into_iter()
+        .enumerate()
+    {
+        let addr = with_iid(iid);
+        c.inject(
+            ((i as u16) + 1) % NODES,
+            PortId::Inet,
+            &[downstream(addr, 64, 120, false)],
+        );
+        let out = c.ran_out[n].last().unwrap();
+        let d = decapsulate(out).unwrap();
+        assert_eq!(d.teid, t.teid, "{addr}");
+        // The inner destination is the address the packet was sent to.
+        let dst: [u8; 16] = d.inner[24..40].try_into().unwrap();
+        assert_eq!(IpAddr::V6(dst.into()), addr);
+        let before = c.inet_out[n].len();
+        let from = Tunnel { ue: addr, ..*t };
+        c.inject(t.node, PortId::Ran, &[uplink(&from, 64, None)]);
+        assert_eq!(c.inet_out[n].len(), before + 1, "uplink from {addr}");
+    }
+    // Another /64 in the same tunnel: not the UE's.
+    let mut o = ue.octets();
+    o[7] ^= 1;
+    let other = Tunnel {
+        ue: IpAddr::V6(o.into()),
+        ..*t
+    };
+    c.inject(t.node, PortId::Ran, &[uplink(&other, 64, None)]);
+    assert_eq!(c.counters().dropped(Drop::UplinkMismatch), 1);
+}

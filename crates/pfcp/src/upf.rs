@@ -2251,7 +2251,13 @@ impl<S: Sessions> Upf<S> {
 fn ue_slot(ue: &IpAddr) -> [u8; 16] {
     match ue {
         IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) => a.octets(),
+        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => a.octets(),
+        // The FIB keys an IPv6 UE by its /64: one session holds a /64.
+        IpAddr::V6(a) => {
+            let mut k = a.octets();
+            k[8..].fill(0);
+            k
+        }
     }
 }
 

@@ -576,7 +576,20 @@ fn ipv6_and_dual_stack_ue_addresses() {
     assert_eq!(upf.sessions_impl().down[&IpAddr::V6(ue6)].0, 5);
     // One UE IP Address IE with both families: both are downlink keys.
     let mut req = session(2, v4(9), Some((6, ENB)));
-    let dual: Ipv6Addr = "2001:db8:45::a".parse().unwrap();
+    // (Another address in the first session's /64 is the first session's: the FIB keys an
+    // IPv6 UE by its /64.)
+    let mut taken = session(3, v4(10), Some((6, ENB)));
+    taken.create_pdr[0].pdi.ue_ip_address.as_mut().unwrap().ipv6 =
+        Some(UeAddr::Addr("2001:db8:45::a".parse().unwrap()));
+    let r = smf.establish(&mut upf, taken);
+    assert_eq!(
+        (r.cause, r.failed_rule_id),
+        (
+            Cause::RULE_CREATION_MODIFICATION_FAILURE,
+            Some(FailedRuleId::Pdr(1))
+        )
+    );
+    let dual: Ipv6Addr = "2001:db8:46::a".parse().unwrap();
     req.create_pdr[0].pdi.ue_ip_address.as_mut().unwrap().ipv6 = Some(UeAddr::Addr(dual));
     assert_eq!(smf.establish(&mut upf, req).cause, Cause::REQUEST_ACCEPTED);
     assert_eq!(upf.sessions_impl().down[&v4(9)].0, 6);

@@ -208,11 +208,13 @@ fn an_ipv6_session(c: &Cluster, cp: &str, smf_ip: &str) {
     let node = (0..NODES)
         .find(|i| f["ipv4"] == format!("10.2.{i}.1").as_str())
         .unwrap_or_else(|| panic!("F-TEID not on a ran address: {r}"));
-    for asked in 0..NODES {
-        let (code, l) = ctl(c, &["--node", &asked.to_string(), "lookup", "--ue", ue]);
+    // The FIB keys an IPv6 UE by its /64: any address in it finds the tunnel, and the entry
+    // names the prefix.
+    for (asked, addr) in (0..NODES).zip([ue, "fd00:64::1", "fd00:64::aaaa:bbbb:cccc:dddd", ue]) {
+        let (code, l) = ctl(c, &["--node", &asked.to_string(), "lookup", "--ue", addr]);
         assert_eq!(code, 0, "{l}");
         assert_eq!(u(&l["handling_node"]) as usize, node, "{l}");
-        assert_eq!(l["tunnel"]["ue"], ue, "{l}");
+        assert_eq!(l["tunnel"]["ue"], "fd00:64::", "{l}");
         assert_eq!(u(&l["tunnel"]["teid"]), 0x6600_0001, "{l}");
         assert_eq!(l["tunnel"]["enb"], "10.2.3.2", "{l}");
         assert_eq!(l["tunnel"]["uplink_teid"], f["teid"], "{l}");
@@ -308,6 +310,57 @@ fn our_load_generator_agrees_with_scapy(c: &Cluster, cp: &str) {
     );
 }
 
+/// A G-PDU with `teid` from the RAN side of the node whose `ran` address is `ran`, from UE
+/// `ue`, leaves that node's `inet` decapsulated.
+fn uplink_arrives(c: &Cluster, ran: &str, teid: u32, ue: &str, what: &str) {
+    let desc = c.description();
+    let node = (0..4)
+        .find(|i| ran == format!("10.2.{i}.1"))
+        .unwrap_or_else(|| panic!("{what}: {ran} is no node's ran address"));
+    let n = &desc["nodes"][node];
+    let cap = Capture::start(
+        n["inet_netns"].as_str().unwrap(),
+        "eth0",
+        "in",
+        Path::new(c.dir()).join(format!("early-{what}.pcap")),
+    );
+    let py = format!(
+        "from scapy.all import *\nfrom scapy.contrib.gtp import GTP_U_Header\n\
+         p = Ether(dst={mac:?})/IP(src='10.2.{node}.2',dst={ran:?})/\
+         UDP(sport=2152,dport=2152)/GTP_U_Header(teid={teid},gtp_type=255)/\
+         IP(src={ue:?},dst='203.0.113.5')/UDP(sport=5000,dport=443)/Raw(b'uplink-early')\n\
+         sendp(p, iface='eth0', verbose=0)\n",
+        mac = n["ran"]["local"]["mac"].as_str().unwrap(),
+    );
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            n["ran_netns"].as_str().unwrap(),
+            "/usr/bin/python3",
+            "-c",
+            &py,
+        ],
+        Duration::from_secs(30),
+    );
+    ok(&o, "scapy early uplink");
+    // (tcpdump gets packets from the kernel's ring in blocks: give the last one time to go.)
+    std::thread::sleep(Duration::from_millis(2000));
+    let frames = cap.stop();
+    let seen = frames.iter().any(|f| {
+        f.len() >= 14 + 28 + 12
+            && f[12..14] == [0x08, 0x00]
+            && f[26..30] == ue.parse::<std::net::Ipv4Addr>().unwrap().octets()
+            && f[14 + 28..].starts_with(b"uplink-early")
+    });
+    assert!(
+        seen,
+        "{what}: the uplink of UE {ue} (TEID {teid:#x} at {ran}) before its downlink tunnel did not leave node {node}'s inet: {}",
+        c.status()["node_status"][node]
+    );
+}
+
 /// One run of `pfcp_replay.py`: messages `first..=last` of `smf`'s stock sequence to node 1,
 /// from 10.3.0.254 (the address in the messages' Node ID and F-SEID).
 fn replay(cp: &str, smf: &str, first: u32, last: u32, seid: Option<u64>, pcap: &Path) -> Value {
@@ -362,6 +415,17 @@ fn stock_smfs_sessions(c: &Cluster, cp: &str) {
         } else {
             assert_eq!(r["created"].as_array().unwrap().len(), 3, "{r}");
         }
+        // Uplink forwards from the establishment on, before the gNB's tunnel is known.
+        let (teid, ran) = if smf == "free5gc" {
+            (2, "10.2.1.1".to_string())
+        } else {
+            let f = &r["created"][0];
+            (
+                u(&f["teid"]) as u32,
+                f["ipv4"].as_str().unwrap().to_string(),
+            )
+        };
+        uplink_arrives(c, &ran, teid, ue, smf);
         let r = replay(cp, smf, 3, 3, Some(seid), &pcap);
         assert_eq!(r["causes"].as_object().unwrap().len(), 1, "{r}");
         assert!(
