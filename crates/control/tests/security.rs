@@ -344,7 +344,7 @@ fn a_client_key_cannot_sign_a_node_message() {
     let n = st.dropped.get("kind_not_allowed").copied().unwrap_or(0)
         + st.dropped.get("bad_tag").copied().unwrap_or(0);
     assert_eq!(n, refused, "{:?}", st.dropped);
-    assert!(st.dropped.get("kind_not_allowed").is_some());
+    assert!(st.dropped.contains_key("kind_not_allowed"));
     assert_eq!(m.digests(), before);
     assert!(m.fibs[1].is_empty());
     // And a node's message is not a client's request: a request made with a pair key.

@@ -96,23 +96,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let id_base = 1u64;
     let mut made: HashMap<usize, Vec<u8>> = HashMap::new();
     let send = |made: &mut HashMap<usize, Vec<u8>>, i: usize| -> anyhow::Result<()> {
-        if !made.contains_key(&i) {
-            let updates: Vec<sb_control::Update> = chunks[i].iter().map(|l| l.update()).collect();
-            let stamp = sb_control::client::Stamp {
-                client,
-                seq: id_base + i as u64,
-                time: sb_control::client::unix_nanos(),
-            };
-            let bytes = sb_control::client::encode_request(
-                &spec.key,
-                spec.cluster_id,
-                a.node as u16,
-                stamp,
-                &updates,
-            )?;
-            made.insert(i, bytes);
-        }
-        sock.send_to(&made[&i], target)?;
+        let bytes = match made.entry(i) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let updates: Vec<sb_control::Update> =
+                    chunks[i].iter().map(|l| l.update()).collect();
+                let stamp = sb_control::client::Stamp {
+                    client,
+                    seq: id_base + i as u64,
+                    time: sb_control::client::unix_nanos(),
+                };
+                e.insert(sb_control::client::encode_request(
+                    &spec.key,
+                    spec.cluster_id,
+                    a.node as u16,
+                    stamp,
+                    &updates,
+                )?)
+            }
+        };
+        sock.send_to(bytes, target)?;
         Ok(())
     };
     while next < chunks.len() || !inflight.is_empty() {
