@@ -1,6 +1,6 @@
-//! The entry point the cargo-fuzz target (`crates/engine/fuzz`) and the random-frames property
-//! test share: arbitrary bytes as frames on any port of any node of a small cluster of each
-//! architecture, raw or behind a valid fabric shim.
+//! The entry point the cargo-fuzz target (`fuzz/`, target `engine_frames`) and the
+//! random-frames property test share: arbitrary bytes as frames on any port of any node of a
+//! small cluster of each architecture, raw or behind a valid fabric shim.
 
 use crate::cluster::{generate_tunnels, sim_mac, SimCluster};
 use crate::{fabric, Arch, PortId};

@@ -125,7 +125,10 @@ pub mod lte;
 
 pub use app::{Access, App};
 pub use counters::{Counters, Drop, PortCounters, PortId, Report};
-pub use engine::{indirection_node, Arch, Engine, EngineError, Gpt, NodeConfig, Outputs, PortAddr};
+pub use engine::{
+    indirection_node, Arch, Engine, EngineError, Gpt, NodeConfig, Outputs, PortAddr, ERROR_BURST,
+    ERROR_RATE,
+};
 #[cfg(feature = "dpdk")]
 pub use fib::RteHashFib;
 pub use fib::{CuckooFib, Fib, FibError};

@@ -1,4 +1,4 @@
-//! Entry points shared by the cargo-fuzz targets (`crates/wire/fuzz`) and the random-bytes
+//! Entry points shared by the cargo-fuzz targets (`fuzz/`) and the random-bytes
 //! property tests: each takes arbitrary bytes, runs one parser, touches every accessor, and
 //! asserts the invariants that must hold for whatever it accepted (re-emitting a parsed header
 //! and parsing it again gives the same fields; offsets stay inside the frame). A panic in any of

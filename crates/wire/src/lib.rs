@@ -9,7 +9,7 @@
 //! as plain fields with `parse` and `emit`. [`parse_frame`] runs the whole chain over one frame
 //! and either classifies it or names exactly why it is malformed ([`WireError`], whose
 //! [`label`](WireError::label) / [`index`](WireError::index) key drop counters). Nothing here
-//! allocates, does I/O, or panics on any input (fuzzed: `crates/wire/fuzz`); the crate is
+//! allocates, does I/O, or panics on any input (fuzzed: `fuzz/`); the crate is
 //! `#![no_std]`.
 //!
 //! # What is where
