@@ -16,7 +16,8 @@ fn clusters() -> &'static [Mutex<SimCluster>; 3] {
 
 /// Feeds `data` to the engines: byte 0 picks the architecture, node and port, byte 1 whether
 /// (and how) to wrap the rest in a fabric shim; the rest is the frame. Checks that every frame
-/// received was transmitted once, counted as dropped, or left to the host.
+/// received, and every error message the engines made, was transmitted once, counted as
+/// dropped, or left to the host.
 pub fn run_frames(data: &[u8]) {
     let (Some(&sel), Some(&wrap)) = (data.first(), data.get(1)) else {
         return;
@@ -58,10 +59,13 @@ pub fn run_frames(data: &[u8]) {
     let dropped: u64 = cn.ports.iter().map(|p| p.dropped).sum();
     // Plain IP/ARP on the fabric is the nodes' kernels' traffic: counted as `host`.
     let host: u64 = cn.ports.iter().map(|p| p.host).sum();
+    // The error messages the engines made (an ICMP error about a dropped packet, a GTP-U
+    // Error Indication for an unknown TEID) are frames too: each leaves or is dropped.
+    let made = cn.icmp_errors + cn.error_indications;
     assert_eq!(
-        rx,
+        rx + made,
         tx + dropped + host,
-        "every frame leaves once, is counted as dropped, or is left to the host"
+        "every frame received or made leaves once, is counted as dropped, or is left to the host"
     );
     // Keep memory bounded over a long fuzzing run.
     let c = &mut *c;

@@ -509,3 +509,17 @@ fn fuzz_find_ipv4_on_the_fabric_is_host_traffic() {
         245, 8, 0, 8, 0, 64, 245, 245, 0, 0, 0, 0, 8, 0, 8, 0, 64, 245, 245, 0, 89, 32, 245, 129, 0,
     ]);
 }
+
+/// A fuzzer find (the suite's engine_frames run): a G-PDU with an unknown TEID on a `ran` port
+/// is dropped and answered with a GTP-U Error Indication, a frame the engine made, which the
+/// frames property must count beside those it received.
+#[test]
+fn fuzz_find_an_error_indication_is_a_frame_the_engine_made() {
+    sb_engine::fuzzing::run_frames(&[
+        104, 37, 145, 10, 0, 18, 122, 1, 0, 0, 0, 0, 0, 0, 8, 0, 79, 1, 0, 96, 37, 10, 0, 0, 0, 37,
+        0, 1, 252, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 96, 255, 255, 255, 255, 255, 255, 255,
+        255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 62, 255, 255, 255, 255, 255, 255,
+        255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 37, 145, 10, 0, 0, 0, 0, 0, 18, 122, 1,
+        40, 145, 10, 0, 18, 122, 1, 0, 75, 91, 0, 0, 0, 255, 166, 75, 75, 1, 0, 0, 8, 2, 82, 21,
+    ]);
+}
