@@ -26,3 +26,20 @@ pub fn hash_table_bytes(capacity: usize, elem_bytes: usize) -> usize {
     };
     buckets * (elem_bytes + 1) + 16
 }
+
+/// The FIB key of a UE address, 16 bytes: an IPv4 address IPv4-mapped (`::ffff:a.b.c.d`), an
+/// IPv6 address's /64 prefix (the interface identifier zeroed: a PDU session is given a /64
+/// and the UE picks its addresses in it). An IPv4-mapped IPv6 address is the IPv4 address's
+/// key. The engine's FIB and the PFCP endpoint's UE index key by it alike.
+pub fn ue_key(addr: std::net::IpAddr) -> [u8; 16] {
+    use std::net::IpAddr;
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => a.octets(),
+        IpAddr::V6(a) => {
+            let mut k = a.octets();
+            k[8..].fill(0);
+            k
+        }
+    }
+}

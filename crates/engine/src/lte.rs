@@ -94,19 +94,9 @@ pub fn decode_qos_flow(b: u8) -> (u8, bool) {
 /// The first 12 bytes of every IPv4 UE address's key (IPv4-mapped IPv6, `::ffff:a.b.c.d`).
 pub const IPV4_KEY_PREFIX: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
 
-/// The FIB key of a UE address: an IPv4 address IPv4-mapped, an IPv6 address's /64 prefix.
-pub fn ue_key(addr: IpAddr) -> [u8; KEY_BYTES] {
-    match addr {
-        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        // An IPv4-mapped address is the IPv4 address's key.
-        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => a.octets(),
-        IpAddr::V6(a) => {
-            let mut k = a.octets();
-            k[8..].fill(0);
-            k
-        }
-    }
-}
+/// The FIB key of a UE address: an IPv4 address IPv4-mapped, an IPv6 address's /64 prefix
+/// ([`sb_common::ue_key`], which the PFCP endpoint's UE index keys by too).
+pub use sb_common::ue_key;
 
 /// The UE address of a FIB key (an IPv6 UE's: its /64 prefix, interface identifier 0).
 pub fn key_addr(key: &[u8; KEY_BYTES]) -> IpAddr {

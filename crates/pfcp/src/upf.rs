@@ -1770,12 +1770,9 @@ impl<S: Sessions> Upf<S> {
         let placed = match Self::smf_teid_addr(&rules) {
             Err(rej) => Err(rej),
             Ok(None) => (self.sessions_impl.place(&ues)).map_err(|f| Reject::cause(f.cause())),
-            Ok(Some(a)) => self.sessions_impl.placement_at(a).ok_or_else(|| {
-                let id = rules.pdrs.iter().find(|(_, (p, _))| {
-                    matches!(p.pdi.local_f_teid, Some(FTeid::Assigned { ipv4: Some(b), .. }) if b == a)
-                });
-                Reject::rule(FailedRuleId::Pdr(id.map_or(0, |(i, _)| *i)))
-            }),
+            Ok(Some((a, id))) => {
+                (self.sessions_impl.placement_at(a)).ok_or(Reject::rule(FailedRuleId::Pdr(id)))
+            }
         };
         let placement = match placed {
             Ok(p) => p,
@@ -1940,19 +1937,21 @@ impl<S: Sessions> Upf<S> {
     }
 
     /// The address the SMF gave in the F-TEIDs it allocated (CH not set) among `rules`, if
-    /// any: where the gNB will send that session's uplink, so the node the session is placed
-    /// on. Several different addresses: the PDR naming the second is refused.
-    fn smf_teid_addr(rules: &Rules) -> Result<Option<Ipv4Addr>, Reject> {
-        let mut addr = None;
+    /// any, with the first PDR naming it: where the gNB will send that session's uplink, so
+    /// the node the session is placed on. Several different addresses: the PDR naming the
+    /// second is refused.
+    fn smf_teid_addr(rules: &Rules) -> Result<Option<(Ipv4Addr, u16)>, Reject> {
+        let mut found: Option<(Ipv4Addr, u16)> = None;
         for (id, (p, _)) in &rules.pdrs {
             if let Some(FTeid::Assigned { ipv4: Some(a), .. }) = p.pdi.local_f_teid {
-                match addr {
-                    Some(b) if b != a => return Err(Reject::rule(FailedRuleId::Pdr(*id))),
-                    _ => addr = Some(a),
+                match found {
+                    Some((b, _)) if b != a => return Err(Reject::rule(FailedRuleId::Pdr(*id))),
+                    Some(_) => {}
+                    None => found = Some((a, *id)),
                 }
             }
         }
-        Ok(addr)
+        Ok(found)
     }
 
     fn pick_teid(&mut self, taken: &[u32]) -> Option<u32> {
@@ -2162,11 +2161,8 @@ impl<S: Sessions> Upf<S> {
         };
         // An F-TEID the SMF allocated names the session's node, which does not change.
         let moved = match Self::smf_teid_addr(&session.rules) {
-            Ok(Some(a)) if a != session.placement.ran => {
-                let id = session.rules.pdrs.iter().find(|(_, (p, _))| {
-                    matches!(p.pdi.local_f_teid, Some(FTeid::Assigned { ipv4: Some(b), .. }) if b == a)
-                });
-                Err(Reject::rule(FailedRuleId::Pdr(id.map_or(0, |(i, _)| *i))))
+            Ok(Some((a, id))) if a != session.placement.ran => {
+                Err(Reject::rule(FailedRuleId::Pdr(id)))
             }
             other => other.map(|_| ()),
         };
@@ -2249,16 +2245,8 @@ impl<S: Sessions> Upf<S> {
 /// that an IPv4 address and its mapped IPv6 form are one UE to the endpoint as they are one key
 /// to the FIB (two sessions cannot claim one FIB entry); 16 bytes where an `IpAddr` takes 17.
 fn ue_slot(ue: &IpAddr) -> [u8; 16] {
-    match ue {
-        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => a.octets(),
-        // The FIB keys an IPv6 UE by its /64: one session holds a /64.
-        IpAddr::V6(a) => {
-            let mut k = a.octets();
-            k[8..].fill(0);
-            k
-        }
-    }
+    // The FIB keys an IPv6 UE by its /64: one session holds a /64.
+    sb_common::ue_key(*ue)
 }
 
 /// The UE addresses a PDR names.

@@ -282,6 +282,20 @@ fn free5gc_offline_charging_session_is_established() {
     assert_eq!(upf.session_count(), 1);
 }
 
+/// Sends `m`: refused with Rule creation/modification failure, Failed Rule ID PDR 1.
+fn refused_by_pdr_1(upf: &mut Upf<Cluster>, m: &Message) {
+    let out = upf.handle(Duration::from_secs(1), SMF, &m.to_bytes().unwrap());
+    let back = Message::parse(&out[0].bytes).unwrap();
+    assert_eq!(
+        cause(&back),
+        (
+            Cause::RULE_CREATION_MODIFICATION_FAILURE,
+            Some(FailedRuleId::Pdr(1)),
+            None
+        )
+    );
+}
+
 /// An SMF-allocated F-TEID another session holds, or at an address that is no node's, is
 /// refused by the PDR naming it, and nothing changes.
 #[test]
@@ -299,16 +313,7 @@ fn smf_allocated_f_teids_must_be_unique_and_ours() {
         }
     }
     m.sequence = 40;
-    let out = upf.handle(Duration::from_secs(1), SMF, &m.to_bytes().unwrap());
-    let back = Message::parse(&out[0].bytes).unwrap();
-    assert_eq!(
-        cause(&back),
-        (
-            Cause::RULE_CREATION_MODIFICATION_FAILURE,
-            Some(FailedRuleId::Pdr(1)),
-            None
-        )
-    );
+    refused_by_pdr_1(&mut upf, &m);
     // A fresh TEID at an address that is none of the nodes'.
     let Body::SessionEstablishmentRequest(r) = &mut m.body else {
         unreachable!()
@@ -320,16 +325,7 @@ fn smf_allocated_f_teids_must_be_unique_and_ours() {
         }
     }
     m.sequence = 41;
-    let out = upf.handle(Duration::from_secs(1), SMF, &m.to_bytes().unwrap());
-    let back = Message::parse(&out[0].bytes).unwrap();
-    assert_eq!(
-        cause(&back),
-        (
-            Cause::RULE_CREATION_MODIFICATION_FAILURE,
-            Some(FailedRuleId::Pdr(1)),
-            None
-        )
-    );
+    refused_by_pdr_1(&mut upf, &m);
     assert_eq!(upf.session_count(), 1);
     assert_eq!(upf.sessions_impl().up.len(), 1);
 }
