@@ -434,3 +434,35 @@ pub fn error_indication(frame: &[u8], out: &mut [u8]) -> Result<Option<usize>, E
     }
     Ok(Some(b.emit(out, gl + ies)?))
 }
+
+/// Writes a GTP-U End Marker (TS 29.281 sec. 7.3.2) into `out` and returns its length: the
+/// message a user plane sends on a tunnel's old path after the last G-PDU it sends there, when
+/// the control plane switches the tunnel to another peer (a handover; PFCP's SNDEM flag), so
+/// that the target knows no more packets come the old way. `teid` and `outer.dst` are the
+/// OLD tunnel's (the peer's TEID and address), `outer.src` our tunnel address. Header: message
+/// type 254, the TEID, length 0, no optional fields (no sequence number: sec. 5.1 asks the S
+/// flag only of Echo, Error Indication and Supported Extension Headers Notification), no IEs
+/// (the only one allowed is a Private Extension). UDP from and to port 2152, checksum computed
+/// (IPv6: mandatory), TTL 64.
+pub fn end_marker(
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    outer: OuterIp,
+    teid: u32,
+    out: &mut [u8],
+) -> Result<usize, EmitError> {
+    let (s, d) = outer.addrs();
+    let b = crate::build::PacketBuilder::udp(src_mac, dst_mac, s, d, GTPU_PORT, GTPU_PORT);
+    let h = b.header_len();
+    let repr = GtpuRepr {
+        msg_type: gtpu::msg_type::END_MARKER,
+        teid,
+        seq_number: None,
+        npdu_number: None,
+        extensions: None,
+    };
+    let gl = repr.header_len();
+    let msg = crate::prefix_mut(out, h + gl)?;
+    repr.emit(&mut msg[h..], 0)?;
+    b.emit(out, gl)
+}

@@ -29,7 +29,8 @@
 //!   responders a node needs: [`answer_request`] (ARP for its own addresses) and
 //!   [`answer_echo_request`] (GTP-U echo); the error messages: [`error_in_place`] (ICMP Time
 //!   Exceeded, Fragmentation Needed, ICMPv6 Packet Too Big, written in front of the packet they
-//!   quote) and [`error_indication`] (GTP-U, for an unknown TEID). A 5G flow's PDU Session
+//!   quote) and [`error_indication`] (GTP-U, for an unknown TEID); [`end_marker`] (GTP-U, the
+//!   last message on a tunnel's old path when it moves, TS 29.281 sec. 7.3.2). A 5G flow's PDU Session
 //!   Container: [`PduSession`], [`GtpuTunnel::pdu_session`], [`GtpuPacket::pdu_session`].
 //! - [`fuzzing`]: the entry points the cargo-fuzz targets and the random-bytes property tests
 //!   share.
@@ -124,8 +125,8 @@ pub mod udp;
 pub use arp::{answer_request, ArpOperation, ArpPacket, ArpRepr};
 pub use build::{L4Header, PacketBuilder};
 pub use encap::{
-    answer_echo_request, decapsulate, decapsulate_with, error_indication, DecapError, Decapsulated,
-    EchoError, EncapError, GtpuTunnel, OuterIp,
+    answer_echo_request, decapsulate, decapsulate_with, end_marker, error_indication, DecapError,
+    Decapsulated, EchoError, EncapError, GtpuTunnel, OuterIp,
 };
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, VlanTag};
 pub use flow::{addr_key, FiveTuple, KeyBytes};

@@ -264,3 +264,74 @@ fn error_indication_names_the_teid_and_our_address() {
         None
     );
 }
+
+#[test]
+fn end_marker_parses_back_on_the_old_tunnel() {
+    for outer in [
+        OuterIp::V4 {
+            src: Ipv4Addr::new(10, 2, 0, 1),
+            dst: Ipv4Addr::new(10, 2, 7, 9),
+        },
+        OuterIp::V6 {
+            src: "2001:db8:ff::1".parse().unwrap(),
+            dst: "2001:db8:ff::9".parse().unwrap(),
+        },
+    ] {
+        let mut out = [0u8; 128];
+        let n = sb_wire::end_marker(
+            EthernetAddress([2, 0, 0, 0, 0, 7]),
+            MAC,
+            outer,
+            0x0102_0304,
+            &mut out,
+        )
+        .unwrap();
+        let ip = if matches!(outer, OuterIp::V4 { .. }) {
+            20
+        } else {
+            40
+        };
+        assert_eq!(n, 14 + ip + 8 + 8, "headers only, no IEs");
+        let p = parse_frame(&out[..n]).unwrap();
+        let FrameKind::Gtpu(g) = p.kind else {
+            panic!("GTP-U on 2152")
+        };
+        let (s, d) = match outer {
+            OuterIp::V4 { src, dst } => (IpAddr::V4(src), IpAddr::V4(dst)),
+            OuterIp::V6 { src, dst } => (IpAddr::V6(src), IpAddr::V6(dst)),
+        };
+        assert_eq!((g.outer.src_addr, g.outer.dst_addr), (s, d));
+        assert_eq!((g.msg_type, g.teid, g.seq_number), (254, 0x0102_0304, None));
+        assert!(g.inner.is_none(), "not a G-PDU");
+        let gp = GtpuPacket::new_checked(&out[g.gtpu_offset..n]).unwrap();
+        assert_eq!(gp.payload(), &[] as &[u8]);
+        // Independently: flags 0x30 (version 1, PT 1), type 254, length 0, the TEID.
+        assert_eq!(&out[g.gtpu_offset..n], &[0x30, 254, 0, 0, 1, 2, 3, 4][..]);
+        // The UDP checksum checks out (RFC 1071 over the pseudo-header).
+        let udp = &out[14 + ip..n];
+        let sum = match (s, d) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                rfc1071(&[&s.octets(), &d.octets(), &[0, 17, 0, 16], udp])
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                rfc1071(&[&s.octets(), &d.octets(), &[0, 0, 0, 16, 0, 0, 0, 17], udp])
+            }
+            _ => unreachable!(),
+        };
+        assert_eq!(sum, 0, "UDP checksum");
+        assert_eq!(&udp[..4], &[0x08, 0x68, 0x08, 0x68], "2152 -> 2152");
+    }
+    // A buffer too small is an error, not a panic.
+    let mut small = [0u8; 40];
+    assert!(sb_wire::end_marker(
+        MAC,
+        MAC,
+        OuterIp::V4 {
+            src: Ipv4Addr::new(10, 2, 0, 1),
+            dst: Ipv4Addr::new(10, 2, 7, 9),
+        },
+        1,
+        &mut small
+    )
+    .is_err());
+}

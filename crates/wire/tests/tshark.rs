@@ -247,6 +247,44 @@ fn tshark_decodes_our_echo_response() {
 }
 
 #[test]
+fn tshark_decodes_our_end_marker() {
+    let Some(tshark) = tools::tshark() else {
+        return;
+    };
+    let mac = EthernetAddress([2, 0, 0, 0, 1, 1]);
+    let frames: Vec<Vec<u8>> = [
+        OuterIp::V4 {
+            src: Ipv4Addr::new(192, 0, 2, 1),
+            dst: Ipv4Addr::new(192, 0, 2, 200),
+        },
+        OuterIp::V6 {
+            src: Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 1),
+            dst: Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 2),
+        },
+    ]
+    .iter()
+    .map(|o| {
+        let mut out = vec![0u8; 128];
+        let n = sb_wire::end_marker(mac, mac, *o, 0xcafe_0001, &mut out).unwrap();
+        out.truncate(n);
+        out
+    })
+    .collect();
+    let rows = run_tshark(&tshark, &frames, "end-marker");
+    for r in &rows {
+        let ctx = r.join("|");
+        assert_eq!(col(r, "gtp.message"), "0xfe", "{ctx}");
+        assert_eq!(col(r, "gtp.teid"), "0xcafe0001", "{ctx}");
+        assert_eq!(col(r, "gtp.length"), "0", "{ctx}");
+        assert_eq!(col(r, "udp.dstport"), "2152", "{ctx}");
+        assert_eq!(col(r, "udp.checksum.status"), "1", "{ctx}");
+        assert_clean(r, &ctx);
+    }
+    assert_eq!(col(&rows[0], "ip.dst"), "192.0.2.200");
+    assert_eq!(col(&rows[0], "ip.checksum.status"), "1");
+}
+
+#[test]
 fn tshark_decodes_our_gtpu_encapsulation() {
     let Some(tshark) = tools::tshark() else {
         return;
