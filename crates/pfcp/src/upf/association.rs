@@ -1,0 +1,319 @@
+//! Associations with control-plane peers (TS 29.244 6.2.6): setup, update and release, our
+//! heartbeats to the peers that set up their association here and theirs to us (6.2.2), and
+//! what a restarted or dead peer means (6.2.6.2.2: its sessions go when it sets up anew; we
+//! offer no session retention).
+
+use super::*;
+
+/// A control-plane peer with an association.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Association {
+    pub(super) addr: IpAddr,
+    pub(super) recovery_time_stamp: RecoveryTimeStamp,
+    /// Our heartbeats to it, when it set the association up with this endpoint (not one
+    /// replicated from another endpoint of the cluster, which heartbeats it itself).
+    pub(super) heartbeat: Option<Heartbeats>,
+}
+
+/// Our heartbeats to a peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Heartbeats {
+    /// Its PFCP address (where the setup came from).
+    pub(super) to: SocketAddr,
+    /// When the next is due.
+    pub(super) next: Duration,
+    /// The sequence number of the one unanswered, if any.
+    pub(super) waiting: Option<u32>,
+    /// Unanswered in a row.
+    pub(super) misses: u8,
+    /// Counted dead (until it answers again).
+    pub(super) dead: bool,
+}
+
+impl<S: Sessions> Upf<S> {
+    /// Answers a Heartbeat Request from `from`: a changed Recovery Time Stamp of an associated
+    /// peer counts a restart.
+    pub(super) fn heartbeat(&mut self, from: SocketAddr, seq: u32, h: Heartbeat) -> Message {
+        if let Some(node) = self.by_addr.get(&from.ip()) {
+            let a = self
+                .associations
+                .get_mut(node)
+                .expect("by_addr names associations");
+            if a.recovery_time_stamp != h.recovery_time_stamp {
+                a.recovery_time_stamp = h.recovery_time_stamp;
+                self.stats.peer_restarts += 1;
+            }
+        }
+        Message {
+            seid: None,
+            sequence: seq,
+            priority: None,
+            body: Body::HeartbeatResponse(Heartbeat {
+                recovery_time_stamp: self.config.recovery_time_stamp,
+            }),
+        }
+    }
+
+    /// Sends the heartbeats due at `now` ([`Upf::poll`]).
+    pub(super) fn heartbeats_due(&mut self, now: Duration, out: &mut Vec<Transmit>) {
+        let interval = self.config.heartbeat_interval;
+        if interval.is_zero() {
+            return;
+        }
+        let recovery_time_stamp = self.config.recovery_time_stamp;
+        for a in self.associations.values_mut() {
+            let Some(h) = &mut a.heartbeat else { continue };
+            if now < h.next {
+                continue;
+            }
+            if h.waiting.is_some() {
+                h.misses = h.misses.saturating_add(1);
+                if h.misses >= self.config.heartbeat_misses && !h.dead {
+                    h.dead = true;
+                    self.stats.peers_dead += 1;
+                }
+            }
+            let seq = self.next_seq;
+            self.next_seq = self.next_seq % 0xff_ffff + 1;
+            h.waiting = Some(seq);
+            h.next = now + interval;
+            let msg = Message {
+                seid: None,
+                sequence: seq,
+                priority: None,
+                body: Body::HeartbeatRequest(Heartbeat {
+                    recovery_time_stamp,
+                }),
+            };
+            if let Ok(bytes) = msg.to_bytes() {
+                self.stats.heartbeats_sent += 1;
+                out.push(Transmit { to: h.to, bytes });
+            }
+        }
+    }
+
+    /// Whether the peer of `node`'s association is counted dead (its heartbeats unanswered).
+    pub fn is_peer_dead(&self, node: &NodeId) -> bool {
+        (self.associations.get(node))
+            .and_then(|a| a.heartbeat.as_ref())
+            .is_some_and(|h| h.dead)
+    }
+
+    pub(super) fn up_features() -> UpFunctionFeatures {
+        UpFunctionFeatures(vec![0x10, 0x00]) // FTUP
+    }
+
+    pub(super) fn association_setup(
+        &mut self,
+        now: Duration,
+        from: SocketAddr,
+        seq: u32,
+        r: AssociationSetupRequest,
+    ) -> Option<Message> {
+        let t = msg_type::ASSOCIATION_SETUP_REQUEST;
+        if self.busy_nodes.contains(&r.node_id) {
+            return Some(self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        // The peer associates anew: what its previous process was answered answers nothing
+        // of the new one's (which numbers its requests from 1 again).
+        self.stats.responses_forgotten += self.cache.forget(from.ip()) as u64;
+        let interval = self.config.heartbeat_interval;
+        let association = Association {
+            addr: from.ip(),
+            recovery_time_stamp: r.recovery_time_stamp,
+            heartbeat: (!self.replaying && !interval.is_zero()).then_some(Heartbeats {
+                to: from,
+                next: now + interval,
+                waiting: None,
+                misses: 0,
+                dead: false,
+            }),
+        };
+        let accepted = Message {
+            seid: None,
+            sequence: seq,
+            priority: None,
+            body: Body::AssociationSetupResponse(AssociationSetupResponse {
+                node_id: self.our_node(),
+                cause: Cause::REQUEST_ACCEPTED,
+                recovery_time_stamp: self.config.recovery_time_stamp,
+                up_function_features: Some(Self::up_features()),
+                cp_function_features: None,
+            }),
+        };
+        if let Some(old) = self.associations.get(&r.node_id) {
+            if old.recovery_time_stamp != r.recovery_time_stamp {
+                self.stats.peer_restarts += 1;
+            }
+            // TS 29.244 6.2.6.2.2: a new setup from an associated peer replaces the
+            // association, and its sessions go (we do not offer session retention).
+            if self.sessions_of(&r.node_id).next().is_some() {
+                let commit = Commit::Release {
+                    node: r.node_id.clone(),
+                    setup: Some(Box::new((association, accepted))),
+                };
+                return self.apply_release(from, seq, t, r.node_id, commit);
+            }
+        }
+        self.install_association(r.node_id, association);
+        Some(accepted)
+    }
+
+    pub(super) fn install_association(&mut self, node: NodeId, association: Association) {
+        if let Some(old) = self.associations.remove(&node) {
+            self.by_addr.remove(&old.addr);
+        }
+        // An address names one association: a new node at an old address replaces it (its
+        // sessions stay until that node is released).
+        if let Some(prev) = self.by_addr.insert(association.addr, node.clone()) {
+            if prev != node {
+                if let Some(a) = self.associations.get_mut(&prev) {
+                    a.addr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+                }
+            }
+        }
+        self.associations.insert(node, association);
+    }
+
+    /// The sessions of `node`'s association: a walk over every session (an association's
+    /// setup and release are rare; an index per association cost 14 bytes per session).
+    pub(super) fn sessions_of<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = u64> + 'a {
+        (self.sessions.iter())
+            .filter(move |(_, kept)| Stored { kept }.is_of(&self.shapes, node))
+            .map(|(seid, _)| seid)
+    }
+
+    pub(super) fn association_update(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        r: AssociationUpdateRequest,
+    ) -> Message {
+        let t = msg_type::ASSOCIATION_UPDATE_REQUEST;
+        if self.by_addr.get(&from.ip()) != Some(&r.node_id) {
+            self.stats.rejected_no_association += 1;
+            return self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::NO_ESTABLISHED_PFCP_ASSOCIATION),
+            );
+        }
+        Message {
+            seid: None,
+            sequence: seq,
+            priority: None,
+            body: Body::AssociationUpdateResponse(AssociationUpdateResponse {
+                node_id: self.our_node(),
+                cause: Cause::REQUEST_ACCEPTED,
+                up_function_features: Some(Self::up_features()),
+                cp_function_features: None,
+            }),
+        }
+    }
+
+    pub(super) fn association_release(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        r: AssociationReleaseRequest,
+    ) -> Option<Message> {
+        let t = msg_type::ASSOCIATION_RELEASE_REQUEST;
+        if self.by_addr.get(&from.ip()) != Some(&r.node_id) {
+            self.stats.rejected_no_association += 1;
+            return Some(self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::NO_ESTABLISHED_PFCP_ASSOCIATION),
+            ));
+        }
+        if self.busy_nodes.contains(&r.node_id)
+            || self.sessions_of(&r.node_id).any(|s| self.busy.contains(&s))
+        {
+            return Some(self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        let commit = Commit::Release {
+            node: r.node_id.clone(),
+            setup: None,
+        };
+        self.apply_release(from, seq, t, r.node_id, commit)
+    }
+
+    /// Removes every session of `node` through the cluster, then `commit`s.
+    pub(super) fn apply_release(
+        &mut self,
+        from: SocketAddr,
+        seq: u32,
+        t: u8,
+        node: NodeId,
+        commit: Commit,
+    ) -> Option<Message> {
+        if self.sessions_of(&node).any(|s| self.busy.contains(&s)) {
+            return Some(self.reject(
+                t,
+                None,
+                seq,
+                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
+            ));
+        }
+        let mut seids: Vec<u64> = self.sessions_of(&node).collect();
+        seids.sort_unstable();
+        let mut changes: Changes = Default::default();
+        for s in &seids {
+            let kept = self
+                .sessions
+                .get(*s)
+                .expect("sessions_of gives kept sessions");
+            let sess = Stored { kept }.unpack(&self.shapes);
+            let (fib, ues) = sess
+                .fwd
+                .changes(&Forwarding::default(), sess.placement.node);
+            changes.0.extend(fib);
+            changes.1.extend(ues);
+        }
+        self.busy_nodes.insert(node);
+        self.busy.extend(seids);
+        self.apply(from, seq, t, None, changes, commit)
+    }
+
+    /// A Heartbeat Response from `from` to our request `seq`: the peer lives; a changed
+    /// Recovery Time Stamp counts a restart.
+    pub(super) fn heartbeat_answered(&mut self, from: SocketAddr, seq: u32, body: &[u8]) {
+        let Ok(Body::HeartbeatResponse(r)) = Body::decode(msg_type::HEARTBEAT_RESPONSE, body)
+        else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let a = (self.by_addr.get(&from.ip())).and_then(|n| self.associations.get_mut(n));
+        let Some(a) = a else {
+            self.stats.ignored += 1;
+            return;
+        };
+        match &mut a.heartbeat {
+            Some(h) if h.waiting == Some(seq) => {
+                h.waiting = None;
+                h.misses = 0;
+                h.dead = false;
+            }
+            _ => {
+                self.stats.ignored += 1;
+                return;
+            }
+        }
+        if a.recovery_time_stamp != r.recovery_time_stamp {
+            a.recovery_time_stamp = r.recovery_time_stamp;
+            self.stats.peer_restarts += 1;
+        }
+    }
+}

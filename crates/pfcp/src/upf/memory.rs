@@ -1,0 +1,63 @@
+//! What the endpoint holds for its sessions, by structure ([`Upf::memory`]).
+
+use super::*;
+
+/// What [`Upf::memory`] counts: each map's hash table from its capacity (every bucket and
+/// hashbrown's control byte; a table presized for the node's share is touched as sessions
+/// land in it at random), and what the entries point to as held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// The session slab's slots (UP SEID -> where the session is kept: 8 bytes per slot
+    /// used) and its list of free slots.
+    pub sessions: usize,
+    /// The sessions' kept rules (their bytes): each packed session's differences from the
+    /// first one of its length.
+    pub packed: usize,
+    /// What holds them: the slab's pools, 64 KiB chunks of records of one length each, and
+    /// the allocations of the few kept sessions longer than 255 bytes as glibc's malloc sizes
+    /// them ([`malloc_chunk`]).
+    pub packed_chunks: usize,
+    /// The UE address index.
+    pub ue_index: usize,
+    /// The set of uplink TEIDs given out.
+    pub teids: usize,
+    /// The response cache (its map and the responses' bytes).
+    pub responses: usize,
+    /// The templates the kept sessions are differences from.
+    pub shapes: usize,
+}
+
+/// The bytes glibc's malloc takes for an allocation of `n` bytes on 64-bit Linux: `n` plus
+/// its 8-byte size field, rounded up to 16, at least 32.
+pub fn malloc_chunk(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (n + 8).next_multiple_of(16).max(32)
+    }
+}
+
+impl<S: Sessions> Upf<S> {
+    /// [`Upf::memory`] with the kept bytes counted again by walking every session (what the
+    /// running count must equal; for tests and audits: it takes time in the sessions).
+    pub fn recount_memory(&self) -> Memory {
+        let packed = self.sessions.iter().map(|(_, kept)| kept.len()).sum();
+        Memory {
+            packed,
+            ..self.memory()
+        }
+    }
+
+    /// Bytes the endpoint holds for its sessions, by structure.
+    pub fn memory(&self) -> Memory {
+        Memory {
+            sessions: self.sessions.slot_bytes(),
+            packed: self.sessions.held(),
+            packed_chunks: self.sessions.record_bytes(),
+            ue_index: self.ue_index.bytes(),
+            teids: self.teids.bytes(),
+            responses: self.cache.memory(),
+            shapes: self.shapes.bytes(),
+        }
+    }
+}

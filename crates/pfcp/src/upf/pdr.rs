@@ -1,0 +1,260 @@
+//! Packet detection rules (TS 29.244 5.2.1, 7.5.2.2, 7.5.4.2): a session's PDRs as created,
+//! updated and removed, what their PDIs may filter on, and [`forwarding`], what a session's
+//! rules (PDRs with their FARs and QERs) become in the data plane: per direction, the PDR of
+//! lowest precedence is what the FIB entry follows.
+
+use super::*;
+
+/// Create PDR: each id once; every id goes into `touched` (the PDRs whose F-TEIDs to allocate).
+pub(super) fn create(
+    pdrs: &mut VecMap<u16, (CreatePdr, Option<u32>)>,
+    create: Vec<CreatePdr>,
+    touched: &mut Vec<u16>,
+) -> Result<(), Reject> {
+    for p in create {
+        let id = p.pdr_id.0;
+        touched.push(id);
+        if pdrs.insert(id, (p, None)).is_some() {
+            return Err(Reject::rule(FailedRuleId::Pdr(id)));
+        }
+    }
+    Ok(())
+}
+
+/// Remove PDR: each must exist.
+pub(super) fn remove(
+    pdrs: &mut VecMap<u16, (CreatePdr, Option<u32>)>,
+    ids: &[PdrId],
+) -> Result<(), Reject> {
+    for id in ids {
+        pdrs.remove(&id.0)
+            .ok_or(Reject::rule(FailedRuleId::Pdr(id.0)))?;
+    }
+    Ok(())
+}
+
+/// Update PDR: each must exist (its id goes into `touched`); each field it carries replaces
+/// the PDR's (the PDI whole; URR and QER ids when it names any).
+pub(super) fn update(
+    pdrs: &mut VecMap<u16, (CreatePdr, Option<u32>)>,
+    updates: Vec<UpdatePdr>,
+    touched: &mut Vec<u16>,
+) -> Result<(), Reject> {
+    for u in updates {
+        let id = u.pdr_id.0;
+        let (p, _) = pdrs
+            .get_mut(&id)
+            .ok_or(Reject::rule(FailedRuleId::Pdr(id)))?;
+        touched.push(id);
+        if let Some(x) = u.outer_header_removal {
+            p.outer_header_removal = Some(x);
+        }
+        if let Some(x) = u.precedence {
+            p.precedence = x;
+        }
+        if let Some(x) = u.pdi {
+            p.pdi = x;
+        }
+        if let Some(x) = u.far_id {
+            p.far_id = Some(x);
+        }
+        if !u.urr_ids.is_empty() {
+            p.urr_ids = u.urr_ids;
+        }
+        if !u.qer_ids.is_empty() {
+            p.qer_ids = u.qer_ids;
+        }
+    }
+    Ok(())
+}
+
+/// The UE addresses a PDR names.
+pub(super) fn pdr_ues(p: &CreatePdr) -> impl Iterator<Item = IpAddr> + '_ {
+    p.pdi.ue_ip_address.iter().flat_map(|ue| {
+        let v4 = match ue.ipv4 {
+            Some(UeAddr::Addr(a)) => Some(IpAddr::V4(a)),
+            _ => None,
+        };
+        let v6 = match ue.ipv6 {
+            Some(UeAddr::Addr(a)) => Some(IpAddr::V6(a)),
+            _ => None,
+        };
+        v4.into_iter().chain(v6)
+    })
+}
+
+/// Every UE address of a session's PDRs.
+pub(super) fn ues_of(rules: &Rules) -> Few<IpAddr> {
+    sorted_once(rules.pdrs.values().flat_map(|(p, _)| pdr_ues(p)).collect())
+}
+
+/// What a PDR's PDI filters on beyond its interface, F-TEID and UE address.
+pub(super) enum Filter {
+    /// Every packet of the UE (no SDF filter, or one that matches all).
+    All,
+    /// Some of them (an SDF filter that does not match all).
+    Some,
+}
+
+/// The PDI's other IEs: QFI and 3GPP Interface Type are accepted (the QFI of uplink G-PDUs
+/// is the data plane's to check, the interface type names what we already know), SDF
+/// Filters are read; any other refuses the PDR.
+pub(super) fn pdi_filter(p: &CreatePdr) -> Result<Filter, Reject> {
+    let fail = Reject::rule(FailedRuleId::Pdr(p.pdr_id.0));
+    // Several SDF filters match their union: all when one of them does.
+    let (mut filtered, mut all) = (false, false);
+    for ie in &p.pdi.other {
+        match ie.ie_type {
+            ie_type::QFI | ie_type::TGPP_INTERFACE_TYPE => {}
+            ie_type::SDF_FILTER => {
+                let f = crate::sdf::SdfFilter::read(&ie.value).map_err(|_| fail)?;
+                filtered = true;
+                all |= f.matches_all();
+            }
+            _ => return Err(fail),
+        }
+    }
+    Ok(if filtered && !all {
+        Filter::Some
+    } else {
+        Filter::All
+    })
+}
+
+/// A candidate target and the (precedence, PDR id) of the PDR giving it: the lowest wins.
+pub(super) type Ranked<T> = ((u32, u16), Option<T>);
+
+/// Keeps in `list` the candidate of lowest rank per key.
+pub(super) fn rank_in<K: PartialEq, T>(
+    list: &mut Few<(K, Ranked<T>)>,
+    key: K,
+    candidate: Ranked<T>,
+) {
+    match list.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, e)) if candidate.0 < e.0 => *e = candidate,
+        Some(_) => {}
+        None => list.push((key, candidate)),
+    }
+}
+
+/// A session's forwarding from its rules, or the rule that cannot be applied.
+pub(super) fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
+    for f in rules.fars.values() {
+        far_action(f)?;
+    }
+    for q in rules.qers.values() {
+        check_qer(q)?;
+    }
+    // (precedence, PDR id) of the winner per key.
+    let mut down: Few<(IpAddr, Ranked<(u32, Ipv4Addr)>)> = Few::new();
+    let mut up: Few<(u32, Ranked<IpAddr>)> = Few::new();
+    let all_ues = ues_of(rules);
+    let mut qfi = 0;
+    for (&id, (p, teid)) in &rules.pdrs {
+        let fail = Reject::rule(FailedRuleId::Pdr(id));
+        let filter = pdi_filter(p)?;
+        if p.urr_ids.iter().any(|u| !rules.urrs.contains_key(&u.0)) {
+            return Err(fail);
+        }
+        if let Some(ue) = &p.pdi.ue_ip_address {
+            if matches!(ue.ipv4, Some(UeAddr::Choose)) || matches!(ue.ipv6, Some(UeAddr::Choose)) {
+                return Err(fail);
+            }
+        }
+        let far = p.far_id.and_then(|f| rules.fars.get(&f.0)).ok_or(fail)?;
+        let mut gate_open = (true, true);
+        for q in &p.qer_ids {
+            let q = rules.qers.get(&q.0).ok_or(fail)?;
+            if qfi == 0 && p.pdi.source_interface != Interface::CP_FUNCTION {
+                qfi = q.qfi.map_or(0, |Qfi(f)| f);
+            }
+            if let Some(g) = q.gate_status {
+                gate_open.0 &= g.ul == 0;
+                gate_open.1 &= g.dl == 0;
+            }
+        }
+        let action = far_action(far)?;
+        let params = far.forwarding_parameters.as_ref();
+        let ohc = params.and_then(|f| f.outer_header_creation.clone());
+        let to_cp = params.and_then(|f| f.destination_interface) == Some(Interface::CP_FUNCTION);
+        let rank = (p.precedence.0, id);
+        // The paths between the UE and the SMF (open5gs's IPv6 router solicitations and
+        // advertisements): a PDR from the CP function, or one whose FAR forwards to it, is
+        // kept and answered (its F-TEID allocated) but forwards nothing in the data plane
+        // yet; nor may it be what a direction's FIB entry follows.
+        if p.pdi.source_interface == Interface::CP_FUNCTION
+            || (to_cp && matches!(filter, Filter::Some))
+        {
+            continue;
+        }
+        // The data plane forwards a UE's packets one way per direction: a PDR that matches
+        // only some of them cannot be told apart there.
+        if matches!(filter, Filter::Some) {
+            return Err(fail);
+        }
+        match p.pdi.source_interface {
+            Interface::CORE => {
+                if pdr_ues(p).next().is_none()
+                    || p.pdi.local_f_teid.is_some()
+                    || p.outer_header_removal.is_some()
+                {
+                    return Err(fail);
+                }
+                let target = match (action, &ohc) {
+                    (Action::Forward, Some(OuterHeaderCreation::GtpuIpv4 { teid, addr })) => {
+                        Some((*teid, *addr))
+                    }
+                    // FORW before the gNB's tunnel is known (free5GC): nowhere to send yet.
+                    (Action::Forward, None) => None,
+                    (Action::Forward, _) => {
+                        return Err(Reject::rule(FailedRuleId::Far(far.far_id.0)))
+                    }
+                    (Action::Drop, _) => None,
+                };
+                let target = target.filter(|_| gate_open.1);
+                for ue in pdr_ues(p) {
+                    rank_in(&mut down, ue, (rank, target));
+                }
+            }
+            Interface::ACCESS => {
+                let ohr_ok = p.outer_header_removal.is_some_and(|o| {
+                    matches!(
+                        o.description,
+                        OuterHeaderRemoval::GTPU_UDP_IPV4
+                            | OuterHeaderRemoval::GTPU_UDP_IPV6
+                            | OuterHeaderRemoval::GTPU_UDP_IP
+                    )
+                });
+                let Some(teid) = *teid else { return Err(fail) };
+                if !ohr_ok {
+                    return Err(fail);
+                }
+                let forward = match (action, &ohc) {
+                    (Action::Forward, None) => true,
+                    (Action::Forward, Some(_)) => {
+                        return Err(Reject::rule(FailedRuleId::Far(far.far_id.0)))
+                    }
+                    (Action::Drop, _) => false,
+                };
+                let ue = pdr_ues(p).next().or(all_ues.first().copied());
+                let target = ue.filter(|_| forward && gate_open.0);
+                rank_in(&mut up, teid, (rank, target));
+            }
+            _ => return Err(fail),
+        }
+    }
+    let downlink: VecMap<IpAddr, (u32, Ipv4Addr)> = down
+        .into_iter()
+        .filter_map(|(ue, (_, t))| t.map(|t| (ue, t)))
+        .collect();
+    let peer = downlink.values().next().map(|&(_, p)| p);
+    let uplink = up
+        .into_iter()
+        .filter_map(|(teid, (_, ue))| ue.map(|ue| (teid, (ue, peer))))
+        .collect();
+    Ok(Forwarding {
+        downlink,
+        uplink,
+        qfi,
+    })
+}
