@@ -135,6 +135,7 @@
 //! | 10 | piece request | snapshot sequence number u64, count u16, missing chunk indexes u32 (none: a fresh piece) |
 //! | 11 | FIB | first stream number u64 (>= 1), the owner's last ack u64, count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune |
 //! | 12 | FIB ack | last stream number applied u64, count u16, stream numbers u64 of the installs refused (a full FIB) |
+//! | 13 | Raft | range (its group) u32, the sender's message number u64, chunk index u16, chunk count u16, bytes of the protobuf `eraftpb.Message` ([`replica::transport`]) |
 //!
 //! A receiver checks the length, magic, version, cluster id, receiver, tag (with its sender's
 //! key) and the type against that key before it reads anything else; a datagram that fails, or whose sender's epoch is older than one it has seen, or (but
@@ -148,7 +149,10 @@
 //! [`Node::new`] after a restart: type u8, then 1 epoch (u32); 2 initial flows (count u32, then
 //! key length u8, key, node u16, value length u8, value each); 3 end of the initial flows;
 //! 4 changes (first change number u64, count u32, updates). A log without record 3 is treated
-//! as empty (its initial flows were not all durable).
+//! as empty (its initial flows were not all durable). With replication ([`Tuning::replicas`]
+//! above 1) records 2 to 4 are the data of the range's Raft entries instead, and the node's
+//! log holds its epoch and, per group it is a replica of, records 5 (entries), 6 (hard state)
+//! and 7 (snapshot) ([`replica::storage`]).
 //!
 //! # Cost
 //! The owner's work per update is one key hash, a group re-search (only for value bits whose
@@ -164,6 +168,7 @@ mod client_api;
 mod fixed;
 mod node;
 mod record;
+pub mod replica;
 pub mod wire;
 
 #[doc(hidden)]

@@ -1764,8 +1764,19 @@ impl Node {
                 s.ack(applied, now, min, max);
                 self.flush_fib(p);
             }
+            Body::Raft {
+                group,
+                msg,
+                index,
+                count,
+                data,
+            } => self.on_raft(p, group, msg, index, count, data),
             Body::ClientRequest { .. } | Body::ClientReply(_) => self.drop_msg("unexpected"),
         }
+    }
+
+    fn on_raft(&mut self, _p: NodeId, _g: u32, _m: u64, _i: u16, _c: u16, _d: Vec<u8>) {
+        self.drop_msg("unexpected");
     }
 
     /// Outcome of an update that can be judged without the RIB ([`precheck`]).

@@ -76,6 +76,8 @@ pub enum Kind {
     Fib = 11,
     /// A handling node's cumulative acknowledgement of FIB operations.
     FibAck = 12,
+    /// A chunk of a Raft message of one range's group ([`crate::replica`]).
+    Raft = 13,
 }
 
 impl Kind {
@@ -94,6 +96,7 @@ impl Kind {
             10 => PieceRequest,
             11 => Fib,
             12 => FibAck,
+            13 => Raft,
             _ => return None,
         })
     }
@@ -220,6 +223,20 @@ pub enum Body {
         /// acknowledgement it knows of and at most `applied` (increasing).
         refused: Vec<u64>,
     },
+    /// [`Kind::Raft`]: chunk `index` of `count` of the sender's Raft message number `msg`
+    /// (protobuf `eraftpb.Message`) for the group of range `group`.
+    Raft {
+        /// The range (its group).
+        group: u32,
+        /// The sender's message number (increasing per sender incarnation).
+        msg: u64,
+        /// This chunk's index.
+        index: u16,
+        /// Chunks of the message (at least 1).
+        count: u16,
+        /// The chunk's bytes.
+        data: Vec<u8>,
+    },
 }
 
 impl Body {
@@ -238,6 +255,7 @@ impl Body {
             Body::PieceRequest { .. } => Kind::PieceRequest,
             Body::Fib { .. } => Kind::Fib,
             Body::FibAck { .. } => Kind::FibAck,
+            Body::Raft { .. } => Kind::Raft,
         }
     }
 }
@@ -579,6 +597,19 @@ fn encode_with(mac: HmacSha256, h: &Header, body: &Body) -> Vec<u8> {
             out.extend_from_slice(&count.to_le_bytes());
             out.extend_from_slice(data);
         }
+        Body::Raft {
+            group,
+            msg,
+            index,
+            count,
+            data,
+        } => {
+            out.extend_from_slice(&group.to_le_bytes());
+            out.extend_from_slice(&msg.to_le_bytes());
+            out.extend_from_slice(&index.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
+            out.extend_from_slice(data);
+        }
         Body::PieceRequest { seq, missing } => {
             out.extend_from_slice(&seq.to_le_bytes());
             out.extend_from_slice(&(missing.len() as u16).to_le_bytes());
@@ -770,6 +801,23 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
                 data,
             }
         }
+        Kind::Raft => {
+            let group = r.u32()?;
+            let msg = r.u64()?;
+            let index = r.u16()?;
+            let count = r.u16()?;
+            let data = r.take(r.b.len())?.to_vec();
+            if count == 0 || index >= count {
+                return Err(WireError::Malformed("bad raft chunk numbers"));
+            }
+            Body::Raft {
+                group,
+                msg,
+                index,
+                count,
+                data,
+            }
+        }
         Kind::PieceRequest => {
             let seq = r.u64()?;
             let n = r.u16()? as usize;
@@ -887,6 +935,13 @@ mod tests {
             Body::FibAck {
                 applied: 9,
                 refused: vec![3, 9],
+            },
+            Body::Raft {
+                group: 3,
+                msg: 77,
+                index: 1,
+                count: 2,
+                data: vec![1, 2, 3],
             },
         ]
     }

@@ -1,0 +1,286 @@
+//! One range's Raft group at one replica: raft-rs's `RawNode` over a [`RaftStore`], driven
+//! without I/O. [`Group::collect`] takes every `Ready` the node has: the records to persist
+//! (entries, hard state, a snapshot received), the messages that may go now (a leader's
+//! appends go out while its own copy syncs), the committed entries to apply; the messages that
+//! may only go once the records are durable (a follower's acknowledgement, a vote) are held
+//! until [`Group::release`] is told the log is durable up to them.
+
+use super::storage::{self, RaftStore};
+use super::transport::{node_of, raft_id};
+use crate::NodeId;
+use raft::prelude::{Entry, Message, Snapshot};
+use raft::{RawNode, StateRole};
+use std::collections::VecDeque;
+
+/// The timers of a group, in ticks of the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupTiming {
+    /// Ticks without a leader's message before a follower campaigns (fixed per replica: see
+    /// [`Group::new`]).
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Bytes of entries per append message at most.
+    pub max_msg_bytes: u64,
+}
+
+struct Held {
+    /// The driver's persist number that makes this ready durable.
+    persist: u64,
+    number: u64,
+    msgs: Vec<Message>,
+}
+
+/// What one [`Group::collect`] produced.
+#[derive(Default)]
+pub struct Collected {
+    /// Records to append to the node's log (then [`Group::assign`] their persist number).
+    pub records: Vec<Vec<u8>>,
+    /// Messages to send now.
+    pub send: Vec<Message>,
+    /// A snapshot received from the leader: the state machine restores it before applying
+    /// `committed`.
+    pub snapshot: Option<Snapshot>,
+    /// Committed entries to apply, in order.
+    pub committed: Vec<Entry>,
+}
+
+/// A range's group at this replica.
+pub struct Group {
+    /// The range.
+    pub range: u32,
+    /// The replicas (voters), in the order of the assignment: the first is the range's home.
+    pub voters: Vec<NodeId>,
+    me: NodeId,
+    raw: RawNode<RaftStore>,
+    held: VecDeque<Held>,
+    last_persist: u64,
+    /// Applied by the state machine.
+    applied: u64,
+}
+
+fn logger() -> slog::Logger {
+    slog::Logger::root(slog::Discard, slog::o!())
+}
+
+impl Group {
+    /// The group of `range` at `me` with these voters (the first is the range's home, which
+    /// has the highest election priority), over `store`. `salt` spreads the replicas'
+    /// election timeouts over `[election_ticks, 2 election_ticks)` deterministically (raft-rs
+    /// would draw them from the thread's RNG, which a reproducible simulation cannot have).
+    pub fn new(
+        range: u32,
+        voters: Vec<NodeId>,
+        me: NodeId,
+        store: RaftStore,
+        timing: GroupTiming,
+        salt: u64,
+    ) -> Result<Group, raft::Error> {
+        let e = timing.election_ticks.max(timing.heartbeat_ticks + 1);
+        let e = e + (salt % e as u64) as usize;
+        let applied = store.snapshot_index();
+        let cfg = raft::Config {
+            id: raft_id(me),
+            election_tick: e,
+            min_election_tick: e,
+            max_election_tick: e + 1,
+            heartbeat_tick: timing.heartbeat_ticks,
+            max_size_per_msg: timing.max_msg_bytes,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            applied,
+            priority: if voters.first() == Some(&me) { 1 } else { 0 },
+            ..raft::Config::default()
+        };
+        let raw = RawNode::new(&cfg, store, &logger())?;
+        Ok(Group {
+            range,
+            voters,
+            me,
+            raw,
+            held: VecDeque::new(),
+            last_persist: 0,
+            applied,
+        })
+    }
+
+    /// The range's home: the replica that leads when it can.
+    pub fn home(&self) -> NodeId {
+        self.voters[0]
+    }
+
+    /// One tick of the group's clock. A leader other than the home hands the leadership to
+    /// the home once the home's log has caught up with its own.
+    pub fn tick(&mut self) {
+        self.raw.tick();
+        let home = self.home();
+        if self.is_leader() && home != self.me {
+            let last = self.raw.raft.raft_log.last_index();
+            let caught_up = self
+                .raw
+                .raft
+                .prs()
+                .get(raft_id(home))
+                .is_some_and(|p| p.matched == last);
+            if caught_up && self.raw.raft.lead_transferee.is_none() {
+                self.raw.transfer_leader(raft_id(home));
+            }
+        }
+    }
+
+    /// Steps a message from a peer (checked by [`super::transport::accept`]).
+    pub fn step(&mut self, m: Message) {
+        // An error is a message raft ignores (of another term, from an unknown peer).
+        let _ = self.raw.step(m);
+    }
+
+    /// Proposes `data` with `context` if this replica leads: the index the entry will have.
+    pub fn propose(&mut self, context: Vec<u8>, data: Vec<u8>) -> Option<u64> {
+        if !self.is_leader() || self.raw.raft.lead_transferee.is_some() {
+            return None;
+        }
+        let before = self.raw.raft.raft_log.last_index();
+        self.raw.propose(context, data).ok()?;
+        let after = self.raw.raft.raft_log.last_index();
+        (after > before).then_some(after)
+    }
+
+    /// Whether this replica leads the group.
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    /// The leader as this replica knows it.
+    pub fn leader(&self) -> Option<NodeId> {
+        node_of(self.raw.raft.leader_id)
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    /// The commit index as this replica knows it.
+    pub fn committed(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    /// The term of the entry at `index`, if held.
+    pub fn term_at(&self, index: u64) -> Option<u64> {
+        self.raw.raft.raft_log.term(index).ok()
+    }
+
+    /// Whether this replica leads and the log is committed up to an entry of its own term
+    /// (so every entry committed before, by any leader, is known committed here).
+    pub fn leading_with_commit(&self) -> bool {
+        self.is_leader() && self.term_at(self.committed()) == Some(self.term())
+    }
+
+    /// The store.
+    pub fn store(&self) -> &RaftStore {
+        self.raw.store()
+    }
+
+    /// Takes every ready the node has (see the module documentation).
+    pub fn collect(&mut self) -> Collected {
+        let mut out = Collected::default();
+        while self.raw.has_ready() {
+            let mut rd = self.raw.ready();
+            out.send.extend(rd.take_messages());
+            if !rd.snapshot().is_empty() {
+                let s = rd.snapshot().clone();
+                out.records.push(storage::snapshot_record(self.range, &s));
+                self.raw.mut_store().apply_snapshot(s.clone());
+                out.snapshot = Some(s);
+                out.committed.clear();
+            }
+            out.committed.extend(rd.take_committed_entries());
+            if !rd.entries().is_empty() {
+                out.records
+                    .push(storage::entries_record(self.range, rd.entries()));
+                let es = rd.take_entries();
+                self.raw
+                    .mut_store()
+                    .append(&es)
+                    .expect("raft hands out entries that follow the log");
+            }
+            if let Some(hs) = rd.hs() {
+                out.records.push(storage::hard_record(self.range, hs));
+                self.raw.mut_store().set_hard_state(hs.clone());
+            }
+            let msgs = rd.take_persisted_messages();
+            let number = rd.number();
+            self.raw.advance_append_async(rd);
+            self.held.push_back(Held {
+                persist: u64::MAX,
+                number,
+                msgs,
+            });
+        }
+        out
+    }
+
+    /// The records of the last [`Group::collect`] are the driver's persist number `n` (0: it
+    /// made none, the readies wait for the earlier ones).
+    pub fn assign(&mut self, n: u64) {
+        if n > 0 {
+            self.last_persist = n;
+        }
+        for h in self.held.iter_mut().filter(|h| h.persist == u64::MAX) {
+            h.persist = self.last_persist;
+        }
+    }
+
+    /// The driver's log is durable through persist number `durable`: the readies it covers
+    /// are persisted; their held messages, to send now.
+    pub fn release(&mut self, durable: u64) -> Vec<Message> {
+        let mut out = Vec::new();
+        let mut last = None;
+        while self.held.front().is_some_and(|h| h.persist <= durable) {
+            let h = self.held.pop_front().expect("front");
+            last = Some(h.number);
+            out.extend(h.msgs);
+        }
+        if let Some(n) = last {
+            self.raw.on_persist_ready(n);
+            self.tell_applied();
+        }
+        out
+    }
+
+    /// Entries up to `index` are applied (raft learns it once they are also durable here: a
+    /// snapshot is applied before its record is).
+    pub fn applied_to(&mut self, index: u64) {
+        self.applied = self.applied.max(index);
+        self.tell_applied();
+    }
+
+    fn tell_applied(&mut self) {
+        let log = &self.raw.raft.raft_log;
+        let a = self.applied.min(log.committed).min(log.persisted);
+        if a > log.applied {
+            self.raw.advance_apply_to(a);
+        }
+    }
+
+    /// Compacts the log behind a snapshot at `index` (applied here) whose data is `data`:
+    /// the record to persist.
+    pub fn compact(&mut self, index: u64, data: Vec<u8>) -> Option<Vec<u8>> {
+        let s = self.raw.store().make_snapshot(index, data)?;
+        let rec = storage::snapshot_record(self.range, &s);
+        self.raw.mut_store().apply_snapshot(s);
+        Some(rec)
+    }
+
+    /// The node `to`'s snapshot message went out (the leader resumes probing it).
+    pub fn snapshot_sent(&mut self, to: NodeId) {
+        self.raw
+            .report_snapshot(raft_id(to), raft::SnapshotStatus::Finish);
+    }
+
+    /// A message to `to` could not go (the peer is unreachable).
+    pub fn unreachable(&mut self, to: NodeId) {
+        self.raw.report_unreachable(raft_id(to));
+    }
+}

@@ -1,0 +1,261 @@
+//! The range state machine: a range's RIB as its replicas hold it, changed by the committed
+//! entries of the range's group (the owner's log records: initial flows, their end, changes),
+//! and its snapshot.
+//!
+//! A follower keeps the RIB alone (a compact map of key, handling node and FIB value); the
+//! leader, the range's owner, builds its `sb_setsep::Updatable` from it once it has applied
+//! every committed entry ([`crate::Node`]), and from then on its batches keep the table.
+//!
+//! A snapshot's data (the `data` of a Raft snapshot) is: version u8 (1), initial flows done u8,
+//! count u64, then per key: key length u8, key, node u16, value length u8, value; then the
+//! range's GPT piece (`sb_setsep::Piece::to_bytes`, length u32, 0 for none: a follower has no
+//! table) and the range's session records (length u32; none yet: [`RangeSnapshot::sessions`]).
+
+use crate::fixed::Rib;
+use crate::record::{self, Record};
+use crate::{Bytes, Flow, NodeId, Op};
+
+/// A range's replicated state at one of its replicas.
+pub struct RangeState {
+    /// The RIB.
+    pub(crate) rib: Rib,
+    /// The initial flows are all in (their end record applied).
+    pub base_done: bool,
+    /// The index of the last entry applied.
+    pub applied: u64,
+    key_bytes: usize,
+    value_bytes: usize,
+}
+
+/// A range's state as a snapshot holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RangeSnapshot {
+    /// The initial flows are all in.
+    pub base_done: bool,
+    /// Every key of the range with its handling node and FIB value.
+    pub flows: Vec<Flow>,
+    /// The range's GPT piece, if the snapshot was made by a node holding the table.
+    pub piece: Option<Vec<u8>>,
+    /// The range's PFCP session records: the hook for replicating sessions with their range
+    /// (not filled yet; carried through snapshots unchanged).
+    pub sessions: Vec<u8>,
+}
+
+impl RangeState {
+    /// An empty state of a range with these key and value widths.
+    pub fn new(key_bytes: usize, value_bytes: usize) -> RangeState {
+        RangeState {
+            rib: Rib::with_capacity(key_bytes, value_bytes, 0),
+            base_done: false,
+            applied: 0,
+            key_bytes,
+            value_bytes,
+        }
+    }
+
+    /// Applies a committed entry's data (an empty one: Raft's own, nothing to do). Err for data
+    /// that is no record of a range's log (the state is unchanged).
+    pub fn apply(&mut self, data: &[u8]) -> Result<(), &'static str> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        match record::decode(data)? {
+            Record::Base(flows) => {
+                for f in flows {
+                    self.check(&f.key, &f.value)?;
+                    self.rib.insert(&f.key, f.node, &f.value);
+                }
+            }
+            Record::BaseEnd => self.base_done = true,
+            Record::Changes { updates, .. } => {
+                for u in &updates {
+                    match u.op {
+                        Op::Insert | Op::Change => {
+                            self.check(&u.key, &u.value)?;
+                            self.rib.insert(&u.key, u.node, &u.value);
+                        }
+                        Op::Delete => {
+                            if u.key.len() == self.key_bytes {
+                                self.rib.remove(&u.key);
+                            }
+                        }
+                    }
+                }
+            }
+            Record::Epoch(_) => return Err("an epoch record in a range's log"),
+        }
+        Ok(())
+    }
+
+    fn check(&self, k: &[u8], v: &[u8]) -> Result<(), &'static str> {
+        if k.len() != self.key_bytes || v.len() != self.value_bytes {
+            return Err("a flow that does not fit the cluster");
+        }
+        Ok(())
+    }
+
+    /// The RIB's flows.
+    pub fn flows(&self) -> Vec<Flow> {
+        self.rib
+            .iter()
+            .map(|(k, n, v)| Flow {
+                key: Bytes::from_slice(k),
+                node: n,
+                value: Bytes::from_slice(v),
+            })
+            .collect()
+    }
+
+    /// Replaces the state with a snapshot's, taken at `index`.
+    pub fn restore(&mut self, s: &RangeSnapshot, index: u64) -> Result<(), &'static str> {
+        let mut rib = Rib::with_capacity(self.key_bytes, self.value_bytes, s.flows.len());
+        for f in &s.flows {
+            self.check(&f.key, &f.value)?;
+            rib.insert(&f.key, f.node, &f.value);
+        }
+        self.rib = rib;
+        self.base_done = s.base_done;
+        self.applied = index;
+        Ok(())
+    }
+}
+
+impl RangeSnapshot {
+    /// A snapshot of `flows`.
+    pub fn of<'a>(
+        base_done: bool,
+        flows: impl Iterator<Item = (&'a [u8], NodeId, &'a [u8])>,
+        piece: Option<Vec<u8>>,
+    ) -> RangeSnapshot {
+        RangeSnapshot {
+            base_done,
+            flows: flows
+                .map(|(k, n, v)| Flow {
+                    key: Bytes::from_slice(k),
+                    node: n,
+                    value: Bytes::from_slice(v),
+                })
+                .collect(),
+            piece,
+            sessions: Vec::new(),
+        }
+    }
+
+    /// The snapshot's data.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut r = vec![1, self.base_done as u8];
+        r.extend_from_slice(&(self.flows.len() as u64).to_le_bytes());
+        for f in &self.flows {
+            r.push(f.key.len() as u8);
+            r.extend_from_slice(&f.key);
+            r.extend_from_slice(&f.node.to_le_bytes());
+            r.push(f.value.len() as u8);
+            r.extend_from_slice(&f.value);
+        }
+        let piece = self.piece.as_deref().unwrap_or(&[]);
+        r.extend_from_slice(&(piece.len() as u32).to_le_bytes());
+        r.extend_from_slice(piece);
+        r.extend_from_slice(&(self.sessions.len() as u32).to_le_bytes());
+        r.extend_from_slice(&self.sessions);
+        r
+    }
+
+    /// Parses a snapshot's data (never panics).
+    pub fn decode(b: &[u8]) -> Result<RangeSnapshot, &'static str> {
+        let mut r = b;
+        let mut take = |n: usize| -> Result<&[u8], &'static str> {
+            if n > r.len() {
+                return Err("truncated snapshot");
+            }
+            let (a, rest) = r.split_at(n);
+            r = rest;
+            Ok(a)
+        };
+        if take(1)?[0] != 1 {
+            return Err("unknown snapshot version");
+        }
+        let base_done = match take(1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return Err("bad snapshot flag"),
+        };
+        let n = u64::from_le_bytes(take(8)?.try_into().expect("8"));
+        let mut flows = Vec::with_capacity((n as usize).min(b.len() / 4));
+        for _ in 0..n {
+            let kl = take(1)?[0] as usize;
+            let key = Bytes::from_slice(take(kl)?);
+            let node = u16::from_le_bytes(take(2)?.try_into().expect("2"));
+            let vl = take(1)?[0] as usize;
+            let value = Bytes::from_slice(take(vl)?);
+            flows.push(Flow { key, node, value });
+        }
+        let pl = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
+        let piece = take(pl)?;
+        let piece = (pl > 0).then(|| piece.to_vec());
+        let sl = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
+        let sessions = take(sl)?.to_vec();
+        if !r.is_empty() {
+            return Err("trailing bytes in a snapshot");
+        }
+        Ok(RangeSnapshot {
+            base_done,
+            flows,
+            piece,
+            sessions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Update;
+
+    fn b(x: u8, n: usize) -> Bytes {
+        Bytes::from_elem(x, n)
+    }
+
+    #[test]
+    fn records_apply_in_order_and_a_snapshot_restores_the_same_state() {
+        let mut s = RangeState::new(8, 4);
+        let (k1, k2) = (b(1, 8), b(2, 8));
+        s.apply(&record::base(&[(&k1, 0, &[9; 4]), (&k2, 1, &[8; 4])]))
+            .unwrap();
+        s.apply(&record::base_end()).unwrap();
+        let us = [
+            Update {
+                op: Op::Change,
+                key: k1.clone(),
+                node: 2,
+                value: b(7, 4),
+            },
+            Update {
+                op: Op::Delete,
+                key: k2.clone(),
+                node: 0,
+                value: Bytes::new(),
+            },
+        ];
+        s.apply(&record::changes(1, us.iter())).unwrap();
+        s.apply(&[]).unwrap();
+        assert!(s.apply(&record::epoch(3)).is_err());
+        assert!(s.base_done);
+        let want = vec![Flow {
+            key: k1.clone(),
+            node: 2,
+            value: b(7, 4),
+        }];
+        assert_eq!(s.flows(), want);
+        let snap = RangeSnapshot::of(true, s.rib.iter(), Some(vec![1, 2, 3]));
+        let bytes = snap.encode();
+        assert_eq!(RangeSnapshot::decode(&bytes), Ok(snap.clone()));
+        for cut in 0..bytes.len() {
+            assert!(RangeSnapshot::decode(&bytes[..cut]).is_err());
+        }
+        let mut t = RangeState::new(8, 4);
+        t.restore(&snap, 17).unwrap();
+        assert_eq!((t.flows(), t.base_done, t.applied), (want, true, 17));
+        // Widths of another cluster are refused.
+        assert!(t.apply(&record::base(&[(&[1; 5], 0, &[9; 4])])).is_err());
+    }
+}
