@@ -4,7 +4,7 @@
 //! Segment file `{base_lsn:020}.wal`:
 //! ```text
 //!  0  8  magic "SBWALSEG"
-//!  8  2  version (1)
+//!  8  2  version (2)
 //! 10  2  flags (0)
 //! 12  4  identity length n (at most MAX_IDENTITY)
 //! 16  8  salt: random per segment, seeds every checksum of its frames
@@ -13,7 +13,8 @@
 //! 32+n 8 xxh3-64 of the bytes before
 //! then frames, back to back
 //! ```
-//! Frame (one per [`crate::Wal::commit`]: a commit group is all or nothing):
+//! Frame (one per [`crate::Wal::commit`]: a commit group is all or nothing), written with one
+//! `pwrite` and made durable by one `fdatasync`:
 //! ```text
 //!  0  4  magic "SBWF"
 //!  4  4  body length
@@ -21,13 +22,20 @@
 //! 16  4  record count (>= 1)
 //! 20  4  reserved (0)
 //! 24  8  xxh3-64 of the body, seeded with the salt
-//! 32  8  xxh3-64 of bytes 0..32, seeded with the salt
+//! 32  8  xxh3-64 of bytes 0..32, seeded with the salt (the header checksum)
 //! 40     body: count records, each a u32 length and its payload, filling the body exactly
+//!        trailer, the commit marker (24 bytes):
+//!  0  4  magic "SBWC"
+//!  4  4  body length (again)
+//!  8  8  the header checksum (binds the trailer to its header, hence to the body's checksum)
+//! 16  8  xxh3-64 of trailer bytes 0..16, seeded with the salt
 //! ```
+//! The header says where the frame ends, the trailer where it began: a frame whose bytes are
+//! all present by length is told from one whose write never completed (see [`classify_tail`]).
 //! Snapshot file `snapshot`:
 //! ```text
 //!  0  8  magic "SBWALSNP"
-//!  8  2  version (1)
+//!  8  2  version (2)
 //! 10  2  flags (0)
 //! 12  4  identity length n
 //! 16  8  LSN: the snapshot holds the effect of every record up to this one
@@ -39,16 +47,20 @@
 
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-/// The format version written and read.
-pub const VERSION: u16 = 1;
+/// The format version written and read (1, without commit trailers, is refused).
+pub const VERSION: u16 = 2;
 /// Segment file magic.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"SBWALSEG";
 /// Snapshot file magic.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"SBWALSNP";
 /// Frame magic.
 pub const FRAME_MAGIC: [u8; 4] = *b"SBWF";
+/// Frame trailer (commit marker) magic.
+pub const TRAILER_MAGIC: [u8; 4] = *b"SBWC";
 /// Bytes of a frame header.
 pub const FRAME_HEADER: usize = 40;
+/// Bytes of a frame trailer.
+pub const FRAME_TRAILER: usize = 24;
 /// Bytes of a record's length prefix.
 pub const RECORD_PREFIX: usize = 4;
 /// LSNs above this are refused as damage (so LSN arithmetic never overflows).
@@ -72,6 +84,16 @@ pub enum FormatError {
     },
     /// A version this code does not read.
     Version(u16),
+    /// A frame that was written whole (so its commit returned and was acknowledged) fails its
+    /// checks: the records from `last_good_lsn + 1` on are damaged.
+    Damaged {
+        /// Offset of the frame in the file.
+        offset: u64,
+        /// The last LSN before the damaged frame.
+        last_good_lsn: u64,
+        /// What was wrong.
+        reason: &'static str,
+    },
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -171,8 +193,8 @@ impl SegmentHeader {
 }
 
 /// Fills the 40-byte header at the start of `frame` (whose body follows it) for `count`
-/// records starting at `first_lsn`.
-pub fn seal_frame(frame: &mut [u8], first_lsn: u64, count: u32, salt: u64) {
+/// records starting at `first_lsn`, and appends the 24-byte trailer.
+pub fn seal_frame(frame: &mut Vec<u8>, first_lsn: u64, count: u32, salt: u64) {
     let body_len = (frame.len() - FRAME_HEADER) as u32;
     let body_sum = xxh3_64_with_seed(&frame[FRAME_HEADER..], salt);
     let h = &mut frame[..FRAME_HEADER];
@@ -184,6 +206,44 @@ pub fn seal_frame(frame: &mut [u8], first_lsn: u64, count: u32, salt: u64) {
     h[24..32].copy_from_slice(&body_sum.to_le_bytes());
     let header_sum = xxh3_64_with_seed(&h[..32], salt);
     h[32..40].copy_from_slice(&header_sum.to_le_bytes());
+    frame.extend_from_slice(&trailer(body_len, header_sum, salt));
+}
+
+/// The trailer of a frame with this body length and header checksum.
+fn trailer(body_len: u32, header_sum: u64, salt: u64) -> [u8; FRAME_TRAILER] {
+    let mut t = [0u8; FRAME_TRAILER];
+    t[0..4].copy_from_slice(&TRAILER_MAGIC);
+    t[4..8].copy_from_slice(&body_len.to_le_bytes());
+    t[8..16].copy_from_slice(&header_sum.to_le_bytes());
+    let sum = xxh3_64_with_seed(&t[..16], salt);
+    t[16..24].copy_from_slice(&sum.to_le_bytes());
+    t
+}
+
+/// The body length of an intact trailer at the start of `t` (magic and checksum hold).
+fn parse_trailer(t: &[u8], salt: u64) -> Option<(usize, u64)> {
+    if t.len() < FRAME_TRAILER || t[..4] != TRAILER_MAGIC {
+        return None;
+    }
+    if xxh3_64_with_seed(&t[..16], salt) != u64_at(t, 16) {
+        return None;
+    }
+    Some((u32_at(t, 4) as usize, u64_at(t, 8)))
+}
+
+/// The body length of an intact frame header at the start of `b` (magic, checksum and
+/// reserved bits hold, at least one record).
+fn parse_header(b: &[u8], salt: u64) -> Option<usize> {
+    if b.len() < FRAME_HEADER || b[..4] != FRAME_MAGIC {
+        return None;
+    }
+    if xxh3_64_with_seed(&b[..32], salt) != u64_at(b, 32) {
+        return None;
+    }
+    if u32_at(b, 16) == 0 || u32_at(b, 20) != 0 {
+        return None;
+    }
+    Some(u32_at(b, 4) as usize)
 }
 
 /// An intact frame.
@@ -198,21 +258,19 @@ pub struct Frame<'a> {
 }
 
 /// Parses the frame at the start of `b`, or `None` if the bytes there are not an intact frame
-/// (short, bad magic or checksum, records not filling the body exactly).
+/// (short, bad magic or checksum, no matching trailer, records not filling the body exactly).
 pub fn parse_frame(b: &[u8], salt: u64) -> Option<Frame<'_>> {
-    if b.len() < FRAME_HEADER || b[..4] != FRAME_MAGIC {
-        return None;
-    }
-    if xxh3_64_with_seed(&b[..32], salt) != u64_at(b, 32) {
-        return None;
-    }
-    let body_len = u32_at(b, 4) as usize;
+    let body_len = parse_header(b, salt)?;
     let count = u32_at(b, 16) as usize;
-    if count == 0 || u32_at(b, 20) != 0 || b.len() - FRAME_HEADER < body_len {
+    if (b.len() - FRAME_HEADER) < body_len + FRAME_TRAILER {
         return None;
     }
     let body = &b[FRAME_HEADER..FRAME_HEADER + body_len];
     if xxh3_64_with_seed(body, salt) != u64_at(b, 24) {
+        return None;
+    }
+    let (t_len, t_sum) = parse_trailer(&b[FRAME_HEADER + body_len..], salt)?;
+    if t_len != body_len || t_sum != u64_at(b, 32) {
         return None;
     }
     // Each record takes at least its prefix: bound the allocation by the body's size.
@@ -239,8 +297,78 @@ pub fn parse_frame(b: &[u8], salt: u64) -> Option<Frame<'_>> {
     Some(Frame {
         first_lsn: u64_at(b, 8),
         records,
-        len: FRAME_HEADER + body_len,
+        len: FRAME_HEADER + body_len + FRAME_TRAILER,
     })
+}
+
+/// What the bytes after the last intact frame of a log are, when no intact frame follows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// A write that never completed: its commit never returned, nothing of it was
+    /// acknowledged; it may be dropped.
+    Torn,
+    /// A frame that was written whole, hence committed and acknowledged, and is damaged since.
+    Damaged(&'static str),
+}
+
+/// Classifies the bytes `b[at..]`, which do not begin an intact frame and hold no intact frame
+/// after `at`.
+///
+/// A commit writes its frame (header, body, trailer) with one `pwrite` and returns after
+/// `fdatasync`; the next commit writes only after that. A crash before the `fdatasync` returns
+/// leaves the frame's bytes partly on disk: the file ends before the frame does (the size was
+/// not extended that far), or whole pages of it read as zeros (the size was extended, the data
+/// never written). A frame that was acknowledged is whole; later damage (a flipped bit, a bad
+/// sector's garbage) leaves it whole by length but failing a checksum. So:
+/// - fewer bytes than a header, a header that checks but claims more bytes than the file has,
+///   or a header that checks whose trailer is all zeros: **torn**;
+/// - a header that checks, every byte present and a trailer that is not all zeros (so
+///   written), with the body or the trailer failing: **damaged**;
+/// - a header that does not check: **damaged** if an intact trailer after it points back to
+///   it (the frame's end was written: the header was damaged since), else **torn** (an
+///   all-zero header is a page never written; a damaged header of a frame whose trailer is
+///   lost too takes two faults).
+///
+/// The rule errs towards "damaged": a crash that left a frame's header and trailer pages
+/// written and a page in between unwritten (writeback in another order than the file's) is
+/// reported as damage, an error that needs a repair from a replica, never a silent loss.
+pub fn classify_tail(b: &[u8], at: usize, salt: u64) -> Tail {
+    let rest = &b[at..];
+    if rest.len() < FRAME_HEADER {
+        return Tail::Torn;
+    }
+    if let Some(body_len) = parse_header(rest, salt) {
+        let len = FRAME_HEADER + body_len + FRAME_TRAILER;
+        if rest.len() < len {
+            return Tail::Torn;
+        }
+        let t = &rest[len - FRAME_TRAILER..len];
+        if t.iter().all(|&x| x == 0) {
+            return Tail::Torn;
+        }
+        return Tail::Damaged("a frame written whole fails its checksum");
+    }
+    if rest[..FRAME_HEADER].iter().all(|&x| x == 0) {
+        return Tail::Torn;
+    }
+    // An intact trailer whose frame starts at `at`.
+    let mut from = FRAME_HEADER;
+    while from + FRAME_TRAILER <= rest.len() {
+        let Some(pos) = rest[from..]
+            .windows(TRAILER_MAGIC.len())
+            .position(|w| w == TRAILER_MAGIC)
+        else {
+            break;
+        };
+        let p = from + pos;
+        if let Some((body_len, _)) = parse_trailer(&rest[p..], salt) {
+            if p == FRAME_HEADER + body_len {
+                return Tail::Damaged("a frame written whole has a damaged header");
+            }
+        }
+        from = p + 1;
+    }
+    Tail::Torn
 }
 
 /// What a segment's frame area holds.
@@ -256,9 +384,9 @@ pub struct SegmentScan<'a> {
 
 /// Reads the frames of a segment whose header (`header_len` bytes, `salt`, `base_lsn`) was
 /// parsed. The intact frames must carry consecutive LSNs from `base_lsn`. The first bytes that
-/// are not an intact frame begin the torn tail, unless an intact frame can be found anywhere
-/// after them: then the segment is damaged in the middle and this is an error naming the
-/// offset of the first bad frame.
+/// are not an intact frame are [`FormatError::Damaged`] if an intact frame follows them
+/// anywhere (a later commit was written, so this one had returned) or if [`classify_tail`]
+/// finds them damaged; else they are the torn tail.
 pub fn scan_segment(
     b: &[u8],
     header_len: usize,
@@ -269,10 +397,17 @@ pub fn scan_segment(
     let mut at = header_len;
     let mut next = base_lsn;
     while at < b.len() {
+        let damaged = |reason| FormatError::Damaged {
+            offset: at as u64,
+            last_good_lsn: next - 1,
+            reason,
+        };
         let Some(frame) = parse_frame(&b[at..], salt) else {
-            // Not intact: a torn tail only if nothing intact follows.
             if find_frame_after(b, at + 1, salt).is_some() {
-                return Err(corrupt(at, "damaged frame followed by intact ones"));
+                return Err(damaged("damaged frame followed by intact ones"));
+            }
+            if let Tail::Damaged(reason) = classify_tail(b, at, salt) {
+                return Err(damaged(reason));
             }
             return Ok(SegmentScan {
                 records,
@@ -281,7 +416,7 @@ pub fn scan_segment(
             });
         };
         if frame.first_lsn != next {
-            return Err(corrupt(at + 8, "frame LSN out of sequence"));
+            return Err(damaged("frame LSN out of sequence"));
         }
         next = next.saturating_add(frame.records.len() as u64);
         records.extend(frame.records);
@@ -415,19 +550,53 @@ mod tests {
         mid[hl + FRAME_HEADER + 1] ^= 1;
         assert_eq!(
             scan_segment(&mid, hl, 5, 1).unwrap_err(),
-            FormatError::Corrupt {
+            FormatError::Damaged {
                 offset: hl as u64,
+                last_good_lsn: 0,
                 reason: "damaged frame followed by intact ones"
             }
         );
 
+        // The last frame, whole by length, with a flipped bit: damaged, not torn.
         let mut tail = seg.clone();
         let last = tail.len() - 1;
         tail[last] ^= 1;
-        let s = scan_segment(&tail, hl, 5, 1).unwrap();
+        assert!(matches!(
+            scan_segment(&tail, hl, 5, 1).unwrap_err(),
+            FormatError::Damaged {
+                last_good_lsn: 1,
+                ..
+            }
+        ));
+        // Cut short: torn.
+        let s = scan_segment(&seg[..seg.len() - 1], hl, 5, 1).unwrap();
         assert_eq!(s.records, vec![&b"one"[..]]);
-        assert_eq!(s.torn_bytes, f2.len());
+        assert_eq!(s.torn_bytes, f2.len() - 1);
         assert_eq!(s.valid_len, hl + f1.len());
+        // Whole by length with its trailer never written (zeros): torn.
+        let mut zeroed = seg.clone();
+        let n = zeroed.len();
+        zeroed[n - FRAME_TRAILER..].fill(0);
+        assert_eq!(
+            scan_segment(&zeroed, hl, 5, 1).unwrap().torn_bytes,
+            f2.len()
+        );
+        // Its header never written: torn; its header damaged with the trailer intact: damaged.
+        let mut zeroed = seg.clone();
+        zeroed[hl + f1.len()..hl + f1.len() + FRAME_HEADER].fill(0);
+        assert_eq!(
+            scan_segment(&zeroed, hl, 5, 1).unwrap().torn_bytes,
+            f2.len()
+        );
+        let mut flipped = seg.clone();
+        flipped[hl + f1.len() + 5] ^= 0x40;
+        assert!(matches!(
+            scan_segment(&flipped, hl, 5, 1).unwrap_err(),
+            FormatError::Damaged {
+                reason: "a frame written whole has a damaged header",
+                ..
+            }
+        ));
     }
 
     #[test]

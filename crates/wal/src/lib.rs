@@ -42,22 +42,68 @@
 //! commit as one *frame* with one `pwrite`, then calls `fdatasync` ([`SyncMode::Data`]); when it
 //! returns, every record up to the returned LSN survives a process kill (tests/crash.rs kills a
 //! writer with SIGKILL at random moments) and a power loss (as far as the disk honours
-//! flushes; argued from the write order, not tested). A frame is all or nothing: a crash during a commit
-//! leaves a *torn tail* (the frame partly written, or written but with pages lost), and
-//! [`Wal::open`] drops it, truncates the file to the last intact frame and reports the bytes in
-//! [`Recovery::torn_tail_bytes`]: those records were never acknowledged. Damage anywhere else
-//! (a bad frame with an intact frame after it, a bad snapshot, a segment header that does not
-//! check, LSNs that skip) is [`WalError::Corrupt`] or [`WalError::Gap`]: never silently
-//! skipped, since it means acknowledged updates are gone. (The rule errs on the side of an
-//! error: a torn frame whose payload happens to contain a whole valid frame of the same segment,
-//! salt included, would be reported as damage.)
+//! flushes; argued from the write order, not tested). A frame is all or nothing, however large
+//! (up to [`MAX_BATCH_BYTES`], the default batch limit): a node's first start commits its whole
+//! initial state at once, so a crash during it leaves nothing of it rather than half.
+//!
+//! ## A torn tail or damage: which is which
+//! Every frame is checksummed twice (header, body) and ends with a *trailer*, a commit marker
+//! that repeats the body length and the header's checksum under its own checksum (the layout
+//! is in `format.rs`). The trailer is written with the frame, in the same `pwrite` and the same
+//! `fdatasync`. The next commit's frame is written only after this commit's `fdatasync`
+//! returned. So:
+//! - A frame with an intact frame after it was acknowledged; if it does not check, that is
+//!   damage.
+//! - The last frame is *torn* (its commit never returned, nothing of it was acknowledged) when
+//!   its bytes are not all there: the file ends before the end its header names, or fewer than
+//!   a header's bytes remain, or the pages that hold its header or its trailer read as zeros
+//!   (the file was extended, the data never written). [`Wal::open`] drops it, truncates the
+//!   file to the last intact frame and reports the bytes in [`Recovery::torn_tail_bytes`].
+//! - The last frame is *damaged* when it is all there by length, its trailer written (not all
+//!   zeros), and a checksum fails; or when its header fails and an intact trailer after it
+//!   points back to it. A bit flipped anywhere in an acknowledged frame is one of these
+//!   (tests: every bit position of every byte of every frame). [`Wal::open`] then refuses with
+//!   [`WalError::Damaged`], naming the segment, the frame's offset and the last good LSN,
+//!   and changes nothing on disk.
+//!
+//! Why not a separate fsynced high-water mark: it would cost a second `fdatasync` per commit
+//! (or leave the last commits between two marks undecided, the very case here). The trailer
+//! costs 24 bytes in the same write. What it cannot tell: a crash that left a frame's first
+//! and last pages written and a page between them never written (writeback out of file order)
+//! is reported as damage, an error the replication layer repairs, never a silent loss; and a
+//! device that returns zeros for the header or trailer page of an acknowledged frame is taken
+//! for a tear (a zeroed page is a page never written, to this format).
+//!
+//! Damage elsewhere (a bad snapshot, a segment header that does not check, LSNs that skip) is
+//! [`WalError::Corrupt`] or [`WalError::Gap`]. Nothing is ever skipped or truncated but a torn
+//! tail. The repair of [`WalError::Damaged`] is explicit: [`Wal::discard_after`] with its
+//! `last_good_lsn` removes the damaged commit and everything after it, for a caller that gets
+//! those records again from a replica.
+//!
+//! ## A lost log
+//! A directory with neither segment nor snapshot opens as an empty log with
+//! [`Recovery::created`] set (or, with [`WalOptions::create`] off, [`WalError::NotFound`]).
+//! A caller that acknowledged records before must read `created` as "my log is lost" and
+//! rejoin as a new replica; the log cannot know what a wiped directory held.
 //!
 //! Every frame checksum (xxh3-64) is seeded with a random salt of its segment, so a frame
-//! copied from another segment or log does not check. After an I/O error in a commit or a
-//! checkpoint the `Wal` is poisoned (every call returns [`WalError::Poisoned`]): whether the
-//! data reached the disk is unknown after a failed fsync, so the caller stops acknowledging
-//! and reopens (that is PostgreSQL's lesson of 2018).
+//! copied from another segment or log does not check. After an I/O error in a commit (the
+//! write or the `fdatasync`) or a checkpoint the `Wal` is poisoned (every call returns
+//! [`WalError::Poisoned`]) and the commit's records are not durable: whether the data reached
+//! the disk is unknown after a failed fsync, so the caller stops acknowledging and reopens
+//! (that is PostgreSQL's lesson of 2018). The failed frame is truncated away on a best-effort
+//! basis; its records, never acknowledged, may still come back at the next open.
 //!
+//! # Compaction: bounded restart
+//! [`Wal::checkpoint`] saves the caller's state as an atomic snapshot and starts a new
+//! segment; the older segments are deleted. [`WalOptions::checkpoint_records`] (K, default
+//! 1 048 576) sets when [`Wal::checkpoint_due`] says a checkpoint is due. A caller that checks
+//! it after each commit and checkpoints when it is due replays at most K - 1 records at a
+//! restart (K - 1 plus the records of one commit if it crashed between that commit and the
+//! checkpoint), on top of loading one snapshot (tests/faults.rs checks the bound against a
+//! `HashMap` oracle over random operations, crashes and restarts). The log's bytes on disk are
+//! bounded the same way.
+
 //! # Group commit in a driver
 //!
 //! The control plane is a sans-IO state machine; it does not call the log. When it accepts
@@ -71,8 +117,8 @@
 //!
 //! # Cost model
 //!
-//! Per record: its payload plus 4 bytes; per commit: a 40-byte frame header, one `pwrite` and
-//! one `fdatasync`. Measured on the project's 2-core shared VM (ext4 on a virtio disk; a commit
+//! Per record: its payload plus 4 bytes; per commit: a 40-byte frame header and a 24-byte
+//! trailer, one `pwrite` and one `fdatasync`. Measured on the project's 2-core shared VM (ext4 on a virtio disk; a commit
 //! of one record takes 0.18 ms at the median, which suggests the host's cache answers the
 //! flush: expect fewer commits/s on a disk that really writes), 64-byte records, 1-second runs, medians of 3, with
 //! `cargo run --release -p sb-wal --example wal_bench`:
@@ -90,8 +136,8 @@
 //! runs at 256: 459 K, 718 K, 575 K).
 //!
 //! [`Wal::open`] reads every segment whole into memory (the log is bounded by checkpoints) and
-//! checks each frame once; a damaged frame costs a scan of the rest of its segment for an
-//! intact frame (to tell a torn tail from damage in the middle).
+//! checks each frame once; a frame that does not check costs a scan of the rest of its segment
+//! for an intact frame or trailer (to tell a torn tail from damage).
 
 mod format;
 mod lock;
@@ -101,13 +147,15 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use format::{FormatError, SegmentHeader, FRAME_HEADER, MAX_IDENTITY, RECORD_PREFIX};
+use format::{
+    FormatError, SegmentHeader, FRAME_HEADER, FRAME_TRAILER, MAX_IDENTITY, RECORD_PREFIX,
+};
 
 /// A log sequence number: records are numbered 1, 2, 3, ...; 0 means "none yet".
 pub type Lsn = u64;
 
-/// The largest frame (one commit's records with their prefixes) the format can hold.
-pub const MAX_BATCH_BYTES: usize = u32::MAX as usize - FRAME_HEADER;
+/// The largest frame body (one commit's records with their prefixes) the format can hold.
+pub const MAX_BATCH_BYTES: usize = u32::MAX as usize - FRAME_HEADER - FRAME_TRAILER;
 
 const SNAPSHOT_FILE: &str = "snapshot";
 const LOCK_FILE: &str = "LOCK";
@@ -138,9 +186,16 @@ pub struct WalOptions {
     /// Create the directory and an empty log if there is none (default `true`).
     pub create: bool,
     /// The most bytes one commit may hold (records plus 4 bytes each); [`Wal::append`] refuses a
-    /// record that would take the pending batch past it. Default 64 MiB, at most
-    /// [`MAX_BATCH_BYTES`].
+    /// record that would take the pending batch past it. Default and at most
+    /// [`MAX_BATCH_BYTES`] (4 GiB less 64 bytes): a commit is all or nothing, so a caller that
+    /// must make a batch durable atomically (a first start's initial state) appends it whole
+    /// and commits once; a caller that commits early on [`WalError::BatchFull`] gives up that
+    /// atomicity.
     pub max_batch_bytes: usize,
+    /// The records after the last snapshot past which [`Wal::checkpoint_due`] says a
+    /// checkpoint is due (default 1 048 576; 0: never). A caller that checkpoints when it is
+    /// due bounds what a restart replays: see the crate documentation.
+    pub checkpoint_records: u64,
 }
 
 impl Default for WalOptions {
@@ -149,7 +204,8 @@ impl Default for WalOptions {
             identity: Vec::new(),
             sync: SyncMode::Data,
             create: true,
-            max_batch_bytes: 64 << 20,
+            max_batch_bytes: MAX_BATCH_BYTES,
+            checkpoint_records: 1 << 20,
         }
     }
 }
@@ -180,6 +236,10 @@ pub struct Recovery {
     pub torn_tail_bytes: u64,
     /// Segment files read.
     pub segments: usize,
+    /// The directory held no log (no segment and no snapshot) and an empty one was created.
+    /// A caller that expected a log here (it had acknowledged records before) has lost it: it
+    /// must not take the empty log for its state, but rejoin as a new replica.
+    pub created: bool,
 }
 
 impl Recovery {
@@ -285,6 +345,23 @@ pub enum WalError {
     /// An earlier commit or checkpoint failed; the log's state on disk is unknown. Reopen.
     #[error("an earlier write or sync failed; reopen the log")]
     Poisoned,
+    /// A commit that was written whole, hence acknowledged, is damaged (a flipped bit, a bad
+    /// sector): its records cannot be read. Nothing is opened and nothing is truncated; the
+    /// records up to `last_good_lsn` are intact. Repair: get the records after it from a
+    /// replica (see [`Wal::discard_after`]).
+    #[error(
+        "{path} is damaged at byte {offset}: {reason}; acknowledged records after LSN {last_good_lsn} cannot be read"
+    )]
+    Damaged {
+        /// The segment file.
+        path: PathBuf,
+        /// Byte offset of the damaged frame.
+        offset: u64,
+        /// The last LSN before the damage (0: none).
+        last_good_lsn: Lsn,
+        /// What was wrong.
+        reason: &'static str,
+    },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> WalError + 'a {
@@ -305,6 +382,16 @@ fn format_err(path: &Path, e: FormatError) -> WalError {
         FormatError::Version(version) => WalError::Version {
             path: path.to_path_buf(),
             version,
+        },
+        FormatError::Damaged {
+            offset,
+            last_good_lsn,
+            reason,
+        } => WalError::Damaged {
+            path: path.to_path_buf(),
+            offset,
+            last_good_lsn,
+            reason,
         },
     }
 }
@@ -329,9 +416,14 @@ pub struct Wal {
     pending_count: u32,
     last_lsn: Lsn,
     durable_lsn: Lsn,
+    /// The LSN of the last snapshot (0: none).
+    snapshot_lsn: Lsn,
     commits: u64,
     checkpoints: u64,
     poisoned: bool,
+    /// Tests: the next fdatasync of the active segment fails.
+    #[cfg(test)]
+    fail_sync: bool,
 }
 
 fn segment_name(base: Lsn) -> String {
@@ -418,15 +510,16 @@ impl Wal {
     /// Opens (or, with [`WalOptions::create`], creates) the log in directory `dir`, and returns
     /// it with everything to replay: the snapshot and the intact records after it.
     ///
-    /// A torn last commit is dropped and truncated away ([`Recovery::torn_tail_bytes`]).
+    /// A torn last commit is dropped and truncated away ([`Recovery::torn_tail_bytes`]); a
+    /// damaged one is an error (see the crate documentation for which is which).
     /// Segments wholly covered by the snapshot (left by a checkpoint that was interrupted) are
     /// removed. Leftover temporary files (`*.tmp`) are removed. The active segment is flushed,
     /// so what is returned is durable even if the previous process died before its fsync.
     /// Files with other names are left alone.
     ///
     /// # Errors
-    /// [`WalError::Corrupt`] or [`WalError::Gap`] for damage that is not a torn tail,
-    /// [`WalError::IdentityMismatch`], [`WalError::Version`], [`WalError::Locked`],
+    /// [`WalError::Damaged`] for a damaged commit, [`WalError::Corrupt`] or [`WalError::Gap`]
+    /// for other damage, [`WalError::IdentityMismatch`], [`WalError::Version`], [`WalError::Locked`],
     /// [`WalError::NotFound`], [`WalError::BadOptions`], [`WalError::Io`].
     pub fn open(dir: impl AsRef<Path>, opts: &WalOptions) -> Result<(Wal, Recovery), WalError> {
         let dir = dir.as_ref().to_path_buf();
@@ -500,20 +593,25 @@ impl Wal {
         };
         let snap_lsn = snapshot.as_ref().map_or(0, |s| s.lsn);
 
-        // The segments, in order.
+        // The segments, in order. One that a later segment starting at or before the
+        // snapshot's next LSN follows is wholly covered by the snapshot (an interrupted
+        // checkpoint left it): removed below without being read, so damage in it does not
+        // matter.
         let mut read = Vec::with_capacity(segments.len());
-        for &base in &segments {
-            read.push(read_segment(
-                &dir.join(segment_name(base)),
-                base,
-                &opts.identity,
-            )?);
+        let mut obsolete = Vec::new();
+        for (i, &base) in segments.iter().enumerate() {
+            let path = dir.join(segment_name(base));
+            if segments.get(i + 1).is_some_and(|&b| b <= snap_lsn + 1) {
+                obsolete.push(path);
+                continue;
+            }
+            read.push(read_segment(&path, base, &opts.identity)?);
         }
+        let created = segments.is_empty() && snapshot.is_none();
 
         // Chain them from the snapshot: skip what it covers, refuse gaps.
         let mut next = snap_lsn + 1;
         let mut records = Vec::new();
-        let mut obsolete = Vec::new();
         let mut torn_tail_bytes = 0;
         let mut other_bytes = 0;
         let n_read = read.len();
@@ -534,10 +632,12 @@ impl Wal {
                 });
             }
             if seg.torn > 0 && !is_last {
-                // Only the last commit can be torn, and that is in the last segment.
-                return Err(WalError::Corrupt {
+                // Only the last commit can be torn, and that is in the last segment: a later
+                // segment was created after this one's last commit returned.
+                return Err(WalError::Damaged {
                     path: seg.path,
                     offset: seg.valid_len,
+                    last_good_lsn: end - 1,
                     reason: "damaged frame in a segment that is not the last",
                 });
             }
@@ -593,9 +693,12 @@ impl Wal {
             pending_count: 0,
             last_lsn,
             durable_lsn: last_lsn,
+            snapshot_lsn: snap_lsn,
             commits: 0,
             checkpoints: 0,
             poisoned: false,
+            #[cfg(test)]
+            fail_sync: false,
         };
         let recovery = Recovery {
             snapshot,
@@ -603,7 +706,8 @@ impl Wal {
             records,
             last_lsn,
             torn_tail_bytes,
-            segments: segments.len(),
+            segments: n_read,
+            created,
         };
         Ok((wal, recovery))
     }
@@ -679,13 +783,18 @@ impl Wal {
         let result = self
             .active
             .write_all_at(&self.pending, self.active_len)
+            .map_err(io_err("append to", &self.active_path))
             .and_then(|()| match self.opts.sync {
-                SyncMode::Data => self.active.sync_data(),
+                SyncMode::Data => self.sync_active(),
                 SyncMode::Never => Ok(()),
             });
         if let Err(e) = result {
             self.poisoned = true;
-            return Err(io_err("append to", &self.active_path)(e));
+            // Best effort: take the frame back out, so that records never acknowledged are
+            // less likely to come back at the next open (they may all the same: after a
+            // failed fdatasync what the disk holds is unknown).
+            let _ = self.active.set_len(self.active_len);
+            return Err(e);
         }
         self.active_len += self.pending.len() as u64;
         self.pending.truncate(FRAME_HEADER);
@@ -693,6 +802,18 @@ impl Wal {
         self.durable_lsn = self.last_lsn;
         self.commits += 1;
         Ok(self.durable_lsn)
+    }
+
+    fn sync_active(&mut self) -> Result<(), WalError> {
+        #[cfg(test)]
+        if self.fail_sync {
+            return Err(io_err("fdatasync", &self.active_path)(io::Error::other(
+                "injected fdatasync failure",
+            )));
+        }
+        self.active
+            .sync_data()
+            .map_err(io_err("fdatasync", &self.active_path))
     }
 
     /// Replaces the log so far by `snapshot`: the caller's state including every record
@@ -719,6 +840,7 @@ impl Wal {
         let bytes = format::encode_snapshot(&self.opts.identity, lsn, snapshot);
         write_atomic(&self.dir, SNAPSHOT_FILE, &bytes, self.opts.sync)?;
         self.snapshot_bytes = bytes.len() as u64;
+        self.snapshot_lsn = lsn;
         // From here the snapshot is the truth up to `lsn`.
         self.pending.truncate(FRAME_HEADER);
         self.pending_count = 0;
@@ -751,6 +873,123 @@ impl Wal {
         }
         self.checkpoints += 1;
         Ok(lsn)
+    }
+
+    /// Records appended since the last snapshot (or since the log began): what a restart
+    /// would replay once they are committed.
+    pub fn records_since_checkpoint(&self) -> u64 {
+        self.last_lsn - self.snapshot_lsn
+    }
+
+    /// Whether [`WalOptions::checkpoint_records`] records or more were appended since the last
+    /// snapshot: the caller should [`Wal::checkpoint`] its state now.
+    pub fn checkpoint_due(&self) -> bool {
+        self.opts.checkpoint_records > 0
+            && self.records_since_checkpoint() >= self.opts.checkpoint_records
+    }
+
+    /// The LSN of the last snapshot (0: none).
+    pub fn snapshot_lsn(&self) -> Lsn {
+        self.snapshot_lsn
+    }
+
+    /// Removes every record after `lsn` from the log in `dir` (not open; it is locked while
+    /// this runs), cutting at the commit boundary after `lsn`, and returns the bytes removed.
+    /// This is the explicit repair of [`WalError::Damaged`] (with its `last_good_lsn`), for a
+    /// caller that will get the records after `lsn` again from a replica; or the truncation of
+    /// a replica's log whose tail a new leader overrules. Nothing else ever removes a
+    /// committed record.
+    ///
+    /// # Errors
+    /// [`WalError::BadOptions`] if `lsn` is not the last LSN of a commit, or is older than the
+    /// snapshot; [`WalError::Damaged`] or [`WalError::Corrupt`] for damage at or before
+    /// `lsn`; [`WalError::NotFound`], [`WalError::Locked`], [`WalError::IdentityMismatch`],
+    /// [`WalError::Version`], [`WalError::Io`].
+    pub fn discard_after(
+        dir: impl AsRef<Path>,
+        opts: &WalOptions,
+        lsn: Lsn,
+    ) -> Result<u64, WalError> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(WalError::NotFound(dir));
+        }
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err("open", &lock_path))?;
+        if !lock::try_lock(&lock).map_err(io_err("lock", &lock_path))? {
+            return Err(WalError::Locked(dir));
+        }
+        let snap_path = dir.join(SNAPSHOT_FILE);
+        match fs::read(&snap_path) {
+            Ok(bytes) => {
+                let (_, snap_lsn, _) =
+                    format::parse_snapshot(&bytes).map_err(|e| format_err(&snap_path, e))?;
+                if snap_lsn > lsn {
+                    return Err(WalError::BadOptions(
+                        "cannot discard records a snapshot already holds",
+                    ));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("read", &snap_path)(e)),
+        }
+        let mut segments = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io_err("list", &dir))? {
+            let entry = entry.map_err(io_err("list", &dir))?;
+            if let Some(base) = entry.file_name().to_str().and_then(parse_segment_name) {
+                segments.push(base);
+            }
+        }
+        segments.sort_unstable();
+        let mut removed = 0u64;
+        for base in segments {
+            let path = dir.join(segment_name(base));
+            let bytes = fs::read(&path).map_err(io_err("read", &path))?;
+            if base > lsn {
+                removed += bytes.len() as u64;
+                fs::remove_file(&path).map_err(io_err("remove", &path))?;
+                continue;
+            }
+            let (h, hl) = SegmentHeader::parse(&bytes).map_err(|e| format_err(&path, e))?;
+            if h.identity != opts.identity {
+                return Err(WalError::IdentityMismatch { path });
+            }
+            let (mut at, mut next) = (hl, base);
+            while at < bytes.len() && next <= lsn {
+                let Some(f) = format::parse_frame(&bytes[at..], h.salt) else {
+                    return Err(WalError::Damaged {
+                        path,
+                        offset: at as u64,
+                        last_good_lsn: next - 1,
+                        reason: "damaged frame at or before the LSN to keep",
+                    });
+                };
+                next += f.records.len() as u64;
+                at += f.len;
+            }
+            if next > lsn + 1 {
+                return Err(WalError::BadOptions("the LSN is not the end of a commit"));
+            }
+            if at == bytes.len() {
+                continue; // Nothing after `lsn` in this segment.
+            }
+            let f = OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(io_err("open", &path))?;
+            removed += bytes.len() as u64 - at as u64;
+            f.set_len(at as u64).map_err(io_err("truncate", &path))?;
+            if opts.sync == SyncMode::Data {
+                f.sync_all().map_err(io_err("fsync", &path))?;
+            }
+        }
+        sync_dir(&dir, opts.sync)?;
+        Ok(removed)
     }
 
     /// The last LSN appended (0 if none ever).
@@ -870,6 +1109,34 @@ pub mod fuzzing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_fdatasync_is_returned_never_acknowledged_and_poisons() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = WalOptions::default(); // SyncMode::Data
+        let (mut wal, _) = Wal::open(dir.path(), &opts).unwrap();
+        wal.append(b"a").unwrap();
+        assert_eq!(wal.commit().unwrap(), 1);
+        let len = wal.log_bytes();
+        wal.fail_sync = true;
+        wal.append(b"b").unwrap();
+        match wal.commit() {
+            Err(WalError::Io {
+                op: "fdatasync", ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        // Not durable, not acknowledged; the frame was taken back out.
+        assert_eq!(wal.durable_lsn(), 1);
+        assert_eq!(wal.log_bytes(), len);
+        assert!(matches!(wal.commit(), Err(WalError::Poisoned)));
+        assert!(matches!(wal.append(b"c"), Err(WalError::Poisoned)));
+        drop(wal);
+        let (mut wal, rec) = Wal::open(dir.path(), &opts).unwrap();
+        assert_eq!(rec.records, vec![b"a".to_vec()]);
+        assert_eq!(wal.append(b"b").unwrap(), 2);
+        assert_eq!(wal.commit().unwrap(), 2);
+    }
 
     #[test]
     fn a_failed_commit_poisons_the_log() {

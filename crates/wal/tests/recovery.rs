@@ -81,38 +81,34 @@ fn a_commit_of_nothing_writes_nothing() {
 }
 
 #[test]
-fn damage_before_the_last_commit_is_an_error_in_the_last_a_torn_tail() {
+fn damage_to_any_acknowledged_commit_is_an_error_and_nothing_is_truncated() {
     let dir = tempfile::tempdir().unwrap();
-    let (records, ends) = write_log(dir.path(), &[vec![8, 8], vec![8], vec![8, 8, 8]]);
+    let (_, ends) = write_log(dir.path(), &[vec![8, 8], vec![8], vec![8, 8, 8]]);
+    let counts = [0u64, 2, 3, 6];
     let good = fs::read(seg_path(dir.path())).unwrap();
-    // A flipped bit in each frame but the last: an error naming the frame's offset.
-    for k in 0..ends.len() - 2 {
-        for at in [ends[k], ends[k] + 20, ends[k + 1] - 1] {
+    // A flipped bit in any byte of any frame, the last included: every commit returned, so
+    // every frame is acknowledged. An error naming the frame's offset and the last good LSN;
+    // the file is left as it was.
+    for k in 0..ends.len() - 1 {
+        for at in ends[k]..ends[k + 1] {
             let mut b = good.clone();
-            b[at as usize] ^= 0x10;
+            b[at as usize] ^= 1 << (at % 8);
             fs::write(seg_path(dir.path()), &b).unwrap();
             match Wal::open(dir.path(), &opts()) {
-                Err(WalError::Corrupt { offset, .. }) => {
-                    assert_eq!(offset, ends[k], "flip at {at}")
+                Err(WalError::Damaged {
+                    offset,
+                    last_good_lsn,
+                    ..
+                }) => {
+                    assert_eq!(offset, ends[k], "flip at {at}");
+                    assert_eq!(last_good_lsn, counts[k], "flip at {at}");
                 }
-                other => panic!("flip at {at}: {other:?}"),
+                other => panic!("flip at {at}: {:?}", other.map(|(_, r)| r)),
             }
-            // Nothing was changed by the failed open.
             assert_eq!(fs::read(seg_path(dir.path())).unwrap(), b);
         }
     }
-    // In the last frame: dropped as torn, and truncated.
-    let last = ends[ends.len() - 2];
-    for at in [last, last + 39, last + 40, *ends.last().unwrap() - 1] {
-        let mut b = good.clone();
-        b[at as usize] ^= 0x01;
-        fs::write(seg_path(dir.path()), &b).unwrap();
-        let (_, rec) = Wal::open(dir.path(), &opts()).unwrap();
-        assert_eq!(rec.records, records[..3]);
-        assert_eq!(rec.torn_tail_bytes, ends.last().unwrap() - last);
-        assert_eq!(fs::metadata(seg_path(dir.path())).unwrap().len(), last);
-    }
-    // The header: an error.
+    // The segment header: an error.
     let mut b = good.clone();
     b[20] ^= 1;
     fs::write(seg_path(dir.path()), &b).unwrap();
@@ -345,7 +341,7 @@ fn segments_chain_without_gaps_and_only_the_last_may_be_torn() {
     fs::write(seg_path(a.path()), &torn).unwrap();
     assert!(matches!(
         Wal::open(a.path(), &opts()),
-        Err(WalError::Corrupt { offset, .. }) if offset == good.len() as u64
+        Err(WalError::Damaged { offset, last_good_lsn: 3, .. }) if offset == good.len() as u64
     ));
     // A missing first segment is a gap.
     fs::remove_file(seg_path(a.path())).unwrap();
@@ -431,8 +427,8 @@ proptest! {
         sb_wal::fuzzing::open_bytes(dir.path(), &data);
     }
 
-    /// A valid log with one byte changed: either an error, or (in the last commit) the commits
-    /// before it exactly; never different records.
+    /// A valid log with one byte changed, anywhere: always an error (every commit written was
+    /// acknowledged), naming the damaged frame and the last good LSN before it.
     #[test]
     fn one_changed_byte_is_caught(
         batches in proptest::collection::vec(proptest::collection::vec(0usize..30, 1..4), 1..5),
@@ -446,12 +442,16 @@ proptest! {
         b[at] ^= xor;
         fs::write(seg_path(dir.path()), &b).unwrap();
         match Wal::open(dir.path(), &opts()) {
-            Ok((_, rec)) => {
-                let last = ends[ends.len() - 2];
-                prop_assert!(at as u64 >= last, "damage at {} before the last commit at {} was accepted", at, last);
-                prop_assert_eq!(&rec.records[..], &records[..records.len() - batches.last().unwrap().len()]);
+            Ok((_, rec)) => prop_assert!(false, "damage at {} was accepted: {:?}", at, rec),
+            Err(WalError::Damaged { offset, last_good_lsn, .. }) => {
+                // The frame holding the changed byte, and the records before it.
+                let k = ends.iter().rposition(|&e| e <= at as u64).unwrap();
+                prop_assert_eq!(offset, ends[k]);
+                let before: usize = batches[..k].iter().map(Vec::len).sum();
+                prop_assert_eq!(last_good_lsn, before as u64);
+                let _ = &records;
             }
-            Err(WalError::Corrupt { .. }) => prop_assert!((at as u64) < ends[ends.len() - 2]),
+            Err(WalError::Corrupt { .. }) => prop_assert!((at as u64) < ends[0]),
             Err(WalError::Version { .. }) => prop_assert!((8..10).contains(&at)),
             Err(e) => prop_assert!(false, "{}", e),
         }
