@@ -5,7 +5,7 @@
 //! One entry per line:
 //!
 //! ```text
-//! dir-created /run/scalebricks/sb     the state directory was made by us
+//! dir-created /var/lib/scalebricks/sb the state directory was made by us
 //! netns sb-node0                      about to create this namespace (it did not exist before)
 //! netns-failed sb-node0               creating it failed: not ours, leave it
 //! pid 12345 987654 forward-node0      a process we started: pid, start time (clock ticks), label

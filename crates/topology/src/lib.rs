@@ -23,7 +23,7 @@
 //!
 //! ```no_run
 //! use sb_topology::{down, load, up, Forwarding, UpOptions};
-//! let opts = UpOptions::new("demo", 2, "/run/scalebricks/demo".into());
+//! let opts = UpOptions::new("demo", 2, "/var/lib/scalebricks/demo".into());
 //! let desc = up(&opts).unwrap(); // needs root
 //! assert_eq!(desc.nodes[1].netns, "demo-node1");
 //! assert_eq!(load(&desc.dir).unwrap(), desc);
@@ -217,9 +217,15 @@ pub fn forwarder_log_path(dir: &Path, node: usize) -> PathBuf {
     dir.join(format!("forward-node{node}.log"))
 }
 
-/// Default state directory for a prefix: `/run/scalebricks/PREFIX`.
+/// The parent of the default state directories.
+pub const DEFAULT_STATE_ROOT: &str = "/var/lib/scalebricks";
+
+/// Default state directory for a prefix: `/var/lib/scalebricks/PREFIX`. Persistent (not a
+/// tmpfs like `/run`): the nodes' logs there survive a reboot, so an acknowledged update
+/// does. `cluster up --dir` puts it elsewhere; `cluster down` removes it (it removes the
+/// directory `up` created, logs included).
 pub fn default_dir(prefix: &str) -> PathBuf {
-    PathBuf::from("/run/scalebricks").join(prefix)
+    PathBuf::from(DEFAULT_STATE_ROOT).join(prefix)
 }
 
 /// Reads the description of the cluster whose state directory is `dir`.

@@ -71,7 +71,8 @@ pub struct UpArgs {
     /// Name prefix of the namespaces (PREFIX-sw, PREFIX-node0, PREFIX-inet0, PREFIX-ran0, ...).
     #[arg(long, default_value = "sb")]
     name: String,
-    /// State directory (description, journal, tables, counters) [default: /run/scalebricks/PREFIX].
+    /// State directory (description, journal, tables, counters, the nodes' logs) [default:
+    /// /var/lib/scalebricks/PREFIX].
     #[arg(long)]
     dir: Option<PathBuf>,
     /// UE address pool routed to the RAN side of every node (generated tunnels use it).
@@ -164,12 +165,14 @@ pub enum ClusterCmd {
     /// Create the namespaces, bridge and veths of an N-node cluster, write its tables and start
     /// its nodes.
     Up(UpArgs),
-    /// Stop the nodes and remove everything `up` created (also after a failed or crashed `up`).
+    /// Stop the nodes and remove everything `up` created (also after a failed or crashed `up`,
+    /// or after a reboot): the namespaces, and the state directory `up` made, the nodes' logs
+    /// included.
     Down {
         /// Name prefix used with `up`.
         #[arg(long, default_value = "sb")]
         name: String,
-        /// State directory [default: /run/scalebricks/PREFIX].
+        /// State directory [default: /var/lib/scalebricks/PREFIX].
         #[arg(long)]
         dir: Option<PathBuf>,
     },
@@ -179,7 +182,7 @@ pub enum ClusterCmd {
         /// Name prefix used with `up`.
         #[arg(long, default_value = "sb")]
         name: String,
-        /// State directory [default: /run/scalebricks/PREFIX].
+        /// State directory [default: /var/lib/scalebricks/PREFIX].
         #[arg(long)]
         dir: Option<PathBuf>,
         /// One JSON object: `nodes` (a row per node), `node_status` (each node's counters file),
@@ -193,7 +196,7 @@ pub enum ClusterCmd {
         /// Name prefix used with `up`.
         #[arg(long, default_value = "sb")]
         name: String,
-        /// State directory [default: /run/scalebricks/PREFIX].
+        /// State directory [default: /var/lib/scalebricks/PREFIX].
         #[arg(long)]
         dir: Option<PathBuf>,
         /// The node.

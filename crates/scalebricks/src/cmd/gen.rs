@@ -46,7 +46,7 @@ pub struct Args {
     /// Cluster name prefix.
     #[arg(long, default_value = "sb")]
     name: String,
-    /// Cluster state directory [default: /run/scalebricks/PREFIX].
+    /// Cluster state directory [default: /var/lib/scalebricks/PREFIX].
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Without a cluster (pcap only): the number of nodes to address frames for.

@@ -42,7 +42,7 @@ pub struct Args {
     /// Cluster name prefix.
     #[arg(long, default_value = "sb")]
     name: String,
-    /// Cluster state directory [default: /run/scalebricks/PREFIX].
+    /// Cluster state directory [default: /var/lib/scalebricks/PREFIX].
     #[arg(long)]
     dir: Option<PathBuf>,
 }
