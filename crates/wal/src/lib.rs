@@ -158,6 +158,8 @@ pub type Lsn = u64;
 pub const MAX_BATCH_BYTES: usize = u32::MAX as usize - FRAME_HEADER - FRAME_TRAILER;
 
 const SNAPSHOT_FILE: &str = "snapshot";
+/// The pending buffer's capacity kept after a commit (bytes).
+const PENDING_KEEP: usize = 8 << 20;
 const LOCK_FILE: &str = "LOCK";
 const SEGMENT_EXT: &str = "wal";
 const TMP_EXT: &str = "tmp";
@@ -798,6 +800,10 @@ impl Wal {
         }
         self.active_len += self.pending.len() as u64;
         self.pending.truncate(FRAME_HEADER);
+        if self.pending.capacity() > PENDING_KEEP {
+            // A first start's huge batch: do not hold its buffer for the log's lifetime.
+            self.pending.shrink_to(PENDING_KEEP);
+        }
         self.pending_count = 0;
         self.durable_lsn = self.last_lsn;
         self.commits += 1;
