@@ -2,6 +2,10 @@
 
 use crate::fixed::{FixedMap, Rib};
 use crate::record::{self, Record};
+use crate::replica::group::{Group, GroupTiming};
+use crate::replica::state::RangeState;
+use crate::replica::storage::{self as rstore, RaftStore};
+use crate::replica::{replicas_of, transport};
 use crate::wire::{self, Body, FibItem, Header, Kind};
 use crate::{
     Bytes, ClusterSpec, ControlError, Event, Flow, Nanos, NodeId, Op, Outcome, OwnerStatus, Peer,
@@ -78,6 +82,19 @@ pub struct Tuning {
     /// recently is forgotten: requests stamped before its newest are refused from any client
     /// the node does not know).
     pub clients: usize,
+    /// Replicas of each GPT range (capped at the node count; every node of a cluster must
+    /// use the same): 1 keeps a range's log on its owner alone; above 1, each range is a Raft
+    /// group on nodes `i, i+1, ...` ([`crate::replica`]) whose leader is the owner, and an
+    /// update's changes are durable once a majority of them has them.
+    pub replicas: usize,
+    /// The Raft groups' tick.
+    pub raft_tick: Nanos,
+    /// Ticks without a leader before a replica campaigns (each replica's timeout is fixed in
+    /// `[election_ticks, 2 election_ticks)`, spread by its seed): with the default 10 ms tick,
+    /// 100 to 200 ms, so a dead leader is replaced well within 500 ms.
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
 }
 
 impl Default for Tuning {
@@ -102,6 +119,10 @@ impl Default for Tuning {
             request_max_age: 300_000_000_000,
             request_max_ahead: 5_000_000_000,
             clients: 4096,
+            replicas: 1,
+            raft_tick: 10_000_000,
+            election_ticks: 10,
+            heartbeat_ticks: 2,
         }
     }
 }
@@ -111,6 +132,9 @@ impl Default for Tuning {
 enum Phase {
     /// Waiting for the epoch record to be durable.
     Boot,
+    /// With replication: waiting to lead the range's group with every committed entry
+    /// applied (and, on a first start, the initial flows committed).
+    Elect,
     /// Sending every handler its FIB slice.
     SyncFib,
     /// Sending every replica the piece.
@@ -123,6 +147,7 @@ impl Phase {
     fn name(self) -> &'static str {
         match self {
             Phase::Boot => "boot",
+            Phase::Elect => "elect",
             Phase::SyncFib => "sync_fib",
             Phase::Pieces => "pieces",
             Phase::Serving => "serving",
@@ -429,7 +454,11 @@ enum Stage {
 struct Batch {
     items: Vec<Item>,
     stage: Stage,
+    /// Without replication: the persist number of its record; with: its entry's index.
     persist_n: u64,
+    /// With replication: its entry's term (the batch goes on once the entry is committed in
+    /// it).
+    term: u64,
     fib_wait: Vec<u64>,
     delta_wait: u64,
     /// Installs at this node wait for the driver to apply them.
@@ -556,6 +585,19 @@ pub struct Node {
     applied_updates: u64,
     retransmits: u64,
     own_deltas: Vec<Delta>,
+    // Replication ([`Tuning::replicas`] above 1): by range, the groups this node is a replica
+    // of, and their state machines (a follower's RIB; the home's until its table is built).
+    groups: Vec<Option<Group>>,
+    gstates: Vec<Option<RangeState>>,
+    reasm: transport::Reassembly,
+    raft_msgs: u64,
+    next_tick: Nanos,
+    /// The home's initial flows, proposed if the range's group has none.
+    initial: Option<Vec<Flow>>,
+    base_proposed: bool,
+    /// This owner lost its range's leadership: it takes nothing more and must be restarted
+    /// from its log ([`Node::fenced`]).
+    fenced: bool,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -633,6 +675,29 @@ impl Node {
                 "the RIB's key prefix is over 64 bytes",
             ));
         }
+        let replicated = tuning.replicas.min(spec.nodes as usize) > 1;
+        // Raft's records, by group (with replication).
+        let mut raft_recs: BTreeMap<u32, Vec<rstore::StoreRecord>> = BTreeMap::new();
+        let mut plain = Vec::with_capacity(recovered.len());
+        for (index, r) in recovered.into_iter().enumerate() {
+            let bad = |reason| ControlError::BadRecord { index, reason };
+            if rstore::is_store_record(&r) {
+                if !replicated {
+                    return Err(bad("a replicated range's record without replication"));
+                }
+                let (g, rec) = rstore::decode(&r).map_err(bad)?;
+                if g >= spec.nodes as u32 {
+                    return Err(bad("a record of a range the cluster does not have"));
+                }
+                raft_recs.entry(g).or_default().push(rec);
+            } else {
+                if replicated && r.first() != Some(&1) {
+                    return Err(bad("an unreplicated range's record with replication"));
+                }
+                plain.push(r);
+            }
+        }
+        let recovered = plain;
         // Recovery: the last epoch, the initial flows and the changes of the log.
         let mut last_epoch = 0u32;
         let mut base: Vec<Flow> = Vec::new();
@@ -686,7 +751,20 @@ impl Node {
                 return Err(bad("key given twice"));
             }
         }
-        if !base_done {
+        let mut initial_flows = None;
+        if replicated {
+            // The range's flows are its group's: the initial ones go to it if it has none.
+            initial_flows = Some(
+                rib.iter()
+                    .map(|(k, n, v)| Flow {
+                        key: Bytes::from_slice(k),
+                        node: n,
+                        value: Bytes::from_slice(v),
+                    })
+                    .collect(),
+            );
+            rib = Rib::with_capacity(spec.key_bytes, spec.value_bytes, 0);
+        } else if !base_done {
             let flows: Vec<(&[u8], NodeId, &[u8])> = rib.iter().collect();
             for c in flows.chunks(record::BASE_PER_RECORD) {
                 records.push(record::base(c));
@@ -720,6 +798,47 @@ impl Node {
         drop((keys, nodes, values));
         drop(rib);
         let n = spec.nodes as usize;
+        let mut groups: Vec<Option<Group>> = (0..n).map(|_| None).collect();
+        let mut gstates: Vec<Option<RangeState>> = (0..n).map(|_| None).collect();
+        if replicated {
+            let timing = GroupTiming {
+                election_ticks: tuning.election_ticks.max(2),
+                heartbeat_ticks: tuning.heartbeat_ticks.max(1),
+                max_msg_bytes: (CHUNK_BYTES / 2) as u64,
+            };
+            let mut salt = seed ^ 0x7261_6674;
+            for g in 0..spec.nodes {
+                let voters = replicas_of(g, spec.nodes, tuning.replicas);
+                if !voters.contains(&me) {
+                    if raft_recs.contains_key(&(g as u32)) {
+                        return Err(ControlError::BadRecord {
+                            index: 0,
+                            reason: "a record of a range this node does not replicate",
+                        });
+                    }
+                    continue;
+                }
+                let ids = voters.iter().map(|&v| transport::raft_id(v)).collect();
+                let recs = raft_recs.remove(&(g as u32)).unwrap_or_default();
+                let store = RaftStore::replay(ids, recs)
+                    .map_err(|reason| ControlError::BadRecord { index: 0, reason })?;
+                let mut st = RangeState::new(spec.key_bytes, spec.value_bytes);
+                if store.snapshot_index() > 0 {
+                    let snap = crate::replica::state::RangeSnapshot::decode(
+                        store.latest_snapshot().get_data(),
+                    )
+                    .and_then(|x| st.restore(&x, store.snapshot_index()))
+                    .map_err(|reason| ControlError::BadRecord { index: 0, reason });
+                    snap?;
+                }
+                let grp = Group::new(g as u32, voters, me, store, timing, splitmix(&mut salt))
+                    .map_err(|_| {
+                        ControlError::BadTuning("raft refuses the group's configuration")
+                    })?;
+                groups[g as usize] = Some(grp);
+                gstates[g as usize] = Some(st);
+            }
+        }
         let rto = tuning.rto;
         let mut node = Node {
             keys: spec.node_keys(me),
@@ -812,6 +931,14 @@ impl Node {
             applied_updates: 0,
             retransmits: 0,
             own_deltas: Vec::new(),
+            groups,
+            gstates,
+            reasm: Default::default(),
+            raft_msgs: 0,
+            next_tick: now,
+            initial: initial_flows,
+            base_proposed: false,
+            fenced: false,
             spec,
             tuning,
         };
@@ -827,6 +954,9 @@ impl Node {
     /// of a past epoch changes nothing and is counted ([`Status::dropped`]).
     pub fn handle(&mut self, now: Nanos, from: Peer, datagram: &[u8]) {
         self.tick(now);
+        if self.fenced {
+            return self.drop_msg("fenced");
+        }
         let (h, body) = match self.keys.open(datagram) {
             Ok(x) => x,
             Err(e) => return self.drop_msg(e.name()),
@@ -871,10 +1001,21 @@ impl Node {
     /// Runs the timers due at `now` (retransmissions, gap and chunk timeouts).
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.tick(now);
-        if self.phase == Phase::Boot {
+        if self.phase == Phase::Boot || self.fenced {
             return;
         }
         let now = self.now;
+        if self.replicated() && self.next_tick <= now {
+            for g in self.groups.iter_mut().flatten() {
+                g.tick();
+            }
+            let t = self.tuning.raft_tick.max(1);
+            self.next_tick = if now - self.next_tick > 8 * t {
+                now + t
+            } else {
+                self.next_tick + t
+            };
+        }
         let n = self.spec.nodes;
         for p in 0..n {
             if p == self.me {
@@ -972,11 +1113,14 @@ impl Node {
 
     /// When [`Node::handle_timeout`] wants to run next (None: nothing pending).
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        if self.phase == Phase::Boot {
+        if self.phase == Phase::Boot || self.fenced {
             return None;
         }
         let mut t: Option<Nanos> = None;
         let mut at = |x: Nanos| t = Some(t.map_or(x, |t: Nanos| t.min(x)));
+        if self.replicated() {
+            at(self.next_tick);
+        }
         for (pi, p) in self.peers.iter().enumerate() {
             if pi == self.me as usize {
                 continue;
@@ -1430,6 +1574,7 @@ impl Node {
     /// A peer started epoch `e` (a restart, or the first we hear of it).
     fn on_peer_epoch(&mut self, p: NodeId, e: u32) {
         let pi = p as usize;
+        self.reasm.forget(p);
         self.peers[pi].epoch = e;
         self.peers[pi].knows_me = false;
         self.peers[pi].hello_rto = self.tuning.rto;
@@ -1775,8 +1920,224 @@ impl Node {
         }
     }
 
-    fn on_raft(&mut self, _p: NodeId, _g: u32, _m: u64, _i: u16, _c: u16, _d: Vec<u8>) {
-        self.drop_msg("unexpected");
+    /// A chunk of a Raft message of range `g`'s group from `p`.
+    fn on_raft(&mut self, p: NodeId, g: u32, msg: u64, index: u16, count: u16, data: Vec<u8>) {
+        let me = self.me;
+        let Some(grp) = self.groups.get_mut(g as usize).and_then(|x| x.as_mut()) else {
+            return self.drop_msg("raft_not_a_replica");
+        };
+        match self.reasm.take(p, g, msg, index, count, data) {
+            Ok(Some(m)) if transport::accept(&m, p, me, &grp.voters) => grp.step(m),
+            Ok(Some(_)) => self.drop_msg("raft_wrong_ends"),
+            Ok(None) => {}
+            Err(_) => self.drop_msg("bad_raft"),
+        }
+    }
+
+    // ----- replication ------------------------------------------------------------------------
+
+    fn replicated(&self) -> bool {
+        self.groups.iter().any(|g| g.is_some())
+    }
+
+    /// The context of this incarnation's proposals: its node and epoch.
+    fn own_ctx(&self) -> Vec<u8> {
+        let mut c = self.me.to_le_bytes().to_vec();
+        c.extend_from_slice(&self.epoch.to_le_bytes());
+        c
+    }
+
+    /// Runs every group's readies: persists their records, applies committed entries, sends
+    /// what may go. Whether anything happened.
+    fn drive_groups(&mut self) -> bool {
+        let mut any = false;
+        for gi in 0..self.groups.len() {
+            loop {
+                let Some(mut g) = self.groups[gi].take() else {
+                    break;
+                };
+                let c = g.collect();
+                let n = if c.records.is_empty() {
+                    0
+                } else {
+                    self.persist(c.records)
+                };
+                g.assign(n);
+                let mut acted =
+                    n > 0 || !c.send.is_empty() || !c.committed.is_empty() || c.snapshot.is_some();
+                if let Some(s) = &c.snapshot {
+                    self.restore_range(gi, s);
+                }
+                let mut last = None;
+                for e in &c.committed {
+                    self.apply_entry(gi, e);
+                    last = Some(e.index);
+                }
+                if let Some(l) = last {
+                    g.applied_to(l);
+                }
+                let released = g.release(self.durable);
+                acted |= !released.is_empty();
+                for m in c.send.into_iter().chain(released) {
+                    self.send_raft(&mut g, m);
+                }
+                if gi == self.me as usize && self.phase >= Phase::SyncFib && !g.is_leader() {
+                    // Another replica leads the range now: this owner's table may miss its
+                    // entries. It stops, to be restarted from its log.
+                    self.fenced = true;
+                }
+                self.groups[gi] = Some(g);
+                any |= acted;
+                if !acted {
+                    break;
+                }
+            }
+        }
+        any
+    }
+
+    fn send_raft(&mut self, g: &mut Group, m: raft::prelude::Message) {
+        let Some(to) = transport::node_of(m.to).filter(|&t| t < self.spec.nodes && t != self.me)
+        else {
+            return;
+        };
+        let snapshot = m.get_msg_type() == raft::prelude::MessageType::MsgSnapshot;
+        self.raft_msgs += 1;
+        for body in transport::chunks(g.range, self.raft_msgs, &m, transport::CHUNK) {
+            let id = self.new_id();
+            self.send(to, id, body);
+        }
+        if snapshot {
+            g.snapshot_sent(to);
+        }
+    }
+
+    /// Applies a committed entry of range `gi`'s group.
+    fn apply_entry(&mut self, gi: usize, e: &raft::prelude::Entry) {
+        if gi == self.me as usize && self.phase >= Phase::SyncFib {
+            // The owner's batches keep its table: its own entries are in it already.
+            if !e.data.is_empty() && e.context[..] != self.own_ctx()[..] {
+                self.drop_msg("foreign_entry");
+                self.fenced = true;
+            }
+            return;
+        }
+        let Some(st) = self.gstates[gi].as_mut() else {
+            return;
+        };
+        st.applied = e.index;
+        if st.apply(&e.data).is_err() {
+            self.drop_msg("bad_entry");
+        }
+    }
+
+    /// Replaces range `gi`'s state with a snapshot from its leader.
+    fn restore_range(&mut self, gi: usize, s: &raft::prelude::Snapshot) {
+        if gi == self.me as usize && self.phase >= Phase::SyncFib {
+            self.fenced = true;
+            return;
+        }
+        let Some(st) = self.gstates[gi].as_mut() else {
+            return;
+        };
+        let r = crate::replica::state::RangeSnapshot::decode(s.get_data())
+            .and_then(|x| st.restore(&x, s.get_metadata().index));
+        if r.is_err() {
+            self.drop_msg("bad_snapshot");
+        }
+    }
+
+    /// With replication, before the owner starts: once it leads its range's group with every
+    /// committed entry applied, it proposes its initial flows if the group has none, else
+    /// builds its table from the range's RIB. Whether it may go on.
+    fn elect(&mut self) -> bool {
+        let me = self.me as usize;
+        let (leading, committed) = match &self.groups[me] {
+            Some(g) => (g.leading_with_commit(), g.committed()),
+            None => return true,
+        };
+        if !leading {
+            if !self.groups[me].as_ref().is_some_and(|g| g.is_leader()) {
+                self.base_proposed = false;
+            }
+            return false;
+        }
+        let st = self.gstates[me].as_ref().expect("the home's state");
+        if st.applied < committed {
+            return false;
+        }
+        if !st.base_done {
+            if !self.base_proposed {
+                self.base_proposed = true;
+                let flows = self.initial.clone().unwrap_or_default();
+                let ctx = self.own_ctx();
+                let g = self.groups[me].as_mut().expect("home group");
+                let refs: Vec<(&[u8], NodeId, &[u8])> = (flows.iter())
+                    .map(|f| (f.key.as_slice(), f.node, f.value.as_slice()))
+                    .collect();
+                for c in refs.chunks(record::BASE_PER_RECORD / 8) {
+                    g.propose(ctx.clone(), record::base(c));
+                }
+                g.propose(ctx, record::base_end());
+            }
+            return false;
+        }
+        let st = self.gstates[me].take().expect("the home's state");
+        let (mut keys, mut nodes, mut values) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, n, v) in st.rib.iter() {
+            keys.push(k);
+            nodes.push(n);
+            values.extend_from_slice(v);
+        }
+        match Updatable::build_with_key_prefix(
+            &keys,
+            &nodes,
+            &values,
+            self.spec.value_bytes,
+            &self.tuning.rib_key_prefix,
+            &self.spec.gpt.build_options(),
+        ) {
+            Ok(t) => {
+                self.table = t;
+                self.initial = None;
+                true
+            }
+            Err(_) => {
+                self.drop_msg("table_build");
+                self.fenced = true;
+                false
+            }
+        }
+    }
+
+    /// Whether this owner lost its range's leadership to another replica (with replication):
+    /// it handles nothing more; the driver restarts it from its log.
+    pub fn fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// Whether the owner's table is built (it is past its boot; with replication, past its
+    /// election).
+    #[doc(hidden)]
+    pub fn table_built(&self) -> bool {
+        self.phase >= Phase::SyncFib
+    }
+
+    /// Range `range`'s RIB as this node's replica of its group holds it (None where this node
+    /// is no follower of it).
+    #[doc(hidden)]
+    pub fn replica_rib(&self, range: NodeId) -> Option<Vec<Flow>> {
+        self.gstates
+            .get(range as usize)?
+            .as_ref()
+            .map(|s| s.flows())
+    }
+
+    /// Range `range`'s group at this node: (leader, term, index applied here), if a replica.
+    #[doc(hidden)]
+    pub fn group_state(&self, range: NodeId) -> Option<(Option<NodeId>, u64, u64)> {
+        let g = self.groups.get(range as usize)?.as_ref()?;
+        Some((g.leader(), g.term(), g.applied()))
     }
 
     /// Outcome of an update that can be judged without the RIB ([`precheck`]).
@@ -2413,10 +2774,20 @@ impl Node {
     /// Moves the owner's phases and batches along as far as they go now.
     fn progress(&mut self) {
         loop {
+            if self.fenced {
+                return;
+            }
+            let drove = self.drive_groups();
             let before = (self.phase, self.batch.as_ref().map(|b| b.stage));
             match self.phase {
                 Phase::Boot => {
                     if self.durable >= self.boot_persist {
+                        // Without replication the election passes at once.
+                        self.phase = Phase::Elect;
+                    }
+                }
+                Phase::Elect => {
+                    if self.elect() {
                         self.phase = Phase::SyncFib;
                         // Our own slice, then every known peer's.
                         let mine: Vec<(Bytes, Bytes)> = self
@@ -2469,7 +2840,7 @@ impl Node {
                 }
                 Phase::Serving => self.advance_batch(),
             }
-            if before == (self.phase, self.batch.as_ref().map(|b| b.stage)) {
+            if !drove && before == (self.phase, self.batch.as_ref().map(|b| b.stage)) {
                 break;
             }
         }
@@ -2514,7 +2885,20 @@ impl Node {
         };
         match stage {
             Stage::Persisting => {
-                if self.durable < self.batch.as_ref().expect("batch").persist_n {
+                let b = self.batch.as_ref().expect("batch");
+                let durable = match &self.groups[self.me as usize] {
+                    // Committed in its term: a majority of the range's replicas has it.
+                    Some(g) if g.committed() >= b.persist_n => {
+                        if g.term_at(b.persist_n) != Some(b.term) {
+                            self.fenced = true;
+                            return;
+                        }
+                        true
+                    }
+                    Some(_) => false,
+                    None => self.durable >= b.persist_n,
+                };
+                if !durable {
                     return;
                 }
                 let mut b = self.batch.take().expect("batch");
@@ -2610,11 +2994,27 @@ impl Node {
             }
             let rec = record::changes(self.change_seq + 1, accepted.iter().copied());
             self.change_seq += accepted.len() as u64;
-            let persist_n = self.persist(vec![rec]);
+            let ctx = self.own_ctx();
+            let (persist_n, term) = match self.groups[self.me as usize].as_mut() {
+                Some(g) => match g.propose(ctx, rec) {
+                    Some(i) => (i, g.term()),
+                    None => {
+                        // No longer the leader: nothing of it is taken.
+                        self.fenced = true;
+                        self.pending.clear();
+                        for it in items {
+                            self.set_result(it.origin, it.index, Outcome::Timeout);
+                        }
+                        return;
+                    }
+                },
+                None => (self.persist(vec![rec]), 0),
+            };
             self.batch = Some(Batch {
                 items,
                 stage: Stage::Persisting,
                 persist_n,
+                term,
                 fib_wait: vec![0; self.spec.nodes as usize],
                 delta_wait: 0,
                 local_wait: false,
@@ -2749,7 +3149,17 @@ impl Node {
         if !undo.is_empty() {
             let rec = record::changes(self.change_seq + 1, undo.iter());
             self.change_seq += undo.len() as u64;
-            self.persist(vec![rec]);
+            let ctx = self.own_ctx();
+            match self.groups[self.me as usize].as_mut() {
+                Some(g) => {
+                    if g.propose(ctx, rec).is_none() {
+                        self.fenced = true;
+                    }
+                }
+                None => {
+                    self.persist(vec![rec]);
+                }
+            }
         }
         if self.tuning.keep_own_deltas {
             self.own_deltas.extend(deltas.iter().cloned());

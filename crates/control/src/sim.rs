@@ -150,6 +150,10 @@ pub struct Sim {
     gpts: Vec<Option<SetSep>>,
     net: BinaryHeap<std::cmp::Reverse<InFlight>>,
     net_seq: u64,
+    /// Links cut: (from, to) node pairs whose datagrams are lost.
+    cut: BTreeSet<(NodeId, NodeId)>,
+    /// Restarts of owners that lost their range's leadership ([`Node::fenced`]).
+    pub fenced_restarts: u64,
     faults: bool,
     client_addr: SocketAddr,
     reqs: BTreeMap<u64, Req>,
@@ -231,6 +235,8 @@ impl Sim {
             gpts: (0..n).map(|_| None).collect(),
             net: BinaryHeap::new(),
             net_seq: 0,
+            cut: BTreeSet::new(),
+            fenced_restarts: 0,
             faults: true,
             client_addr: "10.9.9.9:4000".parse().expect("address"),
             reqs: BTreeMap::new(),
@@ -304,9 +310,11 @@ impl Sim {
             self.cfg.tuning.clone(),
         )
         .unwrap_or_else(|e| self.fail(format!("node {i} does not start: {e}")));
-        let range = self.spec.ranges[ii].clone();
-        let base = node.owner_table().piece(range).expect("range");
-        self.history.insert((i, node.epoch()), (base, Vec::new()));
+        if node.table_built() {
+            let range = self.spec.ranges[ii].clone();
+            let base = node.owner_table().piece(range).expect("range");
+            self.history.insert((i, node.epoch()), (base, Vec::new()));
+        }
         self.seen[ii] = vec![None; self.spec.nodes as usize];
         self.shadows[ii] = None;
         self.nodes[ii] = Some(node);
@@ -337,6 +345,29 @@ impl Sim {
         self.start_node(i);
     }
 
+    /// Cuts the link from `a` to `b` (and from `b` to `a` if `symmetric`): datagrams are
+    /// lost until [`Sim::heal`].
+    pub fn partition(&mut self, a: NodeId, b: NodeId, symmetric: bool) {
+        self.cut.insert((a, b));
+        if symmetric {
+            self.cut.insert((b, a));
+        }
+    }
+
+    /// Cuts node `a` off from every other node, both ways.
+    pub fn isolate(&mut self, a: NodeId) {
+        for b in 0..self.spec.nodes {
+            if b != a {
+                self.partition(a, b, true);
+            }
+        }
+    }
+
+    /// Restores every link.
+    pub fn heal(&mut self) {
+        self.cut.clear();
+    }
+
     /// Turns network faults on or off.
     pub fn set_faults(&mut self, on: bool) {
         self.faults = on;
@@ -354,6 +385,11 @@ impl Sim {
 
     fn send(&mut self, from: Peer, to: Dest, bytes: Vec<u8>) {
         assert!(bytes.len() <= wire::MAX_DATAGRAM, "datagram too large");
+        if let (Peer::Node(a), Dest::Node(b)) = (&from, &to) {
+            if self.cut.contains(&(*a, *b)) {
+                return;
+            }
+        }
         let copies = if self.faults {
             if below(&mut self.rng, 1000) < self.cfg.drop_permille {
                 0
@@ -439,8 +475,15 @@ impl Sim {
         while let Some((to, bytes)) = node.poll_transmit() {
             sends.push((to, bytes));
         }
-        let own = node.take_own_deltas();
         let epoch = node.epoch();
+        if node.table_built() && !self.history.contains_key(&(i, epoch)) {
+            // With replication the owner's table is built once it leads its range's group:
+            // its first piece is the base of this epoch's history.
+            let range = self.spec.ranges[ii].clone();
+            let base = node.owner_table().piece(range).expect("range");
+            self.history.insert((i, epoch), (base, Vec::new()));
+        }
+        let own = node.take_own_deltas();
         if !own.is_empty() {
             let h = &mut self.history.get_mut(&(i, epoch)).expect("history").1;
             for d in own {
@@ -520,6 +563,14 @@ impl Sim {
                     n.handle_timeout(now);
                     self.pump(i);
                 }
+            }
+        }
+        for i in 0..self.spec.nodes {
+            if self.nodes[i as usize].as_ref().is_some_and(|n| n.fenced()) {
+                // The owner lost its range's leadership: restarted from its log.
+                self.fenced_restarts += 1;
+                self.kill(i);
+                self.restart(i);
             }
         }
         self.client_step();
@@ -989,11 +1040,12 @@ impl Sim {
         let end = self.now + limit;
         loop {
             let idle = self.reqs.is_empty()
-                && self.net.is_empty()
                 && self.nodes.iter().all(|n| {
                     n.as_ref()
                         .is_some_and(|n| n.idle() && n.ready() && n.serving())
-                });
+                })
+                && self.groups_agree()
+                && (self.net.is_empty() || self.cfg.tuning.replicas > 1);
             if idle {
                 break;
             }
@@ -1022,6 +1074,22 @@ impl Sim {
         }
     }
 
+    /// Whether, for every range, its replicas that are up know one commit index (their
+    /// state machines have applied it: a follower applies what it learns committed at once).
+    fn groups_agree(&self) -> bool {
+        (0..self.spec.nodes).all(|o| {
+            let mut c = self
+                .nodes
+                .iter()
+                .flatten()
+                .filter_map(|x| x.group_state(o).map(|g| g.2));
+            match c.next() {
+                Some(first) => c.all(|x| x == first),
+                None => true,
+            }
+        })
+    }
+
     /// The checks after quiescence: replicas identical, every key routed to its handler which
     /// has its value, handlers' FIBs exactly the owners' RIBs, acknowledged updates in the
     /// owners' RIBs.
@@ -1045,6 +1113,44 @@ impl Sim {
                     self.fail(format!("owner {o} holds a key of another range"));
                 }
                 rib.insert(Bytes::from_slice(&k), (h, Bytes::from_slice(v)));
+            }
+        }
+        // Every follower of a range's group holds the owner's RIB.
+        for (i, x) in nodes.iter().enumerate() {
+            for o in 0..n {
+                let Some(mut flows) = x.replica_rib(o) else {
+                    continue;
+                };
+                let mut owner: Vec<(Bytes, NodeId, Bytes)> = nodes[o as usize]
+                    .rib_entries()
+                    .map(|(k, h, v)| (Bytes::from_slice(&k), h, Bytes::from_slice(v)))
+                    .collect();
+                owner.sort();
+                flows.sort_by(|a, b| a.key.cmp(&b.key));
+                let flows: Vec<(Bytes, NodeId, Bytes)> = flows
+                    .into_iter()
+                    .map(|f| (f.key, f.node, f.value))
+                    .collect();
+                if flows != owner {
+                    let diff: Vec<_> = flows
+                        .iter()
+                        .zip(&owner)
+                        .filter(|(a, b)| a != b)
+                        .take(3)
+                        .collect();
+                    let trail = diff.first().map(|(a, _)| {
+                        (
+                            self.oracle.get(&a.0).cloned(),
+                            self.trail.get(&a.0).cloned(),
+                        )
+                    });
+                    self.fail(format!(
+                        "node {i}'s replica of range {o} holds {} keys, its owner {}: {diff:02x?}; oracle and trail {trail:02x?}; groups {:?}",
+                        flows.len(),
+                        owner.len(),
+                        nodes.iter().map(|x| (x.epoch(), x.group_state(o))).collect::<Vec<_>>()
+                    ));
+                }
             }
         }
         for (k, want) in &self.oracle {

@@ -166,6 +166,11 @@ impl Group {
         self.raw.raft.raft_log.committed
     }
 
+    /// The index applied here as raft knows it (applied and durable).
+    pub fn applied(&self) -> u64 {
+        self.raw.raft.raft_log.applied
+    }
+
     /// The term of the entry at `index`, if held.
     pub fn term_at(&self, index: u64) -> Option<u64> {
         self.raw.raft.raft_log.term(index).ok()
