@@ -61,6 +61,44 @@ pub trait App: Send {
     /// place.
     fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop>;
 
+    /// The driver's clock, in nanoseconds from an origin shared by every worker of the node
+    /// ([`crate::Engine::set_clock`]). The default ignores it.
+    fn set_clock(&mut self, now_ns: u64) {
+        let _ = now_ns;
+    }
+
+    /// Hints that [`apply`](Self::apply) is about to be called with `value` (the engine calls
+    /// it for a batch's values after their lookup): load what it will read. The default does
+    /// nothing.
+    #[inline]
+    fn prefetch(&self, value: &[u8]) {
+        let _ = value;
+    }
+
+    /// The worker is between batches and holds no frame: everything it processed was
+    /// transmitted ([`crate::Engine::poll`], once per loop). The default does nothing.
+    fn poll(&mut self) {}
+
+    /// Frames the application sends of its own accord out of the access port (control
+    /// messages such as GTP-U End Markers), appended to `out` with zero MACs (the engine sets
+    /// them); returns how many. The default has none.
+    fn take_access_frames(&mut self, out: &mut PacketBatch) -> usize {
+        let _ = out;
+        0
+    }
+
+    /// Frames the application held back (a session's buffered downlink) that are due to go
+    /// now, appended to `rx` as Ethernet frames to run through the downstream path like
+    /// frames from the external port; returns how many. The engine runs them, then calls
+    /// [`released_done`](Self::released_done). The default has none.
+    fn take_released(&mut self, rx: &mut PacketBatch) -> usize {
+        let _ = rx;
+        0
+    }
+
+    /// The frames of [`take_released`](Self::take_released) went through the engine.
+    fn released_done(&mut self) {}
+
     /// True if the application answers drops of reason `why` with an error message (the
     /// engine then asks [`error_reply`](Self::error_reply) while its rate limit allows, and
     /// counts the rest as rate limited). The default answers nothing.

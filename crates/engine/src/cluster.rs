@@ -4,7 +4,7 @@
 
 use crate::engine::{indirection_node, Arch, Engine, NodeConfig, Outputs, PortAddr};
 use crate::fib::{CuckooFib, Fib, FibError};
-use crate::lte::{Lte, LteConfig, Tunnel};
+use crate::lte::{Lte, LteConfig, Tunnel, KEY_BYTES, VALUE_BYTES};
 use crate::PortId;
 use sb_common::hash128;
 use sb_io::PacketBatch;
@@ -112,6 +112,8 @@ pub fn generate_tunnels_in(
             ul_teid: 0,
             qfi: 0,
             rqi: false,
+            policy: crate::lte::Policy::default(),
+            owner: 0,
         });
     }
     out
@@ -160,12 +162,30 @@ pub fn build_cuckoo_fib(
     nodes: u16,
     seed: u64,
 ) -> Result<CuckooFib, FibError> {
+    build_cuckoo_fib_with(arch, tunnels, node, nodes, seed, Tunnel::value)
+}
+
+/// [`build_cuckoo_fib`] with each tunnel's value made by `value` (one with a local policy
+/// slot, for one).
+pub fn build_cuckoo_fib_with(
+    arch: Arch,
+    tunnels: &[Tunnel],
+    node: u16,
+    nodes: u16,
+    seed: u64,
+    mut value: impl FnMut(&Tunnel) -> [u8; VALUE_BYTES],
+) -> Result<CuckooFib, FibError> {
     let slice = fib_slice(arch, tunnels, node, nodes, seed);
-    let entries: Vec<([u8; 16], [u8; 16])> = slice
+    let entries: Vec<([u8; KEY_BYTES], [u8; VALUE_BYTES])> = slice
         .iter()
-        .map(|&i| (tunnels[i].key(), tunnels[i].value()))
+        .map(|&i| (tunnels[i].key(), value(&tunnels[i])))
         .collect();
-    let (_w, fib) = CuckooFib::build(16, 16, seed, entries.iter().map(|(k, v)| (&k[..], &v[..])))?;
+    let (_w, fib) = CuckooFib::build(
+        KEY_BYTES,
+        VALUE_BYTES,
+        seed,
+        entries.iter().map(|(k, v)| (&k[..], &v[..])),
+    )?;
     Ok(fib)
 }
 

@@ -79,10 +79,25 @@ pub enum Drop {
     /// own copy; the engine leaves it alone and counts it in [`PortCounters::host`], not as a
     /// drop.
     Host,
+    /// The session's QER gate for the packet's direction is closed
+    /// ([`crate::policy::Policy::dl_gate_closed`], `ul_gate_closed`).
+    Gate,
+    /// The packet exceeds the session's maximum bit rate (its QER's MBR, a token bucket at the
+    /// handling node: [`crate::policy`]).
+    Mbr,
+    /// The session's downlink buffer (or the node's bound on all of them) is full
+    /// ([`crate::policy::BufferLimits`]).
+    BufferFull,
+    /// The session's FAR drops downlink packets ([`crate::policy::Policy::drop_dl`]).
+    FarDrop,
+    /// Not a drop: the packet went into its session's downlink buffer (FAR BUFF), counted in
+    /// [`Counters::buffered`]; it leaves when the buffer is flushed
+    /// ([`Counters::released`]).
+    Buffered,
 }
 
 /// Number of drop reasons other than the malformed ones.
-pub const N_DROPS: usize = 16;
+pub const N_DROPS: usize = 20;
 
 impl Drop {
     /// Every reason other than `Malformed`, in index order.
@@ -103,9 +118,14 @@ impl Drop {
         Drop::QfiMismatch,
         Drop::Multicast,
         Drop::NoTunnel,
+        Drop::Gate,
+        Drop::Mbr,
+        Drop::BufferFull,
+        Drop::FarDrop,
     ];
 
-    /// A stable name for counters (`malformed` for every malformed reason).
+    /// A stable name for counters (`malformed` for every malformed reason; `buffered`, not a
+    /// drop, is not in [`Drop::OTHERS`]).
     pub fn label(self) -> &'static str {
         match self {
             Drop::Malformed(_) => "malformed",
@@ -125,6 +145,11 @@ impl Drop {
             Drop::QfiMismatch => "qfi_mismatch",
             Drop::Multicast => "multicast",
             Drop::NoTunnel => "no_tunnel",
+            Drop::Gate => "gate",
+            Drop::Mbr => "mbr",
+            Drop::BufferFull => "buffer_full",
+            Drop::FarDrop => "far_drop",
+            Drop::Buffered => "buffered",
         }
     }
 
@@ -172,6 +197,13 @@ pub struct Counters {
     pub error_indications: u64,
     /// Error messages not sent because of the engine's rate limit.
     pub errors_rate_limited: u64,
+    /// Downlink packets put into their session's buffer ([`Drop::Buffered`]).
+    pub buffered: u64,
+    /// Buffered packets taken out of a buffer and run through the downlink path again
+    /// ([`crate::Engine::poll`]; not counted again in `rx`).
+    pub released: u64,
+    /// GTP-U End Markers sent out of `ran`.
+    pub end_markers: u64,
 }
 
 impl Default for Counters {
@@ -187,6 +219,9 @@ impl Default for Counters {
             icmp_errors: 0,
             error_indications: 0,
             errors_rate_limited: 0,
+            buffered: 0,
+            released: 0,
+            end_markers: 0,
         }
     }
 }
@@ -198,6 +233,10 @@ impl Counters {
         let p = port as usize;
         if why == Drop::Host {
             self.ports[p].host += 1;
+            return;
+        }
+        if why == Drop::Buffered {
+            self.buffered += 1;
             return;
         }
         self.ports[p].dropped += 1;
@@ -246,6 +285,9 @@ impl Counters {
         self.icmp_errors += other.icmp_errors;
         self.error_indications += other.error_indications;
         self.errors_rate_limited += other.errors_rate_limited;
+        self.buffered += other.buffered;
+        self.released += other.released;
+        self.end_markers += other.end_markers;
     }
 
     /// Mean fabric crossings of the downstream packets transmitted on the access port.
@@ -314,6 +356,9 @@ impl Counters {
             icmp_errors: self.icmp_errors,
             error_indications: self.error_indications,
             errors_rate_limited: self.errors_rate_limited,
+            buffered: self.buffered,
+            released: self.released,
+            end_markers: self.end_markers,
         }
     }
 }
@@ -352,4 +397,10 @@ pub struct Report {
     pub error_indications: u64,
     /// Error messages the rate limit held back.
     pub errors_rate_limited: u64,
+    /// Downlink packets buffered.
+    pub buffered: u64,
+    /// Buffered packets sent on.
+    pub released: u64,
+    /// End Markers sent.
+    pub end_markers: u64,
 }

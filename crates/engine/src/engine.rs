@@ -309,6 +309,8 @@ pub struct Engine<A: App> {
     g_found: Vec<bool>,
     arp_buf: [u8; 128],
     errors: Bucket,
+    /// Frames the application released ([`App::take_released`]), sized like the outputs.
+    released: Option<PacketBatch>,
 }
 
 /// Why an engine could not be made.
@@ -404,14 +406,53 @@ impl<A: App> Engine<A> {
             g_found: vec![false; n],
             arp_buf: [0; 128],
             errors: Bucket::new(ERROR_RATE, ERROR_BURST),
+            released: None,
         })
     }
 
-    /// The time now, in nanoseconds from any fixed origin (monotonic): the error messages'
-    /// token bucket refills with it. A driver calls it once per loop; an engine whose clock
-    /// never moves sends at most its burst of error messages.
+    /// The time now, in nanoseconds from a fixed origin (monotonic) that every worker of the
+    /// node shares: the error messages' token bucket refills with it, and the application's
+    /// (the policies' MBR buckets, shared by the workers, [`crate::policy`]). A driver calls
+    /// it once per loop; an engine whose clock never moves sends at most its burst of error
+    /// messages.
     pub fn set_clock(&mut self, now_ns: u64) {
         self.errors.advance(now_ns);
+        self.app.set_clock(now_ns);
+    }
+
+    /// What the worker does between batches, once per loop, with the outputs of its previous
+    /// batches already transmitted: the application learns that the worker holds no frame
+    /// ([`App::poll`]), sends what it sends of its own accord out of the access port (End
+    /// Markers, [`App::take_access_frames`]) and runs the frames it released (a session's
+    /// buffered downlink, [`App::take_released`]) through the downstream path, ahead of what
+    /// the worker receives next. The driver transmits `out` afterwards as after
+    /// [`process`](Self::process). Counted: `end_markers` (and `tx` on `ran`), `released`
+    /// (not `rx`: they were received before).
+    pub fn poll(&mut self, out: &mut Outputs) {
+        self.app.poll();
+        let ran = &mut out.ran;
+        let before = ran.len();
+        let n = self.app.take_access_frames(ran);
+        for i in before..ran.len() {
+            let f = ran.get_mut(i);
+            f[..6].copy_from_slice(&self.cfg.ran.peer_mac);
+            f[6..12].copy_from_slice(&self.cfg.ran.mac);
+        }
+        self.counters.end_markers += n as u64;
+        self.counters.ports[PortId::Ran as usize].tx += n as u64;
+        let buf_size = out.inet.buf_size();
+        let mut rx = match self.released.take() {
+            Some(b) if b.buf_size() == buf_size => b,
+            _ => PacketBatch::with_buf_size(self.dest.len(), buf_size),
+        };
+        rx.clear();
+        let n = self.app.take_released(&mut rx);
+        if n > 0 {
+            self.counters.released += n as u64;
+            self.run_frames(PortId::Inet, &mut rx, out);
+            self.app.released_done();
+        }
+        self.released = Some(rx);
     }
 
     /// At most `per_sec` error messages (ICMP errors, GTP-U Error Indications) a second,
@@ -447,6 +488,11 @@ impl<A: App> Engine<A> {
         &self.app
     }
 
+    /// The application, to change (attach its policies, for one).
+    pub fn app_mut(&mut self) -> &mut A {
+        &mut self.app
+    }
+
     /// Runs every frame of `rx` (received on `port`) to completion: each is moved to one of
     /// `out`'s batches or dropped and counted. `rx` is empty afterwards. A batch larger than
     /// the engine's `max_batch` grows its per-frame arrays once (the only allocation after
@@ -480,6 +526,14 @@ impl<A: App> Engine<A> {
             return;
         }
         self.counters.ports[port as usize].rx += n as u64;
+        self.run_frames(port, rx, out);
+    }
+
+    /// [`run`](Self::run) without counting the frames received.
+    fn run_frames(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
+        if rx.len() > self.dest.len() {
+            self.reserve(rx.len());
+        }
         match port {
             PortId::Inet => self.on_inet(rx),
             PortId::Fabric => self.on_fabric(rx),
@@ -702,6 +756,11 @@ impl<A: App> Engine<A> {
                 &mut self.g_values[..m * vb],
                 &mut self.g_found[..m],
             );
+        }
+        for j in 0..m {
+            if self.g_found[j] {
+                self.app.prefetch(&self.g_values[j * vb..(j + 1) * vb]);
+            }
         }
         let me = self.cfg.node;
         let miss = if self.cfg.arch == Arch::ScaleBricks {

@@ -52,6 +52,8 @@
 //!         ul_teid: 0,
 //!         qfi: 0, // a 5G QoS flow: 1..=63 (downlink G-PDUs then carry a PDU Session Container)
 //!         rqi: false,
+//!         policy: lte::Policy::default(), // no QoS, usage or buffering rules
+//!         owner: 0,
 //!     })
 //!     .collect();
 //! // The GPT maps every UE key to its handling node.
@@ -62,9 +64,9 @@
 //! // Shared by the workers (`Gpt::Live` for one the control plane changes while they forward).
 //! let gpt = sb_engine::Gpt::from(sb_setsep::SetSep::build(&key_refs, &nodes, &opts)?);
 //! // Node 0's FIB: its own tunnels only.
-//! let mine: Vec<([u8; 16], [u8; 16])> =
+//! let mine: Vec<([u8; 16], [u8; lte::VALUE_BYTES])> =
 //!     tunnels.iter().filter(|t| t.node == 0).map(|t| (t.key(), t.value())).collect();
-//! let (_writer, fib) = CuckooFib::build(16, 16, seed,
+//! let (_writer, fib) = CuckooFib::build(16, lte::VALUE_BYTES, seed,
 //!     mine.iter().map(|(k, v)| (&k[..], &v[..])))?;
 //! let uplink = lte::Lte::uplink_table(tunnels.iter().filter(|t| t.node == 0), seed)?;
 //! let app = lte::Lte::new(
@@ -122,6 +124,8 @@ pub mod fabric;
 pub mod fib;
 pub mod fuzzing;
 pub mod lte;
+pub mod policy;
+mod prefetch;
 
 pub use app::{Access, App};
 pub use counters::{Counters, Drop, PortCounters, PortId, Report};

@@ -14,12 +14,18 @@ fn rte_hash_backend_forwards_like_the_cuckoo_backend() {
             .then(|| sb_engine::Gpt::from(build_gpt(&tunnels, 4, 5, 0).unwrap()));
         let fibs: Vec<Box<dyn Fib>> = (0..4)
             .map(|n| {
-                let kv: Vec<([u8; 16], [u8; 16])> = fib_slice(arch, &tunnels, n, 4, 5)
-                    .iter()
-                    .map(|&i| (tunnels[i].key(), tunnels[i].value()))
-                    .collect();
+                let kv: Vec<([u8; 16], [u8; sb_engine::lte::VALUE_BYTES])> =
+                    fib_slice(arch, &tunnels, n, 4, 5)
+                        .iter()
+                        .map(|&i| (tunnels[i].key(), tunnels[i].value()))
+                        .collect();
                 Box::new(
-                    RteHashFib::build(16, 16, kv.iter().map(|(k, v)| (&k[..], &v[..]))).unwrap(),
+                    RteHashFib::build(
+                        16,
+                        sb_engine::lte::VALUE_BYTES,
+                        kv.iter().map(|(k, v)| (&k[..], &v[..])),
+                    )
+                    .unwrap(),
                 ) as Box<dyn Fib>
             })
             .collect();

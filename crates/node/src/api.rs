@@ -263,6 +263,8 @@ mod tests {
                 ul_teid: if i % 2 == 0 { 0 } else { 0x9000 + i },
                 qfi: 0,
                 rqi: false,
+                policy: Default::default(),
+                owner: 0,
             })
             .collect()
     }

@@ -11,6 +11,7 @@
 use crate::config::NodeFile;
 use sb_control::{Bytes, ClusterSpec, Event, Flow, Peer};
 use sb_engine::lte::{Tunnel, KEY_BYTES};
+use sb_engine::policy::{Policies, Usage};
 use sb_setsep::LiveSetSep;
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, UdpSocket};
@@ -239,27 +240,84 @@ pub struct DataPlane {
     pub gpt: Arc<Mutex<Option<Arc<LiveSetSep>>>>,
     /// The FIB's writer.
     pub fib: sb_cuckoo::Writer,
-    /// The uplink table's writer (TEID -> UE key, eNodeB).
+    /// The uplink table's writer (TEID -> UE key, eNodeB, policy slot).
     pub uplink: sb_cuckoo::Writer,
+    /// The policy slots the workers apply ([`sb_engine::policy`]): given to a session when
+    /// its first FIB entry with a policy is installed here, freed with its last.
+    pub policies: Arc<Policies>,
     /// Inserts the tables refused (full).
     pub failed: u64,
     /// Removals waiting for their grace period: key -> when.
     pub removals: std::collections::HashMap<Bytes, Instant>,
     /// The same, in deadline order.
     pub removal_queue: std::collections::VecDeque<(Instant, Bytes)>,
+    /// The last usage of the sessions whose slot was freed (their last entry removed), by
+    /// uplink TEID, oldest first, until taken ([`DataPlane::take_final_usage`]; at most
+    /// [`FINAL_USAGE_KEPT`]).
+    pub final_usage: std::collections::VecDeque<(u32, Usage)>,
 }
 
+/// Final usages [`DataPlane`] keeps for the taking.
+pub const FINAL_USAGE_KEPT: usize = 1 << 16;
+
 impl DataPlane {
-    /// The data plane over the writers of a node's FIB and uplink table (no GPT yet).
+    /// The data plane over the writers of a node's FIB and uplink table (no GPT yet), with
+    /// policy slots of its own for one worker ([`DataPlane::with_policies`] shares the
+    /// workers').
     pub fn new(fib: sb_cuckoo::Writer, uplink: sb_cuckoo::Writer) -> DataPlane {
+        let room = fib.capacity();
+        Self::with_policies(fib, uplink, Arc::new(Policies::new(1, room)))
+    }
+
+    /// The data plane with the policy slots the node's workers apply.
+    pub fn with_policies(
+        fib: sb_cuckoo::Writer,
+        uplink: sb_cuckoo::Writer,
+        policies: Arc<Policies>,
+    ) -> DataPlane {
         DataPlane {
             gpt: Arc::new(Mutex::new(None)),
             fib,
             uplink,
+            policies,
             failed: 0,
             removals: Default::default(),
             removal_queue: Default::default(),
+            final_usage: Default::default(),
         }
+    }
+
+    /// The usage of the session of uplink TEID `ul_teid` (inner IP bytes and packets per
+    /// direction, summed over the workers) since its first entry with a policy was installed
+    /// here; `None` when it has no slot here (no policy, not handled by this node, or its
+    /// last entry removed: then [`DataPlane::take_final_usage`] has it).
+    pub fn usage(&self, ul_teid: u32) -> Option<Usage> {
+        self.policies.usage(ul_teid)
+    }
+
+    /// The last usage of each session whose last entry was removed since the last call, by
+    /// uplink TEID.
+    pub fn take_final_usage(&mut self) -> Vec<(u32, Usage)> {
+        self.final_usage.drain(..).collect()
+    }
+
+    /// The uplink TEIDs of the sessions whose first downlink packet was buffered (with the
+    /// notify flag) since the last call: one Downlink Data Report each.
+    pub fn take_notifications(&self) -> Vec<u32> {
+        self.policies.take_notifications()
+    }
+
+    fn released(&mut self, key: &[u8; KEY_BYTES], value: &[u8]) {
+        if let Some(u) = sb_engine::lte::local_release(&self.policies, key, value) {
+            self.final_usage_push(Tunnel::from_entry(key, value), u);
+        }
+    }
+
+    fn final_usage_push(&mut self, t: Tunnel, u: Usage) {
+        if self.final_usage.len() >= FINAL_USAGE_KEPT {
+            self.final_usage.pop_front();
+        }
+        self.final_usage.push_back((t.uplink_teid(), u));
     }
 }
 
@@ -272,31 +330,42 @@ impl DataPlane {
     /// install (counted: status `fib_insert_failed`) and what was there stays, so that the
     /// control plane rejects the update ([`sb_control::Node::install_failed`]) before any GPT
     /// sends the key here.
+    ///
+    /// A value with a [`sb_engine::lte::Policy`] gets its session's policy slot (given or
+    /// shared, its rates, gates and buffering set: a change from buffering to forwarding
+    /// flushes the session's buffer through the workers), written into the local copy of the
+    /// value and into the uplink entry ([`sb_engine::lte::local_entry`]); with the SNDEM
+    /// flag, a change of tunnel queues an End Marker on the old one. The replaced value's
+    /// slot reference goes.
     fn fib_insert(&mut self, key: &[u8], value: &[u8]) -> Result<(), String> {
         let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
             return Err(format!("a key of {} bytes", key.len()));
         };
         let old = self.fib.lookup(key);
-        let old_up = old
-            .as_ref()
-            .map(|o| Tunnel::from_entry(&k, o).uplink_entry());
-        // The old tunnel's uplink entry goes with it.
-        if let Some((teid, _)) = &old_up {
-            self.uplink.remove(teid);
-        }
-        let t = Tunnel::from_entry(&k, value);
-        let (teid, up) = t.uplink_entry();
-        let restore_up = |dp: &mut DataPlane| {
+        let new = sb_engine::lte::local_entry(&self.policies, &k, value).map_err(|e| {
+            self.failed += 1;
+            e.to_string()
+        })?;
+        // The old tunnel's uplink entry goes with it (kept as it was, slot and all, to put
+        // back if the install fails).
+        let old_up = old.as_ref().and_then(|o| {
+            let (teid, _) = Tunnel::from_entry(&k, o).uplink_entry();
+            let v = self.uplink.lookup(&teid)?;
+            self.uplink.remove(&teid);
+            Some((teid, v))
+        });
+        let undo = |dp: &mut DataPlane| {
+            let _ = sb_engine::lte::local_release(&dp.policies, &k, &new.value);
             if let Some((teid, up)) = &old_up {
                 let _ = dp.uplink.insert(teid, up);
             }
         };
-        if let Err(e) = self.fib.insert(key, value) {
+        if let Err(e) = self.fib.insert(key, &new.value) {
             self.failed += 1;
-            restore_up(self);
+            undo(self);
             return Err(format!("FIB: {e}"));
         }
-        if let Err(e) = self.uplink.insert(&teid, &up) {
+        if let Err(e) = self.uplink.insert(&new.uplink_key, &new.uplink_value) {
             self.failed += 1;
             // Back to what was there.
             match &old {
@@ -307,8 +376,11 @@ impl DataPlane {
                     self.fib.remove(key);
                 }
             }
-            restore_up(self);
+            undo(self);
             return Err(format!("uplink table: {e}"));
+        }
+        if let Some(u) = sb_engine::lte::local_commit(&self.policies, &k, old.as_deref(), &new) {
+            self.final_usage_push(Tunnel::from_entry(&k, old.as_deref().unwrap_or(&[])), u);
         }
         // A pending removal of this key is cancelled: the flow is ours again.
         self.removals.remove(key);
@@ -368,11 +440,15 @@ impl DataPlane {
         let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
             return;
         };
-        if let Some(old) = self.fib.lookup(key) {
-            let (teid, _) = Tunnel::from_entry(&k, &old).uplink_entry();
+        let old = self.fib.lookup(key);
+        if let Some(old) = &old {
+            let (teid, _) = Tunnel::from_entry(&k, old).uplink_entry();
             self.uplink.remove(&teid);
         }
         self.fib.remove(key);
+        if let Some(old) = &old {
+            self.released(&k, old);
+        }
     }
 }
 
@@ -764,6 +840,8 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
                 ul_teid: 0,
                 qfi: 0,
                 rqi: false,
+                policy: Default::default(),
+                owner: 0,
             },
         ));
     }
@@ -791,6 +869,8 @@ fn parse_update(line: &str, nodes: usize) -> Result<(sb_control::Op, Tunnel), St
             ul_teid: 0,
             qfi: 0,
             rqi: false,
+            policy: Default::default(),
+            owner: 0,
         },
     ))
 }
@@ -819,6 +899,8 @@ mod tests {
             ul_teid: 5000 + i,
             qfi: 0,
             rqi: false,
+            policy: Default::default(),
+            owner: 0,
         }
     }
 
@@ -861,5 +943,163 @@ mod tests {
             // The uplink entry goes with its tunnel.
             assert_eq!(dp.uplink.contains(&t.uplink_teid().to_be_bytes()), want);
         }
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+    use sb_engine::lte::{local_slot, uplink_slot, Policy, UPLINK_VALUE_BYTES, VALUE_BYTES};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn empty(key_bytes: usize, value_bytes: usize, room: usize) -> sb_cuckoo::Writer {
+        let none: [(&[u8], &[u8]); 0] = [];
+        sb_engine::fib::cuckoo_table_with_room(key_bytes, value_bytes, 7, room, none.into_iter())
+            .unwrap()
+            .into_concurrent()
+            .0
+    }
+
+    fn session(ue: IpAddr, policy: Policy) -> Tunnel {
+        Tunnel {
+            ue,
+            teid: 0x100,
+            enb: Ipv4Addr::new(10, 2, 0, 9),
+            node: 1,
+            qci: 9,
+            ul_teid: 0x0100_0007,
+            qfi: 5,
+            rqi: false,
+            policy,
+            owner: 3,
+        }
+    }
+
+    /// A FIB entry with a policy gets its session's slot in the local FIB value and its uplink
+    /// entry (a dual-stack session's two entries share it); usage is readable by uplink TEID
+    /// until the last entry goes after the grace, then its final usage is kept for the taking.
+    #[test]
+    fn entries_with_a_policy_get_their_sessions_slot() {
+        let mut dp = DataPlane::new(
+            empty(KEY_BYTES, VALUE_BYTES, 100),
+            empty(4, UPLINK_VALUE_BYTES, 100),
+        );
+        let p = Policy {
+            dl_mbr_kbps: 10_000,
+            count: true,
+            ..Policy::default()
+        };
+        let v4 = session(IpAddr::V4(Ipv4Addr::new(100, 64, 1, 1)), p);
+        let v6 = session(IpAddr::V6("2001:db8:9::".parse().unwrap()), p);
+        let plain = Tunnel {
+            ue: IpAddr::V4(Ipv4Addr::new(100, 64, 1, 2)),
+            ul_teid: 0x0100_0008,
+            policy: Policy::default(),
+            ..v4
+        };
+        for t in [&v4, &v6, &plain] {
+            dp.fib_insert(&t.key(), &t.value()).unwrap();
+        }
+        let slot = local_slot(&dp.fib.lookup(&v4.key()).unwrap());
+        assert_ne!(slot, 0);
+        assert_eq!(local_slot(&dp.fib.lookup(&v6.key()).unwrap()), slot);
+        assert_eq!(dp.fib.lookup(&plain.key()).unwrap(), plain.value().to_vec());
+        let up = dp.uplink.lookup(&v4.ul_teid.to_be_bytes()).unwrap();
+        assert_eq!(uplink_slot(&up), slot);
+        // Everything but the slot is the value the control plane sent.
+        assert_eq!(
+            sb_engine::lte::without_local_slot(&dp.fib.lookup(&v4.key()).unwrap()),
+            v4.value()
+        );
+        assert_eq!(dp.usage(v4.ul_teid), Some(Usage::default()));
+        assert_eq!(dp.usage(plain.ul_teid), None);
+        // A modification keeps the slot (and its counts).
+        let faster = session(
+            v4.ue,
+            Policy {
+                dl_mbr_kbps: 20_000,
+                ..p
+            },
+        );
+        dp.fib_insert(&faster.key(), &faster.value()).unwrap();
+        assert_eq!(local_slot(&dp.fib.lookup(&v4.key()).unwrap()), slot);
+        assert_eq!(dp.policies.stats().slots, 1);
+        // Removal: the slot stays until the session's last entry is gone.
+        let t0 = Instant::now();
+        dp.fib_remove_later(Bytes::from_slice(&v4.key()), t0);
+        dp.remove_due(t0 + REMOVAL_GRACE + Duration::from_millis(1));
+        assert!(dp.usage(v4.ul_teid).is_some());
+        dp.fib_remove_later(Bytes::from_slice(&v6.key()), t0);
+        dp.remove_due(t0 + REMOVAL_GRACE + Duration::from_millis(1));
+        assert_eq!(dp.usage(v4.ul_teid), None);
+        assert_eq!(dp.take_final_usage(), vec![(v4.ul_teid, Usage::default())]);
+        assert_eq!(dp.policies.stats().slots, 0);
+    }
+
+    /// A change of tunnel with SNDEM queues an End Marker on the old tunnel; one without, or
+    /// one that keeps the tunnel, does not.
+    #[test]
+    fn a_tunnel_change_with_sndem_queues_an_end_marker() {
+        let mut dp = DataPlane::new(
+            empty(KEY_BYTES, VALUE_BYTES, 100),
+            empty(4, UPLINK_VALUE_BYTES, 100),
+        );
+        let count = Policy {
+            count: true,
+            ..Policy::default()
+        };
+        let a = session(IpAddr::V4(Ipv4Addr::new(100, 64, 1, 1)), count);
+        dp.fib_insert(&a.key(), &a.value()).unwrap();
+        let b = Tunnel {
+            teid: 0x200,
+            enb: Ipv4Addr::new(10, 2, 0, 10),
+            policy: Policy {
+                end_marker: true,
+                ..count
+            },
+            ..a
+        };
+        dp.fib_insert(&b.key(), &b.value()).unwrap();
+        assert_eq!(dp.policies.stats().end_markers_queued, 1);
+        // Sent once the (one) worker has come round its loop.
+        assert_eq!(dp.policies.take_end_marker(1), None);
+        dp.policies.quiescent(0);
+        let m = dp.policies.take_end_marker(2).unwrap();
+        assert_eq!((m.teid, m.gnb, m.node), (0x100, a.enb, 1));
+        dp.fib_insert(&b.key(), &b.value()).unwrap();
+        let c = Tunnel {
+            teid: 0x300,
+            policy: count,
+            ..b
+        };
+        dp.fib_insert(&c.key(), &c.value()).unwrap();
+        assert_eq!(dp.policies.stats().end_markers_queued, 0);
+    }
+
+    /// A full table refuses the install and leaves what was there, slot references included.
+    #[test]
+    fn a_refused_install_gives_its_slot_back() {
+        let mut dp = DataPlane::new(
+            empty(KEY_BYTES, VALUE_BYTES, 100),
+            empty(4, UPLINK_VALUE_BYTES, 100),
+        );
+        let count = Policy {
+            count: true,
+            ..Policy::default()
+        };
+        let mut refused = 0;
+        for i in 0..400u32 {
+            let t = Tunnel {
+                ue: IpAddr::V4(Ipv4Addr::from(0x6440_0000 + i)),
+                ul_teid: 0x0100_0000 + i,
+                ..session(IpAddr::V4(Ipv4Addr::LOCALHOST), count)
+            };
+            if dp.fib_insert(&t.key(), &t.value()).is_err() {
+                refused += 1;
+                assert_eq!(dp.usage(t.ul_teid), None, "no slot kept for {t:?}");
+            }
+        }
+        assert!(refused > 0);
+        assert_eq!(dp.policies.stats().slots, dp.fib.len());
     }
 }

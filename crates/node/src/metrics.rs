@@ -51,6 +51,9 @@
 //! | `scalebricks_icmp_errors_total` | counter | | ICMP / ICMPv6 errors sent (TTL expired, packet too big) |
 //! | `scalebricks_gtpu_error_indications_total` | counter | | GTP-U Error Indications sent (unknown uplink TEIDs) |
 //! | `scalebricks_errors_rate_limited_total` | counter | | error messages the engine's rate limit held back |
+//! | `scalebricks_buffered_packets_total` | counter | | downlink packets put into their session's buffer (FAR BUFF; not drops) |
+//! | `scalebricks_released_packets_total` | counter | | buffered packets sent on when their session's buffer was flushed |
+//! | `scalebricks_gtpu_end_markers_total` | counter | | GTP-U End Markers sent on old tunnels (SNDEM) |
 //!
 //! Ports (the packet sockets' own statistics, summed over the workers):
 //!
@@ -475,6 +478,27 @@ fn data_plane(enc: &mut DescriptorEncoder, c: &Counters) -> Result<(), std::fmt:
         "Error messages (ICMP, Error Indications) the rate limit held back.",
         Counter,
         one(c.errors_rate_limited),
+    )?;
+    family(
+        enc,
+        "scalebricks_buffered_packets",
+        "Downlink packets put into their session's buffer (FAR BUFF; not drops).",
+        Counter,
+        one(c.buffered),
+    )?;
+    family(
+        enc,
+        "scalebricks_released_packets",
+        "Buffered packets sent on when their session's buffer was flushed.",
+        Counter,
+        one(c.released),
+    )?;
+    family(
+        enc,
+        "scalebricks_gtpu_end_markers",
+        "GTP-U End Markers sent on old tunnels (SNDEM).",
+        Counter,
+        one(c.end_markers),
     )
 }
 
@@ -1041,6 +1065,9 @@ mod tests {
         "scalebricks_icmp_errors",
         "scalebricks_gtpu_error_indications",
         "scalebricks_errors_rate_limited",
+        "scalebricks_buffered_packets",
+        "scalebricks_released_packets",
+        "scalebricks_gtpu_end_markers",
         "scalebricks_port_bytes",
         "scalebricks_port_dropped_packets",
         "scalebricks_port_errors",
@@ -1068,7 +1095,7 @@ mod tests {
     ];
 
     /// Families present without control status, log size or PFCP counts.
-    const ALWAYS: usize = 19;
+    const ALWAYS: usize = 22;
 
     fn workers() -> Vec<Counters> {
         let mut a = Counters::default();
@@ -1363,9 +1390,12 @@ mod tests {
         for (k, v) in want {
             assert_eq!(s.get(k).map(String::as_str), Some(v), "{k} in\n{text}");
         }
-        // 15 named reasons (`host` is not a drop) and `malformed` per port; every parser error.
+        // The named reasons (`host` is not a drop) and `malformed` per port; every parser error.
         let n = |p: &str| s.keys().filter(|k| k.starts_with(p)).count();
-        assert_eq!(n("scalebricks_dropped_packets_total{"), 3 * 16);
+        assert_eq!(
+            n("scalebricks_dropped_packets_total{"),
+            3 * sb_engine::counters::N_DROPS
+        );
         assert_eq!(n("scalebricks_malformed_packets_total{"), WireError::COUNT);
         assert_eq!(n("fivegs_upffunction_sm_n4sessionestabfail_total{"), 2);
         // Each port's drops by reason sum to its drops.

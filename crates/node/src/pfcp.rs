@@ -145,6 +145,8 @@ fn tunnel(ue: IpAddr, node: u16, f: &UeFib) -> Option<Tunnel> {
         ul_teid: f.up.unwrap_or(0),
         qfi: f.qfi,
         rqi: false,
+        policy: Default::default(),
+        owner: 0,
     })
 }
 
@@ -743,6 +745,7 @@ mod tests {
             down: Some((teid, enb)),
             up: (ul != 0).then_some(ul),
             qfi: 0,
+            policy: Default::default(),
         }
     }
 
@@ -841,6 +844,7 @@ mod tests {
             down: None,
             up: Some(0x0200_0002),
             qfi: 0,
+            policy: Default::default(),
         };
         let down = change(ue, fwd(0x100, enb, 0x0200_0002), idle);
         assert_eq!(c.apply(Token(4), &[], &down), Ok(Applied::Pending));
@@ -1005,6 +1009,7 @@ mod tests {
             down: None,
             up: Some(0x0100_0005),
             qfi: 0,
+            policy: Default::default(),
         };
         let alone = change(ue, UeFib::default(), up);
         assert_eq!(c.apply(Token(1), &[], &alone), Ok(Applied::Pending));

@@ -62,6 +62,9 @@ pub struct Tables {
     uplink: sb_cuckoo::Reader,
     /// The uplink table's writer (for the control plane).
     uplink_writer: Option<sb_cuckoo::Writer>,
+    /// The policy slots the workers apply and the control plane configures (one core per
+    /// worker; as many slots as the FIB has room for).
+    pub policies: Arc<sb_engine::policy::Policies>,
     /// Sizes for reports.
     pub sizes: TableSizes,
 }
@@ -137,18 +140,26 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
         != (sb_engine::lte::KEY_BYTES, sb_engine::lte::VALUE_BYTES)
     {
         return Err(NodeError::Tables(format!(
-            "{}: entries of {}+{} bytes, the LTE application uses 16+16",
+            "{}: entries of {}+{} bytes, the LTE application uses {}+{}",
             cfg.fib_table.display(),
             fib_e.key_bytes,
-            fib_e.value_bytes
+            fib_e.value_bytes,
+            sb_engine::lte::KEY_BYTES,
+            sb_engine::lte::VALUE_BYTES
         )));
     }
     // With a control plane the tables take inserts while shared: room for them up front.
     let room = cfg.control.as_ref().map_or(0, |c| c.fib_room);
     let fib = match cfg.fib {
         FibBackend::Cuckoo => {
-            let (w, f) = CuckooFib::build_with_room(16, 16, cfg.seed, room, fib_e.iter())
-                .map_err(|e| NodeError::Tables(e.to_string()))?;
+            let (w, f) = CuckooFib::build_with_room(
+                sb_engine::lte::KEY_BYTES,
+                sb_engine::lte::VALUE_BYTES,
+                cfg.seed,
+                room,
+                fib_e.iter(),
+            )
+            .map_err(|e| NodeError::Tables(e.to_string()))?;
             FibHandle::Cuckoo(f, Some(w))
         }
         #[cfg(feature = "dpdk")]
@@ -156,8 +167,12 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
             let mb = (fib_e.len() as u64 * 256 / 1_000_000 + 128) as u32;
             sb_peers::dpdk::eal_init(mb).map_err(|e| NodeError::Tables(e.to_string()))?;
             FibHandle::Rte(
-                sb_engine::RteHashFib::build(16, 16, fib_e.iter())
-                    .map_err(|e| NodeError::Tables(e.to_string()))?,
+                sb_engine::RteHashFib::build(
+                    sb_engine::lte::KEY_BYTES,
+                    sb_engine::lte::VALUE_BYTES,
+                    fib_e.iter(),
+                )
+                .map_err(|e| NodeError::Tables(e.to_string()))?,
             )
         }
         #[cfg(not(feature = "dpdk"))]
@@ -204,6 +219,10 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
         uplink,
         uplink_writer: Some(uplink_writer),
         sizes,
+        policies: Arc::new(sb_engine::policy::Policies::new(
+            cfg.workers.max(1),
+            room.max(1),
+        )),
     })
 }
 
@@ -216,7 +235,11 @@ impl Tables {
             FibHandle::Rte(_) => None,
         };
         match (fib, self.uplink_writer.take()) {
-            (Some(fib), Some(uplink)) => Ok(crate::control::DataPlane::new(fib, uplink)),
+            (Some(fib), Some(uplink)) => Ok(crate::control::DataPlane::with_policies(
+                fib,
+                uplink,
+                self.policies.clone(),
+            )),
             _ => Err(NodeError::Unsupported(
                 "live updates need the cuckoo FIB".into(),
             )),
@@ -247,8 +270,9 @@ pub fn node_config(cfg: &NodeFile) -> Result<NodeConfig, NodeError> {
     })
 }
 
-/// An engine for one worker over the loaded tables.
-pub fn make_engine(cfg: &NodeFile, t: &Tables) -> Result<Engine<Lte>, NodeError> {
+/// The engine of worker `worker` over the loaded tables (its core among the policies'
+/// counters).
+pub fn make_engine(cfg: &NodeFile, t: &Tables, worker: usize) -> Result<Engine<Lte>, NodeError> {
     let app = Lte::new(
         LteConfig {
             ran_addrs: cfg.ran_addrs.clone(),
@@ -262,7 +286,8 @@ pub fn make_engine(cfg: &NodeFile, t: &Tables) -> Result<Engine<Lte>, NodeError>
             icmp_src6: sb_engine::lte::default_icmp_src6(cfg.node),
         },
         t.uplink.clone(),
-    );
+    )
+    .with_policies(t.policies.clone(), worker);
     Ok(Engine::new(
         node_config(cfg)?,
         t.gpt.clone(),
@@ -272,7 +297,16 @@ pub fn make_engine(cfg: &NodeFile, t: &Tables) -> Result<Engine<Lte>, NodeError>
     )?)
 }
 
-/// The loop of one worker: receive on each port, run the batch to completion, transmit the
+/// Nanoseconds since the process's first call: the clock every worker passes its engine
+/// (one origin, since the policies' MBR buckets are shared by the workers).
+pub fn clock_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The loop of one worker: pass the engine the clock ([`clock_ns`]) and let it do its work
+/// between batches ([`Engine::poll`]: End Markers, a session's flushed buffer, whose outputs
+/// go first), then receive on each port, run the batch to completion, transmit the
 /// outputs; sleep on the ports when all are idle; publish the counters into `published`
 /// every few hundred batches and when idle (and the ports' own statistics into `io` about once
 /// a second); return when `stop` is set.
@@ -290,10 +324,23 @@ pub fn drive<A: App>(
     let mut out = Outputs::new(batch, buf_size);
     let mut ready = Vec::with_capacity(3);
     let mut since_publish = 0u32;
-    let t0 = Instant::now();
+    let transmit = |out: &mut Outputs, ports: &mut [Box<dyn Port>; 3]| {
+        for (qi, q) in PortId::ALL.into_iter().enumerate() {
+            let b = out.get_mut(q);
+            if !b.is_empty() {
+                ports[qi].tx_batch(b);
+                b.clear();
+            }
+        }
+    };
     while !stop.load(Ordering::Relaxed) {
-        // The engine's clock (its error messages' rate limit), once per loop.
-        engine.set_clock(t0.elapsed().as_nanos() as u64);
+        // The engine's clock (its error messages' rate limit, the policies' buckets), once
+        // per loop.
+        engine.set_clock(clock_ns());
+        // Everything the previous batches produced was transmitted: the engine's work between
+        // batches, sent before anything received next.
+        engine.poll(&mut out);
+        transmit(&mut out, ports);
         let mut busy = false;
         for (pi, port) in PortId::ALL.into_iter().enumerate() {
             if ports[pi].rx_batch(&mut rx) == 0 {
@@ -301,13 +348,7 @@ pub fn drive<A: App>(
             }
             busy = true;
             engine.process(port, &mut rx, &mut out);
-            for (qi, q) in PortId::ALL.into_iter().enumerate() {
-                let b = out.get_mut(q);
-                if !b.is_empty() {
-                    ports[qi].tx_batch(b);
-                    b.clear();
-                }
-            }
+            transmit(&mut out, ports);
         }
         since_publish += 1;
         if !busy || since_publish >= 256 {
@@ -529,7 +570,7 @@ fn forward(
     let mut engines = Vec::new();
     let mut ports = Vec::new();
     for w in 0..cfg.workers {
-        engines.push(make_engine(cfg, tables)?);
+        engines.push(make_engine(cfg, tables, w)?);
         ports.push(open_ports(cfg, w)?);
     }
     let published: Vec<Arc<Mutex<Counters>>> = (0..cfg.workers)

@@ -10,7 +10,7 @@
 //! key+value records, then a CRC-32 of everything before it. [`read_entries`] checks all of
 //! it, including that the file belongs to the cluster and node that load it.
 
-use sb_engine::lte::Tunnel;
+use sb_engine::lte::{Tunnel, KEY_BYTES, VALUE_BYTES};
 use sb_engine::{cluster, Arch};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -269,7 +269,7 @@ pub fn write_cluster_tables(
     let mut fib_entries = Vec::new();
     for n in 0..nodes {
         let slice = cluster::fib_slice(arch, tunnels, n, nodes, seed);
-        let kv: Vec<([u8; 16], [u8; 16])> = slice
+        let kv: Vec<([u8; KEY_BYTES], [u8; VALUE_BYTES])> = slice
             .iter()
             .map(|&i| (tunnels[i].key(), tunnels[i].value()))
             .collect();
@@ -279,8 +279,8 @@ pub fn write_cluster_tables(
             cluster_id,
             n,
             EntryKind::Fib,
-            16,
-            16,
+            KEY_BYTES,
+            VALUE_BYTES,
             kv.iter().map(|(k, v)| (&k[..], &v[..])),
         )?;
         files.push(name);

@@ -1,0 +1,1242 @@
+//! QoS enforcement and usage measurement at the handling node, in the engine's hot path: what a
+//! PFCP session's QERs (gate status, maximum bit rate), URRs (volume counting) and FAR (buffer,
+//! notify, drop, End Marker) ask of the data plane.
+//!
+//! # Where it lives
+//! A session's rules reach the FIB value ([`crate::lte::Tunnel::policy`], bytes 16..25). The
+//! node that installs the entry in its own FIB (the handling node's control thread) gives the
+//! session a **slot** here, keyed by its uplink TEID (a dual-stack session's two UE entries
+//! share it), and writes the slot's index + 1 into bytes 25..28 of its local copy of the value
+//! and into its uplink table entry ([`crate::lte::LOCAL_SLOT`]): no lookup beyond the FIB's.
+//! A value whose slot bytes are 0 has no policy, and costs the hot path one branch.
+//!
+//! [`Policies`] is shared (an `Arc`) by the node's workers, which read it without locks on
+//! the forwarding path, and its control thread, which configures slots
+//! ([`Policies::acquire`], [`Policies::release`]) and reads usage ([`Policies::usage`]).
+//! Slots are indexed directly (no hash lookup), allocated in chunks of 4096 as they are
+//! first needed.
+//!
+//! # Maximum bit rate: a token bucket per direction, shared by the workers
+//! Each direction's bucket is one atomic word, the theoretical arrival time of the GCRA
+//! (ITU-T I.371's virtual scheduling), which is a token bucket: with `c` the time a byte costs at
+//! the rate and `tau = burst * c`, a packet of `n` bytes arriving at `now` conforms when
+//! `max(tat, now) + n * c <= now + tau`, and then `tat` moves to `max(tat, now) + n * c` (one
+//! compare-and-swap; a worker that loses the race retries with the value it read). Time is
+//! the driver's clock ([`crate::Engine::set_clock`], the same origin on every worker of a
+//! node), counted in 1/16 ns; the cost of a byte is kept as a 32.32 fixed-point number of
+//! those, so a 64-byte packet at 10 Gbit/s is priced within 0.1%. **Burst**: 100 ms of the
+//! rate, at least [`MIN_BURST_BYTES`] (four 1500-byte packets: a packet larger than the bucket
+//! would never pass); the bucket starts full. Rate 0: unlimited. A packet that does not conform
+//! is dropped ([`Drop::Mbr`]) and takes no tokens.
+//!
+//! # Usage: counters per core
+//! `{ul,dl}_{bytes,packets}` per slot and per core: each worker writes only its own counters
+//! (a plain load and store of an atomic word: one writer), in arrays of its own aligned to
+//! cache lines, so no two cores write one line; [`Policies::usage`] sums the cores. **Bytes
+//! counted are the inner IP packet's length** (header and payload, no GTP-U, UDP, outer IP or
+//! Ethernet), what TS 29.244's volume measurement counts; a packet is counted when it is
+//! forwarded (after the gate, the FAR's drop, the MBR; a buffered packet when the buffer is
+//! flushed and it goes out), so a report never counts a packet twice or one that was dropped.
+//! A slot's usage starts at 0 when the slot is given to a session, and stays readable until
+//! the last entry of the session is removed ([`Policies::release`]).
+//!
+//! # Buffering (BUFF), notification (NOCP), flushing
+//! Downlink packets of a session whose policy says buffer are copied (their IP packet) into a
+//! bounded FIFO of the session ([`BufferLimits`]: frames per session and bytes per node;
+//! overflow is dropped, [`Drop::BufferFull`]); the engine counts them as buffered, not dropped.
+//! With notify, the first packet buffered after the session started buffering queues a
+//! notification (its uplink TEID, [`Policies::take_notifications`]): the control plane's cue
+//! for a Downlink Data Report. When the policy stops buffering, a session with buffered
+//! packets goes to *flushing*: a worker ([`crate::Engine::poll`]) takes its packets in order
+//! and runs them through the downlink path (FIB lookup, the new tunnel) ahead of any newer
+//! packet of the session: while the session is flushing, newer packets join the tail of its
+//! buffer, and it forwards directly again only after the worker has handed the last buffered
+//! packet to its output and gone round its loop once (so the outputs were transmitted). This
+//! slow path takes one node-wide lock; the forwarding path never does.
+//!
+//! # End Markers (SNDEM)
+//! [`Policies::queue_end_marker`] queues one for the old tunnel of a changed entry; a worker
+//! sends it out of `ran` once every worker has gone round its loop since (each has then
+//! transmitted every packet it held, some of them perhaps on the old tunnel), or after
+//! [`END_MARKER_WAIT_NS`] if a worker does not come round.
+
+use crate::counters::Drop;
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// The most slots a node can have (24 bits of slot in the FIB value, 0 meaning none).
+pub const MAX_SLOTS: usize = (1 << 24) - 1;
+/// The smallest bucket, in bytes (four 1500-byte packets).
+pub const MIN_BURST_BYTES: u64 = 6000;
+/// The bucket holds this many milliseconds of the rate (when more than [`MIN_BURST_BYTES`]).
+pub const BURST_MS: u64 = 100;
+/// How long a queued End Marker waits for a worker that does not come round its loop.
+pub const END_MARKER_WAIT_NS: u64 = 50_000_000;
+/// Notifications waiting for the control plane at most (more are counted and lost).
+pub const MAX_NOTIFICATIONS: usize = 1 << 16;
+
+/// Freed slots that wait before one is given again.
+const REUSE_AFTER: usize = 1024;
+const CHUNK_BITS: u32 = 12;
+const CHUNK: usize = 1 << CHUNK_BITS;
+/// Time units per nanosecond of the buckets.
+const UNITS_PER_NS: u64 = 16;
+
+/// Downlink (index of the per-direction arrays).
+const DL: usize = 0;
+/// Uplink.
+const UL: usize = 1;
+
+/// Forwarding as usual.
+const MODE_FORWARD: u8 = 0;
+/// Buffering downlink packets.
+const MODE_BUFFER: u8 = 1;
+/// Sending the buffered packets; newer ones join the buffer.
+const MODE_FLUSHING: u8 = 2;
+
+/// A session's QoS, usage and buffering rules as the data plane applies them (the FIB value's
+/// bytes 16..25, [`crate::lte::Tunnel::policy`]). The default is no policy at all: nothing
+/// is checked, counted or buffered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Policy {
+    /// Downlink maximum bit rate in kbit/s (0: unlimited).
+    pub dl_mbr_kbps: u32,
+    /// Uplink maximum bit rate in kbit/s (0: unlimited).
+    pub ul_mbr_kbps: u32,
+    /// The downlink gate is closed: downlink packets are dropped ([`Drop::Gate`]).
+    pub dl_gate_closed: bool,
+    /// The uplink gate is closed: uplink packets are dropped ([`Drop::Gate`]).
+    pub ul_gate_closed: bool,
+    /// Count usage ([`Usage`]).
+    pub count: bool,
+    /// Buffer downlink packets (FAR BUFF).
+    pub buffer: bool,
+    /// Notify the control plane of the first buffered packet (FAR NOCP).
+    pub notify: bool,
+    /// Send an End Marker on the old tunnel when this change moves the tunnel (SNDEM).
+    pub end_marker: bool,
+    /// Drop downlink packets (FAR DROP).
+    pub drop_dl: bool,
+}
+
+impl Policy {
+    /// Flag bit: the downlink gate is closed.
+    pub const DL_GATE_CLOSED: u8 = 1 << 0;
+    /// Flag bit: the uplink gate is closed.
+    pub const UL_GATE_CLOSED: u8 = 1 << 1;
+    /// Flag bit: count usage.
+    pub const COUNT: u8 = 1 << 2;
+    /// Flag bit: buffer downlink.
+    pub const BUFFER: u8 = 1 << 3;
+    /// Flag bit: notify the first buffered packet.
+    pub const NOTIFY: u8 = 1 << 4;
+    /// Flag bit: send an End Marker on this change.
+    pub const END_MARKER: u8 = 1 << 5;
+    /// Flag bit: drop downlink.
+    pub const DROP_DL: u8 = 1 << 6;
+
+    /// Bytes of the encoding ([`Policy::write`]).
+    pub const BYTES: usize = 9;
+
+    /// The flags byte.
+    pub fn flags(&self) -> u8 {
+        [
+            (self.dl_gate_closed, Self::DL_GATE_CLOSED),
+            (self.ul_gate_closed, Self::UL_GATE_CLOSED),
+            (self.count, Self::COUNT),
+            (self.buffer, Self::BUFFER),
+            (self.notify, Self::NOTIFY),
+            (self.end_marker, Self::END_MARKER),
+            (self.drop_dl, Self::DROP_DL),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |f, (_, bit)| f | bit)
+    }
+
+    /// The policy of rates and a flags byte (bit 7, unassigned, is ignored).
+    pub fn from_parts(dl_mbr_kbps: u32, ul_mbr_kbps: u32, flags: u8) -> Policy {
+        Policy {
+            dl_mbr_kbps,
+            ul_mbr_kbps,
+            dl_gate_closed: flags & Self::DL_GATE_CLOSED != 0,
+            ul_gate_closed: flags & Self::UL_GATE_CLOSED != 0,
+            count: flags & Self::COUNT != 0,
+            buffer: flags & Self::BUFFER != 0,
+            notify: flags & Self::NOTIFY != 0,
+            end_marker: flags & Self::END_MARKER != 0,
+            drop_dl: flags & Self::DROP_DL != 0,
+        }
+    }
+
+    /// Writes the encoding: downlink MBR (u32 big endian), uplink MBR, flags.
+    pub fn write(&self, out: &mut [u8; Self::BYTES]) {
+        out[..4].copy_from_slice(&self.dl_mbr_kbps.to_be_bytes());
+        out[4..8].copy_from_slice(&self.ul_mbr_kbps.to_be_bytes());
+        out[8] = self.flags();
+    }
+
+    /// Reads the encoding ([`Policy::write`]); bytes missing read as 0.
+    pub fn read(b: &[u8]) -> Policy {
+        let mut x = [0u8; Self::BYTES];
+        let n = b.len().min(Self::BYTES);
+        x[..n].copy_from_slice(&b[..n]);
+        Policy::from_parts(
+            u32::from_be_bytes([x[0], x[1], x[2], x[3]]),
+            u32::from_be_bytes([x[4], x[5], x[6], x[7]]),
+            x[8],
+        )
+    }
+
+    /// True for the default: nothing to apply (no slot is needed).
+    pub fn is_none(&self) -> bool {
+        *self == Policy::default()
+    }
+}
+
+/// A session's usage: inner IP packet bytes and packets, per direction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Usage {
+    /// Uplink bytes (inner IP packets).
+    pub ul_bytes: u64,
+    /// Uplink packets.
+    pub ul_packets: u64,
+    /// Downlink bytes (inner IP packets).
+    pub dl_bytes: u64,
+    /// Downlink packets.
+    pub dl_packets: u64,
+}
+
+impl Usage {
+    fn minus(self, b: Usage) -> Usage {
+        Usage {
+            ul_bytes: self.ul_bytes.wrapping_sub(b.ul_bytes),
+            ul_packets: self.ul_packets.wrapping_sub(b.ul_packets),
+            dl_bytes: self.dl_bytes.wrapping_sub(b.dl_bytes),
+            dl_packets: self.dl_packets.wrapping_sub(b.dl_packets),
+        }
+    }
+
+    /// Bytes both ways.
+    pub fn total_bytes(&self) -> u64 {
+        self.ul_bytes + self.dl_bytes
+    }
+}
+
+/// Bounds of the downlink buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferLimits {
+    /// Packets one session holds at most.
+    pub frames_per_session: usize,
+    /// Bytes (of IP packets) all sessions of the node hold at most.
+    pub bytes_per_node: usize,
+}
+
+impl Default for BufferLimits {
+    /// 64 packets per session, 64 MiB per node.
+    fn default() -> BufferLimits {
+        BufferLimits {
+            frames_per_session: 64,
+            bytes_per_node: 64 << 20,
+        }
+    }
+}
+
+/// Why a slot could not be given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// Every slot is taken.
+    #[error("all {0} policy slots are taken")]
+    Full(usize),
+}
+
+/// An End Marker a worker is to send ([`Policies::queue_end_marker`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndMarker {
+    /// The old tunnel's TEID (the peer's).
+    pub teid: u32,
+    /// The old tunnel's peer (gNB) address.
+    pub gnb: Ipv4Addr,
+    /// The node whose `ran` address the old tunnel came from (its egress node).
+    pub node: u16,
+}
+
+struct MarkerJob {
+    m: EndMarker,
+    /// Each core's loop count when it was queued.
+    snap: Box<[u64]>,
+    /// The worker clock when a worker first saw it (0: not yet).
+    first_seen: u64,
+}
+
+/// One slot's shared state: read by every worker, the buckets written by them, the rest by the
+/// control thread. One cache line.
+#[repr(align(64))]
+#[derive(Default)]
+struct SlotState {
+    /// Per direction: the GCRA's theoretical arrival time (time units).
+    tat: [AtomicU64; 2],
+    /// Per direction: time units per byte, 32.32 fixed point (0: unlimited).
+    cost: [AtomicU64; 2],
+    /// Per direction: the bucket's depth in time units.
+    tau: [AtomicU64; 2],
+    /// [`Policy::flags`].
+    flags: AtomicU8,
+    /// `MODE_*`.
+    mode: AtomicU8,
+    /// A notification was queued in this buffering period.
+    notified: AtomicBool,
+    /// The session's uplink TEID (for notifications).
+    ul_teid: AtomicU32,
+}
+
+/// One slot's counters on one core.
+#[derive(Default)]
+struct Cell([AtomicU64; 4]);
+
+const UL_BYTES: usize = 0;
+const UL_PACKETS: usize = 1;
+const DL_BYTES: usize = 2;
+const DL_PACKETS: usize = 3;
+
+/// Two slots' counters of one core: a cache line.
+#[repr(align(64))]
+#[derive(Default)]
+struct Line([Cell; 2]);
+
+struct Chunk {
+    state: Box<[SlotState]>,
+    /// Per core: its counters of the chunk's slots (each core's array its own allocation of
+    /// whole cache lines).
+    usage: Box<[Box<[Line]>]>,
+}
+
+impl Chunk {
+    fn new(cores: usize) -> Box<Chunk> {
+        Box::new(Chunk {
+            state: (0..CHUNK).map(|_| SlotState::default()).collect(),
+            usage: (0..cores)
+                .map(|_| (0..CHUNK / 2).map(|_| Line::default()).collect())
+                .collect(),
+        })
+    }
+}
+
+/// A core's loop count on a line of its own.
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded(AtomicU64);
+
+struct Entry {
+    slot: u32,
+    /// FIB entries referring to the slot.
+    refs: u32,
+    /// The counters' sums when the slot was given (usage is counted from there).
+    base: Usage,
+}
+
+#[derive(Default)]
+struct Alloc {
+    by_teid: HashMap<u32, Entry>,
+    /// Freed slots, oldest first: one is reused once [`REUSE_AFTER`] more were freed after it
+    /// (or no slot was never used), so that a packet still in flight with an old value finds
+    /// its slot unused rather than another session's.
+    free: VecDeque<u32>,
+    /// Slots never given yet start here.
+    next: u32,
+}
+
+#[derive(Default)]
+struct Buffers {
+    by_slot: HashMap<u32, VecDeque<Vec<u8>>>,
+    bytes: usize,
+}
+
+/// Counts of the slow paths.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PolicyStats {
+    /// Slots given to sessions.
+    pub slots: usize,
+    /// Packets held in downlink buffers now.
+    pub buffered_frames: usize,
+    /// Bytes held in downlink buffers now.
+    pub buffered_bytes: usize,
+    /// Notifications lost because the queue was full.
+    pub notifications_lost: u64,
+    /// End Markers waiting for a worker.
+    pub end_markers_queued: usize,
+}
+
+/// What the forwarding path makes of a packet ([`Policies::downlink`], [`Policies::uplink`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward it (counted if the policy counts).
+    Pass,
+    /// Drop it for this reason.
+    Drop(Drop),
+    /// Buffer it ([`Policies::buffer`]).
+    Buffer,
+}
+
+/// The policy slots of a node, shared by its workers and its control thread.
+pub struct Policies {
+    cores: usize,
+    max_slots: usize,
+    chunks: Box<[OnceLock<Box<Chunk>>]>,
+    loops: Box<[Padded]>,
+    limits: BufferLimits,
+    alloc: Mutex<Alloc>,
+    buffers: Mutex<Buffers>,
+    flush: Mutex<VecDeque<u32>>,
+    flush_pending: AtomicUsize,
+    notify: Mutex<VecDeque<u32>>,
+    notify_lost: AtomicU64,
+    markers: Mutex<VecDeque<MarkerJob>>,
+    markers_pending: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Time units a byte costs at `kbps` (32.32 fixed point; 0 for unlimited).
+fn cost_per_byte(kbps: u32) -> u64 {
+    if kbps == 0 {
+        return 0;
+    }
+    // 8 bits / (kbps * 1000 bit/s) = 8e6 / kbps ns = 1.28e8 / kbps units.
+    ((8_000_000u128 * u128::from(UNITS_PER_NS)) << 32).div_ceil(u128::from(kbps)) as u64
+}
+
+/// The bucket's depth in bytes at `kbps`: [`BURST_MS`] of the rate, at least
+/// [`MIN_BURST_BYTES`].
+pub fn burst_bytes(kbps: u32) -> u64 {
+    (u64::from(kbps) * 1000 / 8 * BURST_MS / 1000).max(MIN_BURST_BYTES)
+}
+
+#[inline]
+fn price(bytes: u64, cost: u64) -> u64 {
+    ((u128::from(bytes) * u128::from(cost)) >> 32) as u64
+}
+
+impl Policies {
+    /// Slots for up to `max_slots` sessions (at most [`MAX_SLOTS`]) whose packets `cores`
+    /// workers forward (each with its own core index, below `cores`), with the default
+    /// [`BufferLimits`]. Memory is taken 4096 slots at a time as sessions come: 256 KiB of
+    /// state plus 128 KiB per core.
+    pub fn new(cores: usize, max_slots: usize) -> Policies {
+        Self::with_limits(cores, max_slots, BufferLimits::default())
+    }
+
+    /// [`Policies::new`] with buffer bounds.
+    pub fn with_limits(cores: usize, max_slots: usize, limits: BufferLimits) -> Policies {
+        let cores = cores.max(1);
+        let max_slots = max_slots.clamp(1, MAX_SLOTS);
+        Policies {
+            cores,
+            max_slots,
+            chunks: (0..max_slots.div_ceil(CHUNK))
+                .map(|_| OnceLock::new())
+                .collect(),
+            loops: (0..cores).map(|_| Padded::default()).collect(),
+            limits,
+            alloc: Mutex::default(),
+            buffers: Mutex::default(),
+            flush: Mutex::default(),
+            flush_pending: AtomicUsize::new(0),
+            notify: Mutex::default(),
+            notify_lost: AtomicU64::new(0),
+            markers: Mutex::default(),
+            markers_pending: AtomicUsize::new(0),
+        }
+    }
+
+    /// The cores (workers) counted separately.
+    pub fn cores(&self) -> usize {
+        self.cores
+    }
+
+    /// The slot state of a slot id (index + 1, as in the FIB value); `None` for 0 or one never
+    /// given.
+    #[inline]
+    fn state(&self, id: u32) -> Option<(&Chunk, usize)> {
+        let i = (id as usize).checked_sub(1)?;
+        let c = self.chunks.get(i >> CHUNK_BITS)?.get()?;
+        Some((c, i & (CHUNK - 1)))
+    }
+
+    /// Hints the processor to load a slot's state and this core's counters (the engine calls
+    /// it for a batch before applying the policies).
+    #[inline]
+    pub fn prefetch(&self, core: usize, id: u32) {
+        if let Some((c, i)) = self.state(id) {
+            crate::prefetch::read(&c.state[i]);
+            if let Some(u) = c.usage.get(core) {
+                crate::prefetch::read(&u[i / 2]);
+            }
+        }
+    }
+
+    /// Gives the session of uplink TEID `ul_teid` its slot (a new one, or the one it has: a
+    /// second UE entry of a dual-stack session, or a modification) and sets the slot to
+    /// `policy`. Returns the slot id (index + 1) to write into the FIB value. Each call is
+    /// matched by a [`release`](Self::release) when the entry goes.
+    pub fn acquire(&self, ul_teid: u32, policy: &Policy) -> Result<u32, PolicyError> {
+        let mut a = lock(&self.alloc);
+        let id = match a.by_teid.get_mut(&ul_teid) {
+            Some(e) => {
+                e.refs += 1;
+                e.slot
+            }
+            None => {
+                let fresh = (a.next as usize) < self.max_slots;
+                let id = if a.free.len() > REUSE_AFTER || (!fresh && !a.free.is_empty()) {
+                    a.free.pop_front().expect("checked")
+                } else if fresh {
+                    a.next += 1;
+                    a.next
+                } else {
+                    return Err(PolicyError::Full(self.max_slots));
+                };
+                let i = id as usize - 1;
+                self.chunks[i >> CHUNK_BITS].get_or_init(|| Chunk::new(self.cores));
+                let (c, j) = self.state(id).expect("allocated");
+                let s = &c.state[j];
+                for d in [DL, UL] {
+                    s.tat[d].store(0, Ordering::Relaxed);
+                }
+                s.notified.store(false, Ordering::Relaxed);
+                s.ul_teid.store(ul_teid, Ordering::Relaxed);
+                let base = self.sum(id);
+                a.by_teid.insert(
+                    ul_teid,
+                    Entry {
+                        slot: id,
+                        refs: 1,
+                        base,
+                    },
+                );
+                id
+            }
+        };
+        drop(a);
+        self.configure(id, policy);
+        Ok(id)
+    }
+
+    /// Sets a slot's rates and flags and moves its buffer: buffering starts (a new buffering
+    /// period: the next buffered packet notifies), or stops (a non-empty buffer goes to the
+    /// workers to flush).
+    fn configure(&self, id: u32, p: &Policy) {
+        let Some((c, j)) = self.state(id) else {
+            return;
+        };
+        let s = &c.state[j];
+        for (d, kbps) in [(DL, p.dl_mbr_kbps), (UL, p.ul_mbr_kbps)] {
+            let cost = cost_per_byte(kbps);
+            s.cost[d].store(cost, Ordering::Relaxed);
+            s.tau[d].store(price(burst_bytes(kbps), cost), Ordering::Relaxed);
+        }
+        let b = lock(&self.buffers);
+        let mode = s.mode.load(Ordering::Relaxed);
+        if p.buffer {
+            if mode != MODE_BUFFER {
+                s.notified.store(false, Ordering::Relaxed);
+            }
+            s.mode.store(MODE_BUFFER, Ordering::Release);
+        } else if mode == MODE_BUFFER {
+            if b.by_slot.get(&id).is_some_and(|q| !q.is_empty()) {
+                s.mode.store(MODE_FLUSHING, Ordering::Release);
+                self.queue_flush(id);
+            } else {
+                s.mode.store(MODE_FORWARD, Ordering::Release);
+            }
+        }
+        s.flags.store(p.flags(), Ordering::Release);
+    }
+
+    fn queue_flush(&self, id: u32) {
+        lock(&self.flush).push_back(id);
+        self.flush_pending.fetch_add(1, Ordering::Release);
+    }
+
+    /// The session's entry went (one [`acquire`](Self::acquire) undone); with its last, the
+    /// slot is freed: its buffered packets are dropped, its usage is no longer readable.
+    /// Returns the usage at that moment when the slot was freed.
+    pub fn release(&self, ul_teid: u32) -> Option<Usage> {
+        let mut a = lock(&self.alloc);
+        let e = a.by_teid.get_mut(&ul_teid)?;
+        e.refs -= 1;
+        if e.refs > 0 {
+            return None;
+        }
+        let e = a.by_teid.remove(&ul_teid).expect("present");
+        let last = self.sum(e.slot).minus(e.base);
+        if let Some((c, j)) = self.state(e.slot) {
+            let s = &c.state[j];
+            let mut b = lock(&self.buffers);
+            if let Some(q) = b.by_slot.remove(&e.slot) {
+                b.bytes -= q.iter().map(Vec::len).sum::<usize>();
+            }
+            s.mode.store(MODE_FORWARD, Ordering::Release);
+            s.flags.store(0, Ordering::Release);
+            for d in [DL, UL] {
+                s.cost[d].store(0, Ordering::Relaxed);
+            }
+        }
+        a.free.push_back(e.slot);
+        Some(last)
+    }
+
+    /// The counters of slot `id` summed over the cores (from the slot's first use).
+    fn sum(&self, id: u32) -> Usage {
+        let Some((c, j)) = self.state(id) else {
+            return Usage::default();
+        };
+        let mut u = [0u64; 4];
+        for core in c.usage.iter() {
+            for (k, x) in core[j / 2].0[j % 2].0.iter().enumerate() {
+                u[k] = u[k].wrapping_add(x.load(Ordering::Relaxed));
+            }
+        }
+        Usage {
+            ul_bytes: u[UL_BYTES],
+            ul_packets: u[UL_PACKETS],
+            dl_bytes: u[DL_BYTES],
+            dl_packets: u[DL_PACKETS],
+        }
+    }
+
+    /// The usage of the session of uplink TEID `ul_teid` since it was given its slot, summed
+    /// over the cores; `None` if it has none (no policy, or released).
+    pub fn usage(&self, ul_teid: u32) -> Option<Usage> {
+        let a = lock(&self.alloc);
+        let e = a.by_teid.get(&ul_teid)?;
+        Some(self.sum(e.slot).minus(e.base))
+    }
+
+    /// The slot id (index + 1) of the session of uplink TEID `ul_teid`.
+    pub fn slot_of(&self, ul_teid: u32) -> Option<u32> {
+        lock(&self.alloc).by_teid.get(&ul_teid).map(|e| e.slot)
+    }
+
+    /// Packets the session of uplink TEID `ul_teid` holds in its downlink buffer.
+    pub fn buffered(&self, ul_teid: u32) -> usize {
+        let Some(id) = self.slot_of(ul_teid) else {
+            return 0;
+        };
+        lock(&self.buffers)
+            .by_slot
+            .get(&id)
+            .map_or(0, VecDeque::len)
+    }
+
+    /// The uplink TEIDs of the sessions whose first buffered packet (with notify) arrived
+    /// since the last call, in order: a Downlink Data Report each.
+    pub fn take_notifications(&self) -> Vec<u32> {
+        lock(&self.notify).drain(..).collect()
+    }
+
+    /// Queues an End Marker for the old tunnel `teid` to `gnb`, sent from node `node`'s `ran`
+    /// address by a worker once every worker has transmitted what it held (see the module
+    /// docs); one already queued for the same tunnel is not queued twice.
+    pub fn queue_end_marker(&self, teid: u32, gnb: Ipv4Addr, node: u16) {
+        let m = EndMarker { teid, gnb, node };
+        let mut q = lock(&self.markers);
+        if q.iter().any(|j| j.m == m) {
+            // The session's other UE entry moved the same tunnel.
+            return;
+        }
+        let snap = self
+            .loops
+            .iter()
+            .map(|l| l.0.load(Ordering::Acquire))
+            .collect();
+        q.push_back(MarkerJob {
+            m,
+            snap,
+            first_seen: 0,
+        });
+        self.markers_pending.fetch_add(1, Ordering::Release);
+    }
+
+    /// The slow paths' counts.
+    pub fn stats(&self) -> PolicyStats {
+        let slots = lock(&self.alloc).by_teid.len();
+        let (frames, bytes) = {
+            let b = lock(&self.buffers);
+            (b.by_slot.values().map(VecDeque::len).sum(), b.bytes)
+        };
+        PolicyStats {
+            slots,
+            buffered_frames: frames,
+            buffered_bytes: bytes,
+            notifications_lost: self.notify_lost.load(Ordering::Relaxed),
+            end_markers_queued: self.markers_pending.load(Ordering::Relaxed),
+        }
+    }
+
+    // ---- The workers' side ----
+
+    /// Worker `core` is between batches: it holds no packet (called once per loop).
+    #[inline]
+    pub fn quiescent(&self, core: usize) {
+        if let Some(l) = self.loops.get(core) {
+            l.0.store(l.0.load(Ordering::Relaxed) + 1, Ordering::Release);
+        }
+    }
+
+    /// A queued End Marker that may go now (worker clock `now_ns`).
+    pub fn take_end_marker(&self, now_ns: u64) -> Option<EndMarker> {
+        if self.markers_pending.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut q = lock(&self.markers);
+        let job = q.front_mut()?;
+        let all_came_round = job
+            .snap
+            .iter()
+            .zip(self.loops.iter())
+            .all(|(s, l)| l.0.load(Ordering::Acquire) > *s);
+        if job.first_seen == 0 {
+            job.first_seen = now_ns.max(1);
+        }
+        let waited = now_ns.saturating_sub(job.first_seen) >= END_MARKER_WAIT_NS;
+        if !(all_came_round || waited) {
+            return None;
+        }
+        let m = q.pop_front().map(|j| j.m);
+        self.markers_pending.fetch_sub(1, Ordering::Release);
+        m
+    }
+
+    /// A session to flush and up to `max` of its buffered packets, oldest first, moved into
+    /// `out`; the caller runs them through the downlink path and calls
+    /// [`finish_flush`](Self::finish_flush) with the slot on its next loop.
+    pub fn take_flush(&self, max: usize, out: &mut Vec<Vec<u8>>) -> Option<u32> {
+        if self.flush_pending.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let id = lock(&self.flush).pop_front()?;
+        self.flush_pending.fetch_sub(1, Ordering::Release);
+        let (c, j) = self.state(id)?;
+        let mut b = lock(&self.buffers);
+        if c.state[j].mode.load(Ordering::Relaxed) != MODE_FLUSHING {
+            // Buffering again, or freed.
+            return None;
+        }
+        let Some(q) = b.by_slot.get_mut(&id) else {
+            c.state[j].mode.store(MODE_FORWARD, Ordering::Release);
+            return None;
+        };
+        let n = q.len().min(max);
+        let mut freed = 0;
+        for p in q.drain(..n) {
+            freed += p.len();
+            out.push(p);
+        }
+        b.bytes -= freed;
+        Some(id)
+    }
+
+    /// The packets [`take_flush`](Self::take_flush) gave were transmitted: the session goes
+    /// back to forwarding if its buffer is empty, else it waits for the next round.
+    pub fn finish_flush(&self, id: u32) {
+        let Some((c, j)) = self.state(id) else {
+            return;
+        };
+        let s = &c.state[j];
+        let b = lock(&self.buffers);
+        if s.mode.load(Ordering::Relaxed) != MODE_FLUSHING {
+            return;
+        }
+        if b.by_slot.get(&id).is_some_and(|q| !q.is_empty()) {
+            drop(b);
+            self.queue_flush(id);
+        } else {
+            s.mode.store(MODE_FORWARD, Ordering::Release);
+        }
+    }
+
+    /// Does the GCRA bucket of direction `d` let `bytes` pass at `now` (time units)?
+    #[inline]
+    fn conform(s: &SlotState, d: usize, bytes: u64, now: u64) -> bool {
+        let cost = s.cost[d].load(Ordering::Relaxed);
+        if cost == 0 {
+            return true;
+        }
+        let c = price(bytes, cost);
+        let limit = now.saturating_add(s.tau[d].load(Ordering::Relaxed));
+        let mut tat = s.tat[d].load(Ordering::Relaxed);
+        loop {
+            let end = tat.max(now).saturating_add(c);
+            if end > limit {
+                return false;
+            }
+            match s.tat[d].compare_exchange_weak(tat, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(t) => tat = t,
+            }
+        }
+    }
+
+    #[inline]
+    fn count(c: &Chunk, core: usize, j: usize, d: usize, bytes: u64) {
+        let Some(u) = c.usage.get(core) else {
+            return;
+        };
+        let cell = &u[j / 2].0[j % 2].0;
+        let (b, p) = if d == DL {
+            (DL_BYTES, DL_PACKETS)
+        } else {
+            (UL_BYTES, UL_PACKETS)
+        };
+        // One writer per core: a load and a store, no read-modify-write instruction.
+        cell[b].store(
+            cell[b].load(Ordering::Relaxed).wrapping_add(bytes),
+            Ordering::Relaxed,
+        );
+        cell[p].store(
+            cell[p].load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A downlink packet of `bytes` (its IP packet) of slot `id` on worker `core` at
+    /// `now_ns`: [`downlink_gate`](Self::downlink_gate), then
+    /// [`downlink_admit`](Self::downlink_admit) (the engine runs its own checks between the
+    /// two).
+    pub fn downlink(
+        &self,
+        core: usize,
+        id: u32,
+        bytes: usize,
+        now_ns: u64,
+        value_buffers: bool,
+        flushing: bool,
+    ) -> Verdict {
+        match self.downlink_gate(id, value_buffers, flushing) {
+            Verdict::Pass => self.downlink_admit(core, id, bytes, now_ns),
+            v => v,
+        }
+    }
+
+    /// The first half of a downlink packet's policy: the gate, the FAR's drop, buffering
+    /// (unless the packet is being flushed: `flushing`). `value_buffers` is the buffer flag of
+    /// the FIB value the packet was looked up with (a value read just before the policy
+    /// stopped buffering still buffers, and is flushed).
+    #[inline]
+    pub fn downlink_gate(&self, id: u32, value_buffers: bool, flushing: bool) -> Verdict {
+        let Some((c, j)) = self.state(id) else {
+            return Verdict::Pass;
+        };
+        let s = &c.state[j];
+        let flags = s.flags.load(Ordering::Acquire);
+        if flags & Policy::DL_GATE_CLOSED != 0 {
+            return Verdict::Drop(Drop::Gate);
+        }
+        if flags & Policy::DROP_DL != 0 {
+            return Verdict::Drop(Drop::FarDrop);
+        }
+        if !flushing
+            && (value_buffers
+                || flags & Policy::BUFFER != 0
+                || s.mode.load(Ordering::Acquire) != MODE_FORWARD)
+        {
+            return Verdict::Buffer;
+        }
+        Verdict::Pass
+    }
+
+    /// The second half: the MBR, then the count (a packet about to be forwarded).
+    #[inline]
+    pub fn downlink_admit(&self, core: usize, id: u32, bytes: usize, now_ns: u64) -> Verdict {
+        let Some((c, j)) = self.state(id) else {
+            return Verdict::Pass;
+        };
+        let s = &c.state[j];
+        let bytes = bytes as u64;
+        if !Self::conform(s, DL, bytes, now_ns.saturating_mul(UNITS_PER_NS)) {
+            return Verdict::Drop(Drop::Mbr);
+        }
+        if s.flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
+            Self::count(c, core, j, DL, bytes);
+        }
+        Verdict::Pass
+    }
+
+    /// An uplink packet of `bytes` (the inner IP packet) of slot `id` on worker `core` at
+    /// `now_ns`: gate, MBR, count.
+    #[inline]
+    pub fn uplink(&self, core: usize, id: u32, bytes: usize, now_ns: u64) -> Verdict {
+        let Some((c, j)) = self.state(id) else {
+            return Verdict::Pass;
+        };
+        let s = &c.state[j];
+        let flags = s.flags.load(Ordering::Acquire);
+        if flags & Policy::UL_GATE_CLOSED != 0 {
+            return Verdict::Drop(Drop::Gate);
+        }
+        let bytes = bytes as u64;
+        if !Self::conform(s, UL, bytes, now_ns.saturating_mul(UNITS_PER_NS)) {
+            return Verdict::Drop(Drop::Mbr);
+        }
+        if flags & Policy::COUNT != 0 {
+            Self::count(c, core, j, UL, bytes);
+        }
+        Verdict::Pass
+    }
+
+    /// Buffers the IP packet `packet` of slot `id` (after [`Verdict::Buffer`]): at the tail of
+    /// the session's FIFO, or [`Drop::BufferFull`] past the bounds. The first packet of a
+    /// buffering period of a session that notifies queues its notification.
+    pub fn buffer(&self, id: u32, packet: &[u8]) -> Result<(), Drop> {
+        let Some((c, j)) = self.state(id) else {
+            return Err(Drop::BufferFull);
+        };
+        let s = &c.state[j];
+        let mut b = lock(&self.buffers);
+        let len = b.by_slot.get(&id).map_or(0, VecDeque::len);
+        if len >= self.limits.frames_per_session
+            || b.bytes + packet.len() > self.limits.bytes_per_node
+        {
+            return Err(Drop::BufferFull);
+        }
+        match s.mode.load(Ordering::Relaxed) {
+            MODE_BUFFER => {
+                if s.flags.load(Ordering::Relaxed) & Policy::NOTIFY != 0
+                    && !s.notified.swap(true, Ordering::Relaxed)
+                {
+                    let mut n = lock(&self.notify);
+                    if n.len() < MAX_NOTIFICATIONS {
+                        n.push_back(s.ul_teid.load(Ordering::Relaxed));
+                    } else {
+                        self.notify_lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            MODE_FLUSHING => {}
+            _ => {
+                // Looked up with a value from before the buffering stopped, after the flush:
+                // it goes out through a flush of its own, behind nothing newer.
+                s.mode.store(MODE_FLUSHING, Ordering::Release);
+                self.queue_flush(id);
+            }
+        }
+        b.by_slot.entry(id).or_default().push_back(packet.to_vec());
+        b.bytes += packet.len();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn counting(dl: u32, ul: u32) -> Policy {
+        Policy {
+            dl_mbr_kbps: dl,
+            ul_mbr_kbps: ul,
+            count: true,
+            ..Policy::default()
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn policy_encoding_round_trips(dl in any::<u32>(), ul in any::<u32>(), flags in 0u8..0x80) {
+            let p = Policy::from_parts(dl, ul, flags);
+            prop_assert_eq!(p.flags(), flags);
+            let mut b = [0u8; Policy::BYTES];
+            p.write(&mut b);
+            prop_assert_eq!(Policy::read(&b), p);
+            prop_assert_eq!(p.is_none(), dl == 0 && ul == 0 && flags == 0);
+        }
+
+        /// The shared bucket against a model token bucket in exact rational arithmetic, over
+        /// simulated time: the same packets pass, but where the fixed-point pricing rounds a
+        /// boundary (at most a few per run).
+        #[test]
+        fn the_bucket_is_a_token_bucket(
+            kbps in 64u32..10_000_000,
+            gaps in proptest::collection::vec((0u64..2_000_000, 40usize..1500), 1..400),
+        ) {
+            let p = Policies::new(1, 4);
+            let id = p.acquire(7, &counting(kbps, 0)).unwrap();
+            // Model: tokens in bytes * 1e9 * 8 (bit-nanoseconds), exact.
+            let rate = u128::from(kbps) * 1000; // bit/s
+            let depth = u128::from(burst_bytes(kbps)) * 8 * 1_000_000_000;
+            let (mut tokens, mut last, mut now) = (depth, 0u64, 0u64);
+            let mut disagree = 0;
+            let (mut passed, mut model_passed) = (0u64, 0u64);
+            for (gap, bytes) in gaps {
+                now += gap;
+                tokens = (tokens + u128::from(now - last) * rate).min(depth);
+                last = now;
+                let need = bytes as u128 * 8 * 1_000_000_000;
+                let model = tokens >= need;
+                if model {
+                    tokens -= need;
+                    model_passed += bytes as u64;
+                }
+                let got = p.downlink(0, id, bytes, now, false, false) == Verdict::Pass;
+                if got {
+                    passed += bytes as u64;
+                }
+                if got != model {
+                    disagree += 1;
+                    // Re-align the model on the bucket (a rounding at the boundary).
+                    if got {
+                        tokens = tokens.saturating_sub(need);
+                    } else {
+                        tokens += need.min(depth - tokens.min(depth));
+                        tokens = tokens.min(depth);
+                    }
+                }
+            }
+            prop_assert!(disagree <= 2, "{disagree} disagreements");
+            // Within one packet of the model's bytes.
+            prop_assert!(passed.abs_diff(model_passed) <= 1500 * disagree as u64);
+        }
+
+        /// Counters written by several cores sum to an oracle, per session.
+        #[test]
+        fn usage_sums_the_cores(
+            ops in proptest::collection::vec((0usize..4, 0u32..6, any::<bool>(), 20usize..1500), 0..300),
+        ) {
+            let p = Policies::new(4, 64);
+            let mut ids = Vec::new();
+            for teid in 0..6u32 {
+                ids.push(p.acquire(100 + teid, &counting(0, 0)).unwrap());
+            }
+            let mut oracle = [Usage::default(); 6];
+            for (core, s, down, bytes) in ops {
+                let id = ids[s as usize];
+                let u = &mut oracle[s as usize];
+                if down {
+                    prop_assert_eq!(p.downlink(core, id, bytes, 0, false, false), Verdict::Pass);
+                    u.dl_bytes += bytes as u64;
+                    u.dl_packets += 1;
+                } else {
+                    prop_assert_eq!(p.uplink(core, id, bytes, 0), Verdict::Pass);
+                    u.ul_bytes += bytes as u64;
+                    u.ul_packets += 1;
+                }
+            }
+            for (teid, u) in oracle.iter().enumerate() {
+                prop_assert_eq!(p.usage(100 + teid as u32), Some(*u));
+            }
+        }
+    }
+
+    #[test]
+    fn the_bucket_delivers_the_rate_over_time() {
+        // 10 Mbit/s offered 50 Mbit/s of 1000-byte packets for 5 simulated seconds.
+        let p = Policies::new(1, 1);
+        let id = p.acquire(1, &counting(10_000, 0)).unwrap();
+        let (mut passed, mut t) = (0u64, 0u64);
+        let gap = 1000 * 8 * 1_000_000_000 / 50_000_000; // ns between packets
+        while t < 5_000_000_000 {
+            if p.downlink(0, id, 1000, t, false, false) == Verdict::Pass {
+                passed += 1000;
+            }
+            t += gap;
+        }
+        let mbps = passed as f64 * 8.0 / 5.0 / 1e6;
+        // The rate plus one burst (100 ms) over 5 s: 10.2.
+        assert!((9.9..=10.25).contains(&mbps), "{mbps} Mbit/s");
+        assert_eq!(p.usage(1).unwrap().dl_bytes, passed);
+        // Unlimited: everything passes.
+        let q = Policies::new(1, 1);
+        let id = q.acquire(1, &counting(0, 0)).unwrap();
+        assert!((0..10_000).all(|i| q.uplink(0, id, 1500, i) == Verdict::Pass));
+    }
+
+    #[test]
+    fn gates_and_far_drop() {
+        let p = Policies::new(1, 4);
+        let closed = Policy {
+            dl_gate_closed: true,
+            ul_gate_closed: true,
+            count: true,
+            ..Policy::default()
+        };
+        let id = p.acquire(5, &closed).unwrap();
+        assert_eq!(
+            p.downlink(0, id, 100, 0, false, false),
+            Verdict::Drop(Drop::Gate)
+        );
+        assert_eq!(p.uplink(0, id, 100, 0), Verdict::Drop(Drop::Gate));
+        assert_eq!(
+            p.usage(5),
+            Some(Usage::default()),
+            "a dropped packet is not counted"
+        );
+        let id2 = p
+            .acquire(
+                5,
+                &Policy {
+                    drop_dl: true,
+                    ..Policy::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(id, id2, "the session keeps its slot");
+        assert_eq!(
+            p.downlink(0, id, 100, 0, false, false),
+            Verdict::Drop(Drop::FarDrop)
+        );
+        assert_eq!(p.uplink(0, id, 100, 0), Verdict::Pass);
+    }
+
+    #[test]
+    fn slots_are_reused_oldest_first_and_counters_start_at_zero() {
+        let p = Policies::new(2, 3);
+        let a = p.acquire(1, &counting(0, 0)).unwrap();
+        let b = p.acquire(2, &counting(0, 0)).unwrap();
+        assert_ne!(a, b);
+        // Dual stack: a second entry of session 1 shares its slot.
+        assert_eq!(p.acquire(1, &counting(0, 0)).unwrap(), a);
+        p.downlink(1, a, 100, 0, false, false);
+        assert_eq!(p.release(1), None, "one entry left");
+        assert_eq!(p.usage(1).unwrap().dl_bytes, 100);
+        let last = p.release(1).unwrap();
+        assert_eq!(last.dl_bytes, 100);
+        assert_eq!(p.usage(1), None);
+        let c = p.acquire(3, &counting(0, 0)).unwrap();
+        assert_ne!(c, a, "a never-used slot before a freed one");
+        assert!(matches!(p.acquire(4, &counting(0, 0)), Ok(x) if x == a));
+        assert_eq!(
+            p.usage(4),
+            Some(Usage::default()),
+            "a reused slot counts from 0"
+        );
+        assert_eq!(p.acquire(5, &counting(0, 0)), Err(PolicyError::Full(3)));
+        assert_eq!(p.stats().slots, 3);
+    }
+
+    #[test]
+    fn buffers_are_bounded_ordered_and_notify_once() {
+        let limits = BufferLimits {
+            frames_per_session: 4,
+            bytes_per_node: 1000,
+        };
+        let p = Policies::with_limits(1, 8, limits);
+        let buff = Policy {
+            buffer: true,
+            notify: true,
+            count: true,
+            ..Policy::default()
+        };
+        let a = p.acquire(10, &buff).unwrap();
+        let b = p.acquire(11, &buff).unwrap();
+        for i in 0..6u8 {
+            assert_eq!(p.downlink(0, a, 10, 0, false, false), Verdict::Buffer);
+            let r = p.buffer(a, &[i; 10]);
+            assert_eq!(r.is_ok(), i < 4, "{i}");
+        }
+        assert_eq!(p.take_notifications(), vec![10], "one notification");
+        assert_eq!(p.take_notifications(), Vec::<u32>::new());
+        // The node-wide bound.
+        assert!(p.buffer(b, &[0; 900]).is_ok());
+        assert_eq!(p.buffer(b, &[0; 100]), Err(Drop::BufferFull));
+        assert_eq!(p.take_notifications(), vec![11]);
+        // Stop buffering: the session flushes in order, newer packets join the tail.
+        p.acquire(10, &counting(0, 0)).unwrap();
+        assert_eq!(
+            p.downlink(0, a, 10, 0, false, false),
+            Verdict::Buffer,
+            "behind the flush"
+        );
+        let mut out = Vec::new();
+        assert_eq!(p.take_flush(3, &mut out), Some(a));
+        p.buffer(a, &[9; 10]).unwrap();
+        p.finish_flush(a);
+        assert_eq!(p.take_flush(64, &mut out), Some(a));
+        let firsts: Vec<u8> = out.iter().map(|f| f[0]).collect();
+        assert_eq!(firsts, vec![0, 1, 2, 3, 9]);
+        assert_eq!(
+            p.downlink(0, a, 10, 0, false, false),
+            Verdict::Buffer,
+            "until the round ends"
+        );
+        p.finish_flush(a);
+        assert_eq!(p.downlink(0, a, 10, 0, false, false), Verdict::Pass);
+        assert_eq!(
+            p.usage(10).unwrap().dl_packets,
+            1,
+            "buffering counted nothing"
+        );
+        // A new buffering period notifies again.
+        p.acquire(10, &buff).unwrap();
+        p.buffer(a, &[1; 10]).unwrap();
+        assert_eq!(p.take_notifications(), vec![10]);
+        // Freeing a slot drops its buffer.
+        assert_eq!(p.stats().buffered_bytes, 900 + 10);
+        p.release(11);
+        assert_eq!(p.stats().buffered_bytes, 10);
+    }
+
+    #[test]
+    fn end_markers_wait_for_every_core() {
+        let p = Policies::new(2, 1);
+        p.quiescent(0);
+        p.quiescent(1);
+        p.queue_end_marker(77, Ipv4Addr::new(10, 2, 0, 9), 1);
+        assert_eq!(p.take_end_marker(1), None);
+        p.quiescent(0);
+        assert_eq!(p.take_end_marker(2), None, "core 1 has not come round");
+        p.quiescent(1);
+        let m = p.take_end_marker(3).unwrap();
+        assert_eq!((m.teid, m.gnb, m.node), (77, Ipv4Addr::new(10, 2, 0, 9), 1));
+        assert_eq!(p.take_end_marker(4), None);
+        // A core that never comes round holds it back at most END_MARKER_WAIT_NS.
+        p.queue_end_marker(78, Ipv4Addr::new(10, 2, 0, 9), 1);
+        p.quiescent(0);
+        assert_eq!(p.take_end_marker(1_000), None);
+        assert!(p.take_end_marker(1_000 + END_MARKER_WAIT_NS).is_some());
+    }
+
+    /// Workers on real threads share one bucket: together they never pass more than the rate
+    /// over the time plus one burst, and they pass at least the rate less one packet per
+    /// thread (the GCRA's compare-and-swap loses nothing).
+    #[test]
+    fn the_shared_bucket_holds_under_contention() {
+        let p = std::sync::Arc::new(Policies::new(4, 1));
+        let kbps = 8_000; // 1 MB/s
+        let id = p.acquire(1, &counting(kbps, 0)).unwrap();
+        let clock = std::sync::Arc::new(AtomicU64::new(0));
+        let end = 2_000_000_000u64; // 2 simulated seconds
+        let handles: Vec<_> = (0..4)
+            .map(|core| {
+                let (p, clock) = (p.clone(), clock.clone());
+                std::thread::spawn(move || {
+                    let mut passed = 0u64;
+                    loop {
+                        // Simulated time moves as the threads go: 1 µs per attempt.
+                        let now = clock.fetch_add(1000, Ordering::Relaxed);
+                        if now >= end {
+                            return passed;
+                        }
+                        if p.downlink(core, id, 500, now, false, false) == Verdict::Pass {
+                            passed += 500;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let passed: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        let rate_bytes = 1_000_000u64 * 2; // 2 s at 1 MB/s
+        let burst = burst_bytes(kbps);
+        assert!(
+            passed <= rate_bytes + burst,
+            "{passed} > {}",
+            rate_bytes + burst
+        );
+        assert!(passed + 4 * 500 >= rate_bytes, "{passed} < {rate_bytes}");
+        assert_eq!(p.usage(1).unwrap().dl_bytes, passed);
+    }
+}
