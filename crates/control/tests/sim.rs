@@ -161,7 +161,7 @@ fn full_fibs_reject_updates_and_keep_every_invariant() {
 /// there (checked after every step as before, and after quiescence with every follower's RIB
 /// equal to its owner's). `SB_DST_REPL_SCHEDULES=N`.
 #[test]
-fn replicated_ranges_survive_kills_partitions_and_wiped_logs() {
+fn replicated_ranges_survive_kills_partitions_and_crashes_during_restart() {
     let n = std::env::var("SB_DST_REPL_SCHEDULES")
         .ok()
         .and_then(|s| s.parse().ok())
