@@ -44,6 +44,9 @@ pub struct Args {
     /// Run on real node processes in network namespaces (`cluster up`; needs root).
     #[arg(long)]
     netns: bool,
+    /// With `--netns`: the nodes' packet I/O.
+    #[arg(long, value_enum, default_value = "afpacket", requires = "netns")]
+    io: super::demo_netns::Io,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -187,6 +190,7 @@ impl Args {
             flows: self.flows,
             packets: self.packets,
             seed: self.seed,
+            io: self.io,
             json: self.json,
         }
     }
