@@ -17,6 +17,13 @@
 //! With `--bubble` a thread on another core streams over a buffer of half the last-level
 //! cache while the engine runs (the paper's "half L3" experiment, Figure 9).
 //!
+//! `--policy none,qer-urr` (the default) measures every row twice in one run, on the same keys
+//! and frames: without policies, and with a QER (an MBR of 100 Gbit/s each way: never
+//! limiting) and a URR (usage counted) on every session, the node's policy slots attached to
+//! its engines as a node's control thread attaches them (`lte::local_entry`). The two are
+//! measured in alternating rounds (`--rounds`), so that a noisy machine disturbs both alike;
+//! the `qer-urr` row's `rate_vs_none` is its rate over the plain row's.
+//!
 //! `--layout per-port` runs the paper's node instead: one core per port. Two engines on the
 //! same tables run at the same time on pinned cores 0 and 1, the external one on the `inet`
 //! frames and the internal one on the `fabric` frames. Each core's engine time per external
@@ -28,7 +35,8 @@ use anyhow::{bail, ensure, Context};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::Distribution;
 use sb_engine::cluster::{self, sim_mac, sim_ran_addr};
-use sb_engine::lte::{Lte, Tunnel};
+use sb_engine::lte::{self, Lte, Tunnel, VALUE_BYTES};
+use sb_engine::policy::{Policies, Policy};
 use sb_engine::{fabric, indirection_node, Arch, Engine, Fib, Outputs, PortId};
 use sb_io::PacketBatch;
 use serde_json::json;
@@ -79,6 +87,13 @@ pub struct Args {
     /// Seed of the tunnels and the traffic.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Policies on every session (comma separated): `none`, `qer-urr` (an MBR of 100 Gbit/s
+    /// each way, usage counted); each is a row of its own, measured in the same run.
+    #[arg(long, value_delimiter = ',', default_value = "none,qer-urr", value_parser = ["none", "qer-urr"])]
+    policy: Vec<String>,
+    /// Rounds each row's `--secs` is split into, the policies' rows taking turns.
+    #[arg(long, default_value_t = 4)]
+    rounds: u32,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -249,7 +264,8 @@ fn workload(arch: Arch, tunnels: &[Tunnel], a: &Args, seed: u64) -> anyhow::Resu
     Ok(Work { external, internal })
 }
 
-/// The node's FIB and `extra` more handles on the same table (one per engine).
+/// The node's FIB and `extra` more handles on the same table (one per engine), each tunnel's
+/// value made by `value`.
 fn make_fib(
     kind: &str,
     arch: Arch,
@@ -257,10 +273,11 @@ fn make_fib(
     nodes: u16,
     seed: u64,
     extra: usize,
+    value: &dyn Fn(&Tunnel) -> [u8; VALUE_BYTES],
 ) -> anyhow::Result<Vec<Box<dyn Fib>>> {
     match kind {
         "cuckoo" => {
-            let f = cluster::build_cuckoo_fib(arch, tunnels, 0, nodes, seed)?;
+            let f = cluster::build_cuckoo_fib_with(arch, tunnels, 0, nodes, seed, value)?;
             let mut v: Vec<Box<dyn Fib>> = (0..extra)
                 .map(|_| Box::new(f.handle()) as Box<dyn Fib>)
                 .collect();
@@ -271,11 +288,15 @@ fn make_fib(
         "rte_hash" => {
             let slice = cluster::fib_slice(arch, tunnels, 0, nodes, seed);
             // The EAL was started once by `run`, sized for the largest table.
-            let kv: Vec<([u8; 16], [u8; 16])> = slice
+            let kv: Vec<([u8; 16], [u8; sb_engine::lte::VALUE_BYTES])> = slice
                 .iter()
-                .map(|&i| (tunnels[i].key(), tunnels[i].value()))
+                .map(|&i| (tunnels[i].key(), value(&tunnels[i])))
                 .collect();
-            let f = sb_engine::RteHashFib::build(16, 16, kv.iter().map(|(k, v)| (&k[..], &v[..])))?;
+            let f = sb_engine::RteHashFib::build(
+                16,
+                sb_engine::lte::VALUE_BYTES,
+                kv.iter().map(|(k, v)| (&k[..], &v[..])),
+            )?;
             let mut v: Vec<Box<dyn Fib>> = Vec::new();
             for _ in 0..extra {
                 v.push(Box::new(f.handle()?));
@@ -356,8 +377,10 @@ fn fabric_sends(engine: &Engine<Lte>) -> u64 {
     c.ports[PortId::Inet as usize].to_fabric + c.ports[PortId::Fabric as usize].to_fabric
 }
 
-/// Pushes `batch` frames of `frames` into `rx` from `*next` on (cycling), runs them through
-/// `engine` as arriving on `port` and empties the outputs: the engine time of that call.
+/// Pushes `batch` frames of `frames` into `rx` from `*next` on (cycling), then does what a
+/// worker's loop does around them (the clock, the engine's work between batches) and runs
+/// them through `engine` as arriving on `port`, and empties the outputs: the time of that
+/// loop.
 fn timed_batch(
     engine: &mut Engine<Lte>,
     port: PortId,
@@ -365,13 +388,14 @@ fn timed_batch(
     next: &mut usize,
     rx: &mut PacketBatch,
     out: &mut Outputs,
-    batch: usize,
 ) -> Duration {
-    for _ in 0..batch {
+    for _ in 0..rx.capacity() {
         rx.push(&frames[*next]);
         *next = (*next + 1) % frames.len();
     }
     let t = Instant::now();
+    engine.set_clock(clock_ns());
+    engine.poll(out);
     engine.process(port, rx, out);
     let busy = t.elapsed();
     out.inet.clear();
@@ -380,63 +404,154 @@ fn timed_batch(
     busy
 }
 
-/// Runs the frames of `frames` arriving on `port` through `engine` (from index 0, cycling)
-/// until `a.secs` of engine time, on a thread pinned to `cpu`: (frames, engine time).
+/// The workers' clock: nanoseconds since the first call.
+fn clock_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Packets and engine time of one engine over rounds.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    frames: u64,
+    busy: Duration,
+}
+
+impl Sample {
+    fn add(&mut self, o: Sample) {
+        self.frames += o.frames;
+        self.busy += o.busy;
+    }
+}
+
+/// Runs the frames of `frames` arriving on `port` through `engine` (from `*next` on,
+/// cycling) until `secs` of engine time, on a thread pinned to `cpu`.
 fn one_port(
     engine: &mut Engine<Lte>,
     port: PortId,
     frames: &[Vec<u8>],
+    next: &mut usize,
     a: &Args,
+    secs: f64,
     cpu: usize,
-) -> (u64, Duration) {
+) -> Sample {
     let _ = sb_io::cpu::pin_current_thread(cpu);
     let mut rx = PacketBatch::new(a.batch);
     let mut out = Outputs::new(a.batch, rx.buf_size());
-    let (mut i, mut count) = (0usize, 0u64);
+    let mut count = 0u64;
     let mut busy = Duration::ZERO;
-    let deadline = Duration::from_secs_f64(a.secs);
+    let deadline = Duration::from_secs_f64(secs);
     let wall = Instant::now();
     while busy < deadline && wall.elapsed() < deadline * 20 {
-        busy += timed_batch(engine, port, frames, &mut i, &mut rx, &mut out, a.batch);
+        busy += timed_batch(engine, port, frames, next, &mut rx, &mut out);
         count += a.batch as u64;
     }
-    (count, busy)
+    Sample {
+        frames: count,
+        busy,
+    }
+}
+
+/// One engine (or, per port, two) measured over rounds, where it left off.
+struct Runner {
+    policy: String,
+    first: Engine<Lte>,
+    second: Option<Engine<Lte>>,
+    ext: Sample,
+    int: Sample,
+    next_ext: usize,
+    next_int: usize,
 }
 
 /// The paper's node: the external core runs the `inet` frames while the internal core runs
-/// the `fabric` frames, at the same time. Each core's cost per external packet of the node
-/// (the internal core's scaled by the internal frames an external packet brings) gives the
-/// node's rate, bounded by the busier core.
-fn measure_per_port(
-    ext: &mut Engine<Lte>,
-    int: &mut Engine<Lte>,
-    w: &Work,
-    a: &Args,
-) -> anyhow::Result<Row> {
-    let ratio = w.internal.len() as f64 / w.external.len() as f64;
-    let ((e, eb), (i, ib)) = std::thread::scope(|s| {
-        let ht = s.spawn(|| one_port(int, PortId::Fabric, &w.internal, a, 1));
-        let he = one_port(ext, PortId::Inet, &w.external, a, 0);
+/// the `fabric` frames, at the same time, for `secs` of engine time each.
+fn round_per_port(r: &mut Runner, w: &Work, a: &Args, secs: f64) {
+    let int = r.second.as_mut().expect("a second engine per port");
+    let (ext, ni) = (&mut r.first, &mut r.next_int);
+    let ne = &mut r.next_ext;
+    let (e, i) = std::thread::scope(|s| {
+        let ht = s.spawn(|| one_port(int, PortId::Fabric, &w.internal, ni, a, secs, 1));
+        let he = one_port(ext, PortId::Inet, &w.external, ne, a, secs, 0);
         (he, ht.join().expect("internal core thread"))
     });
-    check_drops(ext)?;
+    r.ext.add(e);
+    r.int.add(i);
+}
+
+/// One core doing both: external batches, and the internal batches they bring, interleaved,
+/// for `secs` of engine time.
+fn round_one_core(r: &mut Runner, w: &Work, a: &Args, secs: f64) {
+    let engine = &mut r.first;
+    let mut rx = PacketBatch::new(a.batch);
+    let mut out = Outputs::new(a.batch, rx.buf_size());
+    let ratio = w.internal.len() as f64 / w.external.len() as f64;
+    let mut busy = Duration::ZERO;
+    let deadline = Duration::from_secs_f64(secs);
+    let wall = Instant::now();
+    while busy < deadline && wall.elapsed() < deadline * 20 {
+        busy += timed_batch(
+            engine,
+            PortId::Inet,
+            &w.external,
+            &mut r.next_ext,
+            &mut rx,
+            &mut out,
+        );
+        r.ext.frames += a.batch as u64;
+        while (r.int.frames as f64) < r.ext.frames as f64 * ratio {
+            busy += timed_batch(
+                engine,
+                PortId::Fabric,
+                &w.internal,
+                &mut r.next_int,
+                &mut rx,
+                &mut out,
+            );
+            r.int.frames += a.batch as u64;
+        }
+    }
+    r.ext.busy += busy;
+}
+
+/// The row of a runner's rounds. Per port: each core's cost per external packet of the node
+/// (the internal core's scaled by the internal frames an external packet brings) gives the
+/// node's rate, bounded by the busier core.
+fn row_of(r: &Runner, w: &Work) -> anyhow::Result<Row> {
+    check_drops(&r.first)?;
+    let engine = &r.first;
+    let (e, i) = (r.ext.frames, r.int.frames);
+    let base = |mpps, per_port, sends| Row {
+        mpps,
+        per_port,
+        fib_entries: engine.fib().len(),
+        fib_bytes: engine.fib().memory_bytes(),
+        gpt_bytes: engine.gpt().map_or(0, |g| g.stats().bytes as usize),
+        mean_crossings_sent: sends,
+        external: e,
+        internal: i,
+    };
+    let Some(int) = &r.second else {
+        let sends = fabric_sends(engine) as f64 / e as f64;
+        return Ok(base(e as f64 / r.ext.busy.as_secs_f64() / 1e6, None, sends));
+    };
     check_drops(int)?;
+    let ratio = w.internal.len() as f64 / w.external.len() as f64;
     // Seconds of each core per external packet of the node.
-    let ce = eb.as_secs_f64() / e as f64;
+    let ce = r.ext.busy.as_secs_f64() / e as f64;
     let ci = if ratio > 0.0 && i > 0 {
-        ib.as_secs_f64() / i as f64 * ratio
+        r.int.busy.as_secs_f64() / i as f64 * ratio
     } else {
         0.0
     };
-    let ext_sends = fabric_sends(ext) as f64 / e as f64;
+    let ext_sends = fabric_sends(engine) as f64 / e as f64;
     let int_sends = if i > 0 {
         fabric_sends(int) as f64 / i as f64 * ratio
     } else {
         0.0
     };
-    Ok(Row {
-        mpps: 1.0 / (ce + ci) / 1e6,
-        per_port: Some(PerPort {
+    Ok(base(
+        1.0 / (ce + ci) / 1e6,
+        Some(PerPort {
             mpps_per_node: 1.0 / ce.max(ci) / 1e6,
             external_core_mpps: 1.0 / ce / 1e6,
             internal_core_mpps: if ci > 0.0 {
@@ -445,60 +560,31 @@ fn measure_per_port(
                 f64::INFINITY
             },
         }),
-        fib_entries: ext.fib().len(),
-        fib_bytes: ext.fib().memory_bytes(),
-        gpt_bytes: ext.gpt().map_or(0, |g| g.stats().bytes as usize),
-        mean_crossings_sent: ext_sends + int_sends,
-        external: e,
-        internal: i,
-    })
+        ext_sends + int_sends,
+    ))
 }
 
-fn measure(engine: &mut Engine<Lte>, w: &Work, a: &Args) -> anyhow::Result<Row> {
-    let mut rx = PacketBatch::new(a.batch);
-    let mut out = Outputs::new(a.batch, rx.buf_size());
-    let ratio = w.internal.len() as f64 / w.external.len() as f64;
-    let (mut ei, mut ii) = (0usize, 0usize);
-    let (mut ext, mut int) = (0u64, 0u64);
-    let mut busy = Duration::ZERO;
-    let deadline = Duration::from_secs_f64(a.secs);
-    let wall = Instant::now();
-    while busy < deadline && wall.elapsed() < deadline * 20 {
-        busy += timed_batch(
-            engine,
-            PortId::Inet,
-            &w.external,
-            &mut ei,
-            &mut rx,
-            &mut out,
-            a.batch,
-        );
-        ext += a.batch as u64;
-        while (int as f64) < ext as f64 * ratio {
-            busy += timed_batch(
-                engine,
-                PortId::Fabric,
-                &w.internal,
-                &mut ii,
-                &mut rx,
-                &mut out,
-                a.batch,
-            );
-            int += a.batch as u64;
-        }
+/// The policy of every session in `qer-urr` rows: a QER whose MBR never limits (100 Gbit/s
+/// each way) and a URR counting usage.
+fn bench_policy() -> Policy {
+    Policy {
+        dl_mbr_kbps: 100_000_000,
+        ul_mbr_kbps: 100_000_000,
+        count: true,
+        ..Policy::default()
     }
-    check_drops(engine)?;
-    let sent_fabric = fabric_sends(engine);
-    Ok(Row {
-        mpps: ext as f64 / busy.as_secs_f64() / 1e6,
-        per_port: None,
-        fib_entries: engine.fib().len(),
-        fib_bytes: engine.fib().memory_bytes(),
-        gpt_bytes: engine.gpt().map_or(0, |g| g.stats().bytes as usize),
-        mean_crossings_sent: sent_fabric as f64 / ext as f64,
-        external: ext,
-        internal: int,
-    })
+}
+
+/// The plain row's per-node rate of a configuration, if already in `rows`.
+fn plain_node(rows: &[serde_json::Value], arch: Arch, fib: &str, entries: usize) -> Option<f64> {
+    rows.iter()
+        .find(|r| {
+            r["arch"] == arch.label()
+                && r["fib"] == fib
+                && r["fib_entries"] == entries
+                && r["policy"] == "none"
+        })
+        .and_then(|r| r["mpps_per_node"].as_f64())
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -569,15 +655,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             let w = workload(arch, &tunnels, &a, a.seed + 1)?;
             for fib_kind in &a.fib {
-                let mut fibs = make_fib(
-                    fib_kind,
-                    arch,
-                    &tunnels,
-                    a.nodes,
-                    a.seed,
-                    usize::from(per_port),
-                )?
-                .into_iter();
                 // Node 0 serves no upstream traffic here: an empty uplink table.
                 let uplink = Lte::uplink_table(std::iter::empty(), a.seed)?;
                 let g = if arch == Arch::ScaleBricks {
@@ -597,44 +674,123 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                         a.batch,
                     )
                 };
-                let mut first = engine(fibs.next().context("a FIB")?)?;
-                let r = if per_port {
-                    let mut second = engine(fibs.next().context("a second FIB handle")?)?;
-                    measure_per_port(&mut first, &mut second, &w, &a)?
-                } else {
-                    measure(&mut first, &w, &a)?
-                };
-                if !a.json {
-                    let node = r.per_port.map_or(String::new(), |p| {
-                        format!(
-                            " ({:.2} Mpps per node of 2 cores: external core {:.2}, internal {:.2})",
-                            p.mpps_per_node, p.external_core_mpps, p.internal_core_mpps
-                        )
+                let mut runners = Vec::new();
+                for policy in &a.policy {
+                    let cores = 1 + usize::from(per_port);
+                    let slice = cluster::fib_slice(arch, &tunnels, 0, a.nodes, a.seed).len();
+                    let policies = Arc::new(Policies::new(cores, slice.max(1)));
+                    let with = policy == "qer-urr";
+                    let value = |t: &Tunnel| -> [u8; VALUE_BYTES] {
+                        if !with {
+                            return t.value();
+                        }
+                        let t = Tunnel {
+                            policy: bench_policy(),
+                            ..*t
+                        };
+                        lte::local_entry(&policies, &t.key(), &t.value())
+                            .expect("a slot for every session")
+                            .value
+                    };
+                    let mut fibs = make_fib(
+                        fib_kind,
+                        arch,
+                        &tunnels,
+                        a.nodes,
+                        a.seed,
+                        usize::from(per_port),
+                        &value,
+                    )?
+                    .into_iter();
+                    let mut first = engine(fibs.next().context("a FIB")?)?;
+                    first.app_mut().set_policies(policies.clone(), 0);
+                    let second = if per_port {
+                        let mut e = engine(fibs.next().context("a second FIB handle")?)?;
+                        e.app_mut().set_policies(policies.clone(), 1);
+                        Some(e)
+                    } else {
+                        None
+                    };
+                    runners.push(Runner {
+                        policy: policy.clone(),
+                        first,
+                        second,
+                        ext: Sample::default(),
+                        int: Sample::default(),
+                        next_ext: 0,
+                        next_int: 0,
                     });
-                    eprintln!(
-                        "{:>11} {:>8} {:>9} entries: {:6.2} Mpps per core{node}, FIB {} entries {:.1} MB, GPT {:.2} MB",
-                        arch.label(), fib_kind, entries, r.mpps, r.fib_entries,
-                        r.fib_bytes as f64 / 1e6, r.gpt_bytes as f64 / 1e6
-                    );
                 }
-                let mut row = json!({
-                    "arch": arch.label(),
-                    "fib": fib_kind,
-                    "fib_entries": entries,
-                    "mpps_per_core": r.mpps,
-                    "fib_entries_per_node": r.fib_entries,
-                    "fib_bytes_per_node": r.fib_bytes,
-                    "gpt_bytes": r.gpt_bytes,
-                    "fabric_sends_per_external_packet": r.mean_crossings_sent,
-                    "external_packets": r.external,
-                    "internal_packets": r.internal,
-                });
-                if let Some(p) = r.per_port {
-                    row["mpps_per_node"] = json!(p.mpps_per_node);
-                    row["external_core_mpps"] = json!(p.external_core_mpps);
-                    row["internal_core_mpps"] = json!(p.internal_core_mpps);
+                let rounds = a.rounds.max(1);
+                let secs = a.secs / f64::from(rounds);
+                for _ in 0..rounds {
+                    for r in runners.iter_mut() {
+                        if per_port {
+                            round_per_port(r, &w, &a, secs);
+                        } else {
+                            round_one_core(r, &w, &a, secs);
+                        }
+                    }
                 }
-                rows.push(row);
+                let mut plain_mpps = None;
+                for runner in &runners {
+                    let r = row_of(runner, &w)?;
+                    if runner.policy == "none" {
+                        plain_mpps = Some(r.mpps);
+                    }
+                    let vs = plain_mpps
+                        .filter(|_| runner.policy != "none")
+                        .map(|p| r.mpps / p);
+                    if !a.json {
+                        let node = r.per_port.map_or(String::new(), |p| {
+                            format!(
+                                " ({:.2} Mpps per node of 2 cores: external core {:.2}, internal {:.2})",
+                                p.mpps_per_node, p.external_core_mpps, p.internal_core_mpps
+                            )
+                        });
+                        let vs_s = vs.map_or(String::new(), |x| format!(", {:.3} of none", x));
+                        eprintln!(
+                            "{:>11} {:>8} {:>9} entries {:>7}: {:6.2} Mpps per core{node}{vs_s}, FIB {} entries {:.1} MB, GPT {:.2} MB",
+                            arch.label(), fib_kind, entries, runner.policy, r.mpps, r.fib_entries,
+                            r.fib_bytes as f64 / 1e6, r.gpt_bytes as f64 / 1e6
+                        );
+                    }
+                    let mut row = json!({
+                        "arch": arch.label(),
+                        "fib": fib_kind,
+                        "fib_entries": entries,
+                        "policy": runner.policy,
+                        "mpps_per_core": r.mpps,
+                        "fib_entries_per_node": r.fib_entries,
+                        "fib_bytes_per_node": r.fib_bytes,
+                        "gpt_bytes": r.gpt_bytes,
+                        "fabric_sends_per_external_packet": r.mean_crossings_sent,
+                        "external_packets": r.external,
+                        "internal_packets": r.internal,
+                    });
+                    if let Some(x) = vs {
+                        row["rate_vs_none"] = json!(x);
+                    }
+                    if runner.policy != "none" {
+                        let u = runner
+                            .first
+                            .app()
+                            .policies()
+                            .map(|p| p.stats().slots)
+                            .unwrap_or(0);
+                        row["policy_slots"] = json!(u);
+                    }
+                    if let Some(p) = r.per_port {
+                        row["mpps_per_node"] = json!(p.mpps_per_node);
+                        row["external_core_mpps"] = json!(p.external_core_mpps);
+                        row["internal_core_mpps"] = json!(p.internal_core_mpps);
+                        let plain = plain_node(&rows, arch, fib_kind, entries);
+                        if let Some(pl) = plain.filter(|_| vs.is_some()) {
+                            row["node_rate_vs_none"] = json!(p.mpps_per_node / pl);
+                        }
+                    }
+                    rows.push(row);
+                }
             }
         }
     }

@@ -129,6 +129,10 @@ pub fn node_points(runs: &[Value]) -> Result<Vec<NodePoint>> {
             .as_array()
             .context("a node run without `results`")?;
         for r in rows {
+            // Rows with policies (`--policy qer-urr`) are not the architectures' curves.
+            if r["policy"].as_str().is_some_and(|p| p != "none") {
+                continue;
+            }
             let key = (
                 r["arch"].as_str().context("row without arch")?.to_string(),
                 r["fib"].as_str().context("row without fib")?.to_string(),

@@ -221,7 +221,23 @@ fn bench_node_per_port_gives_each_core_and_the_node() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
     assert_eq!(v["layout"], "per-port");
     let rows = v["results"].as_array().expect("results");
-    assert_eq!(rows.len(), 2);
+    // Each architecture without policies and with a QER and a URR on every session.
+    assert_eq!(rows.len(), 4);
+    for (i, r) in rows.iter().enumerate() {
+        let with = i % 2 == 1;
+        assert_eq!(r["policy"], if with { "qer-urr" } else { "none" }, "{r}");
+        if with {
+            assert_eq!(r["arch"], rows[i - 1]["arch"]);
+            let vs = r["rate_vs_none"].as_f64().unwrap();
+            let want = r["mpps_per_core"].as_f64().unwrap()
+                / rows[i - 1]["mpps_per_core"].as_f64().unwrap();
+            assert!((vs - want).abs() < 1e-9 && vs > 0.0, "{r}");
+            assert!(r["node_rate_vs_none"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["policy_slots"].as_u64().unwrap() > 0, "{r}");
+        } else {
+            assert!(r.get("rate_vs_none").is_none(), "{r}");
+        }
+    }
     for r in rows {
         let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
         let (node, core) = (f("mpps_per_node"), f("mpps_per_core"));
