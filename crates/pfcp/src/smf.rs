@@ -143,6 +143,95 @@ pub fn establishment(
             create_far: vec![downlink_far(teid, enb), uplink_far()],
             create_urr: vec![],
             create_qer: vec![],
+            create_bar: None,
         }),
+    }
+}
+
+/// The request open5gs's SMF sends for an IPv4 PDU session, as bytes: the test vector
+/// `tests/data/smf/open5gs/02-session-establishment-request.bin` (written IE for IE from
+/// open5gs's `src/smf/n4-build.c`; see that folder's README), with `sequence`, the SMF's
+/// address (Node ID, CP F-SEID), its CP SEID and `ue` written over the vector's values in
+/// place, every other byte as open5gs encodes it. Four PDRs (downlink, uplink with F-TEID
+/// CHOOSE ID, the CP-function pair for IPv6 router solicitations), three FARs (the downlink one
+/// BUFF|NOCP with a BAR until the gNB's tunnel is known), a URR (volume threshold) and a QER
+/// (session AMBR as MBR, QFI 1): what `smf-sim --shape open5gs` and `bench pfcp` send.
+pub fn establishment_open5gs(sequence: u32, smf: Ipv4Addr, cp_seid: u64, ue: Ipv4Addr) -> Vec<u8> {
+    let mut b =
+        include_bytes!("../tests/data/smf/open5gs/02-session-establishment-request.bin").to_vec();
+    // Header (S=1): flags, type, length (2), SEID (8), sequence (3), spare.
+    b[12..15].copy_from_slice(&sequence.to_be_bytes()[1..]);
+    patch_ies(&mut b[16..], smf, cp_seid, ue);
+    b
+}
+
+/// Writes our values over the open5gs vector's in the IEs of `ies` (recursing into Create PDR
+/// and its PDI). The vector is a constant of this crate: its IEs are well formed (its tests
+/// parse it), so a short IE here only stops the walk.
+fn patch_ies(ies: &mut [u8], smf: Ipv4Addr, cp_seid: u64, ue: Ipv4Addr) {
+    let mut at = 0;
+    while at + 4 <= ies.len() {
+        let t = u16::from_be_bytes([ies[at], ies[at + 1]]);
+        let len = usize::from(u16::from_be_bytes([ies[at + 2], ies[at + 3]]));
+        let Some(v) = ies.get_mut(at + 4..at + 4 + len) else {
+            return;
+        };
+        match t {
+            // Node ID: type IPv4.
+            60 if len == 5 && v[0] == 0 => v[1..5].copy_from_slice(&smf.octets()),
+            // F-SEID with V4: flags, SEID, IPv4.
+            57 if len == 13 && v[0] & 0x02 != 0 => {
+                v[1..9].copy_from_slice(&cp_seid.to_be_bytes());
+                v[9..13].copy_from_slice(&smf.octets());
+            }
+            // UE IP Address with V4: flags, then the IPv4 address.
+            93 if len >= 5 && v[0] & 0x02 != 0 => v[1..5].copy_from_slice(&ue.octets()),
+            // Create PDR, PDI: grouped.
+            1 | 2 => patch_ies(v, smf, cp_seid, ue),
+            _ => {}
+        }
+        at += 4 + len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open5gs_shape_is_the_vector_with_our_values() {
+        const VECTOR: &[u8] =
+            include_bytes!("../tests/data/smf/open5gs/02-session-establishment-request.bin");
+        let ue = Ipv4Addr::new(20, 1, 2, 3);
+        let smf = Ipv4Addr::new(10, 3, 0, 253);
+        let bytes = establishment_open5gs(77, smf, 0x1234, ue);
+        assert_eq!(bytes.len(), VECTOR.len());
+        let m = Message::parse(&bytes).unwrap();
+        assert_eq!(m.sequence, 77);
+        let Body::SessionEstablishmentRequest(r) = &m.body else {
+            panic!("{m:?}");
+        };
+        assert_eq!(r.node_id, NodeId::Ipv4(smf));
+        assert_eq!((r.cp_f_seid.seid, r.cp_f_seid.ipv4), (0x1234, Some(smf)));
+        assert_eq!((r.create_pdr.len(), r.create_far.len()), (4, 3));
+        assert_eq!((r.create_urr.len(), r.create_qer.len()), (1, 1));
+        assert!(r.create_bar.is_some());
+        // The UE's address is in the downlink PDR (open5gs's uplink PDRs carry none).
+        let ues: Vec<_> = (r.create_pdr.iter())
+            .filter_map(|p| p.pdi.ue_ip_address.as_ref()?.ipv4)
+            .collect();
+        assert_eq!(ues, [UeAddr::Addr(ue)]);
+        // Nothing else changed: the vector with the same values put back is the vector.
+        let Message { body, .. } = Message::parse(VECTOR).unwrap();
+        let Body::SessionEstablishmentRequest(v) = body else {
+            panic!("vector");
+        };
+        let back = establishment_open5gs(2, v.cp_f_seid.ipv4.unwrap(), v.cp_f_seid.seid, {
+            let Some(UeAddr::Addr(a)) = v.create_pdr[0].pdi.ue_ip_address.unwrap().ipv4 else {
+                panic!("vector UE");
+            };
+            a
+        });
+        assert_eq!(back, VECTOR);
     }
 }

@@ -17,6 +17,10 @@
 //!
 //! UE addresses are `--ue-base` + i (default 20.0.0.0: outside the default pool of
 //! `flows.csv`), downlink TEIDs 0x4000_0000 + i, base station 10.2.{node}.2.
+//!
+//! `--shape open5gs` sends instead the request open5gs's SMF sends
+//! (`sb_pfcp::smf::establishment_open5gs`: four PDRs, three FARs (the downlink one BUFF|NOCP
+//! with a BAR: no gNB tunnel yet), a URR, a QER), with the same UE addresses and SEIDs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -64,9 +68,21 @@ pub struct Args {
     /// sessions (TS 29.244): give each its own.
     #[arg(long, default_value = "10.3.0.254")]
     smf: Ipv4Addr,
+    /// What each Session Establishment Request holds.
+    #[arg(long, value_enum, default_value_t = Shape::Minimal)]
+    shape: Shape,
     /// Pretty JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// The requests' shape (`--shape`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// One downlink PDR and FAR (with the gNB's tunnel), one uplink PDR (F-TEID CHOOSE) and FAR.
+    Minimal,
+    /// What open5gs's SMF sends: four PDRs, three FARs, a URR, a QER, a BAR.
+    Open5gs,
 }
 
 const RESEND: Duration = Duration::from_secs(1);
@@ -187,7 +203,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut handled = vec![0u64; targets.len()];
     let mut dump = Vec::new();
     let build = |i: u32, seq: u32, node: usize| -> anyhow::Result<Vec<u8>> {
-        let ue = IpAddr::V4(Ipv4Addr::from(u32::from(a.ue_base).wrapping_add(i)));
+        let ue4 = Ipv4Addr::from(u32::from(a.ue_base).wrapping_add(i));
+        if a.shape == Shape::Open5gs {
+            return Ok(sb_pfcp::smf::establishment_open5gs(
+                seq,
+                a.smf,
+                u64::from(a.first + i),
+                ue4,
+            ));
+        }
+        let ue = IpAddr::V4(ue4);
         let enb = Ipv4Addr::new(10, 2, (node % 256) as u8, 2);
         Ok(sb_pfcp::smf::establishment(
             seq,
@@ -297,8 +322,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                         let i = o.session;
                         dump.push(json!({
                             "ue": Ipv4Addr::from(u32::from(a.ue_base).wrapping_add(i)).to_string(),
-                            "teid": 0x4000_0000u32.wrapping_add(i),
-                            "enb": format!("10.2.{}.2", o.node % 256),
+                            // open5gs' requests carry no gNB tunnel (BUFF until one).
+                            "teid": (a.shape == Shape::Minimal)
+                                .then(|| 0x4000_0000u32.wrapping_add(i)),
+                            "enb": (a.shape == Shape::Minimal)
+                                .then(|| format!("10.2.{}.2", o.node % 256)),
                             "cp_seid": a.first + i,
                             "up_seid": seid.seid,
                             "through": o.node,
@@ -362,6 +390,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let (user, system) = own_cpu_seconds();
     let v = json!({
+        "shape": format!("{:?}", a.shape).to_lowercase(),
         "sessions": a.sessions,
         "established": established,
         "seconds": secs,
