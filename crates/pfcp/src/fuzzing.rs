@@ -7,7 +7,10 @@ use crate::message::{
     Message, PackedSession,
 };
 use crate::relay::{Relay, RelayKind};
-use crate::upf::{Applied, Config, Failure, FibChange, Placement, Sessions, Token, UeChange, Upf};
+use crate::upf::{
+    Applied, Config, Failure, FibChange, Placement, Sessions, Token, UeChange, Upf, Usage,
+    UsageRead,
+};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -17,6 +20,8 @@ use std::time::Duration;
 struct Accept {
     calls: u64,
     pending: Vec<Token>,
+    /// Usage reads left pending (every other one).
+    reads: Vec<Token>,
 }
 
 impl Sessions for Accept {
@@ -37,6 +42,20 @@ impl Sessions for Accept {
             }
             _ => Ok(Applied::Done),
         }
+    }
+    fn read_usage(&mut self, token: Token, ul_teids: &[u32]) -> UsageRead {
+        self.calls += 1;
+        if self.calls % 2 == 0 {
+            self.reads.push(token);
+            return UsageRead::Pending;
+        }
+        let u = |t: u32| Usage {
+            ul_bytes: u64::from(t) << 20,
+            dl_bytes: u64::from(t),
+            ul_packets: 3,
+            dl_packets: u64::from(t >> 8),
+        };
+        UsageRead::Now(ul_teids.iter().map(|&t| (t, u(t))).collect())
     }
 }
 
@@ -97,6 +116,7 @@ pub fn pfcp_message(data: &[u8]) {
                 &r.create_far,
                 &r.create_qer,
                 &r.create_urr,
+                r.create_bar.as_ref(),
             )
             .expect("a session that parsed packs");
             let want = PackedSession {
@@ -106,6 +126,7 @@ pub fn pfcp_message(data: &[u8]) {
                 fars: r.create_far.clone(),
                 qers: r.create_qer.clone(),
                 urrs: r.create_urr.clone(),
+                bar: r.create_bar,
             };
             assert_eq!(unpack_session(&packed), Ok(want));
             assert_eq!(packed_node_id(&packed), Ok(r.node_id.clone()));
@@ -121,6 +142,8 @@ pub fn pfcp_message(data: &[u8]) {
     let mut cfg = cfg;
     cfg.relay = true;
     cfg.allocator_id = 1;
+    cfg.ue_pool_v4 = vec![(Ipv4Addr::new(10, 200, 0, 0), 30)];
+    cfg.ue_pool_v6 = vec![("2001:db8::".parse().expect("an address"), 63)];
     let mut upf = Upf::new(cfg, Accept::default());
     let setup = Message {
         seid: None,
@@ -155,6 +178,28 @@ pub fn pfcp_message(data: &[u8]) {
         for t in std::mem::take(&mut upf.sessions_impl_mut().pending) {
             out.extend(upf.complete(Duration::from_secs(3 + i as u64), t, Ok(())));
         }
+    }
+    // The handling node's counts and buffered-data notices for every metered TEID, reads
+    // answered late, then the timers: thresholds, quotas, periods, reports retransmitted and
+    // given up, reads that time out.
+    let teids: Vec<u32> = upf.metered_teids().collect();
+    for (i, t) in teids.into_iter().enumerate() {
+        let n = data.len() as u64 * (i as u64 + 1);
+        let u = Usage {
+            ul_bytes: n << 10,
+            dl_bytes: n << 20,
+            ul_packets: n,
+            dl_packets: n,
+        };
+        out.extend(upf.usage(Duration::from_secs(5), t, u));
+        out.extend(upf.usage(Duration::from_secs(5), t, Usage::default()));
+        out.extend(upf.downlink_data(Duration::from_secs(5), t));
+    }
+    for t in std::mem::take(&mut upf.sessions_impl_mut().reads) {
+        out.extend(upf.complete_usage(Duration::from_secs(5), t, &[(1, Usage::default())]));
+    }
+    for s in [6, 9, 12, 100, 4000] {
+        out.extend(upf.poll(Duration::from_secs(s)));
     }
     while let Some(r) = upf.poll_relay() {
         if r.kind == RelayKind::Response {

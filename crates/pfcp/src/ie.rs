@@ -61,6 +61,31 @@ pub mod ie_type {
     pub const QFI: u16 = 124;
     /// 3GPP Interface Type (8.2.118).
     pub const TGPP_INTERFACE_TYPE: u16 = 160;
+    pub const UPDATE_BAR_SRR: u16 = 12;
+    pub const VOLUME_THRESHOLD: u16 = 31;
+    pub const TIME_THRESHOLD: u16 = 32;
+    pub const REPORT_TYPE: u16 = 39;
+    pub const DL_DATA_NOTIFICATION_DELAY: u16 = 46;
+    pub const PFCPSMREQ_FLAGS: u16 = 49;
+    pub const USAGE_REPORT_TRIGGER: u16 = 63;
+    pub const MEASUREMENT_PERIOD: u16 = 64;
+    pub const VOLUME_MEASUREMENT: u16 = 66;
+    pub const DURATION_MEASUREMENT: u16 = 67;
+    pub const VOLUME_QUOTA: u16 = 73;
+    pub const TIME_QUOTA: u16 = 74;
+    pub const START_TIME: u16 = 75;
+    pub const END_TIME: u16 = 76;
+    pub const QUERY_URR: u16 = 77;
+    pub const USAGE_REPORT_SMR: u16 = 78;
+    pub const USAGE_REPORT_SDR: u16 = 79;
+    pub const USAGE_REPORT_SRR: u16 = 80;
+    pub const DOWNLINK_DATA_REPORT: u16 = 83;
+    pub const CREATE_BAR: u16 = 85;
+    pub const UPDATE_BAR_SMR: u16 = 86;
+    pub const REMOVE_BAR: u16 = 87;
+    pub const BAR_ID: u16 = 88;
+    pub const UR_SEQN: u16 = 104;
+    pub const SUGGESTED_BUFFERING_PACKETS_COUNT: u16 = 140;
 }
 
 /// What went wrong reading a message.
@@ -356,6 +381,7 @@ impl Cause {
     pub const NO_RESOURCES_AVAILABLE: Cause = Cause(75);
     pub const SERVICE_NOT_SUPPORTED: Cause = Cause(76);
     pub const SYSTEM_FAILURE: Cause = Cause(77);
+    pub const ALL_DYNAMIC_ADDRESSES_ARE_OCCUPIED: Cause = Cause(79);
 }
 
 impl Value for Cause {
@@ -694,6 +720,16 @@ bytes_value!(
 impl UpFunctionFeatures {
     /// FTUP (octet 5 bit 5): the user plane allocates F-TEIDs (CHOOSE).
     pub const FTUP: (usize, u8) = (0, 0x10);
+    /// BUCP (octet 5 bit 1): downlink data buffering in the CP function (forwarding to it).
+    pub const BUCP: (usize, u8) = (0, 0x01);
+    /// DDND (octet 5 bit 2): the BAR's Downlink Data Notification Delay is applied.
+    pub const DDND: (usize, u8) = (0, 0x02);
+    /// QUOAC (octet 6 bit 4): the Quota Action IE of a URR is supported.
+    pub const QUOAC: (usize, u8) = (1, 0x08);
+    /// UEIP (octet 7 bit 3): the user plane allocates UE IP addresses (CHV4/CHV6).
+    pub const UEIP: (usize, u8) = (2, 0x04);
+    /// MNOP (octet 7 bit 5): packets counted when a URR's Measurement Information asks.
+    pub const MNOP: (usize, u8) = (2, 0x10);
 
     /// Whether feature `(octet index, bit mask)` is set.
     pub fn has(&self, (octet, mask): (usize, u8)) -> bool {
@@ -1180,3 +1216,286 @@ bytes_value!(
     /// Reporting Triggers (8.2.19): the trigger bit octets as sent.
     ReportingTriggers, ie_type::REPORTING_TRIGGERS
 );
+
+int_value!(
+    /// BAR ID (8.2.88).
+    BarId, u8, ie_type::BAR_ID, 1
+);
+int_value!(
+    /// UR-SEQN (8.2.77): the sequence number of a URR's usage reports, from 0.
+    UrSeqn, u32, ie_type::UR_SEQN, 4
+);
+int_value!(
+    /// Time Threshold (8.2.14): seconds of measured time after which to report.
+    TimeThreshold, u32, ie_type::TIME_THRESHOLD, 4
+);
+int_value!(
+    /// Time Quota (8.2.51): seconds of measured time the traffic may take.
+    TimeQuota, u32, ie_type::TIME_QUOTA, 4
+);
+int_value!(
+    /// Measurement Period (8.2.42): seconds between periodic usage reports.
+    MeasurementPeriod, u32, ie_type::MEASUREMENT_PERIOD, 4
+);
+int_value!(
+    /// Duration Measurement (8.2.45): seconds measured.
+    DurationMeasurement, u32, ie_type::DURATION_MEASUREMENT, 4
+);
+int_value!(
+    /// Start Time (8.2.46): seconds since 1900 (NTP) when the reported measurement began.
+    StartTime, u32, ie_type::START_TIME, 4
+);
+int_value!(
+    /// End Time (8.2.47): seconds since 1900 (NTP) when the reported measurement ended.
+    EndTime, u32, ie_type::END_TIME, 4
+);
+int_value!(
+    /// Downlink Data Notification Delay (8.2.28): in units of 50 ms.
+    DlDataNotificationDelay, u8, ie_type::DL_DATA_NOTIFICATION_DELAY, 1
+);
+int_value!(
+    /// Suggested Buffering Packets Count (8.2.112).
+    SuggestedBufferingPacketsCount, u8, ie_type::SUGGESTED_BUFFERING_PACKETS_COUNT, 1
+);
+int_value!(
+    /// Report Type (8.2.21): DLDR, USAR, ERIR, UPIR, ... flags.
+    ReportType, u8, ie_type::REPORT_TYPE, 1
+);
+int_value!(
+    /// PFCPSMReq-Flags (8.2.31): DROBU, SNDEM, QAURR flags.
+    PfcpSmReqFlags, u8, ie_type::PFCPSMREQ_FLAGS, 1
+);
+
+#[allow(missing_docs)]
+impl ReportType {
+    pub const DLDR: u8 = 0x01;
+    pub const USAR: u8 = 0x02;
+}
+
+#[allow(missing_docs)]
+impl PfcpSmReqFlags {
+    pub const DROBU: u8 = 0x01;
+    pub const SNDEM: u8 = 0x02;
+    pub const QAURR: u8 = 0x04;
+}
+
+#[allow(missing_docs)]
+impl MeasurementMethod {
+    pub const DURAT: u8 = 0x01;
+    pub const VOLUM: u8 = 0x02;
+    pub const EVENT: u8 = 0x04;
+}
+
+#[allow(missing_docs)]
+impl ReportingTriggers {
+    pub const PERIO: (usize, u8) = (0, 0x01);
+    pub const VOLTH: (usize, u8) = (0, 0x02);
+    pub const TIMTH: (usize, u8) = (0, 0x04);
+    pub const QUHTI: (usize, u8) = (0, 0x08);
+    pub const START: (usize, u8) = (0, 0x10);
+    pub const STOPT: (usize, u8) = (0, 0x20);
+    pub const DROTH: (usize, u8) = (0, 0x40);
+    pub const LIUSA: (usize, u8) = (0, 0x80);
+    pub const VOLQU: (usize, u8) = (1, 0x01);
+    pub const TIMQU: (usize, u8) = (1, 0x02);
+    pub const ENVCL: (usize, u8) = (1, 0x04);
+    pub const MACAR: (usize, u8) = (1, 0x08);
+    pub const EVETH: (usize, u8) = (1, 0x10);
+    pub const EVEQU: (usize, u8) = (1, 0x20);
+    pub const IPMJL: (usize, u8) = (1, 0x40);
+    pub const QUVTI: (usize, u8) = (1, 0x80);
+    pub const REEMR: (usize, u8) = (2, 0x01);
+    pub const UPINT: (usize, u8) = (2, 0x02);
+
+    /// Whether trigger `(octet index, bit mask)` is set.
+    pub fn has(&self, (octet, mask): (usize, u8)) -> bool {
+        self.0.get(octet).is_some_and(|b| b & mask != 0)
+    }
+}
+
+/// Usage Report Trigger (8.2.41): why a usage report is sent, three octets as one number
+/// (octet 5 in the low bits).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UsageReportTrigger(pub u32);
+
+#[allow(missing_docs)]
+impl UsageReportTrigger {
+    pub const PERIO: u32 = 1 << 0;
+    pub const VOLTH: u32 = 1 << 1;
+    pub const TIMTH: u32 = 1 << 2;
+    pub const QUHTI: u32 = 1 << 3;
+    pub const START: u32 = 1 << 4;
+    pub const STOPT: u32 = 1 << 5;
+    pub const DROTH: u32 = 1 << 6;
+    /// Immediate report: the answer to a Query URR.
+    pub const IMMER: u32 = 1 << 7;
+    pub const VOLQU: u32 = 1 << 8;
+    pub const TIMQU: u32 = 1 << 9;
+    pub const LIUSA: u32 = 1 << 10;
+    /// Termination report: the URR or its session is removed.
+    pub const TERMR: u32 = 1 << 11;
+    pub const MONIT: u32 = 1 << 12;
+    pub const ENVCL: u32 = 1 << 13;
+}
+
+#[cfg(feature = "arbitrary")]
+impl<'a> arbitrary::Arbitrary<'a> for UsageReportTrigger {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(UsageReportTrigger(u.int_in_range(0..=0xff_ffff)?))
+    }
+}
+
+impl Value for UsageReportTrigger {
+    const TYPE: u16 = ie_type::USAGE_REPORT_TRIGGER;
+    fn read(v: &[u8]) -> Option<Self> {
+        // Two octets before Release 14, three since.
+        let (a, b) = (*v.first()?, *v.get(1)?);
+        let c = v.get(2).copied().unwrap_or(0);
+        Some(UsageReportTrigger(u32::from_le_bytes([a, b, c, 0])))
+    }
+    fn write(&self, w: &mut Writer) -> Result<(), BuildError> {
+        if self.0 > 0xff_ffff {
+            return Err(BuildError::Value(Self::TYPE));
+        }
+        w.put(&self.0.to_le_bytes()[..3]);
+        Ok(())
+    }
+}
+
+/// The volumes of a Volume Threshold (8.2.13) or Volume Quota (8.2.50), in bytes: each present
+/// one (TOVOL, ULVOL, DLVOL) applies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Volume {
+    /// Both directions together.
+    pub total: Option<u64>,
+    /// Uplink.
+    pub ul: Option<u64>,
+    /// Downlink.
+    pub dl: Option<u64>,
+}
+
+impl Volume {
+    fn read(v: &[u8]) -> Option<Self> {
+        let flags = *v.first()?;
+        let mut at = 1;
+        let mut next = |bit: u8| -> Option<Option<u64>> {
+            if flags & bit == 0 {
+                return Some(None);
+            }
+            let x = u64::from_be_bytes(v.get(at..at + 8)?.try_into().ok()?);
+            at += 8;
+            Some(Some(x))
+        };
+        Some(Volume {
+            total: next(0x01)?,
+            ul: next(0x02)?,
+            dl: next(0x04)?,
+        })
+    }
+    fn write(&self, w: &mut Writer) {
+        let vals = [self.total, self.ul, self.dl];
+        let flags = vals
+            .iter()
+            .enumerate()
+            .fold(0u8, |f, (i, x)| f | u8::from(x.is_some()) << i);
+        w.put(&[flags]);
+        for x in vals.into_iter().flatten() {
+            w.put(&x.to_be_bytes());
+        }
+    }
+}
+
+/// Volume Threshold (8.2.13): the volumes after which to report (VOLTH).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct VolumeThreshold(pub Volume);
+
+impl Value for VolumeThreshold {
+    const TYPE: u16 = ie_type::VOLUME_THRESHOLD;
+    fn read(v: &[u8]) -> Option<Self> {
+        Volume::read(v).map(VolumeThreshold)
+    }
+    fn write(&self, w: &mut Writer) -> Result<(), BuildError> {
+        self.0.write(w);
+        Ok(())
+    }
+}
+
+/// Volume Quota (8.2.50): the volumes the traffic may take (VOLQU).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct VolumeQuota(pub Volume);
+
+impl Value for VolumeQuota {
+    const TYPE: u16 = ie_type::VOLUME_QUOTA;
+    fn read(v: &[u8]) -> Option<Self> {
+        Volume::read(v).map(VolumeQuota)
+    }
+    fn write(&self, w: &mut Writer) -> Result<(), BuildError> {
+        self.0.write(w);
+        Ok(())
+    }
+}
+
+/// Volume Measurement (8.2.44): bytes (TOVOL, ULVOL, DLVOL) and packets (TONOP, ULNOP,
+/// DLNOP) measured, each when present.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct VolumeMeasurement {
+    /// Bytes, both directions.
+    pub total: Option<u64>,
+    /// Bytes uplink.
+    pub ul: Option<u64>,
+    /// Bytes downlink.
+    pub dl: Option<u64>,
+    /// Packets, both directions.
+    pub total_packets: Option<u64>,
+    /// Packets uplink.
+    pub ul_packets: Option<u64>,
+    /// Packets downlink.
+    pub dl_packets: Option<u64>,
+}
+
+impl Value for VolumeMeasurement {
+    const TYPE: u16 = ie_type::VOLUME_MEASUREMENT;
+    fn read(v: &[u8]) -> Option<Self> {
+        let flags = *v.first()?;
+        let mut at = 1;
+        let mut next = |bit: u8| -> Option<Option<u64>> {
+            if flags & bit == 0 {
+                return Some(None);
+            }
+            let x = u64::from_be_bytes(v.get(at..at + 8)?.try_into().ok()?);
+            at += 8;
+            Some(Some(x))
+        };
+        Some(VolumeMeasurement {
+            total: next(0x01)?,
+            ul: next(0x02)?,
+            dl: next(0x04)?,
+            total_packets: next(0x08)?,
+            ul_packets: next(0x10)?,
+            dl_packets: next(0x20)?,
+        })
+    }
+    fn write(&self, w: &mut Writer) -> Result<(), BuildError> {
+        let vals = [
+            self.total,
+            self.ul,
+            self.dl,
+            self.total_packets,
+            self.ul_packets,
+            self.dl_packets,
+        ];
+        let flags = vals
+            .iter()
+            .enumerate()
+            .fold(0u8, |f, (i, x)| f | u8::from(x.is_some()) << i);
+        w.put(&[flags]);
+        for x in vals.into_iter().flatten() {
+            w.put(&x.to_be_bytes());
+        }
+        Ok(())
+    }
+}

@@ -18,10 +18,11 @@
 //!   [`UeChange`]) to a [`Sessions`] implementation (the cluster), whose answer may come
 //!   later ([`Upf::complete`]). Its module docs list exactly which rules are applied and which
 //!   are refused with which cause; in short, downlink PDR (Core, UE address) + FAR (FORW, GTP-U
-//!   outer header) and uplink PDR (Access, CHOOSE F-TEID, GTP-U outer header removal) +
-//!   FAR (FORW) are applied, DROP/BUFF drop, **QER gates are applied and QERs asking for rates
-//!   or QFI marking are refused, URRs are always refused** (Rule creation/modification failure
-//!   naming the rule): nothing is silently ignored.
+//!   outer header) and uplink PDR (Access, F-TEID, GTP-U outer header removal) + FAR (FORW)
+//!   become FIB entries, and per UE a [`UePolicy`] says what the handling node enforces (QER
+//!   gates and MBRs, URR counting, BUFF/NOCP buffering, End Markers). URRs are measured from
+//!   the handling node's counts ([`Upf::usage`]) and reported (Session Report Request, Query
+//!   URR, deletion); Downlink Data Reports follow [`Upf::downlink_data`].
 //!
 //! No sockets, threads or clocks: time is an argument, so a test drives a whole exchange.
 //!
@@ -106,6 +107,7 @@
 //!         }],
 //!         create_urr: vec![],
 //!         create_qer: vec![],
+//!         create_bar: None,
 //!     }),
 //! };
 //! let out = upf.handle(Duration::from_millis(5), smf, &establish.to_bytes()?);
@@ -117,7 +119,12 @@
 //!     upf.sessions_impl().0,
 //!     [FibChange::SetDownlink { ue: IpAddr::V4(ue), teid: 0x1000, peer: Ipv4Addr::new(192, 168, 1, 10), node: 0 }]
 //! );
-//! let after = UeFib { down: Some((0x1000, Ipv4Addr::new(192, 168, 1, 10))), up: None, qfi: 0 };
+//! let after = UeFib {
+//!     down: Some((0x1000, Ipv4Addr::new(192, 168, 1, 10))),
+//!     up: None,
+//!     qfi: 0,
+//!     policy: UePolicy::default(),
+//! };
 //! assert_eq!(
 //!     upf.sessions_impl().1,
 //!     [UeChange { ue: IpAddr::V4(ue), node: 0, before: UeFib::default(), after }]
@@ -149,5 +156,5 @@ pub use message::*;
 pub use relay::{Relay, RelayError, RelayKind};
 pub use upf::{
     malloc_chunk, Applied, Config, Failure, FibChange, Forwarding, Memory, Placement, Sessions,
-    Stats, Token, Transmit, UeChange, UeFib, Upf,
+    Stats, Token, Transmit, UeChange, UeFib, UePolicy, Upf, Usage, UsageRead,
 };

@@ -10,6 +10,10 @@ use crate::ie::{
     RawIe, RecoveryTimeStamp, ReportingTriggers, SourceInterface, UeIpAddress, UpFunctionFeatures,
     UrrId, Value, Writer,
 };
+use crate::ie::{
+    BarId, DlDataNotificationDelay, DurationMeasurement, EndTime, PfcpSmReqFlags, ReportType,
+    StartTime, SuggestedBufferingPacketsCount, UrSeqn, UsageReportTrigger, VolumeMeasurement,
+};
 
 /// The only PFCP version there is.
 pub const VERSION: u8 = 1;
@@ -34,6 +38,8 @@ pub mod msg_type {
     pub const SESSION_MODIFICATION_RESPONSE: u8 = 53;
     pub const SESSION_DELETION_REQUEST: u8 = 54;
     pub const SESSION_DELETION_RESPONSE: u8 = 55;
+    pub const SESSION_REPORT_REQUEST: u8 = 56;
+    pub const SESSION_REPORT_RESPONSE: u8 = 57;
 
     /// Whether messages of type `t` carry a SEID (session messages, 50 and up).
     pub fn is_session(t: u8) -> bool {
@@ -235,6 +241,8 @@ pub enum Body {
     /// No IEs we read (all are conditional on features we do not announce).
     SessionDeletionRequest,
     SessionDeletionResponse(SessionDeletionResponse),
+    SessionReportRequest(SessionReportRequest),
+    SessionReportResponse(SessionReportResponse),
 }
 
 impl Body {
@@ -257,6 +265,8 @@ impl Body {
             Body::SessionModificationResponse(_) => SESSION_MODIFICATION_RESPONSE,
             Body::SessionDeletionRequest => SESSION_DELETION_REQUEST,
             Body::SessionDeletionResponse(_) => SESSION_DELETION_RESPONSE,
+            Body::SessionReportRequest(_) => SESSION_REPORT_REQUEST,
+            Body::SessionReportResponse(_) => SESSION_REPORT_RESPONSE,
         }
     }
 
@@ -307,6 +317,10 @@ impl Body {
             SESSION_DELETION_RESPONSE => {
                 Body::SessionDeletionResponse(SessionDeletionResponse::decode(v)?)
             }
+            SESSION_REPORT_REQUEST => Body::SessionReportRequest(SessionReportRequest::decode(v)?),
+            SESSION_REPORT_RESPONSE => {
+                Body::SessionReportResponse(SessionReportResponse::decode(v)?)
+            }
             _ => return Err(DecodeError::UnknownMessage(t)),
         })
     }
@@ -326,6 +340,8 @@ impl Body {
             Body::SessionModificationRequest(m) => m.encode(w),
             Body::SessionModificationResponse(m) => m.encode(w),
             Body::SessionDeletionResponse(m) => m.encode(w),
+            Body::SessionReportRequest(m) => m.encode(w),
+            Body::SessionReportResponse(m) => m.encode(w),
         }
     }
 }
@@ -811,11 +827,12 @@ impl ForwardingParameters {
         Ok(p)
     }
     fn encode(&self, w: &mut Writer, ty: u16) -> Result<(), BuildError> {
-        w.ie(ty, |w| {
-            write_opt(w, &self.destination_interface.map(DestinationInterface))?;
-            write_opt(w, &self.network_instance)?;
-            write_opt(w, &self.outer_header_creation)
-        })
+        w.ie(ty, |w| self.encode_fields(w))
+    }
+    fn encode_fields(&self, w: &mut Writer) -> Result<(), BuildError> {
+        write_opt(w, &self.destination_interface.map(DestinationInterface))?;
+        write_opt(w, &self.network_instance)?;
+        write_opt(w, &self.outer_header_creation)
     }
 }
 
@@ -880,7 +897,6 @@ impl CreateFar {
 
 /// Update FAR (7.5.4.3).
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct UpdateFar {
     /// The rule id.
     pub far_id: FarId,
@@ -888,16 +904,40 @@ pub struct UpdateFar {
     pub apply_action: Option<ApplyAction>,
     /// Changed forwarding parameters (fields present replace the FAR's).
     pub update_forwarding_parameters: Option<ForwardingParameters>,
+    /// The PFCPSMReq-Flags inside the Update Forwarding Parameters (SNDEM: send an End Marker
+    /// on the old tunnel); only with `update_forwarding_parameters`.
+    pub pfcpsmreq_flags: Option<PfcpSmReqFlags>,
+}
+
+#[cfg(feature = "arbitrary")]
+impl<'a> arbitrary::Arbitrary<'a> for UpdateFar {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        let update_forwarding_parameters: Option<ForwardingParameters> = u.arbitrary()?;
+        let pfcpsmreq_flags = match update_forwarding_parameters {
+            Some(_) => u.arbitrary()?,
+            None => None,
+        };
+        Ok(UpdateFar {
+            far_id: u.arbitrary()?,
+            apply_action: u.arbitrary()?,
+            update_forwarding_parameters,
+            pfcpsmreq_flags,
+        })
+    }
 }
 
 impl UpdateFar {
     fn decode(v: &[u8]) -> Result<Self, DecodeError> {
-        let (mut id, mut aa, mut fp) = (None, None, None);
+        let (mut id, mut aa, mut fp, mut flags) = (None, None, None, None);
         each(v, |ty, v| match ty {
             ie_type::FAR_ID => first(&mut id, v),
             ie_type::APPLY_ACTION => first(&mut aa, v),
-            ie_type::UPDATE_FORWARDING_PARAMETERS => {
-                first_group(&mut fp, v, ForwardingParameters::decode)
+            ie_type::UPDATE_FORWARDING_PARAMETERS if fp.is_none() => {
+                fp = Some(ForwardingParameters::decode(v)?);
+                each(v, |ty, v| match ty {
+                    ie_type::PFCPSMREQ_FLAGS => first(&mut flags, v),
+                    _ => Ok(()),
+                })
             }
             _ => Ok(()),
         })?;
@@ -905,15 +945,20 @@ impl UpdateFar {
             far_id: need(id, ie_type::FAR_ID)?,
             apply_action: aa,
             update_forwarding_parameters: fp,
+            pfcpsmreq_flags: flags,
         })
     }
     fn encode(&self, w: &mut Writer) -> Result<(), BuildError> {
         w.ie(ie_type::UPDATE_FAR, |w| {
             write(w, &self.far_id)?;
             write_opt(w, &self.apply_action)?;
-            match &self.update_forwarding_parameters {
-                Some(p) => p.encode(w, ie_type::UPDATE_FORWARDING_PARAMETERS),
-                None => Ok(()),
+            match (&self.update_forwarding_parameters, self.pfcpsmreq_flags) {
+                (Some(p), flags) => w.ie(ie_type::UPDATE_FORWARDING_PARAMETERS, |w| {
+                    p.encode_fields(w)?;
+                    write_opt(w, &flags)
+                }),
+                (None, None) => Ok(()),
+                (None, Some(_)) => Err(BuildError::Value(ie_type::PFCPSMREQ_FLAGS)),
             }
         })
     }
@@ -1050,25 +1095,30 @@ pub struct CreatedPdr {
     pub pdr_id: PdrId,
     /// The allocated tunnel endpoint.
     pub local_f_teid: Option<FTeid>,
+    /// The UE address the user plane allocated (for CHV4/CHV6).
+    pub ue_ip_address: Option<UeIpAddress>,
 }
 
 impl CreatedPdr {
     fn decode(v: &[u8]) -> Result<Self, DecodeError> {
-        let (mut id, mut fteid) = (None, None);
+        let (mut id, mut fteid, mut ue) = (None, None, None);
         each(v, |ty, v| match ty {
             ie_type::PDR_ID => first(&mut id, v),
             ie_type::F_TEID => first(&mut fteid, v),
+            ie_type::UE_IP_ADDRESS => first(&mut ue, v),
             _ => Ok(()),
         })?;
         Ok(CreatedPdr {
             pdr_id: need(id, ie_type::PDR_ID)?,
             local_f_teid: fteid,
+            ue_ip_address: ue,
         })
     }
     fn encode(&self, w: &mut Writer) -> Result<(), BuildError> {
         w.ie(ie_type::CREATED_PDR, |w| {
             write(w, &self.pdr_id)?;
-            write_opt(w, &self.local_f_teid)
+            write_opt(w, &self.local_f_teid)?;
+            write_opt(w, &self.ue_ip_address)
         })
     }
 }
@@ -1105,6 +1155,8 @@ pub struct SessionEstablishmentRequest {
     pub create_urr: Vec<Urr>,
     /// QoS enforcement rules.
     pub create_qer: Vec<Qer>,
+    /// The buffering action rule.
+    pub create_bar: Option<Bar>,
 }
 
 #[cfg(feature = "arbitrary")]
@@ -1127,6 +1179,7 @@ impl<'a> arbitrary::Arbitrary<'a> for SessionEstablishmentRequest {
             create_far: vec_at_least_one(u)?,
             create_urr,
             create_qer,
+            create_bar: u.arbitrary()?,
         })
     }
 }
@@ -1144,12 +1197,13 @@ fn vec_at_least_one<'a, T: arbitrary::Arbitrary<'a>>(
 
 impl SessionEstablishmentRequest {
     fn decode(v: &[u8]) -> Result<Self, DecodeError> {
-        let (mut node, mut fseid) = (None, None);
+        let (mut node, mut fseid, mut bar) = (None, None, None);
         let (mut pdrs, mut fars, mut urrs, mut qers) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         each(v, |ty, v| match ty {
             ie_type::NODE_ID => first(&mut node, v),
             ie_type::F_SEID => first(&mut fseid, v),
+            ie_type::CREATE_BAR => first_group(&mut bar, v, Bar::decode),
             ie_type::CREATE_PDR => push_group(&mut pdrs, v, CreatePdr::decode),
             ie_type::CREATE_FAR => push_group(&mut fars, v, CreateFar::decode),
             ie_type::CREATE_URR => push_group(&mut urrs, v, Urr::decode_create),
@@ -1171,6 +1225,7 @@ impl SessionEstablishmentRequest {
             create_far: fars,
             create_urr: urrs,
             create_qer: qers,
+            create_bar: bar,
         })
     }
     fn encode(&self, w: &mut Writer) -> Result<(), BuildError> {
@@ -1183,7 +1238,11 @@ impl SessionEstablishmentRequest {
             .try_for_each(|x| x.encode(w, ie_type::CREATE_URR))?;
         self.create_qer
             .iter()
-            .try_for_each(|x| x.encode(w, ie_type::CREATE_QER))
+            .try_for_each(|x| x.encode(w, ie_type::CREATE_QER))?;
+        match &self.create_bar {
+            Some(b) => b.encode(w, ie_type::CREATE_BAR),
+            None => Ok(()),
+        }
     }
 }
 
@@ -1266,6 +1325,16 @@ pub struct SessionModificationRequest {
     pub update_urr: Vec<Urr>,
     /// QERs to change.
     pub update_qer: Vec<Qer>,
+    /// URRs whose usage to report in the response now (Query URR).
+    pub query_urr: Vec<UrrId>,
+    /// PFCPSMReq-Flags (QAURR: report every URR's usage in the response).
+    pub pfcpsmreq_flags: Option<PfcpSmReqFlags>,
+    /// A BAR to create.
+    pub create_bar: Option<Bar>,
+    /// The BAR to change.
+    pub update_bar: Option<Bar>,
+    /// The BAR to remove.
+    pub remove_bar: Option<BarId>,
 }
 
 #[cfg(feature = "arbitrary")]
@@ -1295,6 +1364,11 @@ impl<'a> arbitrary::Arbitrary<'a> for SessionModificationRequest {
             update_far: u.arbitrary()?,
             update_urr: u.arbitrary()?,
             update_qer: u.arbitrary()?,
+            query_urr: u.arbitrary()?,
+            pfcpsmreq_flags: u.arbitrary()?,
+            create_bar: u.arbitrary()?,
+            update_bar: u.arbitrary()?,
+            remove_bar: u.arbitrary()?,
         })
     }
 }
@@ -1316,6 +1390,11 @@ impl SessionModificationRequest {
             ie_type::UPDATE_FAR => push_group(&mut m.update_far, v, UpdateFar::decode),
             ie_type::UPDATE_URR => push_group(&mut m.update_urr, v, Urr::decode),
             ie_type::UPDATE_QER => push_group(&mut m.update_qer, v, Qer::decode),
+            ie_type::QUERY_URR => push_group(&mut m.query_urr, v, decode_remove),
+            ie_type::PFCPSMREQ_FLAGS => first(&mut m.pfcpsmreq_flags, v),
+            ie_type::CREATE_BAR => first_group(&mut m.create_bar, v, Bar::decode),
+            ie_type::UPDATE_BAR_SMR => first_group(&mut m.update_bar, v, Bar::decode),
+            ie_type::REMOVE_BAR => first_group(&mut m.remove_bar, v, decode_remove),
             _ => Ok(()),
         })?;
         Ok(m)
@@ -1355,7 +1434,21 @@ impl SessionModificationRequest {
             .try_for_each(|x| x.encode(w, ie_type::UPDATE_URR))?;
         self.update_qer
             .iter()
-            .try_for_each(|x| x.encode(w, ie_type::UPDATE_QER))
+            .try_for_each(|x| x.encode(w, ie_type::UPDATE_QER))?;
+        for x in &self.query_urr {
+            encode_remove(w, ie_type::QUERY_URR, x)?;
+        }
+        write_opt(w, &self.pfcpsmreq_flags)?;
+        if let Some(b) = &self.create_bar {
+            b.encode(w, ie_type::CREATE_BAR)?;
+        }
+        if let Some(b) = &self.update_bar {
+            b.encode(w, ie_type::UPDATE_BAR_SMR)?;
+        }
+        if let Some(x) = &self.remove_bar {
+            encode_remove(w, ie_type::REMOVE_BAR, x)?;
+        }
+        Ok(())
     }
 }
 
@@ -1371,17 +1464,20 @@ pub struct SessionModificationResponse {
     pub created_pdr: Vec<CreatedPdr>,
     /// The rule a Rule creation/modification failure is about.
     pub failed_rule_id: Option<FailedRuleId>,
+    /// Usage reports: of queried URRs (IMMER) and of removed ones (TERMR).
+    pub usage_report: Vec<UsageReport>,
 }
 
 impl SessionModificationResponse {
     fn decode(v: &[u8]) -> Result<Self, DecodeError> {
         let (mut cause, mut off, mut failed) = (None, None, None);
-        let mut created = Vec::new();
+        let (mut created, mut usage) = (Vec::new(), Vec::new());
         each(v, |ty, v| match ty {
             ie_type::CAUSE => first(&mut cause, v),
             ie_type::OFFENDING_IE => first(&mut off, v),
             ie_type::CREATED_PDR => push_group(&mut created, v, CreatedPdr::decode),
             ie_type::FAILED_RULE_ID => first(&mut failed, v),
+            ie_type::USAGE_REPORT_SMR => push_group(&mut usage, v, UsageReport::decode),
             _ => Ok(()),
         })?;
         Ok(SessionModificationResponse {
@@ -1389,13 +1485,17 @@ impl SessionModificationResponse {
             offending_ie: off,
             created_pdr: created,
             failed_rule_id: failed,
+            usage_report: usage,
         })
     }
     fn encode(&self, w: &mut Writer) -> Result<(), BuildError> {
         write(w, &self.cause)?;
         write_opt(w, &self.offending_ie)?;
         self.created_pdr.iter().try_for_each(|x| x.encode(w))?;
-        write_opt(w, &self.failed_rule_id)
+        write_opt(w, &self.failed_rule_id)?;
+        self.usage_report
+            .iter()
+            .try_for_each(|x| x.encode(w, ie_type::USAGE_REPORT_SMR))
     }
 }
 
@@ -1407,9 +1507,218 @@ pub struct SessionDeletionResponse {
     pub cause: Cause,
     /// The IE a rejection is about.
     pub offending_ie: Option<OffendingIe>,
+    /// The final usage of each URR of the session (TERMR).
+    pub usage_report: Vec<UsageReport>,
 }
 
 impl SessionDeletionResponse {
+    fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        let (mut cause, mut off, mut usage) = (None, None, Vec::new());
+        each(v, |ty, v| match ty {
+            ie_type::CAUSE => first(&mut cause, v),
+            ie_type::OFFENDING_IE => first(&mut off, v),
+            ie_type::USAGE_REPORT_SDR => push_group(&mut usage, v, UsageReport::decode),
+            _ => Ok(()),
+        })?;
+        Ok(SessionDeletionResponse {
+            cause: need(cause, ie_type::CAUSE)?,
+            offending_ie: off,
+            usage_report: usage,
+        })
+    }
+    fn encode(&self, w: &mut Writer) -> Result<(), BuildError> {
+        write(w, &self.cause)?;
+        write_opt(w, &self.offending_ie)?;
+        self.usage_report
+            .iter()
+            .try_for_each(|x| x.encode(w, ie_type::USAGE_REPORT_SDR))
+    }
+}
+
+/// Create BAR (7.5.2.6) and Update BAR (7.5.4.11): the buffering action rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Bar {
+    /// The rule id.
+    pub bar_id: BarId,
+    /// How long to wait before reporting buffered downlink data (DDND).
+    pub dl_data_notification_delay: Option<DlDataNotificationDelay>,
+    /// How many packets to buffer.
+    pub suggested_buffering_packets_count: Option<SuggestedBufferingPacketsCount>,
+}
+
+impl Bar {
+    fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        let (mut id, mut delay, mut count) = (None, None, None);
+        each(v, |ty, v| match ty {
+            ie_type::BAR_ID => first(&mut id, v),
+            ie_type::DL_DATA_NOTIFICATION_DELAY => first(&mut delay, v),
+            ie_type::SUGGESTED_BUFFERING_PACKETS_COUNT => first(&mut count, v),
+            _ => Ok(()),
+        })?;
+        Ok(Bar {
+            bar_id: need(id, ie_type::BAR_ID)?,
+            dl_data_notification_delay: delay,
+            suggested_buffering_packets_count: count,
+        })
+    }
+    pub(crate) fn encode(&self, w: &mut Writer, ty: u16) -> Result<(), BuildError> {
+        w.ie(ty, |w| {
+            write(w, &self.bar_id)?;
+            write_opt(w, &self.dl_data_notification_delay)?;
+            write_opt(w, &self.suggested_buffering_packets_count)
+        })
+    }
+}
+
+/// Usage Report (7.5.5.2, 7.5.7.2, 7.5.8.3): one URR's usage and why it is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct UsageReport {
+    /// The rule id.
+    pub urr_id: UrrId,
+    /// The URR's report number (from 0).
+    pub ur_seqn: UrSeqn,
+    /// Why it is reported.
+    pub trigger: UsageReportTrigger,
+    /// When the measurement began.
+    pub start_time: Option<StartTime>,
+    /// When it ended.
+    pub end_time: Option<EndTime>,
+    /// The volume measured.
+    pub volume_measurement: Option<VolumeMeasurement>,
+    /// The time measured.
+    pub duration_measurement: Option<DurationMeasurement>,
+}
+
+impl UsageReport {
+    fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        let (mut id, mut seqn, mut trigger, mut start, mut end, mut vol, mut dur) =
+            (None, None, None, None, None, None, None);
+        each(v, |ty, v| match ty {
+            ie_type::URR_ID => first(&mut id, v),
+            ie_type::UR_SEQN => first(&mut seqn, v),
+            ie_type::USAGE_REPORT_TRIGGER => first(&mut trigger, v),
+            ie_type::START_TIME => first(&mut start, v),
+            ie_type::END_TIME => first(&mut end, v),
+            ie_type::VOLUME_MEASUREMENT => first(&mut vol, v),
+            ie_type::DURATION_MEASUREMENT => first(&mut dur, v),
+            _ => Ok(()),
+        })?;
+        Ok(UsageReport {
+            urr_id: need(id, ie_type::URR_ID)?,
+            ur_seqn: need(seqn, ie_type::UR_SEQN)?,
+            trigger: need(trigger, ie_type::USAGE_REPORT_TRIGGER)?,
+            start_time: start,
+            end_time: end,
+            volume_measurement: vol,
+            duration_measurement: dur,
+        })
+    }
+    fn encode(&self, w: &mut Writer, ty: u16) -> Result<(), BuildError> {
+        w.ie(ty, |w| {
+            write(w, &self.urr_id)?;
+            write(w, &self.ur_seqn)?;
+            write(w, &self.trigger)?;
+            write_opt(w, &self.start_time)?;
+            write_opt(w, &self.end_time)?;
+            write_opt(w, &self.volume_measurement)?;
+            write_opt(w, &self.duration_measurement)
+        })
+    }
+}
+
+/// Downlink Data Report (7.5.8.2): the PDRs that buffered downlink data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DownlinkDataReport {
+    /// At least one.
+    pub pdr_id: Vec<PdrId>,
+}
+
+#[cfg(feature = "arbitrary")]
+impl<'a> arbitrary::Arbitrary<'a> for DownlinkDataReport {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(DownlinkDataReport {
+            pdr_id: vec_at_least_one(u)?,
+        })
+    }
+}
+
+impl DownlinkDataReport {
+    fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        let mut ids = Vec::new();
+        each(v, |ty, v| match ty {
+            ie_type::PDR_ID => {
+                ids.push(read(v)?);
+                Ok(())
+            }
+            _ => Ok(()),
+        })?;
+        if ids.is_empty() {
+            return Err(DecodeError::MissingIe(ie_type::PDR_ID));
+        }
+        Ok(DownlinkDataReport { pdr_id: ids })
+    }
+    fn encode(&self, w: &mut Writer) -> Result<(), BuildError> {
+        if self.pdr_id.is_empty() {
+            return Err(BuildError::Value(ie_type::DOWNLINK_DATA_REPORT));
+        }
+        w.ie(ie_type::DOWNLINK_DATA_REPORT, |w| {
+            self.pdr_id.iter().try_for_each(|p| write(w, p))
+        })
+    }
+}
+
+/// Session Report Request (7.5.8): the user plane tells the control plane of buffered
+/// downlink data (DLDR) or usage (USAR).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct SessionReportRequest {
+    /// What is reported.
+    pub report_type: ReportType,
+    /// With DLDR.
+    pub downlink_data_report: Option<DownlinkDataReport>,
+    /// With USAR.
+    pub usage_report: Vec<UsageReport>,
+}
+
+impl SessionReportRequest {
+    fn decode(v: &[u8]) -> Result<Self, DecodeError> {
+        let (mut rt, mut ddr, mut usage) = (None, None, Vec::new());
+        each(v, |ty, v| match ty {
+            ie_type::REPORT_TYPE => first(&mut rt, v),
+            ie_type::DOWNLINK_DATA_REPORT => first_group(&mut ddr, v, DownlinkDataReport::decode),
+            ie_type::USAGE_REPORT_SRR => push_group(&mut usage, v, UsageReport::decode),
+            _ => Ok(()),
+        })?;
+        Ok(SessionReportRequest {
+            report_type: need(rt, ie_type::REPORT_TYPE)?,
+            downlink_data_report: ddr,
+            usage_report: usage,
+        })
+    }
+    fn encode(&self, w: &mut Writer) -> Result<(), BuildError> {
+        write(w, &self.report_type)?;
+        if let Some(d) = &self.downlink_data_report {
+            d.encode(w)?;
+        }
+        self.usage_report
+            .iter()
+            .try_for_each(|x| x.encode(w, ie_type::USAGE_REPORT_SRR))
+    }
+}
+
+/// Session Report Response (7.5.9), the IEs we read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct SessionReportResponse {
+    /// The outcome.
+    pub cause: Cause,
+    /// The IE a rejection is about.
+    pub offending_ie: Option<OffendingIe>,
+}
+
+impl SessionReportResponse {
     fn decode(v: &[u8]) -> Result<Self, DecodeError> {
         let (mut cause, mut off) = (None, None);
         each(v, |ty, v| match ty {
@@ -1417,7 +1726,7 @@ impl SessionDeletionResponse {
             ie_type::OFFENDING_IE => first(&mut off, v),
             _ => Ok(()),
         })?;
-        Ok(SessionDeletionResponse {
+        Ok(SessionReportResponse {
             cause: need(cause, ie_type::CAUSE)?,
             offending_ie: off,
         })
@@ -1445,6 +1754,7 @@ pub(crate) fn pack_session<'a>(
     fars: impl IntoIterator<Item = &'a CreateFar>,
     qers: impl IntoIterator<Item = &'a Qer>,
     urrs: impl IntoIterator<Item = &'a Urr>,
+    bar: Option<&Bar>,
 ) -> Result<Box<[u8]>, BuildError> {
     let mut w = Writer::new(Vec::with_capacity(160));
     write(&mut w, node_id)?;
@@ -1460,6 +1770,9 @@ pub(crate) fn pack_session<'a>(
         .try_for_each(|q| q.encode(&mut w, ie_type::CREATE_QER))?;
     urrs.into_iter()
         .try_for_each(|u| u.encode(&mut w, ie_type::CREATE_URR))?;
+    if let Some(b) = bar {
+        b.encode(&mut w, ie_type::CREATE_BAR)?;
+    }
     let mut out = Vec::with_capacity(w.buf.len());
     compact(&w.buf, &mut out)?;
     Ok(out.into_boxed_slice())
@@ -1594,6 +1907,7 @@ pub(crate) struct PackedSession {
     pub(crate) fars: Vec<CreateFar>,
     pub(crate) qers: Vec<Qer>,
     pub(crate) urrs: Vec<Urr>,
+    pub(crate) bar: Option<Bar>,
 }
 
 /// Reads back what [`pack_session`] wrote.
@@ -1603,6 +1917,7 @@ pub(crate) fn unpack_session(packed: &[u8]) -> Result<PackedSession, DecodeError
     let v = &ies[..];
     let (mut node, mut fseid) = (None, None);
     let (mut pdrs, mut fars, mut qers, mut urrs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut bar = None;
     each(v, |ty, v| {
         match ty {
             ie_type::NODE_ID => first(&mut node, v)?,
@@ -1619,6 +1934,7 @@ pub(crate) fn unpack_session(packed: &[u8]) -> Result<PackedSession, DecodeError
             ie_type::CREATE_FAR => fars.push(CreateFar::decode(v)?),
             ie_type::CREATE_QER => qers.push(Qer::decode_create(v)?),
             ie_type::CREATE_URR => urrs.push(Urr::decode_create(v)?),
+            ie_type::CREATE_BAR => bar = Some(Bar::decode(v)?),
             _ => return Err(DecodeError::InvalidIe(ty)),
         }
         Ok(())
@@ -1630,6 +1946,7 @@ pub(crate) fn unpack_session(packed: &[u8]) -> Result<PackedSession, DecodeError
         fars,
         qers,
         urrs,
+        bar,
     })
 }
 
@@ -1739,6 +2056,7 @@ mod tests {
             &r.create_far,
             &r.create_qer,
             &r.create_urr,
+            None,
         )
         .unwrap();
         let mut ies = Vec::new();

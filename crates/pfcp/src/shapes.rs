@@ -334,6 +334,7 @@ mod tests {
                 &r.create_far,
                 &r.create_qer,
                 &r.create_urr,
+                None,
             )
             .unwrap()
         };

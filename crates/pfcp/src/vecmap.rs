@@ -75,6 +75,16 @@ impl<K: Ord, V> VecMap<K, V> {
         self.0.iter().map(|(k, v)| (k, v))
     }
 
+    /// The pairs in key order, values mutable.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut V)> {
+        self.0.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
+    /// The values in key order, mutable.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+
     /// The keys in order.
     pub fn keys(&self) -> impl Iterator<Item = &K> {
         self.0.iter().map(|(k, _)| k)

@@ -255,6 +255,7 @@ fn expected_from_scapy(name: &str) -> Message {
                     qfi: Some(Qfi(9)),
                     other: vec![],
                 }],
+                create_bar: None,
             }),
         ),
         "session_establishment_request_v6" => session_msg(
@@ -275,6 +276,7 @@ fn expected_from_scapy(name: &str) -> Message {
                 create_far: vec![downlink_far(0xABCD_EF01)],
                 create_urr: vec![],
                 create_qer: vec![],
+                create_bar: None,
             }),
         ),
         "session_establishment_response" => session_msg(
@@ -296,6 +298,7 @@ fn expected_from_scapy(name: &str) -> Message {
                         ipv4: Some(ENB),
                         ipv6: None,
                     }),
+                    ue_ip_address: None,
                 }],
                 failed_rule_id: Some(FailedRuleId::Pdr(2)),
             }),
@@ -313,8 +316,10 @@ fn expected_from_scapy(name: &str) -> Message {
                         ipv4: Some(ENB),
                         ipv6: None,
                     }),
+                    ue_ip_address: None,
                 }],
                 failed_rule_id: None,
+                usage_report: vec![],
             }),
         ),
         "session_deletion_request" => session_msg(14, 0x5555, Body::SessionDeletionRequest),
@@ -324,6 +329,7 @@ fn expected_from_scapy(name: &str) -> Message {
             Body::SessionDeletionResponse(SessionDeletionResponse {
                 cause: Cause::SESSION_CONTEXT_NOT_FOUND,
                 offending_ie: None,
+                usage_report: vec![],
             }),
         ),
         other => panic!("no expectation for {other}"),
@@ -445,9 +451,11 @@ fn our_messages() -> Vec<Message> {
                         addr: ENB,
                     }),
                 }),
+                pfcpsmreq_flags: None,
             }],
             update_urr: vec![],
             update_qer: vec![],
+            ..Default::default()
         }),
     ));
     v.push(Message {

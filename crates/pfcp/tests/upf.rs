@@ -83,8 +83,9 @@ impl Cluster {
                     .filter(|(_, e)| e.0 == c.ue)
                     .map(|(t, _)| *t)
                     .min(),
-                // The QFI is no table's: the UE change carries it.
+                // The QFI and the policy are no table's: the UE change carries them.
                 qfi: c.after.qfi,
+                policy: c.after.policy,
             };
             assert_eq!(now, c.after, "{c:?}");
             if c.after.is_empty() {
@@ -358,6 +359,7 @@ fn session(
         create_far: vec![down_far(tunnel), up_far()],
         create_urr: vec![],
         create_qer: vec![],
+        create_bar: None,
     }
 }
 
@@ -371,6 +373,7 @@ fn retunnel(teid: u32, enb: Ipv4Addr) -> SessionModificationRequest {
                 network_instance: None,
                 outer_header_creation: Some(OuterHeaderCreation::GtpuIpv4 { teid, addr: enb }),
             }),
+            pfcpsmreq_flags: None,
         }],
         ..Default::default()
     }
@@ -382,6 +385,7 @@ fn drop_downlink() -> SessionModificationRequest {
             far_id: FarId(1),
             apply_action: Some(ApplyAction(ApplyAction::DROP)),
             update_forwarding_parameters: None,
+            pfcpsmreq_flags: None,
         }],
         ..Default::default()
     }
@@ -1035,8 +1039,17 @@ fn a_failed_modification_changes_nothing() {
         smf.modify(&mut upf, up, req).1.cause,
         Cause::REQUEST_ACCEPTED
     );
-    assert!(upf.sessions_impl().down.is_empty());
+    // The entry stays (its counters and buffer with it) and says the gate is closed: the
+    // handling node drops (UePolicy::dl_gate_closed).
+    assert_eq!(upf.sessions_impl().down.len(), 1);
     assert_eq!(upf.sessions_impl().up.len(), 1);
+    let policies: Vec<_> = upf.sessions_impl().ues.values().map(|f| f.policy).collect();
+    assert!(
+        policies
+            .iter()
+            .all(|p| p.dl_gate_closed && !p.ul_gate_closed),
+        "{policies:?}"
+    );
     check_consistent(&upf);
 }
 

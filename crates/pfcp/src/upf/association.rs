@@ -99,8 +99,19 @@ impl<S: Sessions> Upf<S> {
             .is_some_and(|h| h.dead)
     }
 
-    pub(super) fn up_features() -> UpFunctionFeatures {
-        UpFunctionFeatures(vec![0x10, 0x00]) // FTUP
+    /// The UP Function Features we advertise: exactly what we do (docs/pfcp-interop.md):
+    /// FTUP (we allocate F-TEIDs), DDND (the BAR's Downlink Data Notification Delay is
+    /// applied), and UEIP (we allocate UE addresses) when a pool is configured.
+    pub(super) fn up_features(&self) -> UpFunctionFeatures {
+        let mut f = vec![0u8; 3];
+        for (octet, bit) in [UpFunctionFeatures::FTUP, UpFunctionFeatures::DDND] {
+            f[octet] |= bit;
+        }
+        if !self.config.ue_pool_v4.is_empty() || !self.config.ue_pool_v6.is_empty() {
+            let (octet, bit) = UpFunctionFeatures::UEIP;
+            f[octet] |= bit;
+        }
+        UpFunctionFeatures(f)
     }
 
     pub(super) fn association_setup(
@@ -142,7 +153,7 @@ impl<S: Sessions> Upf<S> {
                 node_id: self.our_node(),
                 cause: Cause::REQUEST_ACCEPTED,
                 recovery_time_stamp: self.config.recovery_time_stamp,
-                up_function_features: Some(Self::up_features()),
+                up_function_features: Some(self.up_features()),
                 cp_function_features: None,
             }),
         };
@@ -211,7 +222,7 @@ impl<S: Sessions> Upf<S> {
             body: Body::AssociationUpdateResponse(AssociationUpdateResponse {
                 node_id: self.our_node(),
                 cause: Cause::REQUEST_ACCEPTED,
-                up_function_features: Some(Self::up_features()),
+                up_function_features: Some(self.up_features()),
                 cp_function_features: None,
             }),
         }
@@ -275,7 +286,7 @@ impl<S: Sessions> Upf<S> {
                 .sessions
                 .get(*s)
                 .expect("sessions_of gives kept sessions");
-            let sess = Stored { kept }.unpack(&self.shapes);
+            let sess = Stored { kept }.unpack(&self.shapes, &self.stopped_of(*s));
             let (fib, ues) = sess
                 .fwd
                 .changes(&Forwarding::default(), sess.placement.node);

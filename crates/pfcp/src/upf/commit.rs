@@ -21,6 +21,9 @@ pub(super) enum Commit {
         /// The UE addresses and TEIDs the session held before.
         old_ues: Few<[u8; 16]>,
         old_teids: Few<u32>,
+        /// What it does to the usage state, and the stopped URRs its forwarding holds.
+        meter: MeterEdit,
+        stopped: Few<u32>,
     },
     Delete {
         seid: u64,
@@ -29,6 +32,11 @@ pub(super) enum Commit {
     Release {
         node: NodeId,
         setup: Option<Box<(Association, Message)>>,
+    },
+    /// Closes or opens the gates of URRs whose quota is used up or given anew (no response).
+    Enforce {
+        seid: u64,
+        stopped: Few<u32>,
     },
 }
 
@@ -79,21 +87,26 @@ impl<S: Sessions> Upf<S> {
                 );
                 None
             }
-            Ok(Applied::Done) => Some(self.finish(t, reply_seid, seq, commit, Ok(()))),
-            Err(f) => Some(self.finish(t, reply_seid, seq, commit, Err(f))),
+            Ok(Applied::Done) => {
+                let key = (from, self.digest);
+                self.finish(key, t, reply_seid, seq, commit, Ok(()))
+            }
+            Err(f) => self.finish((from, self.digest), t, reply_seid, seq, commit, Err(f)),
         }
     }
 
-    /// Commits (or abandons) a change and gives the response.
+    /// Commits (or abandons) a change and gives the response to `to`'s request `seq` (none
+    /// yet when it waits for the handling node's counts, [`Upf::read_then`]).
     pub(super) fn finish(
         &mut self,
+        (to, digest): (SocketAddr, u64),
         t: u8,
         reply_seid: Option<u64>,
         seq: u32,
         commit: Commit,
         result: Result<(), Failure>,
-    ) -> Message {
-        match commit {
+    ) -> Option<Message> {
+        Some(match commit {
             Commit::Establish {
                 seid,
                 session,
@@ -105,7 +118,7 @@ impl<S: Sessions> Upf<S> {
                 if let Err(f) = result {
                     self.forget(&session, seid);
                     self.sessions.unreserve(seid);
-                    return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
+                    return Some(self.reject(t, reply_seid, seq, Reject::cause(f.cause())));
                 }
                 let up_f_seid = FSeid {
                     seid,
@@ -114,6 +127,11 @@ impl<S: Sessions> Upf<S> {
                 };
                 let kept = Stored::encode(&mut self.shapes, &session, &packed);
                 self.sessions.keep(seid, kept);
+                let smf = report_addr(&session.cp_f_seid);
+                let edit = MeterEdit::default();
+                let cp_seid = session.cp_f_seid.seid;
+                let (m, _) = metering(&session.rules, smf, cp_seid, None, &edit, self.now);
+                self.set_metering(seid, m);
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -135,6 +153,8 @@ impl<S: Sessions> Upf<S> {
                 created,
                 old_ues,
                 old_teids,
+                meter,
+                stopped,
             } => {
                 self.busy.remove(&seid);
                 if let Err(f) = result {
@@ -151,7 +171,7 @@ impl<S: Sessions> Upf<S> {
                     {
                         self.teids.remove(*teid);
                     }
-                    return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
+                    return Some(self.reject(t, reply_seid, seq, Reject::cause(f.cause())));
                 }
                 let (new_ues, new_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
                 let kept = Stored::encode(&mut self.shapes, &session, &packed);
@@ -162,6 +182,48 @@ impl<S: Sessions> Upf<S> {
                 for teid in old_teids.iter().filter(|t| !new_teids.contains(t)) {
                     self.teids.remove(*teid);
                 }
+                let old = self.metering.get(&seid).cloned();
+                let smf = report_addr(&session.cp_f_seid);
+                let cp_seid = session.cp_f_seid.seid;
+                let (m, removed) =
+                    metering(&session.rules, smf, cp_seid, old.as_ref(), &meter, self.now);
+                let teids = m.as_ref().map(|m| m.teids.clone()).unwrap_or_default();
+                let m = m.map(|mut m| {
+                    m.applied_stopped = stopped;
+                    m
+                });
+                self.set_metering(seid, m);
+                self.enforce(seid);
+                let query = meter.query_all || !meter.query.is_empty();
+                if query || !removed.is_empty() {
+                    let last = old.map(|o| o.last).unwrap_or_default();
+                    let removed = Metering {
+                        smf,
+                        cp_seid,
+                        teids: Few::new(),
+                        last,
+                        meters: removed,
+                        applied_stopped: Few::new(),
+                        ddr: Ddr::Idle,
+                        ddr_delay: Duration::ZERO,
+                        ddr_pdrs: Few::new(),
+                        due: None,
+                    };
+                    let read = Read {
+                        deadline: self.now + self.config.usage_read_timeout,
+                        to,
+                        sequence: seq,
+                        digest,
+                        reply_seid,
+                        kind: ReadKind::Modify {
+                            seid,
+                            created,
+                            query: (!meter.query_all).then_some(meter.query),
+                            removed: Box::new(removed),
+                        },
+                    };
+                    return self.read_then(read, &teids);
+                }
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -171,15 +233,32 @@ impl<S: Sessions> Upf<S> {
                         offending_ie: None,
                         created_pdr: created,
                         failed_rule_id: None,
+                        usage_report: vec![],
                     }),
                 }
             }
             Commit::Delete { seid } => {
                 self.busy.remove(&seid);
                 if let Err(f) = result {
-                    return self.reject(t, reply_seid, seq, Reject::cause(f.cause()));
+                    return Some(self.reject(t, reply_seid, seq, Reject::cause(f.cause())));
                 }
                 self.remove_session(seid);
+                let m = self.metering.get(&seid).cloned();
+                self.set_metering(seid, None);
+                // The counts are read now that the session's forwarding is gone: the report
+                // is what was forwarded.
+                if let Some(m) = m.filter(|m| !m.meters.is_empty()) {
+                    let teids = m.teids.clone();
+                    let read = Read {
+                        deadline: self.now + self.config.usage_read_timeout,
+                        to,
+                        sequence: seq,
+                        digest,
+                        reply_seid,
+                        kind: ReadKind::Delete(Box::new(m)),
+                    };
+                    return self.read_then(read, &teids);
+                }
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -187,8 +266,21 @@ impl<S: Sessions> Upf<S> {
                     body: Body::SessionDeletionResponse(SessionDeletionResponse {
                         cause: Cause::REQUEST_ACCEPTED,
                         offending_ie: None,
+                        usage_report: vec![],
                     }),
                 }
+            }
+            Commit::Enforce { seid, stopped } => {
+                self.busy.remove(&seid);
+                match result {
+                    Ok(()) => {
+                        if let Some(m) = self.metering.get_mut(&seid) {
+                            m.applied_stopped = stopped;
+                        }
+                    }
+                    Err(_) => self.stats.quota_stops_failed += 1,
+                }
+                return None;
             }
             Commit::Release { node, setup } => {
                 self.busy_nodes.remove(&node);
@@ -197,10 +289,11 @@ impl<S: Sessions> Upf<S> {
                     self.busy.remove(s);
                 }
                 if let Err(f) = result {
-                    return self.reject(t, None, seq, Reject::cause(f.cause()));
+                    return Some(self.reject(t, None, seq, Reject::cause(f.cause())));
                 }
                 for s in seids {
                     self.remove_session(s);
+                    self.set_metering(s, None);
                 }
                 match setup.map(|b| *b) {
                     Some((association, accepted)) => {
@@ -225,6 +318,6 @@ impl<S: Sessions> Upf<S> {
                     }
                 }
             }
-        }
+        })
     }
 }

@@ -58,6 +58,89 @@ pub struct UeFib {
     /// The session's QoS flow (its QERs' QFI, 1..=63), 0 for none (an LTE session): marked
     /// in the PDU Session Container of downlink G-PDUs, checked in uplink ones.
     pub qfi: u8,
+    /// What the handling node enforces for the UE beyond forwarding.
+    pub policy: UePolicy,
+}
+
+/// What the handling node enforces for a UE address beyond its tunnels (the default:
+/// nothing). Its per-session state (token buckets, counters, the buffer) is keyed by the
+/// uplink TEID ([`UeFib::up`]): the addresses of a dual-stack session share it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UePolicy {
+    /// Downlink maximum bit rate in kbit/s, 0 = unlimited: the least DL MBR of the QERs of the
+    /// UE's downlink PDR (the session AMBR QER is one of them when the SMF links it).
+    pub dl_mbr_kbps: u32,
+    /// Likewise uplink, of the QERs of the UE's uplink PDR.
+    pub ul_mbr_kbps: u32,
+    /// A QER of the downlink PDR has its DL gate closed, or a URR of it has used its quota:
+    /// downlink is dropped.
+    pub dl_gate_closed: bool,
+    /// Likewise uplink.
+    pub ul_gate_closed: bool,
+    /// A URR is linked to the UE's PDRs: the handling node counts bytes and packets per
+    /// direction (cumulative since the entry was installed) and feeds them to
+    /// [`Upf::usage`].
+    pub count: bool,
+    /// The downlink FAR says BUFF: the handling node buffers downlink (bounded), and delivers
+    /// the buffer in order once the downlink forwards again.
+    pub buffer: bool,
+    /// BUFF with NOCP: the handling node reports the first buffered packet
+    /// ([`Upf::downlink_data`], which sends the Downlink Data Report).
+    pub notify: bool,
+    /// This change came with SNDEM (Update Forwarding Parameters): send an End Marker on the
+    /// old tunnel (`before`'s) before switching. An instruction of that change alone: set in
+    /// its `after`, never in a `before` (keep entries without it).
+    pub end_marker: bool,
+    /// The downlink FAR says DROP.
+    pub dl_drop: bool,
+}
+
+/// Cumulative counts of one handling-node slot (an uplink TEID) since its entry was installed
+/// ([`Upf::usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Usage {
+    /// Uplink bytes (the inner IP packets).
+    pub ul_bytes: u64,
+    /// Downlink bytes.
+    pub dl_bytes: u64,
+    /// Uplink packets.
+    pub ul_packets: u64,
+    /// Downlink packets.
+    pub dl_packets: u64,
+}
+
+impl Usage {
+    /// What counts grew by from `old` to `self`; a count below its old value started again
+    /// (its entry was installed anew), so all of it is new.
+    pub fn since(&self, old: &Usage) -> Usage {
+        let d = |n: u64, o: u64| if n >= o { n - o } else { n };
+        Usage {
+            ul_bytes: d(self.ul_bytes, old.ul_bytes),
+            dl_bytes: d(self.dl_bytes, old.dl_bytes),
+            ul_packets: d(self.ul_packets, old.ul_packets),
+            dl_packets: d(self.dl_packets, old.dl_packets),
+        }
+    }
+
+    /// The sum, saturating.
+    pub fn plus(&self, o: &Usage) -> Usage {
+        Usage {
+            ul_bytes: self.ul_bytes.saturating_add(o.ul_bytes),
+            dl_bytes: self.dl_bytes.saturating_add(o.dl_bytes),
+            ul_packets: self.ul_packets.saturating_add(o.ul_packets),
+            dl_packets: self.dl_packets.saturating_add(o.dl_packets),
+        }
+    }
+}
+
+/// The answer to [`Sessions::read_usage`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UsageRead {
+    /// The slots' counters now (a slot left out has nothing beyond what [`Upf::usage`] was
+    /// given).
+    Now(Vec<(u32, Usage)>),
+    /// They follow through [`Upf::complete_usage`] with the call's token.
+    Pending,
 }
 
 impl UeFib {
@@ -93,6 +176,8 @@ pub struct Forwarding {
     /// The QFI of the QERs of the session's forwarding PDRs (the first, by PDR id, whose
     /// QERs name one), 0 for none.
     pub qfi: u8,
+    /// UE address -> what its handling node enforces (addresses with the default left out).
+    pub policy: VecMap<IpAddr, UePolicy>,
 }
 
 impl Forwarding {
@@ -150,6 +235,7 @@ impl Forwarding {
                 .find(|(_, (u, _))| u == ue)
                 .map(|(teid, _)| *teid),
             qfi: self.qfi,
+            policy: self.policy.get(ue).copied().unwrap_or_default(),
         }
     }
 
@@ -158,7 +244,11 @@ impl Forwarding {
     pub fn ue_diff(&self, new: &Forwarding, node: u16) -> Vec<UeChange> {
         let mut ues: Vec<IpAddr> = [self, new]
             .iter()
-            .flat_map(|f| f.downlink.keys().chain(f.uplink.values().map(|(u, _)| u)))
+            .flat_map(|f| {
+                (f.downlink.keys())
+                    .chain(f.uplink.values().map(|(u, _)| u))
+                    .chain(f.policy.keys())
+            })
             .copied()
             .collect();
         ues.sort_unstable();

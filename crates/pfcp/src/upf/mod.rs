@@ -57,19 +57,22 @@
 //! are forgotten when it sets up an association.
 
 mod association;
+mod bar;
 mod commit;
 mod far;
 mod fib;
 mod memory;
 mod pdr;
+mod pool;
 mod qer;
 mod reject;
 mod relays;
+mod report;
 mod session;
 mod teid;
 mod urr;
 
-pub use fib::{FibChange, Forwarding, UeChange, UeFib};
+pub use fib::{FibChange, Forwarding, UeChange, UeFib, UePolicy, Usage, UsageRead};
 pub use memory::{malloc_chunk, Memory};
 
 use crate::ie::*;
@@ -85,14 +88,16 @@ use association::Association;
 use commit::{Commit, Pending};
 use far::{far_action, Action};
 use fib::Changes;
-use pdr::{forwarding, pdr_ues, ues_of};
+use pdr::{forwarding, pdr_ues, ues_of, Live};
 use qer::check_qer;
 use reject::Reject;
-use session::{sorted_once, teids_of, ue_slots, Few, Rules, Session, Stored};
+use report::{report_addr, OutReport, Read, ReadKind};
+use session::{sorted_once, teids_of, ue_slot, ue_slots, Few, Rules, Session, Stored};
 use smallvec::SmallVec;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
+use urr::{metering, Ddr, MeterEdit, Metering};
 
 /// The endpoint's maps: foldhash, seeded per process (keys come from associated peers).
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -138,6 +143,24 @@ pub struct Config {
     /// Heartbeats unanswered in a row after which a peer is counted dead
     /// ([`Stats::peers_dead`]; TS 29.244 N1).
     pub heartbeat_misses: u8,
+    /// IPv4 prefixes (address, length) the endpoint gives UE addresses from when a PDR asks
+    /// CHV4 (their first and last addresses are not given out). Empty: CHV4 is answered All
+    /// dynamic addresses are occupied. The endpoints of one cluster need disjoint pools.
+    pub ue_pool_v4: Vec<(Ipv4Addr, u8)>,
+    /// IPv6 prefixes (length at most 64) the endpoint gives UE /64s from for CHV6.
+    pub ue_pool_v6: Vec<(std::net::Ipv6Addr, u8)>,
+    /// How long a Session Report Request waits for its response before it is sent again
+    /// (TS 29.244 T1).
+    pub report_t1: Duration,
+    /// How many times it is sent before it is given up ([`Stats::reports_unanswered`]; N1).
+    pub report_n1: u8,
+    /// How long a response with usage reports waits for the handling node's counts
+    /// ([`Sessions::read_usage`]) before it is sent with what the endpoint has
+    /// ([`Stats::usage_read_timeouts`]).
+    pub usage_read_timeout: Duration,
+    /// The NTP time (seconds since 1900) of `now` zero, for the Start and End Times of usage
+    /// reports. [`Config::new`] takes the Recovery Time Stamp: `now` counted from the start.
+    pub ntp_at_zero: u32,
 }
 
 impl Config {
@@ -160,6 +183,12 @@ impl Config {
             expected_sessions: 0,
             heartbeat_interval: Duration::from_secs(10),
             heartbeat_misses: 3,
+            ue_pool_v4: Vec::new(),
+            ue_pool_v6: Vec::new(),
+            report_t1: Duration::from_secs(3),
+            report_n1: 3,
+            usage_read_timeout: Duration::from_secs(2),
+            ntp_at_zero: recovery_time_stamp.0,
         }
     }
 }
@@ -228,6 +257,15 @@ pub trait Sessions {
         changes: &[FibChange],
         ues: &[UeChange],
     ) -> Result<Applied, Failure>;
+    /// Reads the cumulative counts of the handling-node slots `ul_teids` (as
+    /// [`Upf::usage`] takes them), for the usage reports of a deletion (asked after its
+    /// removal was applied: the slots keep their last counts until read) or of a Query URR:
+    /// now, or later through [`Upf::complete_usage`] with `token`. The default: nothing beyond
+    /// what [`Upf::usage`] was given.
+    fn read_usage(&mut self, token: Token, ul_teids: &[u32]) -> UsageRead {
+        let _ = (token, ul_teids);
+        UsageRead::Now(Vec::new())
+    }
 }
 
 /// A datagram to send.
@@ -273,6 +311,22 @@ pub struct Stats {
     pub relayed_out: u64,
     /// Relays handled from other endpoints (requests, replicated associations, responses).
     pub relayed_in: u64,
+    /// Session Report Requests sent (first sendings), their retransmissions, those answered
+    /// Request accepted, answered with another cause, and given up unanswered.
+    pub reports_sent: u64,
+    pub report_retransmissions: u64,
+    pub reports_accepted: u64,
+    pub reports_refused: u64,
+    pub reports_unanswered: u64,
+    /// Usage Reports sent in Session Report Requests, and Downlink Data Reports.
+    pub usage_reports: u64,
+    pub downlink_data_reports: u64,
+    /// Counts or buffered-data notices for a TEID no metered session holds.
+    pub usage_unknown: u64,
+    /// Responses sent without the handling node's counts ([`Config::usage_read_timeout`]).
+    pub usage_read_timeouts: u64,
+    /// Gate changes for used-up or new quotas the cluster refused.
+    pub quota_stops_failed: u64,
 }
 
 /// The PFCP endpoint of the user plane. See the module docs for what it accepts.
@@ -313,6 +367,20 @@ pub struct Upf<S> {
     silent: HashSet<(SocketAddr, u32)>,
     /// Handling a relay: nothing is relayed on.
     replaying: bool,
+    /// The time of the call being handled.
+    now: Duration,
+    /// The usage state of sessions with URRs or a BUFF|NOCP FAR, by UP SEID; their uplink
+    /// TEIDs; when [`Upf::poll`] looks at them next.
+    metering: HashMap<u64, Metering>,
+    by_teid: HashMap<u32, u64>,
+    timers: BTreeSet<(Duration, u64)>,
+    /// Our Session Report Requests awaiting their response, by sequence number.
+    reports: BTreeMap<u32, OutReport>,
+    /// Responses waiting for the handling nodes' counts.
+    reads: HashMap<Token, Read>,
+    /// Where the UE address pools' searches go on.
+    next_ue_v4: u64,
+    next_ue_v6: u64,
 }
 
 impl<S: Sessions> Upf<S> {
@@ -346,6 +414,14 @@ impl<S: Sessions> Upf<S> {
             via: HashMap::default(),
             silent: HashSet::default(),
             replaying: false,
+            now: Duration::ZERO,
+            metering: HashMap::default(),
+            by_teid: HashMap::default(),
+            timers: BTreeSet::new(),
+            reports: BTreeMap::new(),
+            reads: HashMap::default(),
+            next_ue_v4: 0,
+            next_ue_v6: 0,
         }
     }
 
@@ -382,7 +458,7 @@ impl<S: Sessions> Upf<S> {
     /// The forwarding and placement of installed session `up_seid`.
     pub fn session(&self, up_seid: u64) -> Option<(Forwarding, Placement)> {
         self.sessions.get(up_seid).map(|kept| {
-            let session = Stored { kept }.unpack(&self.shapes);
+            let session = Stored { kept }.unpack(&self.shapes, &self.stopped_of(up_seid));
             (session.fwd, session.placement)
         })
     }
@@ -395,6 +471,7 @@ impl<S: Sessions> Upf<S> {
     /// Handles one datagram from `from` at time `now` (any fixed epoch): the datagrams to
     /// send back. A datagram may hold several messages (the FO flag).
     pub fn handle(&mut self, now: Duration, from: SocketAddr, bytes: &[u8]) -> Vec<Transmit> {
+        self.now = now;
         self.cache.expire(now);
         let mut out = Vec::new();
         let mut rest = bytes;
@@ -435,12 +512,16 @@ impl<S: Sessions> Upf<S> {
         token: Token,
         result: Result<(), Failure>,
     ) -> Vec<Transmit> {
+        self.now = now;
         self.cache.expire(now);
         let mut out = Vec::new();
         if let Some(p) = self.pending.remove(&token) {
             self.in_flight.remove(&(p.to, p.sequence, p.digest));
-            let msg = self.finish(p.request, p.reply_seid, p.sequence, p.commit, result);
-            self.send(&mut out, now, p.to, Some((p.sequence, p.digest)), msg);
+            let key = (p.to, p.digest);
+            let msg = self.finish(key, p.request, p.reply_seid, p.sequence, p.commit, result);
+            if let Some(msg) = msg {
+                self.send(&mut out, now, p.to, Some((p.sequence, p.digest)), msg);
+            }
         }
         out
     }
@@ -489,6 +570,10 @@ impl<S: Sessions> Upf<S> {
         let t = header.message_type;
         if t == msg_type::HEARTBEAT_RESPONSE {
             self.heartbeat_answered(from, header.sequence, body);
+            return;
+        }
+        if t == msg_type::SESSION_REPORT_RESPONSE {
+            self.report_answered(from, header.sequence, body);
             return;
         }
         if !msg_type::is_request(t) {
@@ -589,12 +674,22 @@ impl<S: Sessions> Upf<S> {
     /// leaves [`Config::heartbeat_misses`] in a row unanswered is counted dead
     /// ([`Stats::peers_dead`]) and heartbeated on. Its association and sessions stay: a peer
     /// that comes back with a new Recovery Time Stamp sets up its association again, which
-    /// removes them (TS 29.244 6.2.6.2.2; we offer no session retention). Call it every
-    /// second or so.
+    /// removes them (TS 29.244 6.2.6.2.2; we offer no session retention). Also what is due
+    /// of reports: URR timers (time thresholds and quotas,
+    /// periods), delayed Downlink Data Reports, retransmissions of Session Report Requests,
+    /// and responses whose usage counts did not come in time. Call it every second or so.
     pub fn poll(&mut self, now: Duration) -> Vec<Transmit> {
+        self.now = now;
         let mut out = Vec::new();
         self.heartbeats_due(now, &mut out);
+        self.reports_due(now, &mut out);
         out
+    }
+
+    /// Sets the Recovery Time Stamp the endpoint sends from now on: change it whenever the
+    /// user plane lost its session state (TS 29.244 6.2.6.2.2 tells peers by it).
+    pub fn set_recovery_time_stamp(&mut self, ts: RecoveryTimeStamp) {
+        self.config.recovery_time_stamp = ts;
     }
 
     /// The response header SEID for a request about `up_seid` from `from`.

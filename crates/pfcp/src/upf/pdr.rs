@@ -121,8 +121,8 @@ pub(super) fn pdi_filter(p: &CreatePdr) -> Result<Filter, Reject> {
     })
 }
 
-/// A candidate target and the (precedence, PDR id) of the PDR giving it: the lowest wins.
-pub(super) type Ranked<T> = ((u32, u16), Option<T>);
+/// A candidate and the (precedence, PDR id) of the PDR giving it: the lowest wins.
+pub(super) type Ranked<T> = ((u32, u16), T);
 
 /// Keeps in `list` the candidate of lowest rank per key.
 pub(super) fn rank_in<K: PartialEq, T>(
@@ -137,17 +137,41 @@ pub(super) fn rank_in<K: PartialEq, T>(
     }
 }
 
-/// A session's forwarding from its rules, or the rule that cannot be applied.
-pub(super) fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
+/// What a session's forwarding follows besides its rules: the URRs whose quota is used up
+/// (their PDRs' gates close) and the FARs whose change of this request came with SNDEM.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Live<'a> {
+    pub(super) stopped: &'a [u32],
+    pub(super) end_marker: &'a [u32],
+}
+
+/// A UE's policy as one PDR gives it (the downlink half from its downlink PDR, the uplink
+/// half from its uplink one).
+#[derive(Clone, Copy, Debug, Default)]
+struct Half {
+    mbr_kbps: u32,
+    gate_closed: bool,
+    count: bool,
+    buffer: bool,
+    notify: bool,
+    end_marker: bool,
+    drop: bool,
+}
+
+/// Per key (a UE address downlink, a TEID uplink) the winning PDR's target and policy half.
+type Winners<K, T> = Few<(K, Ranked<(Option<T>, Half)>)>;
+
+/// A session's forwarding from its rules (and `live`), or the rule that cannot be applied.
+pub(super) fn forwarding(rules: &Rules, live: &Live) -> Result<Forwarding, Reject> {
     for f in rules.fars.values() {
         far_action(f)?;
     }
     for q in rules.qers.values() {
         check_qer(q)?;
     }
-    // (precedence, PDR id) of the winner per key.
-    let mut down: Few<(IpAddr, Ranked<(u32, Ipv4Addr)>)> = Few::new();
-    let mut up: Few<(u32, Ranked<IpAddr>)> = Few::new();
+    // The winner per key: its target and its half of the UE's policy.
+    let mut down: Winners<IpAddr, (u32, Ipv4Addr)> = Few::new();
+    let mut up: Winners<u32, IpAddr> = Few::new();
     let all_ues = ues_of(rules);
     let mut qfi = 0;
     for (&id, (p, teid)) in &rules.pdrs {
@@ -162,18 +186,38 @@ pub(super) fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
             }
         }
         let far = p.far_id.and_then(|f| rules.fars.get(&f.0)).ok_or(fail)?;
-        let mut gate_open = (true, true);
+        let stopped = p.urr_ids.iter().any(|u| live.stopped.contains(&u.0));
+        let (mut ul, mut dl) = (Half::default(), Half::default());
+        (ul.gate_closed, dl.gate_closed) = (stopped, stopped);
+        (ul.count, dl.count) = (!p.urr_ids.is_empty(), !p.urr_ids.is_empty());
+        let least = |a: u32, b: u64| {
+            let b = u32::try_from(b).unwrap_or(u32::MAX);
+            match (a, b) {
+                (_, 0) => a,
+                (0, b) => b,
+                (a, b) => a.min(b),
+            }
+        };
         for q in &p.qer_ids {
             let q = rules.qers.get(&q.0).ok_or(fail)?;
             if qfi == 0 && p.pdi.source_interface != Interface::CP_FUNCTION {
                 qfi = q.qfi.map_or(0, |Qfi(f)| f);
             }
             if let Some(g) = q.gate_status {
-                gate_open.0 &= g.ul == 0;
-                gate_open.1 &= g.dl == 0;
+                ul.gate_closed |= g.ul != 0;
+                dl.gate_closed |= g.dl != 0;
+            }
+            if let Some(Mbr(m)) = q.mbr {
+                ul.mbr_kbps = least(ul.mbr_kbps, m.ul);
+                dl.mbr_kbps = least(dl.mbr_kbps, m.dl);
             }
         }
         let action = far_action(far)?;
+        let a = far.apply_action;
+        dl.buffer = a.has(ApplyAction::BUFF);
+        dl.notify = dl.buffer && a.has(ApplyAction::NOCP);
+        dl.drop = a.has(ApplyAction::DROP);
+        dl.end_marker = live.end_marker.contains(&far.far_id.0);
         let params = far.forwarding_parameters.as_ref();
         let ohc = params.and_then(|f| f.outer_header_creation.clone());
         let to_cp = params.and_then(|f| f.destination_interface) == Some(Interface::CP_FUNCTION);
@@ -211,9 +255,8 @@ pub(super) fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
                     }
                     (Action::Drop, _) => None,
                 };
-                let target = target.filter(|_| gate_open.1);
                 for ue in pdr_ues(p) {
-                    rank_in(&mut down, ue, (rank, target));
+                    rank_in(&mut down, ue, (rank, (target, dl)));
                 }
             }
             Interface::ACCESS => {
@@ -237,24 +280,50 @@ pub(super) fn forwarding(rules: &Rules) -> Result<Forwarding, Reject> {
                     (Action::Drop, _) => false,
                 };
                 let ue = pdr_ues(p).next().or(all_ues.first().copied());
-                let target = ue.filter(|_| forward && gate_open.0);
-                rank_in(&mut up, teid, (rank, target));
+                let target = ue.filter(|_| forward);
+                rank_in(&mut up, teid, (rank, (target, ul)));
             }
             _ => return Err(fail),
         }
     }
-    let downlink: VecMap<IpAddr, (u32, Ipv4Addr)> = down
-        .into_iter()
-        .filter_map(|(ue, (_, t))| t.map(|t| (ue, t)))
+    let downlink: VecMap<IpAddr, (u32, Ipv4Addr)> = (down.iter())
+        .filter_map(|(ue, (_, (t, _)))| t.map(|t| (*ue, t)))
         .collect();
     let peer = downlink.values().next().map(|&(_, p)| p);
-    let uplink = up
-        .into_iter()
-        .filter_map(|(teid, (_, ue))| ue.map(|ue| (teid, (ue, peer))))
+    let uplink: VecMap<u32, (IpAddr, Option<Ipv4Addr>)> = (up.iter())
+        .filter_map(|(teid, (_, (ue, _)))| ue.map(|ue| (*teid, (ue, peer))))
         .collect();
+    let mut policy = VecMap::new();
+    for ue in &all_ues {
+        let d = down
+            .iter()
+            .find(|(u, _)| u == ue)
+            .map(|(_, (_, (_, h)))| *h);
+        // The UE's uplink is its lowest TEID ([`Forwarding::ue`]).
+        let u = (uplink.iter())
+            .find(|(_, (x, _))| x == ue)
+            .and_then(|(t, _)| up.iter().find(|(k, _)| k == t))
+            .map(|(_, (_, (_, h)))| *h);
+        let (d, u) = (d.unwrap_or_default(), u.unwrap_or_default());
+        let p = UePolicy {
+            dl_mbr_kbps: d.mbr_kbps,
+            ul_mbr_kbps: u.mbr_kbps,
+            dl_gate_closed: d.gate_closed,
+            ul_gate_closed: u.gate_closed,
+            count: d.count || u.count,
+            buffer: d.buffer,
+            notify: d.notify,
+            end_marker: d.end_marker,
+            dl_drop: d.drop,
+        };
+        if p != UePolicy::default() {
+            policy.insert(*ue, p);
+        }
+    }
     Ok(Forwarding {
         downlink,
         uplink,
         qfi,
+        policy,
     })
 }

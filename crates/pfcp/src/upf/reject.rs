@@ -86,11 +86,13 @@ impl<S: Sessions> Upf<S> {
                     offending_ie,
                     created_pdr: vec![],
                     failed_rule_id: r.failed_rule,
+                    usage_report: vec![],
                 })
             }
             _ => Body::SessionDeletionResponse(SessionDeletionResponse {
                 cause: r.cause,
                 offending_ie,
+                usage_report: vec![],
             }),
         };
         Message {

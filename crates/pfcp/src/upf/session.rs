@@ -11,6 +11,7 @@ pub(super) struct Rules {
     pub(super) fars: VecMap<u32, CreateFar>,
     pub(super) qers: VecMap<u32, Qer>,
     pub(super) urrs: VecMap<u32, Urr>,
+    pub(super) bar: Option<Bar>,
 }
 
 /// A session being set up or changed: its rules decoded, and what they forward.
@@ -30,9 +31,11 @@ impl Session {
         let (r, node, fseid) = (&self.rules, &self.node_id, &self.cp_f_seid);
         let pdrs = r.pdrs.values().map(|(p, t)| (p, *t));
         let (fars, qers, urrs) = (r.fars.values(), r.qers.values(), r.urrs.values());
-        pack_session(node, fseid, pdrs, fars, qers, urrs).map_err(|_| {
-            let alone = |p: &CreatePdr| pack_session(node, fseid, [(p, None)], [], [], []).is_err();
-            let far_alone = |f: &CreateFar| pack_session(node, fseid, [], [f], [], []).is_err();
+        pack_session(node, fseid, pdrs, fars, qers, urrs, r.bar.as_ref()).map_err(|_| {
+            let alone =
+                |p: &CreatePdr| pack_session(node, fseid, [(p, None)], [], [], [], None).is_err();
+            let far_alone =
+                |f: &CreateFar| pack_session(node, fseid, [], [f], [], [], None).is_err();
             let failed = if let Some((id, _)) = r.pdrs.iter().find(|(_, (p, _))| alone(p)) {
                 FailedRuleId::Pdr(*id)
             } else if let Some((id, _)) = r.fars.iter().find(|(_, f)| far_alone(f)) {
@@ -95,14 +98,15 @@ impl Stored<'_> {
         packed_node_id(&self.packed(shapes).1).is_ok_and(|n| n == *node)
     }
 
-    /// The session, decoded.
-    pub(super) fn unpack(&self, shapes: &Shapes) -> Session {
+    /// The session, decoded, forwarding as installed with the URRs `stopped` (their quota
+    /// used up).
+    pub(super) fn unpack(&self, shapes: &Shapes, stopped: &[u32]) -> Session {
         let (placement, packed) = self.packed(shapes);
-        Self::session(placement, &packed)
+        Self::session(placement, &packed, stopped)
     }
 
-    /// The session of placement `placement` whose packed bytes are `packed`.
-    pub(super) fn session(placement: Placement, packed: &[u8]) -> Session {
+    /// The session of placement `placement` whose packed bytes are `packed` ([`Stored::unpack`]).
+    pub(super) fn session(placement: Placement, packed: &[u8], stopped: &[u32]) -> Session {
         let p = unpack_session(packed).expect("packed sessions read back");
         let rules = Rules {
             pdrs: p
@@ -113,8 +117,13 @@ impl Stored<'_> {
             fars: p.fars.into_iter().map(|f| (f.far_id.0, f)).collect(),
             qers: p.qers.into_iter().map(|q| (q.qer_id.0, q)).collect(),
             urrs: p.urrs.into_iter().map(|u| (u.urr_id.0, u)).collect(),
+            bar: p.bar,
         };
-        let fwd = forwarding(&rules).expect("kept rules forward as they did when kept");
+        let live = Live {
+            stopped,
+            end_marker: &[],
+        };
+        let fwd = forwarding(&rules, &live).expect("kept rules forward as they did when kept");
         Session {
             node_id: p.node_id,
             cp_f_seid: p.cp_f_seid,
@@ -172,9 +181,11 @@ impl<S: Sessions> Upf<S> {
             fars: VecMap::new(),
             qers: VecMap::new(),
             urrs: VecMap::new(),
+            bar: None,
         };
         let mut created_ids = Vec::new();
         let built = (|| {
+            bar::create(&mut rules.bar, r.create_bar)?;
             urr::create(&mut rules.urrs, r.create_urr)?;
             qer::create(&mut rules.qers, r.create_qer)?;
             far::create(&mut rules.fars, r.create_far)?;
@@ -183,6 +194,10 @@ impl<S: Sessions> Upf<S> {
         if let Err(rej) = built {
             return Some(self.reject(t, reply_seid, seq, rej));
         }
+        let chosen = match self.choose_ues(&mut rules) {
+            Ok(c) => c,
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
+        };
         let ues = ues_of(&rules);
         if ues.is_empty() {
             return Some(self.reject(
@@ -210,21 +225,11 @@ impl<S: Sessions> Upf<S> {
             Ok(p) => p,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
-        let fwd = match forwarding(&rules) {
+        let fwd = match forwarding(&rules, &Live::default()) {
             Ok(f) => f,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
-        let created = created
-            .into_iter()
-            .map(|(id, teid)| CreatedPdr {
-                pdr_id: PdrId(id),
-                local_f_teid: Some(FTeid::Assigned {
-                    teid,
-                    ipv4: Some(placement.ran),
-                    ipv6: None,
-                }),
-            })
-            .collect();
+        let created = created_pdrs(created, chosen, placement.ran);
         let changes = Forwarding::default().changes(&fwd, placement.node);
         let session = Session {
             node_id: node,
@@ -285,10 +290,35 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
-        let mut session = Stored::session(placement, &packed);
+        let mut session = Stored::session(placement, &packed, &self.stopped_of(seid));
         if let Some(f) = r.cp_f_seid {
             session.cp_f_seid = f;
         }
+        let has_quota = |u: &Urr| {
+            (u.other.iter())
+                .any(|ie| matches!(ie.ie_type, ie_type::VOLUME_QUOTA | ie_type::TIME_QUOTA))
+        };
+        let query_all = r
+            .pfcpsmreq_flags
+            .is_some_and(|f| f.0 & PfcpSmReqFlags::QAURR != 0);
+        let meter = MeterEdit {
+            regranted: (r.update_urr.iter())
+                .filter(|u| has_quota(u))
+                .map(|u| u.urr_id.0)
+                .collect(),
+            query: r.query_urr.iter().map(|u| u.0).collect(),
+            query_all,
+            far_changed: !(r.create_far.is_empty()
+                && r.update_far.is_empty()
+                && r.remove_far.is_empty()),
+        };
+        let end_marker: Few<u32> = (r.update_far.iter())
+            .filter(|u| {
+                u.pfcpsmreq_flags
+                    .is_some_and(|f| f.0 & PfcpSmReqFlags::SNDEM != 0)
+            })
+            .map(|u| u.far_id.0)
+            .collect();
         let old_pdrs = session.rules.pdrs.clone();
         let old_fwd = session.fwd.clone();
         let (old_ues, old_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
@@ -307,7 +337,9 @@ impl<S: Sessions> Upf<S> {
             far::create(&mut rules.fars, r.create_far)?;
             far::update(&mut rules.fars, r.update_far)?;
             pdr::create(&mut rules.pdrs, r.create_pdr, &mut touched)?;
-            pdr::update(&mut rules.pdrs, r.update_pdr, &mut touched)
+            pdr::update(&mut rules.pdrs, r.update_pdr, &mut touched)?;
+            bar::edit(&mut rules.bar, r.create_bar, r.update_bar, r.remove_bar)?;
+            urr::exist(&rules.urrs, &r.query_urr)
         })();
         if let Err(rej) = edited {
             return Some(self.reject(t, reply_seid, seq, rej));
@@ -337,22 +369,22 @@ impl<S: Sessions> Upf<S> {
         if let Err(rej) = moved {
             return Some(self.reject(t, reply_seid, seq, rej));
         }
-        let fwd = match forwarding(&session.rules) {
+        // URRs whose quota is used up stay stopped, unless given a new one.
+        let stopped: Few<u32> = (self.metering.get(&seid))
+            .map(|m| m.stopped())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|id| !meter.regranted.contains(id) && session.rules.urrs.contains_key(id))
+            .collect();
+        let live = Live {
+            stopped: &stopped,
+            end_marker: &end_marker,
+        };
+        let fwd = match forwarding(&session.rules, &live) {
             Ok(f) => f,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
-        let ran = session.placement.ran;
-        let created = created
-            .into_iter()
-            .map(|(id, teid)| CreatedPdr {
-                pdr_id: PdrId(id),
-                local_f_teid: Some(FTeid::Assigned {
-                    teid,
-                    ipv4: Some(ran),
-                    ipv6: None,
-                }),
-            })
-            .collect();
+        let created = created_pdrs(created, vec![], session.placement.ran);
         let packed = match session.pack() {
             Ok(p) => p,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
@@ -374,6 +406,8 @@ impl<S: Sessions> Upf<S> {
                 created,
                 old_ues,
                 old_teids,
+                meter,
+                stopped,
             },
         )
     }
@@ -401,7 +435,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
-        let changes = Stored::session(placement, &packed)
+        let changes = Stored::session(placement, &packed, &self.stopped_of(seid))
             .fwd
             .changes(&Forwarding::default(), placement.node);
         self.busy.insert(seid);
@@ -446,7 +480,7 @@ impl<S: Sessions> Upf<S> {
 
     pub(super) fn remove_session(&mut self, seid: u64) {
         if let Some(kept) = self.sessions.get(seid) {
-            let session = Stored { kept }.unpack(&self.shapes);
+            let session = Stored { kept }.unpack(&self.shapes, &[]);
             // While its slot still names it (the UE index holds slots).
             self.forget(&session, seid);
             self.sessions.remove(seid);
@@ -508,4 +542,35 @@ pub(super) fn ue_slots(rules: &Rules) -> Few<[u8; 16]> {
 /// Every TEID a session's PDRs hold.
 pub(super) fn teids_of(rules: &Rules) -> Few<u32> {
     sorted_once(rules.pdrs.values().filter_map(|(_, t)| *t).collect())
+}
+
+/// The Created PDR IEs: the F-TEIDs we allocated (`teids`, at the handling node's `ran`
+/// address) and the UE addresses we chose (`ues`), one IE per PDR.
+fn created_pdrs(
+    teids: Vec<(u16, u32)>,
+    ues: Vec<(u16, UeIpAddress)>,
+    ran: Ipv4Addr,
+) -> Vec<CreatedPdr> {
+    let mut out: Vec<CreatedPdr> = (teids.into_iter())
+        .map(|(id, teid)| CreatedPdr {
+            pdr_id: PdrId(id),
+            local_f_teid: Some(FTeid::Assigned {
+                teid,
+                ipv4: Some(ran),
+                ipv6: None,
+            }),
+            ue_ip_address: None,
+        })
+        .collect();
+    for (id, ue) in ues {
+        match out.iter_mut().find(|c| c.pdr_id.0 == id) {
+            Some(c) => c.ue_ip_address = Some(ue),
+            None => out.push(CreatedPdr {
+                pdr_id: PdrId(id),
+                local_f_teid: None,
+                ue_ip_address: Some(ue),
+            }),
+        }
+    }
+    out
 }
