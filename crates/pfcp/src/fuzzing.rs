@@ -73,6 +73,8 @@ pub fn sdf_filter(data: &[u8]) {
 /// must not panic either, nor `data` read as a packed session or a kept one.
 pub fn pfcp_message(data: &[u8]) {
     let _ = Relay::parse(data, b"fuzz key");
+    // A usage relay's payload (its tag verified, its sender another version).
+    let _ = crate::relay::Meter::parse(data);
     // Bytes as a kept session: an error or a session, never a panic.
     let _ = unpack_session(data);
     let _ = packed_node_id(data);

@@ -153,7 +153,7 @@ pub mod vecmap;
 
 pub use ie::*;
 pub use message::*;
-pub use relay::{Relay, RelayError, RelayKind};
+pub use relay::{Meter, MeterError, MeterLine, Relay, RelayError, RelayKind};
 pub use upf::{
     malloc_chunk, Applied, Config, Failure, FibChange, Forwarding, Memory, Placement, Sessions,
     Stats, Token, Transmit, UeChange, UeFib, UePolicy, Upf, Usage, UsageRead,

@@ -17,6 +17,14 @@
 //!   in-flight rules included) and sends the response back ([`RelayKind::Response`]); the
 //!   receiving endpoint sends it to the peer, from the address the peer sent to.
 //!
+//! - **Usage.** A session's packets are counted (and, while its FAR says BUFF, buffered) at its
+//!   handling node, which need not be the endpoint that holds the session. The handling node
+//!   sends the counts of the sessions it meters, and the first buffered packet of a session
+//!   whose FAR says NOCP, to the session's endpoint ([`RelayKind::Usage`]); an endpoint that
+//!   needs the counts now (a deletion's or a Query URR's Usage Report) asks the handling node
+//!   ([`RelayKind::UsageQuery`]), which answers ([`RelayKind::UsageAnswer`]). Their payload is
+//!   a [`Meter`] instead of a PFCP message.
+//!
 //! What this does not do: an endpoint that is down cannot answer for its sessions (the peer's
 //! request times out: its retransmissions are relayed again), and its sessions are lost if its
 //! node restarts (they are in memory; their forwarding entries stay).
@@ -29,12 +37,12 @@
 //! |---|---|
 //! | 4 | magic `SBPX` |
 //! | 1 | version (1) |
-//! | 1 | kind: 1 association, 2 session, 3 response |
+//! | 1 | kind: 1 association, 2 session, 3 response, 4 usage, 5 usage query, 6 usage answer |
 //! | 1 | the sender's allocator id |
 //! | 1 | the receiver's allocator id (0: every endpoint) |
 //! | 16 | the peer's IP address (IPv4 as IPv4-mapped IPv6) |
 //! | 2 | the peer's UDP port (big endian) |
-//! | n | one PFCP message |
+//! | n | one PFCP message (kinds 1-3), or a [`Meter`] (kinds 4-6) |
 //! | 16 | HMAC-SHA256 of everything before, truncated to 16 bytes, with the cluster's key |
 //!
 //! [`Relay::to_bytes`] writes it; [`Relay::parse`] checks the length, magic, version, kind and
@@ -63,6 +71,14 @@ pub enum RelayKind {
     Session,
     /// The response to a relayed session request: send it to the peer.
     Response,
+    /// A handling node's counts, and first buffered packets, of sessions the receiver holds
+    /// (a [`Meter`]).
+    Usage,
+    /// An endpoint asks the handling node for the counts of some sessions now (a [`Meter`]
+    /// with a token and the uplink TEIDs, counts zero).
+    UsageQuery,
+    /// The answer to a [`RelayKind::UsageQuery`] (a [`Meter`] with its token).
+    UsageAnswer,
 }
 
 impl RelayKind {
@@ -71,6 +87,9 @@ impl RelayKind {
             RelayKind::Association => 1,
             RelayKind::Session => 2,
             RelayKind::Response => 3,
+            RelayKind::Usage => 4,
+            RelayKind::UsageQuery => 5,
+            RelayKind::UsageAnswer => 6,
         }
     }
     fn from_code(c: u8) -> Option<Self> {
@@ -78,6 +97,9 @@ impl RelayKind {
             1 => Some(RelayKind::Association),
             2 => Some(RelayKind::Session),
             3 => Some(RelayKind::Response),
+            4 => Some(RelayKind::Usage),
+            5 => Some(RelayKind::UsageQuery),
+            6 => Some(RelayKind::UsageAnswer),
             _ => None,
         }
     }
@@ -188,10 +210,160 @@ impl Relay {
     }
 }
 
+/// One session's line of a [`Meter`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct MeterLine {
+    /// The session's uplink TEID (the handling node's slot key).
+    pub ul_teid: u32,
+    /// The session's first buffered downlink packet since its FAR said BUFF|NOCP.
+    pub downlink_data: bool,
+    /// Whether the handling node holds the slot (a query's answer for a TEID it does not know
+    /// says false, counts zero).
+    pub known: bool,
+    /// Uplink bytes, downlink bytes, uplink packets, downlink packets: cumulative since the
+    /// slot was installed.
+    pub counts: [u64; 4],
+}
+
+/// The payload of the usage relays ([`RelayKind::Usage`], [`RelayKind::UsageQuery`],
+/// [`RelayKind::UsageAnswer`]): a token (a query's, echoed by its answer; 0 otherwise) and
+/// lines.
+///
+/// | bytes | field |
+/// |---|---|
+/// | 8 | token (big endian) |
+/// | 2 | lines (big endian) |
+/// | 37 per line | uplink TEID (4), flags (1: bit 0 downlink data, bit 1 known), four counts (8 each) |
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Meter {
+    /// A query's token, echoed in its answer.
+    pub token: u64,
+    /// One per session.
+    pub lines: Vec<MeterLine>,
+}
+
+/// Bytes of one [`MeterLine`].
+pub const METER_LINE_LEN: usize = 37;
+/// Lines a [`Meter`] holds at most (one datagram: 1500 lines, about 55 KB).
+pub const METER_MAX_LINES: usize = 1500;
+
+/// A [`Meter`] that does not parse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MeterError {
+    /// Shorter than its header or than its lines.
+    #[error("usage relay truncated")]
+    Short,
+    /// Bytes after its lines, or more lines than a meter holds.
+    #[error("usage relay length does not match its line count")]
+    Length,
+}
+
+impl Meter {
+    /// The payload bytes (at most [`METER_MAX_LINES`] lines: the caller splits).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let n = self.lines.len().min(METER_MAX_LINES);
+        let mut out = Vec::with_capacity(10 + n * METER_LINE_LEN);
+        out.extend_from_slice(&self.token.to_be_bytes());
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+        for l in &self.lines[..n] {
+            out.extend_from_slice(&l.ul_teid.to_be_bytes());
+            out.push(u8::from(l.downlink_data) | u8::from(l.known) << 1);
+            for c in l.counts {
+                out.extend_from_slice(&c.to_be_bytes());
+            }
+        }
+        out
+    }
+
+    /// The meter in `bytes`, checked (never panics: the relay's tag was verified, but its
+    /// sender may run another version).
+    pub fn parse(bytes: &[u8]) -> Result<Meter, MeterError> {
+        let head = bytes.get(..10).ok_or(MeterError::Short)?;
+        let token = u64::from_be_bytes(head[..8].try_into().map_err(|_| MeterError::Short)?);
+        let n = usize::from(u16::from_be_bytes([head[8], head[9]]));
+        if n > METER_MAX_LINES {
+            return Err(MeterError::Length);
+        }
+        let body = &bytes[10..];
+        if body.len() < n * METER_LINE_LEN {
+            return Err(MeterError::Short);
+        }
+        if body.len() != n * METER_LINE_LEN {
+            return Err(MeterError::Length);
+        }
+        let lines = (body.chunks_exact(METER_LINE_LEN))
+            .map(|c| {
+                let mut counts = [0u64; 4];
+                for (i, v) in counts.iter_mut().enumerate() {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&c[5 + 8 * i..13 + 8 * i]);
+                    *v = u64::from_be_bytes(b);
+                }
+                MeterLine {
+                    ul_teid: u32::from_be_bytes([c[0], c[1], c[2], c[3]]),
+                    downlink_data: c[4] & 1 != 0,
+                    known: c[4] & 2 != 0,
+                    counts,
+                }
+            })
+            .collect();
+        Ok(Meter { token, lines })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn meter_round_trip_and_refusals() {
+        let m = Meter {
+            token: 0x0102_0304_0506_0708,
+            lines: vec![
+                MeterLine {
+                    ul_teid: 0x8000_0001,
+                    downlink_data: true,
+                    known: true,
+                    counts: [1, 2, 3, u64::MAX],
+                },
+                MeterLine {
+                    ul_teid: 7,
+                    downlink_data: false,
+                    known: false,
+                    counts: [0; 4],
+                },
+            ],
+        };
+        let b = m.to_bytes();
+        assert_eq!(b.len(), 10 + 2 * METER_LINE_LEN);
+        assert_eq!(Meter::parse(&b), Ok(m.clone()));
+        assert_eq!(Meter::parse(&b[..b.len() - 1]), Err(MeterError::Short));
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(Meter::parse(&long), Err(MeterError::Length));
+        assert_eq!(Meter::parse(&b[..9]), Err(MeterError::Short));
+        // Through a relay, tag and all.
+        let r = Relay {
+            to: 2,
+            kind: RelayKind::Usage,
+            peer: "0.0.0.0:0".parse().unwrap(),
+            bytes: b,
+        };
+        let (from, back) = Relay::parse(&r.to_bytes(1, KEY), KEY).unwrap();
+        assert_eq!((from, Meter::parse(&back.bytes)), (1, Ok(m)));
+        // A meter holds METER_MAX_LINES at most; more are left to the next.
+        let big = Meter {
+            token: 0,
+            lines: vec![MeterLine::default(); METER_MAX_LINES + 5],
+        };
+        assert_eq!(
+            Meter::parse(&big.to_bytes()).unwrap().lines.len(),
+            METER_MAX_LINES
+        );
+    }
 
     const KEY: &[u8] = b"a cluster key of some length....";
 
@@ -226,9 +398,32 @@ mod tests {
         #[test]
         fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..128)) {
             let _ = Relay::parse(&b, KEY);
+            let _ = Meter::parse(&b);
             let mut m = MAGIC.to_vec();
             m.extend_from_slice(&b);
             let _ = Relay::parse(&m, KEY);
+        }
+
+        #[test]
+        fn meters_round_trip(
+            token in any::<u64>(),
+            lines in proptest::collection::vec(
+                (any::<u32>(), any::<bool>(), any::<bool>(), any::<[u64; 4]>()),
+                0..40,
+            ),
+        ) {
+            let m = Meter {
+                token,
+                lines: (lines.into_iter())
+                    .map(|(ul_teid, downlink_data, known, counts)| MeterLine {
+                        ul_teid,
+                        downlink_data,
+                        known,
+                        counts,
+                    })
+                    .collect(),
+            };
+            prop_assert_eq!(Meter::parse(&m.to_bytes()), Ok(m));
         }
     }
 }

@@ -55,7 +55,9 @@ impl<S: Sessions> Upf<S> {
     }
 
     /// Handles a relay from endpoint `from` (its allocator id; authenticated by the caller,
-    /// e.g. with [`Relay::parse`]): the datagrams to send to peers. Afterwards drain
+    /// e.g. with [`Relay::parse`]): the datagrams to send to peers. The usage relays
+    /// ([`RelayKind::Usage`] and its query and answer) are the node's to handle: given here,
+    /// they are counted ignored. Afterwards drain
     /// [`Upf::poll_relay`] (a relayed request's response goes back as a relay).
     pub fn handle_relay(&mut self, now: Duration, from: u8, relay: Relay) -> Vec<Transmit> {
         self.stats.relayed_in += 1;
@@ -79,6 +81,11 @@ impl<S: Sessions> Upf<S> {
                 if let Some(k) = key {
                     self.via.insert(k, from);
                 }
+            }
+            // The usage relays are the node's (its handling-node counts): not for the endpoint.
+            RelayKind::Usage | RelayKind::UsageQuery | RelayKind::UsageAnswer => {
+                self.stats.ignored += 1;
+                return Vec::new();
             }
         }
         self.replaying = true;
