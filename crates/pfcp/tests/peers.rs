@@ -742,3 +742,161 @@ fn tshark_dissects_what_we_build() {
     );
     assert!(!rows[0]["pfcp.recovery_time_stamp"].is_empty());
 }
+
+/// The messages of usage reporting and buffering we build: Session Report Requests (USAR with
+/// a Usage Report, DLDR), responses with Usage Reports, Created PDR with a UE address, BARs,
+/// Query URR and SNDEM.
+fn our_report_messages() -> Vec<Message> {
+    let usage = |trigger| UsageReport {
+        urr_id: UrrId(1),
+        ur_seqn: UrSeqn(3),
+        trigger: UsageReportTrigger(trigger),
+        start_time: Some(StartTime(3_900_000_000)),
+        end_time: Some(EndTime(3_900_000_060)),
+        volume_measurement: Some(VolumeMeasurement {
+            total: Some(3000),
+            ul: Some(1000),
+            dl: Some(2000),
+            total_packets: Some(30),
+            ul_packets: Some(10),
+            dl_packets: Some(20),
+        }),
+        duration_measurement: Some(DurationMeasurement(60)),
+    };
+    let bar = Bar {
+        bar_id: BarId(1),
+        dl_data_notification_delay: Some(DlDataNotificationDelay(2)),
+        suggested_buffering_packets_count: Some(SuggestedBufferingPacketsCount(10)),
+    };
+    vec![
+        session_msg(
+            30,
+            0x77,
+            Body::SessionReportRequest(SessionReportRequest {
+                report_type: ReportType(ReportType::USAR),
+                downlink_data_report: None,
+                usage_report: vec![usage(UsageReportTrigger::VOLTH | UsageReportTrigger::VOLQU)],
+            }),
+        ),
+        session_msg(
+            31,
+            0x77,
+            Body::SessionReportRequest(SessionReportRequest {
+                report_type: ReportType(ReportType::DLDR),
+                downlink_data_report: Some(DownlinkDataReport {
+                    pdr_id: vec![PdrId(1)],
+                }),
+                usage_report: vec![],
+            }),
+        ),
+        session_msg(
+            31,
+            0x77,
+            Body::SessionReportResponse(SessionReportResponse {
+                cause: Cause::REQUEST_ACCEPTED,
+                offending_ie: None,
+            }),
+        ),
+        session_msg(
+            32,
+            0x77,
+            Body::SessionDeletionResponse(SessionDeletionResponse {
+                cause: Cause::REQUEST_ACCEPTED,
+                offending_ie: None,
+                usage_report: vec![usage(UsageReportTrigger::TERMR)],
+            }),
+        ),
+        session_msg(
+            33,
+            0x77,
+            Body::SessionModificationResponse(SessionModificationResponse {
+                cause: Cause::REQUEST_ACCEPTED,
+                offending_ie: None,
+                created_pdr: vec![CreatedPdr {
+                    pdr_id: PdrId(2),
+                    local_f_teid: None,
+                    ue_ip_address: Some(UeIpAddress {
+                        ipv4: Some(UeAddr::Addr(UE4)),
+                        ipv6: None,
+                        destination: false,
+                        ipv6_prefix_delegation: None,
+                        ipv6_prefix_length: None,
+                    }),
+                }],
+                failed_rule_id: None,
+                usage_report: vec![usage(UsageReportTrigger::IMMER)],
+            }),
+        ),
+        session_msg(
+            34,
+            0x5555,
+            Body::SessionModificationRequest(SessionModificationRequest {
+                update_far: vec![UpdateFar {
+                    far_id: FarId(1),
+                    apply_action: Some(ApplyAction(ApplyAction::FORW)),
+                    update_forwarding_parameters: Some(ForwardingParameters {
+                        destination_interface: Some(Interface::ACCESS),
+                        network_instance: None,
+                        outer_header_creation: Some(OuterHeaderCreation::GtpuIpv4 {
+                            teid: 0x2000,
+                            addr: ENB,
+                        }),
+                    }),
+                    pfcpsmreq_flags: Some(PfcpSmReqFlags(PfcpSmReqFlags::SNDEM)),
+                }],
+                query_urr: vec![UrrId(1)],
+                update_bar: Some(bar),
+                ..Default::default()
+            }),
+        ),
+    ]
+}
+
+#[test]
+fn tshark_dissects_our_reports() {
+    if !have_tshark() && !skip_or_fail("tshark_dissects_our_reports", "needs tshark") {
+        return;
+    }
+    let msgs = our_report_messages();
+    let payloads: Vec<Vec<u8>> = msgs.iter().map(|m| m.to_bytes().unwrap()).collect();
+    let rows = dissect(&payloads);
+    assert_eq!(rows.len(), msgs.len());
+    for (m, row) in msgs.iter().zip(&rows) {
+        let what = format!("{:?}", m.body.message_type());
+        assert_eq!(row["_ws.malformed"], "", "{what}: malformed {row:?}");
+        assert_eq!(row["_ws.expert.message"], "", "{what}: expert {row:?}");
+        let t = m.body.message_type().to_string();
+        assert_eq!(row["pfcp.msg_type"], t, "{what}");
+        assert_eq!(row["pfcp.seqno"], m.sequence.to_string(), "{what}");
+    }
+    // The IEs by name, as tshark shows them.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reports.pcap");
+    write_pcap(&path, &payloads);
+    let out = Command::new("tshark")
+        .args(["-r", path.to_str().unwrap(), "-V"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for ie in [
+        "Usage Report",
+        "UR-SEQN",
+        "Usage Report Trigger",
+        "Volume Measurement",
+        "Duration Measurement",
+        "Start Time",
+        "End Time",
+        "Downlink Data Report",
+        "Report Type",
+        "Query URR",
+        "Update BAR",
+        "PFCPSMReq-Flags",
+        "UE IP Address",
+    ] {
+        assert!(text.contains(ie), "tshark shows no {ie}:\n{text}");
+    }
+    assert!(!text.contains("Malformed"), "{text}");
+    if std::env::var("SHOW_TSHARK").is_ok() {
+        eprintln!("{text}");
+    }
+}

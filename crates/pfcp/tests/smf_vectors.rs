@@ -16,6 +16,9 @@ struct Cluster {
     up: HashMap<u32, IpAddr>,
     /// The QoS flow of each UE address as the UE changes say.
     qfi: HashMap<IpAddr, u8>,
+    /// What each UE's handling node is told to enforce, and the End Markers asked for.
+    policy: HashMap<IpAddr, UePolicy>,
+    end_markers: usize,
     next: u16,
 }
 
@@ -45,6 +48,8 @@ impl Sessions for Cluster {
     ) -> Result<Applied, Failure> {
         for u in ues {
             self.qfi.insert(u.ue, u.after.qfi);
+            self.end_markers += usize::from(u.after.policy.end_marker);
+            self.policy.insert(u.ue, u.after.policy);
         }
         for c in changes {
             match *c {
@@ -168,10 +173,22 @@ fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr) {
     let (teid, gnb) = ohc_of(smf, "03-session-modification-request-gnb-tunnel");
     assert_eq!(gnb, GNB);
     assert_eq!(upf.sessions_impl().down.get(&ue), Some(&(teid, GNB)));
-    // Idle (BUFF|NOCP): downlink stops.
+    let policy = |upf: &Upf<Cluster>| upf.sessions_impl().policy[&ue];
+    assert!(
+        !policy(upf).buffer && policy(upf).count,
+        "{:?}",
+        policy(upf)
+    );
+    // Idle (BUFF|NOCP): downlink stops; the handling node buffers and tells of the first
+    // packet.
     let m = send(upf, smf, "04-session-modification-request-idle", seid, 4);
     accepted(&m, "04");
     assert_eq!(upf.sessions_impl().down.get(&ue), None);
+    assert!(
+        policy(upf).buffer && policy(upf).notify,
+        "{:?}",
+        policy(upf)
+    );
     // Active again.
     let m = send(
         upf,
@@ -196,6 +213,8 @@ fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr) {
     let (teid2, gnb2) = ohc_of(smf, "06-session-modification-request-xn-handover");
     assert_eq!(gnb2, GNB2);
     assert_eq!(upf.sessions_impl().down.get(&ue), Some(&(teid2, GNB2)));
+    // With an End Marker on the old tunnel first (SNDEM), asked once.
+    assert_eq!(upf.sessions_impl().end_markers, 1);
     // The uplink forwarded throughout.
     assert!(upf.sessions_impl().up.values().any(|u| *u == ue));
     // Heartbeat.
@@ -204,6 +223,14 @@ fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr) {
     // Deletion: nothing left.
     let m = send(upf, smf, "07-session-deletion-request", seid, 8);
     accepted(&m, "07");
+    // One final usage report per URR (the cluster here counts nothing).
+    let Body::SessionDeletionResponse(d) = &m.body else {
+        panic!("{m:?}")
+    };
+    assert!(!d.usage_report.is_empty(), "{d:?}");
+    for u in &d.usage_report {
+        assert_eq!(u.trigger, UsageReportTrigger(UsageReportTrigger::TERMR));
+    }
     assert!(upf.sessions_impl().down.is_empty());
     assert!(upf.sessions_impl().up.is_empty());
     assert_eq!(upf.session_count(), 0);

@@ -17,18 +17,31 @@
 //!   not set: honoured when no session of this endpoint holds it and its prefix is no other
 //!   endpoint's allocator's; the session is placed on the node whose `ran` address it names,
 //!   [`Sessions::placement_at`]; else refused by the PDR's id).
-//! - **DROP** (and BUFF, NOCP: we do not buffer or notify yet; such a FAR drops, which the
-//!   response does not hide: it is documented here) removes the direction's forwarding, as a
-//!   closed gate of a QER does.
+//! - **DROP** removes the direction's forwarding ([`UePolicy::dl_drop`] says so downlink).
+//!   **BUFF** removes the downlink tunnel and sets [`UePolicy::buffer`]: the handling node
+//!   buffers; with **NOCP** also [`UePolicy::notify`]: the node reports the first buffered
+//!   packet ([`Upf::downlink_data`]) and the SMF gets one Downlink Data Report per buffering
+//!   episode, after the BAR's Downlink Data Notification Delay. An Update
+//!   FAR to FORW with the gNB's tunnel ends the episode; the node delivers the buffer in order.
+//!   An Update FAR whose Update Forwarding Parameters carry SNDEM sets
+//!   [`UePolicy::end_marker`] in that change's `after`.
 //! - **The PDI** may also carry QFI and 3GPP Interface Type (accepted; not matched on here),
 //!   Network Instance (one instance: ignored) and SDF Filters ([`crate::sdf`]: read and
 //!   checked). A PDR whose SDF filters match every packet (`permit out ip from any to
 //!   assigned`) is as one without. A PDR from the CP function, or one with a narrower SDF
 //!   filter whose FAR forwards to the CP function (open5gs's router solicitation path), is
 //!   kept and its F-TEID allocated, but forwards nothing in the data plane yet.
-//! - **QERs**: gates are applied (closed = drop); MBR, GBR and QFI are accepted and kept, not
-//!   yet enforced or marked. **URRs** are accepted and kept (create, update, remove; a PDR
-//!   must name existing ones), not yet measured: no usage report is sent.
+//! - **QERs** become the UE's [`UePolicy`]: a closed gate keeps the entry and sets
+//!   `dl_gate_closed`/`ul_gate_closed` (the handling node drops; its counters and buffer
+//!   stay), the least MBR of the QERs of the UE's downlink (uplink) PDR is its
+//!   `dl_mbr_kbps` (`ul_mbr_kbps`); the QFI is marked ([`UeFib::qfi`]); GBR is kept, not
+//!   enforced. **URRs** (a PDR must name existing ones) set [`UePolicy::count`] and are
+//!   measured from the handling node's counts: volume and duration, volume/time thresholds
+//!   and quotas, periods, Query URR, reports at deletion; a used-up
+//!   quota closes the gates of the URR's PDRs until a new one.
+//! - **UE IP Address CHV4/CHV6**: an address from the endpoint's pools ([`Config::ue_pool_v4`],
+//!   [`Config::ue_pool_v6`]), in the Created PDR; none free or no pool: All dynamic addresses
+//!   are occupied.
 //!
 //! Refused with Rule creation/modification failure and the Failed Rule ID (the request changes
 //! nothing): a PDR whose PDI carries any other IE (Application ID, Ethernet filters, ...), a
@@ -37,8 +50,9 @@
 //! address or with a local F-TEID or Outer Header Removal; an Access PDR without local F-TEID
 //! or without GTP-U Outer Header Removal; a PDR without FAR, or naming a FAR, QER or URR the
 //! session lacks; a UE address another session holds (an IPv4 address and its IPv4-mapped
-//! IPv6 form are one address, as they are one FIB key); CHOOSE of an IPv6-only F-TEID or of a
-//! UE address; a FAR whose Apply Action is not exactly one of DROP, FORW, BUFF (with NOCP), or
+//! IPv6 form are one address, as they are one FIB key); CHOOSE of an IPv6-only F-TEID, or of a
+//! UE address in a modification; a URR whose threshold, quota or period IE does not read; a
+//! FAR whose Apply Action is not exactly one of DROP, FORW, BUFF (with NOCP), or
 //! DUPL; a FORW FAR of a Core PDR with an Outer Header Creation other than GTP-U/UDP/IPv4, or
 //! of an Access PDR with any; a QER with any IE but gate status, MBR, GBR, QFI and
 //! correlation id, or a QFI above 63; two rules of one kind with one id.
