@@ -95,6 +95,11 @@ impl<K: Ord, V> VecMap<K, V> {
         self.0.iter().map(|(_, v)| v)
     }
 
+    /// Entries it holds without growing.
+    pub fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
+
     /// Entries.
     pub fn len(&self) -> usize {
         self.0.len()

@@ -314,6 +314,7 @@ fn a_volume_threshold_crossed_is_reported_at_once_and_retransmitted_until_answer
     );
     assert!(policy(&t).count);
     assert_eq!(t.upf.metered_teids().collect::<Vec<_>>(), [teid]);
+    assert!(t.upf.memory().usage > 0);
     t.now = Duration::from_secs(5);
     assert!(t.traffic(teid, 4000, 5000).is_empty());
     t.now = Duration::from_secs(7);

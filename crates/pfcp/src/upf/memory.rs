@@ -25,6 +25,15 @@ pub struct Memory {
     pub responses: usize,
     /// The templates the kept sessions are differences from.
     pub shapes: usize,
+    /// The usage state of sessions with URRs or a BUFF|NOCP FAR: its map, the uplink TEID
+    /// index, the timers (a B-tree: 16 bytes per entry and a third more for its nodes, an
+    /// estimate) and each session's meters as malloc sizes them.
+    pub usage: usize,
+}
+
+/// Bytes a hash table of `capacity` entries of `T` takes (buckets and control bytes).
+fn table<T>(capacity: usize) -> usize {
+    capacity * (std::mem::size_of::<T>() + 1)
 }
 
 /// The bytes glibc's malloc takes for an allocation of `n` bytes on 64-bit Linux: `n` plus
@@ -58,6 +67,10 @@ impl<S: Sessions> Upf<S> {
             teids: self.teids.bytes(),
             responses: self.cache.memory(),
             shapes: self.shapes.bytes(),
+            usage: table::<(u64, Metering)>(self.metering.capacity())
+                + table::<(u32, u64)>(self.by_teid.capacity())
+                + self.timers.len() * 16 * 4 / 3
+                + self.meter_heap,
         }
     }
 }

@@ -392,6 +392,8 @@ pub struct Upf<S> {
     reports: BTreeMap<u32, OutReport>,
     /// Responses waiting for the handling nodes' counts.
     reads: HashMap<Token, Read>,
+    /// The heap bytes of the meters of `metering` ([`Metering::heap`]).
+    meter_heap: usize,
     /// Where the UE address pools' searches go on.
     next_ue_v4: u64,
     next_ue_v6: u64,
@@ -434,6 +436,7 @@ impl<S: Sessions> Upf<S> {
             timers: BTreeSet::new(),
             reports: BTreeMap::new(),
             reads: HashMap::default(),
+            meter_heap: 0,
             next_ue_v4: 0,
             next_ue_v6: 0,
         }

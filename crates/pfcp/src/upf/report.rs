@@ -131,6 +131,7 @@ impl<S: Sessions> Upf<S> {
     /// timer.
     pub(super) fn set_metering(&mut self, seid: u64, m: Option<Metering>) {
         if let Some(old) = self.metering.remove(&seid) {
+            self.meter_heap -= old.heap();
             for t in &old.teids {
                 if self.by_teid.get(t) == Some(&seid) {
                     self.by_teid.remove(t);
@@ -148,6 +149,7 @@ impl<S: Sessions> Upf<S> {
             if let Some(d) = m.due {
                 self.timers.insert((d, seid));
             }
+            self.meter_heap += m.heap();
             self.metering.insert(seid, m);
         }
     }

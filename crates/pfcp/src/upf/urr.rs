@@ -303,6 +303,11 @@ pub(super) struct Metering {
 }
 
 impl Metering {
+    /// The bytes its meters take on the heap, as malloc sizes them.
+    pub(super) fn heap(&self) -> usize {
+        malloc_chunk(self.meters.capacity() * std::mem::size_of::<(u32, Meter)>())
+    }
+
     /// The URRs whose quota is used up.
     pub(super) fn stopped(&self) -> Few<u32> {
         (self.meters.iter())
