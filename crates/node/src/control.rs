@@ -625,7 +625,8 @@ pub fn run(
             }
         }
         if let Some(p) = &mut pfcp {
-            p.receive(&mut node, clock());
+            p.receive(&mut node, &dp, clock());
+            p.meter(&mut dp);
         }
         let now = clock();
         if node.poll_timeout().is_some_and(|t| t <= now) {

@@ -46,9 +46,10 @@ use crate::control::{ControlError, ControlFile};
 use crate::metrics::PfcpKey;
 use sb_control::{ClusterSpec, Op, Outcome, Peer, Update};
 use sb_engine::lte::Tunnel;
+use sb_engine::policy::Policy;
 use sb_pfcp::{
-    Applied, Failure, FibChange, NodeId, Placement, RecoveryTimeStamp, Sessions, Token, UeChange,
-    UeFib, Upf,
+    Applied, Failure, FibChange, Meter, MeterLine, NodeId, Placement, RecoveryTimeStamp, Relay,
+    RelayKind, Sessions, Token, UeChange, UeFib, Upf, Usage, UsageRead,
 };
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -127,8 +128,25 @@ pub fn cause_name(c: u8) -> String {
     .to_string()
 }
 
-/// The FIB entry of a UE address's forwarding at `node`, when it has a downlink tunnel.
-fn tunnel(ue: IpAddr, node: u16, f: &UeFib) -> Option<Tunnel> {
+/// The data plane's policy of a UE's [`sb_pfcp::UePolicy`] (the same fields; DROP is
+/// `drop_dl`).
+fn policy(p: &sb_pfcp::UePolicy) -> Policy {
+    Policy {
+        dl_mbr_kbps: p.dl_mbr_kbps,
+        ul_mbr_kbps: p.ul_mbr_kbps,
+        dl_gate_closed: p.dl_gate_closed,
+        ul_gate_closed: p.ul_gate_closed,
+        count: p.count,
+        buffer: p.buffer,
+        notify: p.notify,
+        end_marker: p.end_marker,
+        drop_dl: p.dl_drop,
+    }
+}
+
+/// The FIB entry of a UE address's forwarding at `node` for the endpoint `owner` (its
+/// allocator id), when it has a tunnel either way.
+fn tunnel(ue: IpAddr, node: u16, f: &UeFib, owner: u8) -> Option<Tunnel> {
     if f.is_empty() {
         return None;
     }
@@ -145,8 +163,8 @@ fn tunnel(ue: IpAddr, node: u16, f: &UeFib) -> Option<Tunnel> {
         ul_teid: f.up.unwrap_or(0),
         qfi: f.qfi,
         rqi: false,
-        policy: Default::default(),
-        owner: 0,
+        policy: policy(&f.policy),
+        owner,
     })
 }
 
@@ -192,6 +210,10 @@ pub struct Cluster {
     /// Updates per request at most.
     max_batch: usize,
     outbox: Vec<Vec<u8>>,
+    /// This endpoint's allocator id: the owner written into its sessions' FIB values.
+    owner: u8,
+    /// Counts the endpoint asked for ([`Sessions::read_usage`]), for [`Endpoint::meter`].
+    usage_reads: Vec<(Token, Vec<u32>)>,
 }
 
 impl Cluster {
@@ -211,6 +233,8 @@ impl Cluster {
             next_batch: 0,
             max_batch: sb_control::client::max_updates(spec.key_bytes, spec.value_bytes).max(1),
             outbox: Vec::new(),
+            owner: first as u8 + 1,
+            usage_reads: Vec::new(),
         }
     }
 
@@ -381,8 +405,8 @@ impl Sessions for Cluster {
     ) -> Result<Applied, Failure> {
         let mut updates = Vec::new();
         for c in ues {
-            let old = tunnel(c.ue, c.node, &c.before);
-            let new = tunnel(c.ue, c.node, &c.after);
+            let old = tunnel(c.ue, c.node, &c.before, self.owner);
+            let new = tunnel(c.ue, c.node, &c.after, self.owner);
             let op = match (&old, &new) {
                 (None, Some(_)) => Op::Insert,
                 (Some(a), Some(b)) if a != b => Op::Change,
@@ -417,6 +441,12 @@ impl Sessions for Cluster {
         self.queued.push(id);
         Ok(Applied::Pending)
     }
+
+    fn read_usage(&mut self, token: Token, ul_teids: &[u32]) -> UsageRead {
+        // The handling nodes hold the counts: the endpoint's next meter asks them.
+        self.usage_reads.push((token, ul_teids.to_vec()));
+        UsageRead::Pending
+    }
 }
 
 /// The node's PFCP endpoint: its socket and the [`Upf`].
@@ -435,6 +465,42 @@ pub struct Endpoint {
     key: Vec<u8>,
     /// Relay datagrams refused (tag, format).
     relays_refused: u64,
+    /// The deletions' and Query URRs' counts asked of the other nodes, by token.
+    queries: HashMap<u64, UsageQuery>,
+    /// The last counts of sessions whose slot this node freed (their last entry removed), by
+    /// uplink TEID, with when: a deletion's Usage Report reads them after the removal.
+    finals: HashMap<u32, (Usage, Instant)>,
+    /// When the URRs' counts are next fed ([`METER_INTERVAL`]).
+    next_meter: Instant,
+}
+
+/// How often an endpoint feeds its metered sessions' counts to their URRs (from this node's
+/// slots, and asked of the other nodes): a threshold or quota crossed is reported within
+/// about this long plus a round trip.
+pub const METER_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long a freed slot's last counts are kept for a deletion's Usage Report.
+const FINAL_KEPT: Duration = Duration::from_secs(30);
+
+/// Counts asked of the other nodes for a response that waits for them.
+struct UsageQuery {
+    teids: Vec<u32>,
+    got: Vec<(u32, Usage)>,
+    /// Answers still to come (one per node per datagram of the query).
+    answers_left: usize,
+    /// When it was asked (the endpoint answers without the counts after
+    /// `sb_pfcp::Config::usage_read_timeout`; the query is forgotten after [`FINAL_KEPT`]).
+    asked: Instant,
+}
+
+/// The PFCP usage of the data plane's.
+fn pfcp_usage(u: sb_engine::policy::Usage) -> Usage {
+    Usage {
+        ul_bytes: u.ul_bytes,
+        dl_bytes: u.dl_bytes,
+        ul_packets: u.ul_packets,
+        dl_packets: u.dl_packets,
+    }
 }
 
 impl Endpoint {
@@ -530,6 +596,9 @@ impl Endpoint {
             me: cfg.node as u8 + 1,
             key: spec.key.to_vec(),
             relays_refused: 0,
+            queries: HashMap::default(),
+            finals: HashMap::default(),
+            next_meter: Instant::now(),
         }))
     }
 
@@ -608,7 +677,12 @@ impl Endpoint {
 
     /// Handles the PFCP datagrams waiting on the socket (at most 256) and hands the requests
     /// they cause to `node` (and again those unanswered for a second).
-    pub fn receive(&mut self, node: &mut sb_control::Node, now_nanos: u64) {
+    pub fn receive(
+        &mut self,
+        node: &mut sb_control::Node,
+        dp: &crate::control::DataPlane,
+        now_nanos: u64,
+    ) {
         // Our heartbeats to the SMFs that associated here, when due.
         let out = self.upf.poll(self.start.elapsed());
         self.send(out);
@@ -630,6 +704,14 @@ impl Endpoint {
             match rs.recv_from(&mut self.buf) {
                 Ok((n, _)) => {
                     let out = match sb_pfcp::Relay::parse(&self.buf[..n], &self.key) {
+                        Ok((sender, relay))
+                            if matches!(
+                                relay.kind,
+                                RelayKind::Usage | RelayKind::UsageQuery | RelayKind::UsageAnswer
+                            ) =>
+                        {
+                            self.usage_relay(dp, sender, relay)
+                        }
                         Ok((sender, relay)) => {
                             self.upf.handle_relay(self.start.elapsed(), sender, relay)
                         }
@@ -676,6 +758,242 @@ impl Endpoint {
             let out = self.upf.complete(self.start.elapsed(), token, result);
             self.send(out);
         }
+    }
+
+    /// This node's counts of the session of `ul_teid`: its live slot's, or the last of a slot
+    /// freed here.
+    fn local_usage(&self, dp: &crate::control::DataPlane, ul_teid: u32) -> Option<Usage> {
+        (dp.usage(ul_teid).map(pfcp_usage)).or_else(|| self.finals.get(&ul_teid).map(|f| f.0))
+    }
+
+    /// Sends `meter` as relays of `kind` to endpoint `to` (0: every other endpoint), as many
+    /// datagrams as its lines need; returns how many each receiver gets.
+    fn send_meter(&mut self, kind: RelayKind, to: u8, meter: Meter) -> usize {
+        let chunks: Vec<&[MeterLine]> = if meter.lines.is_empty() {
+            vec![&[][..]]
+        } else {
+            meter
+                .lines
+                .chunks(sb_pfcp::relay::METER_MAX_LINES)
+                .collect()
+        };
+        let n = chunks.len();
+        let me = usize::from(self.me) - 1;
+        let targets: Vec<SocketAddr> = match to {
+            0 => (0..self.peers.len())
+                .filter(|&i| i != me)
+                .map(|i| self.peers[i])
+                .collect(),
+            t => self
+                .peers
+                .get(usize::from(t) - 1)
+                .copied()
+                .into_iter()
+                .collect(),
+        };
+        let Some(rs) = &self.relay_sock else {
+            return 0;
+        };
+        for c in chunks {
+            let r = Relay {
+                to,
+                kind,
+                peer: LOCAL_CLIENT,
+                bytes: Meter {
+                    token: meter.token,
+                    lines: c.to_vec(),
+                }
+                .to_bytes(),
+            };
+            let bytes = r.to_bytes(self.me, &self.key);
+            for t in &targets {
+                if let Err(e) = rs.send_to(&bytes, t) {
+                    eprintln!("pfcp: usage relay to {t}: {e}");
+                }
+            }
+        }
+        n
+    }
+
+    /// The usage work of one loop iteration: keeps the slots freed here, tells the sessions'
+    /// endpoints of their first buffered packets (Downlink Data Reports), answers the counts
+    /// the endpoint's responses wait for (from this node, or asked of the others), and every
+    /// [`METER_INTERVAL`] feeds the metered sessions' counts to their URRs.
+    pub fn meter(&mut self, dp: &mut crate::control::DataPlane) {
+        let now = Instant::now();
+        let at = self.start.elapsed();
+        for (teid, u) in dp.take_final_usage() {
+            self.finals.insert(teid, (pfcp_usage(u), now));
+        }
+        self.finals
+            .retain(|_, (_, when)| now.duration_since(*when) < FINAL_KEPT);
+        self.queries
+            .retain(|_, q| now.duration_since(q.asked) < FINAL_KEPT);
+        // First buffered packets: to the endpoint that allocated the TEID (its top byte), or
+        // to every endpoint for a TEID the SMF chose.
+        let relaying = self.relay_sock.is_some();
+        let mut remote: HashMap<u8, Vec<MeterLine>> = HashMap::default();
+        for teid in dp.take_notifications() {
+            let owner = (teid >> 24) as u8;
+            if owner == self.me || !relaying {
+                let out = self.upf.downlink_data(at, teid);
+                self.send(out);
+            }
+            if relaying && owner != self.me {
+                let to = if usize::from(owner) <= self.peers.len() {
+                    owner
+                } else {
+                    0
+                };
+                remote.entry(to).or_default().push(MeterLine {
+                    ul_teid: teid,
+                    downlink_data: true,
+                    known: true,
+                    counts: [0; 4],
+                });
+            }
+        }
+        for (to, lines) in remote {
+            self.send_meter(RelayKind::Usage, to, Meter { token: 0, lines });
+        }
+        // Counts a response waits for.
+        let reads = std::mem::take(&mut self.upf.sessions_impl_mut().usage_reads);
+        for (token, teids) in reads {
+            let got: Vec<(u32, Usage)> = (teids.iter())
+                .filter_map(|&t| Some((t, self.local_usage(dp, t)?)))
+                .collect();
+            if got.len() == teids.len() || !relaying {
+                let out = self.upf.complete_usage(at, token, &got);
+                self.send(out);
+                continue;
+            }
+            let lines = (teids.iter())
+                .filter(|t| !got.iter().any(|(g, _)| g == *t))
+                .map(|&ul_teid| MeterLine {
+                    ul_teid,
+                    ..MeterLine::default()
+                })
+                .collect();
+            // On the wire a query's token is never 0 (that is the periodic meter's).
+            let wire = token.0.wrapping_add(1).max(1);
+            let per = self.send_meter(RelayKind::UsageQuery, 0, Meter { token: wire, lines });
+            self.queries.insert(
+                wire,
+                UsageQuery {
+                    teids,
+                    got,
+                    answers_left: per * (self.peers.len() - 1),
+                    asked: now,
+                },
+            );
+        }
+        if now < self.next_meter {
+            return;
+        }
+        self.next_meter = now + METER_INTERVAL;
+        let metered: Vec<u32> = self.upf.metered_teids().collect();
+        let mut ask = Vec::new();
+        for teid in metered {
+            match self.local_usage(dp, teid) {
+                Some(u) => {
+                    let out = self.upf.usage(at, teid, u);
+                    self.send(out);
+                }
+                None if relaying => ask.push(MeterLine {
+                    ul_teid: teid,
+                    ..MeterLine::default()
+                }),
+                None => {}
+            }
+        }
+        if !ask.is_empty() {
+            // Token 0: the answers feed the URRs, nothing waits for them.
+            self.send_meter(
+                RelayKind::UsageQuery,
+                0,
+                Meter {
+                    token: 0,
+                    lines: ask,
+                },
+            );
+        }
+    }
+
+    /// A usage relay from endpoint `from`.
+    fn usage_relay(
+        &mut self,
+        dp: &crate::control::DataPlane,
+        from: u8,
+        relay: Relay,
+    ) -> Vec<sb_pfcp::Transmit> {
+        let at = self.start.elapsed();
+        let Ok(m) = Meter::parse(&relay.bytes) else {
+            self.relays_refused += 1;
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        match relay.kind {
+            RelayKind::Usage => {
+                for l in m.lines.iter().filter(|l| l.downlink_data) {
+                    out.extend(self.upf.downlink_data(at, l.ul_teid));
+                }
+            }
+            RelayKind::UsageQuery => {
+                // Only what this node holds: the asker merges every node's answer.
+                let lines: Vec<MeterLine> = (m.lines.iter())
+                    .filter_map(|l| {
+                        let u = self.local_usage(dp, l.ul_teid)?;
+                        Some(MeterLine {
+                            ul_teid: l.ul_teid,
+                            downlink_data: false,
+                            known: true,
+                            counts: [u.ul_bytes, u.dl_bytes, u.ul_packets, u.dl_packets],
+                        })
+                    })
+                    .collect();
+                // A periodic query (token 0) needs no answer without counts.
+                if m.token != 0 || !lines.is_empty() {
+                    self.send_meter(
+                        RelayKind::UsageAnswer,
+                        from,
+                        Meter {
+                            token: m.token,
+                            lines,
+                        },
+                    );
+                }
+            }
+            RelayKind::UsageAnswer => {
+                let known = m.lines.iter().filter(|l| l.known).map(|l| {
+                    let [ul_bytes, dl_bytes, ul_packets, dl_packets] = l.counts;
+                    (
+                        l.ul_teid,
+                        Usage {
+                            ul_bytes,
+                            dl_bytes,
+                            ul_packets,
+                            dl_packets,
+                        },
+                    )
+                });
+                if m.token == 0 {
+                    for (teid, u) in known {
+                        out.extend(self.upf.usage(at, teid, u));
+                    }
+                } else if let Some(q) = self.queries.get_mut(&m.token) {
+                    q.got.extend(known);
+                    q.answers_left = q.answers_left.saturating_sub(1);
+                    let all = q.teids.iter().all(|t| q.got.iter().any(|(g, _)| g == t));
+                    if all || q.answers_left == 0 {
+                        let q = self.queries.remove(&m.token).expect("present");
+                        let token = Token(m.token.wrapping_sub(1));
+                        out.extend(self.upf.complete_usage(at, token, &q.got));
+                    }
+                }
+            }
+            _ => {}
+        }
+        out
     }
 
     /// Sends `out` to the peers, then the relays the endpoint has for the others.
@@ -782,6 +1100,68 @@ mod tests {
         assert_eq!(at.ran, Ipv4Addr::new(10, 2, 2, 1));
         assert_eq!(c.ran_addrs[usize::from(at.node)], at.ran);
         assert_eq!(c.placement_at(Ipv4Addr::new(192, 0, 2, 1)), None);
+    }
+
+    #[test]
+    fn a_sessions_policy_and_endpoint_reach_its_fib_value() {
+        let mut c = Cluster::new(&spec(), ran(), 2);
+        let ue = IpAddr::V4(Ipv4Addr::new(100, 64, 9, 10));
+        let enb = Ipv4Addr::new(10, 2, 1, 2);
+        let p = sb_pfcp::UePolicy {
+            dl_mbr_kbps: 10_000,
+            ul_mbr_kbps: 2_000,
+            dl_gate_closed: false,
+            ul_gate_closed: true,
+            count: true,
+            buffer: true,
+            notify: true,
+            end_marker: false,
+            dl_drop: true,
+        };
+        let f = UeFib {
+            policy: p,
+            ..fwd(0x100, enb, 0x0300_0001)
+        };
+        let est = change(ue, UeFib::default(), f);
+        assert_eq!(c.apply(Token(1), &[], &est), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!(op, Op::Insert);
+        assert_eq!(t.owner, 3, "node 2's endpoint: allocator id 3");
+        assert_eq!(
+            t.policy,
+            Policy {
+                dl_mbr_kbps: 10_000,
+                ul_mbr_kbps: 2_000,
+                dl_gate_closed: false,
+                ul_gate_closed: true,
+                count: true,
+                buffer: true,
+                notify: true,
+                end_marker: false,
+                drop_dl: true,
+            }
+        );
+        // A change of the policy alone is a change of the entry.
+        let m = change(
+            ue,
+            f,
+            UeFib {
+                policy: sb_pfcp::UePolicy { buffer: false, ..p },
+                ..f
+            },
+        );
+        assert_eq!(c.apply(Token(2), &[], &m), Ok(Applied::Pending));
+        let (op, t) = sent(&mut c);
+        assert_eq!(
+            (op, t.policy.buffer, t.policy.count),
+            (Op::Change, false, true)
+        );
+        // Counts are the handling nodes': a read waits for the endpoint's meter.
+        assert!(matches!(
+            c.read_usage(Token(3), &[0x0300_0001]),
+            UsageRead::Pending
+        ));
+        assert_eq!(c.usage_reads, vec![(Token(3), vec![0x0300_0001])]);
     }
 
     #[test]
