@@ -364,14 +364,241 @@ fn uplink_arrives(c: &Cluster, ran: &str, teid: u32, ue: &str, what: &str) {
 /// One run of `pfcp_replay.py`: messages `first..=last` of `smf`'s stock sequence to node 1,
 /// from 10.3.0.254 (the address in the messages' Node ID and F-SEID).
 fn replay(cp: &str, smf: &str, first: u32, last: u32, seid: Option<u64>, pcap: &Path) -> Value {
+    replay_env(cp, smf, first, last, seid, pcap, &[])
+}
+
+/// Sends one IPv4/UDP packet per tag to UE `ue` into node `node`'s `inet` port, in order (the
+/// tag is the payload).
+fn downlink(c: &Cluster, node: usize, ue: &str, tags: &[String]) {
+    let desc = c.description();
+    let n = &desc["nodes"][node];
+    let py = format!(
+        "from scapy.all import *\n\
+         ps = [Ether(dst={mac:?})/IP(src='203.0.113.5',dst={ue:?})/\
+         UDP(sport=443,dport=5000)/Raw(t.encode()) for t in {tags:?}]\n\
+         sendp(ps, iface='eth0', inter=0.02, verbose=0)\n",
+        mac = n["inet"]["local"]["mac"].as_str().unwrap(),
+    );
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            n["inet_netns"].as_str().unwrap(),
+            "/usr/bin/python3",
+            "-c",
+            &py,
+        ],
+        Duration::from_secs(30),
+    );
+    ok(&o, "scapy downlink");
+}
+
+/// A GTP-U frame a RAN side received: message type, TEID, the PDU Session Container's QFI,
+/// and the inner packet (G-PDUs).
+#[derive(Debug)]
+struct Gtpu {
+    msg_type: u8,
+    teid: u32,
+    qfi: Option<u8>,
+    inner: Vec<u8>,
+}
+
+/// The GTP-U frames (IPv4 outer, UDP 2152) among `frames`, in capture order.
+fn gtpu(frames: &[Vec<u8>]) -> Vec<Gtpu> {
+    let mut out = Vec::new();
+    for f in frames {
+        if f.len() < 14 + 20 + 8 + 8 || f[12..14] != [0x08, 0x00] || f[23] != 17 {
+            continue;
+        }
+        let ihl = usize::from(f[14] & 0x0f) * 4;
+        let udp = 14 + ihl;
+        if f.len() < udp + 16 || f[udp + 2..udp + 4] != 2152u16.to_be_bytes() {
+            continue;
+        }
+        let g = udp + 8;
+        let (flags, msg_type) = (f[g], f[g + 1]);
+        let teid = u32::from_be_bytes([f[g + 4], f[g + 5], f[g + 6], f[g + 7]]);
+        let mut at = g + 8;
+        let mut qfi = None;
+        if flags & 0x07 != 0 {
+            let mut next = f[g + 11];
+            at = g + 12;
+            while next != 0 && at < f.len() {
+                let len = usize::from(f[at]) * 4;
+                if len == 0 || at + len > f.len() {
+                    break;
+                }
+                if next == 0x85 {
+                    qfi = Some(f[at + 2] & 0x3f);
+                }
+                next = f[at + len - 1];
+                at += len;
+            }
+        }
+        let inner = f.get(at..).unwrap_or_default().to_vec();
+        out.push(Gtpu {
+            msg_type,
+            teid,
+            qfi,
+            inner,
+        });
+    }
+    out
+}
+
+/// The tags (payloads) of the G-PDUs in `g` whose inner packet is for `ue` and starts with
+/// `prefix`, in order, with their TEIDs and inner IPv4 lengths.
+fn tagged(g: &[Gtpu], ue: &str, prefix: &str) -> Vec<(String, u32, u64)> {
+    let ue: std::net::Ipv4Addr = ue.parse().unwrap();
+    g.iter()
+        .filter(|x| x.msg_type == 255 && x.inner.len() >= 28 && x.inner[16..20] == ue.octets())
+        .filter_map(|x| {
+            let payload = &x.inner[28..];
+            let t = String::from_utf8_lossy(payload).to_string();
+            t.starts_with(prefix).then(|| {
+                let len = u64::from(u16::from_be_bytes([x.inner[2], x.inner[3]]));
+                (t, x.teid, len)
+            })
+        })
+        .collect()
+}
+
+/// open5gs's session through idle and handover with the data plane watched at its handling
+/// node `h`'s RAN side (downlink sent into another node's `inet`, so it crosses the fabric):
+/// G-PDUs carry the QFI in their PDU Session Container; idle (BUFF|NOCP) buffers downlink and
+/// sends one Session Report Request with a Downlink Data Report for PDR 1; reactivation
+/// delivers the buffered packets in order in the new tunnel; the Xn handover (SNDEM) sends an
+/// End Marker on the old tunnel before the new one carries packets; the deletion's Usage
+/// Report counts exactly the downlink bytes the RAN side received (URR 1 is the downlink
+/// PDR's). Returns nothing: every check asserts.
+fn open5gs_idle_paging_handover(c: &Cluster, cp: &str, seid: u64, h: usize, pcap: &Path) {
+    let desc = c.description();
+    let ran_ns = desc["nodes"][h]["ran_netns"].as_str().unwrap().to_string();
+    let via = (h + 1) % 4;
+    let ue = "10.45.0.2";
+    let cap_path = Path::new(c.dir()).join("open5gs-ran.pcap");
+    let cap = Capture::start(&ran_ns, "eth0", "in", cap_path);
+    let tags = |p: &str, n: usize| (0..n).map(|i| format!("{p}-{i}")).collect::<Vec<_>>();
+    // Active: the gNB's tunnel (TEID 1) from message 03.
+    downlink(c, via, ue, &tags("active", 4));
+    std::thread::sleep(Duration::from_millis(300));
+    // Idle, then downlink data: buffered, one Downlink Data Report.
+    let r = replay(cp, "open5gs", 4, 4, Some(seid), pcap);
+    assert_eq!(
+        r["causes"]["04-session-modification-request-idle"], 1,
+        "{r}"
+    );
+    downlink(c, via, ue, &tags("buffered", 5));
+    let r = replay_env(cp, "open5gs", 99, 0, Some(seid), pcap, &[("REPORTS", "1")]);
+    let reports = r["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 1, "one Downlink Data Report: {r}");
+    assert_eq!(reports[0]["type"], json!(["DLDR"]), "{r}");
+    assert_eq!(reports[0]["pdrs"], json!([1]), "{r}");
+    assert_eq!(u(&reports[0]["seid"]), 1, "the SMF's SEID: {r}");
+    // No second report for the same episode.
+    downlink(c, via, ue, &tags("buffered-more", 2));
+    let r = replay_env(
+        cp,
+        "open5gs",
+        99,
+        0,
+        Some(seid),
+        pcap,
+        &[("REPORTS", "1"), ("REPORT_WAIT", "1.5")],
+    );
+    assert_eq!(r["reports"].as_array().unwrap().len(), 0, "{r}");
+    // Active again (TEID 2): the buffer, in order, then the handover (SNDEM) to 192.168.1.11
+    // TEID 0x101: an End Marker on TEID 2 first.
+    let r = replay(cp, "open5gs", 5, 5, Some(seid), pcap);
+    assert_eq!(
+        r["causes"]["05-session-modification-request-reactivate"], 1,
+        "{r}"
+    );
+    // (An idle worker looks at its flush queue every 20 ms at least.)
+    std::thread::sleep(Duration::from_millis(300));
+    let r = replay(cp, "open5gs", 6, 6, Some(seid), pcap);
+    assert_eq!(
+        r["causes"]["06-session-modification-request-xn-handover"], 1,
+        "{r}"
+    );
+    downlink(c, via, ue, &tags("after-handover", 3));
+    std::thread::sleep(Duration::from_millis(1500));
+    let frames = cap.stop();
+    let g = gtpu(&frames);
+    let active = tagged(&g, ue, "active-");
+    assert_eq!(
+        active
+            .iter()
+            .map(|x| (x.0.as_str(), x.1))
+            .collect::<Vec<_>>(),
+        tags("active", 4)
+            .iter()
+            .map(|t| (t.as_str(), 1))
+            .collect::<Vec<_>>(),
+        "{g:?}"
+    );
+    let mut want: Vec<String> = tags("buffered", 5);
+    want.extend(tags("buffered-more", 2));
+    let buffered = tagged(&g, ue, "buffered");
+    assert_eq!(
+        buffered.iter().map(|x| x.0.clone()).collect::<Vec<_>>(),
+        want,
+        "buffered packets in order"
+    );
+    assert!(
+        buffered.iter().all(|x| x.1 == 2),
+        "new tunnel: {buffered:?}"
+    );
+    let after = tagged(&g, ue, "after-handover-");
+    assert_eq!(after.len(), 3, "{g:?}");
+    assert!(after.iter().all(|x| x.1 == 0x101), "{after:?}");
+    // Every G-PDU of the session carries QFI 1.
+    let gpdus: Vec<&Gtpu> = g.iter().filter(|x| x.msg_type == 255).collect();
+    assert!(gpdus.iter().all(|x| x.qfi == Some(1)), "{gpdus:?}");
+    // The End Marker: on the old tunnel, after the last packet in it, before the first in the
+    // new one.
+    let em = g
+        .iter()
+        .position(|x| x.msg_type == 254)
+        .unwrap_or_else(|| panic!("no End Marker: {g:?}"));
+    assert_eq!(g[em].teid, 2, "End Marker on the old tunnel");
+    let first_new = g.iter().position(|x| x.msg_type == 255 && x.teid == 0x101);
+    assert!(first_new.is_none_or(|i| i > em), "{g:?}");
+    // Deletion: URR 1's report counts the downlink bytes delivered, exactly.
+    let delivered: u64 = active
+        .iter()
+        .chain(&buffered)
+        .chain(&after)
+        .map(|x| x.2)
+        .sum();
+    let r = replay(cp, "open5gs", 7, 7, Some(seid), pcap);
+    assert_eq!(r["causes"]["07-session-deletion-request"], 1, "{r}");
+    let usage = r["usage"].as_array().unwrap();
+    assert_eq!(usage.len(), 1, "one Usage Report (URR 1): {r}");
+    assert_eq!(u(&usage[0]["urr_id"]), 1, "{r}");
+    assert_eq!(u(&usage[0]["volume"]["downlink"]), delivered, "{r}");
+    assert_eq!(u(&usage[0]["volume"]["total"]), delivered, "{r}");
+}
+
+/// [`replay`] with environment variables for the script (REPORTS, REPORT_WAIT).
+fn replay_env(
+    cp: &str,
+    smf: &str,
+    first: u32,
+    last: u32,
+    seid: Option<u64>,
+    pcap: &Path,
+    env: &[(&str, &str)],
+) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pfcp_replay.py");
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../pfcp/tests/data/smf/").to_string() + smf;
     let (first, last) = (first.to_string(), last.to_string());
     let seid = seid.map(|s| format!("{s:#x}"));
-    let mut a = vec![
-        "netns",
-        "exec",
-        cp,
+    let mut a = vec!["netns", "exec", cp, "env"];
+    let kv: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    a.extend(kv.iter().map(|s| s.as_str()));
+    a.extend([
         "/usr/bin/python3",
         script,
         "10.3.0.2",
@@ -380,7 +607,7 @@ fn replay(cp: &str, smf: &str, first: u32, last: u32, seid: Option<u64>, pcap: &
         "10.2.1.1",
         &first,
         &last,
-    ];
+    ]);
     if let Some(s) = &seid {
         a.push(s);
     }
@@ -395,7 +622,9 @@ fn replay(cp: &str, smf: &str, first: u32, last: u32, seid: Option<u64>, pcap: &
 /// QERs with MBR and QFI, open5gs's CP-function PDRs and SDF filter, free5GC's own F-TEID and
 /// FORW without outer header creation), the gNB's tunnel (checked through the operator API),
 /// idle, active again, Xn handover, heartbeat, deletion: every answer Request accepted, and
-/// every message and answer decoded by tshark without a malformed mark. The address
+/// every message and answer decoded by tshark without a malformed mark. open5gs's session is
+/// also watched in the data plane through idle, paging and handover
+/// ([`open5gs_idle_paging_handover`]). The address
 /// (10.3.0.254) set up its association before with other sequence numbers: the answers come
 /// from handling, not the response cache.
 fn stock_smfs_sessions(c: &Cluster, cp: &str) {
@@ -437,6 +666,19 @@ fn stock_smfs_sessions(c: &Cluster, cp: &str) {
         assert_eq!(code, 0, "{smf}: {l}");
         assert_eq!(l["tunnel"]["enb"], "192.168.1.10", "{smf}: {l}");
         assert_eq!(u(&l["tunnel"]["teid"]), gnb_teid, "{smf}: {l}");
+        if smf == "open5gs" {
+            // Idle, paging, handover and the deletion's Usage Report, watched in the data plane
+            // (messages 04 to 07), then the heartbeat.
+            let h = (0..4)
+                .find(|i| ran == format!("10.2.{i}.1"))
+                .unwrap_or_else(|| panic!("{ran} is no node's ran address"));
+            open5gs_idle_paging_handover(c, cp, seid, h, &pcap);
+            let r = replay(cp, smf, 8, 8, Some(seid), &pcap);
+            assert_eq!(r["causes"].as_object().unwrap().len(), 1, "{r}");
+            let (code, l) = ctl(c, &["lookup", "--ue", ue]);
+            assert_ne!(code, 0, "{smf}: {l}");
+            continue;
+        }
         let r = replay(cp, smf, 4, 8, Some(seid), &pcap);
         assert_eq!(r["causes"].as_object().unwrap().len(), 5, "{r}");
         for (name, cause) in r["causes"].as_object().unwrap() {
@@ -455,8 +697,12 @@ fn stock_smfs_sessions(c: &Cluster, cp: &str) {
         &["pfcp.msg_type", "pfcp.cause", "_ws.malformed"],
         &["-Y", "pfcp"],
     );
-    // 8 requests and 8 answers per SMF.
-    assert_eq!(rows.len(), 32, "{rows:?}");
+    // 8 requests and 8 answers per SMF, and open5gs's Session Report Request (Downlink Data
+    // Report) with its answer; heartbeats of ours the script answered while it waited may add
+    // to them.
+    assert!(rows.len() >= 34, "{rows:?}");
+    let reports = rows.iter().filter(|r| r[0] == "56").count();
+    assert_eq!(reports, 1, "{rows:?}");
     for r in &rows {
         assert!(r.get(2).is_none_or(|m| m.is_empty()), "malformed: {r:?}");
     }
