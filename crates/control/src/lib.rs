@@ -100,6 +100,24 @@
 //! that each owner decoded and dropped again (`cluster.retransmits` of `bench update
 //! --cluster`; `docs/bench/control.md`).
 //!
+//! # Replication ([`Tuning::replicas`] above 1)
+//! Each range is a Raft group (raft-rs's `RawNode`, no consensus of our own; [`replica`]) on
+//! the nodes [`replica::replicas_of`] names: range `i` on `i, i+1, ...` mod N, node `i` (its
+//! *home*) with the higher election priority. The group's leader is the range's owner: an
+//! update's changes are the data of a Raft entry, and step 2 above becomes "propose, and wait
+//! until the entry is committed in the owner's term", that is until a majority of the range's
+//! replicas has it durable (each replica's entries and hard state are records of its own log,
+//! made durable before its acknowledgement leaves); steps 3 to 5 are unchanged. Followers apply
+//! committed entries to their RIB of the range. A (re)started home first leads its group with
+//! every committed entry applied (proposing its initial flows if the group has none), then
+//! builds its table from the range's RIB and syncs as in a restart above; a home that finds
+//! its group led by another replica (it was cut off or down) is fenced ([`Node::fenced`]) and
+//! restarted from its log by its driver; a leader that is not the home hands the leadership
+//! back once the home has caught up. Not yet: a non-home leader does not serve the range's
+//! updates (they wait for the home, as without replication), delta propagation still waits
+//! for every node, and a wiped log cannot rejoin (it would need a new replica id and a fresh
+//! epoch).
+//!
 //! # Wire format (protocol version 2)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose
 //! MTU is 9000; the kernel fragments). All integers are little-endian.

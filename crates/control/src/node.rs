@@ -417,7 +417,8 @@ pub struct Node {
     next_tick: Nanos,
     /// The home's initial flows, proposed if the range's group has none.
     initial: Option<Vec<Flow>>,
-    base_proposed: bool,
+    /// The term the initial flows were proposed in (0: not yet).
+    base_term: u64,
     /// This owner lost its range's leadership: it takes nothing more and must be restarted
     /// from its log ([`Node::fenced`]).
     fenced: bool,
@@ -760,7 +761,7 @@ impl Node {
             raft_msgs: 0,
             next_tick: now,
             initial: initial_flows,
-            base_proposed: false,
+            base_term: 0,
             fenced: false,
             spec,
             tuning,

@@ -1055,11 +1055,14 @@ impl Sim {
                     .iter()
                     .map(|n| match n {
                         Some(n) => format!(
-                            "node {} ready {} serving {} phase {}: {}",
+                            "node {} ready {} serving {} phase {} group {:?}: {}",
                             n.id(),
                             n.ready(),
                             n.serving(),
                             n.status().phase,
+                            (0..self.spec.nodes)
+                                .filter_map(|o| n.group_state(o).map(|g| (o, g)))
+                                .collect::<Vec<_>>(),
                             n.busy()
                         ),
                         None => "down".into(),

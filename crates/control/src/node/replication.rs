@@ -155,18 +155,18 @@ impl Node {
             None => return true,
         };
         if !leading {
-            if !self.groups[me].as_ref().is_some_and(|g| g.is_leader()) {
-                self.base_proposed = false;
-            }
             return false;
         }
+        let term = self.groups[me].as_ref().map_or(0, |g| g.term());
         let st = self.gstates[me].as_ref().expect("the home's state");
         if st.applied < committed {
             return false;
         }
         if !st.base_done {
-            if !self.base_proposed {
-                self.base_proposed = true;
+            // Proposed once per term: a leadership lost and won again between two calls may
+            // have dropped the entries.
+            if self.base_term != term {
+                self.base_term = term;
                 let flows = self.initial.clone().unwrap_or_default();
                 let ctx = self.own_ctx();
                 let g = self.groups[me].as_mut().expect("home group");

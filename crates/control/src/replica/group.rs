@@ -65,9 +65,11 @@ fn logger() -> slog::Logger {
 
 impl Group {
     /// The group of `range` at `me` with these voters (the first is the range's home, which
-    /// has the highest election priority), over `store`. `salt` spreads the replicas'
-    /// election timeouts over `[election_ticks, 2 election_ticks)` deterministically (raft-rs
-    /// would draw them from the thread's RNG, which a reproducible simulation cannot have).
+    /// has the highest election priority), over `store`. Election timeouts are fixed per
+    /// replica and distinct within the group: the `k`-th voter waits `e + k e / R` ticks (`e`:
+    /// [`GroupTiming::election_ticks`], `R` voters), plus `salt % (e / R)` (raft-rs would draw
+    /// them from the thread's RNG, which a reproducible simulation cannot have; equal fixed
+    /// timeouts on aligned ticks split the votes forever).
     pub fn new(
         range: u32,
         voters: Vec<NodeId>,
@@ -76,8 +78,11 @@ impl Group {
         timing: GroupTiming,
         salt: u64,
     ) -> Result<Group, raft::Error> {
-        let e = timing.election_ticks.max(timing.heartbeat_ticks + 1);
-        let e = e + (salt % e as u64) as usize;
+        let base = timing.election_ticks.max(timing.heartbeat_ticks + 1);
+        let r = voters.len().max(1);
+        let k = voters.iter().position(|&v| v == me).unwrap_or(0);
+        let step = (base / r).max(1);
+        let e = base + k * step + (salt % step as u64) as usize;
         let applied = store.snapshot_index();
         let cfg = raft::Config {
             id: raft_id(me),
