@@ -68,12 +68,17 @@ features=()
 if [ "$(id -u)" -eq 0 ]; then
     step apt "installing test tools and peer libraries from Debian"
     scripts/apt-install.sh tshark prometheus python3-prometheus-client python3-scapy tcpreplay \
-        tcpdump iproute2 procps pkg-config build-essential libdpdk-dev libcuckoo-dev
+        tcpdump iproute2 procps pkg-config build-essential libdpdk-dev libcuckoo-dev \
+        clang libbpf-dev
 fi
 if pkg-config --exists libdpdk 2>/dev/null && [ -d /usr/include/libcuckoo ]; then
     features=(--all-features)
 else
     echo "note: libdpdk-dev/libcuckoo-dev missing (not root?): peers behind features are not tested"
+    # The XDP fast path needs only clang and libbpf-dev (scripts/install-bpf-tools.sh).
+    if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then
+        features=(--features sb-xdp/bpf)
+    fi
 fi
 
 if want fmt; then
@@ -90,7 +95,7 @@ if want clippy; then
     step clippy "cargo clippy (default features, warnings denied)"
     cargo clippy --workspace --all-targets -- -D warnings
     if [ ${#features[@]} -gt 0 ]; then
-        step clippy-all "cargo clippy (all features: dpdk, libcuckoo, xdp; warnings denied)"
+        step clippy-all "cargo clippy (${features[*]}: dpdk, libcuckoo, xdp, sb-xdp/bpf as present; warnings denied)"
         cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
     fi
 fi

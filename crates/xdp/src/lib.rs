@@ -1,0 +1,47 @@
+//! The ScaleBricks fast path in XDP: the per-packet work of a node (parse, key, hash, GPT,
+//! FIB, GTP-U) done in the kernel's XDP hook, with the user-space engine (`sb-engine`) as
+//! the slow path for whatever the program cannot finish.
+//!
+//! - `bpf/fastpath.bpf.c`: the programs. `sb_inet` (downlink at `inet`): Ethernet/IPv4
+//!   (no options, no fragments, header checksum checked, UDP/TCP headers checked as
+//!   `sb_wire` does), the UE key (IPv4-mapped, as `sb_engine::lte::ue_key`), the key hash
+//!   (`sb_common::hash128` for 16-byte keys, reimplemented with 32-bit multiplies), the GPT
+//!   lookup over SetSep blocks in an array map (the fallback table in a hash map), then at
+//!   the handling node the FIB (a hash map by 16-byte key) and GTP-U encapsulation (with the
+//!   PDU Session Container when the value's QoS flow byte has bit 0x80) out of `ran`, or the
+//!   fabric shim (`sb_engine::fabric`, kind Lookup, hops 1) out of `fabric`. `sb_ran` (uplink
+//!   at `ran`): a G-PDU without options, TEID lookup in the uplink map, inner source = the
+//!   UE, TTL, decapsulation out of `inet`. Everything else (ARP, IPv6, ICMP, TTL <= 1, too
+//!   big for the MTU, FIB or TEID misses, values with a policy, a GPT block being written)
+//!   goes to the slow path: `bpf_redirect_map` to the XSKMAP entry of the receive queue (the
+//!   engine over AF_XDP), which is `XDP_PASS` (the kernel stack) when no socket is bound
+//!   there. The program never drops.
+//! - [`layout`]: the maps' byte layouts and what fills them (pure Rust, tested without BPF).
+//! - `loader` (feature `bpf`): `FastPath` loads the object with aya, fills the maps, keeps
+//!   them in step with the control plane (the writer API) and attaches the programs.
+//!
+//! # Tables shared with the control plane
+//! The GPT blocks live in an mmap'able array: the writer (`FastPath::apply_gpt_delta`) takes
+//! a block's version word odd, writes the block (choices, records, its fallback entries), and
+//! takes it even again; the program reads the version before and after its reads and sends
+//! the packet to the slow path if it was odd or changed (the engine answers it from its own
+//! live GPT, which holds the same content). The argument is the one of `sb_setsep::live`,
+//! with x86-64's store and load ordering (TSO) in place of the fences: the program's loads
+//! are plain loads with compiler barriers between them (BPF has load-acquire only from Linux
+//! 6.15 and clang 18, which Debian 12 does not have), so the consistency argument holds on
+//! x86-64 only. FIB and uplink entries are single hash-map updates, which the kernel makes
+//! atomic for readers (`BPF_F_NO_PREALLOC`: a new element replaces the old under RCU), so no
+//! reader sees half a value; the control plane's make-before-break order is unchanged (the
+//! mirror is written in the same order, synchronously).
+//!
+//! # Cost
+//! See `bench io --engine xdp` in sb-bench.
+#![cfg_attr(not(feature = "bpf"), forbid(unsafe_code))]
+
+pub mod layout;
+#[cfg(feature = "bpf")]
+mod loader;
+
+pub use layout::{BlockEdit, Counter, GptImage, LayoutError, NodeSetup};
+#[cfg(feature = "bpf")]
+pub use loader::{action, root_and_bpf, AttachMode, FastPath, Prog, TestRun, XdpError};
