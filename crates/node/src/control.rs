@@ -557,7 +557,8 @@ pub fn run(
     let start = Instant::now();
     // The state machine's clock: nanoseconds since the control thread started.
     let clock = || start.elapsed().as_nanos() as u64;
-    let mut pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec)?;
+    // A log with records: the node ran before, and its endpoint's sessions are gone.
+    let mut pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec, !recovered.is_empty())?;
     // The sockets are waited on with poll, then drained.
     sock.set_nonblocking(true)
         .map_err(|e| ControlError::Invalid(format!("{listen}: {e}")))?;

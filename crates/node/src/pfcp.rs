@@ -25,8 +25,9 @@
 //! What this does not do (stated, not hidden):
 //! - Session state (SEID -> rules) lives in memory on the node the Establishment came to: a
 //!   request for it while that node is down goes unanswered (the SMF's retransmissions are
-//!   relayed again), and a node restart loses its sessions' rules (their FIB entries stay)
-//!   while the Recovery Time Stamp stays the cluster's.
+//!   relayed again), and a node restart loses its sessions' rules (their FIB entries stay);
+//!   the restarted endpoint then announces a new Recovery Time Stamp (its start), so an SMF
+//!   that heartbeats it learns that state was lost.
 //! - The FIB holds one entry per UE address, both directions: an uplink without a downlink
 //!   tunnel (at establishment, or idle) is an entry whose downlink TEID and gNB are 0, which
 //!   the engine does not tunnel to. A session without an uplink PDR accepts uplink G-PDUs on
@@ -505,11 +506,15 @@ fn pfcp_usage(u: sb_engine::policy::Usage) -> Usage {
 
 impl Endpoint {
     /// The endpoint of the node, bound to `ctl.pfcp` in the node's namespace; None when the
-    /// control file names no PFCP address.
+    /// control file names no PFCP address. `restarted`: the node ran before (its log holds
+    /// records), so the sessions its endpoint held are lost: it announces a Recovery Time Stamp
+    /// of now instead of the cluster's (TS 29.244 19A: the SMF learns that this UPF lost
+    /// state and sets its sessions up again).
     pub fn open(
         cfg: &NodeFile,
         ctl: &ControlFile,
         spec: &ClusterSpec,
+        restarted: bool,
     ) -> Result<Option<Endpoint>, ControlError> {
         let Some(addr) = ctl.pfcp else {
             return Ok(None);
@@ -532,18 +537,27 @@ impl Endpoint {
         if let Err(e) = sb_io::set_socket_buffers(sock.as_raw_fd(), 16 << 20) {
             eprintln!("pfcp: socket buffers on {addr}: {e}");
         }
-        let recovery = ctl.pfcp_recovery_time_stamp.unwrap_or_else(|| {
+        let now_ntp = {
             let unix = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0);
             (unix + NTP_UNIX_OFFSET) as u32
-        });
+        };
+        let recovery = match ctl.pfcp_recovery_time_stamp {
+            // Never earlier than the cluster's (a clock set back would repeat an old one).
+            Some(t) if restarted => now_ntp.max(t.wrapping_add(1)),
+            Some(t) => t,
+            None => now_ntp,
+        };
         let name = ctl
             .pfcp_node_id
             .clone()
             .unwrap_or_else(|| format!("upf{:016x}.scalebricks", spec.cluster_id));
         let mut config = sb_pfcp::Config::new(node_id(&name), RecoveryTimeStamp(recovery), ip);
+        // The endpoint's clock starts now ([`Endpoint::start`]): the usage reports' times count
+        // from here, not from the cluster's Recovery Time Stamp.
+        config.ntp_at_zero = now_ntp;
         if cfg.node >= 255 {
             return Err(ControlError::Invalid(format!(
                 "PFCP allocates per node with 8 bits: node {} is too many",
