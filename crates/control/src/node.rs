@@ -339,6 +339,8 @@ struct Batch {
     /// With replication: its entry's term (the batch goes on once the entry is committed in
     /// it).
     term: u64,
+    /// With replication: the entry undoing its refused updates (index, term).
+    undo: Option<(u64, u64)>,
     fib_wait: Vec<u64>,
     delta_wait: u64,
     /// Installs at this node wait for the driver to apply them.
@@ -2556,7 +2558,20 @@ impl Node {
                 let b = self.batch.as_ref().expect("batch");
                 let everywhere = (0..self.spec.nodes as usize)
                     .all(|p| p == self.me as usize || self.out[p].deltas.acked >= b.delta_wait);
-                if everywhere {
+                // With replication, the undoing of its refused updates is committed before
+                // they are answered (a refused update must not come back with a new leader).
+                let undone = match (b.undo, &self.groups[self.me as usize]) {
+                    (Some((i, t)), Some(g)) if g.committed() >= i => {
+                        if g.term_at(i) != Some(t) {
+                            self.fenced = true;
+                            return;
+                        }
+                        true
+                    }
+                    (Some(_), _) => false,
+                    (None, _) => true,
+                };
+                if everywhere && undone {
                     self.finish_batch();
                 }
             }
@@ -2621,6 +2636,7 @@ impl Node {
                 term,
                 fib_wait: vec![0; self.spec.nodes as usize],
                 delta_wait: 0,
+                undo: None,
                 local_wait: false,
             });
         }
@@ -2755,11 +2771,10 @@ impl Node {
             self.change_seq += undo.len() as u64;
             let ctx = self.own_ctx();
             match self.groups[self.me as usize].as_mut() {
-                Some(g) => {
-                    if g.propose(ctx, rec).is_none() {
-                        self.fenced = true;
-                    }
-                }
+                Some(g) => match g.propose(ctx, rec) {
+                    Some(i) => b.undo = Some((i, g.term())),
+                    None => self.fenced = true,
+                },
                 None => {
                     self.persist(vec![rec]);
                 }

@@ -1077,19 +1077,21 @@ impl Sim {
         }
     }
 
-    /// Whether, for every range, its replicas that are up know one commit index (their
-    /// state machines have applied it: a follower applies what it learns committed at once).
+    /// Whether, for every range, its replicas that are up have applied the whole log of its
+    /// leader (a follower applies what it learns committed at once).
     fn groups_agree(&self) -> bool {
         (0..self.spec.nodes).all(|o| {
-            let mut c = self
-                .nodes
+            let states: Vec<_> = (self.nodes.iter().flatten())
+                .filter_map(|x| x.group_state(o).map(|g| (x.id(), g)))
+                .collect();
+            let Some(last) = states
                 .iter()
-                .flatten()
-                .filter_map(|x| x.group_state(o).map(|g| g.2));
-            match c.next() {
-                Some(first) => c.all(|x| x == first),
-                None => true,
-            }
+                .find(|(id, g)| g.0 == Some(*id))
+                .map(|(_, g)| g.3)
+            else {
+                return states.is_empty();
+            };
+            states.iter().all(|(_, g)| g.2 == last)
         })
     }
 

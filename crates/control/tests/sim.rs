@@ -39,6 +39,8 @@ fn config(seed: u64) -> SimConfig {
             } else {
                 Vec::new()
             },
+            // Every third schedule replicates each range on three nodes (Raft groups).
+            replicas: if seed % 3 == 1 { 3 } else { 1 },
             ..SimConfig::default().tuning
         },
         ..SimConfig::default()

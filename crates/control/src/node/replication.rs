@@ -231,10 +231,11 @@ impl Node {
             .map(|s| s.flows())
     }
 
-    /// Range `range`'s group at this node: (leader, term, index applied here), if a replica.
+    /// Range `range`'s group at this node: (leader, term, index applied here, last index of
+    /// its log), if a replica.
     #[doc(hidden)]
-    pub fn group_state(&self, range: NodeId) -> Option<(Option<NodeId>, u64, u64)> {
+    pub fn group_state(&self, range: NodeId) -> Option<(Option<NodeId>, u64, u64, u64)> {
         let g = self.groups.get(range as usize)?.as_ref()?;
-        Some((g.leader(), g.term(), g.applied()))
+        Some((g.leader(), g.term(), g.applied(), g.last_index()))
     }
 }

@@ -176,6 +176,11 @@ impl Group {
         self.raw.raft.raft_log.applied
     }
 
+    /// The index of the last entry of the log here.
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
     /// The term of the entry at `index`, if held.
     pub fn term_at(&self, index: u64) -> Option<u64> {
         self.raw.raft.raft_log.term(index).ok()
