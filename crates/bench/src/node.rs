@@ -21,7 +21,7 @@
 //! and frames: without policies, and with a QER (an MBR of 100 Gbit/s each way: never
 //! limiting) and a URR (usage counted) on every session, the node's policy slots attached to
 //! its engines as a node's control thread attaches them (`lte::local_entry`). The two are
-//! measured in alternating rounds (`--rounds`), so that a noisy machine disturbs both alike;
+//! measured in alternating rounds (`--rounds`, 20), so that a noisy machine disturbs both alike;
 //! the `qer-urr` row's `rate_vs_none` is its rate over the plain row's.
 //!
 //! `--layout per-port` runs the paper's node instead: one core per port. Two engines on the
@@ -91,8 +91,9 @@ pub struct Args {
     /// each way, usage counted); each is a row of its own, measured in the same run.
     #[arg(long, value_delimiter = ',', default_value = "none,qer-urr", value_parser = ["none", "qer-urr"])]
     policy: Vec<String>,
-    /// Rounds each row's `--secs` is split into, the policies' rows taking turns.
-    #[arg(long, default_value_t = 4)]
+    /// Rounds each row's `--secs` is split into, the policies' rows taking turns (short
+    /// rounds: a noisy machine disturbs both alike).
+    #[arg(long, default_value_t = 20)]
     rounds: u32,
     /// Print one JSON object.
     #[arg(long)]

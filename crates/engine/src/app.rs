@@ -57,6 +57,17 @@ pub trait App: Send {
     /// frame's MACs are the engine's business. `Err` drops it.
     fn apply(&mut self, batch: &mut PacketBatch, i: usize, value: &[u8]) -> Result<(), Drop>;
 
+    /// The second half of the action, called for every frame of a batch that
+    /// [`apply`](Self::apply) passed, after it was called for the whole batch (so that what
+    /// [`prefetch`](Self::prefetch) asked for has arrived): a per-flow check that reads
+    /// memory of its own (the LTE application's policy slot: MBR, usage). `Err` drops the
+    /// frame. The default passes everything.
+    #[inline]
+    fn admit(&mut self, batch: &mut PacketBatch, i: usize, value: &[u8]) -> Result<(), Drop> {
+        let _ = (batch, i, value);
+        Ok(())
+    }
+
     /// A frame arrived on the access port (upstream traffic, path management): handles it in
     /// place.
     fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop>;

@@ -793,6 +793,16 @@ impl<A: App> Engine<A> {
                 }
             };
         }
+        // The action's second half, once the whole batch was applied.
+        for j in 0..m {
+            let i = self.idx[j];
+            if matches!(self.dest[i], Dest::Out(_) | Dest::Fabric { .. }) {
+                let value = &self.g_values[j * vb..(j + 1) * vb];
+                if let Err(d) = self.app.admit(rx, i, value) {
+                    self.dest[i] = Dest::Drop(d);
+                }
+            }
+        }
     }
 
     /// Frames dropped for a reason the application answers become error messages, while the

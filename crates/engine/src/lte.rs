@@ -63,7 +63,7 @@
 use crate::app::{Access, App, ErrorReply};
 use crate::counters::{Drop, PortId};
 pub use crate::policy::Policy;
-use crate::policy::{Policies, Usage, Verdict};
+use crate::policy::{downlink_flags, Policies, Usage, Verdict};
 use sb_io::{Meta, PacketBatch};
 use sb_wire::{
     answer_echo_request, end_marker, error_in_place, error_indication, gtpu, parse_frame_with,
@@ -470,6 +470,24 @@ fn ip_len(ip: &[u8]) -> Option<usize> {
     (n <= ip.len()).then_some(n)
 }
 
+/// Gives back the TTL (hop limit) [`Lte::apply`] took from an IP packet (and, IPv4, its
+/// header checksum).
+fn untouch_ttl(ip: &mut [u8]) {
+    match ip.first().map(|b| b >> 4) {
+        Some(4) if ip.len() >= 20 => {
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            ip[8] = ip[8].wrapping_add(1);
+            ip[10..12].fill(0);
+            if let Some(h) = ip.get(..ihl) {
+                let c = sb_wire::checksum::checksum(h);
+                ip[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+        }
+        Some(6) if ip.len() >= 40 => ip[7] = ip[7].wrapping_add(1),
+        _ => {}
+    }
+}
+
 /// Writes an Ethernet header for the IP packet at `buf[s..s + n]` (MACs zero: the engine sets
 /// them) and returns the frame's start.
 fn ethernet_before(buf: &mut [u8], s: usize) -> Option<usize> {
@@ -666,8 +684,8 @@ impl App for Lte {
             self.policies.as_deref()
         };
         if let Some(p) = policies {
-            let buffers = value[POLICY_FLAGS_BYTE] & Policy::BUFFER != 0;
-            match p.downlink_gate(id, buffers, id == self.flushing) {
+            // The value's flags: no memory touched (the slot's half comes in `admit`).
+            match downlink_flags(value[POLICY_FLAGS_BYTE], id == self.flushing) {
                 Verdict::Pass => {}
                 Verdict::Drop(d) => return Err(d),
                 Verdict::Buffer => {
@@ -692,11 +710,6 @@ impl App for Lte {
             let mtu = self.cfg.ran_mtu.saturating_sub(overhead).min(0xffff) as u32;
             batch.meta_mut(i).user = user & 0xffff | mtu << 16;
             return Err(Drop::Mtu);
-        }
-        if let Some(p) = policies {
-            if let Verdict::Drop(d) = p.downlink_admit(self.core, id, ip_len, self.now_ns) {
-                return Err(d);
-            }
         }
         let src = *self
             .cfg
@@ -735,7 +748,39 @@ impl App for Lte {
             .encap_in_place(buf, ip_start, ip_len)
             .map_err(|_| Drop::NoRoom)?;
         batch.set_range(i, s, ip_start + ip_len - s);
+        // Where the inner packet now is, for `admit`.
+        batch.meta_mut(i).user = (ip_start - s) as u32 | (ip_len as u32) << 16;
         Ok(())
+    }
+
+    /// The slot's half of the policy ([`Policies::downlink_admit`]), after the whole batch
+    /// was applied: the slot's lines, prefetched before, have arrived. A packet the slot
+    /// buffers after all (it started flushing after the value was read) is buffered as it
+    /// arrived: its TTL restored.
+    fn admit(&mut self, batch: &mut PacketBatch, i: usize, value: &[u8]) -> Result<(), Drop> {
+        let id = local_slot(value);
+        if id == 0 {
+            return Ok(());
+        }
+        let Some(p) = self.policies.as_deref() else {
+            return Ok(());
+        };
+        let user = batch.meta(i).user;
+        let (off, ip_len) = ((user & 0xffff) as usize, (user >> 16) as usize);
+        match p.downlink_admit(self.core, id, ip_len, self.now_ns, id == self.flushing) {
+            Verdict::Pass => Ok(()),
+            Verdict::Drop(d) => Err(d),
+            Verdict::Buffer => {
+                let mut ip = batch
+                    .get(i)
+                    .get(off..off + ip_len)
+                    .ok_or(Drop::NotIp)?
+                    .to_vec();
+                untouch_ttl(&mut ip);
+                p.buffer(id, &ip)?;
+                Err(Drop::Buffered)
+            }
+        }
     }
 
     fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop> {

@@ -13,8 +13,8 @@
 //! [`Policies`] is shared (an `Arc`) by the node's workers, which read it without locks on
 //! the forwarding path, and its control thread, which configures slots
 //! ([`Policies::acquire`], [`Policies::release`]) and reads usage ([`Policies::usage`]).
-//! Slots are indexed directly (no hash lookup), allocated in chunks of 4096 as they are
-//! first needed.
+//! Slots are indexed directly (no hash lookup), allocated in chunks of 65536 (on 2 MB pages)
+//! as they are first needed.
 //!
 //! # Maximum bit rate: a token bucket per direction, shared by the workers
 //! Each direction's bucket is one atomic word, the theoretical arrival time of the GCRA
@@ -66,6 +66,8 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use sb_common::huge::{HugeArray, Zeroable};
+
 /// The most slots a node can have (24 bits of slot in the FIB value, 0 meaning none).
 pub const MAX_SLOTS: usize = (1 << 24) - 1;
 /// The smallest bucket, in bytes (four 1500-byte packets).
@@ -79,7 +81,7 @@ pub const MAX_NOTIFICATIONS: usize = 1 << 16;
 
 /// Freed slots that wait before one is given again.
 const REUSE_AFTER: usize = 1024;
-const CHUNK_BITS: u32 = 12;
+const CHUNK_BITS: u32 = 16;
 const CHUNK: usize = 1 << CHUNK_BITS;
 /// Time units per nanosecond of the buckets.
 const UNITS_PER_NS: u64 = 16;
@@ -306,21 +308,40 @@ const DL_PACKETS: usize = 3;
 #[derive(Default)]
 struct Line([Cell; 2]);
 
+// SAFETY: every field is an atomic integer or an array of them, valid when all zero (the
+// `Default` value).
+#[allow(unsafe_code)]
+unsafe impl Zeroable for SlotState {}
+// SAFETY: as above: atomic integers only.
+#[allow(unsafe_code)]
+unsafe impl Zeroable for Line {}
+
+/// 65536 slots: their states (4 MiB) and each core's counters (2 MiB) in arrays of their own,
+/// on 2 MB pages (a slot's lines are a TLB hit; the engine touches two per packet at random).
 struct Chunk {
-    state: Box<[SlotState]>,
-    /// Per core: its counters of the chunk's slots (each core's array its own allocation of
+    state: HugeArray<SlotState>,
+    /// Per core: its counters of the chunk's slots (each core's array its own mapping of
     /// whole cache lines).
-    usage: Box<[Box<[Line]>]>,
+    usage: Box<[HugeArray<Line>]>,
 }
 
 impl Chunk {
+    /// A chunk with every page touched, so that no worker takes a page fault on it.
     fn new(cores: usize) -> Box<Chunk> {
-        Box::new(Chunk {
-            state: (0..CHUNK).map(|_| SlotState::default()).collect(),
-            usage: (0..cores)
-                .map(|_| (0..CHUNK / 2).map(|_| Line::default()).collect())
-                .collect(),
-        })
+        let c = Chunk {
+            state: HugeArray::zeroed(CHUNK),
+            usage: (0..cores).map(|_| HugeArray::zeroed(CHUNK / 2)).collect(),
+        };
+        // One store per 4 KiB: 64 states, 64 lines of counters.
+        for s in c.state.iter().step_by(64) {
+            s.mode.store(MODE_FORWARD, Ordering::Relaxed);
+        }
+        for u in c.usage.iter() {
+            for l in u.iter().step_by(64) {
+                l.0[0].0[0].store(0, Ordering::Relaxed);
+            }
+        }
+        Box::new(c)
     }
 }
 
@@ -380,6 +401,22 @@ pub enum Verdict {
     Buffer,
 }
 
+/// The first half of a downlink packet's policy, from the flags of the FIB value it was
+/// looked up with (no memory touched): a closed gate, the FAR's drop, buffering (unless the
+/// packet is being flushed: `flushing`).
+#[inline]
+pub fn downlink_flags(flags: u8, flushing: bool) -> Verdict {
+    if flags & Policy::DL_GATE_CLOSED != 0 {
+        Verdict::Drop(Drop::Gate)
+    } else if flags & Policy::DROP_DL != 0 {
+        Verdict::Drop(Drop::FarDrop)
+    } else if flags & Policy::BUFFER != 0 && !flushing {
+        Verdict::Buffer
+    } else {
+        Verdict::Pass
+    }
+}
+
 /// The policy slots of a node, shared by its workers and its control thread.
 pub struct Policies {
     cores: usize,
@@ -424,8 +461,8 @@ fn price(bytes: u64, cost: u64) -> u64 {
 impl Policies {
     /// Slots for up to `max_slots` sessions (at most [`MAX_SLOTS`]) whose packets `cores`
     /// workers forward (each with its own core index, below `cores`), with the default
-    /// [`BufferLimits`]. Memory is taken 4096 slots at a time as sessions come: 256 KiB of
-    /// state plus 128 KiB per core.
+    /// [`BufferLimits`]. Memory is mapped 65536 slots at a time as sessions come: 4 MiB of
+    /// state plus 2 MiB per core (the kernel backs what is touched).
     pub fn new(cores: usize, max_slots: usize) -> Policies {
         Self::with_limits(cores, max_slots, BufferLimits::default())
     }
@@ -805,63 +842,57 @@ impl Policies {
     }
 
     /// A downlink packet of `bytes` (its IP packet) of slot `id` on worker `core` at
-    /// `now_ns`: [`downlink_gate`](Self::downlink_gate), then
-    /// [`downlink_admit`](Self::downlink_admit) (the engine runs its own checks between the
-    /// two).
+    /// `now_ns`, looked up with a FIB value whose policy flags are `value_flags`:
+    /// [`downlink_flags`] on the value, then [`downlink_admit`](Self::downlink_admit) on the
+    /// slot (the engine runs the first before its own checks and the second after them).
     pub fn downlink(
         &self,
         core: usize,
         id: u32,
         bytes: usize,
         now_ns: u64,
-        value_buffers: bool,
+        value_flags: u8,
         flushing: bool,
     ) -> Verdict {
-        match self.downlink_gate(id, value_buffers, flushing) {
-            Verdict::Pass => self.downlink_admit(core, id, bytes, now_ns),
+        match downlink_flags(value_flags, flushing) {
+            Verdict::Pass => self.downlink_admit(core, id, bytes, now_ns, flushing),
             v => v,
         }
     }
 
-    /// The first half of a downlink packet's policy: the gate, the FAR's drop, buffering
-    /// (unless the packet is being flushed: `flushing`). `value_buffers` is the buffer flag of
-    /// the FIB value the packet was looked up with (a value read just before the policy
-    /// stopped buffering still buffers, and is flushed).
+    /// The slot's half of a downlink packet's policy (the engine calls it after the packet
+    /// passed every other check, so that the slot's lines, prefetched, have arrived): the
+    /// slot's gate and FAR drop (a value read just before they changed), buffering while the
+    /// slot buffers or flushes (unless this packet is being flushed: `flushing`), the MBR,
+    /// the count.
     #[inline]
-    pub fn downlink_gate(&self, id: u32, value_buffers: bool, flushing: bool) -> Verdict {
+    pub fn downlink_admit(
+        &self,
+        core: usize,
+        id: u32,
+        bytes: usize,
+        now_ns: u64,
+        flushing: bool,
+    ) -> Verdict {
         let Some((c, j)) = self.state(id) else {
             return Verdict::Pass;
         };
         let s = &c.state[j];
         let flags = s.flags.load(Ordering::Acquire);
-        if flags & Policy::DL_GATE_CLOSED != 0 {
-            return Verdict::Drop(Drop::Gate);
-        }
-        if flags & Policy::DROP_DL != 0 {
-            return Verdict::Drop(Drop::FarDrop);
-        }
-        if !flushing
-            && (value_buffers
-                || flags & Policy::BUFFER != 0
-                || s.mode.load(Ordering::Acquire) != MODE_FORWARD)
+        if flags & (Policy::DL_GATE_CLOSED | Policy::DROP_DL | Policy::BUFFER) != 0
+            || s.mode.load(Ordering::Acquire) != MODE_FORWARD
         {
-            return Verdict::Buffer;
+            match downlink_flags(flags, flushing) {
+                Verdict::Pass if flushing => {}
+                Verdict::Pass => return Verdict::Buffer,
+                v => return v,
+            }
         }
-        Verdict::Pass
-    }
-
-    /// The second half: the MBR, then the count (a packet about to be forwarded).
-    #[inline]
-    pub fn downlink_admit(&self, core: usize, id: u32, bytes: usize, now_ns: u64) -> Verdict {
-        let Some((c, j)) = self.state(id) else {
-            return Verdict::Pass;
-        };
-        let s = &c.state[j];
         let bytes = bytes as u64;
         if !Self::conform(s, DL, bytes, now_ns.saturating_mul(UNITS_PER_NS)) {
             return Verdict::Drop(Drop::Mbr);
         }
-        if s.flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
+        if flags & Policy::COUNT != 0 {
             Self::count(c, core, j, DL, bytes);
         }
         Verdict::Pass
@@ -982,7 +1013,7 @@ mod tests {
                     tokens -= need;
                     model_passed += bytes as u64;
                 }
-                let got = p.downlink(0, id, bytes, now, false, false) == Verdict::Pass;
+                let got = p.downlink(0, id, bytes, now, 0, false) == Verdict::Pass;
                 if got {
                     passed += bytes as u64;
                 }
@@ -1017,7 +1048,7 @@ mod tests {
                 let id = ids[s as usize];
                 let u = &mut oracle[s as usize];
                 if down {
-                    prop_assert_eq!(p.downlink(core, id, bytes, 0, false, false), Verdict::Pass);
+                    prop_assert_eq!(p.downlink(core, id, bytes, 0, 0, false), Verdict::Pass);
                     u.dl_bytes += bytes as u64;
                     u.dl_packets += 1;
                 } else {
@@ -1040,7 +1071,7 @@ mod tests {
         let (mut passed, mut t) = (0u64, 0u64);
         let gap = 1000 * 8 * 1_000_000_000 / 50_000_000; // ns between packets
         while t < 5_000_000_000 {
-            if p.downlink(0, id, 1000, t, false, false) == Verdict::Pass {
+            if p.downlink(0, id, 1000, t, 0, false) == Verdict::Pass {
                 passed += 1000;
             }
             t += gap;
@@ -1066,7 +1097,7 @@ mod tests {
         };
         let id = p.acquire(5, &closed).unwrap();
         assert_eq!(
-            p.downlink(0, id, 100, 0, false, false),
+            p.downlink(0, id, 100, 0, 0, false),
             Verdict::Drop(Drop::Gate)
         );
         assert_eq!(p.uplink(0, id, 100, 0), Verdict::Drop(Drop::Gate));
@@ -1086,7 +1117,7 @@ mod tests {
             .unwrap();
         assert_eq!(id, id2, "the session keeps its slot");
         assert_eq!(
-            p.downlink(0, id, 100, 0, false, false),
+            p.downlink(0, id, 100, 0, 0, false),
             Verdict::Drop(Drop::FarDrop)
         );
         assert_eq!(p.uplink(0, id, 100, 0), Verdict::Pass);
@@ -1100,7 +1131,7 @@ mod tests {
         assert_ne!(a, b);
         // Dual stack: a second entry of session 1 shares its slot.
         assert_eq!(p.acquire(1, &counting(0, 0)).unwrap(), a);
-        p.downlink(1, a, 100, 0, false, false);
+        p.downlink(1, a, 100, 0, 0, false);
         assert_eq!(p.release(1), None, "one entry left");
         assert_eq!(p.usage(1).unwrap().dl_bytes, 100);
         let last = p.release(1).unwrap();
@@ -1134,7 +1165,7 @@ mod tests {
         let a = p.acquire(10, &buff).unwrap();
         let b = p.acquire(11, &buff).unwrap();
         for i in 0..6u8 {
-            assert_eq!(p.downlink(0, a, 10, 0, false, false), Verdict::Buffer);
+            assert_eq!(p.downlink(0, a, 10, 0, 0, false), Verdict::Buffer);
             let r = p.buffer(a, &[i; 10]);
             assert_eq!(r.is_ok(), i < 4, "{i}");
         }
@@ -1147,7 +1178,7 @@ mod tests {
         // Stop buffering: the session flushes in order, newer packets join the tail.
         p.acquire(10, &counting(0, 0)).unwrap();
         assert_eq!(
-            p.downlink(0, a, 10, 0, false, false),
+            p.downlink(0, a, 10, 0, 0, false),
             Verdict::Buffer,
             "behind the flush"
         );
@@ -1159,12 +1190,12 @@ mod tests {
         let firsts: Vec<u8> = out.iter().map(|f| f[0]).collect();
         assert_eq!(firsts, vec![0, 1, 2, 3, 9]);
         assert_eq!(
-            p.downlink(0, a, 10, 0, false, false),
+            p.downlink(0, a, 10, 0, 0, false),
             Verdict::Buffer,
             "until the round ends"
         );
         p.finish_flush(a);
-        assert_eq!(p.downlink(0, a, 10, 0, false, false), Verdict::Pass);
+        assert_eq!(p.downlink(0, a, 10, 0, 0, false), Verdict::Pass);
         assert_eq!(
             p.usage(10).unwrap().dl_packets,
             1,
@@ -1221,7 +1252,7 @@ mod tests {
                         if now >= end {
                             return passed;
                         }
-                        if p.downlink(core, id, 500, now, false, false) == Verdict::Pass {
+                        if p.downlink(core, id, 500, now, 0, false) == Verdict::Pass {
                             passed += 500;
                         }
                     }

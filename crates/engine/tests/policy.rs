@@ -408,6 +408,17 @@ fn buffered_downlink_is_flushed_in_order_before_newer_packets() {
         .map(|i| (0x777, IpAddr::V4(Ipv4Addr::new(10, 2, 0, 66)), i))
         .collect();
     assert_eq!(got, want, "in order, on the new tunnel");
+    // Each TTL decremented once, checksums good (seq 5 was tunnelled before the slot, still
+    // flushing, buffered it: its TTL was given back).
+    for f in &n.ran {
+        let inner = decapsulate(f).unwrap().inner;
+        assert_eq!(inner[8], 63, "TTL");
+        assert_eq!(
+            sb_wire::checksum::checksum(&inner[..20]),
+            0,
+            "header checksum"
+        );
+    }
     // Until the worker comes round again (its outputs transmitted), newer packets still queue
     // behind; then they forward directly.
     n.inject(PortId::Inet, &[downstream(idle.ue, 200, 6)]);
