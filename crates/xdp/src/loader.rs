@@ -446,6 +446,18 @@ impl FastPath {
     /// Runs `prog` once on `frame` (`BPF_PROG_TEST_RUN`): its action and the frame after it.
     /// Redirects are not carried out; the counters say where a frame would have gone.
     pub fn test_run(&self, prog: Prog, frame: &[u8]) -> Result<TestRun, XdpError> {
+        Ok(self.test_run_repeat(prog, frame, 1)?.0)
+    }
+
+    /// [`FastPath::test_run`] `repeat` times in the kernel; also the kernel's mean time per
+    /// run. Each run sees the frame as the run before left it (a program that rewrites the
+    /// frame measures its second pass from the second run on).
+    pub fn test_run_repeat(
+        &self,
+        prog: Prog,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<(TestRun, std::time::Duration), XdpError> {
         let x: &Xdp = self
             .ebpf
             .program(prog.name())
@@ -455,13 +467,16 @@ impl FastPath {
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
         opts.data_out = Some(&mut out);
-        opts.repeat = 1;
+        opts.repeat = repeat.max(1);
         let r = x.test_run(opts)?;
         out.truncate(r.data_size_out as usize);
-        Ok(TestRun {
-            action: r.return_value,
-            frame: out,
-        })
+        Ok((
+            TestRun {
+                action: r.return_value,
+                frame: out,
+            },
+            r.duration,
+        ))
     }
 
     /// The counters, summed over CPUs, in [`Counter::ALL`] order.
