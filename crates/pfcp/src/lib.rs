@@ -140,6 +140,7 @@
 pub mod fuzzing;
 pub mod ie;
 pub mod message;
+pub mod prefix;
 pub mod relay;
 mod responses;
 pub mod sdf;

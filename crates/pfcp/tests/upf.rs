@@ -1381,8 +1381,14 @@ const RELAY_KEY: &[u8] = b"the cluster's key";
 
 impl TwoEndpoints {
     fn new() -> Self {
+        Self::with(|_| {})
+    }
+
+    /// Endpoints whose configuration `f` changes.
+    fn with(f: impl Fn(&mut Config)) -> Self {
         let ep = |id: u8| {
             let mut c = config();
+            f(&mut c);
             c.allocator_id = id;
             c.relay = true;
             c.endpoints = 2;
@@ -1663,4 +1669,310 @@ fn we_heartbeat_our_peers_and_count_the_dead() {
     assert!(!upf.is_peer_dead(&node));
     // Its sessions and association stay throughout.
     assert!(upf.is_associated(&node));
+}
+
+/// A heartbeat answer (or any message) from `from` to `upf` at `now`: what it sends back.
+fn heartbeat_answer(upf: &mut Upf<Cluster>, now: Duration, seq: u32, ts: u32) -> Vec<Transmit> {
+    let bytes = msg(
+        seq,
+        None,
+        Body::HeartbeatResponse(Heartbeat {
+            recovery_time_stamp: RecoveryTimeStamp(ts),
+        }),
+    );
+    upf.handle(now, smf_addr(), &bytes)
+}
+
+/// The sequence number of the Heartbeat Request among `out` (there must be one).
+fn heartbeat_seq(out: &[Transmit]) -> u32 {
+    let hb: Vec<Message> = (out.iter())
+        .map(|t| Message::parse(&t.bytes).unwrap())
+        .filter(|m| matches!(m.body, Body::HeartbeatRequest(_)))
+        .collect();
+    assert_eq!(hb.len(), 1, "{out:?}");
+    hb[0].sequence
+}
+
+fn setup_from(node: NodeId, ts: u32) -> Body {
+    Body::AssociationSetupRequest(AssociationSetupRequest {
+        node_id: node,
+        recovery_time_stamp: RecoveryTimeStamp(ts),
+        up_function_features: None,
+        cp_function_features: None,
+    })
+}
+
+/// Issue 29: with `Config::allowed_peers` set, nothing from another address is handled: an
+/// Association Setup is answered Request rejected (64), anything else is dropped; all counted.
+/// Before, any address could associate.
+#[test]
+fn peers_outside_the_allowed_addresses_are_not_handled() {
+    let mut c = config();
+    c.allowed_peers = vec![sb_pfcp::prefix::parse("10.0.0.0/30").unwrap()];
+    let mut upf = Upf::new(c, Cluster::default());
+    let mut stranger = Smf::new();
+    stranger.addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 8805);
+    stranger.node = NodeId::Ipv4(Ipv4Addr::new(10, 0, 0, 9));
+    let r = stranger.associate(&mut upf);
+    assert_eq!(r.cause, Cause::REQUEST_REJECTED);
+    assert!(r.up_function_features.is_none());
+    assert_eq!(upf.association_count(), 0);
+    let hb = Body::HeartbeatRequest(Heartbeat {
+        recovery_time_stamp: RecoveryTimeStamp(5),
+    });
+    assert!(stranger.send(&mut upf, None, hb).is_none());
+    let est = Body::SessionEstablishmentRequest(session(1, v4(1), Some((7, ENB))));
+    assert!(stranger.send(&mut upf, Some(0), est).is_none());
+    // A PFCP version we do not speak: not even Version Not Supported to a stranger.
+    let mut v2 = msg(
+        9,
+        None,
+        Body::HeartbeatRequest(Heartbeat {
+            recovery_time_stamp: RecoveryTimeStamp(5),
+        }),
+    );
+    v2[0] = (v2[0] & 0x1f) | (2 << 5);
+    assert!(upf
+        .handle(Duration::from_secs(1), stranger.addr, &v2)
+        .is_empty());
+    assert_eq!(upf.stats().peers_refused, 4);
+    assert_eq!(upf.stats().rx.values().sum::<u64>(), 0, "nothing handled");
+    assert_eq!(upf.sessions_impl().applies, 0);
+    // The configured SMF (10.0.0.1, in the /30) is served.
+    let mut smf = Smf::new();
+    assert_eq!(smf.associate(&mut upf).cause, Cause::REQUEST_ACCEPTED);
+    let e = smf.establish(&mut upf, session(1, v4(1), Some((7, ENB))));
+    assert_eq!(e.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.stats().peers_refused, 4);
+}
+
+/// Issue 29: an Association Setup with an associated Node ID from another address does not
+/// take the association over (before, it replaced it and deleted every session of the SMF):
+/// Request rejected, counted, the sessions stay. From the same address it replaces it (TS
+/// 29.244 6.2.6.2.2); from another address once our heartbeats count the old peer dead.
+#[test]
+fn another_address_cannot_take_an_associated_node_id_over() {
+    let mut c = config();
+    c.dead_peer_grace = None;
+    let mut upf = Upf::new(c, Cluster::default());
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    smf.establish(&mut upf, session(1, v4(1), Some((7, ENB))));
+    let mut attacker = Smf::new();
+    attacker.addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 66)), 8805);
+    let r = attacker.associate(&mut upf);
+    assert_eq!(r.cause, Cause::REQUEST_REJECTED);
+    assert_eq!(upf.stats().takeovers_refused, 1);
+    assert_eq!(upf.session_count(), 1);
+    assert_eq!(upf.sessions_impl().down.len(), 1);
+    // The attacker got no association: its session requests are not served.
+    let e = attacker.establish(&mut upf, session(2, v4(2), Some((8, ENB))));
+    assert_eq!(e.cause, Cause::NO_ESTABLISHED_PFCP_ASSOCIATION);
+    // The SMF's own requests still are.
+    let seid = first_seid(&upf);
+    let (_, m) = smf.modify(&mut upf, seid, drop_downlink());
+    assert_eq!(m.cause, Cause::REQUEST_ACCEPTED);
+    // The SMF silent for three heartbeats, then dead: another address may take over.
+    for s in [11, 21, 31, 41] {
+        upf.poll(Duration::from_secs(s));
+    }
+    assert!(upf.is_peer_dead(&NodeId::Ipv4(SMF)));
+    assert_eq!(upf.session_count(), 1, "no grace: kept while dead");
+    let r = attacker.associate(&mut upf);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.session_count(), 0);
+    assert!(upf.sessions_impl().down.is_empty() && upf.sessions_impl().up.is_empty());
+    assert_eq!(upf.stats().takeovers_refused, 1);
+}
+
+fn first_seid(upf: &Upf<Cluster>) -> u64 {
+    upf.session_ids().next().unwrap()
+}
+
+/// TS 29.244 6.2.2 / TS 23.527: a heartbeat answer with a new Recovery Time Stamp (the SMF
+/// restarted without setting up its association again) deletes the peer's sessions through
+/// the cluster at the next poll (counted); the association stays, and later sessions live.
+/// Also when the cluster installs the removal later: its answer goes to nobody.
+#[test]
+fn a_restarted_smf_loses_its_sessions_and_keeps_its_association() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    smf.establish(&mut upf, session(1, v4(1), Some((7, ENB))));
+    smf.establish(&mut upf, session(2, v4(2), Some((8, ENB))));
+    let at = Duration::from_secs;
+    let seq = heartbeat_seq(&upf.poll(at(11)));
+    assert!(heartbeat_answer(&mut upf, at(11), seq, 77).is_empty());
+    assert!(upf.poll(at(15)).is_empty());
+    assert_eq!(upf.session_count(), 2, "same time stamp: nothing happens");
+    let seq = heartbeat_seq(&upf.poll(at(21)));
+    upf.sessions_impl_mut().defer = true;
+    assert!(heartbeat_answer(&mut upf, at(21), seq, 78).is_empty());
+    assert_eq!(upf.stats().peer_restarts, 1);
+    assert!(upf.poll(at(21)).is_empty(), "nothing to the SMF");
+    let (token, changes, ues) = upf.sessions_impl_mut().deferred.pop().unwrap();
+    assert_eq!(changes.len(), 4, "{changes:?}");
+    // While installed, a poll does not start it again.
+    assert!(upf.poll(at(22)).is_empty());
+    assert!(upf.sessions_impl().deferred.is_empty());
+    upf.sessions_impl_mut().install(&changes, &ues).unwrap();
+    upf.sessions_impl_mut().defer = false;
+    assert!(
+        upf.complete(at(23), token, Ok(())).is_empty(),
+        "answered to nobody"
+    );
+    assert_eq!(upf.session_count(), 0);
+    assert!(upf.sessions_impl().down.is_empty() && upf.sessions_impl().up.is_empty());
+    assert_eq!(upf.stats().peer_sessions_deleted, 2);
+    assert_eq!(upf.stats().peers_released, 0);
+    check_consistent(&upf);
+    // The association stays, heartbeated; new sessions are not deleted again.
+    assert!(upf.is_associated(&NodeId::Ipv4(SMF)));
+    let e = smf.establish(&mut upf, session(3, v4(3), Some((9, ENB))));
+    assert_eq!(e.cause, Cause::REQUEST_ACCEPTED);
+    let seq = heartbeat_seq(&upf.poll(at(31)));
+    heartbeat_answer(&mut upf, at(31), seq, 78);
+    upf.poll(at(32));
+    assert_eq!(upf.session_count(), 1);
+    assert_eq!(upf.stats().peer_sessions_deleted, 2);
+}
+
+/// A cluster refusing the removal: tried again at the next poll, until it goes through.
+#[test]
+fn a_refused_purge_is_tried_again() {
+    let mut upf = upf();
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    smf.establish(&mut upf, session(1, v4(1), Some((7, ENB))));
+    let at = Duration::from_secs;
+    let seq = heartbeat_seq(&upf.poll(at(11)));
+    upf.sessions_impl_mut().fail_next = Some(Failure::System);
+    heartbeat_answer(&mut upf, at(11), seq, 78);
+    assert!(upf.poll(at(11)).is_empty());
+    assert_eq!(upf.session_count(), 1);
+    upf.poll(at(12));
+    assert_eq!(upf.session_count(), 0);
+    assert_eq!(upf.stats().peer_sessions_deleted, 1);
+}
+
+/// A peer counted dead for `Config::dead_peer_grace` is released: its association and its
+/// sessions' forwarding go (counted); it may set up again afterwards.
+#[test]
+fn a_dead_smf_is_released_after_the_grace() {
+    let mut c = config();
+    c.dead_peer_grace = Some(Duration::from_secs(30));
+    let mut upf = Upf::new(c, Cluster::default());
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    smf.establish(&mut upf, session(1, v4(1), Some((7, ENB))));
+    let node = NodeId::Ipv4(SMF);
+    // Heartbeats at 11, 21, 31, 41 unanswered: dead at 41.
+    for s in [11, 21, 31, 41] {
+        upf.poll(Duration::from_secs(s));
+    }
+    assert!(upf.is_peer_dead(&node));
+    for s in [51, 61, 70] {
+        upf.poll(Duration::from_secs(s));
+    }
+    assert!(upf.is_associated(&node), "within the grace");
+    assert_eq!(upf.session_count(), 1);
+    let out = upf.poll(Duration::from_secs(71));
+    assert!(
+        out.iter().all(|t| matches!(
+            Message::parse(&t.bytes).unwrap().body,
+            Body::HeartbeatRequest(_)
+        )),
+        "no answer to a release nobody asked: {out:?}"
+    );
+    assert!(!upf.is_associated(&node));
+    assert_eq!(upf.session_count(), 0);
+    assert!(upf.sessions_impl().down.is_empty() && upf.sessions_impl().up.is_empty());
+    assert_eq!(upf.stats().peers_released, 1);
+    assert_eq!(upf.stats().peer_sessions_deleted, 1);
+    // Nobody is heartbeated any more; the SMF comes back and sets up anew.
+    assert!(upf.poll(Duration::from_secs(81)).is_empty());
+    assert_eq!(smf.associate(&mut upf).cause, Cause::REQUEST_ACCEPTED);
+    // A peer that answers in time is never released.
+    let mut t = 100;
+    for _ in 0..10 {
+        t += 10;
+        let seq = heartbeat_seq(&upf.poll(Duration::from_secs(t)));
+        heartbeat_answer(&mut upf, Duration::from_secs(t), seq, 77);
+    }
+    assert!(upf.is_associated(&node));
+}
+
+/// In a cluster the endpoint that heartbeats the SMF replicates what it found: a restart
+/// deletes the SMF's sessions at every endpoint (the association stays everywhere), a dead
+/// SMF is released at every endpoint. A takeover from another address is refused by both.
+#[test]
+fn a_cluster_acts_on_a_restarted_or_dead_smf_at_every_endpoint() {
+    let mut c = TwoEndpoints::with(|c| c.dead_peer_grace = Some(Duration::from_secs(30)));
+    let setup = msg(1, None, setup_from(NodeId::Ipv4(SMF), 77));
+    assert_eq!(
+        cause_of(&c.send(0, &setup).unwrap().1),
+        Cause::REQUEST_ACCEPTED
+    );
+    let establish = |c: &mut TwoEndpoints, i: usize, seq: u32, last: u8| {
+        let est = msg(
+            seq,
+            Some(0),
+            Body::SessionEstablishmentRequest(session(u64::from(last), v4(last), Some((7, ENB)))),
+        );
+        assert_eq!(
+            cause_of(&c.send(i, &est).unwrap().1),
+            Cause::REQUEST_ACCEPTED
+        );
+    };
+    establish(&mut c, 0, 2, 1);
+    establish(&mut c, 1, 3, 2);
+    assert_eq!((c.eps[0].session_count(), c.eps[1].session_count()), (1, 1));
+    // An attacker's setup with the SMF's Node ID through endpoint 1: refused by both.
+    let attacker = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 66)), 8805);
+    c.now += Duration::from_millis(1);
+    let out = c.eps[1].handle(c.now, attacker, &setup);
+    assert_eq!(
+        cause_of(&Message::parse(&out[0].bytes).unwrap()),
+        Cause::REQUEST_REJECTED
+    );
+    c.pump();
+    assert_eq!(c.eps[0].stats().takeovers_refused, 1);
+    assert_eq!(c.eps[1].stats().takeovers_refused, 1);
+    assert_eq!((c.eps[0].session_count(), c.eps[1].session_count()), (1, 1));
+    // Endpoint 0 heartbeats the SMF (the setup came there); the answer says it restarted.
+    let at = Duration::from_secs;
+    assert!(c.eps[1].poll(at(11)).is_empty());
+    let seq = heartbeat_seq(&c.eps[0].poll(at(11)));
+    heartbeat_answer(&mut c.eps[0], at(11), seq, 78);
+    c.eps[0].poll(at(12));
+    c.pump();
+    assert!(c.to_smf.is_empty(), "{:?}", c.to_smf);
+    assert_eq!((c.eps[0].session_count(), c.eps[1].session_count()), (0, 0));
+    assert!(c.eps[1].sessions_impl().down.is_empty());
+    assert!(c.eps[0].is_associated(&NodeId::Ipv4(SMF)));
+    assert!(c.eps[1].is_associated(&NodeId::Ipv4(SMF)));
+    // Still heartbeated by endpoint 0 only.
+    assert!(c.eps[1].poll(at(21)).is_empty());
+    heartbeat_seq(&c.eps[0].poll(at(21)));
+    // New sessions, then the SMF goes silent: released at both after the grace.
+    establish(&mut c, 0, 4, 3);
+    establish(&mut c, 1, 5, 4);
+    for s in [31, 41, 51, 81] {
+        c.eps[0].poll(at(s));
+    }
+    c.pump();
+    assert!(c.to_smf.is_empty(), "{:?}", c.to_smf);
+    assert_eq!((c.eps[0].session_count(), c.eps[1].session_count()), (0, 0));
+    assert!(c.eps[1].sessions_impl().down.is_empty());
+    assert!(!c.eps[0].is_associated(&NodeId::Ipv4(SMF)));
+    assert!(!c.eps[1].is_associated(&NodeId::Ipv4(SMF)));
+    assert_eq!(c.eps[0].stats().peers_released, 1);
+    // Now another address may take the Node ID.
+    c.now += Duration::from_millis(1);
+    let setup = msg(6, None, setup_from(NodeId::Ipv4(SMF), 79));
+    let out = c.eps[1].handle(c.now, attacker, &setup);
+    assert_eq!(
+        cause_of(&Message::parse(&out[0].bytes).unwrap()),
+        Cause::REQUEST_ACCEPTED
+    );
 }

@@ -1,7 +1,28 @@
 //! Associations with control-plane peers (TS 29.244 6.2.6): setup, update and release, our
 //! heartbeats to the peers that set up their association here and theirs to us (6.2.2), and
-//! what a restarted or dead peer means (6.2.6.2.2: its sessions go when it sets up anew; we
-//! offer no session retention).
+//! what a restarted or dead peer means (we offer no session retention):
+//! - a new setup with an associated Node ID from the association's address replaces it and
+//!   its sessions go (6.2.6.2.2); from another address it is refused with Request rejected
+//!   (counted, [`Stats::takeovers_refused`]) unless our heartbeats count the old peer dead
+//!   (and this endpoint is the cluster's only one: in a cluster the other endpoints do not
+//!   see our heartbeats, so the Node ID is free once the dead peer's association is
+//!   released, after [`Config::dead_peer_grace`]). Anyone on the control network who knows
+//!   the Node ID could otherwise delete every session of the SMF;
+//! - a peer whose Recovery Time Stamp changed in a heartbeat (a restarted CP function that
+//!   did not set its association up again; 6.2.2, and TS 23.527's SMF failure clause: "when
+//!   a UPF detects that a peer PFCP entity in the SMF has restarted, the UPF shall delete all
+//!   session contexts affected") keeps its association, and its sessions are deleted through
+//!   [`Sessions::apply`] ([`Stats::peer_sessions_deleted`]);
+//! - a peer counted dead ([`Config::heartbeat_misses`] heartbeats in a row unanswered) for
+//!   [`Config::dead_peer_grace`] is released: its association and sessions go
+//!   ([`Stats::peers_released`]; TS 23.527: a failed SMF's "PDU session contexts and PFCP
+//!   associations ... may be deleted").
+//!
+//! In a cluster ([`Config::relay`]) only the endpoint that heartbeats a peer (where it set up
+//! its association) detects these; it does its own part and replicates the same to the other
+//! endpoints as an Association Setup (restart: the other endpoints' sessions of the peer go,
+//! as for a real new setup) or Association Release Request (dead) from the peer's address,
+//! answered to nobody.
 
 use super::*;
 
@@ -13,6 +34,9 @@ pub(super) struct Association {
     /// Our heartbeats to it, when it set the association up with this endpoint (not one
     /// replicated from another endpoint of the cluster, which heartbeats it itself).
     pub(super) heartbeat: Option<Heartbeats>,
+    /// Its heartbeats showed a new Recovery Time Stamp: its sessions are to be deleted
+    /// ([`Upf::poll`]).
+    pub(super) restarted: bool,
 }
 
 /// Our heartbeats to a peer.
@@ -26,8 +50,9 @@ pub(super) struct Heartbeats {
     pub(super) waiting: Option<u32>,
     /// Unanswered in a row.
     pub(super) misses: u8,
-    /// Counted dead (until it answers again).
+    /// Counted dead (until it answers again), since when.
     pub(super) dead: bool,
+    pub(super) dead_since: Duration,
 }
 
 impl<S: Sessions> Upf<S> {
@@ -42,6 +67,8 @@ impl<S: Sessions> Upf<S> {
             if a.recovery_time_stamp != h.recovery_time_stamp {
                 a.recovery_time_stamp = h.recovery_time_stamp;
                 self.stats.peer_restarts += 1;
+                // Its sessions go at the next poll, where we heartbeat it.
+                a.restarted |= a.heartbeat.is_some();
             }
         }
         Message {
@@ -70,6 +97,7 @@ impl<S: Sessions> Upf<S> {
                 h.misses = h.misses.saturating_add(1);
                 if h.misses >= self.config.heartbeat_misses && !h.dead {
                     h.dead = true;
+                    h.dead_since = now;
                     self.stats.peers_dead += 1;
                 }
             }
@@ -122,6 +150,15 @@ impl<S: Sessions> Upf<S> {
         r: AssociationSetupRequest,
     ) -> Option<Message> {
         let t = msg_type::ASSOCIATION_SETUP_REQUEST;
+        if let Some(old) = self.associations.get(&r.node_id) {
+            // Another address asks for an associated Node ID: not a takeover unless the old
+            // peer is dead to our heartbeats and no other endpoint holds its sessions.
+            let dead = !self.config.relay && self.is_peer_dead(&r.node_id);
+            if old.addr != from.ip() && !dead {
+                self.stats.takeovers_refused += 1;
+                return Some(self.reject(t, None, seq, Reject::cause(Cause::REQUEST_REJECTED)));
+            }
+        }
         if self.busy_nodes.contains(&r.node_id) {
             return Some(self.reject(
                 t,
@@ -143,7 +180,9 @@ impl<S: Sessions> Upf<S> {
                 waiting: None,
                 misses: 0,
                 dead: false,
+                dead_since: Duration::ZERO,
             }),
+            restarted: false,
         };
         let accepted = Message {
             seid: None,
@@ -167,6 +206,7 @@ impl<S: Sessions> Upf<S> {
                 let commit = Commit::Release {
                     node: r.node_id.clone(),
                     setup: Some(Box::new((association, accepted))),
+                    peer: false,
                 };
                 return self.apply_release(from, seq, t, r.node_id, commit);
             }
@@ -257,6 +297,7 @@ impl<S: Sessions> Upf<S> {
         let commit = Commit::Release {
             node: r.node_id.clone(),
             setup: None,
+            peer: false,
         };
         self.apply_release(from, seq, t, r.node_id, commit)
     }
@@ -325,6 +366,114 @@ impl<S: Sessions> Upf<S> {
         if a.recovery_time_stamp != r.recovery_time_stamp {
             a.recovery_time_stamp = r.recovery_time_stamp;
             self.stats.peer_restarts += 1;
+            a.restarted = true;
+        }
+    }
+
+    /// Acts on what our heartbeats found at `now` ([`Upf::poll`]): the sessions of restarted
+    /// peers go, peers dead for [`Config::dead_peer_grace`] are released. An action the
+    /// cluster refuses (or that meets a change being installed) is tried again at the next
+    /// poll.
+    pub(super) fn peers_due(&mut self, now: Duration) {
+        let grace = self.config.dead_peer_grace;
+        let mut due = Vec::new();
+        for (node, a) in &self.associations {
+            let Some(h) = &a.heartbeat else { continue };
+            if self.busy_nodes.contains(node) {
+                continue;
+            }
+            let expired = grace.is_some_and(|g| h.dead && now.saturating_sub(h.dead_since) >= g);
+            if expired || a.restarted {
+                due.push((node.clone(), expired));
+            }
+        }
+        for (node, release) in due {
+            self.purge_peer(node, release);
+        }
+    }
+
+    /// Deletes the sessions of `node`'s peer (a restart: the association stays, with its new
+    /// Recovery Time Stamp) or releases it whole (`release`), here through the cluster and at
+    /// the other endpoints by a replicated request from the peer's address.
+    fn purge_peer(&mut self, node: NodeId, release: bool) {
+        let Some(a) = self.associations.get(&node).cloned() else {
+            return;
+        };
+        let Some(h) = a.heartbeat.clone() else { return };
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq % 0xff_ffff + 1;
+        let (t, body) = if release {
+            let r = AssociationReleaseRequest {
+                node_id: node.clone(),
+            };
+            (
+                msg_type::ASSOCIATION_RELEASE_REQUEST,
+                Body::AssociationReleaseRequest(r),
+            )
+        } else {
+            let r = AssociationSetupRequest {
+                node_id: node.clone(),
+                recovery_time_stamp: a.recovery_time_stamp,
+                up_function_features: None,
+                cp_function_features: None,
+            };
+            (
+                msg_type::ASSOCIATION_SETUP_REQUEST,
+                Body::AssociationSetupRequest(r),
+            )
+        };
+        let request = Message {
+            seid: None,
+            sequence: seq,
+            priority: None,
+            body,
+        };
+        let Ok(bytes) = request.to_bytes() else {
+            return;
+        };
+        if !release {
+            // Its new process numbers its requests from 1 again.
+            self.stats.responses_forgotten += self.cache.forget(h.to.ip()) as u64;
+        }
+        let setup = (!release).then(|| {
+            let kept = Association {
+                restarted: false,
+                ..a
+            };
+            let accepted = self.reject(t, None, seq, Reject::cause(Cause::REQUEST_ACCEPTED));
+            Box::new((kept, accepted))
+        });
+        let commit = Commit::Release {
+            node: node.clone(),
+            setup,
+            peer: true,
+        };
+        self.digest = self.cache.digest(&bytes);
+        let replicate = match self.apply_release(h.to, seq, t, node, commit) {
+            // Being installed: its answer goes to nobody.
+            None => {
+                self.silent.insert((h.to, seq));
+                true
+            }
+            Some(m) => matches!(
+                m.body,
+                Body::AssociationSetupResponse(AssociationSetupResponse {
+                    cause: Cause::REQUEST_ACCEPTED,
+                    ..
+                }) | Body::AssociationReleaseResponse(AssociationReleaseResponse {
+                    cause: Cause::REQUEST_ACCEPTED,
+                    ..
+                })
+            ),
+        };
+        if replicate && self.config.relay {
+            self.stats.relayed_out += 1;
+            self.relays.push_back(Relay {
+                to: 0,
+                kind: RelayKind::Association,
+                peer: h.to,
+                bytes,
+            });
         }
     }
 }

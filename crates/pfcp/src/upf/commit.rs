@@ -29,9 +29,11 @@ pub(super) enum Commit {
         seid: u64,
     },
     /// Removes every session of `node`; then the association is gone (release) or set up anew.
+    /// `peer`: because our heartbeats found it restarted or dead (counted).
     Release {
         node: NodeId,
         setup: Option<Box<(Association, Message)>>,
+        peer: bool,
     },
     /// Closes or opens the gates of URRs whose quota is used up or given anew (no response).
     Enforce {
@@ -282,7 +284,7 @@ impl<S: Sessions> Upf<S> {
                 }
                 return None;
             }
-            Commit::Release { node, setup } => {
+            Commit::Release { node, setup, peer } => {
                 self.busy_nodes.remove(&node);
                 let seids: Vec<u64> = self.sessions_of(&node).collect();
                 for s in &seids {
@@ -290,6 +292,10 @@ impl<S: Sessions> Upf<S> {
                 }
                 if let Err(f) = result {
                     return Some(self.reject(t, None, seq, Reject::cause(f.cause())));
+                }
+                if peer {
+                    self.stats.peer_sessions_deleted += seids.len() as u64;
+                    self.stats.peers_released += u64::from(setup.is_none());
                 }
                 for s in seids {
                     self.remove_session(s);

@@ -175,6 +175,15 @@ pub struct Config {
     /// The NTP time (seconds since 1900) of `now` zero, for the Start and End Times of usage
     /// reports. [`Config::new`] takes the Recovery Time Stamp: `now` counted from the start.
     pub ntp_at_zero: u32,
+    /// The addresses PFCP peers may come from (IPv4 or IPv6 prefixes, [`crate::prefix`]): a
+    /// message from any other is not handled ([`Stats::peers_refused`]): an Association
+    /// Setup Request is answered Request rejected, anything else is dropped. Empty: any
+    /// address (TS 29.244 leaves who may associate to configuration).
+    pub allowed_peers: Vec<(IpAddr, u8)>,
+    /// How long a peer counted dead by our heartbeats ([`Upf::is_peer_dead`]) keeps its
+    /// association and sessions: after that they are released (their forwarding removed
+    /// through [`Sessions::apply`], [`Stats::peers_released`]). None: never.
+    pub dead_peer_grace: Option<Duration>,
 }
 
 impl Config {
@@ -203,6 +212,8 @@ impl Config {
             report_n1: 3,
             usage_read_timeout: Duration::from_secs(2),
             ntp_at_zero: recovery_time_stamp.0,
+            allowed_peers: Vec::new(),
+            dead_peer_grace: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -341,6 +352,16 @@ pub struct Stats {
     pub usage_read_timeouts: u64,
     /// Gate changes for used-up or new quotas the cluster refused.
     pub quota_stops_failed: u64,
+    /// Messages from addresses outside [`Config::allowed_peers`] (not handled).
+    pub peers_refused: u64,
+    /// Association Setup Requests refused (Request rejected) because another address holds
+    /// an association with their Node ID.
+    pub takeovers_refused: u64,
+    /// Sessions deleted because their peer restarted (a new Recovery Time Stamp in a
+    /// heartbeat) or was released after [`Config::dead_peer_grace`].
+    pub peer_sessions_deleted: u64,
+    /// Associations released because their peer stayed dead for [`Config::dead_peer_grace`].
+    pub peers_released: u64,
 }
 
 /// The PFCP endpoint of the user plane. See the module docs for what it accepts.
@@ -496,6 +517,10 @@ impl<S: Sessions> Upf<S> {
             let (header, body, after) = match Header::parse(rest) {
                 Ok(x) => x,
                 Err(DecodeError::Version(_)) => {
+                    if !self.allowed(from.ip()) {
+                        self.stats.peers_refused += 1;
+                        return out;
+                    }
                     if let Some(sequence) = Header::peek_sequence(rest) {
                         let msg = Message {
                             seid: None,
@@ -585,6 +610,18 @@ impl<S: Sessions> Upf<S> {
         out: &mut Vec<Transmit>,
     ) {
         let t = header.message_type;
+        if !self.allowed(from.ip()) {
+            // Not a configured SMF: nothing it sends is handled. An Association Setup is
+            // answered Request rejected (TS 29.244 7.4.4.2: the peer learns why it has no
+            // association); anything else is dropped unanswered (no answer to spoofers).
+            self.stats.peers_refused += 1;
+            if t == msg_type::ASSOCIATION_SETUP_REQUEST && !self.replaying {
+                let r = Reject::cause(Cause::REQUEST_REJECTED);
+                let msg = self.reject(t, None, header.sequence, r);
+                self.send(out, now, from, None, msg);
+            }
+            return;
+        }
         if t == msg_type::HEARTBEAT_RESPONSE {
             self.heartbeat_answered(from, header.sequence, body);
             return;
@@ -689,9 +726,10 @@ impl<S: Sessions> Upf<S> {
     /// Sends the heartbeats due at `now` (TS 29.244 6.2.2) to the peers that set up their
     /// association with this endpoint, every [`Config::heartbeat_interval`]; a peer that
     /// leaves [`Config::heartbeat_misses`] in a row unanswered is counted dead
-    /// ([`Stats::peers_dead`]) and heartbeated on. Its association and sessions stay: a peer
-    /// that comes back with a new Recovery Time Stamp sets up its association again, which
-    /// removes them (TS 29.244 6.2.6.2.2; we offer no session retention). Also what is due
+    /// ([`Stats::peers_dead`]) and heartbeated on; after [`Config::dead_peer_grace`] dead its
+    /// association and sessions are released. A peer whose heartbeats show a new Recovery
+    /// Time Stamp (restarted, without session restoration) keeps its association and loses
+    /// its sessions (TS 29.244 6.2.2, TS 23.527; we offer no session retention). Also what is due
     /// of reports: URR timers (time thresholds and quotas,
     /// periods), delayed Downlink Data Reports, retransmissions of Session Report Requests,
     /// and responses whose usage counts did not come in time. Call it every second or so.
@@ -699,6 +737,7 @@ impl<S: Sessions> Upf<S> {
         self.now = now;
         let mut out = Vec::new();
         self.heartbeats_due(now, &mut out);
+        self.peers_due(now);
         self.reports_due(now, &mut out);
         out
     }
@@ -714,6 +753,12 @@ impl<S: Sessions> Upf<S> {
         self.owned(from, up_seid)
             .and_then(|(_, packed)| packed_cp_seid(&packed).ok())
             .unwrap_or(0)
+    }
+
+    /// Whether `ip` may be a peer ([`Config::allowed_peers`]).
+    fn allowed(&self, ip: IpAddr) -> bool {
+        let peers = &self.config.allowed_peers;
+        peers.is_empty() || peers.iter().any(|p| crate::prefix::contains(*p, ip))
     }
 
     fn our_node(&self) -> NodeId {
