@@ -55,6 +55,19 @@ pub struct ControlFile {
     /// ([`sb_pfcp::relay`]) so that any of them takes any message. Empty: no relaying.
     #[serde(default)]
     pub pfcp_peers: Vec<SocketAddr>,
+    /// The addresses PFCP peers (SMFs) may come from: IP addresses or `ADDR/LEN` prefixes
+    /// (`sb_pfcp::Config::allowed_peers`). Empty: any address.
+    #[serde(default)]
+    pub pfcp_allowed_peers: Vec<String>,
+    /// This node's share of the cluster's IPv4 UE pool (`ADDR/LEN` prefixes): its endpoint
+    /// gives CHV4 addresses from these only (`sb_pfcp::Config::ue_pool_v4`). The shares of a
+    /// cluster's nodes are disjoint (`sb_pfcp::prefix::split`).
+    #[serde(default)]
+    pub pfcp_ue_pool_v4: Vec<String>,
+    /// This node's share of the cluster's IPv6 UE pool (prefixes of length at most 64; CHV6
+    /// gives a /64 of them).
+    #[serde(default)]
+    pub pfcp_ue_pool_v6: Vec<String>,
 }
 
 impl ControlFile {

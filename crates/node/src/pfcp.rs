@@ -504,6 +504,41 @@ fn pfcp_usage(u: sb_engine::policy::Usage) -> Usage {
     }
 }
 
+/// The control file's allowed PFCP peers and UE pool share into `config`
+/// (`sb_pfcp::Config::allowed_peers`, `ue_pool_v4`, `ue_pool_v6`).
+fn peers_and_pools(ctl: &ControlFile, config: &mut sb_pfcp::Config) -> Result<(), ControlError> {
+    let prefixes = |what: &str, list: &[String]| {
+        (list.iter())
+            .map(|p| sb_pfcp::prefix::parse(p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ControlError::Invalid(format!("{what}: {e}")))
+    };
+    config.allowed_peers = prefixes("pfcp_allowed_peers", &ctl.pfcp_allowed_peers)?;
+    config.ue_pool_v4.clear();
+    config.ue_pool_v6.clear();
+    for (ip, len) in prefixes("pfcp_ue_pool_v4", &ctl.pfcp_ue_pool_v4)? {
+        match ip {
+            IpAddr::V4(a) => config.ue_pool_v4.push((a, len)),
+            IpAddr::V6(_) => {
+                return Err(ControlError::Invalid(format!(
+                    "pfcp_ue_pool_v4: {ip}/{len} is not IPv4"
+                )))
+            }
+        }
+    }
+    for (ip, len) in prefixes("pfcp_ue_pool_v6", &ctl.pfcp_ue_pool_v6)? {
+        match ip {
+            IpAddr::V6(a) if len <= 64 => config.ue_pool_v6.push((a, len)),
+            _ => {
+                return Err(ControlError::Invalid(format!(
+                    "pfcp_ue_pool_v6: {ip}/{len} is not an IPv6 prefix of at most 64 bits"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Endpoint {
     /// The endpoint of the node, bound to `ctl.pfcp` in the node's namespace; None when the
     /// control file names no PFCP address. `restarted`: the node ran before (its log holds
@@ -572,6 +607,7 @@ impl Endpoint {
         config.max_sessions = (ctl.fib_room * ctl.peers.len().max(1)).max(1 << 20);
         // An SMF that spreads its requests over the nodes gives each endpoint its share.
         config.expected_sessions = ctl.share();
+        peers_and_pools(ctl, &mut config)?;
         if config.relay && ctl.pfcp_peers.get(cfg.node as usize) != Some(&addr) {
             return Err(ControlError::Invalid(format!(
                 "pfcp_peers names {:?} for node {}, not its pfcp address {addr}",
@@ -657,6 +693,10 @@ impl Endpoint {
             ("heartbeat_sent", st.heartbeats_sent),
             ("peer_dead", st.peers_dead),
             ("peer_restart", st.peer_restarts),
+            ("peer_refused", st.peers_refused),
+            ("takeover_refused", st.takeovers_refused),
+            ("peer_sessions_deleted", st.peer_sessions_deleted),
+            ("peer_released", st.peers_released),
         ] {
             out.insert(
                 PfcpKey {
@@ -1045,6 +1085,46 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A control file of before the PFCP peer and pool fields still loads (nothing
+    /// restricted, no pool); the fields reach the endpoint's configuration, checked.
+    #[test]
+    fn allowed_peers_and_pools_from_the_control_file() {
+        let old = r#"{"spec":"c.json","flows":"f.csv","wal":"w","peers":[],"fib_room":10}"#;
+        let ctl: ControlFile = serde_json::from_str(old).unwrap();
+        let ip = Ipv4Addr::new(10, 3, 0, 1);
+        let mut config = sb_pfcp::Config::new(node_id("upf"), RecoveryTimeStamp(1), ip);
+        peers_and_pools(&ctl, &mut config).unwrap();
+        assert!(config.allowed_peers.is_empty() && config.ue_pool_v4.is_empty());
+        let mut ctl = ctl;
+        ctl.pfcp_allowed_peers = vec!["10.3.0.0/24".into(), "10.9.9.9".into()];
+        ctl.pfcp_ue_pool_v4 = vec!["10.45.0.0/18".into(), "10.45.192.0/18".into()];
+        ctl.pfcp_ue_pool_v6 = vec!["2001:db8:cafe::/50".into()];
+        peers_and_pools(&ctl, &mut config).unwrap();
+        assert_eq!(
+            config.allowed_peers,
+            [
+                ("10.3.0.0".parse().unwrap(), 24),
+                ("10.9.9.9".parse().unwrap(), 32)
+            ]
+        );
+        assert_eq!(config.ue_pool_v4[1], (Ipv4Addr::new(10, 45, 192, 0), 18));
+        assert_eq!(
+            config.ue_pool_v6,
+            [("2001:db8:cafe::".parse().unwrap(), 50)]
+        );
+        for (field, bad) in [(0, "10.3.0/24"), (1, "2001:db8::/48"), (2, "2001:db8::/96")] {
+            let mut c = ctl.clone();
+            [
+                &mut c.pfcp_allowed_peers,
+                &mut c.pfcp_ue_pool_v4,
+                &mut c.pfcp_ue_pool_v6,
+            ][field]
+                .push(bad.into());
+            let e = peers_and_pools(&c, &mut config).unwrap_err();
+            assert!(matches!(e, ControlError::Invalid(_)), "{e}");
+        }
+    }
 
     fn spec() -> ClusterSpec {
         crate::control::new_spec(7, 4, 1, 1000)

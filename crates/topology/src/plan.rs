@@ -334,6 +334,15 @@ impl ControlDesc {
     pub fn ip(&self) -> Option<Ipv4Addr> {
         self.addr.split('/').next().and_then(|a| a.parse().ok())
     }
+
+    /// The control network's prefix (`10.3.0.0/24`): the addresses the control namespace
+    /// may use (the default of the PFCP endpoints' allowed peers, `cluster up --smf-allow`).
+    pub fn network(&self) -> Option<(Ipv4Addr, u8)> {
+        let (_, len) = self.addr.split_once('/')?;
+        let len: u8 = len.parse().ok().filter(|l| *l <= 32)?;
+        let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+        Some((Ipv4Addr::from(u32::from(self.ip()?) & mask), len))
+    }
 }
 
 /// The switch: one namespace with one bridge.
@@ -593,6 +602,7 @@ mod tests {
             (cp.netns.as_str(), cp.bridge.as_str(), cp.addr.as_str()),
             ("c-cp", "cpbr0", "10.3.0.254/24")
         );
+        assert_eq!(cp.network(), Some((Ipv4Addr::new(10, 3, 0, 0), 24)));
         assert_eq!(cp.mac.to_string(), "02:73:62:0a:00:00");
         assert_eq!(cp.mtu, EDGE_MTU);
         let n = &a.nodes[2];

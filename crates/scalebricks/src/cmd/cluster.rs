@@ -120,6 +120,70 @@ pub struct UpArgs {
     /// Fragmentation Needed / Packet Too Big (tests; a gNB link with a smaller MTU).
     #[arg(long)]
     ran_mtu: Option<usize>,
+    /// The addresses PFCP peers (SMFs) may send from, comma-separated IP addresses or
+    /// ADDR/LEN prefixes, or `any` [default: the control network 10.3.0.0/24, the control
+    /// namespace's addresses]. The nodes do not handle PFCP from elsewhere (an Association
+    /// Setup is answered Request rejected).
+    #[arg(long, value_delimiter = ',')]
+    smf_allow: Vec<String>,
+    /// IPv4 UE pool (ADDR/LEN) the PFCP endpoints give addresses from when an SMF asks CHV4,
+    /// split disjointly among the nodes (each endpoint allocates from its share only) [default:
+    /// none: CHV4 is refused and UEIP not advertised]. Route it to the nodes' RAN side (inside
+    /// --ue-pool) for downlink to reach its UEs.
+    #[arg(long)]
+    pfcp_ue_pool: Option<String>,
+    /// IPv6 UE pool (ADDR/LEN, LEN at most 64 minus the bits of the split) for CHV6: each UE
+    /// gets a /64 of its node's share.
+    #[arg(long)]
+    pfcp_ue_pool6: Option<String>,
+}
+
+/// What `cluster up`'s PFCP flags give each node's control file.
+struct PfcpSettings {
+    /// The allowed peers; None: the control network's prefix.
+    allow: Option<Vec<String>>,
+    /// Each node's share of the UE pools (empty: no pool).
+    v4: Vec<Vec<String>>,
+    v6: Vec<Vec<String>>,
+}
+
+impl PfcpSettings {
+    fn of(a: &UpArgs) -> anyhow::Result<PfcpSettings> {
+        use sb_pfcp::prefix;
+        let allow = if a.smf_allow.is_empty() {
+            None
+        } else if a.smf_allow.iter().any(|s| s.trim() == "any") {
+            Some(Vec::new())
+        } else {
+            let parsed: Result<Vec<_>, _> = a.smf_allow.iter().map(|s| prefix::parse(s)).collect();
+            let parsed = parsed.context("--smf-allow")?;
+            Some(parsed.iter().map(|(ip, l)| format!("{ip}/{l}")).collect())
+        };
+        let shares =
+            |flag: &str, pool: &Option<String>, v4: bool| -> anyhow::Result<Vec<Vec<String>>> {
+                let Some(pool) = pool else {
+                    return Ok(vec![Vec::new(); a.nodes]);
+                };
+                let p = prefix::parse(pool).with_context(|| flag.to_string())?;
+                if p.0.is_ipv4() != v4 {
+                    bail!(
+                        "{flag} {pool}: not an {} prefix",
+                        if v4 { "IPv4" } else { "IPv6" }
+                    );
+                }
+                let split = prefix::split(p, a.nodes, if v4 { 30 } else { 64 })
+                    .with_context(|| format!("{flag} among {} nodes", a.nodes))?;
+                Ok(split
+                    .into_iter()
+                    .map(|share| share.iter().map(|(ip, l)| format!("{ip}/{l}")).collect())
+                    .collect())
+            };
+        Ok(PfcpSettings {
+            allow,
+            v4: shares("--pfcp-ue-pool", &a.pfcp_ue_pool, true)?,
+            v6: shares("--pfcp-ue-pool6", &a.pfcp_ue_pool6, false)?,
+        })
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -361,7 +425,7 @@ struct Shared {
     recovery: u32,
 }
 
-fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
+fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared, pfcp: &PfcpSettings) -> NodeFile {
     let Shared {
         arch,
         seed,
@@ -423,6 +487,15 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared) -> NodeFile {
             pfcp_node_id: Some(format!("upf.{}.scalebricks", a.name)),
             pfcp_recovery_time_stamp: Some(recovery),
             pfcp_peers: d.nodes.iter().filter_map(|n| n.pfcp_addr).collect(),
+            // Only the SMFs allowed (by default the control namespace's addresses).
+            pfcp_allowed_peers: pfcp.allow.clone().unwrap_or_else(|| {
+                (d.control.as_ref().and_then(|c| c.network()))
+                    .map(|(ip, l)| vec![format!("{ip}/{l}")])
+                    .unwrap_or_default()
+            }),
+            // The node's share of the CHV4/CHV6 pools: disjoint from every other node's.
+            pfcp_ue_pool_v4: pfcp.v4.get(i).cloned().unwrap_or_default(),
+            pfcp_ue_pool_v6: pfcp.v6.get(i).cloned().unwrap_or_default(),
         }),
         metrics: n.metrics_addr(),
         api: control
@@ -467,6 +540,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
+    let pfcp = PfcpSettings::of(&a)?;
     let seed = a.seed.unwrap_or_else(rand::random);
     let cluster_id: u64 = rand::random();
     // The cluster's PFCP Recovery Time Stamp: now, in seconds since 1900.
@@ -530,7 +604,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
                 capacity,
                 recovery,
             };
-            let cfg = node_config(d, i, &a, sh);
+            let cfg = node_config(d, i, &a, sh, &pfcp);
             let name = node_file(i);
             let json = serde_json::to_vec_pretty(&cfg).map_err(|e| e.to_string())?;
             std::fs::write(d.dir.join(&name), json).map_err(|e| format!("{name}: {e}"))?;
@@ -604,5 +678,56 @@ pub fn run(cmd: ClusterCmd) -> anyhow::Result<()> {
             println!("node {node} restarted (pid {pid})");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Up {
+        #[command(flatten)]
+        up: UpArgs,
+    }
+
+    fn settings(args: &[&str]) -> anyhow::Result<PfcpSettings> {
+        let all = [&["up", "--nodes", "3"], args].concat();
+        PfcpSettings::of(&Up::try_parse_from(all)?.up)
+    }
+
+    #[test]
+    fn pfcp_flags_give_each_node_its_share() {
+        let s = settings(&[]).unwrap();
+        assert!(s.allow.is_none(), "default: the control network");
+        assert_eq!(s.v4, vec![Vec::<String>::new(); 3]);
+        let s = settings(&[
+            "--smf-allow",
+            "10.3.0.254,192.0.2.0/24",
+            "--pfcp-ue-pool",
+            "10.45.0.0/16",
+            "--pfcp-ue-pool6",
+            "2001:db8:cafe::/48",
+        ])
+        .unwrap();
+        assert_eq!(s.allow.unwrap(), ["10.3.0.254/32", "192.0.2.0/24"]);
+        assert_eq!(
+            s.v4,
+            [
+                vec!["10.45.0.0/18", "10.45.192.0/18"],
+                vec!["10.45.64.0/18"],
+                vec!["10.45.128.0/18"]
+            ]
+        );
+        assert_eq!(s.v6[1], ["2001:db8:cafe:4000::/50"]);
+        assert_eq!(
+            settings(&["--smf-allow", "any"]).unwrap().allow,
+            Some(vec![])
+        );
+        assert!(settings(&["--smf-allow", "10.3.0/24"]).is_err());
+        assert!(settings(&["--pfcp-ue-pool", "2001:db8::/48"]).is_err());
+        assert!(settings(&["--pfcp-ue-pool", "10.45.0.0/29"]).is_err());
+        assert!(settings(&["--pfcp-ue-pool6", "2001:db8::/63"]).is_err());
     }
 }
