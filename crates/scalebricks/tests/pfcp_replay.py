@@ -162,8 +162,11 @@ while len(out["reports"]) < want and time.monotonic() < deadline:
             IE_list=[IE_Cause(cause=1)])
         out["reports"].append(rep)
     elif p.message_type == 1:
+        # The Recovery Time Stamp the vectors' Association Setup Requests carry
+        # (crates/pfcp/tests/data/smf/gen.py RECOVERY, 2026-01-01): a different one would tell
+        # the UPF that this SMF restarted, and it deletes the SMF's sessions.
         ans = PFCP(version=1, S=0, seq=p.seq) / PFCPHeartbeatResponse(
-            IE_list=[IE_RecoveryTimeStamp(timestamp=3900000000)])
+            IE_list=[IE_RecoveryTimeStamp(timestamp=3976214400)])
     else:
         continue
     sock.sendto(bytes(ans), peer)
