@@ -1976,3 +1976,64 @@ fn a_cluster_acts_on_a_restarted_or_dead_smf_at_every_endpoint() {
         Cause::REQUEST_ACCEPTED
     );
 }
+
+/// An SMF that sets the cluster's association up through two endpoints: the copy of its setup
+/// at endpoint 0 reaches endpoint 1 after its own setup there and its first session (the
+/// relays race the SMF). The same peer process (same address and Recovery Time Stamp) did not
+/// restart: the session stays. A copy with a new stamp (a restarted SMF) still takes it.
+#[test]
+fn a_late_copy_of_the_peers_own_setup_keeps_its_sessions() {
+    let mut c = TwoEndpoints::new();
+    let node = NodeId::Ipv4(SMF);
+    c.now += Duration::from_millis(1);
+    let out = c.eps[0].handle(
+        c.now,
+        smf_addr(),
+        &msg(1, None, setup_from(node.clone(), 77)),
+    );
+    assert_eq!(
+        cause_of(&Message::parse(&out[0].bytes).unwrap()),
+        Cause::REQUEST_ACCEPTED
+    );
+    let mut held = Vec::new();
+    while let Some(r) = c.eps[0].poll_relay() {
+        held.push(r);
+    }
+    assert_eq!(held.len(), 1);
+    let again = msg(2, None, setup_from(node.clone(), 77));
+    assert_eq!(
+        cause_of(&c.send(1, &again).unwrap().1),
+        Cause::REQUEST_ACCEPTED
+    );
+    let est = msg(
+        3,
+        Some(0),
+        Body::SessionEstablishmentRequest(session(1, v4(1), Some((7, ENB)))),
+    );
+    assert_eq!(
+        cause_of(&c.send(1, &est).unwrap().1),
+        Cause::REQUEST_ACCEPTED
+    );
+    assert_eq!(c.eps[1].session_count(), 1);
+    for r in held {
+        c.now += Duration::from_millis(1);
+        assert!(c.eps[1].handle_relay(c.now, 1, r).is_empty());
+    }
+    c.pump();
+    assert_eq!(
+        c.eps[1].session_count(),
+        1,
+        "the late copy kept the session"
+    );
+    assert_eq!(c.eps[1].stats().setup_copies_kept, 1);
+    assert!(c.eps[1].sessions_impl().down.len() == 1);
+    // The SMF restarted (a new stamp): its setup through endpoint 0 takes every session.
+    let restarted = msg(4, None, setup_from(node, 78));
+    assert_eq!(
+        cause_of(&c.send(0, &restarted).unwrap().1),
+        Cause::REQUEST_ACCEPTED
+    );
+    c.pump();
+    assert_eq!(c.eps[1].session_count(), 0);
+    assert!(c.eps[1].sessions_impl().down.is_empty());
+}

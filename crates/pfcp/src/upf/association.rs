@@ -159,6 +159,19 @@ impl<S: Sessions> Upf<S> {
                 return Some(self.reject(t, None, seq, Reject::cause(Cause::REQUEST_REJECTED)));
             }
         }
+        // Another endpoint's copy of a setup from the same peer process (same address, same
+        // Recovery Time Stamp) as the association we hold: the peer set up the cluster's one
+        // association through several endpoints (an SMF that spreads its requests does), or
+        // the copy arrived after the peer's own setup here and its first sessions. Nothing of
+        // the peer restarted: its association, our heartbeats to it and its sessions stay.
+        if self.replaying {
+            if let Some(old) = self.associations.get(&r.node_id) {
+                if old.addr == from.ip() && old.recovery_time_stamp == r.recovery_time_stamp {
+                    self.stats.setup_copies_kept += 1;
+                    return Some(self.reject(t, None, seq, Reject::cause(Cause::REQUEST_ACCEPTED)));
+                }
+            }
+        }
         if self.busy_nodes.contains(&r.node_id) {
             return Some(self.reject(
                 t,

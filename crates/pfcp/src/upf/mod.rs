@@ -360,6 +360,9 @@ pub struct Stats {
     /// Sessions deleted because their peer restarted (a new Recovery Time Stamp in a
     /// heartbeat) or was released after [`Config::dead_peer_grace`].
     pub peer_sessions_deleted: u64,
+    /// Association setups replicated from another endpoint that repeat the association held
+    /// (same peer address and Recovery Time Stamp): kept as it is, sessions and all.
+    pub setup_copies_kept: u64,
     /// Associations released because their peer stayed dead for [`Config::dead_peer_grace`].
     pub peers_released: u64,
 }
