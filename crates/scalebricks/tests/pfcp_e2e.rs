@@ -581,6 +581,147 @@ fn open5gs_idle_paging_handover(c: &Cluster, cp: &str, seid: u64, h: usize, pcap
     assert_eq!(u(&usage[0]["volume"]["total"]), delivered, "{r}");
 }
 
+/// QoS and usage in the data plane, measured at the sink: open5gs's session with its QER's
+/// MBR at 10 Mbit/s each way and its URR's volume threshold at 4 MB (the open5gs vector with
+/// those values, a new UE and CP SEID, written by scapy), offered 50 Mbit/s of downlink for
+/// 5 s: the RAN side's sink receives 9.5-10.5 Mbit/s; one Session Report Request (USAR, VOLTH)
+/// arrives with a volume past the threshold by at most 1 s of the session's rate (reported
+/// within 1 s of crossing it); the deletion's Usage Report and the threshold's together count
+/// exactly the bytes the sink received.
+fn mbr_and_volume_threshold(c: &Cluster, cp: &str, pcap: &Path) {
+    const MBR_KBPS: u64 = 10_000;
+    // One crossing in the run: the threshold re-arms after each report (TS 29.244 5.2.2.2),
+    // and 5 s at 10 Mbit/s is ~6.4 MB.
+    const THRESHOLD: u64 = 4_000_000;
+    const SIZE: u64 = 1264; // frame bytes: an inner IPv4 packet of 1250
+    const RATE: u64 = 5000; // packets/s: 50 Mbit/s of inner packets
+    const SECONDS: u64 = 5;
+    let ue = "10.45.0.3";
+    let dir = c.dir.join("qos-smf");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stock = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../pfcp/tests/data/smf/open5gs"
+    );
+    let py = format!(
+        "import shutil\n\
+         from scapy.contrib.pfcp import PFCP, IE_MBR, IE_VolumeThreshold, IE_UE_IP_Address, IE_FSEID\n\
+         def walk(ies):\n\
+         \x20   for ie in ies:\n\
+         \x20       yield ie\n\
+         \x20       yield from walk(getattr(ie, 'IE_list', None) or [])\n\
+         p = PFCP(open('{stock}/02-session-establishment-request.bin','rb').read())\n\
+         for ie in walk(p.IE_list):\n\
+         \x20   if isinstance(ie, IE_MBR): ie.ul = {MBR_KBPS}; ie.dl = {MBR_KBPS}\n\
+         \x20   if isinstance(ie, IE_VolumeThreshold): ie.total = {THRESHOLD}\n\
+         \x20   if isinstance(ie, IE_UE_IP_Address): ie.ipv4 = '{ue}'\n\
+         \x20   if isinstance(ie, IE_FSEID): ie.seid = 2\n\
+         open('{d}/02-session-establishment-request.bin','wb').write(bytes(p))\n\
+         for f in ['01-association-setup-request', '03-session-modification-request-gnb-tunnel', '07-session-deletion-request']:\n\
+         \x20   shutil.copy('{stock}/' + f + '.bin', '{d}/' + f + '.bin')\n",
+        d = dir.display(),
+    );
+    ok(
+        &run_prog("/usr/bin/python3", &["-c", &py], Duration::from_secs(30)),
+        "scapy writes the QoS session",
+    );
+    let d = dir.to_str().unwrap();
+    let r = replay(cp, d, 1, 2, None, pcap);
+    assert!(
+        r["causes"].as_object().unwrap().values().all(|c| c == 1),
+        "{r}"
+    );
+    let seid = r["up_seid"].as_u64().unwrap_or_else(|| panic!("{r}"));
+    let r3 = replay(cp, d, 3, 3, Some(seid), pcap);
+    assert!(
+        r3["causes"].as_object().unwrap().values().all(|c| c == 1),
+        "{r3}"
+    );
+    let ran = r["created"][0]["ipv4"].as_str().unwrap().to_string();
+    let h = (0..4)
+        .find(|i| ran == format!("10.2.{i}.1"))
+        .unwrap_or_else(|| panic!("{ran} is no node's ran address"));
+    let flows = c.dir.join("qos-flows.csv");
+    std::fs::write(
+        &flows,
+        format!("ue,teid,enb,node\n{ue},1,192.168.1.10,{h}\n"),
+    )
+    .unwrap();
+    let count = RATE * SECONDS;
+    let sink = c.sink(h, (SECONDS + 4) as u32, count);
+    // The SMF listens for the threshold's report while the traffic runs.
+    let (cp2, d2, pcap2) = (cp.to_string(), d.to_string(), pcap.to_path_buf());
+    let reports = std::thread::spawn(move || {
+        replay_env(
+            &cp2,
+            &d2,
+            99,
+            0,
+            Some(seid),
+            &pcap2,
+            &[("REPORTS", "1"), ("REPORT_WAIT", "12")],
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let via = ((h + 1) % 4).to_string();
+    let g = gen(
+        c,
+        &flows,
+        &[
+            "--rate",
+            &RATE.to_string(),
+            "--count",
+            &count.to_string(),
+            "--size",
+            &SIZE.to_string(),
+            "--to",
+            &via,
+        ],
+    );
+    let got = finish_sink(sink, Duration::from_secs(30));
+    let received = u(&got["received"]);
+    let inner = SIZE - 14;
+    let mbps = (received * inner * 8) as f64 / SECONDS as f64 / 1e6;
+    eprintln!(
+        "MBR 10 Mbit/s offered 50: {mbps:.2} Mbit/s at the sink ({received} packets; gen {g})"
+    );
+    assert!(
+        (9.5..=10.5).contains(&mbps),
+        "{mbps} Mbit/s: sink {got}, gen {g}"
+    );
+    let r = reports.join().unwrap();
+
+    let rep = r["reports"].as_array().unwrap();
+    assert_eq!(rep.len(), 1, "{r}");
+    assert_eq!(rep[0]["type"], json!(["USAR"]), "{r}");
+    let usage = rep[0]["usage"].as_array().unwrap();
+    assert_eq!(usage.len(), 1, "{r}");
+    assert!(
+        usage[0]["trigger"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("VOLTH")),
+        "{r}"
+    );
+    let at_report = u(&usage[0]["volume"]["total"]);
+    // Past the threshold by at most what the session forwards in a second.
+    let per_second = MBR_KBPS * 1000 / 8;
+    assert!(
+        (THRESHOLD..=THRESHOLD + per_second).contains(&at_report),
+        "reported at {at_report} bytes, threshold {THRESHOLD}: {r}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let r = replay(cp, d, 7, 7, Some(seid), pcap);
+    assert_eq!(r["causes"]["07-session-deletion-request"], 1, "{r}");
+    let fin = r["usage"].as_array().unwrap();
+    assert_eq!(fin.len(), 1, "{r}");
+    assert_eq!(
+        at_report + u(&fin[0]["volume"]["total"]),
+        received * inner,
+        "the reports count what the sink received: {r}"
+    );
+}
+
 /// [`replay`] with environment variables for the script (REPORTS, REPORT_WAIT).
 fn replay_env(
     cp: &str,
@@ -592,7 +733,12 @@ fn replay_env(
     env: &[(&str, &str)],
 ) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pfcp_replay.py");
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../pfcp/tests/data/smf/").to_string() + smf;
+    // A stock SMF's name, or a folder of messages of our own (an absolute path).
+    let dir = if smf.starts_with('/') {
+        smf.to_string()
+    } else {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../pfcp/tests/data/smf/").to_string() + smf
+    };
     let (first, last) = (first.to_string(), last.to_string());
     let seid = seid.map(|s| format!("{s:#x}"));
     let mut a = vec!["netns", "exec", cp, "env"];
@@ -1264,6 +1410,7 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
         assert_eq!(u(&m["fib_map"]), 0, "{m}");
     }
     stock_smfs_sessions(&c, &cp);
+    mbr_and_volume_threshold(&c, &cp, &c.dir.join("qos.pcap"));
     eprintln!("pfcp e2e took {:?}", t_start.elapsed());
     assert!(t_start.elapsed() < Duration::from_secs(300));
 }
