@@ -77,7 +77,7 @@ else
     echo "note: libdpdk-dev/libcuckoo-dev missing (not root?): peers behind features are not tested"
     # The XDP fast path needs only clang and libbpf-dev (scripts/install-bpf-tools.sh).
     if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then
-        features=(--features sb-xdp/bpf)
+        features=(--features sb-xdp/bpf,sb-bench/fastpath)
     fi
 fi
 

@@ -35,6 +35,8 @@
 //! figures with and without `--engine` show how much of the packet budget the lookups and the
 //! encapsulation take.
 
+#[cfg(feature = "fastpath")]
+mod fastpath;
 mod frames;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -58,6 +60,18 @@ enum Backend {
     Xdp,
     /// In-memory port pairs (no kernel; measures the crate's own overhead).
     Memory,
+    /// The sb-xdp fast path in the kernel's XDP hook (`sb_inet` on `a`), fed by an XDP
+    /// generator and counted by an XDP sink; needs `--engine` and the `fastpath` cargo feature.
+    XdpFast,
+}
+
+/// `--xdp-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum XdpModeArg {
+    /// Native (driver) mode; generic when attaching natively fails (the row says so).
+    Native,
+    /// Generic (SKB) mode.
+    Generic,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -134,6 +148,9 @@ pub struct Args {
     /// Seed of the engine's tunnels, tables and the generator's choice of UEs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// XDP attachment mode of `--backend xdp-fast` (native falls back to generic on failure).
+    #[arg(long, value_enum, default_value = "native")]
+    xdp_mode: XdpModeArg,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -161,9 +178,35 @@ struct EngineRow {
     drops: std::collections::BTreeMap<String, u64>,
 }
 
+/// What the fast path did in one row.
+#[derive(Serialize, Clone, Debug)]
+struct FastPathRow {
+    /// `native` or `generic` (the mode that ran).
+    xdp_mode: &'static str,
+    /// Why native mode was not used, when it was asked for and failed.
+    native_error: Option<String>,
+    /// Seconds the `napi/a-N` thread ran (`sb_inet`, the redirect into `s0`'s ring).
+    napi_thread_s: f64,
+    /// Busy seconds of the forwarding CPU (/proc/stat, every task on it).
+    fwd_cpu_busy_s: f64,
+    /// sink frames / fwd_cpu_busy_s.
+    pps_per_busy_cpu: f64,
+    /// Frames the generator handed to the kernel over the row (dropped ones included).
+    generator_runs: u64,
+    /// The program's counters over the measured interval (nonzero ones).
+    counters: std::collections::BTreeMap<String, u64>,
+    /// Frames passed to the slow path over the whole row (warm-up included).
+    slow_path: u64,
+    /// Bytes per frame the sink received (the encapsulated size).
+    sink_frame_bytes: f64,
+}
+
 /// The tables of the one-node engine, built once per invocation.
 struct EngineTables {
     tunnels: Vec<Tunnel>,
+    /// The GPT as built (the fast path's maps are filled from it).
+    #[cfg_attr(not(feature = "fastpath"), allow(dead_code))]
+    setsep: sb_setsep::SetSep,
     gpt: sb_engine::Gpt,
     seed: u64,
     frames: usize,
@@ -185,9 +228,11 @@ impl EngineTables {
             args.seed,
             0,
         );
-        let gpt = sb_engine::Gpt::from(cluster::build_gpt(&tunnels, 1, args.seed, 0)?);
+        let setsep = cluster::build_gpt(&tunnels, 1, args.seed, 0)?;
+        let gpt = sb_engine::Gpt::from(setsep.clone());
         Ok(EngineTables {
             tunnels,
+            setsep,
             gpt,
             seed: args.seed,
             frames: args.engine_frames,
@@ -280,6 +325,8 @@ struct Row {
     fwd_rx_dropped: u64,
     fwd_tx_dropped: u64,
     engine: Option<EngineRow>,
+    /// `--backend xdp-fast` only.
+    fastpath: Option<FastPathRow>,
 }
 
 #[derive(Serialize, Debug)]
@@ -312,10 +359,16 @@ struct Lab {
 
 impl Lab {
     fn create() -> Result<Lab> {
-        let pid = std::process::id();
-        let gen = Netns::create(&format!("sbio-{pid}-gen"))?;
-        let fwd = Netns::create(&format!("sbio-{pid}-fwd"))?;
-        let sink = Netns::create(&format!("sbio-{pid}-sink"))?;
+        // Unique per lab: tests make labs in parallel threads of one process.
+        static LABS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            LABS.fetch_add(1, Ordering::Relaxed)
+        );
+        let gen = Netns::create(&format!("sbio-{id}-gen"))?;
+        let fwd = Netns::create(&format!("sbio-{id}-fwd"))?;
+        let sink = Netns::create(&format!("sbio-{id}-sink"))?;
         netns::veth_pair(gen.name(), "g0", fwd.name(), "a")?;
         netns::veth_pair(fwd.name(), "b", sink.name(), "s0")?;
         Ok(Lab { gen, fwd, sink })
@@ -360,6 +413,7 @@ fn open_ports(lab: &Lab, backend: Backend, tx: TxMode, rx: RxMode) -> Result<Por
         }
         Backend::Xdp => open_xdp(lab)?,
         Backend::Memory => bail!("memory backend has no veth ports"),
+        Backend::XdpFast => bail!("xdp-fast opens no ports"),
     };
     Ok(Ports {
         gen: afp(&lab.gen, "g0", &gen_cfg)?,
@@ -731,6 +785,7 @@ fn run_one(
                 }
                 _ => None,
             },
+            fastpath: None,
         },
     })
 }
@@ -786,6 +841,19 @@ pub fn run(args: Args) -> Result<()> {
         } else {
             vec![None]
         };
+        if backend == Backend::XdpFast {
+            let (Some(lab), Some(tables)) = (&lab, &tables) else {
+                bail!("--backend xdp-fast measures the fast path: run it with --engine");
+            };
+            for &size in &args.size {
+                let row = fastpath_row(lab, tables, size, &args)?;
+                if !args.json {
+                    print_row(&row);
+                }
+                rows.push(row);
+            }
+            continue;
+        }
         for mode in modes {
             for &size in &args.size {
                 let ports = match (backend, &lab) {
@@ -887,6 +955,16 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "fastpath")]
+fn fastpath_row(lab: &Lab, tables: &EngineTables, size: usize, args: &Args) -> Result<Row> {
+    fastpath::run_row(lab, tables, size, args)
+}
+
+#[cfg(not(feature = "fastpath"))]
+fn fastpath_row(_: &Lab, _: &EngineTables, _: usize, _: &Args) -> Result<Row> {
+    bail!("--backend xdp-fast needs scalebricks-bench built with `-p sb-bench --features fastpath` (clang: scripts/install-bpf-tools.sh)")
+}
+
 fn tempfile_dir() -> Result<std::path::PathBuf> {
     let d = std::env::temp_dir().join(format!("sbio-bench-{}", std::process::id()));
     std::fs::create_dir_all(&d)?;
@@ -910,6 +988,19 @@ fn print_row(r: &Row) {
         r.fwd_rx_dropped,
         r.fwd_tx_dropped
     );
+    if let Some(f) = &r.fastpath {
+        println!(
+            "        xdp {} mode: napi thread {:.2} s, fwd CPU busy {:.2} s ({:.0} pps/busy CPU), out {:.0} B/frame, generator {} frames, slow path {}, counters {:?}",
+            f.xdp_mode,
+            f.napi_thread_s,
+            f.fwd_cpu_busy_s,
+            f.pps_per_busy_cpu,
+            f.sink_frame_bytes,
+            f.generator_runs,
+            f.slow_path,
+            f.counters
+        );
+    }
     if let Some(e) = &r.engine {
         println!(
             "        engine: {} tunnels, GPT {:.2} MB, FIB {} entries {:.1} MB, frames out {} B, dropped {} {:?}, to fabric {}",
@@ -1081,6 +1172,47 @@ mod tests {
         let name = lab.gen.name().to_string();
         drop(lab);
         assert!(!std::path::Path::new(&format!("/var/run/netns/{name}")).exists());
+    }
+
+    /// The fast path's row through real veths (root, feature `fastpath`; CI is root): every
+    /// frame the generator sends to a tunnel's UE is encapsulated by `sb_inet`, none takes the
+    /// slow path, and the sink receives the 96-byte frames.
+    #[cfg(feature = "fastpath")]
+    #[test]
+    fn xdp_fast_row_forwards_over_veth() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        if !sb_io::netns::root_or_skip("xdp_fast_row_forwards_over_veth") {
+            return;
+        }
+        let cli = Cli::parse_from([
+            "x",
+            "--engine",
+            "--engine-flows",
+            "3000",
+            "--engine-frames",
+            "500",
+            "--seconds",
+            "0.5",
+        ]);
+        let tables = EngineTables::build(&cli.args).unwrap();
+        let lab = Lab::create().unwrap();
+        let r = fastpath::run_row(&lab, &tables, 64, &cli.args).unwrap();
+        let f = r.fastpath.as_ref().unwrap();
+        assert!(r.forwarded > 0 && r.pps_per_core > 0.0, "{r:?}");
+        assert_eq!(f.slow_path, 0, "{f:?}");
+        // Frames and bytes are read a moment apart: the mean is 96 within a frame's worth.
+        assert!((f.sink_frame_bytes - 96.0).abs() < 0.5, "{f:?}");
+        // Counters are read one by one under traffic: a NAPI batch or two apart.
+        let c = |k: &str| f.counters.get(k).copied().unwrap_or(0);
+        assert!(c("rx_inet").abs_diff(c("to_ran")) <= 512, "{f:?}");
+        assert!(c("to_ran") > 0, "{f:?}");
+        assert!(f.xdp_mode == "native" || f.native_error.is_some(), "{f:?}");
+        drop(lab);
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //! - [`layout`]: the maps' byte layouts and what fills them (pure Rust, tested without BPF).
 //! - `loader` (feature `bpf`): `FastPath` loads the object with aya, fills the maps, keeps
 //!   them in step with the control plane (the writer API) and attaches the programs.
+//! - `bench` (feature `bpf`): a traffic generator (live-frames `BPF_PROG_TEST_RUN`) and a
+//!   counting sink in XDP, for measuring the programs through real veths.
 //!
 //! # Tables shared with the control plane
 //! The GPT blocks live in an mmap'able array: the writer (`FastPath::apply_gpt_delta`) takes
@@ -35,9 +37,12 @@
 //! mirror is written in the same order, synchronously).
 //!
 //! # Cost
-//! See `bench io --engine xdp` in sb-bench.
+//! `scalebricks-bench io --engine --backend afpacket,xdp-fast` (sb-bench, feature `fastpath`)
+//! measures `sb_inet` through veth pairs beside the engine on AF_PACKET.
 #![cfg_attr(not(feature = "bpf"), forbid(unsafe_code))]
 
+#[cfg(feature = "bpf")]
+pub mod bench;
 pub mod layout;
 #[cfg(feature = "bpf")]
 mod loader;

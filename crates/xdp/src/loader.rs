@@ -38,6 +38,9 @@ pub enum XdpError {
     /// A map or program the object should have is missing.
     #[error("the BPF object has no {0}")]
     Missing(&'static str),
+    /// Generator templates that do not fit (see `bench::TrafficGen::load`).
+    #[error("traffic generator templates: {0}")]
+    Frames(String),
     /// A GPT of another block count than the map was made for.
     #[error("GPT of {got} blocks, the map holds {have}")]
     Blocks {

@@ -32,7 +32,7 @@ pub fn udp_frame_to(dst: [u8; 6], src: [u8; 6], len: usize, flow: u16, dst_ip: [
     }
     ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
     let udp = &mut f[34..42];
-    udp[0..2].copy_from_slice(&(1024 + flow).to_be_bytes());
+    udp[0..2].copy_from_slice(&1024u16.wrapping_add(flow).to_be_bytes());
     udp[2..4].copy_from_slice(&9u16.to_be_bytes());
     udp[4..6].copy_from_slice(&(ip_len - 20).to_be_bytes());
     f
