@@ -424,6 +424,9 @@ pub struct Node {
     /// This owner lost its range's leadership: it takes nothing more and must be restarted
     /// from its log ([`Node::fenced`]).
     fenced: bool,
+    /// The driver's data plane holds this cluster's GPT already ([`Node::keep_live_gpt`]):
+    /// the assembled table reaches it as pieces.
+    live_gpt: bool,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -765,6 +768,7 @@ impl Node {
             initial: initial_flows,
             base_term: 0,
             fenced: false,
+            live_gpt: false,
             spec,
             tuning,
         };
@@ -2228,10 +2232,16 @@ impl Node {
             .iter_mut()
             .map(|r| r.initial.take().expect("checked"))
             .collect();
+        let kept = self.live_gpt.then(|| pieces.clone());
         match SetSep::assemble(pieces) {
             Ok(t) => {
-                self.events
-                    .push_back(Event::GptInstall(Box::new(t.clone())));
+                match kept {
+                    // Written in place under the readers, range by range.
+                    Some(ps) => self.events.extend(ps.into_iter().map(Event::GptPiece)),
+                    None => self
+                        .events
+                        .push_back(Event::GptInstall(Box::new(t.clone()))),
+                }
                 self.gpt = Some(t);
                 for o in 0..self.spec.nodes {
                     self.drain(o);

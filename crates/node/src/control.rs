@@ -45,6 +45,11 @@ pub struct ControlFile {
     /// ([`crate::pfcp`]).
     #[serde(default)]
     pub pfcp: Option<SocketAddr>,
+    /// Replicas of each GPT range (`cluster up --replicas`; `sb_control::Tuning::replicas`):
+    /// range `i` is a Raft group on nodes `i, i+1, ...`. 1 (the default of files written
+    /// before the field): no replication.
+    #[serde(default = "one")]
+    pub replicas: usize,
     /// The cluster's PFCP Node ID (an IP address or an FQDN), the same on every node.
     #[serde(default)]
     pub pfcp_node_id: Option<String>,
@@ -68,6 +73,10 @@ pub struct ControlFile {
     /// gives a /64 of them).
     #[serde(default)]
     pub pfcp_ue_pool_v6: Vec<String>,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl ControlFile {
@@ -581,19 +590,25 @@ pub fn run(
         fib_map: false,
         // The owner's RIB keeps IPv4 UE keys without their 12 common bytes.
         rib_key_prefix: sb_engine::lte::IPV4_KEY_PREFIX.to_vec(),
+        // Each range on this many nodes (a Raft group per range; 1: no replication).
+        replicas: ctl.replicas.max(1),
         ..sb_control::Tuning::default()
     };
-    let mut node = sb_control::Node::with_tuning(
-        spec.clone(),
-        me,
-        flows,
-        recovered,
-        clock(),
-        rand::random(),
-        tuning,
-    )?;
-    // Client requests are stamped with the Unix time: the node judges them by its own.
-    node.set_wall_offset(sb_control::client::unix_nanos().saturating_sub(clock()));
+    let new_node = |flows: Vec<Flow>, recovered: Vec<Vec<u8>>| {
+        let mut node = sb_control::Node::with_tuning(
+            spec.clone(),
+            me,
+            flows,
+            recovered,
+            clock(),
+            rand::random(),
+            tuning.clone(),
+        )?;
+        // Client requests are stamped with the Unix time: the node judges them by its own.
+        node.set_wall_offset(sb_control::client::unix_nanos().saturating_sub(clock()));
+        Ok::<_, ControlError>(node)
+    };
+    let mut node = new_node(flows, recovered)?;
     let peer_of = |a: SocketAddr| match ctl.peers.iter().position(|p| *p == a) {
         Some(j) => Peer::Node(j as u16),
         None => Peer::Client(a),
@@ -601,6 +616,8 @@ pub fn run(
     let mut buf = vec![0u8; 65536];
     let mut last_pub = Instant::now() - Duration::from_secs(1);
     let mut was_ready = false;
+    // Restarts of the state machine after it was fenced.
+    let mut restarts = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let now = clock();
         let wait = node
@@ -712,6 +729,22 @@ pub fn run(
             node.persisted(clock());
         }
         transmit(&mut node, &mut pfcp, ctl, &sock);
+        if node.fenced() {
+            // Another replica leads this node's range now (it was cut off or slow): the state
+            // machine stops and starts again from its log, as at a process start. The log is
+            // committed (the events loop above ends with a commit) and opened again; the data
+            // plane keeps its FIB (the owners' slices come again and the restarted owner
+            // prunes what its range no longer holds) and its GPT, into which the restarted
+            // node writes the pieces it assembles (`keep_live_gpt`): the workers go on.
+            tracing_warn("this node's range is led by another replica: restarting the control state machine from its log");
+            wal.commit()?;
+            drop(wal);
+            let (w, recovery) = sb_wal::Wal::open(&ctl.wal, &opts)?;
+            wal = w;
+            node = new_node(Vec::new(), recovery.records)?;
+            node.keep_live_gpt();
+            restarts += 1;
+        }
         let ready = node.ready();
         if last_pub.elapsed() >= Duration::from_millis(200) || ready != was_ready {
             was_ready = ready;
@@ -738,6 +771,7 @@ pub fn run(
                     }),
                 );
             }
+            p.status["restarts"] = restarts.into();
             p.log_bytes = wal.log_bytes();
             p.fib_insert_failed = dp.failed;
             p.pfcp = pfcp.as_ref().map(|e| e.counts());

@@ -214,6 +214,17 @@ impl Node {
         self.fenced
     }
 
+    /// The driver's data plane holds this cluster's GPT already, its workers reading it (a
+    /// node restarted inside its process after [`Node::fenced`]): once this node has every
+    /// owner's piece, they reach the data plane as one [`crate::Event::GptPiece`] per range,
+    /// written in place, instead of an [`crate::Event::GptInstall`] of a new table. Until
+    /// then the data plane keeps serving the table it has; it lags the other owners' deltas
+    /// meanwhile, which is safe, since an owner removes an old handler's entry only once
+    /// every node (this one included) acknowledged the delta that moved the key.
+    pub fn keep_live_gpt(&mut self) {
+        self.live_gpt = true;
+    }
+
     /// Whether the owner's table is built (it is past its boot; with replication, past its
     /// election).
     #[doc(hidden)]

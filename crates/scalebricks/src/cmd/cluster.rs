@@ -136,6 +136,24 @@ pub struct UpArgs {
     /// gets a /64 of its node's share.
     #[arg(long)]
     pfcp_ue_pool6: Option<String>,
+    /// Replicas of each GPT range (with the control plane): range i is a Raft group on nodes
+    /// i, i+1, ... whose leader owns it; an update is acknowledged once a majority of them
+    /// hold it durable. Capped at the node count; 1: no replication [default: 3 with 3 nodes
+    /// or more, else 1].
+    #[arg(long)]
+    replicas: Option<usize>,
+}
+
+impl UpArgs {
+    /// The replication factor the nodes get.
+    fn replicas(&self) -> usize {
+        let n = self.nodes.max(1);
+        match self.replicas {
+            Some(r) => r.clamp(1, n),
+            None if n >= 3 => 3,
+            None => 1,
+        }
+    }
 }
 
 /// What `cluster up`'s PFCP flags give each node's control file.
@@ -482,6 +500,7 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared, pfcp: &PfcpSet
             peers: control_addrs(d),
             // Room for the node's share of the GPT's capacity, with 50% for imbalance.
             fib_room: (capacity / d.nodes.len().max(1) as u64 * 3 / 2) as usize,
+            replicas: a.replicas(),
             // Every node is a PFCP endpoint of one UPF: one Node ID, one Recovery Time Stamp.
             pfcp: n.pfcp_addr,
             pfcp_node_id: Some(format!("upf.{}.scalebricks", a.name)),
@@ -729,5 +748,22 @@ mod tests {
         assert!(settings(&["--pfcp-ue-pool", "2001:db8::/48"]).is_err());
         assert!(settings(&["--pfcp-ue-pool", "10.45.0.0/29"]).is_err());
         assert!(settings(&["--pfcp-ue-pool6", "2001:db8::/63"]).is_err());
+    }
+
+    #[test]
+    fn replicas_default_to_three_and_are_capped_at_the_node_count() {
+        let r = |args: &[&str]| {
+            Up::try_parse_from([&["up"], args].concat())
+                .unwrap()
+                .up
+                .replicas()
+        };
+        assert_eq!(r(&["--nodes", "5"]), 3);
+        assert_eq!(r(&["--nodes", "3"]), 3);
+        assert_eq!(r(&["--nodes", "2"]), 1);
+        assert_eq!(r(&["--nodes", "1"]), 1);
+        assert_eq!(r(&["--nodes", "4", "--replicas", "1"]), 1);
+        assert_eq!(r(&["--nodes", "4", "--replicas", "9"]), 4);
+        assert_eq!(r(&["--nodes", "4", "--replicas", "0"]), 1);
     }
 }
