@@ -34,6 +34,10 @@
 //! cut to 1482 so that the encapsulated frame fits the 1500-byte MTU of `b`. The same per-core
 //! figures with and without `--engine` show how much of the packet budget the lookups and the
 //! encapsulation take.
+//!
+//! `--backend xdp-fast` (with `--engine`, cargo feature `fastpath`) runs instead the sb-xdp
+//! fast path (`sb_inet` in XDP on `a`) on the same tables, fed by an XDP generator and counted by
+//! an XDP sink: module `fastpath` says how, and how its cores are counted.
 
 #[cfg(feature = "fastpath")]
 mod fastpath;
