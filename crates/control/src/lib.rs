@@ -114,9 +114,18 @@
 //! its group led by another replica (it was cut off or down) is fenced ([`Node::fenced`]) and
 //! restarted from its log by its driver; a leader that is not the home hands the leadership
 //! back once the home has caught up. Not yet: a non-home leader does not serve the range's
-//! updates (they wait for the home, as without replication), delta propagation still waits
-//! for every node, and a wiped log cannot rejoin (it would need a new replica id and a fresh
-//! epoch).
+//! updates (they wait for the home, as without replication), a node restarting while
+//! another is dead does not become ready (it needs every owner's piece), and a wiped log
+//! cannot rejoin (it would need a new replica id and a fresh epoch).
+//!
+//! # Failure detection ([`Tuning::lease`], default 500 ms)
+//! Heartbeats between every pair of nodes (message type 14) give each node leases from its
+//! peers; an owner stops waiting for a peer (delta acknowledgements, slices, pieces; an install
+//! there is refused with [`Outcome::HandlerDown`]; a forward to it answers
+//! [`Outcome::Timeout`] at once) once neither it nor a majority of the nodes heard that peer
+//! for a lease, and a node that loses the lease majority it held is fenced
+//! ([`Node::fenced`]), so that no GPT an owner stopped updating is used (the argument is in
+//! the `liveness` module).
 //!
 //! # Wire format (protocol version 2)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose
@@ -154,6 +163,7 @@
 //! | 11 | FIB | first stream number u64 (>= 1), the owner's last ack u64, count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune |
 //! | 12 | FIB ack | last stream number applied u64, count u16, stream numbers u64 of the installs refused (a full FIB) |
 //! | 13 | Raft | range (its group) u32, the sender's message number u64, chunk index u16, chunk count u16, bytes of the protobuf `eraftpb.Message` ([`replica::transport`]) |
+//! | 14 | heartbeat | the sender's clock u64, the last clock value the receiver sent it u64, length u8 (at most 32), bitmap of the nodes the sender heard within [`Tuning::lease`] (failure detection) |
 //!
 //! A receiver checks the length, magic, version, cluster id, receiver, tag (with its sender's
 //! key) and the type against that key before it reads anything else; a datagram that fails, or whose sender's epoch is older than one it has seen, or (but
@@ -430,6 +440,9 @@ pub enum Outcome {
     /// client's window, or a replay of one the node no longer remembers: not applied (by
     /// this node's incarnation: a request sent before the node restarted may have been).
     Stale = 10,
+    /// The handling node is down (failure detection, [`Tuning::lease`]): nothing was
+    /// installed, logged as undone, and no GPT changed.
+    HandlerDown = 11,
 }
 
 impl Outcome {
@@ -443,6 +456,7 @@ impl Outcome {
         use Outcome::*;
         Some(match c {
             0 => Applied,
+            11 => HandlerDown,
             1 => Exists,
             2 => Missing,
             3 => BadKeyLength,
@@ -472,6 +486,7 @@ impl Outcome {
             Busy => "busy",
             FibFull => "fib_full",
             Stale => "stale",
+            HandlerDown => "handler_down",
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::replica::state::RangeState;
 use crate::replica::storage::{self as rstore, RaftStore};
 use crate::replica::{replicas_of, transport};
 
+mod liveness;
 mod replication;
 mod streams;
 use crate::wire::{self, Body, FibItem, Header, Kind};
@@ -99,6 +100,13 @@ pub struct Tuning {
     pub election_ticks: usize,
     /// Ticks between a leader's heartbeats.
     pub heartbeat_ticks: usize,
+    /// Failure detection (0: none, every owner waits for every node): a peer not heard from
+    /// for this long, and not heard by a majority, is no longer waited for; a node holds its
+    /// lease for 3/5 of it after a peer echoed its heartbeat and is fenced once it lost the
+    /// majority of them ([`crate::Node::lease_majority`]). Default 500 ms.
+    pub lease: Nanos,
+    /// Between a node's heartbeats to each peer (default 50 ms).
+    pub heartbeat: Nanos,
 }
 
 impl Default for Tuning {
@@ -127,6 +135,8 @@ impl Default for Tuning {
             raft_tick: 10_000_000,
             election_ticks: 10,
             heartbeat_ticks: 2,
+            lease: 500_000_000,
+            heartbeat: 50_000_000,
         }
     }
 }
@@ -320,8 +330,10 @@ struct Item {
     old: Option<(NodeId, Bytes)>,
     /// Its FIB install: at which handler, with which stream number (0: this node).
     install: Option<(NodeId, u64)>,
-    /// The handler refused the install (its FIB is full).
+    /// The handler refused the install (its FIB is full), or is gone (`down`).
     refused: bool,
+    /// The handler is gone (failure detection): the install was given up.
+    down: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -427,6 +439,8 @@ pub struct Node {
     /// The driver's data plane holds this cluster's GPT already ([`Node::keep_live_gpt`]):
     /// the assembled table reaches it as pieces.
     live_gpt: bool,
+    /// Failure detection ([`liveness`]).
+    live: liveness::Liveness,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -769,6 +783,7 @@ impl Node {
             base_term: 0,
             fenced: false,
             live_gpt: false,
+            live: liveness::Liveness::new(spec.nodes, now),
             spec,
             tuning,
         };
@@ -817,6 +832,7 @@ impl Node {
                 if h.sender_epoch > self.peers[pi].epoch {
                     self.on_peer_epoch(p, h.sender_epoch);
                 }
+                self.heard(p);
                 if h.receiver_epoch == self.epoch {
                     self.peers[pi].knows_me = true;
                 } else if h.kind != Kind::Hello {
@@ -832,6 +848,10 @@ impl Node {
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.tick(now);
         if self.phase == Phase::Boot || self.fenced {
+            return;
+        }
+        self.liveness_timers();
+        if self.fenced {
             return;
         }
         let now = self.now;
@@ -886,8 +906,9 @@ impl Node {
             .map(|(id, _)| *id)
             .collect();
         for id in due {
+            let owner_gone = self.gone(self.forwards_out[&id].owner);
             let f = self.forwards_out.get_mut(&id).expect("due forward");
-            if f.tries >= self.tuning.forward_tries {
+            if f.tries >= self.tuning.forward_tries || owner_gone {
                 let f = self.forwards_out.remove(&id).expect("due forward");
                 for i in f.indices {
                     self.set_result(f.token, i, Outcome::Timeout);
@@ -950,6 +971,9 @@ impl Node {
         let mut at = |x: Nanos| t = Some(t.map_or(x, |t: Nanos| t.min(x)));
         if self.replicated() {
             at(self.next_tick);
+        }
+        if let Some(x) = self.liveness_timeout() {
+            at(x);
         }
         for (pi, p) in self.peers.iter().enumerate() {
             if pi == self.me as usize {
@@ -1647,6 +1671,7 @@ impl Node {
                 self.send(p, id, Body::HelloAck);
             }
             Body::HelloAck => {}
+            Body::Heartbeat { stamp, echo, hears } => self.on_heartbeat(p, stamp, echo, hears),
             Body::Forward(us) => self.on_forward(p, h.sender_epoch, h.msg_id, us),
             Body::ForwardReply(codes) => {
                 let ok = self
@@ -1878,6 +1903,13 @@ impl Node {
     }
 
     fn forward(&mut self, owner: NodeId, token: u64, list: Vec<(u32, Update)>) {
+        if self.gone(owner) {
+            // The owner is down (failure detection): not waited for.
+            for (i, _) in list {
+                self.set_result(token, i, Outcome::Timeout);
+            }
+            return;
+        }
         let id = self.new_id();
         let (indices, updates): (Vec<u32>, Vec<Update>) = list.into_iter().unzip();
         let rto = self.peers[owner as usize]
@@ -2428,6 +2460,7 @@ impl Node {
                     let done = (0..self.spec.nodes).all(|p| {
                         let pi = p as usize;
                         p == self.me
+                            || self.gone(p)
                             || (self.peers[pi].epoch != 0 && self.out[pi].fib.items.is_empty())
                     });
                     if done {
@@ -2442,8 +2475,9 @@ impl Node {
                     }
                 }
                 Phase::Pieces => {
-                    let done = (0..self.spec.nodes)
-                        .all(|p| p == self.me || self.out[p as usize].piece.is_none());
+                    let done = (0..self.spec.nodes).all(|p| {
+                        p == self.me || self.gone(p) || self.out[p as usize].piece.is_none()
+                    });
                     if done {
                         self.phase = Phase::Serving;
                         for p in 0..self.spec.nodes {
@@ -2484,6 +2518,9 @@ impl Node {
         match (u.op, &old) {
             (Op::Insert, Some(_)) => return (Outcome::Exists, None),
             (Op::Change | Op::Delete, None) => return (Outcome::Missing, None),
+            (Op::Insert | Op::Change, _) if self.gone(u.node) => {
+                return (Outcome::HandlerDown, None)
+            }
             (Op::Insert | Op::Change, _) => {
                 self.pending
                     .insert(u.key.clone(), Some((u.node, u.value.clone())));
@@ -2556,6 +2593,7 @@ impl Node {
                 }
             }
             Stage::Installing => {
+                self.refuse_installs_at_gone();
                 let b = self.batch.as_ref().expect("batch");
                 let installed = !b.local_wait
                     && (0..self.spec.nodes as usize)
@@ -2566,8 +2604,12 @@ impl Node {
             }
             Stage::Propagating => {
                 let b = self.batch.as_ref().expect("batch");
-                let everywhere = (0..self.spec.nodes as usize)
-                    .all(|p| p == self.me as usize || self.out[p].deltas.acked >= b.delta_wait);
+                // Every node but those gone (failure detection: they are fenced).
+                let everywhere = (0..self.spec.nodes).all(|p| {
+                    p == self.me
+                        || self.out[p as usize].deltas.acked >= b.delta_wait
+                        || self.gone(p)
+                });
                 // With replication, the undoing of its refused updates is committed before
                 // they are answered (a refused update must not come back with a new leader).
                 let undone = match (b.undo, &self.groups[self.me as usize]) {
@@ -2585,6 +2627,42 @@ impl Node {
                     self.finish_batch();
                 }
             }
+        }
+    }
+
+    /// Gives up the batch's installs at handlers that are gone (failure detection): refused
+    /// with [`Outcome::HandlerDown`] as a full FIB's, and removed again in their streams
+    /// (should the handler come back in the same epoch).
+    fn refuse_installs_at_gone(&mut self) {
+        let Some(b) = self.batch.as_ref() else {
+            return;
+        };
+        let gone: Vec<NodeId> = (0..self.spec.nodes)
+            .filter(|&p| {
+                p != self.me
+                    && self.out[p as usize].fib.acked < b.fib_wait[p as usize]
+                    && self.gone(p)
+            })
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let mut b = self.batch.take().expect("batch");
+        let mut removes = Vec::new();
+        for &p in &gone {
+            b.fib_wait[p as usize] = 0;
+            let acked = self.out[p as usize].fib.acked;
+            for it in b.items.iter_mut() {
+                if matches!(it.install, Some((h, seq)) if h == p && seq > acked) {
+                    it.refused = true;
+                    it.down = true;
+                    removes.push((p, it.u.key.clone()));
+                }
+            }
+        }
+        self.batch = Some(b);
+        for (p, key) in removes {
+            self.fib_op(p, FibItem::Remove { key });
         }
     }
 
@@ -2607,6 +2685,7 @@ impl Node {
                     old,
                     install: None,
                     refused: false,
+                    down: false,
                 });
             }
             let accepted: Vec<&Update> = items
@@ -2668,7 +2747,12 @@ impl Node {
         let mut failed: Vec<(usize, Outcome)> = Vec::new();
         for (i, it) in b.items.iter().enumerate() {
             if it.refused && it.outcome == Outcome::Applied {
-                failed.push((i, Outcome::FibFull));
+                let why = if it.down {
+                    Outcome::HandlerDown
+                } else {
+                    Outcome::FibFull
+                };
+                failed.push((i, why));
             }
         }
         for &(i, o) in &failed {

@@ -154,6 +154,8 @@ pub struct Sim {
     cut: BTreeSet<(NodeId, NodeId)>,
     /// Restarts of owners that lost their range's leadership ([`Node::fenced`]).
     pub fenced_restarts: u64,
+    /// Updates rejected because their new handler was declared down.
+    pub handler_down: u64,
     faults: bool,
     client_addr: SocketAddr,
     reqs: BTreeMap<u64, Req>,
@@ -237,6 +239,7 @@ impl Sim {
             net_seq: 0,
             cut: BTreeSet::new(),
             fenced_restarts: 0,
+            handler_down: 0,
             faults: true,
             client_addr: "10.9.9.9:4000".parse().expect("address"),
             reqs: BTreeMap::new(),
@@ -843,6 +846,12 @@ impl Sim {
                 self.fib_full += 1;
                 continue;
             }
+            // The new handler was declared down (failure detection): rejected, nothing
+            // changed.
+            if *got == Outcome::HandlerDown && *want == Outcome::Applied && installs {
+                self.handler_down += 1;
+                continue;
+            }
             if got != want {
                 self.fail(format!(
                     "request {} update {:?} {:02x?}: expected {want:?}, got {got:?}",
@@ -1045,7 +1054,10 @@ impl Sim {
                         .is_some_and(|n| n.idle() && n.ready() && n.serving())
                 })
                 && self.groups_agree()
-                && (self.net.is_empty() || self.cfg.tuning.replicas > 1);
+                // Heartbeats (and Raft's) never stop: with them, idle nodes are enough.
+                && (self.net.is_empty()
+                    || self.cfg.tuning.replicas > 1
+                    || self.cfg.tuning.lease > 0);
             if idle {
                 break;
             }

@@ -78,6 +78,8 @@ pub enum Kind {
     FibAck = 12,
     /// A chunk of a Raft message of one range's group ([`crate::replica`]).
     Raft = 13,
+    /// A node's heartbeat: failure detection and leases ([`crate::Tuning::lease`]).
+    Heartbeat = 14,
 }
 
 impl Kind {
@@ -97,6 +99,7 @@ impl Kind {
             11 => Fib,
             12 => FibAck,
             13 => Raft,
+            14 => Heartbeat,
             _ => return None,
         })
     }
@@ -223,6 +226,17 @@ pub enum Body {
         /// acknowledgement it knows of and at most `applied` (increasing).
         refused: Vec<u64>,
     },
+    /// [`Kind::Heartbeat`]: sent to every known peer every [`crate::Tuning::heartbeat`].
+    Heartbeat {
+        /// The sender's clock when it sent this.
+        stamp: u64,
+        /// The last `stamp` the sender received from the receiver (0: none): the receiver's
+        /// lease from the sender runs from it.
+        echo: u64,
+        /// Bit `j` (byte `j / 8`, bit `j % 8`): the sender heard from node `j` within
+        /// [`crate::Tuning::lease`] (at most [`HEARS_BYTES`] bytes).
+        hears: Vec<u8>,
+    },
     /// [`Kind::Raft`]: chunk `index` of `count` of the sender's Raft message number `msg`
     /// (protobuf `eraftpb.Message`) for the group of range `group`.
     Raft {
@@ -238,6 +252,9 @@ pub enum Body {
         data: Vec<u8>,
     },
 }
+
+/// Bytes of a heartbeat's bitmap of the nodes its sender hears at most (250 nodes).
+pub const HEARS_BYTES: usize = 32;
 
 impl Body {
     /// The message type of the body.
@@ -256,6 +273,7 @@ impl Body {
             Body::Fib { .. } => Kind::Fib,
             Body::FibAck { .. } => Kind::FibAck,
             Body::Raft { .. } => Kind::Raft,
+            Body::Heartbeat { .. } => Kind::Heartbeat,
         }
     }
 }
@@ -544,6 +562,12 @@ fn encode_with(mac: HmacSha256, h: &Header, body: &Body) -> Vec<u8> {
     out.extend_from_slice(&h.msg_id.to_le_bytes());
     match body {
         Body::Hello | Body::HelloAck => {}
+        Body::Heartbeat { stamp, echo, hears } => {
+            out.extend_from_slice(&stamp.to_le_bytes());
+            out.extend_from_slice(&echo.to_le_bytes());
+            out.push(hears.len() as u8);
+            out.extend_from_slice(hears);
+        }
         Body::ClientRequest {
             client,
             time,
@@ -775,6 +799,16 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
             Body::Deltas { first_seq, deltas }
         }
         Kind::DeltaAck => Body::DeltaAck { applied: r.u64()? },
+        Kind::Heartbeat => {
+            let stamp = r.u64()?;
+            let echo = r.u64()?;
+            let n = r.u8()? as usize;
+            if n > HEARS_BYTES {
+                return Err(WireError::Malformed("heartbeat bitmap too long"));
+            }
+            let hears = r.take(n)?.to_vec();
+            Body::Heartbeat { stamp, echo, hears }
+        }
         Kind::FibAck => {
             let applied = r.u64()?;
             let n = r.u16()? as usize;
@@ -942,6 +976,11 @@ mod tests {
                 index: 1,
                 count: 2,
                 data: vec![1, 2, 3],
+            },
+            Body::Heartbeat {
+                stamp: 5,
+                echo: 3,
+                hears: vec![0b1011],
             },
         ]
     }

@@ -41,13 +41,23 @@ struct Mini {
     fibs: Vec<HashSet<Bytes>>,
 }
 
+/// A node without failure detection: this harness runs until no timer is left, and
+/// heartbeats never stop.
+fn start(spec: &ClusterSpec, i: NodeId, log: Vec<Vec<u8>>, now: u64, seed: u64) -> Node {
+    let tuning = sb_control::Tuning {
+        lease: 0,
+        ..sb_control::Tuning::default()
+    };
+    Node::with_tuning(spec.clone(), i, Vec::new(), log, now, seed, tuning).unwrap()
+}
+
 const CLIENT: &str = "10.0.0.9:7000";
 
 impl Mini {
     fn new() -> Mini {
         let spec = spec();
         let nodes = (0..3)
-            .map(|i| Node::new(spec.clone(), i, Vec::new(), Vec::new(), 0, i as u64).unwrap())
+            .map(|i| start(&spec, i, Vec::new(), 0, i as u64))
             .collect();
         let mut m = Mini {
             spec,
@@ -252,7 +262,7 @@ fn a_replayed_client_change_is_refused() {
     // After node 0 restarts (it remembers nothing): refused as made before its start.
     let log = m.logs[0].clone();
     m.now += 1_000_000_000;
-    m.nodes[0] = Node::new(m.spec.clone(), 0, Vec::new(), log, m.now, 9).unwrap();
+    m.nodes[0] = start(&m.spec, 0, log, m.now, 9);
     m.run();
     assert_eq!(m.ask(0, &to2), vec![Outcome::Stale]);
     assert_eq!(
@@ -276,6 +286,7 @@ fn a_forgotten_request_replayed_is_refused() {
     let mut m = Mini::new();
     let tuning = sb_control::Tuning {
         remembered: 1,
+        lease: 0,
         ..sb_control::Tuning::default()
     };
     let log = m.logs[0].clone();

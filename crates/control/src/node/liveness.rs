@@ -1,0 +1,178 @@
+//! Failure detection: heartbeats between every pair of nodes, leases, and the peers an owner
+//! no longer waits for.
+//!
+//! Every node sends each peer it knows a [`Body::Heartbeat`] every [`crate::Tuning::heartbeat`]:
+//! its clock (`stamp`), the last stamp it received from that peer (`echo`) and the set of
+//! nodes it heard from within [`crate::Tuning::lease`]. Node `p` holds a *lease* from `q` for
+//! `lease * 3/5` from the stamp of its own that `q` echoed: `q` heard `p` at that stamp or
+//! later. A node holds its *lease majority* while it holds leases from enough peers to make,
+//! with itself, a majority of the cluster's nodes.
+//!
+//! An owner stops waiting for peer `p` (delta acknowledgements, FIB slices, pieces; an install
+//! at `p` is refused with [`crate::Outcome::HandlerDown`]) once `p` is *gone*: the owner holds
+//! its lease majority, has not heard `p` for `lease`, and a majority of the nodes (itself and
+//! peers whose heartbeats arrived within the last `lease * 2/5`) say they have not heard `p`
+//! for `lease`. Each of those said so after `p`'s lease from it had run out (`3/5` of a lease
+//! after its last stamp from `p`), so they were all out together, within `2/5` of a lease of
+//! each other: `p` had lost its lease majority, and a node that loses it (once it held it) is
+//! fenced ([`crate::Node::fenced`]: its driver restarts it from its log, in a new epoch, with
+//! a GPT assembled again from every owner's current piece). So a node whose GPT an owner no
+//! longer updates forwards nothing with it. Clock rates are assumed equal (no offsets).
+
+use super::Node;
+use crate::wire::{Body, HEARS_BYTES};
+use crate::{Nanos, NodeId};
+
+/// What a node knows of its peers' liveness.
+#[derive(Default)]
+pub(super) struct Liveness {
+    /// When each peer was last heard from (any authenticated datagram of its epoch).
+    pub heard: Vec<Nanos>,
+    /// The newest stamp of ours each peer echoed (0: none).
+    pub lease_from: Vec<Nanos>,
+    /// The last stamp each peer sent us.
+    pub their_stamp: Vec<u64>,
+    /// Each peer's last report (when it arrived, its bitmap of the nodes it hears).
+    pub reports: Vec<Option<(Nanos, Vec<u8>)>>,
+    /// When the next heartbeats go.
+    pub next: Nanos,
+    /// This incarnation held its lease majority once.
+    pub had_lease: bool,
+}
+
+impl Liveness {
+    pub fn new(nodes: u16, now: Nanos) -> Liveness {
+        let n = nodes as usize;
+        Liveness {
+            heard: vec![now; n],
+            lease_from: vec![0; n],
+            their_stamp: vec![0; n],
+            reports: vec![None; n],
+            next: now,
+            had_lease: false,
+        }
+    }
+}
+
+fn bit(map: &[u8], j: NodeId) -> bool {
+    map.get(j as usize / 8)
+        .is_some_and(|b| b & (1 << (j % 8)) != 0)
+}
+
+impl Node {
+    fn detecting(&self) -> bool {
+        self.tuning.lease > 0 && self.spec.nodes > 1
+    }
+
+    fn own_lease(&self) -> Nanos {
+        self.tuning.lease / 5 * 3
+    }
+
+    /// Whether this node holds leases from a majority of the nodes (itself counted); always
+    /// without failure detection.
+    pub fn lease_majority(&self) -> bool {
+        if !self.detecting() {
+            return true;
+        }
+        let l = self.own_lease();
+        let held = (0..self.spec.nodes as usize)
+            .filter(|&q| q != self.me as usize)
+            .filter(|&q| {
+                let f = self.live.lease_from[q];
+                f > 0 && f + l > self.now
+            })
+            .count();
+        (held + 1) * 2 > self.spec.nodes as usize
+    }
+
+    /// Whether this node stopped waiting for peer `p` (see the module documentation).
+    pub(super) fn gone(&self, p: NodeId) -> bool {
+        if !self.detecting() || p == self.me {
+            return false;
+        }
+        let lease = self.tuning.lease;
+        if self.live.heard[p as usize] + lease > self.now || !self.lease_majority() {
+            return false;
+        }
+        let fresh = lease - self.own_lease();
+        let agree = (0..self.spec.nodes)
+            .filter(|&q| q != self.me && q != p)
+            .filter(|&q| {
+                self.live.reports[q as usize]
+                    .as_ref()
+                    .is_some_and(|(at, m)| at + fresh > self.now && !bit(m, p))
+            })
+            .count();
+        (agree + 1) * 2 > self.spec.nodes as usize
+    }
+
+    /// Peer `p` was heard from (an authenticated datagram of its current epoch).
+    pub(super) fn heard(&mut self, p: NodeId) {
+        self.live.heard[p as usize] = self.now;
+    }
+
+    pub(super) fn on_heartbeat(&mut self, p: NodeId, stamp: u64, echo: u64, hears: Vec<u8>) {
+        let pi = p as usize;
+        self.live.their_stamp[pi] = self.live.their_stamp[pi].max(stamp);
+        if echo <= self.now {
+            self.live.lease_from[pi] = self.live.lease_from[pi].max(echo);
+        }
+        self.live.reports[pi] = Some((self.now, hears));
+    }
+
+    /// Sends the heartbeats due; fences this node if it lost its lease majority.
+    pub(super) fn liveness_timers(&mut self) {
+        if !self.detecting() {
+            return;
+        }
+        self.check_lease();
+        if self.live.next > self.now {
+            return;
+        }
+        self.live.next = self.now + self.tuning.heartbeat.max(1);
+        let mut hears = vec![0u8; (self.spec.nodes as usize).div_ceil(8).min(HEARS_BYTES)];
+        for j in 0..self.spec.nodes.min(HEARS_BYTES as u16 * 8) {
+            if j == self.me || self.live.heard[j as usize] + self.tuning.lease > self.now {
+                hears[j as usize / 8] |= 1 << (j % 8);
+            }
+        }
+        for p in 0..self.spec.nodes {
+            let pi = p as usize;
+            if p == self.me || self.peers[pi].epoch == 0 {
+                continue;
+            }
+            let body = Body::Heartbeat {
+                stamp: self.now.max(1),
+                echo: self.live.their_stamp[pi],
+                hears: hears.clone(),
+            };
+            let id = self.new_id();
+            self.send(p, id, body);
+        }
+    }
+
+    /// Fences this node once it lost the lease majority it held.
+    pub(super) fn check_lease(&mut self) {
+        if !self.detecting() {
+            return;
+        }
+        if self.lease_majority() {
+            self.live.had_lease = true;
+        } else if self.live.had_lease {
+            self.drop_msg("lease_lost");
+            self.fenced = true;
+        }
+    }
+
+    /// When the liveness timers want to run next: the next heartbeats, the end of a lease.
+    pub(super) fn liveness_timeout(&self) -> Option<Nanos> {
+        if !self.detecting() {
+            return None;
+        }
+        let l = self.own_lease();
+        let ends = (self.live.lease_from.iter())
+            .filter(|&&f| f > 0 && f + l > self.now)
+            .map(|&f| f + l);
+        ends.chain([self.live.next]).min()
+    }
+}
