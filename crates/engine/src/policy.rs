@@ -654,6 +654,22 @@ impl Policies {
         Some(self.sum(e.slot).minus(e.base))
     }
 
+    /// The usage of every session with a slot here whose policy counts ([`Policy::count`]), by
+    /// uplink TEID, into `out` (cleared first): what the node's control thread hands the
+    /// sessions' PFCP endpoints. Holds the allocator's lock (not the workers') while it sums.
+    pub fn counted_usages(&self, out: &mut Vec<(u32, Usage)>) {
+        out.clear();
+        let a = lock(&self.alloc);
+        for (&teid, e) in &a.by_teid {
+            let Some((c, j)) = self.state(e.slot) else {
+                continue;
+            };
+            if c.state[j].flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
+                out.push((teid, self.sum(e.slot).minus(e.base)));
+            }
+        }
+    }
+
     /// The slot id (index + 1) of the session of uplink TEID `ul_teid`.
     pub fn slot_of(&self, ul_teid: u32) -> Option<u32> {
         lock(&self.alloc).by_teid.get(&ul_teid).map(|e| e.slot)
@@ -1147,6 +1163,28 @@ mod tests {
         );
         assert_eq!(p.acquire(5, &counting(0, 0)), Err(PolicyError::Full(3)));
         assert_eq!(p.stats().slots, 3);
+    }
+
+    #[test]
+    fn counted_usages_lists_the_counting_slots_alone() {
+        let p = Policies::new(2, 4);
+        let a = p.acquire(7, &counting(0, 0)).unwrap();
+        let gate = Policy {
+            dl_mbr_kbps: 1000,
+            ..Policy::default()
+        };
+        let b = p.acquire(8, &gate).unwrap();
+        p.downlink(0, a, 100, 0, 0, false);
+        p.downlink(1, a, 50, 0, 0, false);
+        p.downlink(0, b, 100, 0, 0, false);
+        let mut out = vec![(99, Usage::default())];
+        p.counted_usages(&mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].0, 7);
+        assert_eq!((out[0].1.dl_bytes, out[0].1.dl_packets), (150, 2));
+        p.release(7);
+        p.counted_usages(&mut out);
+        assert!(out.is_empty(), "{out:?}");
     }
 
     #[test]

@@ -317,6 +317,12 @@ impl DataPlane {
         self.policies.usage(ul_teid)
     }
 
+    /// The usage of every session counted here (its policy says count), by uplink TEID, into
+    /// `out` ([`Policies::counted_usages`]).
+    pub fn counted_usages(&self, out: &mut Vec<(u32, Usage)>) {
+        self.policies.counted_usages(out)
+    }
+
     /// The last usage of each session whose last entry was removed since the last call, by
     /// uplink TEID.
     pub fn take_final_usage(&mut self) -> Vec<(u32, Usage)> {

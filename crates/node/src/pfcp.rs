@@ -471,13 +471,17 @@ pub struct Endpoint {
     /// The last counts of sessions whose slot this node freed (their last entry removed), by
     /// uplink TEID, with when: a deletion's Usage Report reads them after the removal.
     finals: HashMap<u32, (Usage, Instant)>,
-    /// When the URRs' counts are next fed ([`METER_INTERVAL`]).
+    /// When the counts of the sessions this node handles are next sent ([`METER_INTERVAL`]).
     next_meter: Instant,
+    /// The counts last sent, by uplink TEID, with the round that last saw the session here.
+    pushed: HashMap<u32, (Usage, u64)>,
+    round: u64,
+    /// The data plane's counts of the round (kept for its allocation).
+    counted: Vec<(u32, sb_engine::policy::Usage)>,
 }
 
-/// How often an endpoint feeds its metered sessions' counts to their URRs (from this node's
-/// slots, and asked of the other nodes): a threshold or quota crossed is reported within
-/// about this long plus a round trip.
+/// How often a node sends the changed counts of the sessions it handles to their endpoints'
+/// URRs: a threshold or quota crossed is reported within about this long plus a round trip.
 pub const METER_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How long a freed slot's last counts are kept for a deletion's Usage Report.
@@ -649,6 +653,9 @@ impl Endpoint {
             queries: HashMap::default(),
             finals: HashMap::default(),
             next_meter: Instant::now(),
+            pushed: HashMap::default(),
+            round: 0,
+            counted: Vec::new(),
         }))
     }
 
@@ -872,7 +879,8 @@ impl Endpoint {
     /// The usage work of one loop iteration: keeps the slots freed here, tells the sessions'
     /// endpoints of their first buffered packets (Downlink Data Reports), answers the counts
     /// the endpoint's responses wait for (from this node, or asked of the others), and every
-    /// [`METER_INTERVAL`] feeds the metered sessions' counts to their URRs.
+    /// [`METER_INTERVAL`] sends the changed counts of the sessions this node handles to their
+    /// endpoints.
     pub fn meter(&mut self, dp: &mut crate::control::DataPlane) {
         let now = Instant::now();
         let at = self.start.elapsed();
@@ -945,31 +953,45 @@ impl Endpoint {
             return;
         }
         self.next_meter = now + METER_INTERVAL;
-        let metered: Vec<u32> = self.upf.metered_teids().collect();
-        let mut ask = Vec::new();
-        for teid in metered {
-            match self.local_usage(dp, teid) {
-                Some(u) => {
-                    let out = self.upf.usage(at, teid, u);
-                    self.send(out);
-                }
-                None if relaying => ask.push(MeterLine {
-                    ul_teid: teid,
-                    ..MeterLine::default()
-                }),
-                None => {}
+        // The counts of the sessions this node handles that changed since the last round go to
+        // their endpoints: this one's to its URRs, the others' as usage relays (to the
+        // endpoint that allocated the TEID, its top byte; to every endpoint for a TEID the SMF
+        // chose). A session without traffic costs its endpoint nothing.
+        self.round = self.round.wrapping_add(1);
+        let round = self.round;
+        let mut counted = std::mem::take(&mut self.counted);
+        dp.counted_usages(&mut counted);
+        let mut remote: HashMap<u8, Vec<MeterLine>> = HashMap::default();
+        for &(teid, u) in &counted {
+            let u = pfcp_usage(u);
+            let seen = self.pushed.entry(teid).or_insert((Usage::default(), round));
+            seen.1 = round;
+            if seen.0 == u {
+                continue;
             }
+            seen.0 = u;
+            let owner = (teid >> 24) as u8;
+            if owner == self.me || !relaying {
+                let out = self.upf.usage(at, teid, u);
+                self.send(out);
+                continue;
+            }
+            let to = if usize::from(owner) <= self.peers.len() {
+                owner
+            } else {
+                0
+            };
+            remote.entry(to).or_default().push(MeterLine {
+                ul_teid: teid,
+                downlink_data: false,
+                known: true,
+                counts: [u.ul_bytes, u.dl_bytes, u.ul_packets, u.dl_packets],
+            });
         }
-        if !ask.is_empty() {
-            // Token 0: the answers feed the URRs, nothing waits for them.
-            self.send_meter(
-                RelayKind::UsageQuery,
-                0,
-                Meter {
-                    token: 0,
-                    lines: ask,
-                },
-            );
+        self.pushed.retain(|_, (_, r)| *r == round);
+        self.counted = counted;
+        for (to, lines) in remote {
+            self.send_meter(RelayKind::Usage, to, Meter { token: 0, lines });
         }
     }
 
@@ -988,8 +1010,19 @@ impl Endpoint {
         let mut out = Vec::new();
         match relay.kind {
             RelayKind::Usage => {
-                for l in m.lines.iter().filter(|l| l.downlink_data) {
-                    out.extend(self.upf.downlink_data(at, l.ul_teid));
+                for l in &m.lines {
+                    if l.downlink_data {
+                        out.extend(self.upf.downlink_data(at, l.ul_teid));
+                    } else if l.known {
+                        let [ul_bytes, dl_bytes, ul_packets, dl_packets] = l.counts;
+                        let u = Usage {
+                            ul_bytes,
+                            dl_bytes,
+                            ul_packets,
+                            dl_packets,
+                        };
+                        out.extend(self.upf.usage(at, l.ul_teid, u));
+                    }
                 }
             }
             RelayKind::UsageQuery => {
