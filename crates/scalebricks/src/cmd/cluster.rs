@@ -242,6 +242,8 @@ pub fn wal_dir(i: usize) -> String {
     format!("node{i}.wal")
 }
 
+// Parsed once per command: the size of `Up`'s arguments costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand)]
 pub enum ClusterCmd {
     /// Create the namespaces, bridge and veths of an N-node cluster, write its tables and start
