@@ -108,6 +108,9 @@ fi
 if want test; then
     step test "cargo test (debug)"
     cargo test --workspace "${features[@]}"
+    # The simulated update rate with one and three replicas per range (a measurement, ignored
+    # by the run above): printed, a few seconds.
+    cargo test -p sb-control --test sim -- --ignored --nocapture update_rate
 fi
 
 if want loom; then

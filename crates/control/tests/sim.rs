@@ -228,7 +228,7 @@ fn replicated_ranges_survive_kills_partitions_and_crashes_during_restart() {
 /// end): updates acknowledged per simulated second, and the wall time the simulation took.
 /// `cargo test -p sb-control --test sim -- --ignored --nocapture update_rate`.
 #[test]
-#[ignore]
+#[ignore = "a measurement, not a check: scripts/test.sh runs it after the debug tests"]
 fn update_rate_with_one_and_three_replicas() {
     for replicas in [1, 3] {
         let mut cfg = SimConfig {

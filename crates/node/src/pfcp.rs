@@ -498,6 +498,27 @@ struct UsageQuery {
     asked: Instant,
 }
 
+/// A usage relay's line of `ul_teid`'s counts `u`.
+fn usage_line(ul_teid: u32, u: Usage) -> MeterLine {
+    MeterLine {
+        ul_teid,
+        downlink_data: false,
+        known: true,
+        counts: [u.ul_bytes, u.dl_bytes, u.ul_packets, u.dl_packets],
+    }
+}
+
+/// The counts of a usage relay's line.
+fn line_usage(l: &MeterLine) -> Usage {
+    let [ul_bytes, dl_bytes, ul_packets, dl_packets] = l.counts;
+    Usage {
+        ul_bytes,
+        dl_bytes,
+        ul_packets,
+        dl_packets,
+    }
+}
+
 /// The PFCP usage of the data plane's.
 fn pfcp_usage(u: sb_engine::policy::Usage) -> Usage {
     Usage {
@@ -936,7 +957,7 @@ impl Endpoint {
                     ..MeterLine::default()
                 })
                 .collect();
-            // On the wire a query's token is never 0 (that is the periodic meter's).
+            // On the wire a query's token is never 0 (0: a relay nothing waits for).
             let wire = token.0.wrapping_add(1).max(1);
             let per = self.send_meter(RelayKind::UsageQuery, 0, Meter { token: wire, lines });
             self.queries.insert(
@@ -981,12 +1002,7 @@ impl Endpoint {
             } else {
                 0
             };
-            remote.entry(to).or_default().push(MeterLine {
-                ul_teid: teid,
-                downlink_data: false,
-                known: true,
-                counts: [u.ul_bytes, u.dl_bytes, u.ul_packets, u.dl_packets],
-            });
+            remote.entry(to).or_default().push(usage_line(teid, u));
         }
         self.pushed.retain(|_, (_, r)| *r == round);
         self.counted = counted;
@@ -1014,60 +1030,29 @@ impl Endpoint {
                     if l.downlink_data {
                         out.extend(self.upf.downlink_data(at, l.ul_teid));
                     } else if l.known {
-                        let [ul_bytes, dl_bytes, ul_packets, dl_packets] = l.counts;
-                        let u = Usage {
-                            ul_bytes,
-                            dl_bytes,
-                            ul_packets,
-                            dl_packets,
-                        };
-                        out.extend(self.upf.usage(at, l.ul_teid, u));
+                        out.extend(self.upf.usage(at, l.ul_teid, line_usage(l)));
                     }
                 }
             }
             RelayKind::UsageQuery => {
                 // Only what this node holds: the asker merges every node's answer.
                 let lines: Vec<MeterLine> = (m.lines.iter())
-                    .filter_map(|l| {
-                        let u = self.local_usage(dp, l.ul_teid)?;
-                        Some(MeterLine {
-                            ul_teid: l.ul_teid,
-                            downlink_data: false,
-                            known: true,
-                            counts: [u.ul_bytes, u.dl_bytes, u.ul_packets, u.dl_packets],
-                        })
-                    })
+                    .filter_map(|l| Some(usage_line(l.ul_teid, self.local_usage(dp, l.ul_teid)?)))
                     .collect();
-                // A periodic query (token 0) needs no answer without counts.
-                if m.token != 0 || !lines.is_empty() {
-                    self.send_meter(
-                        RelayKind::UsageAnswer,
-                        from,
-                        Meter {
-                            token: m.token,
-                            lines,
-                        },
-                    );
-                }
+                self.send_meter(
+                    RelayKind::UsageAnswer,
+                    from,
+                    Meter {
+                        token: m.token,
+                        lines,
+                    },
+                );
             }
             RelayKind::UsageAnswer => {
-                let known = m.lines.iter().filter(|l| l.known).map(|l| {
-                    let [ul_bytes, dl_bytes, ul_packets, dl_packets] = l.counts;
-                    (
-                        l.ul_teid,
-                        Usage {
-                            ul_bytes,
-                            dl_bytes,
-                            ul_packets,
-                            dl_packets,
-                        },
-                    )
-                });
-                if m.token == 0 {
-                    for (teid, u) in known {
-                        out.extend(self.upf.usage(at, teid, u));
-                    }
-                } else if let Some(q) = self.queries.get_mut(&m.token) {
+                let known = (m.lines.iter())
+                    .filter(|l| l.known)
+                    .map(|l| (l.ul_teid, line_usage(l)));
+                if let Some(q) = self.queries.get_mut(&m.token) {
                     q.got.extend(known);
                     q.answers_left = q.answers_left.saturating_sub(1);
                     let all = q.teids.iter().all(|t| q.got.iter().any(|(g, _)| g == t));
