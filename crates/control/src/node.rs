@@ -1256,7 +1256,24 @@ impl Node {
             ));
         }
         if !self.forwards_out.is_empty() {
-            b.push(format!("{} forwards", self.forwards_out.len()));
+            let owners: BTreeMap<NodeId, bool> = (self.forwards_out.values())
+                .map(|f| (f.owner, self.gone(f.owner)))
+                .collect();
+            b.push(format!(
+                "{} forwards (to owner: gone {owners:?}; lease majority {})",
+                self.forwards_out.len(),
+                self.lease_majority()
+            ));
+        }
+        if !self.origins.is_empty() {
+            b.push(format!(
+                "{} origins open ({:?})",
+                self.origins.len(),
+                (self.origins.values())
+                    .map(|o| (o.remaining, o.results.len()))
+                    .take(4)
+                    .collect::<Vec<_>>()
+            ));
         }
         for (p, o) in self.out.iter().enumerate() {
             if !o.fib.items.is_empty() || !o.deltas.items.is_empty() || o.piece.is_some() {

@@ -81,6 +81,9 @@ impl Default for SimConfig {
     }
 }
 
+/// How long the client goes on resending a request to a node after the node was killed.
+const ABANDON_DEAD: Nanos = 1_000_000_000;
+
 /// Bytes of a simulated key and value.
 pub const KEY_BYTES: usize = 8;
 const VALUE_BYTES: usize = 4;
@@ -335,10 +338,17 @@ impl Sim {
         let kept: Vec<Vec<u8>> = self.uncommitted[ii].drain(..).take(keep).collect();
         self.committed[ii].extend(kept);
         self.fsync_at[ii] = None;
-        // Whatever was in flight through or at this node has an unknown outcome now.
+        // Whatever was in flight through or at this node has an unknown outcome now. A
+        // request sent to it is abandoned after a while, as a client without an answer moves
+        // on (it holds one of the client's few slots in flight: with a single slot, waiting
+        // out the whole give-up time stopped every update while the node stayed down).
+        let now = self.now;
         for r in self.reqs.values_mut() {
             if r.node == i || r.updates.iter().any(|u| self.spec.owner_of(&u.key) == i) {
                 r.uncertain = true;
+            }
+            if r.node == i {
+                r.give_up_at = r.give_up_at.min(now + ABANDON_DEAD);
             }
         }
     }
@@ -1080,8 +1090,21 @@ impl Sim {
                         None => "down".into(),
                     })
                     .collect();
+                let open: Vec<String> = (self.reqs.iter())
+                    .map(|(id, r)| {
+                        format!(
+                            "{id} to node {} (uncertain {}) owners {:?}",
+                            r.node,
+                            r.uncertain,
+                            r.updates
+                                .iter()
+                                .map(|u| self.spec.owner_of(&u.key))
+                                .collect::<Vec<_>>()
+                        )
+                    })
+                    .collect();
                 self.fail(format!(
-                    "no quiescence: {} requests open, {} datagrams in flight, nodes {states:?}",
+                    "no quiescence: {} requests open {open:?}, {} datagrams in flight, nodes {states:?}",
                     self.reqs.len(),
                     self.net.len()
                 ));

@@ -261,46 +261,65 @@ fn update_rate_with_one_and_three_replicas() {
 }
 
 /// A node killed and left dead (failure detection, `Tuning::lease`): once the others declare it
-/// gone (within a lease, 500 ms), the updates owned by live nodes go on being acknowledged (an
-/// insert or change that would install at the dead node is refused with `HandlerDown`), with
-/// every invariant checked after every step; on 5 nodes, with one replica per range (asserted)
-/// and with three (run and checked for invariants, the acknowledgements only reported: some
-/// schedules stall). `SB_DST_DEAD_SCHEDULES=N`.
+/// gone (within a lease, 500 ms), the live owners go on applying updates (an insert or change
+/// that would install at the dead node is refused with `HandlerDown`) and clients go on being
+/// answered, with every invariant checked after every step; on 5 nodes, with one replica per
+/// range and with three. Asserted: the live owners apply updates in the 2 s after detection,
+/// and the client has updates acknowledged within 8 s of it (a schedule of one-update batches,
+/// 30-update requests and 40 ms delays takes seconds per request: seed 103, whose requests in
+/// flight at the kill all touched the dead range, so their answers are uncertain).
+/// `SB_DST_DEAD_SCHEDULES=N` runs seeds 0..N (default 12, and the regression seeds).
 #[test]
 fn a_dead_node_is_not_waited_for() {
-    let n = std::env::var("SB_DST_DEAD_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(12u64);
-    for seed in 0..n {
-        let mut cfg = config(5_000_000 + seed);
-        cfg.nodes = 5;
-        // Drops of at most 2%: with more, a survivor may lose its lease majority for a
-        // moment, and a node restarted while another is dead does not become ready yet.
-        cfg.drop_permille = cfg.drop_permille.min(20);
-        cfg.tuning.replicas = if seed % 2 == 0 { 1 } else { 3 };
-        let mut sim = Sim::new(cfg);
-        // After the start (and, with replication, the elections and the fenced restarts they
-        // may cause: a node restarting while another is dead does not become ready yet).
-        sim.run_until(2_000_000_000);
-        let victim = (seed % 5) as u16;
-        sim.kill(victim);
-        // Detection (within a lease) and the forwards and batches it interrupted.
-        sim.run_until(3_000_000_000);
-        let before = sim.acked_updates;
-        sim.run_until(5_000_000_000);
-        let after = sim.acked_updates;
-        // With three replicas some schedules stall still (not asserted yet: see the report
-        // line; a dead home's range waits for it, and something else is not diagnosed).
+    let seeds: Vec<u64> = match std::env::var("SB_DST_DEAD_SCHEDULES") {
+        Ok(n) => (0..n.parse().expect("a number")).collect(),
+        // 5: the client's one request in flight was at the killed node (waited out 60 s);
+        // 103: the slow schedule above.
+        Err(_) => (0..12).chain([103]).collect(),
+    };
+    for seed in seeds {
+        let (applied, acked) = dead_node_schedule(seed);
         assert!(
-            seed % 2 == 1 || after > before,
-            "seed {seed}: no update acknowledged in the 2 s after node {victim} was declared dead ({before} before)"
+            applied > 0,
+            "seed {seed}: no update applied by a live owner in the 2 s after the kill was detected"
         );
-        eprintln!(
-            "seed {seed}: R={} node {victim} dead: {} updates acknowledged in 2 s, {} refused (handler down)",
-            if seed % 2 == 0 { 1 } else { 3 },
-            after - before,
-            sim.handler_down
+        assert!(
+            acked > 0,
+            "seed {seed}: no update acknowledged in the 8 s after the kill was detected"
         );
     }
+}
+
+/// [`a_dead_node_is_not_waited_for`]'s schedule `seed`: the live owners' updates applied in the
+/// 2 s after detection, and the client's acknowledgements in the 8 s after it.
+fn dead_node_schedule(seed: u64) -> (u64, u64) {
+    let mut cfg = config(5_000_000 + seed);
+    cfg.nodes = 5;
+    // Drops of at most 2%: with more, a survivor may lose its lease majority for a moment.
+    cfg.drop_permille = cfg.drop_permille.min(20);
+    let replicas = if seed % 2 == 0 { 1 } else { 3 };
+    cfg.tuning.replicas = replicas;
+    let mut sim = Sim::new(cfg);
+    // After the start (and, with replication, the elections and the fenced restarts they
+    // may cause).
+    sim.run_until(2_000_000_000);
+    let victim = (seed % 5) as u16;
+    sim.kill(victim);
+    let applied = |sim: &Sim| -> u64 {
+        (0..5)
+            .filter_map(|i| sim.node(i).map(|n| n.status().applied))
+            .sum()
+    };
+    // Detection (within a lease) and the forwards and batches it interrupted.
+    sim.run_until(3_000_000_000);
+    let (before, applied_before) = (sim.acked_updates, applied(&sim));
+    sim.run_until(5_000_000_000);
+    let applied_in = applied(&sim) - applied_before;
+    sim.run_until(11_000_000_000);
+    let acked = sim.acked_updates - before;
+    eprintln!(
+        "seed {seed}: R={replicas} node {victim} dead: {applied_in} updates applied by live owners in 2 s, {acked} acknowledged in 8 s, {} refused (handler down)",
+        sim.handler_down
+    );
+    (applied_in, acked)
 }
