@@ -68,6 +68,23 @@ pub trait App: Send {
         Ok(())
     }
 
+    /// Frame `i` of `batch` passed the action and leaves for the access port (out of this
+    /// node's, or over the fabric to its egress node's, which sends it on as it is): when it is
+    /// larger than that link carries and may be fragmented, the application cuts it. Frame `i`
+    /// becomes the first piece and the others are appended to `pieces` in order (whole frames,
+    /// the Ethernet header as frame `i`'s: the engine then treats each as frame `i`); returns
+    /// how many it appended. `Err` drops the frame. The default cuts nothing.
+    #[inline]
+    fn split(
+        &mut self,
+        batch: &mut PacketBatch,
+        i: usize,
+        pieces: &mut PacketBatch,
+    ) -> Result<usize, Drop> {
+        let _ = (batch, i, pieces);
+        Ok(0)
+    }
+
     /// A frame arrived on the access port (upstream traffic, path management): handles it in
     /// place.
     fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop>;

@@ -47,9 +47,10 @@ pub enum Drop {
     Ttl,
     /// The output batch was full.
     NoRoom,
-    /// After the tunnel headers, the packet would exceed the access port's MTU (no
-    /// fragmentation: the packet is dropped, as with DF set, and the LTE application answers
-    /// with ICMP Fragmentation Needed / ICMPv6 Packet Too Big).
+    /// After the tunnel headers, the packet would exceed the access port's MTU and may not be
+    /// fragmented (an inner IPv4 packet with DF, or IPv6): the packet is dropped and the LTE
+    /// application answers with ICMP Fragmentation Needed / ICMPv6 Packet Too Big. (An inner
+    /// IPv4 packet without DF leaves as outer fragments instead.)
     Mtu,
     /// A fragment of an outer GTP-U packet (not reassembled).
     OuterFragment,
@@ -183,7 +184,8 @@ pub struct Counters {
     pub drops: [[u64; N_DROPS]; 3],
     /// Malformed drops by parser reason ([`WireError::index`]), all ports.
     pub malformed: [u64; WireError::COUNT],
-    /// Downstream packets transmitted on the access port, by fabric crossings (0, 1, 2, 3+).
+    /// Downstream frames transmitted on the access port, by fabric crossings (0, 1, 2, 3+):
+    /// a packet cut into outer fragments counts once per fragment.
     pub crossings: [u64; 4],
     /// GTP-U Echo Responses sent.
     pub echo_replies: u64,
@@ -204,6 +206,11 @@ pub struct Counters {
     pub released: u64,
     /// GTP-U End Markers sent out of `ran`.
     pub end_markers: u64,
+    /// Downlink packets whose outer IPv4 packet was cut into fragments (larger than the access
+    /// link's MTU, the inner IPv4 packet without DF).
+    pub fragmented: u64,
+    /// The fragments those packets left as (each also counted in `tx`).
+    pub fragments: u64,
 }
 
 impl Default for Counters {
@@ -222,6 +229,8 @@ impl Default for Counters {
             buffered: 0,
             released: 0,
             end_markers: 0,
+            fragmented: 0,
+            fragments: 0,
         }
     }
 }
@@ -288,6 +297,8 @@ impl Counters {
         self.buffered += other.buffered;
         self.released += other.released;
         self.end_markers += other.end_markers;
+        self.fragmented += other.fragmented;
+        self.fragments += other.fragments;
     }
 
     /// Mean fabric crossings of the downstream packets transmitted on the access port.
@@ -359,6 +370,8 @@ impl Counters {
             buffered: self.buffered,
             released: self.released,
             end_markers: self.end_markers,
+            fragmented: self.fragmented,
+            fragments: self.fragments,
         }
     }
 }
@@ -403,4 +416,8 @@ pub struct Report {
     pub released: u64,
     /// End Markers sent.
     pub end_markers: u64,
+    /// Downlink packets sent as outer IPv4 fragments.
+    pub fragmented: u64,
+    /// The fragments they were sent as.
+    pub fragments: u64,
 }

@@ -111,7 +111,9 @@ pub struct NodeConfig {
 }
 
 /// The output batches of one [`Engine::process`] call, one per port. The driver transmits and
-/// empties them after each call.
+/// empties them after each call. The `ran` and `fabric` batches hold twice the received
+/// batch: a downlink packet cut into outer IPv4 fragments ([`App::split`]) leaves as two
+/// frames or more.
 pub struct Outputs {
     /// To `inet`.
     pub inet: PacketBatch,
@@ -122,14 +124,15 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// Three batches of `capacity` buffers of `buf_size` bytes (the size of the receive
-    /// batches: frames move between batches of one size).
+    /// Three batches of buffers of `buf_size` bytes (the size of the receive batches: frames
+    /// move between batches of one size) for received batches of `capacity` frames: `capacity`
+    /// to `inet`, `2 * capacity` to `ran` and to `fabric` (room for every frame cut in two).
     pub fn new(capacity: usize, buf_size: usize) -> Outputs {
-        let b = || PacketBatch::with_buf_size(capacity, buf_size);
+        let b = |n| PacketBatch::with_buf_size(n, buf_size);
         Outputs {
-            inet: b(),
-            ran: b(),
-            fabric: b(),
+            inet: b(capacity),
+            ran: b(2 * capacity),
+            fabric: b(2 * capacity),
         }
     }
 
@@ -311,7 +314,13 @@ pub struct Engine<A: App> {
     errors: Bucket,
     /// Frames the application released ([`App::take_released`]), sized like the outputs.
     released: Option<PacketBatch>,
+    /// The pieces of the frame being emitted ([`App::split`]), sized like the received batch.
+    pieces: Option<PacketBatch>,
 }
+
+/// The most pieces a frame is cut into besides itself ([`App::split`]): a 9000-byte frame into
+/// 576-byte IPv4 fragments is 17.
+const MAX_PIECES: usize = 32;
 
 /// Why an engine could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -407,6 +416,7 @@ impl<A: App> Engine<A> {
             arp_buf: [0; 128],
             errors: Bucket::new(ERROR_RATE, ERROR_BURST),
             released: None,
+            pieces: None,
         })
     }
 
@@ -848,8 +858,16 @@ impl<A: App> Engine<A> {
         }
     }
 
+    /// Moves every frame that is not dropped to its output batch (MACs set, or the fabric
+    /// shim pushed). A frame for the access port (here or over the fabric, to be transmitted
+    /// there) that the application cuts into pieces ([`App::split`]: outer IPv4 fragments)
+    /// leaves as those pieces, one after the other, or, when the output batch has no room for
+    /// them all, not at all ([`Drop::NoRoom`]).
     fn emit(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
-        let me = self.cfg.node;
+        let mut pieces = match self.pieces.take() {
+            Some(b) if b.buf_size() == rx.buf_size() => b,
+            _ => PacketBatch::with_buf_size(MAX_PIECES, rx.buf_size()),
+        };
         for i in 0..rx.len() {
             let d = self.dest[i];
             let to_port = match d {
@@ -859,51 +877,105 @@ impl<A: App> Engine<A> {
                 }
                 Dest::Local => unreachable!("every local frame went through the FIB stage"),
                 Dest::Reply(p) => p,
-                Dest::Out(p) => {
-                    let a = match p {
-                        PortId::Inet => self.cfg.inet,
-                        _ => self.cfg.ran,
-                    };
-                    let f = rx.get_mut(i);
-                    f[..6].copy_from_slice(&a.peer_mac);
-                    f[6..12].copy_from_slice(&a.mac);
-                    p
-                }
-                Dest::Fabric { to, kind } => {
-                    let shim = Shim {
-                        kind,
-                        hops: self.hops[i] + 1,
-                        ingress: self.ingress[i],
-                    };
-                    let len = rx.get(i).len();
-                    let (buf, start) = rx.buffer_mut(i);
-                    let dst = self.cfg.fabric_macs[usize::from(to)];
-                    let src = self.cfg.fabric_macs[usize::from(me)];
-                    match fabric::push(buf, start, len, dst, src, shim) {
-                        Some(s) => {
-                            rx.set_range(i, s, len + fabric::SHIM_LEN);
-                        }
-                        None => {
-                            self.counters.drop(port, Drop::NoRoom);
-                            continue;
-                        }
-                    }
-                    PortId::Fabric
-                }
+                Dest::Out(p) => p,
+                Dest::Fabric { .. } => PortId::Fabric,
             };
-            if !rx.transfer(i, out.get_mut(to_port)) {
+            pieces.clear();
+            let cut = matches!(
+                d,
+                Dest::Out(PortId::Ran)
+                    | Dest::Fabric {
+                        kind: Kind::Transmit,
+                        ..
+                    }
+            );
+            let extra = if cut {
+                match self.app.split(rx, i, &mut pieces) {
+                    Ok(n) => n,
+                    Err(why) => {
+                        self.counters.drop(port, why);
+                        continue;
+                    }
+                }
+            } else {
+                0
+            };
+            if out.get_mut(to_port).room() < 1 + extra {
+                self.counters.drop(port, Drop::NoRoom);
+                continue;
+            }
+            if !self.leave(d, i, rx, i, out.get_mut(to_port)) {
                 self.counters.drop(port, Drop::NoRoom);
                 continue;
             }
             self.counters.ports[to_port as usize].tx += 1;
+            if extra > 0 {
+                for k in 0..extra {
+                    if self.leave(d, i, &mut pieces, k, out.get_mut(to_port)) {
+                        self.counters.ports[to_port as usize].tx += 1;
+                    } else {
+                        self.counters.drop(port, Drop::NoRoom);
+                    }
+                }
+                self.counters.fragmented += 1;
+                self.counters.fragments += 1 + extra as u64;
+            }
             match d {
                 Dest::Fabric { .. } => self.counters.ports[port as usize].to_fabric += 1,
                 Dest::Out(PortId::Ran) => {
-                    self.counters.crossings[usize::from(self.hops[i].min(3))] += 1
+                    // Per frame: the fragments of a packet cut here count as those cut at
+                    // another node and sent over the fabric do at their egress.
+                    self.counters.crossings[usize::from(self.hops[i].min(3))] += 1 + extra as u64
                 }
                 _ => {}
             }
         }
+        pieces.clear();
+        self.pieces = Some(pieces);
+    }
+    /// Frame `k` of `batch` (frame `i` of the received batch, or one of its pieces) leaves for
+    /// `dest`: its MACs set (out of a port), the fabric shim pushed (to another node) or as it
+    /// is (a reply), then moved to `dst`. False if it could not be (no headroom for the shim,
+    /// `dst` full).
+    fn leave(
+        &self,
+        dest: Dest,
+        i: usize,
+        batch: &mut PacketBatch,
+        k: usize,
+        dst: &mut PacketBatch,
+    ) -> bool {
+        match dest {
+            Dest::Out(p) => {
+                let a = match p {
+                    PortId::Inet => self.cfg.inet,
+                    _ => self.cfg.ran,
+                };
+                let f = batch.get_mut(k);
+                f[..6].copy_from_slice(&a.peer_mac);
+                f[6..12].copy_from_slice(&a.mac);
+            }
+            Dest::Fabric { to, kind } => {
+                let shim = Shim {
+                    kind,
+                    hops: self.hops[i] + 1,
+                    ingress: self.ingress[i],
+                };
+                let len = batch.get(k).len();
+                let (buf, start) = batch.buffer_mut(k);
+                let to_mac = self.cfg.fabric_macs[usize::from(to)];
+                let from = self.cfg.fabric_macs[usize::from(self.cfg.node)];
+                match fabric::push(buf, start, len, to_mac, from, shim) {
+                    Some(s) => {
+                        batch.set_range(k, s, len + fabric::SHIM_LEN);
+                    }
+                    None => return false,
+                }
+            }
+            Dest::Reply(_) => {}
+            Dest::Drop(_) | Dest::Local => return false,
+        }
+        batch.transfer(k, dst)
     }
 }
 

@@ -28,17 +28,24 @@
 //!   ([`Drop::NoTunnel`]; buffering for paging is not done).
 //! - **Downstream** (`inet` -> `ran`): the IP packet is encapsulated in IPv4/UDP/GTP-U (TS
 //!   29.281, UDP port 2152, a G-PDU with the tunnel's TEID) from the egress node's `ran`
-//!   address to the eNodeB; outer TTL 64, DF set, UDP checksum 0 (allowed over IPv4). A 5G
+//!   address to the eNodeB; outer TTL 64, DF set (but see the MTU below), UDP checksum 0
+//!   (allowed over IPv4). A 5G
 //!   flow's G-PDUs carry a PDU Session Container (TS 29.281 sec. 5.2.2.7, TS 38.415 sec.
 //!   5.5.2.1: E flag, the optional word with next type 0x85, one 4-byte DL PDU SESSION
 //!   INFORMATION header with the flow's RQI and QFI): 44 bytes of outer headers instead of 36.
 //!   The inner TTL (hop limit) is decremented; a packet that arrives with TTL 1 or 0 is dropped
 //!   ([`Drop::Ttl`]) and answered with ICMP Time Exceeded (ICMPv6 Time Exceeded) out of
-//!   `inet`. A packet that would exceed the `ran` MTU after the outer headers is dropped
-//!   ([`Drop::Mtu`]) and answered with ICMP Destination Unreachable / Fragmentation Needed
-//!   (ICMPv6 Packet Too Big) carrying `ran_mtu` minus the outer headers. We do not fragment
-//!   the outer packet: an IPv4 packet without DF gets the same Fragmentation Needed (RFC 1191
-//!   hosts may ignore it for such packets, and the packet is lost). Broadcast and multicast
+//!   `inet`. A packet that would exceed the `ran` MTU after the outer headers: an IPv4 packet
+//!   without DF is encapsulated with the outer DF clear and an outer identification (a counter
+//!   per worker) and leaves as outer IPv4 fragments that each fit `ran_mtu` ([`Lte::split`],
+//!   [`sb_wire::Fragmenter`]: 8-byte offsets, MF on all but the last, each header checksum
+//!   its own; TS 29.281 sec. 4.2.1 leaves fragmenting the outer packet to IP; counted in
+//!   [`crate::Counters::fragmented`] / `fragments`). The node that applies the tunnel cuts
+//!   it: fragments cross the fabric as frames of their own (full duplication, hash
+//!   partitioning) and policies (MBR, usage, buffering) see the whole packet. An IPv4 packet
+//!   with DF, or an IPv6 packet, is dropped ([`Drop::Mtu`]) and answered with ICMP Destination
+//!   Unreachable / Fragmentation Needed (ICMPv6 Packet Too Big) carrying `ran_mtu` minus the
+//!   outer headers (rate-limited). Broadcast and multicast
 //!   destinations are dropped at ingress ([`Drop::Multicast`]): never looked up, never sent
 //!   over the fabric.
 //! - **Upstream** (`ran` -> `inet`): a G-PDU's TEID must be one of the tunnels this node's
@@ -67,8 +74,8 @@ use crate::policy::{downlink_flags, Policies, Usage, Verdict};
 use sb_io::{Meta, PacketBatch};
 use sb_wire::{
     answer_echo_request, end_marker, error_in_place, error_indication, gtpu, parse_frame_with,
-    ErrorMessage, FrameKind, GtpuPacket, GtpuTunnel, Ipv4Packet, Ipv6Packet, OuterIp, ParseOptions,
-    PduSession,
+    ErrorMessage, Fragmenter, FrameKind, GtpuPacket, GtpuTunnel, Ipv4Packet, Ipv6Packet, OuterIp,
+    ParseOptions, PduSession,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
@@ -517,13 +524,27 @@ pub struct Lte {
     /// The slot whose flush round ends when the worker comes round its loop.
     finishing: Option<u32>,
     released: Vec<Vec<u8>>,
+    /// The outer IPv4 identification of the next packet cut into fragments.
+    ident: u16,
+}
+
+/// The least `ran_mtu` whose outer packets are cut into fragments (an IPv4 header and 8
+/// bytes); below it every packet that does not fit is answered as one with DF.
+pub const MIN_FRAGMENT_MTU: usize = 28;
+
+/// Where worker `core` of the node whose ICMP source is `icmp_src` starts its outer IPv4
+/// identifications: apart from the node's other workers (by 2^13 for 8 workers) and from the
+/// other nodes (mixed with the address).
+fn first_ident(icmp_src: Ipv4Addr, core: usize) -> u16 {
+    let a = u32::from(icmp_src);
+    let mix = (a ^ (a >> 16)).wrapping_mul(0x9e37_79b9) >> 16;
+    (mix as u16).wrapping_add((core as u16).wrapping_mul(0x2000))
 }
 
 impl Lte {
     /// The application with `uplink`: this node's tunnels by TEID ([`Lte::uplink_table`]).
     pub fn new(cfg: LteConfig, uplink: sb_cuckoo::Reader) -> Lte {
         Lte {
-            cfg,
             uplink,
             scratch: [0; 256],
             policies: None,
@@ -532,7 +553,17 @@ impl Lte {
             flushing: 0,
             finishing: None,
             released: Vec::new(),
+            ident: first_ident(cfg.icmp_src, 0),
+            cfg,
         }
+    }
+
+    /// The next outer IPv4 identification of a packet cut into fragments (a counter per
+    /// worker, RFC 6864: unique for its addresses and protocol while fragments may live, up to
+    /// 65536 cut packets; the workers of a node start apart, [`first_ident`]).
+    fn next_ident(&mut self) -> u16 {
+        self.ident = self.ident.wrapping_add(1);
+        self.ident
     }
 
     /// The application applying the node's `policies` (shared by its workers and its control
@@ -547,6 +578,12 @@ impl Lte {
     pub fn set_policies(&mut self, policies: Arc<Policies>, core: usize) {
         self.policies = Some(policies);
         self.core = core;
+        self.ident = first_ident(self.cfg.icmp_src, core);
+    }
+
+    /// Changes the largest IP packet the `ran` link carries ([`LteConfig::ran_mtu`]).
+    pub fn set_ran_mtu(&mut self, mtu: usize) {
+        self.cfg.ran_mtu = mtu;
     }
 
     /// The policies this worker applies, if any.
@@ -705,11 +742,20 @@ impl App for Lte {
         } else {
             TUNNEL_OVERHEAD_QFI
         };
-        if ip_len + overhead > self.cfg.ran_mtu {
-            // For the error reply: the largest packet that fits, where the length was.
-            let mtu = self.cfg.ran_mtu.saturating_sub(overhead).min(0xffff) as u32;
-            batch.meta_mut(i).user = user & 0xffff | mtu << 16;
-            return Err(Drop::Mtu);
+        let cut = ip_len + overhead > self.cfg.ran_mtu;
+        if cut {
+            // An IPv4 packet without DF: the outer packet is cut into fragments (`split`). An
+            // MTU too small for 8 bytes after the outer header cannot carry a fragment.
+            let no_df = batch
+                .get(i)
+                .get(off..off + 7)
+                .is_some_and(|h| h[0] >> 4 == 4 && h[6] & 0x40 == 0);
+            if !no_df || self.cfg.ran_mtu < MIN_FRAGMENT_MTU {
+                // For the error reply: the largest packet that fits, where the length was.
+                let mtu = self.cfg.ran_mtu.saturating_sub(overhead).min(0xffff) as u32;
+                batch.meta_mut(i).user = user & 0xffff | mtu << 16;
+                return Err(Drop::Mtu);
+            }
         }
         let src = *self
             .cfg
@@ -735,8 +781,12 @@ impl App for Lte {
                 p.set_hop_limit(h - 1);
             }
         }
+        let ident = if cut { self.next_ident() } else { 0 };
         let t = GtpuTunnel {
             pdu_session: (qfi != 0).then(|| PduSession::downlink(qfi, rqi)),
+            // A packet to be cut: DF clear, an identification to reassemble it by.
+            dont_frag: !cut,
+            ident,
             ..GtpuTunnel::new(
                 sb_wire::EthernetAddress([0; 6]),
                 sb_wire::EthernetAddress([0; 6]),
@@ -781,6 +831,44 @@ impl App for Lte {
                 Err(Drop::Buffered)
             }
         }
+    }
+
+    /// A downlink frame larger than `ran_mtu` (an outer IPv4 packet [`Lte::apply`] left
+    /// without DF: its inner IPv4 packet had none) is cut into outer IPv4 fragments that fit
+    /// ([`Fragmenter`]); one with DF (made by a node whose `ran_mtu` is larger) is dropped
+    /// ([`Drop::Mtu`]).
+    #[inline]
+    fn split(
+        &mut self,
+        batch: &mut PacketBatch,
+        i: usize,
+        pieces: &mut PacketBatch,
+    ) -> Result<usize, Drop> {
+        let f = batch.get(i);
+        if f.len() <= 14 + self.cfg.ran_mtu {
+            return Ok(0);
+        }
+        let ip = &f[14..];
+        if f[12..14] != [0x08, 0x00] || ip.get(6).is_none_or(|b| b & 0x40 != 0) {
+            return Err(Drop::Mtu);
+        }
+        let cut = Fragmenter::new(ip, self.cfg.ran_mtu).map_err(|_| Drop::Mtu)?;
+        let n = cut.count();
+        for k in 1..n {
+            let Some(o) = pieces.alloc(14 + cut.fragment_len(k)) else {
+                pieces.clear();
+                return Err(Drop::NoRoom);
+            };
+            o[..14].copy_from_slice(&f[..14]);
+            cut.write(ip, k, &mut o[14..]).map_err(|_| Drop::NoRoom)?;
+        }
+        let len = f.len();
+        let (buf, start) = batch.buffer_mut(i);
+        let m = cut
+            .cut_first(&mut buf[start + 14..start + len])
+            .map_err(|_| Drop::NoRoom)?;
+        batch.set_range(i, start, 14 + m);
+        Ok(n - 1)
     }
 
     fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop> {

@@ -92,6 +92,45 @@ fn echo_request(node: u16, seq: u16) -> Vec<u8> {
     f
 }
 
+/// Sets DF on the IPv4 packet of a frame built by `downstream`.
+fn set_df(f: &mut [u8]) {
+    f[14 + 6] |= 0x40;
+    sb_wire::Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
+}
+
+/// The frame the outer IPv4 fragments `frags` (Ethernet frames, each within `mtu` bytes of IP)
+/// make: their data placed by offset, checked to cover the packet once; the first one's
+/// Ethernet and IP headers, the length, flags and checksum of a whole packet.
+fn reassemble(frags: &[Vec<u8>], mtu: usize) -> Vec<u8> {
+    let first = sb_wire::Ipv4Packet::new_checked(&frags[0][14..]).unwrap();
+    let mut data: Vec<Option<u8>> = Vec::new();
+    let mut last = 0;
+    for f in frags {
+        assert_eq!(f[..14], frags[0][..14], "one Ethernet header");
+        let p = sb_wire::Ipv4Packet::new_checked(&f[14..]).unwrap();
+        assert!(p.packet().len() <= mtu && p.verify_checksum() && !p.dont_frag());
+        assert_eq!(p.ident(), first.ident());
+        let off = usize::from(p.frag_offset());
+        if !p.more_frags() {
+            last += 1;
+        }
+        for (i, &b) in p.payload().iter().enumerate() {
+            if data.len() <= off + i {
+                data.resize(off + i + 1, None);
+            }
+            assert!(data[off + i].replace(b).is_none(), "overlap");
+        }
+    }
+    assert_eq!(last, 1, "one last fragment");
+    let mut out = frags[0][..14 + 20].to_vec();
+    out.extend(data.iter().map(|b| b.expect("a hole")));
+    let n = (out.len() - 14) as u16;
+    out[14 + 2..14 + 4].copy_from_slice(&n.to_be_bytes());
+    out[14 + 6..14 + 8].fill(0);
+    sb_wire::Ipv4Packet::new_unchecked(&mut out[14..]).fill_checksum();
+    out
+}
+
 fn run_arch(arch: Arch) {
     let tunnels = generate_tunnels(2000, NODES.into(), SEED, 5);
     let mut c = SimCluster::new(arch, &tunnels, NODES, SEED, 32).unwrap();
@@ -145,8 +184,22 @@ fn run_arch(arch: Arch) {
     arp.extend_from_slice(&[0u8; 28]); // a malformed ARP body (hardware type 0)
     bad.extend([bad_csum, truncated, arp]);
     let v4_tunnel = tunnels.iter().find(|t| t.ue.is_ipv4()).unwrap();
-    let oversized = downstream(v4_tunnel.ue, 1_000_005, 64, 1480 - 28);
+    let mut oversized = downstream(v4_tunnel.ue, 1_000_005, 64, 1480 - 28);
+    set_df(&mut oversized);
     bad.push(oversized);
+    // Without DF the same size leaves as two outer fragments (checked below).
+    let cut = downstream(v4_tunnel.ue, 1_000_006, 64, 1480 - 28);
+    sent.insert(1_000_006, (0, 1, ip_of(&cut).to_vec()));
+    let cut_ti = tunnels.iter().position(|t| t == v4_tunnel).unwrap();
+    sent.get_mut(&1_000_006).unwrap().0 = cut_ti;
+    expect_hops[match arch {
+        Arch::ScaleBricks | Arch::FullDup => usize::from(v4_tunnel.node != 1),
+        Arch::HashPart => {
+            let ind = indirection_node(sb_common::hash128(&v4_tunnel.key(), SEED), NODES);
+            usize::from(ind != 1) + usize::from(ind != v4_tunnel.node)
+        }
+    }] += 2; // Two fragments.
+    bad.push(cut);
     for (n, frames) in per_ingress.iter().enumerate() {
         c.inject(n as u16, PortId::Inet, frames);
     }
@@ -154,6 +207,23 @@ fn run_arch(arch: Arch) {
 
     // Every known packet leaves exactly once, at its handling node's ran, correctly tunnelled.
     let mut seen = HashMap::new();
+    let mut fragments = Vec::new();
+    for (node, frames) in c.ran_out.iter_mut().enumerate() {
+        // The outer fragments of the one packet cut, put back together.
+        let (frags, whole): (Vec<Vec<u8>>, Vec<Vec<u8>>) = frames
+            .drain(..)
+            .partition(|f| f[14 + 6] & 0x3f != 0 || f[14 + 7] != 0);
+        *frames = whole;
+        if !frags.is_empty() {
+            fragments.push((node, frags.len()));
+            frames.push(reassemble(&frags, 1500));
+        }
+    }
+    assert_eq!(
+        fragments,
+        [(usize::from(v4_tunnel.node), 2)],
+        "{arch}: one packet cut in two, at its handling node"
+    );
     for (node, frames) in c.ran_out.iter().enumerate() {
         for f in frames {
             assert_eq!(

@@ -30,7 +30,8 @@
 //!   [`answer_echo_request`] (GTP-U echo); the error messages: [`error_in_place`] (ICMP Time
 //!   Exceeded, Fragmentation Needed, ICMPv6 Packet Too Big, written in front of the packet they
 //!   quote) and [`error_indication`] (GTP-U, for an unknown TEID); [`end_marker`] (GTP-U, the
-//!   last message on a tunnel's old path when it moves, TS 29.281 sec. 7.3.2). A 5G flow's PDU Session
+//!   last message on a tunnel's old path when it moves, TS 29.281 sec. 7.3.2); [`Fragmenter`]
+//!   ([`fragment`]: an IPv4 packet cut into fragments that fit an MTU). A 5G flow's PDU Session
 //!   Container: [`PduSession`], [`GtpuTunnel::pdu_session`], [`GtpuPacket::pdu_session`].
 //! - [`fuzzing`]: the entry points the cargo-fuzz targets and the random-bytes property tests
 //!   share.
@@ -113,6 +114,7 @@ pub mod encap;
 pub mod ethernet;
 mod field;
 pub mod flow;
+pub mod fragment;
 pub mod frame;
 pub mod fuzzing;
 pub mod gtpu;
@@ -130,6 +132,7 @@ pub use encap::{
 };
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, VlanTag};
 pub use flow::{addr_key, FiveTuple, KeyBytes};
+pub use fragment::{FragmentError, Fragmenter};
 pub use frame::{
     parse_frame, parse_frame_with, FrameKind, GtpuInfo, IpInfo, ParseOptions, ParsedFrame,
     WireError, L4,
