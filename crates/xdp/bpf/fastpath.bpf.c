@@ -354,7 +354,10 @@ static __always_inline void copy6(__u8 *d, const __u8 *s)
 static __always_inline int encap_out(struct xdp_md *ctx, const struct sb_cfg *cfg, const __u8 *v,
                                      __u32 tot)
 {
-    if (v[24] || v[25] || v[26] || v[27])
+    // Bytes 16..25: the session's policy (MBRs, flags); 25..28: the local policy slot. The
+    // engine enforces a policy through its slot only, but a value with any of these bytes
+    // set goes to the slow path all the same: this program enforces none of them.
+    if (*(const __u64 *)(v + 16) || *(const __u32 *)(v + 24))
         return -C_SLOW_POLICY;
     __u32 enb = *(const __u32 *)(v + 4);
     if (!enb)
@@ -519,6 +522,117 @@ int sb_inet(struct xdp_md *ctx)
 
 // ---- uplink at ran ----------------------------------------------------------------------------
 
+// A GTP-U Echo Request at ran (sb_ran checked Ethernet/IPv4, the UDP length and port 2152, and
+// 16 <= ulen <= the IP payload) answered in place as sb_wire::answer_echo_request does (TS
+// 29.281 sec. 7.2.2): MACs swapped, IPv4 from the request's destination to its source (TTL 64,
+// no DF, identification 0), UDP from 2152 to the request's source port with the checksum
+// computed, GTP-U flags 0x32 (the S flag), type 2, TEID 0, the request's sequence number (0
+// without one), a Recovery IE with restart counter 0; 56 bytes, out of ran (XDP_TX). Requests
+// with extension headers or an N-PDU number go to the slow path, which answers them the same.
+static __always_inline int echo(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    __u8 *h = data;
+    if ((void *)(h + 14 + 20 + 8 + 8) > end)
+        return slow(ctx, C_SLOW_PARSE);
+    __u8 *u = h + 34, *g = h + 42;
+    __u8 flags = g[0];
+    if (flags != 0x30 && flags != 0x32)
+        return slow(ctx, C_SLOW_PARSE);
+    __u32 glen = (__u32)g[2] << 8 | g[3];
+    __u32 ulen = (__u32)u[4] << 8 | u[5];
+    if (8 + glen > ulen - 8)
+        return slow(ctx, C_SLOW_PARSE);
+    __u32 seq = 0;
+    if (flags & 2) {
+        if (glen < 4 || (void *)(g + 12) > end)
+            return slow(ctx, C_SLOW_PARSE);
+        seq = (__u32)g[8] << 8 | g[9];
+    }
+    __u8 smac[6], dmac[6], sip[4], dip[4], sport[2] = {u[0], u[1]};
+    copy6(smac, h + 6);
+    copy6(dmac, h);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        sip[i] = h[26 + i];
+        dip[i] = h[30 + i];
+    }
+    __u32 len = (__u32)(end - data);
+    if (len != 56 && bpf_xdp_adjust_tail(ctx, 56 - (int)len))
+        return slow(ctx, C_SLOW_OTHER);
+    data = (void *)(long)ctx->data;
+    end = (void *)(long)ctx->data_end;
+    h = data;
+    if ((void *)(h + 56) > end)
+        return XDP_ABORTED;
+    copy6(h, smac);
+    copy6(h + 6, dmac);
+    h[12] = 0x08;
+    h[13] = 0x00;
+    __u8 *o = h + 14;
+    o[0] = 0x45;
+    o[1] = 0;
+    o[2] = 0;
+    o[3] = 42;
+    o[4] = 0;
+    o[5] = 0;
+    o[6] = 0;
+    o[7] = 0;
+    o[8] = 64;
+    o[9] = 17;
+    o[10] = 0;
+    o[11] = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        o[12 + i] = dip[i];
+        o[16 + i] = sip[i];
+    }
+    __u16 c = ipv4_csum(o);
+    o[10] = c >> 8;
+    o[11] = c & 0xff;
+    u = o + 20;
+    u[0] = 2152 >> 8;
+    u[1] = 2152 & 0xff;
+    u[2] = sport[0];
+    u[3] = sport[1];
+    u[4] = 0;
+    u[5] = 22;
+    u[6] = 0;
+    u[7] = 0;
+    g = u + 8;
+    g[0] = 0x32;
+    g[1] = 2;
+    g[2] = 0;
+    g[3] = 6;
+    g[4] = 0;
+    g[5] = 0;
+    g[6] = 0;
+    g[7] = 0;
+    g[8] = seq >> 8;
+    g[9] = seq & 0xff;
+    g[10] = 0;
+    g[11] = 0;
+    g[12] = 14;  // Recovery
+    g[13] = 0;
+    // The UDP checksum: the pseudo-header (addresses, protocol, length) and the segment.
+    __u32 sum = 17 + 22;
+#pragma unroll
+    for (int i = 12; i < 20; i += 2)
+        sum += (__u32)o[i] << 8 | o[i + 1];
+#pragma unroll
+    for (int i = 0; i < 22; i += 2)
+        sum += (__u32)u[i] << 8 | u[i + 1];
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    __u16 uc = ~(__u16)sum;
+    if (!uc)
+        uc = 0xffff;
+    u[6] = uc >> 8;
+    u[7] = uc & 0xff;
+    count(C_ECHO);
+    return XDP_TX;
+}
+
 SEC("xdp")
 int sb_ran(struct xdp_md *ctx)
 {
@@ -551,6 +665,8 @@ int sb_ran(struct xdp_md *ctx)
     __u8 *g = u + 8;
     if ((void *)(g + 8) > end || ulen < 16)
         return slow(ctx, C_SLOW_PARSE);
+    if (g[1] == 1)
+        return echo(ctx);
     if (g[0] != 0x30 || g[1] != 0xff)
         return slow(ctx, C_SLOW_PARSE);  // options, extensions, echo, other messages
     __u32 glen = (__u32)g[2] << 8 | g[3];

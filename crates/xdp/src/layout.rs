@@ -139,7 +139,8 @@ pub enum Counter {
     SlowRetry,
     /// Slow path: FIB miss.
     SlowFibMiss,
-    /// Slow path: a FIB or uplink value with a policy (flags or slot).
+    /// Slow path: a FIB value with a policy (any of bytes 16..28: MBRs, flags, local slot) or
+    /// an uplink value with a local policy slot.
     SlowPolicy,
     /// Slow path: too big for the `ran` MTU (the engine answers Fragmentation Needed).
     SlowMtu,

@@ -11,8 +11,11 @@
 //!   PDU Session Container when the value's QoS flow byte has bit 0x80) out of `ran`, or the
 //!   fabric shim (`sb_engine::fabric`, kind Lookup, hops 1) out of `fabric`. `sb_ran` (uplink
 //!   at `ran`): a G-PDU without options, TEID lookup in the uplink map, inner source = the
-//!   UE, TTL, decapsulation out of `inet`. Everything else (ARP, IPv6, ICMP, TTL <= 1, too
-//!   big for the MTU, FIB or TEID misses, values with a policy, a GPT block being written)
+//!   UE, TTL, decapsulation out of `inet`; a GTP-U Echo Request (without extension headers or
+//!   an N-PDU number) answered in place out of `ran` (`XDP_TX`), byte for byte as the engine
+//!   answers it. Everything else (ARP, IPv6, ICMP, TTL <= 1, too
+//!   big for the MTU, FIB or TEID misses, values with a policy (any of the FIB value's policy
+//!   bytes 16..25 or its local slot 25..28 set), a GPT block being written)
 //!   goes to the slow path: `bpf_redirect_map` to the XSKMAP entry of the receive queue (the
 //!   engine over AF_XDP), which is `XDP_PASS` (the kernel stack) when no socket is bound
 //!   there. The program never drops.

@@ -221,6 +221,8 @@ pub struct FastPath {
     gpt_map: GptMap,
     gpt: GptImage,
     setup: NodeSetup,
+    /// Whether `sb_cfg` says ready ([`FastPath::set_enabled`]).
+    enabled: bool,
 }
 
 impl FastPath {
@@ -279,13 +281,14 @@ impl FastPath {
             gpt_map,
             gpt: gpt.clone(),
             setup,
+            enabled: true,
         };
         fp.load_gpt(gpt)?;
         for n in 0..fp.setup.fabric_macs.len() {
             let b = fp.setup.node_bytes(n);
             fp.nodes.set(n as u32, b, 0)?;
         }
-        let c = fp.setup.cfg_bytes(&fp.gpt, true);
+        let c = fp.setup.cfg_bytes(&fp.gpt, fp.enabled);
         fp.cfg.set(0, c, 0)?;
         Ok(fp)
     }
@@ -314,7 +317,7 @@ impl FastPath {
             self.fallback.insert(fb_key(lo, hi), u32::from(v), 0)?;
         }
         // A new seed or shape: the configuration follows.
-        let c = self.setup.cfg_bytes(&gpt, true);
+        let c = self.setup.cfg_bytes(&gpt, self.enabled);
         self.gpt = gpt;
         self.cfg.set(0, c, 0)?;
         Ok(())
@@ -426,8 +429,23 @@ impl FastPath {
         self.setup.ifindex_inet = inet;
         self.setup.ifindex_ran = ran;
         self.setup.ifindex_fabric = fabric;
-        let c = self.setup.cfg_bytes(&self.gpt, true);
+        let c = self.setup.cfg_bytes(&self.gpt, self.enabled);
         Ok(self.cfg.set(0, c, 0)?)
+    }
+
+    /// Turns the fast path on or off: off, the programs send every frame to the slow path
+    /// (`sb_cfg`'s ready flag clear, counted as `slow_other`), as before the tables were
+    /// loaded. A node turns it off when a table write fails, so that the maps, no longer in
+    /// step with its tables, answer nothing.
+    pub fn set_enabled(&mut self, on: bool) -> Result<(), XdpError> {
+        self.enabled = on;
+        let c = self.setup.cfg_bytes(&self.gpt, on);
+        Ok(self.cfg.set(0, c, 0)?)
+    }
+
+    /// Whether the fast path is on ([`FastPath::set_enabled`]).
+    pub fn enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Attaches `prog` to interface `ifindex` (of the calling thread's network namespace).

@@ -92,6 +92,7 @@ mod bpf {
         rx: PacketBatch,
         slow: u64,
         fast: u64,
+        echoes: u64,
     }
 
     fn rig() -> Rig {
@@ -151,6 +152,7 @@ mod bpf {
             rx: PacketBatch::new(64),
             slow: 0,
             fast: 0,
+            echoes: 0,
         }
     }
 
@@ -209,6 +211,29 @@ mod bpf {
                         "to {name}: XDP's frame (left) differs from the engine's, input {frame:02x?}"
                     );
                     self.fast += 1;
+                }
+                action::TX => {
+                    // A GTP-U Echo Request answered in place: the engine's reply, out of ran.
+                    assert_eq!(
+                        d(Counter::Echo),
+                        1,
+                        "a TX without its counter: {frame:02x?}"
+                    );
+                    let total = self.out.ran.len() + self.out.fabric.len() + self.out.inet.len();
+                    assert!(
+                        port == PortId::Ran && self.out.ran.len() == 1 && total == 1,
+                        "XDP answered, the engine sent {} to ran, {} to fabric, {} to inet: {frame:02x?}",
+                        self.out.ran.len(),
+                        self.out.fabric.len(),
+                        self.out.inet.len()
+                    );
+                    assert_eq!(
+                        r.frame,
+                        self.out.ran.get(0),
+                        "echo: XDP's answer (left) differs from the engine's, input {frame:02x?}"
+                    );
+                    self.fast += 1;
+                    self.echoes += 1;
                 }
                 a => panic!("XDP action {a} for {frame:02x?}"),
             }
@@ -285,6 +310,31 @@ mod bpf {
         };
         let mut out = vec![0u8; tun.header_len() + ip.len()];
         let n = tun.encap_into(ip, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    /// A GTP-U Echo Request to this node's `ran` address from `enb`, UDP source port `sport`,
+    /// with GTP-U `flags` (0x30: no sequence number; 0x32: `seq`; others as given) and `tail`
+    /// after the mandatory header and the optional word (IEs).
+    fn echo_request(enb: Ipv4Addr, sport: u16, flags: u8, seq: u16, tail: &[u8]) -> Vec<u8> {
+        let b = PacketBuilder::udp(
+            mac(PortId::Ran, ME, false),
+            mac(PortId::Ran, ME, true),
+            enb.into(),
+            sim_ran_addr(ME).into(),
+            sport,
+            2152,
+        );
+        let mut g = vec![flags, 1, 0, 0, 0, 0, 0, 0];
+        if flags & 7 != 0 {
+            g.extend_from_slice(&[(seq >> 8) as u8, seq as u8, 0, 0]);
+        }
+        g.extend_from_slice(tail);
+        let glen = (g.len() - 8) as u16;
+        g[2..4].copy_from_slice(&glen.to_be_bytes());
+        let mut out = vec![0u8; b.header_len() + g.len()];
+        let n = b.build(&g, &mut out).unwrap();
         out.truncate(n);
         out
     }
@@ -414,6 +464,24 @@ mod bpf {
                 frames.push(up(t, teid, t.ue, 64, 20, Some(t.qfi.max(1))));
             }
         }
+        // GTP-U Echo Requests: with and without a sequence number, with a Recovery IE, with
+        // an N-PDU number or an extension header (the slow path's), from port 2152 or another.
+        for (i, t) in ts.iter().enumerate().take(400) {
+            let enb = if t.enb.is_unspecified() {
+                Ipv4Addr::new(10, 2, 0, 9)
+            } else {
+                t.enb
+            };
+            let sport = if i % 3 == 0 { 2152 } else { 30000 + i as u16 };
+            let seq = (i as u16).wrapping_mul(2477);
+            frames.push(match i % 5 {
+                0 => echo_request(enb, sport, 0x30, 0, &[]),
+                1 => echo_request(enb, sport, 0x32, seq, &[]),
+                2 => echo_request(enb, sport, 0x32, seq, &[14, 3]),
+                3 => echo_request(enb, sport, 0x33, seq, &[14, 3]),
+                _ => echo_request(enb, sport, 0x34, seq, &[1, 0, 0, 0]),
+            });
+        }
         let mut total = 0;
         for f in &frames {
             for v in variants(f, &mut rng) {
@@ -422,14 +490,15 @@ mod bpf {
             }
         }
         eprintln!(
-            "uplink: {total} frames, {} forwarded by XDP (byte-equal to the engine), {} to the slow path",
-            r.fast, r.slow
+            "uplink: {total} frames, {} forwarded or answered by XDP (byte-equal to the engine; {} echo answers), {} to the slow path",
+            r.fast, r.echoes, r.slow
         );
         let c = r.fp.counters().unwrap();
         for k in Counter::ALL {
             eprintln!("  {:>18} {}", k.label(), c[k as usize]);
         }
         assert!(c[Counter::UpToInet as usize] > 200);
+        assert!(r.echoes > 200, "{} echo answers", r.echoes);
         assert!(c[Counter::SlowTeidMiss as usize] > 0 && c[Counter::SlowUplinkCheck as usize] > 0);
     }
 
