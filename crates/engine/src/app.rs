@@ -115,6 +115,12 @@ pub trait App: Send {
         0
     }
 
+    /// How many of the frames [`take_access_frames`](Self::take_access_frames) gave since the
+    /// last call were the CP function's (counted apart from End Markers); the default none.
+    fn take_from_cp(&mut self) -> u64 {
+        0
+    }
+
     /// Frames the application held back (a session's buffered downlink) that are due to go
     /// now, appended to `rx` as Ethernet frames to run through the downstream path like
     /// frames from the external port; returns how many. The engine runs them, then calls

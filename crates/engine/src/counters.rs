@@ -95,6 +95,10 @@ pub enum Drop {
     /// [`Counters::buffered`]; it leaves when the buffer is flushed
     /// ([`Counters::released`]).
     Buffered,
+    /// Not a drop: an uplink packet for the CP function (an ICMPv6 Router Solicitation) handed
+    /// to the node's control plane ([`crate::policy::Policies::take_to_cp`]), counted in
+    /// [`Counters::to_cp`].
+    ToCp,
 }
 
 /// Number of drop reasons other than the malformed ones.
@@ -151,6 +155,7 @@ impl Drop {
             Drop::BufferFull => "buffer_full",
             Drop::FarDrop => "far_drop",
             Drop::Buffered => "buffered",
+            Drop::ToCp => "to_cp",
         }
     }
 
@@ -211,6 +216,11 @@ pub struct Counters {
     pub fragmented: u64,
     /// The fragments those packets left as (each also counted in `tx`).
     pub fragments: u64,
+    /// Uplink packets for the CP function handed to the control plane ([`Drop::ToCp`]).
+    pub to_cp: u64,
+    /// Frames from the CP function (its router advertisements, tunnelled to the UE by the
+    /// control plane, [`crate::policy::Policies::queue_access_frame`]) sent out of `ran`.
+    pub from_cp: u64,
 }
 
 impl Default for Counters {
@@ -231,6 +241,8 @@ impl Default for Counters {
             end_markers: 0,
             fragmented: 0,
             fragments: 0,
+            to_cp: 0,
+            from_cp: 0,
         }
     }
 }
@@ -246,6 +258,10 @@ impl Counters {
         }
         if why == Drop::Buffered {
             self.buffered += 1;
+            return;
+        }
+        if why == Drop::ToCp {
+            self.to_cp += 1;
             return;
         }
         self.ports[p].dropped += 1;
@@ -299,6 +315,8 @@ impl Counters {
         self.end_markers += other.end_markers;
         self.fragmented += other.fragmented;
         self.fragments += other.fragments;
+        self.to_cp += other.to_cp;
+        self.from_cp += other.from_cp;
     }
 
     /// Mean fabric crossings of the downstream packets transmitted on the access port.
@@ -372,6 +390,8 @@ impl Counters {
             end_markers: self.end_markers,
             fragmented: self.fragmented,
             fragments: self.fragments,
+            to_cp: self.to_cp,
+            from_cp: self.from_cp,
         }
     }
 }
@@ -420,4 +440,8 @@ pub struct Report {
     pub fragmented: u64,
     /// The fragments they were sent as.
     pub fragments: u64,
+    /// Uplink packets handed to the control plane for the CP function.
+    pub to_cp: u64,
+    /// Frames from the CP function sent out of `ran`.
+    pub from_cp: u64,
 }

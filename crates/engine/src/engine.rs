@@ -437,7 +437,8 @@ impl<A: App> Engine<A> {
     /// buffered downlink, [`App::take_released`]) through the downstream path, ahead of what
     /// the worker receives next. The driver transmits `out` afterwards as after
     /// [`process`](Self::process). Counted: `end_markers` (and `tx` on `ran`), `released`
-    /// (not `rx`: they were received before).
+    /// (not `rx`: they were received before), `from_cp` (the CP function's frames to UEs,
+    /// [`crate::policy::Policies::queue_access_frame`]).
     pub fn poll(&mut self, out: &mut Outputs) {
         self.app.poll();
         let ran = &mut out.ran;
@@ -448,7 +449,9 @@ impl<A: App> Engine<A> {
             f[..6].copy_from_slice(&self.cfg.ran.peer_mac);
             f[6..12].copy_from_slice(&self.cfg.ran.mac);
         }
-        self.counters.end_markers += n as u64;
+        let cp = self.app.take_from_cp();
+        self.counters.from_cp += cp;
+        self.counters.end_markers += n as u64 - cp;
         self.counters.ports[PortId::Ran as usize].tx += n as u64;
         let buf_size = out.inet.buf_size();
         let mut rx = match self.released.take() {

@@ -67,7 +67,7 @@ pub fn run_frames(data: &[u8]) {
     // Buffered frames leave later, released into the downstream path (not received again).
     assert_eq!(
         rx + made + cn.released,
-        tx + dropped + host + cn.buffered,
+        tx + dropped + host + cn.buffered + cn.to_cp,
         "every frame received or made leaves once, is counted as dropped, or is left to the host"
     );
     // Keep memory bounded over a long fuzzing run.

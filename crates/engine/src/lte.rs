@@ -54,7 +54,11 @@
 //!   IPv6: its /64 prefix; [`Drop::UplinkMismatch`]). The outer source is not checked (a
 //!   gNB's N3 address need not be the one the control plane knows). A PDU Session Container,
 //!   when present, must name the tunnel's QFI if the tunnel has one ([`Drop::QfiMismatch`]).
-//!   The inner TTL / hop limit is decremented (checksum patched); 1 or 0 is dropped
+//!   An ICMPv6 Router Solicitation on a known TEID goes to the node's control plane instead
+//!   ([`Policies::queue_to_cp`], [`Drop::ToCp`]: the CP function's path, open5gs's SMF
+//!   answers it), and the frames the control plane queues for UEs (the SMF's Router
+//!   Advertisements in their tunnels, [`Policies::queue_access_frame`]) leave `ran` between
+//!   batches. The inner TTL / hop limit is decremented (checksum patched); 1 or 0 is dropped
 //!   ([`Drop::Ttl`]) and answered with ICMP Time Exceeded to the UE, sent down its own
 //!   tunnel like any downstream packet. Otherwise the inner packet leaves `inet` as it was
 //!   tunnelled but for the TTL. Outer fragments are dropped ([`Drop::OuterFragment`]), other
@@ -526,6 +530,18 @@ pub struct Lte {
     released: Vec<Vec<u8>>,
     /// The outer IPv4 identification of the next packet cut into fragments.
     ident: u16,
+    /// Frames from the CP function sent ([`App::take_access_frames`]), not yet counted by the
+    /// engine ([`App::take_from_cp`]).
+    from_cp: u64,
+}
+
+/// Whether an uplink inner packet is an ICMPv6 Router Solicitation (RFC 4861 sec. 4.1: type
+/// 133, code 0, hop limit 255, right after the IPv6 header).
+fn is_router_solicitation(ip: &sb_wire::IpInfo<'_>) -> bool {
+    ip.is_ipv6()
+        && ip.packet.get(6) == Some(&58)
+        && ip.packet.get(7) == Some(&255)
+        && ip.packet.get(40..42) == Some(&[133, 0])
 }
 
 /// The least `ran_mtu` whose outer packets are cut into fragments (an IPv4 header and 8
@@ -554,6 +570,7 @@ impl Lte {
             finishing: None,
             released: Vec::new(),
             ident: first_ident(cfg.icmp_src, 0),
+            from_cp: 0,
             cfg,
         }
     }
@@ -899,6 +916,18 @@ impl App for Lte {
                 if !self.uplink.lookup_into(&g.teid.to_be_bytes(), &mut v) {
                     return Err(Drop::UnknownTeid);
                 }
+                // A Router Solicitation (from the UE's link-local or unspecified address):
+                // for the CP function, through the control plane (open5gs's SMF answers it).
+                if let Some(p) = self
+                    .policies
+                    .as_deref()
+                    .filter(|_| is_router_solicitation(&inner))
+                {
+                    if !p.queue_to_cp(g.teid, inner.packet) {
+                        return Err(Drop::NoRoom);
+                    }
+                    return Err(Drop::ToCp);
+                }
                 // IPv4: the UE's address; IPv6: its /64 prefix (the UE picks the rest).
                 if v[..KEY_BYTES] != ue_key(inner.src_addr) {
                     return Err(Drop::UplinkMismatch);
@@ -956,13 +985,23 @@ impl App for Lte {
         }
     }
 
-    /// Queued End Markers that may go ([`Policies::queue_end_marker`]), from the old
-    /// tunnel's node's `ran` address.
+    /// The CP function's frames to UEs ([`Policies::queue_access_frame`]), then queued End
+    /// Markers that may go ([`Policies::queue_end_marker`]), from the old tunnel's node's
+    /// `ran` address.
     fn take_access_frames(&mut self, out: &mut PacketBatch) -> usize {
         let Some(p) = &self.policies else {
             return 0;
         };
         let mut n = 0;
+        while out.room() > 0 {
+            let Some(f) = p.take_access_frame() else {
+                break;
+            };
+            if out.push(&f) {
+                n += 1;
+                self.from_cp += 1;
+            }
+        }
         while out.room() > 0 {
             let Some(m) = p.take_end_marker(self.now_ns) else {
                 break;
@@ -1009,6 +1048,10 @@ impl App for Lte {
         self.flushing = id;
         self.finishing = Some(id);
         n
+    }
+
+    fn take_from_cp(&mut self) -> u64 {
+        std::mem::take(&mut self.from_cp)
     }
 
     fn released_done(&mut self) {

@@ -59,6 +59,16 @@
 //! sends it out of `ran` once every worker has gone round its loop since (each has then
 //! transmitted every packet it held, some of them perhaps on the old tunnel), or after
 //! [`END_MARKER_WAIT_NS`] if a worker does not come round.
+//!
+//! # The CP function's packets
+//! The paths between a UE and the CP function (TS 29.244's CP-function interfaces: open5gs
+//! sends the UE's IPv6 Router Solicitations to the SMF and the SMF's Router Advertisements to
+//! the UE) go through the node's control plane: a worker queues an uplink Router Solicitation
+//! with its uplink TEID ([`Policies::queue_to_cp`]) for the control plane to take
+//! ([`Policies::take_to_cp`]) and tunnel to the SMF; the control plane queues the G-PDU it made
+//! of an advertisement for the UE's tunnel ([`Policies::queue_access_frame`]), which a worker
+//! sends out of `ran`. Each queue holds [`CP_QUEUE`] packets; more are dropped and counted
+//! ([`PolicyStats::cp_lost`]).
 
 use crate::counters::Drop;
 use std::collections::{HashMap, VecDeque};
@@ -388,6 +398,8 @@ pub struct PolicyStats {
     pub notifications_lost: u64,
     /// End Markers waiting for a worker.
     pub end_markers_queued: usize,
+    /// Packets between UEs and the CP function dropped because their queue was full.
+    pub cp_lost: u64,
 }
 
 /// What the forwarding path makes of a packet ([`Policies::downlink`], [`Policies::uplink`]).
@@ -432,7 +444,15 @@ pub struct Policies {
     notify_lost: AtomicU64,
     markers: Mutex<VecDeque<MarkerJob>>,
     markers_pending: AtomicUsize,
+    to_cp: Mutex<VecDeque<(u32, Vec<u8>)>>,
+    to_cp_pending: AtomicUsize,
+    access_frames: Mutex<VecDeque<Vec<u8>>>,
+    access_pending: AtomicUsize,
+    cp_lost: AtomicU64,
 }
+
+/// The packets each of the CP function's queues holds (see the module docs).
+pub const CP_QUEUE: usize = 64;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -487,6 +507,11 @@ impl Policies {
             notify_lost: AtomicU64::new(0),
             markers: Mutex::default(),
             markers_pending: AtomicUsize::new(0),
+            to_cp: Mutex::default(),
+            to_cp_pending: AtomicUsize::new(0),
+            access_frames: Mutex::default(),
+            access_pending: AtomicUsize::new(0),
+            cp_lost: AtomicU64::new(0),
         }
     }
 
@@ -715,6 +740,33 @@ impl Policies {
         self.markers_pending.fetch_add(1, Ordering::Release);
     }
 
+    /// Queues a frame for a worker to send out of `ran` as it is (MACs zero: the engine sets
+    /// them): a G-PDU from the CP function to a UE. False (dropped, counted) when
+    /// [`CP_QUEUE`] frames wait already.
+    pub fn queue_access_frame(&self, frame: Vec<u8>) -> bool {
+        let mut q = lock(&self.access_frames);
+        if q.len() >= CP_QUEUE {
+            self.cp_lost.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        q.push_back(frame);
+        self.access_pending.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// The oldest uplink packet for the CP function a worker queued ([`queue_to_cp`]): its
+    /// uplink TEID and its inner IP packet.
+    ///
+    /// [`queue_to_cp`]: Self::queue_to_cp
+    pub fn take_to_cp(&self) -> Option<(u32, Vec<u8>)> {
+        if self.to_cp_pending.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let p = lock(&self.to_cp).pop_front()?;
+        self.to_cp_pending.fetch_sub(1, Ordering::Release);
+        Some(p)
+    }
+
     /// The slow paths' counts.
     pub fn stats(&self) -> PolicyStats {
         let slots = lock(&self.alloc).by_teid.len();
@@ -728,6 +780,7 @@ impl Policies {
             buffered_bytes: bytes,
             notifications_lost: self.notify_lost.load(Ordering::Relaxed),
             end_markers_queued: self.markers_pending.load(Ordering::Relaxed),
+            cp_lost: self.cp_lost.load(Ordering::Relaxed),
         }
     }
 
@@ -739,6 +792,32 @@ impl Policies {
         if let Some(l) = self.loops.get(core) {
             l.0.store(l.0.load(Ordering::Relaxed) + 1, Ordering::Release);
         }
+    }
+
+    /// Queues the inner IP packet of an uplink G-PDU with TEID `ul_teid` for the control
+    /// plane (a Router Solicitation for the CP function). False (dropped, counted) when
+    /// [`CP_QUEUE`] packets wait already.
+    pub fn queue_to_cp(&self, ul_teid: u32, packet: &[u8]) -> bool {
+        let mut q = lock(&self.to_cp);
+        if q.len() >= CP_QUEUE {
+            self.cp_lost.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        q.push_back((ul_teid, packet.to_vec()));
+        self.to_cp_pending.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// A frame the control plane queued to go out of `ran` ([`queue_access_frame`]).
+    ///
+    /// [`queue_access_frame`]: Self::queue_access_frame
+    pub fn take_access_frame(&self) -> Option<Vec<u8>> {
+        if self.access_pending.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let f = lock(&self.access_frames).pop_front()?;
+        self.access_pending.fetch_sub(1, Ordering::Release);
+        Some(f)
     }
 
     /// A queued End Marker that may go now (worker clock `now_ns`).

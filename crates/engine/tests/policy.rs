@@ -518,3 +518,73 @@ fn entries_without_a_policy_forward_as_before() {
     assert_eq!((n.ran.len(), n.inet.len()), (1, 1));
     assert_eq!(n.policies.stats().slots, 0);
 }
+
+/// A G-PDU on `t`'s uplink TEID around an ICMPv6 Router Solicitation from a link-local
+/// address to all routers (what a UE sends when its PDU session comes up).
+fn router_solicitation(t: &Tunnel) -> (Vec<u8>, Vec<u8>) {
+    let src: Ipv6Addr = "fe80::1234".parse().unwrap();
+    let dst: Ipv6Addr = "ff02::2".parse().unwrap();
+    let mut ip = vec![0u8; 40 + 8];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&8u16.to_be_bytes());
+    ip[6] = 58;
+    ip[7] = 255;
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
+    ip[40] = 133;
+    let c = sb_wire::checksum::upper_layer(src.into(), dst.into(), 58, &ip[40..]).unwrap();
+    ip[42..44].copy_from_slice(&c.to_be_bytes());
+    let tunnel = GtpuTunnel::new(
+        EthernetAddress([2, 0, 0, 0, 0, 5]),
+        EthernetAddress(sim_mac(PortId::Ran, 0, false)),
+        OuterIp::V4 {
+            src: t.enb,
+            dst: sim_ran_addr(0),
+        },
+        t.uplink_teid(),
+    );
+    let mut f = vec![0u8; tunnel.header_len() + ip.len()];
+    tunnel.encap_into(&ip, &mut f).unwrap();
+    (f, ip)
+}
+
+#[test]
+fn router_solicitations_go_to_the_control_plane_and_its_frames_out_of_ran() {
+    let mut n = Node::new();
+    let t = Tunnel {
+        ue: IpAddr::V6("2001:db8:7::".parse().unwrap()),
+        ..tunnel(9, Policy::default())
+    };
+    n.install(&t);
+    let (rs, ip) = router_solicitation(&t);
+    n.inject(PortId::Ran, std::slice::from_ref(&rs));
+    assert!(n.inet.is_empty(), "not forwarded to the Internet");
+    let c = n.engine.counters();
+    assert_eq!((c.to_cp, c.ports[PortId::Ran as usize].dropped), (1, 0));
+    assert_eq!(n.policies.take_to_cp(), Some((t.uplink_teid(), ip)));
+    assert_eq!(n.policies.take_to_cp(), None);
+    // An unknown TEID is not the CP function's.
+    let other = Tunnel {
+        ul_teid: 0x0300_00ff,
+        ..t
+    };
+    n.inject(PortId::Ran, &[router_solicitation(&other).0]);
+    assert_eq!(n.engine.counters().dropped(Drop::UnknownTeid), 1);
+    assert_eq!(n.policies.take_to_cp(), None);
+    // The queue is bounded: the rest are counted lost (and as no room).
+    let many = vec![rs; sb_engine::policy::CP_QUEUE + 3];
+    n.inject(PortId::Ran, &many);
+    assert_eq!(n.policies.stats().cp_lost, 3);
+    assert_eq!(n.engine.counters().dropped(Drop::NoRoom), 3);
+    while n.policies.take_to_cp().is_some() {}
+    // A frame the control plane made for the UE leaves ran on the next loop, MACs set.
+    let frame = uplink(&tunnel(1, Policy::default()), 60);
+    assert!(n.policies.queue_access_frame(frame.clone()));
+    n.ran.clear(); // The Error Indication of the unknown TEID.
+    n.poll();
+    assert_eq!(n.ran.len(), 1);
+    assert_eq!(n.ran[0][12..], frame[12..]);
+    assert_eq!(n.ran[0][..6], sim_mac(PortId::Ran, 0, true));
+    let c = n.engine.counters();
+    assert_eq!((c.from_cp, c.end_markers), (1, 0));
+}

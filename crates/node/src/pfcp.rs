@@ -456,6 +456,10 @@ pub struct Endpoint {
     /// The socket of the relays between the endpoints ([`RELAY_PORT`] on the PFCP address:
     /// off PFCP's port, so PFCP tools do not take them for malformed PFCP), with relaying.
     relay_sock: Option<UdpSocket>,
+    /// The CP function's GTP-U socket (UDP 2152 on the PFCP address): the SMF's G-PDUs to its
+    /// CP-to-UP F-TEIDs arrive here, and the UEs' Router Solicitations leave here
+    /// ([`Endpoint::cp_packets`]). None when it could not be bound.
+    gtpu_sock: Option<UdpSocket>,
     upf: Upf<Cluster>,
     start: Instant,
     buf: Vec<u8>,
@@ -660,10 +664,24 @@ impl Endpoint {
         let peers = (ctl.pfcp_peers.iter())
             .map(|p| SocketAddr::new(p.ip(), RELAY_PORT))
             .collect();
+        let gtpu_at = SocketAddr::new(addr.ip(), sb_pfcp::upf::GTPU_PORT);
+        let gtpu_sock = match &cfg.netns {
+            Some(ns) => sb_io::netns::in_netns(ns, || UdpSocket::bind(gtpu_at)).ok(),
+            None => Some(UdpSocket::bind(gtpu_at)),
+        }
+        .and_then(|s| match s {
+            Ok(s) if s.set_nonblocking(true).is_ok() => Some(s),
+            Ok(_) => None,
+            Err(e) => {
+                eprintln!("pfcp: binding {gtpu_at} (the CP function's GTP-U): {e}");
+                None
+            }
+        });
         let cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
         Ok(Some(Endpoint {
             sock,
             relay_sock,
+            gtpu_sock,
             upf: Upf::new(config, cluster),
             start: Instant::now(),
             buf: vec![0u8; 65536],
@@ -689,6 +707,7 @@ impl Endpoint {
     pub fn wait(&self, control: &UdpSocket, timeout: Duration) {
         let mut fds = vec![control.as_raw_fd(), self.sock.as_raw_fd()];
         fds.extend(self.relay_sock.as_ref().map(|s| s.as_raw_fd()));
+        fds.extend(self.gtpu_sock.as_ref().map(|s| s.as_raw_fd()));
         if let Err(e) = sb_io::wait_readable(&fds, timeout) {
             eprintln!("pfcp: poll: {e}");
             std::thread::sleep(timeout.min(Duration::from_millis(1)));
@@ -794,6 +813,12 @@ impl Endpoint {
                         {
                             self.usage_relay(dp, sender, relay)
                         }
+                        Ok((_, relay))
+                            if matches!(relay.kind, RelayKind::ToCp | RelayKind::FromCp) =>
+                        {
+                            self.cp_relay(dp, relay);
+                            Vec::new()
+                        }
                         Ok((sender, relay)) => {
                             self.upf.handle_relay(self.start.elapsed(), sender, relay)
                         }
@@ -811,6 +836,7 @@ impl Endpoint {
                 }
             }
         }
+        self.cp_packets(dp);
         let c = self.upf.sessions_impl_mut();
         c.flush();
         let mut requests = std::mem::take(&mut c.outbox);
@@ -1066,6 +1092,115 @@ impl Endpoint {
             _ => {}
         }
         out
+    }
+
+    /// The packets between UEs and the CP function (see [`sb_pfcp::upf`]'s CP-function
+    /// paths): the Router Solicitations this node's workers handed over go to the SMF through
+    /// the endpoint holding their session (this one: [`Upf::uplink_to_cp`] and the GTP-U
+    /// socket; another: [`RelayKind::ToCp`]), and the SMF's G-PDUs on the GTP-U socket go down
+    /// their session's tunnel from its handling node's `ran` port (this node: the workers'
+    /// queue; another: [`RelayKind::FromCp`]). At most 64 of each per call.
+    fn cp_packets(&mut self, dp: &crate::control::DataPlane) {
+        let relaying = self.relay_sock.is_some();
+        for _ in 0..64 {
+            let Some((teid, packet)) = dp.policies.take_to_cp() else {
+                break;
+            };
+            let owner = (teid >> 24) as u8;
+            if owner == self.me || !relaying || usize::from(owner) > self.peers.len() {
+                self.cp_uplink(teid, &packet);
+            } else {
+                let mut bytes = teid.to_be_bytes().to_vec();
+                bytes.extend_from_slice(&packet);
+                self.cp_relay_to(owner, RelayKind::ToCp, bytes);
+            }
+        }
+        for _ in 0..64 {
+            let Some(s) = &self.gtpu_sock else { break };
+            let n = match s.recv_from(&mut self.buf) {
+                Ok((n, _)) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    eprintln!("pfcp: recv gtp-u: {e}");
+                    break;
+                }
+            };
+            let Ok(g) = sb_wire::GtpuPacket::new_checked(&self.buf[..n]) else {
+                continue;
+            };
+            if g.msg_type() != sb_wire::gtpu::msg_type::G_PDU {
+                continue;
+            }
+            let (teid, inner) = (g.teid(), g.payload().to_vec());
+            let Some(d) = self.upf.downlink_from_cp(teid) else {
+                continue;
+            };
+            let t = sb_wire::GtpuTunnel {
+                pdu_session: (d.qfi != 0).then(|| sb_wire::PduSession::downlink(d.qfi, false)),
+                ..sb_wire::GtpuTunnel::new(
+                    sb_wire::EthernetAddress([0; 6]),
+                    sb_wire::EthernetAddress([0; 6]),
+                    sb_wire::OuterIp::V4 {
+                        src: d.ran,
+                        dst: d.gnb,
+                    },
+                    d.teid,
+                )
+            };
+            let mut frame = vec![0u8; t.header_len() + inner.len()];
+            let Ok(len) = t.encap_into(&inner, &mut frame) else {
+                continue;
+            };
+            frame.truncate(len);
+            let handler = (d.node as u8).wrapping_add(1);
+            if handler == self.me || !relaying {
+                dp.policies.queue_access_frame(frame);
+            } else {
+                self.cp_relay_to(handler, RelayKind::FromCp, frame);
+            }
+        }
+    }
+
+    /// Tunnels the uplink packet `packet` of `ul_teid` to the SMF when a CP-function path of
+    /// its session takes it.
+    fn cp_uplink(&mut self, ul_teid: u32, packet: &[u8]) {
+        let (Some(t), Some(s)) = (self.upf.uplink_to_cp(ul_teid, packet), &self.gtpu_sock) else {
+            return;
+        };
+        if let Err(e) = s.send_to(&t.bytes, t.to) {
+            eprintln!("pfcp: gtp-u to {}: {e}", t.to);
+        }
+    }
+
+    /// A relay of the CP function's packets from another endpoint.
+    fn cp_relay(&mut self, dp: &crate::control::DataPlane, relay: Relay) {
+        match relay.kind {
+            RelayKind::ToCp if relay.bytes.len() > 4 => {
+                let b = &relay.bytes;
+                let teid = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+                self.cp_uplink(teid, &relay.bytes[4..]);
+            }
+            RelayKind::FromCp => {
+                dp.policies.queue_access_frame(relay.bytes);
+            }
+            _ => self.relays_refused += 1,
+        }
+    }
+
+    /// Sends `bytes` as a relay of `kind` to endpoint `to` (an allocator id).
+    fn cp_relay_to(&mut self, to: u8, kind: RelayKind, bytes: Vec<u8>) {
+        let (Some(rs), Some(at)) = (&self.relay_sock, self.peers.get(usize::from(to) - 1)) else {
+            return;
+        };
+        let r = Relay {
+            to,
+            kind,
+            peer: *at,
+            bytes,
+        };
+        if let Err(e) = rs.send_to(&r.to_bytes(self.me, &self.key), at) {
+            eprintln!("pfcp: relay to {at}: {e}");
+        }
     }
 
     /// Sends `out` to the peers, then the relays the endpoint has for the others.

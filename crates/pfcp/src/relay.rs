@@ -24,6 +24,11 @@
 //!   needs the counts now (a deletion's or a Query URR's Usage Report) asks the handling node
 //!   ([`RelayKind::UsageQuery`]), which answers ([`RelayKind::UsageAnswer`]). Their payload is
 //!   a [`Meter`] instead of a PFCP message.
+//! - **The CP function's packets.** A UE's Router Solicitation reaches its handling node, which
+//!   sends it to the endpoint holding the session ([`RelayKind::ToCp`]: the uplink TEID, 4
+//!   bytes big endian, then the IP packet) to tunnel to the SMF; an endpoint that took a G-PDU
+//!   from the SMF for a UE sends the G-PDU it made for the UE's tunnel to the handling node
+//!   ([`RelayKind::FromCp`]: the Ethernet frame, MACs zero) to send out of its `ran` port.
 //!
 //! What this does not do: an endpoint that is down cannot answer for its sessions (the peer's
 //! request times out: its retransmissions are relayed again), and its sessions are lost if its
@@ -79,6 +84,11 @@ pub enum RelayKind {
     UsageQuery,
     /// The answer to a [`RelayKind::UsageQuery`] (a [`Meter`] with its token).
     UsageAnswer,
+    /// An uplink packet for the CP function (its uplink TEID, then the packet), to the
+    /// endpoint holding its session.
+    ToCp,
+    /// A frame from the CP function to a UE, to its handling node's `ran` port.
+    FromCp,
 }
 
 impl RelayKind {
@@ -90,6 +100,8 @@ impl RelayKind {
             RelayKind::Usage => 4,
             RelayKind::UsageQuery => 5,
             RelayKind::UsageAnswer => 6,
+            RelayKind::ToCp => 7,
+            RelayKind::FromCp => 8,
         }
     }
     fn from_code(c: u8) -> Option<Self> {
@@ -100,6 +112,8 @@ impl RelayKind {
             4 => Some(RelayKind::Usage),
             5 => Some(RelayKind::UsageQuery),
             6 => Some(RelayKind::UsageAnswer),
+            7 => Some(RelayKind::ToCp),
+            8 => Some(RelayKind::FromCp),
             _ => None,
         }
     }

@@ -76,10 +76,15 @@ const GNB: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
 const GNB2: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 11);
 
 fn upf() -> Upf<Cluster> {
+    upf_at(Ipv4Addr::new(10, 3, 0, 1))
+}
+
+/// The endpoint with PFCP address `pfcp`.
+fn upf_at(pfcp: Ipv4Addr) -> Upf<Cluster> {
     let mut c = Config::new(
         NodeId::Fqdn("upf.sb.scalebricks".into()),
         RecoveryTimeStamp(1000),
-        Ipv4Addr::new(10, 3, 0, 1),
+        pfcp,
     );
     c.allocator_id = 1;
     c.endpoints = 4;
@@ -160,7 +165,28 @@ fn ohc_of(smf: &str, name: &str) -> (u32, Ipv4Addr) {
     }
 }
 
-fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr) {
+/// The endpoint's PFCP address in the open5gs lifecycle (apart from every `ran` address).
+const PFCP_ADDR: Ipv4Addr = Ipv4Addr::new(10, 3, 0, 100);
+/// open5gs's SMF GTP-U address and the TEID it gives its UP-to-CP FAR (the session index).
+const SMF_GTPU: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 3, 0, 254)), 2152);
+
+/// An ICMPv6 Router Solicitation from `src` to `dst` (no options).
+fn router_solicitation(src: &str, dst: &str) -> Vec<u8> {
+    let (s, d): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+        (src.parse().unwrap(), dst.parse().unwrap());
+    let mut ip = vec![0u8; 48];
+    ip[0] = 0x60;
+    ip[5] = 8;
+    ip[6] = 58;
+    ip[7] = 255;
+    ip[8..24].copy_from_slice(&s.octets());
+    ip[24..40].copy_from_slice(&d.octets());
+    ip[40] = 133;
+    ip
+}
+
+/// `cp`: the session's CP-to-UP TEID (open5gs's PDR 3), whose downlink follows the session's.
+fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr, cp: Option<u32>) {
     // The gNB's tunnel: downlink forwards.
     let m = send(
         upf,
@@ -173,6 +199,11 @@ fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr) {
     let (teid, gnb) = ohc_of(smf, "03-session-modification-request-gnb-tunnel");
     assert_eq!(gnb, GNB);
     assert_eq!(upf.sessions_impl().down.get(&ue), Some(&(teid, GNB)));
+    // The SMF's Router Advertisements go down the gNB's tunnel, with the flow's QFI.
+    if let Some(cp) = cp {
+        let d = upf.downlink_from_cp(cp).expect("a CP-to-UP path");
+        assert_eq!((d.teid, d.gnb, d.qfi), (teid, GNB, 1));
+    }
     let policy = |upf: &Upf<Cluster>| upf.sessions_impl().policy[&ue];
     assert!(
         !policy(upf).buffer && policy(upf).count,
@@ -184,6 +215,9 @@ fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr) {
     let m = send(upf, smf, "04-session-modification-request-idle", seid, 4);
     accepted(&m, "04");
     assert_eq!(upf.sessions_impl().down.get(&ue), None);
+    if let Some(cp) = cp {
+        assert_eq!(upf.downlink_from_cp(cp), None, "idle: no tunnel");
+    }
     assert!(
         policy(upf).buffer && policy(upf).notify,
         "{:?}",
@@ -213,6 +247,10 @@ fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr) {
     let (teid2, gnb2) = ohc_of(smf, "06-session-modification-request-xn-handover");
     assert_eq!(gnb2, GNB2);
     assert_eq!(upf.sessions_impl().down.get(&ue), Some(&(teid2, GNB2)));
+    if let Some(cp) = cp {
+        let d = upf.downlink_from_cp(cp).unwrap();
+        assert_eq!((d.teid, d.gnb), (teid2, GNB2));
+    }
     // With an End Marker on the old tunnel first (SNDEM), asked once.
     assert_eq!(upf.sessions_impl().end_markers, 1);
     // The uplink forwarded throughout.
@@ -234,11 +272,14 @@ fn modify_steps(upf: &mut Upf<Cluster>, smf: &str, seid: u64, ue: IpAddr) {
     assert!(upf.sessions_impl().down.is_empty());
     assert!(upf.sessions_impl().up.is_empty());
     assert_eq!(upf.session_count(), 0);
+    if let Some(cp) = cp {
+        assert_eq!(upf.downlink_from_cp(cp), None, "deleted");
+    }
 }
 
 #[test]
 fn open5gs_session_lifecycle() {
-    let mut upf = upf();
+    let mut upf = upf_at(PFCP_ADDR);
     let (seid, created) = establish(&mut upf, "open5gs", "02-session-establishment-request");
     // PDR 2 and PDR 4 share CHOOSE ID 5; PDR 3 (from the CP function) has its own TEID.
     let teid = |id: u16| {
@@ -262,7 +303,36 @@ fn open5gs_session_lifecycle() {
     assert_eq!(upf.sessions_impl().down.get(&ue), None);
     // The QER's QFI (1) is the UE's QoS flow.
     assert_eq!(upf.sessions_impl().qfi.get(&ue), Some(&1));
-    modify_steps(&mut upf, "open5gs", seid, ue);
+    // PDR 3's F-TEID is at the endpoint's PFCP address (where the node takes the SMF's
+    // G-PDUs), the others at the handling node's ran address.
+    let addr = |id: u16| match created.iter().find(|c| c.pdr_id == PdrId(id)) {
+        Some(CreatedPdr {
+            local_f_teid: Some(FTeid::Assigned { ipv4, .. }),
+            ..
+        }) => *ipv4,
+        c => panic!("{c:?}"),
+    };
+    assert_eq!(addr(3), Some(PFCP_ADDR));
+    assert_ne!(addr(2), Some(PFCP_ADDR));
+    // PDR 4: a Router Solicitation on the uplink TEID goes to the SMF's F-TEID (FAR 3: TEID
+    // 1 at its GTP-U address) as a G-PDU; a packet the SDF filter does not match does not.
+    let rs = router_solicitation("fe80::1", "ff02::2");
+    let t = upf.uplink_to_cp(teid(2), &rs).expect("the UP-to-CP path");
+    assert_eq!(t.to, SMF_GTPU);
+    assert_eq!(t.bytes[..8], [0x30, 0xff, 0, 48, 0, 0, 0, 1]);
+    assert_eq!(t.bytes[8..], rs[..]);
+    assert_eq!(
+        upf.uplink_to_cp(teid(2), &router_solicitation("fe80::1", "ff02::1")),
+        None
+    );
+    assert_eq!(upf.uplink_to_cp(teid(3), &rs), None, "not an uplink TEID");
+    // Idle until the gNB's tunnel comes: nothing goes down.
+    assert_eq!(upf.downlink_from_cp(teid(3)), None);
+    assert_eq!(upf.downlink_from_cp(teid(2)), None, "not a CP-to-UP TEID");
+    let st = upf.stats();
+    assert_eq!((st.cp_uplink, st.cp_downlink, st.cp_unmatched), (1, 0, 4));
+    modify_steps(&mut upf, "open5gs", seid, ue, Some(teid(3)));
+    assert_eq!(upf.uplink_to_cp(teid(2), &rs), None, "deleted");
 }
 
 #[test]
@@ -295,7 +365,7 @@ fn free5gc_session_lifecycle() {
     let (_, place) = upf.session(seid).unwrap();
     assert_eq!(place.ran, Ipv4Addr::new(10, 3, 0, 1));
     assert_eq!(upf.sessions_impl().qfi.get(&ue), Some(&1));
-    modify_steps(&mut upf, "free5gc", seid, ue);
+    modify_steps(&mut upf, "free5gc", seid, ue, None);
 }
 
 #[test]

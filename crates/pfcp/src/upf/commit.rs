@@ -134,6 +134,8 @@ impl<S: Sessions> Upf<S> {
                 let cp_seid = session.cp_f_seid.seid;
                 let (m, _) = metering(&session.rules, smf, cp_seid, None, &edit, self.now);
                 self.set_metering(seid, m);
+                let cp = cp::cp_paths(&session.rules, &session.fwd, session.placement);
+                self.set_cp_paths(seid, Some(cp));
                 Message {
                     seid: reply_seid,
                     sequence: seq,
@@ -195,6 +197,8 @@ impl<S: Sessions> Upf<S> {
                     m
                 });
                 self.set_metering(seid, m);
+                let cp = cp::cp_paths(&session.rules, &session.fwd, session.placement);
+                self.set_cp_paths(seid, Some(cp));
                 self.enforce(seid);
                 let query = meter.query_all || !meter.query.is_empty();
                 if query || !removed.is_empty() {
@@ -247,6 +251,7 @@ impl<S: Sessions> Upf<S> {
                 self.remove_session(seid);
                 let m = self.metering.get(&seid).cloned();
                 self.set_metering(seid, None);
+                self.set_cp_paths(seid, None);
                 // The counts are read now that the session's forwarding is gone: the report
                 // is what was forwarded.
                 if let Some(m) = m.filter(|m| !m.meters.is_empty()) {
@@ -300,6 +305,7 @@ impl<S: Sessions> Upf<S> {
                 for s in seids {
                     self.remove_session(s);
                     self.set_metering(s, None);
+                    self.set_cp_paths(s, None);
                 }
                 match setup.map(|b| *b) {
                     Some((association, accepted)) => {

@@ -30,7 +30,9 @@
 //!   checked). A PDR whose SDF filters match every packet (`permit out ip from any to
 //!   assigned`) is as one without. A PDR from the CP function, or one with a narrower SDF
 //!   filter whose FAR forwards to the CP function (open5gs's router solicitation path), is
-//!   kept and its F-TEID allocated, but forwards nothing in the data plane yet.
+//!   kept and its F-TEID allocated (a CP-function PDR's at the endpoint's PFCP address);
+//!   their packets go through the node's control plane, not the FIB ([`Upf::uplink_to_cp`],
+//!   [`Upf::downlink_from_cp`]; see `cp.rs`).
 //! - **QERs** become the UE's [`UePolicy`]: a closed gate keeps the entry and sets
 //!   `dl_gate_closed`/`ul_gate_closed` (the handling node drops; its counters and buffer
 //!   stay), the least MBR of the QERs of the UE's downlink (uplink) PDR is its
@@ -73,6 +75,7 @@
 mod association;
 mod bar;
 mod commit;
+mod cp;
 mod far;
 mod fib;
 mod memory;
@@ -86,6 +89,7 @@ mod session;
 mod teid;
 mod urr;
 
+pub use cp::{FromCp, GTPU_PORT};
 pub use fib::{FibChange, Forwarding, UeChange, UeFib, UePolicy, Usage, UsageRead};
 pub use memory::{malloc_chunk, Memory};
 
@@ -305,6 +309,14 @@ pub struct Transmit {
 /// Counters (plain integers; read them with [`Upf::stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Uplink packets tunnelled to the CP function ([`Upf::uplink_to_cp`]).
+    pub cp_uplink: u64,
+    /// Packets from the CP function sent down a session's tunnel
+    /// ([`Upf::downlink_from_cp`]).
+    pub cp_downlink: u64,
+    /// Packets to or from the CP function that no session's CP-function path took (no such
+    /// path, no filter matched, or no downlink tunnel now).
+    pub cp_unmatched: u64,
     /// Requests received, by message type.
     pub rx: BTreeMap<u8, u64>,
     /// Responses sent, by message type and cause (0 when the message has no cause).
@@ -421,6 +433,8 @@ pub struct Upf<S> {
     /// Where the UE address pools' searches go on.
     next_ue_v4: u64,
     next_ue_v6: u64,
+    /// The sessions' paths between UEs and the CP function.
+    cp: cp::CpIndex,
 }
 
 impl<S: Sessions> Upf<S> {
@@ -463,6 +477,7 @@ impl<S: Sessions> Upf<S> {
             meter_heap: 0,
             next_ue_v4: 0,
             next_ue_v6: 0,
+            cp: cp::CpIndex::default(),
         }
     }
 

@@ -224,8 +224,8 @@ pub(super) fn forwarding(rules: &Rules, live: &Live) -> Result<Forwarding, Rejec
         let rank = (p.precedence.0, id);
         // The paths between the UE and the SMF (open5gs's IPv6 router solicitations and
         // advertisements): a PDR from the CP function, or one whose FAR forwards to it, is
-        // kept and answered (its F-TEID allocated) but forwards nothing in the data plane
-        // yet; nor may it be what a direction's FIB entry follows.
+        // kept and answered (its F-TEID allocated); its packets go through the control plane
+        // (`cp.rs`), never the FIB: it may not be what a direction's FIB entry follows.
         if p.pdi.source_interface == Interface::CP_FUNCTION
             || (to_cp && matches!(filter, Filter::Some))
         {

@@ -82,8 +82,13 @@ impl<S: Sessions> Upf<S> {
                     self.via.insert(k, from);
                 }
             }
-            // The usage relays are the node's (its handling-node counts): not for the endpoint.
-            RelayKind::Usage | RelayKind::UsageQuery | RelayKind::UsageAnswer => {
+            // The usage relays are the node's (its handling-node counts), and so are the CP
+            // function's packets: not for the endpoint.
+            RelayKind::Usage
+            | RelayKind::UsageQuery
+            | RelayKind::UsageAnswer
+            | RelayKind::ToCp
+            | RelayKind::FromCp => {
                 self.stats.ignored += 1;
                 return Vec::new();
             }

@@ -229,7 +229,12 @@ impl<S: Sessions> Upf<S> {
             Ok(f) => f,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
-        let created = created_pdrs(created, chosen, placement.ran);
+        let created = created_pdrs(
+            created,
+            chosen,
+            placement.ran,
+            (&rules, self.config.pfcp_addr),
+        );
         let changes = Forwarding::default().changes(&fwd, placement.node);
         let session = Session {
             node_id: node,
@@ -384,7 +389,8 @@ impl<S: Sessions> Upf<S> {
             Ok(f) => f,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
-        let created = created_pdrs(created, vec![], session.placement.ran);
+        let cp = (&session.rules, self.config.pfcp_addr);
+        let created = created_pdrs(created, vec![], session.placement.ran, cp);
         let packed = match session.pack() {
             Ok(p) => p,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
@@ -545,18 +551,24 @@ pub(super) fn teids_of(rules: &Rules) -> Few<u32> {
 }
 
 /// The Created PDR IEs: the F-TEIDs we allocated (`teids`, at the handling node's `ran`
-/// address) and the UE addresses we chose (`ues`), one IE per PDR.
+/// address; a PDR of `rules` whose source is the CP function at the endpoint's PFCP address,
+/// `cp.1`, where the node takes the CP function's G-PDUs) and the UE addresses we chose
+/// (`ues`), one IE per PDR.
 fn created_pdrs(
     teids: Vec<(u16, u32)>,
     ues: Vec<(u16, UeIpAddress)>,
     ran: Ipv4Addr,
+    cp: (&Rules, Ipv4Addr),
 ) -> Vec<CreatedPdr> {
+    let from_cp = |id: u16| {
+        (cp.0.pdrs.get(&id)).is_some_and(|(p, _)| p.pdi.source_interface == Interface::CP_FUNCTION)
+    };
     let mut out: Vec<CreatedPdr> = (teids.into_iter())
         .map(|(id, teid)| CreatedPdr {
             pdr_id: PdrId(id),
             local_f_teid: Some(FTeid::Assigned {
                 teid,
-                ipv4: Some(ran),
+                ipv4: Some(if from_cp(id) { cp.1 } else { ran }),
                 ipv6: None,
             }),
             ue_ip_address: None,
