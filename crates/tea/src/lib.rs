@@ -2,11 +2,14 @@
 //! servers, read by one-sided reads, with a small exact-match cache of hot keys in the switch.
 
 pub mod hash;
+pub mod hot;
 pub mod layout;
 pub mod region;
 pub mod resolver;
 pub mod table;
+pub mod zipf;
 
+pub use hot::{BloomFilter, CountMinSketch, HotCache, HotError, HotKeys, HotParams, Offer};
 pub use layout::{BucketError, Layout, LayoutError};
 pub use region::{MemoryRegion, OutOfBounds, Region};
 pub use resolver::{Address, RangeEntry, RangeError, RangeTable, Resolver, ServerId};
