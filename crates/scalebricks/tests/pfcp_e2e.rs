@@ -1362,7 +1362,9 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
     // Node 1 answered the modifications and deletions relayed to it by nodes 2 and 3.
     // The node's bytes by structure are exported: it keeps the sessions it took.
     assert!(sample(r#"scalebricks_memory_bytes{structure="pfcp_packed"}"#) > 0);
-    assert!(sample(r#"scalebricks_memory_bytes{structure="rib"}"#) > 0);
+    // (`rib` is the owner's batch in flight, empty again after a restart: the RIB itself is
+    // `table_rib`.)
+    assert!(sample(r#"scalebricks_memory_bytes{structure="table_rib"}"#) > 0);
     let relayed_in = sample(r#"scalebricks_pfcp_messages_total{message="relay_in",cause=""}"#);
     assert!(
         relayed_in >= (MODIFIED + DELETED) as u64,
@@ -1370,6 +1372,12 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
     );
 
     our_load_generator_agrees_with_scapy(&c, &cp);
+    // `cluster status` reads each node's counters file, written every second from what its
+    // control thread last published: a file from before smf-sim's sessions would show none of
+    // them (stop 32 took that for lost sessions, tolerated as a "KNOWN BUG"; the sessions were
+    // in the endpoints all along, as each node's /metrics showed). Every check below waits for
+    // files written after this instant.
+    let after_gen = std::time::SystemTime::now() + Duration::from_millis(500);
 
     // The counters agree: no inserts refused by the tables.
     let st = c.status();
@@ -1378,55 +1386,50 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
     }
     // The reported table sizes follow the sessions: each node's GPT replica counts every key of
     // the cluster (the FIB slices' sum), not the keys it was assembled with. The counters are
-    // written every second: wait for a write after convergence.
+    // written every second: wait for every node's write after smf-sim and convergence (a node
+    // whose counters file stops being written fails here, named).
     let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    let st = loop {
+        let fresh: Vec<bool> = (0..NODES)
+            .map(|i| {
+                std::fs::metadata(c.dir.join(format!("forward-node{i}.json")))
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t > after_gen)
+            })
+            .collect();
         let st = c.status();
         let rows = st["node_status"].as_array().unwrap();
         let fib: u64 = rows.iter().map(|n| u(&n["tables"]["fib_entries"])).sum();
         let gpt: Vec<u64> = rows.iter().map(|n| u(&n["tables"]["gpt_keys"])).collect();
-        if gpt.iter().all(|&g| g == fib) {
-            break;
+        if fresh.iter().all(|&f| f) && gpt.iter().all(|&g| g == fib) {
+            break st;
         }
         assert!(
             Instant::now() < deadline,
-            "GPT keys per node {gpt:?}, FIB entries in all {fib}"
+            "counters files written since smf-sim {fresh:?}; GPT keys per node {gpt:?}, FIB entries in all {fib}"
         );
         std::thread::sleep(Duration::from_millis(500));
-    }
+    };
     // Each node counts what it holds by structure: its kept sessions (smf-sim established 50
     // through every node), its owner's RIBs, and the metric shows them.
-    //
-    // KNOWN BUG (stop 32, open in issue 28's note): in about 1 run in 4 one node's endpoint
-    // holds none of the 50 sessions smf-sim established through it a few seconds before
-    // (accepted, no deletion, release or restart counted; the slab's slots freed). Its cause is
-    // not found yet. Until it is, one such node is tolerated and named; two fail.
-    let st = c.status();
-    let empty: Vec<usize> = (st["node_status"].as_array().unwrap().iter().enumerate())
-        .filter(|(_, n)| u(&n["control"]["status"]["memory"]["pfcp"]["packed"]) == 0)
-        .map(|(i, _)| i)
-        .collect();
-    if !empty.is_empty() {
-        eprintln!("KNOWN BUG: node(s) {empty:?} hold none of their smf-sim sessions");
-    }
-    assert!(
-        empty.len() <= 1,
-        "nodes {empty:?} hold no PFCP session: {st}"
-    );
-    for (i, n) in st["node_status"].as_array().unwrap().iter().enumerate() {
+    for n in st["node_status"].as_array().unwrap() {
         let m = &n["control"]["status"]["memory"];
-        if !empty.contains(&i) {
-            assert!(u(&m["pfcp"]["packed"]) > 0, "{m}");
-            assert!(u(&m["pfcp"]["sessions"]) > 0, "{m}");
-        }
+        assert!(u(&m["pfcp"]["packed"]) > 0, "{m}");
+        assert!(u(&m["pfcp"]["sessions"]) > 0, "{m}");
         assert!(u(&m["table_rib_entries"]) > 0, "{m}");
         assert!(u(&m["table_rib"]) >= u(&m["table_rib_entries"]), "{m}");
-        assert!(u(&m["rib"]) > 0, "{m}");
         // The requests it answered (each endpoint's go through the control plane).
         assert!(u(&m["remembered"]) > 0, "{m}");
         // The handler keeps no second copy of its FIB slice: the cuckoo FIB is the slice.
         assert_eq!(u(&m["fib_map"]), 0, "{m}");
     }
+    // Restarts of a node's state machine (fenced: it lost its lease majority, e.g. its control
+    // thread starved of CPU for 300 ms on a loaded machine) are printed: under load they
+    // happen, and an establishment in flight then gets System failure (issue 29's note).
+    let restarts: Vec<u64> = (st["node_status"].as_array().unwrap().iter())
+        .map(|n| u(&n["control"]["status"]["restarts"]))
+        .collect();
+    eprintln!("control state machine restarts per node: {restarts:?}");
     stock_smfs_sessions(&c, &cp);
     mbr_and_volume_threshold(&c, &cp, &c.dir.join("qos.pcap"));
     eprintln!("pfcp e2e took {:?}", t_start.elapsed());
