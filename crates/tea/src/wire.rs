@@ -1,0 +1,547 @@
+//! The read protocol's wire format: a RoCE-like one-sided read over UDP, carrying the original
+//! packet along so the switch keeps no packet buffer (paper Figure 5b), and the memory server's
+//! side of it ([`serve_read`]), which copies bytes and runs no network-function logic (the
+//! stand-in for an RDMA NIC).
+//!
+//! All integers big-endian; UDP payloads, port [`UDP_PORT`].
+//!
+//! ```text
+//! read request (28-byte header)             read response (16-byte header)
+//!  0  2  magic "TE"                           0  2  magic "TE"
+//!  2  1  version 1                            2  1  version 1
+//!  3  1  opcode 1 (read request)              3  1  opcode 2 (read response)
+//!  4  4  request id                           4  4  request id (the request's)
+//!  8  4  region                               8  1  status (0 ok, see Status)
+//! 12  8  offset in the region                 9  1  reserved, 0
+//! 20  4  length to read (<= MAX_READ)        10  2  packet length P
+//! 24  2  packet length P (<= MAX_PACKET)     12  4  data length L (= request's length if ok, else 0)
+//! 26  2  reserved, 0                         16  L  the bytes read
+//! 28  P  the original packet               16+L P  the original packet, as the request carried it
+//! ```
+//!
+//! A datagram must be exactly its header plus the lengths it declares; parsers return a
+//! [`WireError`] for anything else and never panic.
+//!
+//! # Bytes on the fabric per packet
+//! With Ethernet (14) + IPv4 (20) + UDP (8) = 42 bytes of outer headers, a read of one `B`-byte
+//! bucket for a `P`-byte packet costs a request of `70 + P` bytes and a response of
+//! `58 + B + P` bytes: `128 + B + 2P` in all, where forwarding the packet alone costs `P`. For
+//! the NAT layout (13-byte keys, 6-byte values, 4 slots: `B` = 96): 64-byte packet: 134 + 218 =
+//! 352 bytes (5.5x); 1500-byte packet: 1570 + 1654 = 3224 bytes (2.1x). A key in its second
+//! bucket costs a second round, a miss a third. RoCEv2 itself would cost 74 + P (Eth, IPv4,
+//! UDP, BTH 12, RETH 16, ICRC 4) and 62 + B + P (BTH, AETH 4, ICRC): our headers are 4 bytes
+//! shorter each way. The response is `58 + B` bytes longer than the packet, so the fabric's
+//! MTU must exceed the largest packet by that much (jumbo frames, or a larger veth MTU).
+
+use crate::region::MemoryRegion;
+
+/// The two magic bytes, "TE".
+pub const MAGIC: [u8; 2] = *b"TE";
+/// The protocol version.
+pub const VERSION: u8 = 1;
+/// UDP port of memory servers (next to RoCEv2's 4791, which tshark would dissect as
+/// InfiniBand).
+pub const UDP_PORT: u16 = 4792;
+/// Request header bytes.
+pub const REQUEST_HEADER: usize = 28;
+/// Response header bytes.
+pub const RESPONSE_HEADER: usize = 16;
+/// Longest read (the largest bucket, 16 slots of 128-byte keys and 256-byte values, is 6160).
+pub const MAX_READ: u32 = 8192;
+/// Longest carried packet (a 9000-byte jumbo frame with its Ethernet header, and some).
+pub const MAX_PACKET: usize = 9216;
+
+const OP_READ_REQUEST: u8 = 1;
+const OP_READ_RESPONSE: u8 = 2;
+
+/// Why bytes are not a read request or response, or a message cannot be encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Shorter than the header.
+    #[error("{got} bytes, a header needs {need}")]
+    Truncated {
+        /// Header size.
+        need: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// Not "TE".
+    #[error("bad magic")]
+    Magic,
+    /// A version this code does not speak.
+    #[error("unknown version {0}")]
+    Version(u8),
+    /// Not the opcode of the message parsed (or none at all).
+    #[error("unexpected opcode {0}")]
+    Opcode(u8),
+    /// A reserved byte is not zero.
+    #[error("reserved bytes not zero")]
+    Reserved,
+    /// The datagram is not exactly as long as its header says.
+    #[error("datagram is {actual} bytes, its header says {declared}")]
+    Length {
+        /// Header plus declared lengths.
+        declared: usize,
+        /// Bytes given.
+        actual: usize,
+    },
+    /// A read longer than [`MAX_READ`].
+    #[error("read of {0} bytes is more than {MAX_READ}")]
+    ReadTooLong(u32),
+    /// A carried packet longer than [`MAX_PACKET`].
+    #[error("packet of {0} bytes is more than {MAX_PACKET}")]
+    PacketTooLong(usize),
+    /// An unknown status code.
+    #[error("unknown status {0}")]
+    Status(u8),
+    /// A response's data length does not fit its status (ok: anything; others: 0).
+    #[error("status {0:?} with data")]
+    DataWithError(Status),
+}
+
+/// What the memory server did with a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The bytes were read.
+    Ok = 0,
+    /// The server has no region of that number.
+    UnknownRegion = 1,
+    /// The bytes are not all inside the region.
+    OutOfBounds = 2,
+}
+
+impl Status {
+    fn from_u8(b: u8) -> Result<Status, WireError> {
+        match b {
+            0 => Ok(Status::Ok),
+            1 => Ok(Status::UnknownRegion),
+            2 => Ok(Status::OutOfBounds),
+            b => Err(WireError::Status(b)),
+        }
+    }
+}
+
+fn check_common(b: &[u8], need: usize, op: u8) -> Result<(), WireError> {
+    if b.len() < need {
+        return Err(WireError::Truncated { need, got: b.len() });
+    }
+    if b[0..2] != MAGIC {
+        return Err(WireError::Magic);
+    }
+    if b[2] != VERSION {
+        return Err(WireError::Version(b[2]));
+    }
+    if b[3] != op {
+        return Err(WireError::Opcode(b[3]));
+    }
+    Ok(())
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+}
+
+/// The opcode of a datagram that starts like ours: `Some(true)` for a request, `Some(false)`
+/// for a response, `None` otherwise (a dispatcher's first look; the parsers check the rest).
+pub fn is_request(b: &[u8]) -> Option<bool> {
+    if b.len() < 4 || b[0..2] != MAGIC || b[2] != VERSION {
+        return None;
+    }
+    match b[3] {
+        OP_READ_REQUEST => Some(true),
+        OP_READ_RESPONSE => Some(false),
+        _ => None,
+    }
+}
+
+/// A read request: read `length` bytes at `offset` of `region`, and send `packet` back with
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadRequest<'a> {
+    /// Chosen by the switch; the response carries it back.
+    pub request_id: u32,
+    /// Region number.
+    pub region: u32,
+    /// First byte to read.
+    pub offset: u64,
+    /// Bytes to read.
+    pub length: u32,
+    /// The original packet, carried along.
+    pub packet: &'a [u8],
+}
+
+impl<'a> ReadRequest<'a> {
+    /// Parses a request datagram.
+    pub fn parse(b: &'a [u8]) -> Result<ReadRequest<'a>, WireError> {
+        check_common(b, REQUEST_HEADER, OP_READ_REQUEST)?;
+        if b[26] != 0 || b[27] != 0 {
+            return Err(WireError::Reserved);
+        }
+        let length = be32(b, 20);
+        if length > MAX_READ {
+            return Err(WireError::ReadTooLong(length));
+        }
+        let plen = be16(b, 24) as usize;
+        if plen > MAX_PACKET {
+            return Err(WireError::PacketTooLong(plen));
+        }
+        if b.len() != REQUEST_HEADER + plen {
+            return Err(WireError::Length {
+                declared: REQUEST_HEADER + plen,
+                actual: b.len(),
+            });
+        }
+        Ok(ReadRequest {
+            request_id: be32(b, 4),
+            region: be32(b, 8),
+            offset: u64::from_be_bytes(b[12..20].try_into().expect("8 bytes")),
+            length,
+            packet: &b[REQUEST_HEADER..],
+        })
+    }
+
+    /// Bytes of the encoded request.
+    pub fn encoded_len(&self) -> usize {
+        REQUEST_HEADER + self.packet.len()
+    }
+
+    /// Appends the encoded request to `out`.
+    pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        if self.length > MAX_READ {
+            return Err(WireError::ReadTooLong(self.length));
+        }
+        if self.packet.len() > MAX_PACKET {
+            return Err(WireError::PacketTooLong(self.packet.len()));
+        }
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&[VERSION, OP_READ_REQUEST]);
+        out.extend_from_slice(&self.request_id.to_be_bytes());
+        out.extend_from_slice(&self.region.to_be_bytes());
+        out.extend_from_slice(&self.offset.to_be_bytes());
+        out.extend_from_slice(&self.length.to_be_bytes());
+        out.extend_from_slice(&(self.packet.len() as u16).to_be_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(self.packet);
+        Ok(())
+    }
+}
+
+/// A read response: the bytes read and the packet the request carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadResponse<'a> {
+    /// The request's id.
+    pub request_id: u32,
+    /// What the server did.
+    pub status: Status,
+    /// The bytes read (empty unless `status` is [`Status::Ok`]).
+    pub data: &'a [u8],
+    /// The original packet.
+    pub packet: &'a [u8],
+}
+
+impl<'a> ReadResponse<'a> {
+    /// Parses a response datagram.
+    pub fn parse(b: &'a [u8]) -> Result<ReadResponse<'a>, WireError> {
+        check_common(b, RESPONSE_HEADER, OP_READ_RESPONSE)?;
+        let status = Status::from_u8(b[8])?;
+        if b[9] != 0 {
+            return Err(WireError::Reserved);
+        }
+        let plen = be16(b, 10) as usize;
+        if plen > MAX_PACKET {
+            return Err(WireError::PacketTooLong(plen));
+        }
+        let dlen = be32(b, 12);
+        if dlen > MAX_READ {
+            return Err(WireError::ReadTooLong(dlen));
+        }
+        if status != Status::Ok && dlen != 0 {
+            return Err(WireError::DataWithError(status));
+        }
+        let declared = RESPONSE_HEADER + dlen as usize + plen;
+        if b.len() != declared {
+            return Err(WireError::Length {
+                declared,
+                actual: b.len(),
+            });
+        }
+        let (data, packet) = b[RESPONSE_HEADER..].split_at(dlen as usize);
+        Ok(ReadResponse {
+            request_id: be32(b, 4),
+            status,
+            data,
+            packet,
+        })
+    }
+
+    /// Bytes of the encoded response.
+    pub fn encoded_len(&self) -> usize {
+        RESPONSE_HEADER + self.data.len() + self.packet.len()
+    }
+
+    /// Appends the encoded response to `out`.
+    pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        if self.data.len() > MAX_READ as usize {
+            return Err(WireError::ReadTooLong(
+                self.data.len().min(u32::MAX as usize) as u32,
+            ));
+        }
+        if self.packet.len() > MAX_PACKET {
+            return Err(WireError::PacketTooLong(self.packet.len()));
+        }
+        if self.status != Status::Ok && !self.data.is_empty() {
+            return Err(WireError::DataWithError(self.status));
+        }
+        emit_response_header(
+            out,
+            self.request_id,
+            self.status,
+            self.data.len(),
+            self.packet.len(),
+        );
+        out.extend_from_slice(self.data);
+        out.extend_from_slice(self.packet);
+        Ok(())
+    }
+}
+
+fn emit_response_header(out: &mut Vec<u8>, id: u32, status: Status, dlen: usize, plen: usize) {
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&[VERSION, OP_READ_RESPONSE]);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&[status as u8, 0]);
+    out.extend_from_slice(&(plen as u16).to_be_bytes());
+    out.extend_from_slice(&(dlen as u32).to_be_bytes());
+}
+
+/// The memory server's whole job for one read: copies `req.length` bytes at `req.offset` of
+/// `region` (the region `req.region` names; `None` if the server has none of that number)
+/// into a response appended to `out`, with the request's packet after them. Out of bounds or
+/// unknown region: a response of that status with no data (the packet still comes back, so the
+/// switch can count and drop it). Never panics; returns the status sent.
+pub fn serve_read<R: MemoryRegion + ?Sized>(
+    region: Option<&R>,
+    req: &ReadRequest<'_>,
+    out: &mut Vec<u8>,
+) -> Status {
+    let start = out.len();
+    let Some(region) = region else {
+        emit_response_header(
+            out,
+            req.request_id,
+            Status::UnknownRegion,
+            0,
+            req.packet.len(),
+        );
+        out.extend_from_slice(req.packet);
+        return Status::UnknownRegion;
+    };
+    let len = req.length as usize;
+    emit_response_header(out, req.request_id, Status::Ok, len, req.packet.len());
+    let data_at = out.len();
+    out.resize(data_at + len, 0);
+    if region.read_at(req.offset, &mut out[data_at..]).is_err() {
+        out.truncate(start);
+        emit_response_header(
+            out,
+            req.request_id,
+            Status::OutOfBounds,
+            0,
+            req.packet.len(),
+        );
+        out.extend_from_slice(req.packet);
+        return Status::OutOfBounds;
+    }
+    out.extend_from_slice(req.packet);
+    Status::Ok
+}
+
+/// A server's receive path: parses a request datagram and serves it from `regions(number)`.
+/// A datagram that is not a valid request gets no answer (`Err`), as a NIC drops it.
+pub fn serve_datagram<'r, R, F>(
+    regions: F,
+    datagram: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<Status, WireError>
+where
+    R: MemoryRegion + ?Sized + 'r,
+    F: FnOnce(u32) -> Option<&'r R>,
+{
+    let req = ReadRequest::parse(datagram)?;
+    Ok(serve_read(regions(req.region), &req, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_and_response_round_trip() {
+        let req = ReadRequest {
+            request_id: 7,
+            region: 2,
+            offset: 96,
+            length: 32,
+            packet: b"pkt!",
+        };
+        let mut b = Vec::new();
+        req.emit(&mut b).unwrap();
+        assert_eq!(b.len(), req.encoded_len());
+        assert_eq!(b.len(), 32);
+        assert_eq!(ReadRequest::parse(&b), Ok(req));
+        assert_eq!(is_request(&b), Some(true));
+        let region: Vec<u8> = (0..200u8).collect();
+        let mut out = Vec::new();
+        assert_eq!(
+            serve_datagram(|r| (r == 2).then_some(&region[..]), &b, &mut out),
+            Ok(Status::Ok)
+        );
+        let resp = ReadResponse::parse(&out).unwrap();
+        assert_eq!(is_request(&out), Some(false));
+        assert_eq!(
+            (resp.request_id, resp.status, resp.packet),
+            (7, Status::Ok, &b"pkt!"[..])
+        );
+        assert_eq!(resp.data, &region[96..128]);
+        assert_eq!(out.len(), resp.encoded_len());
+        let mut again = Vec::new();
+        resp.emit(&mut again).unwrap();
+        assert_eq!(again, out);
+    }
+
+    #[test]
+    fn server_bounds_and_unknown_regions() {
+        let region = [1u8; 64];
+        let mut out = Vec::new();
+        for (offset, length, want) in [
+            (0, 64, Status::Ok),
+            (63, 1, Status::Ok),
+            (64, 0, Status::Ok),
+            (63, 2, Status::OutOfBounds),
+            (u64::MAX, 8, Status::OutOfBounds),
+            (65, 0, Status::OutOfBounds),
+        ] {
+            out.clear();
+            let req = ReadRequest {
+                request_id: 1,
+                region: 0,
+                offset,
+                length,
+                packet: b"x",
+            };
+            assert_eq!(
+                serve_read(Some(&region[..]), &req, &mut out),
+                want,
+                "{offset} {length}"
+            );
+            let resp = ReadResponse::parse(&out).unwrap();
+            assert_eq!(
+                (resp.status, resp.packet, resp.data.len()),
+                (
+                    want,
+                    &b"x"[..],
+                    if want == Status::Ok {
+                        length as usize
+                    } else {
+                        0
+                    }
+                )
+            );
+        }
+        out.clear();
+        let req = ReadRequest {
+            request_id: 9,
+            region: 5,
+            offset: 0,
+            length: 4,
+            packet: b"",
+        };
+        assert_eq!(
+            serve_read(None::<&[u8]>, &req, &mut out),
+            Status::UnknownRegion
+        );
+        assert_eq!(
+            ReadResponse::parse(&out).unwrap().status,
+            Status::UnknownRegion
+        );
+    }
+
+    #[test]
+    fn parser_errors() {
+        let mut b = Vec::new();
+        ReadRequest {
+            request_id: 1,
+            region: 0,
+            offset: 0,
+            length: 8,
+            packet: b"ab",
+        }
+        .emit(&mut b)
+        .unwrap();
+        assert_eq!(
+            ReadRequest::parse(&b[..27]),
+            Err(WireError::Truncated { need: 28, got: 27 })
+        );
+        assert_eq!(
+            ReadRequest::parse(&b[..29]),
+            Err(WireError::Length {
+                declared: 30,
+                actual: 29
+            })
+        );
+        let mut m = b.clone();
+        m[0] = b'X';
+        assert_eq!(ReadRequest::parse(&m), Err(WireError::Magic));
+        let mut m = b.clone();
+        m[2] = 2;
+        assert_eq!(ReadRequest::parse(&m), Err(WireError::Version(2)));
+        let mut m = b.clone();
+        m[3] = 2;
+        assert_eq!(ReadRequest::parse(&m), Err(WireError::Opcode(2)));
+        let mut m = b.clone();
+        m[27] = 1;
+        assert_eq!(ReadRequest::parse(&m), Err(WireError::Reserved));
+        let mut m = b.clone();
+        m[20..24].copy_from_slice(&(MAX_READ + 1).to_be_bytes());
+        assert_eq!(
+            ReadRequest::parse(&m),
+            Err(WireError::ReadTooLong(MAX_READ + 1))
+        );
+        let big = vec![0u8; MAX_PACKET + 1];
+        let r = ReadRequest {
+            request_id: 1,
+            region: 0,
+            offset: 0,
+            length: 8,
+            packet: &big,
+        };
+        assert_eq!(
+            r.emit(&mut Vec::new()),
+            Err(WireError::PacketTooLong(MAX_PACKET + 1))
+        );
+        let mut resp = Vec::new();
+        ReadResponse {
+            request_id: 1,
+            status: Status::OutOfBounds,
+            data: b"",
+            packet: b"p",
+        }
+        .emit(&mut resp)
+        .unwrap();
+        let mut m = resp.clone();
+        m[8] = 9;
+        assert_eq!(ReadResponse::parse(&m), Err(WireError::Status(9)));
+        let mut m = resp.clone();
+        m[12..16].copy_from_slice(&1u32.to_be_bytes());
+        m.push(0);
+        assert_eq!(
+            ReadResponse::parse(&m),
+            Err(WireError::DataWithError(Status::OutOfBounds))
+        );
+        assert_eq!(is_request(b"TE\x01\x03"), None);
+    }
+}
