@@ -16,7 +16,9 @@
 //!   big endian, 0 unlimited; a flags byte: [`Policy::flags`]); bytes 25..28
 //!   ([`LOCAL_SLOT`]): 0 on the wire and in every owner's RIB, the 24-bit policy slot id
 //!   (index + 1) the handling node writes into its own FIB only ([`crate::policy`]); byte 28
-//!   ([`OWNER_BYTE`]): the session's owning PFCP endpoint (opaque here); 29..32 reserved, 0.
+//!   ([`OWNER_BYTE`]): the session's owning PFCP endpoint (opaque here); 29..32
+//!   ([`AMBR_BYTES`]): 0, but in a policy's shared form ([`Policy::SHARED`], a flow of a
+//!   session whose AMBR its flows share), the AMBRs ([`Policy::write_ambr`]).
 //!   A value without a policy has an all-zero tail and forwards exactly as before.
 //! - **Policies** (at the handling node, [`Lte::with_policies`]): downstream, a closed gate
 //!   ([`Drop::Gate`]), a FAR that drops ([`Drop::FarDrop`]) or buffers (the packet goes into
@@ -99,6 +101,9 @@ pub const POLICY_FLAGS_BYTE: usize = 24;
 pub const LOCAL_SLOT: Range<usize> = 25..28;
 /// The FIB value's byte of the session's owning PFCP endpoint.
 pub const OWNER_BYTE: usize = 28;
+/// The FIB value's bytes of the session's AMBRs in a policy's shared form
+/// ([`Policy::write_ambr`]; 0 otherwise).
+pub const AMBR_BYTES: Range<usize> = 29..32;
 /// Bytes of an uplink table value: the UE key, the eNodeB address, the QoS flow byte (as in
 /// the FIB value) and the local policy slot id ([`UPLINK_SLOT`]).
 pub const UPLINK_VALUE_BYTES: usize = KEY_BYTES + 8;
@@ -236,6 +241,7 @@ impl Tunnel {
         self.policy.write(&mut p);
         v[POLICY_BYTES].copy_from_slice(&p);
         v[OWNER_BYTE] = self.owner;
+        v[AMBR_BYTES].copy_from_slice(&self.policy.write_ambr());
         v
     }
 
@@ -277,9 +283,9 @@ impl Tunnel {
             ul_teid,
             qfi,
             rqi,
-            policy: value
-                .get(POLICY_BYTES)
-                .map_or_else(Policy::default, Policy::read),
+            policy: value.get(POLICY_BYTES).map_or_else(Policy::default, |p| {
+                Policy::read(p, value.get(AMBR_BYTES).unwrap_or(&[]))
+            }),
             owner: value.get(OWNER_BYTE).copied().unwrap_or(0),
         }
     }

@@ -29,6 +29,17 @@
 //! would never pass); the bucket starts full. Rate 0: unlimited. A packet that does not conform
 //! is dropped ([`Drop::Mbr`]) and takes no tokens.
 //!
+//! # Session AMBR: a bucket shared by the session's flows
+//! A slot is one flow of a session as the data plane tells them apart (its uplink TEID: the
+//! UE entries that share it, and the uplink G-PDUs that carry it); its buckets police the
+//! flow's own MBR. A session of several flows whose QERs include one linked to more than one
+//! of them (the session-AMBR QER open5gs and free5GC link to every PDR) names a **session
+//! key** and the AMBR in its policy ([`Policy::session`], [`Policy::dl_ambr_kbps`]): the
+//! flows' slots with the same key share one more slot, a *group*, whose buckets police the
+//! AMBR over all of them. A packet passes only if its flow's bucket and its group's allow it
+//! (the flow's tokens are given back when the group's refuse). A slot without a group costs
+//! the hot path one more load of the line it already read, and a branch.
+//!
 //! # Usage: counters per core
 //! `{ul,dl}_{bytes,packets}` per slot and per core: each worker writes only its own counters
 //! (a plain load and store of an atomic word: one writer), in arrays of its own aligned to
@@ -131,6 +142,59 @@ pub struct Policy {
     pub end_marker: bool,
     /// Drop downlink packets (FAR DROP).
     pub drop_dl: bool,
+    /// The session's downlink AMBR in kbit/s, shared by its flows (0: none), with
+    /// [`Policy::session`]; carried rounded up to within 0.8% ([`round_kbps`]).
+    pub dl_ambr_kbps: u32,
+    /// Likewise uplink.
+    pub ul_ambr_kbps: u32,
+    /// The session key of the group whose bucket polices the AMBR (the session's lowest
+    /// uplink TEID: the same for every flow of the session; 0: no group).
+    pub session: u32,
+}
+
+/// The rates of the shared form are carried in 12 bits each: below 128 exactly, above as 8
+/// significant bits and an exponent.
+fn compact_code(kbps: u32) -> u16 {
+    if kbps < 128 {
+        return kbps as u16;
+    }
+    let shift = 24 - kbps.leading_zeros(); // significant bits - 8
+    let mut m = kbps >> shift;
+    let mut e = shift + 1;
+    if kbps & ((1u32 << shift) - 1) != 0 {
+        m += 1;
+        if m == 256 {
+            (m, e) = (128, e + 1);
+        }
+    }
+    ((e << 7) | (m - 128)) as u16
+}
+
+fn compact_value(code: u16) -> u32 {
+    let (e, m) = (u32::from(code >> 7), u64::from(code & 127));
+    if e == 0 {
+        return m as u32;
+    }
+    u32::try_from((128 + m) << (e - 1)).unwrap_or(u32::MAX)
+}
+
+/// A rate as the shared form carries it: `kbps` rounded up to 8 significant bits (exact below
+/// 256; never below `kbps`, at most 1/128 above it).
+pub fn round_kbps(kbps: u32) -> u32 {
+    compact_value(compact_code(kbps))
+}
+
+fn write_pair(a: u32, b: u32, out: &mut [u8]) {
+    let (a, b) = (compact_code(a), compact_code(b));
+    out[0] = (a >> 4) as u8;
+    out[1] = ((a & 15) << 4) as u8 | (b >> 8) as u8;
+    out[2] = b as u8;
+}
+
+fn read_pair(x: &[u8]) -> (u32, u32) {
+    let a = (u16::from(x[0]) << 4) | u16::from(x[1] >> 4);
+    let b = (u16::from(x[1] & 15) << 8) | u16::from(x[2]);
+    (compact_value(a), compact_value(b))
 }
 
 impl Policy {
@@ -148,9 +212,13 @@ impl Policy {
     pub const END_MARKER: u8 = 1 << 5;
     /// Flag bit: drop downlink.
     pub const DROP_DL: u8 = 1 << 6;
+    /// Flag bit of the encoding alone: the shared form ([`Policy::write`]).
+    pub const SHARED: u8 = 1 << 7;
 
     /// Bytes of the encoding ([`Policy::write`]).
     pub const BYTES: usize = 9;
+    /// Bytes of the AMBR's encoding ([`Policy::write_ambr`]).
+    pub const AMBR_BYTES: usize = 3;
 
     /// The flags byte.
     pub fn flags(&self) -> u8 {
@@ -168,7 +236,7 @@ impl Policy {
         .fold(0, |f, (_, bit)| f | bit)
     }
 
-    /// The policy of rates and a flags byte (bit 7, unassigned, is ignored).
+    /// The policy of rates and a flags byte (bit 7, the encoding's, is ignored).
     pub fn from_parts(dl_mbr_kbps: u32, ul_mbr_kbps: u32, flags: u8) -> Policy {
         Policy {
             dl_mbr_kbps,
@@ -180,26 +248,89 @@ impl Policy {
             notify: flags & Self::NOTIFY != 0,
             end_marker: flags & Self::END_MARKER != 0,
             drop_dl: flags & Self::DROP_DL != 0,
+            ..Policy::default()
         }
     }
 
-    /// Writes the encoding: downlink MBR (u32 big endian), uplink MBR, flags.
-    pub fn write(&self, out: &mut [u8; Self::BYTES]) {
-        out[..4].copy_from_slice(&self.dl_mbr_kbps.to_be_bytes());
-        out[4..8].copy_from_slice(&self.ul_mbr_kbps.to_be_bytes());
-        out[8] = self.flags();
+    /// The policy names a group for its session's AMBR: a session key and an AMBR either
+    /// way. Only such a policy is written in the shared form.
+    pub fn shared(&self) -> bool {
+        self.session != 0 && (self.dl_ambr_kbps != 0 || self.ul_ambr_kbps != 0)
     }
 
-    /// Reads the encoding ([`Policy::write`]); bytes missing read as 0.
-    pub fn read(b: &[u8]) -> Policy {
+    /// Writes the encoding. Without a group ([`Policy::shared`] false): downlink MBR (u32 big
+    /// endian), uplink MBR, flags (the AMBR fields are not written). The shared form: the
+    /// flow's downlink and uplink MBRs in 12 bits each ([`round_kbps`]), a zero byte, the
+    /// session key (u32 big endian), flags with [`Policy::SHARED`]; the AMBRs go into
+    /// [`Policy::write_ambr`]'s bytes.
+    pub fn write(&self, out: &mut [u8; Self::BYTES]) {
+        if self.shared() {
+            write_pair(self.dl_mbr_kbps, self.ul_mbr_kbps, &mut out[..3]);
+            out[3] = 0;
+            out[4..8].copy_from_slice(&self.session.to_be_bytes());
+            out[8] = self.flags() | Self::SHARED;
+        } else {
+            out[..4].copy_from_slice(&self.dl_mbr_kbps.to_be_bytes());
+            out[4..8].copy_from_slice(&self.ul_mbr_kbps.to_be_bytes());
+            out[8] = self.flags();
+        }
+    }
+
+    /// The AMBRs' encoding (downlink and uplink in 12 bits each, [`round_kbps`]); all zero
+    /// without a group.
+    pub fn write_ambr(&self) -> [u8; Self::AMBR_BYTES] {
+        let mut out = [0u8; Self::AMBR_BYTES];
+        if self.shared() {
+            write_pair(self.dl_ambr_kbps, self.ul_ambr_kbps, &mut out);
+        }
+        out
+    }
+
+    /// Reads the encoding ([`Policy::write`], and `ambr`, [`Policy::write_ambr`]'s bytes, for
+    /// the shared form); bytes missing read as 0.
+    pub fn read(b: &[u8], ambr: &[u8]) -> Policy {
         let mut x = [0u8; Self::BYTES];
         let n = b.len().min(Self::BYTES);
         x[..n].copy_from_slice(&b[..n]);
-        Policy::from_parts(
-            u32::from_be_bytes([x[0], x[1], x[2], x[3]]),
-            u32::from_be_bytes([x[4], x[5], x[6], x[7]]),
-            x[8],
-        )
+        if x[8] & Self::SHARED == 0 {
+            return Policy::from_parts(
+                u32::from_be_bytes([x[0], x[1], x[2], x[3]]),
+                u32::from_be_bytes([x[4], x[5], x[6], x[7]]),
+                x[8],
+            );
+        }
+        let mut y = [0u8; Self::AMBR_BYTES];
+        let n = ambr.len().min(Self::AMBR_BYTES);
+        y[..n].copy_from_slice(&ambr[..n]);
+        let (dl, ul) = read_pair(&x[..3]);
+        let (dl_ambr, ul_ambr) = read_pair(&y);
+        Policy {
+            dl_ambr_kbps: dl_ambr,
+            ul_ambr_kbps: ul_ambr,
+            session: u32::from_be_bytes([x[4], x[5], x[6], x[7]]),
+            ..Policy::from_parts(dl, ul, x[8])
+        }
+    }
+
+    /// The policy as its encoding carries it: in the shared form, the rates rounded up
+    /// ([`round_kbps`]); without a group, the AMBR fields cleared.
+    pub fn as_carried(&self) -> Policy {
+        if self.shared() {
+            Policy {
+                dl_mbr_kbps: round_kbps(self.dl_mbr_kbps),
+                ul_mbr_kbps: round_kbps(self.ul_mbr_kbps),
+                dl_ambr_kbps: round_kbps(self.dl_ambr_kbps),
+                ul_ambr_kbps: round_kbps(self.ul_ambr_kbps),
+                ..*self
+            }
+        } else {
+            Policy {
+                dl_ambr_kbps: 0,
+                ul_ambr_kbps: 0,
+                session: 0,
+                ..*self
+            }
+        }
     }
 
     /// True for the default: nothing to apply (no slot is needed).
@@ -302,6 +433,8 @@ struct SlotState {
     notified: AtomicBool,
     /// The session's uplink TEID (for notifications).
     ul_teid: AtomicU32,
+    /// The slot id of the flow's group (its session's AMBR buckets), 0 for none.
+    group: AtomicU32,
 }
 
 /// One slot's counters on one core.
@@ -366,11 +499,22 @@ struct Entry {
     refs: u32,
     /// The counters' sums when the slot was given (usage is counted from there).
     base: Usage,
+    /// The session key of the group the slot holds a reference to.
+    group: Option<u32>,
+}
+
+/// A session's group: the slot whose buckets police its AMBR.
+struct Group {
+    slot: u32,
+    /// Flow slots referring to it.
+    refs: u32,
 }
 
 #[derive(Default)]
 struct Alloc {
     by_teid: HashMap<u32, Entry>,
+    /// Groups by session key.
+    groups: HashMap<u32, Group>,
     /// Freed slots, oldest first: one is reused once [`REUSE_AFTER`] more were freed after it
     /// (or no slot was never used), so that a packet still in flight with an old value finds
     /// its slot unused rather than another session's.
@@ -547,28 +691,24 @@ impl Policies {
     /// matched by a [`release`](Self::release) when the entry goes.
     pub fn acquire(&self, ul_teid: u32, policy: &Policy) -> Result<u32, PolicyError> {
         let mut a = lock(&self.alloc);
+        let want = policy.shared().then_some(policy.session);
+        let old = a.by_teid.get(&ul_teid).map(|e| e.group);
+        // Check the room first: a fresh flow slot, a fresh group, or both.
+        let need = usize::from(old.is_none())
+            + usize::from(want.is_some_and(|k| old != Some(Some(k)) && !a.groups.contains_key(&k)));
+        let room = (self.max_slots - a.next as usize) + a.free.len();
+        if need > room {
+            return Err(PolicyError::Full(self.max_slots));
+        }
         let id = match a.by_teid.get_mut(&ul_teid) {
             Some(e) => {
                 e.refs += 1;
                 e.slot
             }
             None => {
-                let fresh = (a.next as usize) < self.max_slots;
-                let id = if a.free.len() > REUSE_AFTER || (!fresh && !a.free.is_empty()) {
-                    a.free.pop_front().expect("checked")
-                } else if fresh {
-                    a.next += 1;
-                    a.next
-                } else {
-                    return Err(PolicyError::Full(self.max_slots));
-                };
-                let i = id as usize - 1;
-                self.chunks[i >> CHUNK_BITS].get_or_init(|| Chunk::new(self.cores));
+                let id = self.take_slot(&mut a);
                 let (c, j) = self.state(id).expect("allocated");
                 let s = &c.state[j];
-                for d in [DL, UL] {
-                    s.tat[d].store(0, Ordering::Relaxed);
-                }
                 s.notified.store(false, Ordering::Relaxed);
                 s.ul_teid.store(ul_teid, Ordering::Relaxed);
                 let base = self.sum(id);
@@ -578,14 +718,102 @@ impl Policies {
                         slot: id,
                         refs: 1,
                         base,
+                        group: None,
                     },
                 );
                 id
             }
         };
+        let old = old.flatten();
+        let gid = match want {
+            Some(k) => {
+                let gid = if old == Some(k) {
+                    a.groups[&k].slot
+                } else {
+                    let gid = match a.groups.get_mut(&k) {
+                        Some(g) => {
+                            g.refs += 1;
+                            g.slot
+                        }
+                        None => {
+                            let slot = self.take_slot(&mut a);
+                            a.groups.insert(k, Group { slot, refs: 1 });
+                            slot
+                        }
+                    };
+                    if let Some(o) = old {
+                        self.unref_group(&mut a, o);
+                    }
+                    gid
+                };
+                if let Some((c, j)) = self.state(gid) {
+                    Self::set_rates(&c.state[j], policy.dl_ambr_kbps, policy.ul_ambr_kbps);
+                }
+                gid
+            }
+            None => {
+                if let Some(o) = old {
+                    self.unref_group(&mut a, o);
+                }
+                0
+            }
+        };
+        a.by_teid.get_mut(&ul_teid).expect("present").group = want;
         drop(a);
+        if let Some((c, j)) = self.state(id) {
+            c.state[j].group.store(gid, Ordering::Relaxed);
+        }
         self.configure(id, policy);
         Ok(id)
+    }
+
+    /// A slot for a new flow or group (the caller checked there is room): a fresh one, or
+    /// the oldest freed one once [`REUSE_AFTER`] more were freed (or none is fresh); its
+    /// buckets full, no group.
+    fn take_slot(&self, a: &mut Alloc) -> u32 {
+        let fresh = (a.next as usize) < self.max_slots;
+        let id = if a.free.len() > REUSE_AFTER || !fresh {
+            a.free.pop_front().expect("room checked")
+        } else {
+            a.next += 1;
+            a.next
+        };
+        let i = id as usize - 1;
+        self.chunks[i >> CHUNK_BITS].get_or_init(|| Chunk::new(self.cores));
+        let (c, j) = self.state(id).expect("allocated");
+        let s = &c.state[j];
+        for d in [DL, UL] {
+            s.tat[d].store(0, Ordering::Relaxed);
+        }
+        s.group.store(0, Ordering::Relaxed);
+        id
+    }
+
+    /// One flow slot less refers to the group of session key `k`; with the last, its slot is
+    /// freed.
+    fn unref_group(&self, a: &mut Alloc, k: u32) {
+        let Some(g) = a.groups.get_mut(&k) else {
+            return;
+        };
+        g.refs -= 1;
+        if g.refs > 0 {
+            return;
+        }
+        let slot = g.slot;
+        a.groups.remove(&k);
+        if let Some((c, j)) = self.state(slot) {
+            Self::set_rates(&c.state[j], 0, 0);
+        }
+        a.free.push_back(slot);
+    }
+
+    /// A slot's buckets' rates (their fill is kept).
+    fn set_rates(s: &SlotState, dl_kbps: u32, ul_kbps: u32) {
+        for (d, kbps) in [(DL, dl_kbps), (UL, ul_kbps)] {
+            let cost = cost_per_byte(kbps);
+            s.cost[d].store(cost, Ordering::Relaxed);
+            s.tau[d].store(price(burst_bytes(kbps), cost), Ordering::Relaxed);
+        }
     }
 
     /// Sets a slot's rates and flags and moves its buffer: buffering starts (a new buffering
@@ -596,11 +824,7 @@ impl Policies {
             return;
         };
         let s = &c.state[j];
-        for (d, kbps) in [(DL, p.dl_mbr_kbps), (UL, p.ul_mbr_kbps)] {
-            let cost = cost_per_byte(kbps);
-            s.cost[d].store(cost, Ordering::Relaxed);
-            s.tau[d].store(price(burst_bytes(kbps), cost), Ordering::Relaxed);
-        }
+        Self::set_rates(s, p.dl_mbr_kbps, p.ul_mbr_kbps);
         let b = lock(&self.buffers);
         let mode = s.mode.load(Ordering::Relaxed);
         if p.buffer {
@@ -635,6 +859,9 @@ impl Policies {
             return None;
         }
         let e = a.by_teid.remove(&ul_teid).expect("present");
+        if let Some(k) = e.group {
+            self.unref_group(&mut a, k);
+        }
         let last = self.sum(e.slot).minus(e.base);
         if let Some((c, j)) = self.state(e.slot) {
             let s = &c.state[j];
@@ -644,6 +871,7 @@ impl Policies {
             }
             s.mode.store(MODE_FORWARD, Ordering::Release);
             s.flags.store(0, Ordering::Release);
+            s.group.store(0, Ordering::Relaxed);
             for d in [DL, UL] {
                 s.cost[d].store(0, Ordering::Relaxed);
             }
@@ -914,6 +1142,37 @@ impl Policies {
         }
     }
 
+    /// Gives back the tokens [`conform`](Self::conform) took for a packet that another
+    /// bucket refused.
+    #[inline]
+    fn refund(s: &SlotState, d: usize, bytes: u64) {
+        let cost = s.cost[d].load(Ordering::Relaxed);
+        if cost != 0 {
+            s.tat[d].fetch_sub(price(bytes, cost), Ordering::Relaxed);
+        }
+    }
+
+    /// The flow's bucket of direction `d`, then its group's (the session's AMBR): true if
+    /// both let the packet pass (the flow's tokens are given back when the group refuses).
+    #[inline]
+    fn police(&self, s: &SlotState, d: usize, bytes: u64, now: u64) -> bool {
+        if !Self::conform(s, d, bytes, now) {
+            return false;
+        }
+        let g = s.group.load(Ordering::Relaxed);
+        if g == 0 {
+            return true;
+        }
+        let Some((gc, gj)) = self.state(g) else {
+            return true;
+        };
+        if Self::conform(&gc.state[gj], d, bytes, now) {
+            return true;
+        }
+        Self::refund(s, d, bytes);
+        false
+    }
+
     #[inline]
     fn count(c: &Chunk, core: usize, j: usize, d: usize, bytes: u64) {
         let Some(u) = c.usage.get(core) else {
@@ -984,7 +1243,7 @@ impl Policies {
             }
         }
         let bytes = bytes as u64;
-        if !Self::conform(s, DL, bytes, now_ns.saturating_mul(UNITS_PER_NS)) {
+        if !self.police(s, DL, bytes, now_ns.saturating_mul(UNITS_PER_NS)) {
             return Verdict::Drop(Drop::Mbr);
         }
         if flags & Policy::COUNT != 0 {
@@ -1006,7 +1265,7 @@ impl Policies {
             return Verdict::Drop(Drop::Gate);
         }
         let bytes = bytes as u64;
-        if !Self::conform(s, UL, bytes, now_ns.saturating_mul(UNITS_PER_NS)) {
+        if !self.police(s, UL, bytes, now_ns.saturating_mul(UNITS_PER_NS)) {
             return Verdict::Drop(Drop::Mbr);
         }
         if flags & Policy::COUNT != 0 {
@@ -1078,8 +1337,34 @@ mod tests {
             prop_assert_eq!(p.flags(), flags);
             let mut b = [0u8; Policy::BYTES];
             p.write(&mut b);
-            prop_assert_eq!(Policy::read(&b), p);
+            prop_assert_eq!(Policy::read(&b, &[]), p);
             prop_assert_eq!(p.is_none(), dl == 0 && ul == 0 && flags == 0);
+        }
+
+        /// The shared form carries the flow's rates and the AMBRs rounded up by less than
+        /// 1/128, the session key and the flags exactly.
+        #[test]
+        fn the_shared_form_round_trips(
+            dl in any::<u32>(), ul in any::<u32>(), flags in 0u8..0x80,
+            dl_ambr in any::<u32>(), ul_ambr in 1u32.., session in 1u32..,
+        ) {
+            let p = Policy {
+                dl_ambr_kbps: dl_ambr,
+                ul_ambr_kbps: ul_ambr,
+                session,
+                ..Policy::from_parts(dl, ul, flags)
+            };
+            let mut b = [0u8; Policy::BYTES];
+            p.write(&mut b);
+            prop_assert_eq!(b[8], flags | Policy::SHARED);
+            let got = Policy::read(&b, &p.write_ambr());
+            prop_assert_eq!(got, p.as_carried());
+            for (x, y) in [(dl, got.dl_mbr_kbps), (ul, got.ul_mbr_kbps),
+                           (dl_ambr, got.dl_ambr_kbps), (ul_ambr, got.ul_ambr_kbps)] {
+                prop_assert!(y >= x, "{x} -> {y}");
+                prop_assert!(u64::from(y - x) * 128 <= u64::from(x), "{x} -> {y}");
+                prop_assert!(x >= 256 || y == x, "{x} -> {y}");
+            }
         }
 
         /// The shared bucket against a model token bucket in exact rational arithmetic, over
@@ -1156,6 +1441,124 @@ mod tests {
                 prop_assert_eq!(p.usage(100 + teid as u32), Some(*u));
             }
         }
+    }
+
+    /// Two flows of one session (two slots, one session key), each offered 8 Mbit/s under
+    /// its 10 Mbit/s MBR, share a 10 Mbit/s AMBR: together they get the AMBR (plus the
+    /// buckets' bursts), each at most its MBR; a third session's flow is not held by it.
+    #[test]
+    fn a_sessions_flows_share_its_ambr() {
+        let p = Policies::new(2, 8);
+        let flow = |s: u32| Policy {
+            dl_mbr_kbps: 10_000,
+            ul_mbr_kbps: 10_000,
+            dl_ambr_kbps: 10_000,
+            ul_ambr_kbps: 10_000,
+            session: s,
+            count: true,
+            ..Policy::default()
+        };
+        let a = p.acquire(100, &flow(100)).unwrap();
+        let b = p.acquire(101, &flow(100)).unwrap();
+        let other = p.acquire(200, &flow(200)).unwrap();
+        assert_eq!(p.stats().slots, 3, "groups are not flows");
+        let gap = 1000 * 8 * 1_000_000_000 / 8_000_000; // 1000-byte packets at 8 Mbit/s
+        let (mut t, mut passed) = (0u64, [0u64; 3]);
+        while t < 5_000_000_000 {
+            for (k, id) in [a, b, other].into_iter().enumerate() {
+                if p.downlink(k % 2, id, 1000, t, 0, false) == Verdict::Pass {
+                    passed[k] += 1000;
+                }
+                // Counted in the usage (below).
+                p.uplink(k % 2, id, 1000, t);
+            }
+            t += gap;
+        }
+        let mbps = |b: u64| b as f64 * 8.0 / 5.0 / 1e6;
+        let together = mbps(passed[0] + passed[1]);
+        // The AMBR plus its burst (100 ms) over 5 s: 10.2, and a flow's burst.
+        assert!((9.9..=10.45).contains(&together), "{together} Mbit/s");
+        assert!(
+            mbps(passed[2]) > 7.9,
+            "the other session: {}",
+            mbps(passed[2])
+        );
+        // The uplink was held to the AMBR too.
+        let up = p.usage(100).unwrap().ul_bytes + p.usage(101).unwrap().ul_bytes;
+        assert!((9.9..=10.45).contains(&mbps(up)), "{} Mbit/s up", mbps(up));
+        // A dropped packet took no flow tokens: a flow alone under its MBR passes all of it
+        // once the other flow stops (the group's bucket refills at the AMBR).
+        let (mut alone, start) = (0u64, t);
+        while t < start + 2_000_000_000 {
+            if p.downlink(0, a, 1000, t, 0, false) == Verdict::Pass {
+                alone += 1000;
+            }
+            t += gap;
+        }
+        assert!(
+            mbps(alone) * 5.0 / 2.0 >= 7.99,
+            "{} Mbit/s alone",
+            mbps(alone) * 2.5
+        );
+        // Without the group (one flow left, no AMBR), and freed with its last flow.
+        let plain = Policy {
+            session: 0,
+            dl_ambr_kbps: 0,
+            ul_ambr_kbps: 0,
+            ..flow(100)
+        };
+        assert_eq!(p.acquire(101, &plain).unwrap(), b);
+        p.release(101);
+        p.release(101);
+        assert_eq!(p.alloc.lock().unwrap().groups.len(), 2);
+        p.release(100);
+        assert_eq!(p.alloc.lock().unwrap().groups.len(), 1);
+        // Room: 8 slots; the other session's flow and group held, the rest freed.
+        for teid in 300..306 {
+            p.acquire(teid, &counting(0, 0)).unwrap();
+        }
+        assert_eq!(
+            p.acquire(400, &counting(0, 0)),
+            Err(PolicyError::Full(8)),
+            "{:?}",
+            p.stats()
+        );
+    }
+
+    /// A flow that fills its own (smaller) MBR is held by it, not by the session's AMBR; a
+    /// packet its flow bucket refuses takes nothing from the group.
+    #[test]
+    fn a_flow_mbr_below_the_ambr_holds_its_flow() {
+        let p = Policies::new(1, 4);
+        let pol = |mbr| Policy {
+            dl_mbr_kbps: mbr,
+            dl_ambr_kbps: 10_000,
+            session: 7,
+            ..Policy::default()
+        };
+        let a = p.acquire(7, &pol(2_000)).unwrap();
+        let b = p.acquire(8, &pol(0)).unwrap();
+        let gap = 1000 * 8 * 1_000_000_000 / 20_000_000; // 20 Mbit/s each
+        let (mut t, mut passed) = (0u64, [0u64; 2]);
+        while t < 5_000_000_000 {
+            for (k, id) in [a, b].into_iter().enumerate() {
+                if p.downlink(0, id, 1000, t, 0, false) == Verdict::Pass {
+                    passed[k] += 1000;
+                }
+            }
+            t += gap;
+        }
+        let mbps = |b: u64| b as f64 * 8.0 / 5.0 / 1e6;
+        assert!(
+            (1.9..=2.1).contains(&mbps(passed[0])),
+            "{}",
+            mbps(passed[0])
+        );
+        assert!(
+            (9.9..=10.3).contains(&mbps(passed[0] + passed[1])),
+            "{}",
+            mbps(passed[0] + passed[1])
+        );
     }
 
     #[test]

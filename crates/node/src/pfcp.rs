@@ -142,6 +142,9 @@ fn policy(p: &sb_pfcp::UePolicy) -> Policy {
         notify: p.notify,
         end_marker: p.end_marker,
         drop_dl: p.dl_drop,
+        dl_ambr_kbps: p.dl_ambr_kbps,
+        ul_ambr_kbps: p.ul_ambr_kbps,
+        session: p.session,
     }
 }
 
@@ -1364,6 +1367,7 @@ mod tests {
             notify: true,
             end_marker: false,
             dl_drop: true,
+            ..Default::default()
         };
         let f = UeFib {
             policy: p,
@@ -1386,6 +1390,7 @@ mod tests {
                 notify: true,
                 end_marker: false,
                 drop_dl: true,
+                ..Default::default()
             }
         );
         // A change of the policy alone is a change of the entry.

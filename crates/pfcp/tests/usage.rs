@@ -5,7 +5,7 @@
 
 use sb_pfcp::*;
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 /// The cluster: each UE's entry, the slots' cumulative counts, reads left pending.
@@ -814,4 +814,63 @@ fn the_features_advertised_are_the_implemented_ones() {
         panic!()
     };
     assert_eq!(h.recovery_time_stamp, RecoveryTimeStamp(NTP0 + 5));
+}
+
+/// A dual-stack session of two flows (an IPv4 and an IPv6 UE address, each with its own
+/// downlink PDR, uplink PDR and F-TEID, each PDR pair linked to the flow's QER of 8 Mbit/s
+/// and to the session-AMBR QER of 10 Mbit/s, as open5gs and free5GC link it): each flow is
+/// policed at its own MBR and both name the same session key and the AMBR, which the handling
+/// node polices over both together (`sb_engine::policy`'s `a_sessions_flows_share_its_ambr`:
+/// flows of one key held to the AMBR together). A session of one flow keeps the least of
+/// its QERs and no AMBR.
+#[test]
+fn a_sessions_flows_share_its_ambr_qer() {
+    let mut t = T::new(config());
+    let qer = |id: u32, rate: u64| Qer {
+        qer_id: QerId(id),
+        correlation_id: None,
+        gate_status: Some(GateStatus::OPEN),
+        mbr: Some(Mbr(Bitrate { ul: rate, dl: rate })),
+        gbr: None,
+        qfi: Some(Qfi(1)),
+        other: vec![],
+    };
+    let mut req = request(
+        vec![],
+        ApplyAction::FORW,
+        vec![qer(1, 8000), qer(9, 10_000)],
+    );
+    let v6 = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 1);
+    let mut more = req.create_pdr.clone();
+    for (p, id) in more.iter_mut().zip([3, 4]) {
+        p.pdr_id = PdrId(id);
+        p.qer_ids = vec![QerId(2), QerId(9)];
+        let ue = p.pdi.ue_ip_address.as_mut().unwrap();
+        (ue.ipv4, ue.ipv6) = (None, Some(UeAddr::Addr(v6)));
+    }
+    req.create_pdr.extend(more);
+    req.create_qer.push(qer(2, 8000));
+    establish(&mut t, req);
+    let ues = &t.upf.sessions_impl().ues;
+    let (a, b) = (ues[&IpAddr::V4(ue())], ues[&IpAddr::V6(v6)]);
+    let (ta, tb) = (a.up.unwrap(), b.up.unwrap());
+    assert_ne!(ta, tb, "two flows: two uplink TEIDs");
+    for f in [a, b] {
+        let p = f.policy;
+        assert_eq!((p.dl_mbr_kbps, p.ul_mbr_kbps), (8000, 8000), "{p:?}");
+        assert_eq!((p.dl_ambr_kbps, p.ul_ambr_kbps), (10_000, 10_000), "{p:?}");
+        assert_eq!(p.session, ta.min(tb), "one key for the session");
+    }
+    // One flow: the AMBR QER is no more than another QER of it.
+    let mut t = T::new(config());
+    establish(
+        &mut t,
+        request(
+            vec![],
+            ApplyAction::FORW,
+            vec![qer(1, 8000), qer(9, 10_000)],
+        ),
+    );
+    let p = policy(&t);
+    assert_eq!((p.dl_mbr_kbps, p.dl_ambr_kbps, p.session), (8000, 0, 0));
 }

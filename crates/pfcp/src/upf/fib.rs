@@ -68,10 +68,22 @@ pub struct UeFib {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct UePolicy {
     /// Downlink maximum bit rate in kbit/s, 0 = unlimited: the least DL MBR of the QERs of the
-    /// UE's downlink PDR (the session AMBR QER is one of them when the SMF links it).
+    /// UE's downlink PDR (the session AMBR QER is one of them when the SMF links it), but the
+    /// session's shared ones when it has several flows ([`UePolicy::session`]). The handling
+    /// node polices it per flow (per uplink TEID: the UE addresses that share one share it).
     pub dl_mbr_kbps: u32,
     /// Likewise uplink, of the QERs of the UE's uplink PDR.
     pub ul_mbr_kbps: u32,
+    /// The session's downlink AMBR in kbit/s, policed over all of its flows together (0:
+    /// none): in a session of several flows (uplink TEIDs), the least DL MBR of the QERs
+    /// linked to the PDRs of more than one flow. A session of one flow has none (the least of
+    /// all its QERs is its flow's MBR, which polices the same packets).
+    pub dl_ambr_kbps: u32,
+    /// Likewise uplink.
+    pub ul_ambr_kbps: u32,
+    /// With an AMBR: the key its flows share it by (the session's lowest uplink TEID among
+    /// its flows), else 0.
+    pub session: u32,
     /// A QER of the downlink PDR has its DL gate closed, or a URR of it has used its quota:
     /// downlink is dropped.
     pub dl_gate_closed: bool,

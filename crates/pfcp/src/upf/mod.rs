@@ -36,7 +36,9 @@
 //! - **QERs** become the UE's [`UePolicy`]: a closed gate keeps the entry and sets
 //!   `dl_gate_closed`/`ul_gate_closed` (the handling node drops; its counters and buffer
 //!   stay), the least MBR of the QERs of the UE's downlink (uplink) PDR is its
-//!   `dl_mbr_kbps` (`ul_mbr_kbps`); the QFI is marked ([`UeFib::qfi`]); GBR is kept, not
+//!   `dl_mbr_kbps` (`ul_mbr_kbps`), but in a session of several flows (uplink TEIDs) a QER
+//!   linked to more than one flow is the session's AMBR, policed over its flows together
+//!   ([`UePolicy::dl_ambr_kbps`], [`UePolicy::session`]); the QFI is marked ([`UeFib::qfi`]); GBR is kept, not
 //!   enforced. **URRs** (a PDR must name existing ones) set [`UePolicy::count`] and are
 //!   measured from the handling node's counts: volume and duration, volume/time thresholds
 //!   and quotas, periods, Query URR, reports at deletion; a used-up

@@ -145,6 +145,117 @@ pub(super) struct Live<'a> {
     pub(super) end_marker: &'a [u32],
 }
 
+/// The least of two MBRs in kbit/s, 0 meaning none (a rate beyond `u32` is `u32::MAX`).
+fn least(a: u32, b: u64) -> u32 {
+    let b = u32::try_from(b).unwrap_or(u32::MAX);
+    match (a, b) {
+        (_, 0) => a,
+        (0, b) => b,
+        (a, b) => a.min(b),
+    }
+}
+
+/// A session's AMBR shared by its flows ([`shared_ambr`]).
+struct Shared {
+    /// The session key: its lowest uplink TEID.
+    session: u32,
+    dl_ambr: u32,
+    ul_ambr: u32,
+    /// Per UE address of the session's flows, its flow's own downlink and uplink MBR.
+    flows: Few<(IpAddr, u32, u32)>,
+}
+
+/// The session-AMBR of a session of several flows, if it has one. A flow is what the data
+/// plane polices apart: the UE addresses of one uplink TEID (the handling node's slot). In a
+/// direction where the session has two flows or more, a QER linked to the PDRs of more than
+/// one of them (the session-AMBR QER both open5gs and free5GC link to every PDR) is shared:
+/// the least MBR of the shared QERs polices the flows together, and each flow's own MBR is
+/// the least of its other QERs. A session of one flow (or a UE without an uplink TEID) keeps
+/// the least of all its QERs per UE, which polices the same packets.
+fn shared_ambr(
+    rules: &Rules,
+    down: &Winners<IpAddr, (u32, Ipv4Addr)>,
+    up: &Winners<u32, IpAddr>,
+    uplink: &VecMap<u32, (IpAddr, Option<Ipv4Addr>)>,
+) -> Option<Shared> {
+    // Per UE address: its flow (the slot the handling node keys it by: the lowest uplink
+    // TEID naming it, else its downlink TEID), and the PDR each direction follows.
+    let mut ues: Few<(IpAddr, u32, Option<u16>, Option<u16>)> = Few::new();
+    for (teid, (ue, _)) in uplink {
+        if !ues.iter().any(|(u, ..)| u == ue) {
+            let ul = up
+                .iter()
+                .find(|(k, _)| k == teid)
+                .map(|(_, ((_, id), _))| *id);
+            ues.push((*ue, *teid, None, ul));
+        }
+    }
+    // The session key: one of our TEIDs (unique in the cluster).
+    let session = ues.iter().map(|e| e.1).min()?;
+    for (ue, ((_, id), (target, _))) in down {
+        match ues.iter_mut().find(|(u, ..)| u == ue) {
+            Some(e) => e.2 = Some(*id),
+            // Without a downlink tunnel either, no entry in the data plane.
+            None => {
+                if let Some((teid, _)) = target {
+                    ues.push((*ue, *teid, Some(*id), None));
+                }
+            }
+        }
+    }
+    let mbr = |q: &Qer, dl: bool| q.mbr.map_or(0, |Mbr(m)| if dl { m.dl } else { m.ul });
+    let qers_of = |pdr: Option<u16>| {
+        pdr.and_then(|id| rules.pdrs.get(&id))
+            .map(|(p, _)| p.qer_ids.as_slice())
+            .unwrap_or(&[])
+    };
+    let mut ambr = [0u32; 2];
+    let mut own: Few<[u32; 2]> = ues.iter().map(|_| [0, 0]).collect();
+    for (d, dl) in [(0, true), (1, false)] {
+        let pdr = |e: &(IpAddr, u32, Option<u16>, Option<u16>)| if dl { e.2 } else { e.3 };
+        let mut flows: Few<u32> = ues
+            .iter()
+            .filter(|e| pdr(e).is_some())
+            .map(|e| e.1)
+            .collect();
+        flows.sort_unstable();
+        flows.dedup();
+        // Is QER `q` linked to the PDRs of two flows or more in this direction?
+        let is_shared = |q: u32| {
+            let mut of = ues
+                .iter()
+                .filter(|e| qers_of(pdr(e)).iter().any(|x| x.0 == q))
+                .map(|e| e.1);
+            of.next().is_some_and(|first| of.any(|k| k != first))
+        };
+        for (i, e) in ues.iter().enumerate() {
+            for q in qers_of(pdr(e)) {
+                let Some(qer) = rules.qers.get(&q.0) else {
+                    continue;
+                };
+                if flows.len() > 1 && is_shared(q.0) {
+                    ambr[d] = least(ambr[d], mbr(qer, dl));
+                } else {
+                    own[i][d] = least(own[i][d], mbr(qer, dl));
+                }
+            }
+        }
+    }
+    if ambr == [0, 0] {
+        return None;
+    }
+    Some(Shared {
+        session,
+        dl_ambr: ambr[0],
+        ul_ambr: ambr[1],
+        flows: ues
+            .iter()
+            .zip(&own)
+            .map(|(e, o)| (e.0, o[0], o[1]))
+            .collect(),
+    })
+}
+
 /// A UE's policy as one PDR gives it (the downlink half from its downlink PDR, the uplink
 /// half from its uplink one).
 #[derive(Clone, Copy, Debug, Default)]
@@ -190,14 +301,6 @@ pub(super) fn forwarding(rules: &Rules, live: &Live) -> Result<Forwarding, Rejec
         let (mut ul, mut dl) = (Half::default(), Half::default());
         (ul.gate_closed, dl.gate_closed) = (stopped, stopped);
         (ul.count, dl.count) = (!p.urr_ids.is_empty(), !p.urr_ids.is_empty());
-        let least = |a: u32, b: u64| {
-            let b = u32::try_from(b).unwrap_or(u32::MAX);
-            match (a, b) {
-                (_, 0) => a,
-                (0, b) => b,
-                (a, b) => a.min(b),
-            }
-        };
         for q in &p.qer_ids {
             let q = rules.qers.get(&q.0).ok_or(fail)?;
             if qfi == 0 && p.pdi.source_interface != Interface::CP_FUNCTION {
@@ -293,6 +396,7 @@ pub(super) fn forwarding(rules: &Rules, live: &Live) -> Result<Forwarding, Rejec
     let uplink: VecMap<u32, (IpAddr, Option<Ipv4Addr>)> = (up.iter())
         .filter_map(|(teid, (_, (ue, _)))| ue.map(|ue| (*teid, (ue, peer))))
         .collect();
+    let shared = shared_ambr(rules, &down, &up, &uplink);
     let mut policy = VecMap::new();
     for ue in &all_ues {
         let d = down
@@ -305,9 +409,20 @@ pub(super) fn forwarding(rules: &Rules, live: &Live) -> Result<Forwarding, Rejec
             .and_then(|(t, _)| up.iter().find(|(k, _)| k == t))
             .map(|(_, (_, (_, h)))| *h);
         let (d, u) = (d.unwrap_or_default(), u.unwrap_or_default());
+        let (mut dl_mbr, mut ul_mbr) = (d.mbr_kbps, u.mbr_kbps);
+        let (mut dl_ambr_kbps, mut ul_ambr_kbps, mut session) = (0, 0, 0);
+        if let Some(s) = &shared {
+            if let Some((_, dl, ul)) = s.flows.iter().find(|(u, _, _)| u == ue) {
+                (dl_mbr, ul_mbr) = (*dl, *ul);
+                (dl_ambr_kbps, ul_ambr_kbps, session) = (s.dl_ambr, s.ul_ambr, s.session);
+            }
+        }
         let p = UePolicy {
-            dl_mbr_kbps: d.mbr_kbps,
-            ul_mbr_kbps: u.mbr_kbps,
+            dl_mbr_kbps: dl_mbr,
+            ul_mbr_kbps: ul_mbr,
+            dl_ambr_kbps,
+            ul_ambr_kbps,
+            session,
             dl_gate_closed: d.gate_closed,
             ul_gate_closed: u.gate_closed,
             count: d.count || u.count,
