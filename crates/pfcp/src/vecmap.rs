@@ -100,6 +100,11 @@ impl<K: Ord, V> VecMap<K, V> {
         self.0.capacity()
     }
 
+    /// Gives back the room beyond its entries.
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit()
+    }
+
     /// Entries.
     pub fn len(&self) -> usize {
         self.0.len()

@@ -189,8 +189,14 @@ impl<S: Sessions> Upf<S> {
                 let old = self.metering.get(&seid).cloned();
                 let smf = report_addr(&session.cp_f_seid);
                 let cp_seid = session.cp_f_seid.seid;
-                let (m, removed) =
-                    metering(&session.rules, smf, cp_seid, old.as_ref(), &meter, self.now);
+                let (m, removed) = metering(
+                    &session.rules,
+                    smf,
+                    cp_seid,
+                    old.as_deref(),
+                    &meter,
+                    self.now,
+                );
                 let teids = m.as_ref().map(|m| m.teids.clone()).unwrap_or_default();
                 let m = m.map(|mut m| {
                     m.applied_stopped = stopped;
@@ -262,7 +268,7 @@ impl<S: Sessions> Upf<S> {
                         sequence: seq,
                         digest,
                         reply_seid,
-                        kind: ReadKind::Delete(Box::new(m)),
+                        kind: ReadKind::Delete(m),
                     };
                     return self.read_then(read, &teids);
                 }

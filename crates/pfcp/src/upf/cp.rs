@@ -27,7 +27,7 @@ pub const GTPU_PORT: u16 = 2152;
 /// A UP-to-CP path: the filters packets must match and the SMF's F-TEID.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct ToCp {
-    filters: Vec<FlowDescription>,
+    filters: Box<[FlowDescription]>,
     teid: u32,
     smf: Ipv4Addr,
 }
@@ -159,12 +159,52 @@ fn matches_uplink(f: &FlowDescription, ip: &[u8]) -> bool {
         && port_ok(&f.dst_ports, ports.map(|p| p.0))
 }
 
-/// The CP-function paths of every session, by TEID.
+/// The CP-function paths of every session, by TEID (a session's paths inline in its
+/// entries, but for their filters).
 #[derive(Debug, Default)]
 pub(super) struct CpIndex {
-    up: HashMap<u32, (u64, Vec<ToCp>)>,
+    up: HashMap<u32, (u64, SmallVec<[ToCp; 1]>)>,
     down: HashMap<u32, (u64, Option<FromCp>)>,
-    of: HashMap<u64, Vec<u32>>,
+    of: HashMap<u64, SmallVec<[u32; 2]>>,
+    /// The heap bytes the entries point to, as malloc sizes them ([`up_heap`]).
+    heap: usize,
+}
+
+/// The heap bytes of a UP-to-CP entry's paths: their filters (and their port ranges), and
+/// the paths when more than one.
+fn up_heap(paths: &SmallVec<[ToCp; 1]>) -> usize {
+    let spilled = if paths.spilled() {
+        malloc_chunk(paths.capacity() * std::mem::size_of::<ToCp>())
+    } else {
+        0
+    };
+    let ports = |v: &Vec<(u16, u16)>| malloc_chunk(v.capacity() * 4);
+    spilled
+        + (paths.iter())
+            .map(|p| {
+                malloc_chunk(std::mem::size_of_val(&*p.filters))
+                    + (p.filters.iter())
+                        .map(|f| ports(&f.src_ports) + ports(&f.dst_ports))
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
+}
+
+impl CpIndex {
+    /// Bytes it holds: its tables (as [`Upf::memory`] counts them) and the heap.
+    pub(super) fn bytes(&self) -> usize {
+        let t = |cap: usize, size: usize| cap * (size + 1);
+        t(
+            self.up.capacity(),
+            std::mem::size_of::<(u32, (u64, SmallVec<[ToCp; 1]>))>(),
+        ) + t(
+            self.down.capacity(),
+            std::mem::size_of::<(u32, (u64, Option<FromCp>))>(),
+        ) + t(
+            self.of.capacity(),
+            std::mem::size_of::<(u64, SmallVec<[u32; 2]>)>(),
+        ) + self.heap
+    }
 }
 
 impl<S: Sessions> Upf<S> {
@@ -173,20 +213,21 @@ impl<S: Sessions> Upf<S> {
         let cp = &mut self.cp;
         for t in cp.of.remove(&seid).unwrap_or_default() {
             if cp.up.get(&t).is_some_and(|(s, _)| *s == seid) {
-                cp.up.remove(&t);
+                if let Some((_, p)) = cp.up.remove(&t) {
+                    cp.heap -= up_heap(&p);
+                }
             }
             if cp.down.get(&t).is_some_and(|(s, _)| *s == seid) {
                 cp.down.remove(&t);
             }
         }
         let Some((up, down)) = paths else { return };
-        let mut teids = Vec::new();
+        let mut teids = SmallVec::new();
         for (t, p) in up {
-            cp.up
-                .entry(t)
-                .or_insert_with(|| (seid, Vec::new()))
-                .1
-                .push(p);
+            let (_, paths) = cp.up.entry(t).or_insert_with(|| (seid, SmallVec::new()));
+            cp.heap -= up_heap(paths);
+            paths.push(p);
+            cp.heap += up_heap(paths);
             teids.push(t);
         }
         for (t, d) in down {

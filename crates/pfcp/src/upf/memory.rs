@@ -27,8 +27,12 @@ pub struct Memory {
     pub shapes: usize,
     /// The usage state of sessions with URRs or a BUFF|NOCP FAR: its map, the uplink TEID
     /// index, the timers (a B-tree: 16 bytes per entry and a third more for its nodes, an
-    /// estimate) and each session's meters as malloc sizes them.
+    /// estimate) and each session's usage state and meters, each an allocation (as malloc
+    /// sizes them).
     pub usage: usize,
+    /// The sessions' paths between UEs and the CP function (open5gs's router solicitations
+    /// and advertisements): three maps by TEID and session, and the paths' filters.
+    pub cp: usize,
 }
 
 /// Bytes a hash table of `capacity` entries of `T` takes (buckets and control bytes).
@@ -67,10 +71,11 @@ impl<S: Sessions> Upf<S> {
             teids: self.teids.bytes(),
             responses: self.cache.memory(),
             shapes: self.shapes.bytes(),
-            usage: table::<(u64, Metering)>(self.metering.capacity())
+            usage: table::<(u64, Box<Metering>)>(self.metering.capacity())
                 + table::<(u32, u64)>(self.by_teid.capacity())
                 + self.timers.len() * 16 * 4 / 3
                 + self.meter_heap,
+            cp: self.cp.bytes(),
         }
     }
 }

@@ -423,7 +423,7 @@ pub struct Upf<S> {
     now: Duration,
     /// The usage state of sessions with URRs or a BUFF|NOCP FAR, by UP SEID; their uplink
     /// TEIDs; when [`Upf::poll`] looks at them next.
-    metering: HashMap<u64, Metering>,
+    metering: HashMap<u64, Box<Metering>>,
     by_teid: HashMap<u32, u64>,
     timers: BTreeSet<(Duration, u64)>,
     /// Our Session Report Requests awaiting their response, by sequence number.

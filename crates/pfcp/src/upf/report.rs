@@ -150,7 +150,7 @@ impl<S: Sessions> Upf<S> {
                 self.timers.insert((d, seid));
             }
             self.meter_heap += m.heap();
-            self.metering.insert(seid, m);
+            self.metering.insert(seid, Box::new(m));
         }
     }
 

@@ -288,8 +288,9 @@ pub(super) struct Metering {
     pub(super) cp_seid: u64,
     /// The session's uplink TEIDs (the handling node's slots).
     pub(super) teids: Few<u32>,
-    /// The last cumulative counts of each.
-    pub(super) last: Few<(u32, Usage)>,
+    /// The last cumulative counts of each (one inline: a session has one uplink TEID as a
+    /// rule).
+    pub(super) last: SmallVec<[(u32, Usage); 1]>,
     pub(super) meters: VecMap<u32, Meter>,
     /// The exhausted URRs whose stop the installed forwarding holds.
     pub(super) applied_stopped: Few<u32>,
@@ -303,9 +304,17 @@ pub(super) struct Metering {
 }
 
 impl Metering {
-    /// The bytes its meters take on the heap, as malloc sizes them.
+    /// The bytes it takes on the heap (its own allocation, [`Upf`]'s map holds it boxed, and
+    /// its meters' and counts'), as malloc sizes them.
     pub(super) fn heap(&self) -> usize {
-        malloc_chunk(self.meters.capacity() * std::mem::size_of::<(u32, Meter)>())
+        let spilled = if self.last.spilled() {
+            malloc_chunk(self.last.capacity() * std::mem::size_of::<(u32, Usage)>())
+        } else {
+            0
+        };
+        malloc_chunk(std::mem::size_of::<Metering>())
+            + malloc_chunk(self.meters.capacity() * std::mem::size_of::<(u32, Meter)>())
+            + spilled
     }
 
     /// The URRs whose quota is used up.
@@ -452,6 +461,8 @@ pub(super) fn metering(
         }
         meters.insert(*id, m);
     }
+    // A Vec's first push makes room for four.
+    meters.shrink_to_fit();
     let ddr_delay = (rules.bar)
         .and_then(|b| b.dl_data_notification_delay)
         .map_or(Duration::ZERO, |d| {
