@@ -9,6 +9,7 @@
 //! sending is what makes an acknowledgment mean "durable and installed".
 
 use crate::config::NodeFile;
+use crate::mirror::{MirrorSlot, TableMirror};
 use sb_control::{Bytes, ClusterSpec, Event, Flow, Peer};
 use sb_engine::lte::{Tunnel, KEY_BYTES};
 use sb_engine::policy::{Policies, Usage};
@@ -277,6 +278,9 @@ pub struct DataPlane {
     /// uplink TEID, oldest first, until taken ([`DataPlane::take_final_usage`]; at most
     /// [`FINAL_USAGE_KEPT`]).
     pub final_usage: std::collections::VecDeque<(u32, Usage)>,
+    /// A copy of the tables kept in step ([`crate::mirror`]: the XDP fast path's maps): every
+    /// FIB, uplink and GPT change is written to it too, under its lock, in the same event.
+    pub mirror: MirrorSlot,
 }
 
 /// Final usages [`DataPlane`] keeps for the taking.
@@ -306,6 +310,7 @@ impl DataPlane {
             removals: Default::default(),
             removal_queue: Default::default(),
             final_usage: Default::default(),
+            mirror: crate::mirror::empty_slot(),
         }
     }
 
@@ -369,6 +374,43 @@ impl DataPlane {
         let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
             return Err(format!("a key of {} bytes", key.len()));
         };
+        let slot = self.mirror.clone();
+        let mut m = crate::mirror::lock(&slot);
+        // The TEIDs whose uplink entries the install may change: the old tunnel's, the new's.
+        let mut teids = vec![Tunnel::from_entry(&k, value).uplink_entry().0];
+        if let Some(o) = self.fib.lookup(key) {
+            teids.push(Tunnel::from_entry(&k, &o).uplink_entry().0);
+        }
+        let r = self.fib_insert_tables(&k, value);
+        if let Some(m) = m.as_deref_mut() {
+            self.sync_mirror(m, key, &teids);
+        }
+        r
+    }
+
+    /// Writes the entries of `key` and the TEIDs `teids` as the tables now have them into
+    /// the mirror: removals first, then the FIB entry, then the uplink entries.
+    fn sync_mirror(&self, m: &mut dyn TableMirror, key: &[u8], teids: &[[u8; 4]]) {
+        for t in teids {
+            if !self.uplink.contains(t) {
+                m.uplink_remove(t);
+            }
+        }
+        match self.fib.lookup(key) {
+            Some(v) => m.fib_insert(key, &v),
+            None => m.fib_remove(key),
+        }
+        for t in teids {
+            if let Some(v) = self.uplink.lookup(t) {
+                m.uplink_insert(t, &v);
+            }
+        }
+    }
+
+    /// [`DataPlane::fib_insert`] on the tables alone.
+    fn fib_insert_tables(&mut self, k: &[u8; KEY_BYTES], value: &[u8]) -> Result<(), String> {
+        let key = &k[..];
+        let k = *k;
         let old = self.fib.lookup(key);
         let new = sb_engine::lte::local_entry(&self.policies, &k, value).map_err(|e| {
             self.failed += 1;
@@ -468,12 +510,20 @@ impl DataPlane {
         let Ok(k) = <[u8; KEY_BYTES]>::try_from(key) else {
             return;
         };
+        let slot = self.mirror.clone();
+        let mut m = crate::mirror::lock(&slot);
         let old = self.fib.lookup(key);
+        let mut teids = Vec::new();
         if let Some(old) = &old {
             let (teid, _) = Tunnel::from_entry(&k, old).uplink_entry();
             self.uplink.remove(&teid);
+            teids.push(teid);
         }
         self.fib.remove(key);
+        if let Some(m) = m.as_deref_mut() {
+            self.sync_mirror(m, key, &teids);
+        }
+        drop(m);
         if let Some(old) = &old {
             self.released(&k, old);
         }
@@ -701,24 +751,47 @@ pub fn run(
                     Event::FibPrune { owner, keep } => {
                         dp.prune(&spec, owner, &keep, Instant::now())
                     }
+                    // The mirror's lock is held across the table's change and the mirror's
+                    // (crate::mirror).
                     Event::GptDelta(d) => {
+                        let mut m = crate::mirror::lock(&dp.mirror);
                         if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                            if let Err(e) = g.apply_owner_delta(&d) {
-                                // Not acknowledged: the owner's piece comes again.
-                                tracing_warn(&format!("GPT delta refused: {e}"));
-                                node.gpt_refused(spec.owner_of_block(d.group() / 64));
+                            match g.apply_owner_delta(&d) {
+                                Ok(()) => {
+                                    if let Some(m) = m.as_deref_mut() {
+                                        m.gpt_delta(&d);
+                                    }
+                                }
+                                Err(e) => {
+                                    // Not acknowledged: the owner's piece comes again.
+                                    tracing_warn(&format!("GPT delta refused: {e}"));
+                                    node.gpt_refused(spec.owner_of_block(d.group() / 64));
+                                }
                             }
                         }
                     }
                     Event::GptInstall(g) => {
+                        let mut m = crate::mirror::lock(&dp.mirror);
+                        if let Some(m) = m.as_deref_mut() {
+                            m.gpt_replace(&g);
+                        }
                         *dp.gpt.lock().unwrap_or_else(|e| e.into_inner()) =
                             Some(Arc::new(LiveSetSep::new(*g)));
                     }
                     Event::GptPiece(p) => {
+                        let mut m = crate::mirror::lock(&dp.mirror);
                         if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                            if let Err(e) = g.install_piece(&p) {
-                                tracing_warn(&format!("GPT piece refused: {e}"));
-                                node.gpt_refused(spec.owner_of_block(p.range().start));
+                            match g.install_piece(&p) {
+                                Ok(()) => {
+                                    // Rare (assembly, a resync): the whole table, copied.
+                                    if let Some(m) = m.as_deref_mut() {
+                                        m.gpt_replace(&g.snapshot());
+                                    }
+                                }
+                                Err(e) => {
+                                    tracing_warn(&format!("GPT piece refused: {e}"));
+                                    node.gpt_refused(spec.owner_of_block(p.range().start));
+                                }
                             }
                         }
                     }
@@ -957,6 +1030,99 @@ mod tests {
             policy: Default::default(),
             owner: 0,
         }
+    }
+
+    /// A mirror that keeps the tables it is told as maps.
+    #[derive(Default)]
+    struct Maps {
+        fib: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+        uplink: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    }
+
+    struct Recorder(Arc<Mutex<Maps>>);
+
+    impl TableMirror for Recorder {
+        fn fib_insert(&mut self, key: &[u8], value: &[u8]) {
+            self.0
+                .lock()
+                .unwrap()
+                .fib
+                .insert(key.to_vec(), value.to_vec());
+        }
+        fn fib_remove(&mut self, key: &[u8]) {
+            self.0.lock().unwrap().fib.remove(key);
+        }
+        fn uplink_insert(&mut self, teid: &[u8], value: &[u8]) {
+            self.0
+                .lock()
+                .unwrap()
+                .uplink
+                .insert(teid.to_vec(), value.to_vec());
+        }
+        fn uplink_remove(&mut self, teid: &[u8]) {
+            self.0.lock().unwrap().uplink.remove(teid);
+        }
+        fn gpt_delta(&mut self, _: &sb_setsep::Delta) {}
+        fn gpt_replace(&mut self, _: &sb_setsep::SetSep) {}
+        fn report(&self) -> crate::mirror::XdpReport {
+            Default::default()
+        }
+    }
+
+    fn as_map(t: &sb_cuckoo::Writer) -> std::collections::HashMap<Vec<u8>, Vec<u8>> {
+        let mut m = std::collections::HashMap::new();
+        t.for_each(|k, v| {
+            m.insert(k.to_vec(), v.to_vec());
+        });
+        m
+    }
+
+    /// Random installs (new tunnels, changed TEIDs, policies with their local slots, uplink
+    /// TEIDs shared between UEs), removals and their grace: after every step the mirror holds
+    /// exactly the FIB and uplink entries of the tables.
+    #[test]
+    fn the_mirror_follows_every_table_change() {
+        let mut dp = DataPlane::new(empty(KEY_BYTES, VALUE_BYTES), empty(4, UPLINK_VALUE_BYTES));
+        let maps = Arc::new(Mutex::new(Maps::default()));
+        *crate::mirror::lock(&dp.mirror) = Some(Box::new(Recorder(maps.clone())));
+        let mut rng = 0x6d69_7272_6f72u64;
+        let mut now = Instant::now();
+        let (mut inserts, mut removals, mut slots) = (0, 0, 0);
+        for step in 0..4000 {
+            let r = sb_common::splitmix64(&mut rng);
+            let mut t = tunnel((r % 64) as u32);
+            t.teid ^= (r >> 8) as u32 & 3;
+            t.ul_teid = 5000 + ((r >> 16) % 80) as u32;
+            if (r >> 40) & 1 == 1 {
+                t.policy = sb_engine::lte::Policy {
+                    dl_mbr_kbps: 1000,
+                    count: true,
+                    ..Default::default()
+                };
+            }
+            match (r >> 32) % 5 {
+                0..=2 => {
+                    dp.fib_insert(&t.key(), &t.value()).unwrap();
+                    inserts += 1;
+                    let v = dp.fib.lookup(&t.key()).unwrap();
+                    slots += u64::from(sb_engine::lte::local_slot(&v) != 0);
+                }
+                3 => dp.fib_remove_later(Bytes::from_slice(&t.key()), now),
+                _ => {
+                    now += REMOVAL_GRACE / 2;
+                    let before = dp.fib.len();
+                    dp.remove_due(now);
+                    removals += before - dp.fib.len();
+                }
+            }
+            let m = maps.lock().unwrap();
+            assert_eq!(m.fib, as_map(&dp.fib), "FIB after step {step}");
+            assert_eq!(m.uplink, as_map(&dp.uplink), "uplink after step {step}");
+        }
+        assert!(
+            inserts > 1000 && removals > 20 && slots > 200,
+            "{inserts} {removals} {slots}"
+        );
     }
 
     /// An owner's restart prunes the keys of its range it did not send again, after the grace,

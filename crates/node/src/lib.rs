@@ -14,6 +14,10 @@
 //! - [`pfcp`]: the node's PFCP endpoint (the cluster is one UPF; sessions become control-plane
 //!   updates, answered once durable and installed).
 //! - [`metrics`]: the node's state as Prometheus metrics, and the HTTP server for `/metrics`.
+//! - [`mirror`]: copies of the tables kept in step with the control plane's changes (the XDP
+//!   fast path's maps).
+//! - `fastpath` (feature `fastpath`): the XDP fast path of a node with `io: xdp-fast`
+//!   (`sb-xdp`'s programs on `inet` and `ran`, their maps filled from the node's tables).
 //! - [`inproc`]: the cluster in one process (node threads, in-memory ports and switch, every
 //!   packet checked): what `scalebricks demo` runs.
 
@@ -22,8 +26,11 @@
 pub mod api;
 pub mod config;
 pub mod control;
+#[cfg(feature = "fastpath")]
+pub mod fastpath;
 pub mod inproc;
 pub mod metrics;
+pub mod mirror;
 pub mod pfcp;
 pub mod run;
 pub mod tables;

@@ -55,6 +55,23 @@
 //! | `scalebricks_released_packets_total` | counter | | buffered packets sent on when their session's buffer was flushed |
 //! | `scalebricks_gtpu_end_markers_total` | counter | | GTP-U End Markers sent on old tunnels (SNDEM) |
 //!
+//! With the XDP fast path (`io: xdp-fast`, [`Snapshot::xdp`]), what its programs finish is
+//! added to the families above where the engine counts the same work:
+//! `fivegs_ep_n3_gtp_indatapktn3upf_total` gets the uplink G-PDUs decapsulated in XDP
+//! (`up_to_inet`), `fivegs_ep_n3_gtp_outdatapktn3upf_total` and the 0-crossing bucket of
+//! `scalebricks_fabric_crossings` the downlink packets encapsulated at their ingress node
+//! (`to_ran`; a fabric frame finished in XDP, `fabric_to_ran`, in the 1-crossing bucket),
+//! `scalebricks_gtpu_echo_responses_total` the echoes answered in XDP (`echo`). The
+//! `scalebricks_packets_total` family stays the engine's own. And:
+//!
+//! | sample | type | labels | meaning |
+//! |---|---|---|---|
+//! | `scalebricks_xdp_packets_total` | counter | `counter` | the programs' per-CPU counters, summed (`sb_xdp::Counter` labels): `rx_inet`, `rx_ran` frames seen; `to_ran`, `to_fabric`, `up_to_inet`, `fabric_to_ran`, `echo` finished in XDP; `slow` passed to the engine, and `slow_*` by reason |
+//! | `scalebricks_xdp_attached` | gauge (always 1) | `port`, `mode` | a program attached to the port, `native` or `generic` |
+//! | `scalebricks_xdp_generic_fallbacks_total` | counter | | ports attached in generic mode because native attachment failed |
+//! | `scalebricks_xdp_enabled` | gauge | | 1 while the programs answer from their maps, 0 after a table write the maps refused (every frame then goes to the engine) |
+//! | `scalebricks_xdp_table_write_errors_total` | counter | | table writes the maps refused |
+//!
 //! Ports (the packet sockets' own statistics, summed over the workers):
 //!
 //! | sample | type | labels | meaning |
@@ -107,6 +124,7 @@
 //! names) are cut to 64 characters of `[A-Za-z0-9_.:-]` (anything else becomes `_`), because
 //! `prometheus-client` writes label values as they are.
 
+use crate::mirror::XdpReport;
 use crate::run::TableSizes;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
@@ -153,6 +171,8 @@ pub struct Snapshot {
     /// The PFCP sessions the node's endpoint holds, established (whether or not their
     /// downlink forwards yet).
     pub pfcp_sessions: Option<u64>,
+    /// The XDP fast path's state and counters (`io: xdp-fast`; None without it).
+    pub xdp: Option<XdpReport>,
 }
 
 /// An exposition format.
@@ -304,6 +324,14 @@ impl Collector for SnapshotCollector {
         for w in &s.workers {
             c.add(w);
         }
+        if let Some(x) = &s.xdp {
+            // What the fast path finished counts where the engine's own work does (N3
+            // G-PDUs both ways, the crossings, echo answers).
+            c.upstream += x.counter("up_to_inet");
+            c.crossings[0] += x.counter("to_ran");
+            c.crossings[1] += x.counter("fabric_to_ran");
+            c.echo_replies += x.counter("echo");
+        }
         data_plane(&mut enc, &c)?;
         ports(&mut enc, &s.ports)?;
         tables(&mut enc, &s.tables)?;
@@ -331,8 +359,53 @@ impl Collector for SnapshotCollector {
                 one(n),
             )?;
         }
+        if let Some(x) = &s.xdp {
+            xdp(&mut enc, x)?;
+        }
         Ok(())
     }
+}
+
+fn xdp(enc: &mut DescriptorEncoder, x: &XdpReport) -> Result<(), std::fmt::Error> {
+    family(
+        enc,
+        "scalebricks_xdp_packets",
+        "The XDP fast path's counters (per CPU, summed), by counter: frames seen (rx_*), finished in XDP (to_ran, to_fabric, up_to_inet, fabric_to_ran, echo), passed to the engine (slow, and slow_* by reason).",
+        MetricType::Counter,
+        x.counters
+            .iter()
+            .map(|(l, v)| (vec![("counter", clean(l))], *v)),
+    )?;
+    family(
+        enc,
+        "scalebricks_xdp_attached",
+        "XDP programs attached, by port and mode (native or generic); always 1.",
+        MetricType::Gauge,
+        x.attached
+            .iter()
+            .map(|(p, m)| (vec![("port", clean(p)), ("mode", clean(m))], 1)),
+    )?;
+    family(
+        enc,
+        "scalebricks_xdp_generic_fallbacks",
+        "Ports whose XDP program runs in generic mode because native attachment failed.",
+        MetricType::Counter,
+        one(x.generic_fallbacks),
+    )?;
+    family(
+        enc,
+        "scalebricks_xdp_enabled",
+        "1 while the XDP programs answer from their maps; 0 after a table write failed (every frame to the engine).",
+        MetricType::Gauge,
+        one(u64::from(x.enabled)),
+    )?;
+    family(
+        enc,
+        "scalebricks_xdp_table_write_errors",
+        "Table writes the XDP maps refused (each turns the fast path off).",
+        MetricType::Counter,
+        one(x.write_errors),
+    )
 }
 
 fn data_plane(enc: &mut DescriptorEncoder, c: &Counters) -> Result<(), std::fmt::Error> {
@@ -1170,7 +1243,73 @@ mod tests {
             log_bytes: Some(123_456),
             pfcp: Some(pfcp),
             pfcp_sessions: Some(7),
+            xdp: None,
         }
+    }
+
+    /// The XDP fast path's families, and its finished work folded into the engine's.
+    #[test]
+    fn xdp_counters_are_exposed_and_folded() {
+        let plain = samples(&encode(&full(), Format::Text).unwrap());
+        let mut snap = full();
+        snap.xdp = Some(XdpReport {
+            attached: vec![
+                ("inet".into(), "native".into()),
+                ("ran".into(), "generic".into()),
+            ],
+            generic_fallbacks: 1,
+            enabled: true,
+            write_errors: 0,
+            counters: vec![
+                ("rx_inet".into(), 1000),
+                ("to_ran".into(), 300),
+                ("to_fabric".into(), 650),
+                ("up_to_inet".into(), 40),
+                ("fabric_to_ran".into(), 5),
+                ("echo".into(), 2),
+                ("slow".into(), 50),
+            ],
+        });
+        let om = encode(&snap, Format::OpenMetrics).unwrap();
+        let names: Vec<String> = types(&om).into_iter().map(|(n, _)| n).collect();
+        for f in [
+            "scalebricks_xdp_packets",
+            "scalebricks_xdp_attached",
+            "scalebricks_xdp_generic_fallbacks",
+            "scalebricks_xdp_enabled",
+            "scalebricks_xdp_table_write_errors",
+        ] {
+            assert_eq!(
+                names.iter().filter(|n| *n == f).count(),
+                1,
+                "{f}: {names:?}"
+            );
+        }
+        let s = samples(&encode(&snap, Format::Text).unwrap());
+        assert_eq!(
+            s[r#"scalebricks_xdp_packets_total{counter="to_ran"}"#],
+            "300"
+        );
+        assert_eq!(s[r#"scalebricks_xdp_packets_total{counter="slow"}"#], "50");
+        assert_eq!(
+            s[r#"scalebricks_xdp_attached{port="ran",mode="generic"}"#],
+            "1"
+        );
+        assert_eq!(s["scalebricks_xdp_generic_fallbacks_total"], "1");
+        assert_eq!(s["scalebricks_xdp_enabled"], "1");
+        let n = |m: &HashMap<String, String>, k: &str| m[k].parse::<u64>().unwrap();
+        for (k, add) in [
+            ("fivegs_ep_n3_gtp_indatapktn3upf_total", 40),
+            ("fivegs_ep_n3_gtp_outdatapktn3upf_total", 305),
+            ("scalebricks_fabric_crossings_count", 305),
+            (r#"scalebricks_fabric_crossings_bucket{le="0.0"}"#, 300),
+            ("scalebricks_gtpu_echo_responses_total", 2),
+        ] {
+            assert_eq!(n(&s, k), n(&plain, k) + add, "{k}");
+        }
+        // The engine's own frame counts stay its own.
+        let k = r#"scalebricks_packets_total{port="ran",direction="tx"}"#;
+        assert_eq!(s[k], plain[k]);
     }
 
     /// Samples of an exposition: `name{labels}` -> value, checking every line is a comment or

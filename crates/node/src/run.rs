@@ -387,7 +387,9 @@ fn open_ports(cfg: &NodeFile, worker: usize) -> Result<[Box<dyn Port>; 3], NodeE
                 source,
             };
             let p: Box<dyn Port> = match cfg.io {
-                IoBackend::Afpacket => {
+                // With the fast path, AF_PACKET ports are its slow path: they receive what the
+                // XDP programs pass up (crate::fastpath).
+                IoBackend::Afpacket | IoBackend::XdpFast => {
                     let c = sb_io::afpacket::AfPacketConfig {
                         promiscuous: i != 2,
                         rx_mode: sb_io::afpacket::RxMode::Frames,
@@ -436,6 +438,7 @@ fn counters_json(
     io: &[[PortStats; 3]],
     running: bool,
     control: Option<serde_json::Value>,
+    xdp: Option<serde_json::Value>,
 ) -> serde_json::Value {
     let mut io_sum = [PortStats::default(); 3];
     for w in io {
@@ -470,6 +473,7 @@ fn counters_json(
         "engine": c.report(),
         "ports": {"inet": port(&io_sum[0]), "ran": port(&io_sum[1]), "fabric": port(&io_sum[2])},
         "control": control,
+        "xdp": xdp,
     })
 }
 
@@ -506,11 +510,15 @@ pub fn run(
     };
     let ctl_pub = Arc::new(Mutex::new(crate::control::Published::default()));
     let ctl_failed = AtomicBool::new(false);
+    // The XDP fast path's maps, once loaded (io xdp-fast): the control thread writes every
+    // table change through it.
+    let mirror = crate::mirror::empty_slot();
     std::thread::scope(|s| {
         let ctl_thread = match &cfg.control {
             Some(ctl) => {
                 let spec = crate::control::read_spec(&ctl.spec)?;
-                let dp = tables.take_data_plane()?;
+                let mut dp = tables.take_data_plane()?;
+                dp.mirror = mirror.clone();
                 let slot = dp.gpt.clone();
                 let (ctl_pub, ctl_failed) = (&ctl_pub, &ctl_failed);
                 let h = s.spawn(move || {
@@ -546,7 +554,10 @@ pub fn run(
             }
             None => None,
         };
-        let r = forward(cfg, &tables, stop, on_ready, &ctl_pub);
+        let r = match start_fast_path(cfg, &tables, &mirror) {
+            Ok(()) => forward(cfg, &tables, stop, on_ready, &ctl_pub, &mirror),
+            Err(e) => Err(e),
+        };
         stop.store(true, Ordering::Relaxed);
         if let Some(h) = ctl_thread {
             match h.join() {
@@ -559,6 +570,71 @@ pub fn run(
     })
 }
 
+/// With `io: xdp-fast`: loads the fast path with the node's tables as they are now and puts it
+/// into `slot`, holding its lock meanwhile, so that the control thread (waiting on the lock to
+/// write its next change through it) has it miss no change.
+#[cfg(feature = "fastpath")]
+fn start_fast_path(
+    cfg: &NodeFile,
+    tables: &Tables,
+    slot: &crate::mirror::MirrorSlot,
+) -> Result<(), NodeError> {
+    if cfg.io != IoBackend::XdpFast {
+        return Ok(());
+    }
+    let mut m = crate::mirror::lock(slot);
+    let live;
+    let gpt = match &tables.gpt {
+        Some(sb_engine::Gpt::Fixed(g)) => &**g,
+        Some(sb_engine::Gpt::Live(g)) => {
+            live = g.snapshot();
+            &live
+        }
+        None => {
+            return Err(NodeError::Unsupported(
+                "the XDP fast path needs the scalebricks architecture's GPT".into(),
+            ))
+        }
+    };
+    let fib = tables
+        .fib
+        .cuckoo()
+        .ok_or_else(|| NodeError::Unsupported("the XDP fast path needs the cuckoo FIB".into()))?;
+    let mut fib_entries = Vec::with_capacity(fib.len());
+    fib.reader()
+        .for_each(|k, v| fib_entries.push((k.to_vec(), v.to_vec())));
+    let mut up_entries = Vec::with_capacity(tables.uplink.len());
+    tables
+        .uplink
+        .for_each(|k, v| up_entries.push((k.to_vec(), v.to_vec())));
+    let room = cfg.control.as_ref().map_or(0, |c| c.fib_room);
+    let fp = crate::fastpath::NodeFastPath::start(cfg, gpt, &fib_entries, &up_entries, room)?;
+    *m = Some(Box::new(fp));
+    Ok(())
+}
+
+/// Without the `fastpath` feature: `io: xdp-fast` is refused.
+#[cfg(not(feature = "fastpath"))]
+fn start_fast_path(
+    cfg: &NodeFile,
+    _tables: &Tables,
+    _slot: &crate::mirror::MirrorSlot,
+) -> Result<(), NodeError> {
+    if cfg.io == IoBackend::XdpFast {
+        return Err(NodeError::Unsupported(
+            "the XDP fast path (io xdp-fast) needs a build with the `fastpath` feature".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The fast path's state for the counters file (None without one).
+fn xdp_json(slot: &crate::mirror::MirrorSlot) -> Option<serde_json::Value> {
+    crate::mirror::lock(slot)
+        .as_ref()
+        .map(|m| m.report().to_json())
+}
+
 /// The forwarding part of [`run`]: engines, ports, workers, counters.
 fn forward(
     cfg: &NodeFile,
@@ -566,6 +642,7 @@ fn forward(
     stop: &AtomicBool,
     on_ready: impl FnOnce(),
     ctl_pub: &Arc<Mutex<crate::control::Published>>,
+    xdp: &crate::mirror::MirrorSlot,
 ) -> Result<Counters, NodeError> {
     let mut engines = Vec::new();
     let mut ports = Vec::new();
@@ -610,7 +687,15 @@ fn forward(
     };
     write_json(
         &cfg.counters,
-        &counters_json(cfg, &sizes(), &Counters::default(), &[], true, control()),
+        &counters_json(
+            cfg,
+            &sizes(),
+            &Counters::default(),
+            &[],
+            true,
+            control(),
+            xdp_json(xdp),
+        ),
     )?;
     let api = match &cfg.api {
         Some(a) if cfg.control.is_some() => {
@@ -645,6 +730,7 @@ fn forward(
                 ctl_pub.clone(),
             );
             let ctl3 = ctl_pub.clone();
+            let xdp2 = xdp.clone();
             let (fib_r, uplink_r, sizes0) =
                 (fib.reader().clone(), tables.uplink.clone(), tables.sizes);
             let backend = crate::api::NodeApi {
@@ -669,7 +755,7 @@ fn forward(
                     let control = json!({"status": p.status, "log_bytes": p.log_bytes,
                         "ready": p.ready, "fib_insert_failed": p.fib_insert_failed});
                     drop(p);
-                    counters_json(&cfg2, &z, &c, &io, true, Some(control))
+                    counters_json(&cfg2, &z, &c, &io, true, Some(control), xdp_json(&xdp2))
                 }),
                 control: Box::new(move || {
                     let p = ctl3.lock().unwrap_or_else(|e| e.into_inner());
@@ -752,6 +838,7 @@ fn forward(
                         let p = ctl_pub.lock().unwrap_or_else(|e| e.into_inner());
                         p.pfcp_sessions
                     },
+                    xdp: crate::mirror::lock(xdp).as_ref().map(|m| m.report()),
                 };
                 if let Err(e) = crate::metrics::serve(listener, stop, snapshot) {
                     eprintln!("metrics: {e}");
@@ -779,6 +866,7 @@ fn forward(
                         &io_now(&io_stats),
                         true,
                         control(),
+                        xdp_json(xdp),
                     ),
                 )?;
                 last = Instant::now();
@@ -793,7 +881,15 @@ fn forward(
     let c = sum(&published);
     write_json(
         &cfg.counters,
-        &counters_json(cfg, &sizes(), &c, &io_now(&io_stats), false, control()),
+        &counters_json(
+            cfg,
+            &sizes(),
+            &c,
+            &io_now(&io_stats),
+            false,
+            control(),
+            xdp_json(xdp),
+        ),
     )?;
     result?;
     Ok(c)

@@ -59,6 +59,7 @@ fn snapshot(scrapes: &AtomicU64) -> Snapshot {
         log_bytes: Some(4096),
         pfcp: Some(pfcp),
         pfcp_sessions: Some(3),
+        xdp: None,
     }
 }
 

@@ -17,7 +17,8 @@
 //! every veth end gets transmit checksumming, TSO, GSO and GRO switched off (the equivalent of
 //! `ethtool -K DEV tx off tso off gso off gro off`, through [`sb_io::netns::set_offloads`], no
 //! `ethtool` needed), so a packet socket on a link sees complete, checksummed, MTU-sized frames
-//! also from the kernel's own TCP/UDP sockets. MTUs: 1500 on `inet`/`ran`, 9000 on the fabric
+//! also from the kernel's own TCP/UDP sockets (with [`UpOptions::napi_peers`], for the XDP fast
+//! path, the nodes' peers get GRO back on). MTUs: 1500 on `inet`/`ran`, 9000 on the fabric
 //! (see [`plan`]). No link is ever created in the caller's namespace (veths are created directly
 //! inside their namespaces), so deleting the namespaces removes every link.
 //!
@@ -115,8 +116,8 @@ pub enum TopoError {
         /// Why.
         source: std::io::Error,
     },
-    /// Switching a link's offloads off failed.
-    #[error("turning offloads off on {dev} in namespace {netns}: {source}")]
+    /// Setting a link's offloads (off, or GRO on) failed.
+    #[error("setting the offloads of {dev} in namespace {netns}: {source}")]
     Offloads {
         /// The namespace.
         netns: String,
@@ -188,6 +189,12 @@ pub struct UpOptions<'a> {
     pub abort_after_node: Option<usize>,
     /// How long to wait for each forwarder to become ready.
     pub ready_timeout: Duration,
+    /// GRO on for the peer ends of every node's `inet`, `ran` and `fabric` links (their other
+    /// offloads stay off): a veth receives the frames that a native XDP program redirects
+    /// into its pair only when it has a NAPI instance, which GRO gives it (for nodes running
+    /// the XDP fast path). GRO merges no UDP here (no socket asks for it) and no fabric frame;
+    /// TCP segments arriving at a peer may be merged, as a NIC with GRO would.
+    pub napi_peers: bool,
 }
 
 impl<'a> UpOptions<'a> {
@@ -203,6 +210,7 @@ impl<'a> UpOptions<'a> {
             prepare: None,
             abort_after_node: None,
             ready_timeout: Duration::from_secs(10),
+            napi_peers: false,
         }
     }
 }
@@ -367,6 +375,22 @@ fn offloads_off(i: &Iface) -> Result<(), TopoError> {
     .map_err(err)
 }
 
+/// GRO on (the other offloads as [`offloads_off`] left them): see [`UpOptions::napi_peers`].
+fn gro_on(i: &Iface) -> Result<(), TopoError> {
+    let err = |source| TopoError::Offloads {
+        netns: i.netns.clone(),
+        dev: i.name.clone(),
+        source,
+    };
+    let o = sb_io::netns::Offloads {
+        gro: true,
+        ..sb_io::netns::Offloads::OFF
+    };
+    sb_io::netns::in_netns(&i.netns, || sb_io::netns::set_offloads(&i.name, &o))
+        .map_err(err)?
+        .map_err(err)
+}
+
 fn veth(l: &Link) -> Result<(), TopoError> {
     let (a, b) = (l.local.mac.to_string(), l.peer.mac.to_string());
     sys::ip(&[
@@ -500,6 +524,11 @@ fn build(desc: &Description, opts: &UpOptions<'_>, j: &mut Journal) -> Result<()
         // set) stays at the fabric MTU.
         let port = &n.fabric.peer;
         addr_up(port)?;
+        if opts.napi_peers {
+            for p in [&n.inet.peer, &n.ran.peer, port] {
+                gro_on(p)?;
+            }
+        }
         sys::ip(&[
             "-n", &sw.netns, "link", "set", &port.name, "master", &sw.bridge,
         ])?;

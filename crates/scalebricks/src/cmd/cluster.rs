@@ -61,6 +61,11 @@ pub enum IoArg {
     Afpacket,
     /// AF_XDP, copy mode (build with `--features xdp`).
     Xdp,
+    /// The XDP fast path (build with `--features fastpath`): sb-xdp's programs on every
+    /// node's inet and ran forward in the kernel, AF_PACKET takes what they pass up; the
+    /// peers of the nodes' links get GRO on (a NAPI instance, which native redirects into a
+    /// veth need). The scalebricks architecture only.
+    XdpFast,
 }
 
 #[derive(clap::Args)]
@@ -472,6 +477,7 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared, pfcp: &PfcpSet
         io: match a.io {
             IoArg::Afpacket => IoBackend::Afpacket,
             IoArg::Xdp => IoBackend::Xdp,
+            IoArg::XdpFast => IoBackend::XdpFast,
         },
         workers: a.workers,
         batch: a.batch,
@@ -556,6 +562,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         bail!("--nodes must be 1 to {}", sb_topology::plan::MAX_NODES);
     }
     let engine = matches!(a.forwarding, FwdArg::User);
+    let fast_path = matches!(a.io, IoArg::XdpFast);
+    if fast_path && engine && arch != Arch::ScaleBricks {
+        bail!("--io xdp-fast runs the scalebricks architecture only, not {arch}");
+    }
     let tunnels = if engine {
         tunnels_for(&a, ue_pool)?
     } else {
@@ -649,6 +659,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         opts.prepare = Some(&prepare);
     }
     opts.abort_after_node = abort_after_node;
+    opts.napi_peers = fast_path && engine;
     // A node waits up to 60 s + 1 s per 100K flows for its GPT and FIB slice (construction and
     // distribution, `sb_node::run`); the cluster waits longer, so that a node that gives up says
     // why itself. An 8-node 10M-flow construction takes minutes on 2 cores.

@@ -28,6 +28,10 @@ pub enum Io {
     Afpacket,
     /// AF_XDP in copy mode (a build with `--features xdp`).
     Xdp,
+    /// The XDP fast path (a build with `--features fastpath`): sb-xdp's programs on every
+    /// node's inet and ran, AF_PACKET for what they pass up. The scalebricks architecture only
+    /// (the others are skipped).
+    XdpFast,
 }
 
 impl Io {
@@ -35,6 +39,7 @@ impl Io {
         match self {
             Io::Afpacket => "afpacket",
             Io::Xdp => "xdp",
+            Io::XdpFast => "xdp-fast",
         }
     }
 }
@@ -141,6 +146,27 @@ pub fn run(a: &NetnsArgs, archs: &[Arch]) -> Result<()> {
     );
     let packets = a.packets.min(200_000);
     let rate = 5000.0f64;
+    let skipped: Vec<Arch> = archs
+        .iter()
+        .copied()
+        .filter(|&x| a.io == Io::XdpFast && x != Arch::ScaleBricks)
+        .collect();
+    let archs: Vec<Arch> = archs
+        .iter()
+        .copied()
+        .filter(|x| !skipped.contains(x))
+        .collect();
+    if !skipped.is_empty() {
+        eprintln!(
+            "note: the XDP fast path (--io xdp-fast) runs the scalebricks architecture only: {} skipped",
+            skipped
+                .iter()
+                .map(|x| x.label())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    ensure!(!archs.is_empty(), "no architecture left to run");
     if !a.json {
         println!(
             "scalebricks demo --netns: {} node processes in network namespaces (cluster up, {} ports, an L2 bridge as the switch), {} tunnels, {} packets per architecture from gen at {rate} pps, counted by a sink on every node's RAN side",
@@ -153,7 +179,7 @@ pub fn run(a: &NetnsArgs, archs: &[Arch]) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let mut rows = Vec::new();
     let mut failed = Vec::new();
-    for &arch in archs {
+    for &arch in &archs {
         let dir = tmp.path().join(arch.label());
         let d = dir.to_str().context("temporary path")?.to_string();
         let name = format!("sbd{}", std::process::id() % 100_000);
@@ -243,6 +269,8 @@ pub fn run(a: &NetnsArgs, archs: &[Arch]) -> Result<()> {
                     .context("cluster status --json output")?;
             let mut cpu = 0.0;
             let (mut crossings, mut drops) = ([0u64; 4], serde_json::Map::new());
+            // The XDP fast path's counters summed over the nodes, and its ports' modes.
+            let (mut xdp, mut xdp_modes) = (serde_json::Map::new(), Vec::new());
             let (mut fib_entries, mut fib_bytes, mut gpt_bytes) = (0u64, 0u64, 0u64);
             for s in status["node_status"].as_array().into_iter().flatten() {
                 if let Some(pid) = s["pid"].as_i64() {
@@ -250,6 +278,21 @@ pub fn run(a: &NetnsArgs, archs: &[Arch]) -> Result<()> {
                 }
                 for (i, c) in crossings.iter_mut().enumerate() {
                     *c += s["engine"]["crossings"][i].as_u64().unwrap_or(0);
+                }
+                // What XDP finished: encapsulated at the ingress node (0 crossings), or
+                // finished off the fabric (1).
+                crossings[0] += s["xdp"]["counters"]["to_ran"].as_u64().unwrap_or(0);
+                crossings[1] += s["xdp"]["counters"]["fabric_to_ran"].as_u64().unwrap_or(0);
+                for (k, v) in s["xdp"]["counters"].as_object().into_iter().flatten() {
+                    let e = xdp.entry(k.clone()).or_insert(json!(0));
+                    *e = json!(e.as_u64().unwrap_or(0) + v.as_u64().unwrap_or(0));
+                }
+                for (port, mode) in s["xdp"]["attached"].as_object().into_iter().flatten() {
+                    xdp_modes.push(format!(
+                        "node{} {port} {}",
+                        s["node"],
+                        mode.as_str().unwrap_or("?")
+                    ));
                 }
                 for (k, v) in s["engine"]["drops"].as_object().into_iter().flatten() {
                     let e = drops.entry(k.clone()).or_insert(json!(0));
@@ -294,6 +337,8 @@ pub fn run(a: &NetnsArgs, archs: &[Arch]) -> Result<()> {
             let nn = f64::from(a.nodes);
             Ok(json!({
                 "arch": arch.label(),
+                "io": a.io.as_str(),
+                "xdp": (a.io == Io::XdpFast).then(|| json!({"counters": xdp, "attached": xdp_modes})),
                 "mpps_per_core": sent as f64 / cpu.max(1e-9) / 1e6,
                 "note": "packets per node CPU second at the generator's rate (nodes idle most of the time): not a peak rate; bench node measures that",
                 "node_cpu_seconds": cpu,
@@ -344,6 +389,24 @@ pub fn run(a: &NetnsArgs, archs: &[Arch]) -> Result<()> {
                 r["duplicates"],
                 r["malformed"],
                 r["latency_p50_us"].as_f64().unwrap_or(0.0)
+            );
+        }
+        for r in rows.iter().filter(|r| !r["xdp"].is_null()) {
+            let c = &r["xdp"]["counters"];
+            println!(
+                "{:<12} XDP fast path ({}): {} frames encapsulated at their ingress node, {} sent over the fabric, {} uplink decapsulated, {} passed to the engine",
+                r["arch"].as_str().unwrap_or(""),
+                r["xdp"]["attached"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                c["to_ran"].as_u64().unwrap_or(0),
+                c["to_fabric"].as_u64().unwrap_or(0),
+                c["up_to_inet"].as_u64().unwrap_or(0),
+                c["slow"].as_u64().unwrap_or(0)
             );
         }
         println!("(namespaces: Mpps per node CPU second at the generator's {rate} pps, the nodes idle most of the time: not a peak rate, which `scalebricks bench node` measures)");
