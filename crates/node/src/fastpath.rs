@@ -45,8 +45,12 @@ fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut at = e.source();
     while let Some(c) = at {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let t = c.to_string();
+        // (aya's syscall errors repeat their message in their source)
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
         at = c.source();
     }
     s
