@@ -77,7 +77,7 @@ else
     echo "note: libdpdk-dev/libcuckoo-dev missing (not root?): peers behind features are not tested"
     # The XDP fast path needs only clang and libbpf-dev (scripts/install-bpf-tools.sh).
     if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then
-        features=(--features sb-xdp/bpf,sb-bench/fastpath)
+        features=(--features sb-xdp/bpf,sb-bench/fastpath,scalebricks/fastpath)
     fi
 fi
 
@@ -172,12 +172,27 @@ fi
 
 if want large; then
     step large "release-mode large tests"
-    cargo test --workspace --release "${features[@]}" -- --ignored large_
+    # Only the packages that hold a `large_` test are built for it: `--workspace --release`
+    # built (and thin-LTO linked) every test binary of every crate in release mode, most of
+    # them to run nothing. The packages are found from the sources, so a new `large_` test is
+    # never skipped.
+    large_pkgs=()
+    for d in $(grep -rl --include='*.rs' 'fn large_' crates | cut -d/ -f1-2 | sort -u); do
+        large_pkgs+=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$d/Cargo.toml" | head -1)")
+    done
+    [ ${#large_pkgs[@]} -gt 0 ] || { echo "no large_ tests found under crates/"; exit 1; }
+    echo "large_ tests in: ${large_pkgs[*]}"
+    # `--all-features` applies to the packages selected; the XDP features name other packages
+    # (cargo refuses those) and no large_ test needs them.
+    large_features=()
+    [ "${features[*]}" = "--all-features" ] && large_features=(--all-features)
+    cargo test --release "${large_pkgs[@]}" "${large_features[@]}" -- --ignored large_
 fi
 
 if want demo; then
     step demo "the README's main job (cargo run --release --bin scalebricks -- demo)"
-    # The same release build as the step above (its features), so nothing is built again.
+    # The release build of the scalebricks binary alone (the large step builds only the
+    # packages holding large_ tests; their dependencies' release builds are shared).
     cargo run --release "${features[@]}" --bin scalebricks -- demo --json > target/demo.json
     grep -q '"ok": true' target/demo.json
 fi
