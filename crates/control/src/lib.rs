@@ -114,9 +114,18 @@
 //! its group led by another replica (it was cut off or down) is fenced ([`Node::fenced`]) and
 //! restarted from its log by its driver; a leader that is not the home hands the leadership
 //! back once the home has caught up. Not yet: a non-home leader does not serve the range's
-//! updates (they wait for the home, as without replication), a node restarting while
-//! another is dead does not become ready (it needs every owner's piece), and a wiped log
-//! cannot rejoin (it would need a new replica id and a fresh epoch).
+//! updates (they wait for the home, as without replication), and a wiped log cannot rejoin
+//! (it would need a new replica id and a fresh epoch).
+//!
+//! A node restarting while an owner is gone (failure detection, below) gets that owner's GPT
+//! piece and its FIB slice of the owner's range from the range's other replicas (message
+//! types 15 and 16; the `relay` module of `node`): the piece as a replica's GPT holds it, the
+//! slice from the group's leader's RIB once it has applied every committed entry; so it
+//! becomes ready and acknowledges the other owners' deltas (without a GPT it could not, and
+//! every owner's batches waited for it). This needs a live replica of the range that kept
+//! its GPT since the owner left (with five nodes and two down, the three others do; with
+//! fewer, the survivors lose their lease majority and restart too, and wait for the owner),
+//! and replication: with one replica per range nothing stands in for a gone owner.
 //!
 //! # Failure detection ([`Tuning::lease`], default 500 ms)
 //! Heartbeats between every pair of nodes (message type 14) give each node leases from its
@@ -164,6 +173,8 @@
 //! | 12 | FIB ack | last stream number applied u64, count u16, stream numbers u64 of the installs refused (a full FIB) |
 //! | 13 | Raft | range (its group) u32, the sender's message number u64, chunk index u16, chunk count u16, bytes of the protobuf `eraftpb.Message` ([`replica::transport`]) |
 //! | 14 | heartbeat | the sender's clock u64, the last clock value the receiver sent it u64, length u8 (at most 32), bitmap of the nodes the sender heard within [`Tuning::lease`] (failure detection) |
+//! | 15 | relay request | the gone owner u16: the sender lacks its piece or its FIB slice of the owner's range |
+//! | 16 | relay | the gone owner u16, the owner's epoch u32, its last delta in the piece u64, total length u32, index u32, count u32, bytes of: slice included u8, piece length u32, piece, count u32, (key, FIB value) at the cluster's widths each |
 //!
 //! A receiver checks the length, magic, version, cluster id, receiver, tag (with its sender's
 //! key) and the type against that key before it reads anything else; a datagram that fails, or whose sender's epoch is older than one it has seen, or (but

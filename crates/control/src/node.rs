@@ -8,6 +8,7 @@ use crate::replica::storage::{self as rstore, RaftStore};
 use crate::replica::{replicas_of, transport};
 
 mod liveness;
+mod relay;
 mod replication;
 mod streams;
 use crate::wire::{self, Body, FibItem, Header, Kind};
@@ -441,6 +442,8 @@ pub struct Node {
     live_gpt: bool,
     /// Failure detection ([`liveness`]).
     live: liveness::Liveness,
+    /// Per owner: standing in for it while it is gone ([`relay`]).
+    relay: Vec<relay::RelayIn>,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -784,6 +787,7 @@ impl Node {
             fenced: false,
             live_gpt: false,
             live: liveness::Liveness::new(spec.nodes, now),
+            relay: (0..n).map(|_| Default::default()).collect(),
             spec,
             tuning,
         };
@@ -924,6 +928,7 @@ impl Node {
             self.retransmits += 1;
             self.send(owner, id, Body::Forward(updates));
         }
+        self.relay_timers();
         // Replica timers.
         for o in 0..n {
             let oi = o as usize;
@@ -973,6 +978,9 @@ impl Node {
             at(self.next_tick);
         }
         if let Some(x) = self.liveness_timeout() {
+            at(x);
+        }
+        if let Some(x) = self.relay_timeout() {
             at(x);
         }
         for (pi, p) in self.peers.iter().enumerate() {
@@ -1788,6 +1796,16 @@ impl Node {
                 count,
                 data,
             } => self.on_raft(p, group, msg, index, count, data),
+            Body::RelayRequest { owner } => self.on_relay_request(p, owner),
+            Body::Relay {
+                owner,
+                epoch,
+                seq,
+                total_len,
+                index,
+                count,
+                data,
+            } => self.on_relay(p, owner, epoch, seq, total_len, index, count, data),
             Body::ClientRequest { .. } | Body::ClientReply(_) => self.drop_msg("unexpected"),
         }
     }

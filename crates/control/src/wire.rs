@@ -80,6 +80,11 @@ pub enum Kind {
     Raft = 13,
     /// A node's heartbeat: failure detection and leases ([`crate::Tuning::lease`]).
     Heartbeat = 14,
+    /// A node without a gone owner's piece or FIB slice asks a replica of the owner's range
+    /// for them ([`Body::RelayRequest`]).
+    RelayRequest = 15,
+    /// A chunk of a replica's answer for a gone owner ([`Body::Relay`]).
+    Relay = 16,
 }
 
 impl Kind {
@@ -100,6 +105,8 @@ impl Kind {
             12 => FibAck,
             13 => Raft,
             14 => Heartbeat,
+            15 => RelayRequest,
+            16 => Relay,
             _ => return None,
         })
     }
@@ -251,6 +258,32 @@ pub enum Body {
         /// The chunk's bytes.
         data: Vec<u8>,
     },
+    /// [`Kind::RelayRequest`]: the sender restarted while `owner` is gone (failure detection)
+    /// and lacks its piece or its FIB slice: a replica of the owner's range answers with
+    /// [`Body::Relay`] chunks.
+    RelayRequest {
+        /// The gone owner.
+        owner: u16,
+    },
+    /// [`Kind::Relay`]: chunk `index` of `count` of a replica's answer for gone `owner`: the
+    /// owner's piece as the replica's GPT holds it at the owner's `epoch` and `seq`, and, from
+    /// the range's group leader, the receiver's FIB slice of the range.
+    Relay {
+        /// The gone owner.
+        owner: u16,
+        /// The owner's epoch the piece is of.
+        epoch: u32,
+        /// The owner's last delta in the piece.
+        seq: u64,
+        /// Bytes of the whole answer.
+        total_len: u32,
+        /// This chunk's index.
+        index: u32,
+        /// Number of chunks.
+        count: u32,
+        /// The chunk's bytes.
+        data: Vec<u8>,
+    },
 }
 
 /// Bytes of a heartbeat's bitmap of the nodes its sender hears at most (250 nodes).
@@ -274,6 +307,8 @@ impl Body {
             Body::FibAck { .. } => Kind::FibAck,
             Body::Raft { .. } => Kind::Raft,
             Body::Heartbeat { .. } => Kind::Heartbeat,
+            Body::RelayRequest { .. } => Kind::RelayRequest,
+            Body::Relay { .. } => Kind::Relay,
         }
     }
 }
@@ -634,6 +669,24 @@ fn encode_with(mac: HmacSha256, h: &Header, body: &Body) -> Vec<u8> {
             out.extend_from_slice(&count.to_le_bytes());
             out.extend_from_slice(data);
         }
+        Body::RelayRequest { owner } => out.extend_from_slice(&owner.to_le_bytes()),
+        Body::Relay {
+            owner,
+            epoch,
+            seq,
+            total_len,
+            index,
+            count,
+            data,
+        } => {
+            out.extend_from_slice(&owner.to_le_bytes());
+            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.extend_from_slice(&total_len.to_le_bytes());
+            out.extend_from_slice(&index.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
+            out.extend_from_slice(data);
+        }
         Body::PieceRequest { seq, missing } => {
             out.extend_from_slice(&seq.to_le_bytes());
             out.extend_from_slice(&(missing.len() as u16).to_le_bytes());
@@ -852,6 +905,28 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
                 data,
             }
         }
+        Kind::RelayRequest => Body::RelayRequest { owner: r.u16()? },
+        Kind::Relay => {
+            let owner = r.u16()?;
+            let epoch = r.u32()?;
+            let seq = r.u64()?;
+            let total_len = r.u32()?;
+            let index = r.u32()?;
+            let count = r.u32()?;
+            let data = r.take(r.b.len())?.to_vec();
+            if count == 0 || index >= count || data.len() > total_len as usize {
+                return Err(WireError::Malformed("bad relay chunk numbers"));
+            }
+            Body::Relay {
+                owner,
+                epoch,
+                seq,
+                total_len,
+                index,
+                count,
+                data,
+            }
+        }
         Kind::PieceRequest => {
             let seq = r.u64()?;
             let n = r.u16()? as usize;
@@ -981,6 +1056,16 @@ mod tests {
                 stamp: 5,
                 echo: 3,
                 hears: vec![0b1011],
+            },
+            Body::RelayRequest { owner: 4 },
+            Body::Relay {
+                owner: 4,
+                epoch: 2,
+                seq: 9,
+                total_len: 10,
+                index: 1,
+                count: 2,
+                data: vec![6; 5],
             },
         ]
     }

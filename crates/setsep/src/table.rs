@@ -761,6 +761,49 @@ impl SetSep {
         self.groups[g0..g0 + p.groups.len()].copy_from_slice(&p.groups);
         Ok(())
     }
+
+    /// Blocks `range` of this table as a [`crate::Piece`] counting `keys` keys (a replica's
+    /// copy of one owner's blocks, which [`SetSep::install_piece`] installs elsewhere as the
+    /// owner's [`crate::Updatable::piece`] would: the inverse of `install_piece`; the table
+    /// keeps no key count per range, so the caller gives it).
+    pub fn piece(
+        &self,
+        range: std::ops::Range<u64>,
+        keys: u64,
+    ) -> Result<crate::Piece, BuildError> {
+        let h = &self.hdr;
+        if range.start >= range.end || range.end > h.n_blocks {
+            return Err(BuildError::BadRange {
+                start: range.start,
+                end: range.end,
+                total: h.n_blocks,
+            });
+        }
+        let (start, end) = (range.start as usize, range.end as usize);
+        let rec = h.rec_bytes();
+        let mut fb: Vec<(&(u64, u64), &u16)> = (self.fallback.iter())
+            .filter(|(&(lo, hi), _)| range.contains(&locate(KeyHash { lo, hi }, h.n_blocks).0))
+            .collect();
+        fb.sort_unstable();
+        let mut fallback = Vec::with_capacity(fb.len() * FB_ENTRY);
+        for (&(lo, hi), &v) in fb {
+            fallback.extend_from_slice(&fallback_entry(KeyHash { lo, hi }, v));
+        }
+        Ok(crate::Piece {
+            config: h.config,
+            value_bits: h.value_bits,
+            seed: h.seed,
+            build_id: h.build_id,
+            total_blocks: h.n_blocks,
+            range,
+            keys,
+            choices: self.choices[start * CHOICE_BYTES_PER_BLOCK..end * CHOICE_BYTES_PER_BLOCK]
+                .to_vec(),
+            groups: self.groups[start * GROUPS_PER_BLOCK * rec..end * GROUPS_PER_BLOCK * rec]
+                .to_vec(),
+            fallback,
+        })
+    }
 }
 
 /// Checks that piece `p` fits a table with header `hdr` (config, value bits, seed, build id,

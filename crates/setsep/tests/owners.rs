@@ -74,6 +74,33 @@ fn assembled_pieces_answer_every_key() {
     assert_eq!(owners.iter().map(|u| u.len()).sum::<usize>(), oracle.len());
 }
 
+/// A replica's copy of an owner's blocks (`SetSep::piece`) is the owner's piece, byte for byte
+/// (fallback entries included, if any), after deltas too.
+#[test]
+fn a_replicas_piece_is_the_owners() {
+    let (mut owners, mut replica, _) = setup(3000);
+    let total = replica.num_blocks();
+    for (o, r) in ranges(total).into_iter().enumerate() {
+        let theirs = owners[o].piece(r.clone()).unwrap();
+        let ours = replica.piece(r.clone(), theirs.keys()).unwrap();
+        assert_eq!(ours.to_bytes(), theirs.to_bytes(), "owner {o}");
+    }
+    // After changes (some keys moved to other values, new keys) applied as deltas.
+    for i in 0..400u32 {
+        let k = key(10_000 + i);
+        let o = owner_of(&k, total);
+        let d = owners[o].insert(&k, (i % 3) as u16).unwrap();
+        replica.apply_owner_delta(&d).unwrap();
+    }
+    for (o, r) in ranges(total).into_iter().enumerate() {
+        let theirs = owners[o].piece(r.clone()).unwrap();
+        let ours = replica.piece(r, theirs.keys()).unwrap();
+        assert_eq!(ours.to_bytes(), theirs.to_bytes(), "owner {o} after deltas");
+    }
+    assert!(replica.piece(0..0, 0).is_err());
+    assert!(replica.piece(0..total + 1, 0).is_err());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
