@@ -1,6 +1,7 @@
 //! TEA (SIGCOMM 2020): a switch's large per-flow table kept in the memory of the rack's
 //! servers, read by one-sided reads, with a small exact-match cache of hot keys in the switch.
 
+pub mod flow;
 pub mod fuzzing;
 pub mod hash;
 pub mod hot;
@@ -11,6 +12,7 @@ pub mod table;
 pub mod wire;
 pub mod zipf;
 
+pub use flow::{DropReason, Expired, FlowControl, FlowCounters, FlowParams, Health, Probe, Route};
 pub use hot::{BloomFilter, CountMinSketch, HotCache, HotError, HotKeys, HotParams, Offer};
 pub use layout::{BucketError, Layout, LayoutError};
 pub use region::{MemoryRegion, OutOfBounds, Region};
