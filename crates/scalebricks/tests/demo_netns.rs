@@ -13,34 +13,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// Removes what a demo run with process id `pid` may have left: its namespaces
-/// (`sbd{pid % 100000}-*`) and the processes in them.
-struct Leftovers(String);
-
-impl Leftovers {
-    fn namespaces(&self) -> Vec<String> {
-        netns_list()
-            .into_iter()
-            .filter(|n| n.starts_with(&self.0))
-            .collect()
-    }
-}
-
-impl Drop for Leftovers {
-    fn drop(&mut self) {
-        for ns in self.namespaces() {
-            let o = Command::new("ip")
-                .args(["netns", "pids", &ns])
-                .output()
-                .unwrap();
-            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                let _ = Command::new("kill").args(["-9", pid]).status();
-            }
-            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        }
-    }
-}
-
 #[test]
 fn demo_netns_runs_three_architectures_on_node_processes() {
     if !can_run("demo_netns_runs_three_architectures_on_node_processes") {

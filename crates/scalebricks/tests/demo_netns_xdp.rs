@@ -29,33 +29,6 @@ mod xdp {
         v.as_u64().unwrap_or(0)
     }
 
-    /// Removes what a demo run with process id `pid` may have left (as tests/demo_netns.rs).
-    struct Leftovers(String);
-
-    impl Leftovers {
-        fn namespaces(&self) -> Vec<String> {
-            netns_list()
-                .into_iter()
-                .filter(|n| n.starts_with(&self.0))
-                .collect()
-        }
-    }
-
-    impl Drop for Leftovers {
-        fn drop(&mut self) {
-            for ns in self.namespaces() {
-                let o = Command::new("ip")
-                    .args(["netns", "pids", &ns])
-                    .output()
-                    .unwrap();
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).status();
-                }
-                let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-            }
-        }
-    }
-
     #[test]
     fn demo_netns_on_the_xdp_fast_path_forwards_every_packet_in_xdp() {
         if !can_run("demo_netns_on_the_xdp_fast_path_forwards_every_packet_in_xdp") {

@@ -121,6 +121,35 @@ pub fn netns_list() -> Vec<String> {
         .collect()
 }
 
+/// Removes what a `scalebricks demo --netns` run may have left when a test fails or is killed:
+/// the namespaces whose names start with its prefix (`sbd{pid % 100000}-`) and the processes in
+/// them (tests/demo_netns.rs, tests/demo_netns_xdp.rs).
+pub struct Leftovers(pub String);
+
+impl Leftovers {
+    pub fn namespaces(&self) -> Vec<String> {
+        netns_list()
+            .into_iter()
+            .filter(|n| n.starts_with(&self.0))
+            .collect()
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for ns in self.namespaces() {
+            let o = Command::new("ip")
+                .args(["netns", "pids", &ns])
+                .output()
+                .unwrap();
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+            let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        }
+    }
+}
+
 pub fn pid_alive(pid: i64) -> bool {
     // A zombie (state Z) is gone for our purposes.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
