@@ -750,6 +750,19 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The tail of a chunked body (a piece's or a relayed piece's): total length u32, index u32,
+/// count u32 and the rest as this chunk's bytes, checked (`why` names the body when not).
+fn chunk(r: &mut Reader, why: &'static str) -> Result<(u32, u32, u32, Vec<u8>), WireError> {
+    let total_len = r.u32()?;
+    let index = r.u32()?;
+    let count = r.u32()?;
+    let data = r.take(r.b.len())?.to_vec();
+    if count == 0 || index >= count || data.len() > total_len as usize {
+        return Err(WireError::Malformed(why));
+    }
+    Ok((total_len, index, count, data))
+}
+
 fn get_updates(r: &mut Reader) -> Result<Vec<Update>, WireError> {
     let n = r.u16()? as usize;
     // Each update takes at least 5 bytes: bound the allocation by what is there.
@@ -873,13 +886,7 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
         }
         Kind::PieceChunk => {
             let seq = r.u64()?;
-            let total_len = r.u32()?;
-            let index = r.u32()?;
-            let count = r.u32()?;
-            let data = r.take(r.b.len())?.to_vec();
-            if count == 0 || index >= count || data.len() > total_len as usize {
-                return Err(WireError::Malformed("bad chunk numbers"));
-            }
+            let (total_len, index, count, data) = chunk(&mut r, "bad chunk numbers")?;
             Body::PieceChunk {
                 seq,
                 total_len,
@@ -910,13 +917,7 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
             let owner = r.u16()?;
             let epoch = r.u32()?;
             let seq = r.u64()?;
-            let total_len = r.u32()?;
-            let index = r.u32()?;
-            let count = r.u32()?;
-            let data = r.take(r.b.len())?.to_vec();
-            if count == 0 || index >= count || data.len() > total_len as usize {
-                return Err(WireError::Malformed("bad relay chunk numbers"));
-            }
+            let (total_len, index, count, data) = chunk(&mut r, "bad relay chunk numbers")?;
             Body::Relay {
                 owner,
                 epoch,
