@@ -1140,9 +1140,21 @@ impl Node {
 
     /// Everything handed out in [`Event::Persist`] events so far is durable.
     pub fn persisted(&mut self, now: Nanos) {
+        self.persisted_through(now, self.persists_handed);
+    }
+
+    /// The first `n` [`Event::Persist`] events handed out (by [`Node::poll_event`]) are
+    /// durable: for a driver whose log is written on another thread, which commits while
+    /// more events are handed out ([`Node::persists_handed`] counts them).
+    pub fn persisted_through(&mut self, now: Nanos, n: u64) {
         self.tick(now);
-        self.durable = self.persists_handed;
+        self.durable = self.durable.max(n.min(self.persists_handed));
         self.progress();
+    }
+
+    /// [`Event::Persist`] events handed out so far.
+    pub fn persists_handed(&self) -> u64 {
+        self.persists_handed
     }
 
     // ----- inspection -------------------------------------------------------------------------

@@ -248,6 +248,19 @@ pub fn set_socket_buffers(fd: std::os::fd::RawFd, bytes: usize) -> Result<(), Io
     Ok(())
 }
 
+/// Sets the calling thread's nice value (threads spawned from it afterwards inherit it). A
+/// value below 0 needs root or `CAP_SYS_NICE`.
+#[allow(unsafe_code)]
+pub fn set_thread_nice(nice: i32) -> Result<(), IoError> {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+    // SAFETY: setpriority takes no pointers; an error is reported through its result.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+        return Err(IoError::last("setpriority"));
+    }
+    Ok(())
+}
+
 #[allow(unsafe_code)]
 fn poll_fds(fds: &mut [libc::pollfd], timeout: Duration) -> Result<(), IoError> {
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;

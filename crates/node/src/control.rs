@@ -3,10 +3,13 @@
 //! uplink table that the workers read while the control thread changes them).
 //!
 //! One thread runs the loop: receive a datagram (or time out), hand it to the state machine,
-//! then apply every event it emits in order (log records are appended and committed once per
-//! loop iteration: group commit; FIB entries are installed; GPT deltas and pieces are applied
-//! to the live table), and only then send what it has to send. Applying the events before
-//! sending is what makes an acknowledgment mean "durable and installed".
+//! then apply every event it emits in order (log records go to the log's own thread, which
+//! commits whatever has arrived with one sync: group commit, [`crate::logwriter`]; FIB
+//! entries are installed; GPT deltas and pieces are applied to the live table), and only then
+//! send what it has to send. The state machine holds back every message that needs its
+//! records durable until the log's thread says they are, and applies the events before
+//! sending: so an acknowledgment means "durable and installed", and the loop never waits for
+//! the disk (a slow sync delays acknowledgements, not heartbeats or Raft ticks).
 
 use crate::config::NodeFile;
 use crate::mirror::{MirrorSlot, TableMirror};
@@ -596,6 +599,7 @@ pub fn run(
     published: &Mutex<Published>,
 ) -> Result<(), ControlError> {
     let me = cfg.node;
+    raise_priority();
     let listen = *ctl
         .peers
         .get(me as usize)
@@ -619,7 +623,7 @@ pub fn run(
         identity,
         ..sb_wal::WalOptions::default()
     };
-    let (mut wal, recovery) = sb_wal::Wal::open(&ctl.wal, &opts)?;
+    let (wal, recovery) = sb_wal::Wal::open(&ctl.wal, &opts)?;
     if recovery.torn_tail_bytes > 0 {
         tracing_warn(&format!(
             "log: dropped a torn last commit of {} bytes (never acknowledged)",
@@ -648,6 +652,11 @@ pub fn run(
         rib_key_prefix: sb_engine::lte::IPV4_KEY_PREFIX.to_vec(),
         // Each range on this many nodes (a Raft group per range; 1: no replication).
         replicas: ctl.replicas.max(1),
+        // A range's followers campaign after 250 to 500 ms without their leader (the
+        // state machine's default, 100 to 200 ms, suits its simulations): a dead owner is
+        // replaced within the failure detection's 500 ms, and an owner whose thread waited
+        // for the CPU or the disk for 200 ms keeps its range instead of fencing itself.
+        election_ticks: 25,
         ..sb_control::Tuning::default()
     };
     let new_node = |flows: Vec<Flow>, recovered: Vec<Vec<u8>>| {
@@ -665,6 +674,14 @@ pub fn run(
         Ok::<_, ControlError>(node)
     };
     let mut node = new_node(flows, recovered)?;
+    // The log is written on a thread of its own (crate::logwriter): the control thread never
+    // waits for the disk. Persist events are numbered across restarts of the state machine:
+    // `base` events were handed out by earlier incarnations.
+    let wal = crate::logwriter::LogWriter::start(wal, &ctl.wal, opts.clone())
+        .map_err(io_err(&ctl.wal))?;
+    let mut base = 0u64;
+    // Persist events of this incarnation the state machine was told are durable.
+    let mut told = 0u64;
     let peer_of = |a: SocketAddr| match ctl.peers.iter().position(|p| *p == a) {
         Some(j) => Peer::Node(j as u16),
         None => Peer::Client(a),
@@ -682,15 +699,21 @@ pub fn run(
             .unwrap_or(Duration::from_millis(50))
             .clamp(Duration::from_micros(100), Duration::from_millis(50));
         match &pfcp {
-            Some(p) => p.wait(&sock, wait),
+            Some(p) => p.wait(
+                &[std::os::fd::AsRawFd::as_raw_fd(&sock), wal.wake_fd()],
+                wait,
+            ),
             None => {
-                if let Err(e) =
-                    sb_io::wait_readable(&[std::os::fd::AsRawFd::as_raw_fd(&sock)], wait)
-                {
+                let fds = [std::os::fd::AsRawFd::as_raw_fd(&sock), wal.wake_fd()];
+                if let Err(e) = sb_io::wait_readable(&fds, wait) {
                     tracing_warn(&format!("poll: {e}"));
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
+        }
+        wal.drain_wakes();
+        if let Some(e) = wal.take_error() {
+            return Err(e.into());
         }
         // Everything that waits, up to a bound: the iteration's one log commit covers all of
         // it (group commit), where one datagram per iteration paid a commit each.
@@ -720,26 +743,13 @@ pub fn run(
             node.handle_timeout(now);
         }
         dp.remove_due(Instant::now());
-        // Events until none is left: a commit may release more (acks after persistence).
+        // Events until none is left: what became durable may release more (acks after
+        // persistence).
         loop {
-            let mut appended = false;
             while let Some(ev) = node.poll_event() {
                 match ev {
                     Event::Persist { records } => {
-                        for r in &records {
-                            match wal.append(r) {
-                                // More than one commit holds (a first start persists every
-                                // initial flow of the range): commit what is pending, go on.
-                                Err(sb_wal::WalError::BatchFull { .. }) => {
-                                    wal.commit()?;
-                                    wal.append(r)?;
-                                }
-                                other => {
-                                    other?;
-                                }
-                            }
-                        }
-                        appended = true;
+                        wal.append(records, base + node.persists_handed());
                     }
                     Event::FibInsert { key, value } => {
                         if let Err(e) = dp.fib_insert(&key, &value) {
@@ -797,15 +807,16 @@ pub fn run(
                     }
                 }
             }
-            if !appended {
+            // What is queued never waits for the log (the state machine holds back whatever
+            // needs it until `persisted_through`): peers' acks, deltas and installs go out
+            // while the log syncs instead of after it.
+            let durable = wal.durable().saturating_sub(base);
+            if durable <= told {
                 break;
             }
-            // What is queued never waits for this commit (the state machine holds back whatever
-            // needs it until `persisted`): peers' acks, deltas and installs go out while the log
-            // syncs instead of after it.
+            told = durable;
             transmit(&mut node, &mut pfcp, ctl, &sock);
-            wal.commit()?;
-            node.persisted(clock());
+            node.persisted_through(clock(), durable);
         }
         transmit(&mut node, &mut pfcp, ctl, &sock);
         if node.fenced() {
@@ -816,10 +827,9 @@ pub fn run(
             // prunes what its range no longer holds) and its GPT, into which the restarted
             // node writes the pieces it assembles (`keep_live_gpt`): the workers go on.
             tracing_warn("this node's range is led by another replica: restarting the control state machine from its log");
-            wal.commit()?;
-            drop(wal);
-            let (w, recovery) = sb_wal::Wal::open(&ctl.wal, &opts)?;
-            wal = w;
+            let recovery = wal.reopen()?;
+            base += node.persists_handed();
+            told = 0;
             node = new_node(Vec::new(), recovery.records)?;
             node.keep_live_gpt();
             restarts += 1;
@@ -859,6 +869,24 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+/// The control thread's nice value (and its log thread's, which inherits it).
+const CONTROL_NICE: i32 = -10;
+
+/// Raises the calling thread's scheduling priority to [`CONTROL_NICE`] where the process may
+/// (root, or `CAP_SYS_NICE`). Where the data plane's workers, the other processes of a small
+/// machine and the control thread share cores, a control thread that waits for CPU a few
+/// hundred milliseconds misses its heartbeats and Raft ticks: its peers take it for dead and
+/// it fences itself ([`sb_control::Node::fenced`]). A deployment gives it a core of its own;
+/// this is the fallback where it has none. Without the privilege it runs at the default
+/// priority, with a warning.
+fn raise_priority() {
+    if let Err(e) = sb_io::set_thread_nice(CONTROL_NICE) {
+        tracing_warn(&format!(
+            "control thread: nice {CONTROL_NICE} refused ({e}): it runs at the default priority"
+        ));
+    }
 }
 
 /// Waits until the control thread has put the GPT into `slot` and the node is ready (every

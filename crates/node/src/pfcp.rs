@@ -706,9 +706,11 @@ impl Endpoint {
         &self.upf
     }
 
-    /// Sleeps until `control` or the PFCP socket has a datagram, or `timeout` passes.
-    pub fn wait(&self, control: &UdpSocket, timeout: Duration) {
-        let mut fds = vec![control.as_raw_fd(), self.sock.as_raw_fd()];
+    /// Sleeps until one of `others` (the control socket, the log's wake socket) or one of the
+    /// endpoint's sockets is readable, or `timeout` passes.
+    pub fn wait(&self, others: &[std::os::fd::RawFd], timeout: Duration) {
+        let mut fds = others.to_vec();
+        fds.push(self.sock.as_raw_fd());
         fds.extend(self.relay_sock.as_ref().map(|s| s.as_raw_fd()));
         fds.extend(self.gtpu_sock.as_ref().map(|s| s.as_raw_fd()));
         if let Err(e) = sb_io::wait_readable(&fds, timeout) {
