@@ -54,6 +54,9 @@
 //! | `scalebricks_buffered_packets_total` | counter | | downlink packets put into their session's buffer (FAR BUFF; not drops) |
 //! | `scalebricks_released_packets_total` | counter | | buffered packets sent on when their session's buffer was flushed |
 //! | `scalebricks_gtpu_end_markers_total` | counter | | GTP-U End Markers sent on old tunnels (SNDEM) |
+//! | `scalebricks_fragmented_packets_total` | counter | | downlink packets whose outer IPv4 packet was cut into fragments (larger than the N3 link carries, inner IPv4 without DF) |
+//! | `scalebricks_outer_fragments_total` | counter | | the fragments those packets left as (each also counted as a packet sent) |
+//! | `scalebricks_cp_function_packets_total` | counter | `direction` | G-PDUs of the CP function's paths: `to_cp` (uplink packets a PDR sends to the SMF's F-TEID, handed to the control plane), `from_cp` (packets from the SMF sent out of `ran`) |
 //!
 //! With the XDP fast path (`io: xdp-fast`, [`Snapshot::xdp`]), what its programs finish is
 //! added to the families above where the engine counts the same work:
@@ -572,6 +575,30 @@ fn data_plane(enc: &mut DescriptorEncoder, c: &Counters) -> Result<(), std::fmt:
         "GTP-U End Markers sent on old tunnels (SNDEM).",
         Counter,
         one(c.end_markers),
+    )?;
+    family(
+        enc,
+        "scalebricks_fragmented_packets",
+        "Downlink packets whose outer IPv4 packet was cut into fragments (larger than the N3 link carries).",
+        Counter,
+        one(c.fragmented),
+    )?;
+    family(
+        enc,
+        "scalebricks_outer_fragments",
+        "The outer IPv4 fragments those packets left as (each also a packet sent).",
+        Counter,
+        one(c.fragments),
+    )?;
+    family(
+        enc,
+        "scalebricks_cp_function_packets",
+        "G-PDUs of the CP function's paths: to_cp (uplink, to the SMF's F-TEID), from_cp (from the SMF, out of ran).",
+        Counter,
+        [
+            (vec![("direction", "to_cp".to_string())], c.to_cp),
+            (vec![("direction", "from_cp".to_string())], c.from_cp),
+        ],
     )
 }
 
@@ -1141,6 +1168,9 @@ mod tests {
         "scalebricks_buffered_packets",
         "scalebricks_released_packets",
         "scalebricks_gtpu_end_markers",
+        "scalebricks_fragmented_packets",
+        "scalebricks_outer_fragments",
+        "scalebricks_cp_function_packets",
         "scalebricks_port_bytes",
         "scalebricks_port_dropped_packets",
         "scalebricks_port_errors",
@@ -1168,7 +1198,7 @@ mod tests {
     ];
 
     /// Families present without control status, log size or PFCP counts.
-    const ALWAYS: usize = 22;
+    const ALWAYS: usize = 25;
 
     fn workers() -> Vec<Counters> {
         let mut a = Counters::default();
@@ -1180,6 +1210,10 @@ mod tests {
         a.crossings = [30, 20, 4, 1];
         a.echo_replies = 2;
         a.arp_replies = 3;
+        a.fragmented = 4;
+        a.fragments = 8;
+        a.to_cp = 5;
+        a.from_cp = 6;
         a.drop(PortId::Ran, Drop::UnknownTeid);
         a.drop(PortId::Ran, Drop::UnknownTeid);
         a.drop(PortId::Inet, Drop::Malformed(WireError::ALL[8]));
@@ -1383,6 +1417,16 @@ mod tests {
         let s = samples(&text);
         let want = [
             ("fivegs_ep_n3_gtp_indatapktn3upf_total", "18"),
+            ("scalebricks_fragmented_packets_total", "8"),
+            ("scalebricks_outer_fragments_total", "16"),
+            (
+                r#"scalebricks_cp_function_packets_total{direction="to_cp"}"#,
+                "10",
+            ),
+            (
+                r#"scalebricks_cp_function_packets_total{direction="from_cp"}"#,
+                "12",
+            ),
             ("fivegs_ep_n3_gtp_outdatapktn3upf_total", "110"),
             (
                 r#"scalebricks_packets_total{port="inet",direction="rx"}"#,
