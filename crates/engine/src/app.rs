@@ -89,6 +89,23 @@ pub trait App: Send {
     /// place.
     fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop>;
 
+    /// Frames `idx` of `batch` arrived on the access port (in that order): handles each in
+    /// place as [`access`](Self::access) would, one after the other, and writes its result
+    /// into `out` (as long as `idx`). An application batches its table lookups here (the LTE
+    /// application's uplink TEIDs, prefetched as the engine's FIB lookups downstream); the
+    /// result of each frame must be the one `access` gives it. The default calls `access`
+    /// for each frame.
+    fn access_batch(
+        &mut self,
+        batch: &mut PacketBatch,
+        idx: &[usize],
+        out: &mut [Result<Access, Drop>],
+    ) {
+        for (o, &i) in out.iter_mut().zip(idx) {
+            *o = self.access(batch, i);
+        }
+    }
+
     /// The driver's clock, in nanoseconds from an origin shared by every worker of the node
     /// ([`crate::Engine::set_clock`]). The default ignores it.
     fn set_clock(&mut self, now_ns: u64) {

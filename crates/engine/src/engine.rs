@@ -310,6 +310,8 @@ pub struct Engine<A: App> {
     g_nodes: Vec<u16>,
     g_values: Vec<u8>,
     g_found: Vec<bool>,
+    /// The access port's results ([`App::access_batch`]).
+    g_access: Vec<Result<Access, Drop>>,
     arp_buf: [u8; 128],
     errors: Bucket,
     /// Frames the application released ([`App::take_released`]), sized like the outputs.
@@ -413,6 +415,7 @@ impl<A: App> Engine<A> {
             g_nodes: vec![0; n],
             g_values: vec![0; n * vb],
             g_found: vec![false; n],
+            g_access: vec![Err(Drop::NoRoom); n],
             arp_buf: [0; 128],
             errors: Bucket::new(ERROR_RATE, ERROR_BURST),
             released: None,
@@ -531,6 +534,7 @@ impl<A: App> Engine<A> {
         self.g_nodes.resize(n, 0);
         self.g_values.resize(n * vb, 0);
         self.g_found.resize(n, false);
+        self.g_access.resize(n, Err(Drop::NoRoom));
     }
 
     fn run(&mut self, port: PortId, rx: &mut PacketBatch, out: &mut Outputs) {
@@ -715,25 +719,37 @@ impl<A: App> Engine<A> {
         self.fib_stage(rx);
     }
 
+    /// ARP answered here; every other frame goes to the application in one batch
+    /// ([`App::access_batch`]: the LTE application's uplink TEID lookups are batched).
     fn on_ran(&mut self, rx: &mut PacketBatch) {
         let me = self.cfg.node;
+        self.idx.clear();
         for i in 0..rx.len() {
             self.hops[i] = 0;
             self.ingress[i] = me;
-            self.dest[i] = if self.arp(rx, i, self.cfg.ran) {
-                Dest::Reply(PortId::Ran)
+            if self.arp(rx, i, self.cfg.ran) {
+                self.dest[i] = Dest::Reply(PortId::Ran);
             } else {
-                match self.app.access(rx, i) {
-                    Ok(Access::ToExternal) => {
-                        self.counters.upstream += 1;
-                        Dest::Out(PortId::Inet)
-                    }
-                    Ok(Access::Reply) => {
-                        self.counters.echo_replies += 1;
-                        Dest::Reply(PortId::Ran)
-                    }
-                    Err(d) => Dest::Drop(d),
+                self.idx.push(i);
+            }
+        }
+        let m = self.idx.len();
+        if m == 0 {
+            return;
+        }
+        let results = &mut self.g_access[..m];
+        self.app.access_batch(rx, &self.idx, results);
+        for (&i, r) in self.idx.iter().zip(results.iter()) {
+            self.dest[i] = match *r {
+                Ok(Access::ToExternal) => {
+                    self.counters.upstream += 1;
+                    Dest::Out(PortId::Inet)
                 }
+                Ok(Access::Reply) => {
+                    self.counters.echo_replies += 1;
+                    Dest::Reply(PortId::Ran)
+                }
+                Err(d) => Dest::Drop(d),
             };
         }
     }

@@ -50,7 +50,11 @@
 //!   outer headers (rate-limited). Broadcast and multicast
 //!   destinations are dropped at ingress ([`Drop::Multicast`]): never looked up, never sent
 //!   over the fabric.
-//! - **Upstream** (`ran` -> `inet`): a G-PDU's TEID must be one of the tunnels this node's
+//! - **Upstream** (`ran` -> `inet`): the engine hands the application a batch at a time
+//!   ([`App::access_batch`]): every frame parsed, the G-PDUs' TEIDs looked up in one batched
+//!   lookup of the uplink table (its buckets prefetched) and the hits' policy slots prefetched,
+//!   as downstream, then each G-PDU checked in order, with the result one by one would give.
+//!   A G-PDU's TEID must be one of the tunnels this node's
 //!   `ran` port serves ([`Drop::UnknownTeid`], answered with a GTP-U Error Indication, TS
 //!   29.281 sec. 7.3.1) and its inner source must be that tunnel's UE (IPv4: the address;
 //!   IPv6: its /64 prefix; [`Drop::UplinkMismatch`]). The outer source is not checked (a
@@ -539,6 +543,43 @@ pub struct Lte {
     /// Frames from the CP function sent ([`App::take_access_frames`]), not yet counted by the
     /// engine ([`App::take_from_cp`]).
     from_cp: u64,
+    /// Per-batch scratch of [`App::access_batch`].
+    ul: UplinkScratch,
+}
+
+/// An uplink G-PDU as its parse left it, for the TEID lookup and the checks after it.
+#[derive(Clone, Copy, Debug)]
+struct UplinkPdu {
+    teid: u32,
+    /// The inner packet's offset in the frame and its length.
+    off: usize,
+    len: usize,
+    /// The inner source's key ([`ue_key`]).
+    src_key: [u8; KEY_BYTES],
+    ttl: u8,
+    v6: bool,
+    /// An ICMPv6 Router Solicitation ([`is_router_solicitation`]).
+    rs: bool,
+    /// The GTP-U header's offset when it has extension headers (a PDU Session Container,
+    /// perhaps).
+    ext_at: Option<usize>,
+}
+
+/// What the parse of an access frame leaves: a G-PDU to look up, or the frame's result.
+enum Parsed {
+    Pdu(UplinkPdu),
+    Done(Result<Access, Drop>),
+}
+
+/// The uplink batch's G-PDUs, their keys (TEIDs, big endian, back to back), the lookup's
+/// values and hits, and each one's position in the batch's index list.
+#[derive(Default)]
+struct UplinkScratch {
+    pdus: Vec<UplinkPdu>,
+    pos: Vec<usize>,
+    keys: Vec<u8>,
+    values: Vec<u8>,
+    found: Vec<bool>,
 }
 
 /// Whether an uplink inner packet is an ICMPv6 Router Solicitation (RFC 4861 sec. 4.1: type
@@ -577,8 +618,125 @@ impl Lte {
             released: Vec::new(),
             ident: first_ident(cfg.icmp_src, 0),
             from_cp: 0,
+            ul: UplinkScratch::default(),
             cfg,
         }
+    }
+
+    /// The first half of an access frame ([`App::access`]): parsed; an echo request answered
+    /// in place, a frame that is not a G-PDU dropped; a G-PDU left to look up.
+    #[inline]
+    fn uplink_parse(&mut self, batch: &mut PacketBatch, i: usize) -> Parsed {
+        let frame = batch.get(i);
+        let p = match parse_frame_with(frame, &ParseOptions::default()) {
+            Ok(p) => p,
+            Err(e) => return Parsed::Done(Err(Drop::Malformed(e))),
+        };
+        let g = match p.kind {
+            FrameKind::Gtpu(g) => g,
+            FrameKind::Ip(ip) if ip.fragment.is_some() => {
+                return Parsed::Done(Err(Drop::OuterFragment))
+            }
+            FrameKind::Ip(_) => return Parsed::Done(Err(Drop::NotGpdu)),
+            FrameKind::Arp(_) | FrameKind::Other(_) => return Parsed::Done(Err(Drop::NotIp)),
+        };
+        match g.msg_type {
+            gtpu::msg_type::ECHO_REQUEST => {
+                let Some(n) = answer_echo_request(frame, &mut self.scratch).ok().flatten() else {
+                    return Parsed::Done(Err(Drop::NotGpdu));
+                };
+                let (buf, start) = batch.buffer_mut(i);
+                let Some(dst) = buf.get_mut(start..start + n) else {
+                    return Parsed::Done(Err(Drop::NoRoom));
+                };
+                dst.copy_from_slice(&self.scratch[..n]);
+                batch.set_range(i, start, n);
+                Parsed::Done(Ok(Access::Reply))
+            }
+            gtpu::msg_type::G_PDU => {
+                let Some(inner) = g.inner else {
+                    return Parsed::Done(Err(Drop::NotGpdu));
+                };
+                Parsed::Pdu(UplinkPdu {
+                    teid: g.teid,
+                    off: inner.offset,
+                    len: inner.packet.len(),
+                    src_key: ue_key(inner.src_addr),
+                    ttl: inner.ttl,
+                    v6: inner.is_ipv6(),
+                    rs: is_router_solicitation(&inner),
+                    ext_at: g.first_ext_type.map(|_| g.gtpu_offset),
+                })
+            }
+            _ => Parsed::Done(Err(Drop::NotGpdu)),
+        }
+    }
+
+    /// The second half of an access frame: the G-PDU `u` of frame `i`, whose TEID the uplink
+    /// table maps to `v` (`None`: unknown), checked (inner source, QFI, TTL), policed and
+    /// decapsulated; a Router Solicitation goes to the control plane.
+    #[inline]
+    fn uplink_finish(
+        &mut self,
+        batch: &mut PacketBatch,
+        i: usize,
+        u: &UplinkPdu,
+        v: Option<&[u8]>,
+    ) -> Result<Access, Drop> {
+        let v = v.ok_or(Drop::UnknownTeid)?;
+        // A Router Solicitation (from the UE's link-local or unspecified address): for the CP
+        // function, through the control plane (open5gs's SMF answers it).
+        if let Some(p) = self.policies.as_deref().filter(|_| u.rs) {
+            let packet = batch
+                .get(i)
+                .get(u.off..u.off + u.len)
+                .ok_or(Drop::NotGpdu)?;
+            if !p.queue_to_cp(u.teid, packet) {
+                return Err(Drop::NoRoom);
+            }
+            return Err(Drop::ToCp);
+        }
+        // IPv4: the UE's address; IPv6: its /64 prefix (the UE picks the rest).
+        if v[..KEY_BYTES] != u.src_key {
+            return Err(Drop::UplinkMismatch);
+        }
+        let (qfi, _) = decode_qos_flow(v[KEY_BYTES + 4]);
+        if qfi != 0 {
+            if let Some(at) = u.ext_at {
+                let c = batch
+                    .get(i)
+                    .get(at..)
+                    .and_then(|b| GtpuPacket::new_checked(b).ok())
+                    .and_then(|p| p.pdu_session());
+                if c.is_some_and(|c| c.qfi != qfi) {
+                    return Err(Drop::QfiMismatch);
+                }
+            }
+        }
+        if u.ttl <= 1 {
+            return Err(Drop::Ttl);
+        }
+        let id = uplink_slot(v);
+        if id != 0 {
+            if let Some(p) = &self.policies {
+                if let Verdict::Drop(d) = p.uplink(self.core, id, u.len, self.now_ns) {
+                    return Err(d);
+                }
+            }
+        }
+        let (off, len, v6) = (u.off, u.len, u.v6);
+        let ethertype: u16 = if v6 { 0x86DD } else { 0x0800 };
+        let (buf, start) = batch.buffer_mut(i);
+        let ip = &mut buf[start + off..start + off + len];
+        if v6 {
+            ip[7] -= 1;
+        } else {
+            Ipv4Packet::new_unchecked(ip).decrement_ttl();
+        }
+        let s = start + off - 14;
+        buf[s + 12..s + 14].copy_from_slice(&ethertype.to_be_bytes());
+        batch.set_range(i, s, 14 + len);
+        Ok(Access::ToExternal)
     }
 
     /// The next outer IPv4 identification of a packet cut into fragments (a counter per
@@ -894,88 +1052,64 @@ impl App for Lte {
         Ok(n - 1)
     }
 
+    /// One frame: its parse, a single lookup of its TEID, the checks
+    /// ([`Lte::access_batch`] does the same for a batch, its lookups batched).
     fn access(&mut self, batch: &mut PacketBatch, i: usize) -> Result<Access, Drop> {
-        let frame = batch.get(i);
-        let p = parse_frame_with(frame, &ParseOptions::default()).map_err(Drop::Malformed)?;
-        let g = match p.kind {
-            FrameKind::Gtpu(g) => g,
-            FrameKind::Ip(ip) if ip.fragment.is_some() => return Err(Drop::OuterFragment),
-            FrameKind::Ip(_) => return Err(Drop::NotGpdu),
-            FrameKind::Arp(_) | FrameKind::Other(_) => return Err(Drop::NotIp),
+        let u = match self.uplink_parse(batch, i) {
+            Parsed::Pdu(u) => u,
+            Parsed::Done(r) => return r,
         };
-        match g.msg_type {
-            gtpu::msg_type::ECHO_REQUEST => {
-                let n = answer_echo_request(frame, &mut self.scratch)
-                    .ok()
-                    .flatten()
-                    .ok_or(Drop::NotGpdu)?;
-                let (buf, start) = batch.buffer_mut(i);
-                buf.get_mut(start..start + n)
-                    .ok_or(Drop::NoRoom)?
-                    .copy_from_slice(&self.scratch[..n]);
-                batch.set_range(i, start, n);
-                Ok(Access::Reply)
+        let mut v = [0u8; UPLINK_VALUE_BYTES];
+        let found = self.uplink.lookup_into(&u.teid.to_be_bytes(), &mut v);
+        self.uplink_finish(batch, i, &u, found.then_some(&v[..]))
+    }
+
+    /// The batch as [`access`](Self::access) would do it frame by frame, with the same
+    /// result for each: every frame parsed (echo requests answered, frames that are not
+    /// G-PDUs dropped), the G-PDUs' TEIDs looked up in one batched lookup of the uplink table
+    /// (its buckets prefetched, as the FIB's downstream), the policy slots of the hits
+    /// prefetched, then each G-PDU's checks, policy and decapsulation in order.
+    fn access_batch(
+        &mut self,
+        batch: &mut PacketBatch,
+        idx: &[usize],
+        out: &mut [Result<Access, Drop>],
+    ) {
+        let mut s = std::mem::take(&mut self.ul);
+        s.pdus.clear();
+        s.pos.clear();
+        s.keys.clear();
+        for (j, &i) in idx.iter().enumerate() {
+            match self.uplink_parse(batch, i) {
+                Parsed::Pdu(u) => {
+                    s.keys.extend_from_slice(&u.teid.to_be_bytes());
+                    s.pdus.push(u);
+                    s.pos.push(j);
+                }
+                Parsed::Done(r) => out[j] = r,
             }
-            gtpu::msg_type::G_PDU => {
-                let inner = g.inner.ok_or(Drop::NotGpdu)?;
-                let mut v = [0u8; UPLINK_VALUE_BYTES];
-                if !self.uplink.lookup_into(&g.teid.to_be_bytes(), &mut v) {
-                    return Err(Drop::UnknownTeid);
-                }
-                // A Router Solicitation (from the UE's link-local or unspecified address):
-                // for the CP function, through the control plane (open5gs's SMF answers it).
-                if let Some(p) = self
-                    .policies
-                    .as_deref()
-                    .filter(|_| is_router_solicitation(&inner))
-                {
-                    if !p.queue_to_cp(g.teid, inner.packet) {
-                        return Err(Drop::NoRoom);
-                    }
-                    return Err(Drop::ToCp);
-                }
-                // IPv4: the UE's address; IPv6: its /64 prefix (the UE picks the rest).
-                if v[..KEY_BYTES] != ue_key(inner.src_addr) {
-                    return Err(Drop::UplinkMismatch);
-                }
-                let (qfi, _) = decode_qos_flow(v[KEY_BYTES + 4]);
-                if qfi != 0 && g.first_ext_type.is_some() {
-                    let c = frame
-                        .get(g.gtpu_offset..)
-                        .and_then(|b| GtpuPacket::new_checked(b).ok())
-                        .and_then(|p| p.pdu_session());
-                    if c.is_some_and(|c| c.qfi != qfi) {
-                        return Err(Drop::QfiMismatch);
-                    }
-                }
-                if inner.ttl <= 1 {
-                    return Err(Drop::Ttl);
-                }
-                let id = uplink_slot(&v);
-                if id != 0 {
-                    if let Some(p) = &self.policies {
-                        let n = inner.packet.len();
-                        if let Verdict::Drop(d) = p.uplink(self.core, id, n, self.now_ns) {
-                            return Err(d);
-                        }
-                    }
-                }
-                let (off, len, v6) = (inner.offset, inner.packet.len(), inner.is_ipv6());
-                let ethertype: u16 = if v6 { 0x86DD } else { 0x0800 };
-                let (buf, start) = batch.buffer_mut(i);
-                let ip = &mut buf[start + off..start + off + len];
-                if v6 {
-                    ip[7] -= 1;
-                } else {
-                    Ipv4Packet::new_unchecked(ip).decrement_ttl();
-                }
-                let s = start + off - 14;
-                buf[s + 12..s + 14].copy_from_slice(&ethertype.to_be_bytes());
-                batch.set_range(i, s, 14 + len);
-                Ok(Access::ToExternal)
-            }
-            _ => Err(Drop::NotGpdu),
         }
+        let m = s.pdus.len();
+        if m > 0 {
+            s.values.resize(m * UPLINK_VALUE_BYTES, 0);
+            s.found.resize(m, false);
+            let (values, found) = (&mut s.values[..m * UPLINK_VALUE_BYTES], &mut s.found[..m]);
+            self.uplink.lookup_batch(&s.keys, values, found);
+            if let Some(p) = &self.policies {
+                for (k, v) in values.chunks_exact(UPLINK_VALUE_BYTES).enumerate() {
+                    let id = uplink_slot(v);
+                    if found[k] && id != 0 {
+                        p.prefetch(self.core, id);
+                    }
+                }
+            }
+            for (k, u) in s.pdus.iter().enumerate() {
+                let j = s.pos[k];
+                let v = &s.values[k * UPLINK_VALUE_BYTES..(k + 1) * UPLINK_VALUE_BYTES];
+                out[j] = self.uplink_finish(batch, idx[j], u, s.found[k].then_some(v));
+            }
+        }
+        self.ul = s;
     }
 
     fn set_clock(&mut self, now_ns: u64) {
