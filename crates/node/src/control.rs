@@ -77,13 +77,40 @@ pub struct ControlFile {
     /// gives a /64 of them).
     #[serde(default)]
     pub pfcp_ue_pool_v6: Vec<String>,
+    /// Failure detection in milliseconds (`cluster up --detect-ms`; [`DEFAULT_DETECT_MS`] when
+    /// absent): a peer not heard for this long by a majority is no longer waited for
+    /// (`sb_control::Tuning::lease`), heartbeats go every tenth of it, and a range's Raft
+    /// followers campaign after half of it to all of it without their leader.
+    #[serde(default)]
+    pub detect_ms: Option<u64>,
 }
+
+/// Failure detection's default: 500 ms.
+pub const DEFAULT_DETECT_MS: u64 = 500;
+/// The range `--detect-ms` takes: below 100 ms a loaded machine's scheduling alone would
+/// take nodes for dead; above a minute a dead node would stop its ranges' updates as long.
+pub const DETECT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=60_000;
 
 fn one() -> usize {
     1
 }
 
 impl ControlFile {
+    /// Failure detection's timers, in the state machine's terms: (lease, heartbeat, Raft
+    /// election ticks of [`sb_control::Tuning::raft_tick`]'s default 10 ms).
+    pub fn detection(&self) -> Result<(u64, u64, usize), ControlError> {
+        let ms = self.detect_ms.unwrap_or(DEFAULT_DETECT_MS);
+        if !DETECT_MS_RANGE.contains(&ms) {
+            return Err(ControlError::Invalid(format!(
+                "detect_ms {ms}: failure detection takes {} to {} ms",
+                DETECT_MS_RANGE.start(),
+                DETECT_MS_RANGE.end()
+            )));
+        }
+        // Followers' timeouts lie in [e, 2e) ticks of 10 ms: from half the detection time.
+        Ok((ms * 1_000_000, ms * 100_000, (ms / 20) as usize))
+    }
+
     /// The keys (and sessions) this node is expected to hold: its share of the cluster's
     /// capacity, 2/3 of its FIB room (which holds 50% more, for imbalance). The control
     /// plane's and the PFCP endpoint's per-key maps are allocated for that many at start, so
@@ -644,6 +671,7 @@ pub fn run(
     // The sockets are waited on with poll, then drained.
     sock.set_nonblocking(true)
         .map_err(|e| ControlError::Invalid(format!("{listen}: {e}")))?;
+    let (lease, heartbeat, election_ticks) = ctl.detection()?;
     let tuning = sb_control::Tuning {
         expected_keys: ctl.share(),
         // The cuckoo FIB holds the slice: no second copy of it in the state machine.
@@ -652,11 +680,14 @@ pub fn run(
         rib_key_prefix: sb_engine::lte::IPV4_KEY_PREFIX.to_vec(),
         // Each range on this many nodes (a Raft group per range; 1: no replication).
         replicas: ctl.replicas.max(1),
-        // A range's followers campaign after 250 to 500 ms without their leader (the
-        // state machine's default, 100 to 200 ms, suits its simulations): a dead owner is
-        // replaced within the failure detection's 500 ms, and an owner whose thread waited
-        // for the CPU or the disk for 200 ms keeps its range instead of fencing itself.
-        election_ticks: 25,
+        // Failure detection (500 ms by default). A range's followers campaign after half
+        // of it to all of it without their leader (the state machine's default, 100 to 200
+        // ms, suits its simulations): a dead owner is replaced within the detection time,
+        // and an owner whose thread waited for the CPU or the disk for 200 ms keeps its
+        // range instead of fencing itself.
+        lease,
+        heartbeat,
+        election_ticks,
         ..sb_control::Tuning::default()
     };
     let new_node = |flows: Vec<Flow>, recovered: Vec<Vec<u8>>| {

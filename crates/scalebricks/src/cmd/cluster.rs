@@ -147,6 +147,14 @@ pub struct UpArgs {
     /// or more, else 1].
     #[arg(long)]
     replicas: Option<usize>,
+    /// Failure detection (with the control plane), in milliseconds: a node not heard for this
+    /// long by a majority is no longer waited for (its handlers' installs are refused, the
+    /// others' updates go on), and a range's followers elect a new leader after half of it to
+    /// all of it without theirs. Raise it on a loaded machine, where a node's control thread
+    /// may wait for a CPU that long (100 to 60000).
+    #[arg(long, default_value_t = sb_node::control::DEFAULT_DETECT_MS,
+          value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    detect_ms: u64,
 }
 
 impl UpArgs {
@@ -509,6 +517,7 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared, pfcp: &PfcpSet
             // Room for the node's share of the GPT's capacity, with 50% for imbalance.
             fib_room: (capacity / d.nodes.len().max(1) as u64 * 3 / 2) as usize,
             replicas: a.replicas(),
+            detect_ms: Some(a.detect_ms),
             // Every node is a PFCP endpoint of one UPF: one Node ID, one Recovery Time Stamp.
             pfcp: n.pfcp_addr,
             pfcp_node_id: Some(format!("upf.{}.scalebricks", a.name)),
@@ -778,5 +787,42 @@ mod tests {
         assert_eq!(r(&["--nodes", "4", "--replicas", "1"]), 1);
         assert_eq!(r(&["--nodes", "4", "--replicas", "9"]), 4);
         assert_eq!(r(&["--nodes", "4", "--replicas", "0"]), 1);
+    }
+
+    #[test]
+    fn detection_defaults_to_500_ms_and_is_bounded() {
+        let d = |args: &[&str]| {
+            Up::try_parse_from([&["up", "--nodes", "4"], args].concat()).map(|u| u.up.detect_ms)
+        };
+        assert_eq!(d(&[]).unwrap(), 500);
+        assert_eq!(d(&["--detect-ms", "2000"]).unwrap(), 2000);
+        assert!(d(&["--detect-ms", "99"]).is_err());
+        assert!(d(&["--detect-ms", "60001"]).is_err());
+        // What the nodes' state machines get from it.
+        let file = |ms: Option<u64>| ControlFile {
+            spec: "s".into(),
+            flows: "f".into(),
+            wal: "w".into(),
+            peers: Vec::new(),
+            fib_room: 0,
+            pfcp: None,
+            replicas: 3,
+            pfcp_node_id: None,
+            pfcp_recovery_time_stamp: None,
+            pfcp_peers: Vec::new(),
+            pfcp_allowed_peers: Vec::new(),
+            pfcp_ue_pool_v4: Vec::new(),
+            pfcp_ue_pool_v6: Vec::new(),
+            detect_ms: ms,
+        };
+        assert_eq!(
+            file(None).detection().unwrap(),
+            (500_000_000, 50_000_000, 25)
+        );
+        assert_eq!(
+            file(Some(2000)).detection().unwrap(),
+            (2_000_000_000, 200_000_000, 100)
+        );
+        assert!(file(Some(50)).detection().is_err());
     }
 }
