@@ -7,6 +7,7 @@ use crate::replica::state::RangeState;
 use crate::replica::storage::{self as rstore, RaftStore};
 use crate::replica::{replicas_of, transport};
 
+mod checkpoint;
 mod liveness;
 mod relay;
 mod replication;

@@ -45,6 +45,9 @@ pub struct SimConfig {
     /// Entries each node's modelled FIB holds at most (an install beyond is refused:
     /// [`Node::install_failed`]); None: no bound. The initial flows must fit.
     pub fib_capacity: Option<usize>,
+    /// Per mille of log commits after which the node's log is replaced by its checkpoint
+    /// ([`Node::checkpoint`], when it gives one): restarts then replay checkpointed logs.
+    pub checkpoint_permille: u64,
 }
 
 impl SimConfig {
@@ -77,6 +80,7 @@ impl Default for SimConfig {
                 ..Tuning::default()
             },
             fib_capacity: None,
+            checkpoint_permille: 0,
         }
     }
 }
@@ -157,6 +161,8 @@ pub struct Sim {
     cut: BTreeSet<(NodeId, NodeId)>,
     /// Restarts of owners that lost their range's leadership ([`Node::fenced`]).
     pub fenced_restarts: u64,
+    /// Logs replaced by their node's checkpoint ([`SimConfig::checkpoint_permille`]).
+    pub checkpoints: u64,
     /// Updates rejected because their new handler was declared down.
     pub handler_down: u64,
     faults: bool,
@@ -242,6 +248,7 @@ impl Sim {
             net_seq: 0,
             cut: BTreeSet::new(),
             fenced_restarts: 0,
+            checkpoints: 0,
             handler_down: 0,
             faults: true,
             client_addr: "10.9.9.9:4000".parse().expect("address"),
@@ -570,6 +577,17 @@ impl Sim {
                     n.persisted(now);
                 }
                 self.pump(i);
+                // Now and then the log so far is replaced by the node's checkpoint (what
+                // the pump handed out since is part of it: committed with it).
+                if self.cfg.checkpoint_permille > 0
+                    && below(&mut self.rng, 1000) < self.cfg.checkpoint_permille
+                {
+                    if let Some(c) = self.nodes[ii].as_mut().and_then(|n| n.checkpoint()) {
+                        self.uncommitted[ii].clear();
+                        self.committed[ii] = c;
+                        self.checkpoints += 1;
+                    }
+                }
             }
             if let Some(n) = self.nodes[ii].as_mut() {
                 if n.poll_timeout().is_some_and(|x| x <= now) {

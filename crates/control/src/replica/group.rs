@@ -8,7 +8,7 @@
 use super::storage::{self, RaftStore};
 use super::transport::{node_of, raft_id};
 use crate::NodeId;
-use raft::prelude::{Entry, Message, Snapshot};
+use raft::prelude::{Entry, Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
 use std::collections::VecDeque;
 
@@ -118,7 +118,10 @@ impl Group {
     /// One tick of the group's clock. A leader other than the home hands the leadership to
     /// the home once the home's log has caught up with its own.
     pub fn tick(&mut self) {
-        self.raw.tick();
+        // No campaign while a snapshot is not yet applied in raft (see `step`).
+        if !self.restoring() {
+            self.raw.tick();
+        }
         let home = self.home();
         if self.is_leader() && home != self.me {
             let last = self.raw.raft.raft_log.last_index();
@@ -136,8 +139,19 @@ impl Group {
 
     /// Steps a message from a peer (checked by [`super::transport::accept`]).
     pub fn step(&mut self, m: Message) {
+        // A campaign reads the entries after raft's applied index, which a snapshot just
+        // taken into the store (applied in raft once durable: `release`) no longer holds:
+        // the leader's leadership transfer waits (it is asked again).
+        if self.restoring() && m.get_msg_type() == MessageType::MsgTimeoutNow {
+            return;
+        }
         // An error is a message raft ignores (of another term, from an unknown peer).
         let _ = self.raw.step(m);
+    }
+
+    /// A snapshot is in the store that raft has not applied yet.
+    fn restoring(&self) -> bool {
+        self.raw.raft.raft_log.applied < self.raw.store().snapshot_index()
     }
 
     /// Proposes `data` with `context` if this replica leads: the index the entry will have.
@@ -207,6 +221,9 @@ impl Group {
                 let s = rd.snapshot().clone();
                 out.records.push(storage::snapshot_record(self.range, &s));
                 self.raw.mut_store().apply_snapshot(s.clone());
+                // The driver restores the range's state from it at once: applied here, and in
+                // raft once durable (`release`).
+                self.applied = self.applied.max(s.get_metadata().index);
                 out.snapshot = Some(s);
                 out.committed.clear();
             }
@@ -277,6 +294,12 @@ impl Group {
         if a > log.applied {
             self.raw.advance_apply_to(a);
         }
+    }
+
+    /// The index raft knows applied (entries applied here, committed and durable here): a
+    /// compaction may cover up to it, not past it (raft still hands out the entries after).
+    pub fn raft_applied(&self) -> u64 {
+        self.raw.raft.raft_log.applied
     }
 
     /// Compacts the log behind a snapshot at `index` (applied here) whose data is `data`:

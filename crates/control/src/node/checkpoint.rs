@@ -1,0 +1,116 @@
+//! Checkpoints: the node's log so far replaced by a few records that replay to the same state.
+//!
+//! A node's log only grows: every batch of changes, and with replication every Raft entry and
+//! hard state of every group the node is a replica of. [`Node::checkpoint`] gives, at a quiet
+//! moment, the records a restart needs instead of the whole log:
+//! - without replication: this incarnation's epoch, the range's RIB as initial-flow records
+//!   (`Base` ... `BaseEnd`) and an empty `Changes` record that carries the change sequence on;
+//! - with replication: the epoch, and per group its Raft store after compacting it behind a
+//!   snapshot of the range's state at the applied index (the RIB, `replica::state`): the
+//!   snapshot record, the entries after it, the hard state. Raft then sends that snapshot to a
+//!   replica too far behind for the entries.
+//!
+//! The driver writes them with `sb_wal::Wal::checkpoint` after every record handed out
+//! before, and replays them (followed by the records appended after) exactly as a log:
+//! [`Node::with_tuning`] sees no difference. The simulation checks it (`SimConfig::
+//! checkpoint_permille`): restarts from checkpointed logs keep every invariant.
+
+use super::{Node, Phase};
+use crate::replica::state::RangeSnapshot;
+use crate::replica::storage;
+use crate::{record, Flow, NodeId};
+
+impl Node {
+    /// The records that replace this node's log so far (everything handed out in
+    /// [`crate::Event::Persist`] events until now): replayed alone by
+    /// [`Node::with_tuning`], they give the state the whole log gives. Compacts the Raft
+    /// logs of the node's groups behind snapshots.
+    ///
+    /// `None` when the node is not at a point where its state is its records': before it
+    /// serves (booting, electing, syncing: its initial flows may not be in its log yet),
+    /// while a batch is in flight (the RIB holds changes whose outcome is open), with events
+    /// not yet taken ([`Node::poll_event`]: their records would follow the checkpoint and
+    /// repeat what it holds), or once fenced. Try again later.
+    pub fn checkpoint(&mut self) -> Option<Vec<Vec<u8>>> {
+        if self.fenced
+            || self.phase != Phase::Serving
+            || self.batch.is_some()
+            || !self.pending.is_empty()
+            || !self.events.is_empty()
+        {
+            return None;
+        }
+        let mut out = vec![record::epoch(self.epoch)];
+        if !self.replicated() {
+            let flows: Vec<Flow> = self.rib_flows();
+            let refs: Vec<(&[u8], NodeId, &[u8])> = (flows.iter())
+                .map(|f| (f.key.as_slice(), f.node, f.value.as_slice()))
+                .collect();
+            for c in refs.chunks(record::BASE_PER_RECORD) {
+                out.push(record::base(c));
+            }
+            out.push(record::base_end());
+            // No change: the next one's sequence number follows on.
+            out.push(record::changes(self.change_seq + 1, [].iter()));
+            return Some(out);
+        }
+        let me = self.me as usize;
+        // Every group's state at the index it is applied to.
+        let mut snaps = Vec::new();
+        for gi in 0..self.groups.len() {
+            let Some(g) = self.groups[gi].as_ref() else {
+                continue;
+            };
+            let (index, data) = match self.gstates[gi].as_ref() {
+                // Raft has not learnt yet that what is applied here is (it waits for it to
+                // be durable): the snapshot would cover entries it still hands out.
+                Some(st) if st.applied != g.raft_applied() => return None,
+                Some(st) => (
+                    st.applied,
+                    RangeSnapshot::of(st.base_done, st.rib.iter(), None).encode(),
+                ),
+                // The owner's range: its table is the RIB, and every entry it proposed is
+                // committed (no batch in flight); wait until they are all applied here.
+                None if gi == me => {
+                    if g.applied() < g.last_index() || g.raft_applied() != g.applied() {
+                        return None;
+                    }
+                    let flows = self.rib_flows();
+                    let refs =
+                        (flows.iter()).map(|f| (f.key.as_slice(), f.node, f.value.as_slice()));
+                    (g.applied(), RangeSnapshot::of(true, refs, None).encode())
+                }
+                None => continue,
+            };
+            snaps.push((gi, index, data));
+        }
+        for (gi, index, data) in snaps {
+            let g = self.groups[gi].as_mut().expect("a group");
+            if index > g.store().snapshot_index() {
+                // None: `index` is not held (cannot be: it was applied from this store).
+                let _ = g.compact(index, data);
+            }
+            let s = g.store();
+            let range = gi as u32;
+            if s.snapshot_index() > 0 {
+                out.push(storage::snapshot_record(range, s.latest_snapshot()));
+            }
+            if s.last() >= s.first() {
+                out.push(storage::entries_record(range, s.range(s.first(), s.last())));
+            }
+            out.push(storage::hard_record(range, s.hard_state()));
+        }
+        Some(out)
+    }
+
+    /// The owner's RIB, as flows.
+    fn rib_flows(&self) -> Vec<Flow> {
+        self.rib_entries()
+            .map(|(k, n, v)| Flow {
+                key: (&*k).into(),
+                node: n,
+                value: v.into(),
+            })
+            .collect()
+    }
+}
