@@ -1483,22 +1483,32 @@ impl Node {
         self.out[pi].fib = OutStream::new(rto);
         self.out[pi].deltas = OutStream::new(rto);
         self.out[pi].piece = None;
+        // The batch's updates whose install was refused (a full FIB, a handler gone) are
+        // undone when it propagates: the RIB holds their pending change until then, but the
+        // slice holds their old entries. (The removal that undid a refused install at a gone
+        // `p` was in the stream this one replaces: a value refused must not come back here.)
+        let refused: Set<&[u8]> = (self.batch.iter())
+            .flat_map(|b| &b.items)
+            .filter(|it| it.refused && it.outcome == Outcome::Applied)
+            .map(|it| it.u.key.as_slice())
+            .collect();
         let mut slice: Vec<FibItem> = self
             .rib_entries()
-            .filter(|(_, n, _)| *n == p)
+            .filter(|(k, n, _)| *n == p && !refused.contains(&**k))
             .map(|(k, _, v)| FibItem::Install {
                 key: (&*k).into(),
                 value: v.into(),
             })
             .collect();
-        // Flows the batch in flight moves away from `p` (or deletes): replicas may still send
-        // them to `p` until the batch's deltas are everywhere, and the batch removes them
-        // from `p` afterwards (through this stream, after the slice).
+        // Flows the batch in flight moves away from `p` (or deletes), and those whose change
+        // was refused: replicas may still send them to `p` until the batch's deltas are
+        // everywhere, and the batch removes the moved ones from `p` afterwards (through this
+        // stream, after the slice).
         if let Some(b) = &self.batch {
             for it in &b.items {
                 if let (Outcome::Applied, Some((n0, v0))) = (it.outcome, &it.old) {
                     let moved = it.u.op == Op::Delete || it.u.node != p;
-                    if *n0 == p && moved {
+                    if *n0 == p && (moved || it.refused) {
                         slice.push(FibItem::Install {
                             key: it.u.key.clone(),
                             value: v0.clone(),
@@ -2679,8 +2689,9 @@ impl Node {
     }
 
     /// Gives up the batch's installs at handlers that are gone (failure detection): refused
-    /// with [`Outcome::HandlerDown`] as a full FIB's, and removed again in their streams
-    /// (should the handler come back in the same epoch).
+    /// with [`Outcome::HandlerDown`] as a full FIB's, and undone in their streams (should the
+    /// handler come back in the same epoch): removed, or, for a change of value at the same
+    /// handler, the old value installed again.
     fn refuse_installs_at_gone(&mut self) {
         let Some(b) = self.batch.as_ref() else {
             return;
@@ -2696,7 +2707,7 @@ impl Node {
             return;
         }
         let mut b = self.batch.take().expect("batch");
-        let mut removes = Vec::new();
+        let mut undo = Vec::new();
         for &p in &gone {
             b.fib_wait[p as usize] = 0;
             let acked = self.out[p as usize].fib.acked;
@@ -2704,13 +2715,23 @@ impl Node {
                 if matches!(it.install, Some((h, seq)) if h == p && seq > acked) {
                     it.refused = true;
                     it.down = true;
-                    removes.push((p, it.u.key.clone()));
+                    let key = it.u.key.clone();
+                    undo.push(match &it.old {
+                        Some((n0, v0)) if *n0 == p => (
+                            p,
+                            FibItem::Install {
+                                key,
+                                value: v0.clone(),
+                            },
+                        ),
+                        _ => (p, FibItem::Remove { key }),
+                    });
                 }
             }
         }
         self.batch = Some(b);
-        for (p, key) in removes {
-            self.fib_op(p, FibItem::Remove { key });
+        for (p, item) in undo {
+            self.fib_op(p, item);
         }
     }
 

@@ -1280,12 +1280,29 @@ impl Sim {
                     .keys()
                     .filter(|k| !self.fibs[h].contains_key(*k))
                     .count();
-                let wrong = want
+                let wrong: Vec<_> = want
                     .iter()
                     .filter(|(k, v)| self.fibs[h].get(*k).is_some_and(|x| x != *v))
-                    .count();
+                    .collect();
+                // The first key that differs (a wrong value, else a missing key, else an extra
+                // one), with what happened to it.
+                let first = (wrong.iter().map(|(k, _)| *k))
+                    .chain(want.keys().filter(|k| !self.fibs[h].contains_key(*k)))
+                    .chain(self.fibs[h].keys().filter(|k| !want.contains_key(*k)))
+                    .next()
+                    .map(|k| {
+                        format!(
+                            "; first: {k:02x?} (owner {}): FIB {:02x?}, owners' RIB {:02x?}; trail {:?}",
+                            self.spec.owner_of(k),
+                            self.fibs[h].get(k),
+                            rib.get(k),
+                            self.trail.get(k)
+                        )
+                    });
                 self.fail(format!(
-                    "node {h}'s FIB is not its slice: {extra} extra, {missing} missing, {wrong} wrong values"
+                    "node {h}'s FIB is not its slice: {extra} extra, {missing} missing, {} wrong values{}",
+                    wrong.len(),
+                    first.unwrap_or_default()
                 ));
             }
             let node_fib: HashMap<Bytes, Bytes> = nodes[h]

@@ -161,66 +161,110 @@ fn full_fibs_reject_updates_and_keep_every_invariant() {
 /// (symmetric or asymmetric) and healed, a node crashes again during its restart while another
 /// is down: the nodes catch up from their groups' leaders, and every acknowledged update is
 /// there (checked after every step as before, and after quiescence with every follower's RIB
-/// equal to its owner's). `SB_DST_REPL_SCHEDULES=N`.
+/// equal to its owner's). `SB_DST_REPL_SCHEDULES=N` runs seeds 0..N (default 40),
+/// `SB_DST_REPL_SEED=S` only seed S.
 #[test]
 fn replicated_ranges_survive_kills_partitions_and_crashes_during_restart() {
-    let n = std::env::var("SB_DST_REPL_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40u64);
-    let (mut acked, mut fenced) = (0, 0);
-    for seed in 0..n {
-        let mut cfg = config(3_000_000 + seed);
-        cfg.tuning.replicas = 3;
-        let nodes = cfg.nodes;
-        let mut sim = Sim::new(cfg);
-        sim.run_until(600_000_000);
-        let victim = (seed % nodes as u64) as u16;
-        match seed % 4 {
-            0 => {
-                sim.kill(victim);
-                sim.run_until(1_200_000_000);
-                sim.restart(victim);
-            }
-            1 => {
-                sim.isolate(victim);
-                sim.run_until(1_200_000_000);
-                sim.heal();
-            }
-            2 => {
-                // Asymmetric: the victim hears everyone, nobody hears it.
-                for j in 0..nodes {
-                    if j != victim {
-                        sim.partition(victim, j, false);
-                    }
-                }
-                sim.run_until(1_200_000_000);
-                sim.heal();
-            }
-            _ => {
-                // A crash during the restart (while the node catches up and campaigns), and
-                // another node's crash overlapping it.
-                sim.kill(victim);
-                sim.run_until(800_000_000);
-                sim.restart(victim);
-                sim.run_until(830_000_000);
-                sim.kill(victim);
-                let other = (victim + 1) % nodes;
-                sim.kill(other);
-                sim.run_until(1_100_000_000);
-                sim.restart(victim);
-                sim.run_until(1_200_000_000);
-                sim.restart(other);
-            }
+    let one = std::env::var("SB_DST_REPL_SEED").ok();
+    let seeds: Vec<u64> = match &one {
+        Some(s) => vec![s.parse().expect("SB_DST_REPL_SEED is a number")],
+        None => {
+            let n = std::env::var("SB_DST_REPL_SCHEDULES")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(40u64);
+            (0..n).collect()
         }
-        sim.run_until(2_000_000_000);
-        sim.quiesce(300_000_000_000);
-        sim.check_quiescent();
+    };
+    let (mut acked, mut fenced) = (0, 0);
+    for seed in seeds {
+        let sim = replicated_schedule(seed);
         acked += sim.acked_updates;
         fenced += sim.fenced_restarts;
     }
-    assert!(acked > 0, "no update was acknowledged");
+    // One schedule alone may acknowledge nothing (seed 196: with 25% loss the cluster serves
+    // from 1.9 s on, after a kill during its start and an owner's lost lease), and still
+    // checks every invariant.
+    assert!(acked > 0 || one.is_some(), "no update was acknowledged");
     eprintln!("{acked} updates acknowledged, {fenced} fenced owners restarted");
+}
+
+/// Regression (seed 100 of the test above): a change of a flow's value at its handler, node 0,
+/// is installed there while node 0 is down; the owner declares node 0 gone and refuses the
+/// change (`HandlerDown`), and node 0 restarts before the owner's batch has undone it. The
+/// owner's new FIB stream to node 0 then carried the refused value (its RIB still held the
+/// batch's pending change) and nothing took it back: node 0's FIB kept a value its owner's RIB
+/// does not have.
+#[test]
+fn a_refused_install_is_not_in_a_restarted_handlers_slice() {
+    let sim = replicated_schedule(100);
+    // The schedule still takes that path: an owner refused an install at a gone handler.
+    let refused: u64 = (0..sim.cfg.nodes)
+        .filter_map(|i| sim.node(i))
+        .map(|x| {
+            x.status()
+                .rejected
+                .get("handler_down")
+                .copied()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        refused > 0,
+        "seed 100 no longer refuses an install at a gone handler"
+    );
+}
+
+/// [`replicated_ranges_survive_kills_partitions_and_crashes_during_restart`]'s schedule
+/// `seed`, run to quiescence and checked.
+fn replicated_schedule(seed: u64) -> Sim {
+    let mut cfg = config(3_000_000 + seed);
+    cfg.tuning.replicas = 3;
+    let nodes = cfg.nodes;
+    let mut sim = Sim::new(cfg);
+    sim.run_until(600_000_000);
+    let victim = (seed % nodes as u64) as u16;
+    match seed % 4 {
+        0 => {
+            sim.kill(victim);
+            sim.run_until(1_200_000_000);
+            sim.restart(victim);
+        }
+        1 => {
+            sim.isolate(victim);
+            sim.run_until(1_200_000_000);
+            sim.heal();
+        }
+        2 => {
+            // Asymmetric: the victim hears everyone, nobody hears it.
+            for j in 0..nodes {
+                if j != victim {
+                    sim.partition(victim, j, false);
+                }
+            }
+            sim.run_until(1_200_000_000);
+            sim.heal();
+        }
+        _ => {
+            // A crash during the restart (while the node catches up and campaigns), and
+            // another node's crash overlapping it.
+            sim.kill(victim);
+            sim.run_until(800_000_000);
+            sim.restart(victim);
+            sim.run_until(830_000_000);
+            sim.kill(victim);
+            let other = (victim + 1) % nodes;
+            sim.kill(other);
+            sim.run_until(1_100_000_000);
+            sim.restart(victim);
+            sim.run_until(1_200_000_000);
+            sim.restart(other);
+        }
+    }
+    sim.run_until(2_000_000_000);
+    sim.quiesce(300_000_000_000);
+    sim.check_quiescent();
+    sim
 }
 
 /// Update throughput of the simulated cluster with one replica per range and with three, in
