@@ -1,0 +1,65 @@
+//! TEA on the network (paper §4-5): the memory servers and the switch's data plane, on UDP.
+//!
+//! - [`server`]: a node registers the regions holding its part of the TEA table
+//!   ([`sb_tea::TeaTable::region`]) and answers reads of (region, offset, length) by copying
+//!   bytes, with the packet the request carried: no network-function logic, the stand-in for
+//!   an RDMA NIC's one-sided reads, on [`sb_tea::wire`]'s RoCE-like header over UDP.
+//! - [`switch`]: the switch's data plane, sans-IO: an engine [`App`](sb_engine::App) (one of
+//!   `sb-nf`'s NFs) over the remote table, the hot-key cache in front, flow control and
+//!   failover per range (primary, secondary), and the control plane's updates.
+//! - [`driver`]: the switch core on a UDP socket.
+//!
+//! # RDMA on this machine
+//! Soft-RoCE (rxe) was looked for on the development machine (kernel 6.18, in a container):
+//! the kernel has no loadable modules (`/proc/modules` and `/lib/modules` absent, no
+//! `modprobe`), `/sys/class/infiniband` does not exist, and `rdma link` fails with "Failed to
+//! open NETLINK_RDMA socket": no RDMA subsystem, so neither rxe nor siw. Nothing here depends
+//! on it; the servers copy bytes in user space on a UDP socket, one thread each.
+//!
+//! # What is not built
+//! - Writes go from the control plane straight into the regions (the memory servers share
+//!   them in this process, as threads); there is no remote write opcode (an RDMA write) for a
+//!   control plane on another host.
+//! - A late answer (after its read timed out) is dropped with its packet, although it carries
+//!   the packet: the lookup state is gone by then.
+//!
+//! # Example: a NAT switch, one memory server, one translated packet
+//! ```
+//! use std::net::Ipv4Addr;
+//! use sb_nf::nat::{Nat, NatConfig, Translation};
+//! use sb_nf::flow::FlowKey;
+//! use sb_tea::{Layout, RangeTable, TableParams, TeaTable};
+//! use sb_tea_net::{driver::UdpSwitch, server, switch::{SwitchParams, TeaSwitch}};
+//!
+//! let layout = Layout::new(13, 8, 4).unwrap();
+//! let mut table = TeaTable::new(TableParams::new(layout, RangeTable::even(64, &[0]).unwrap(), 1));
+//! let mut mem = server::MemoryServer::new();
+//! mem.register(0, table.region(0)[0].clone()).unwrap();
+//! let srv = server::spawn(mem, "127.0.0.1:0".parse().unwrap()).unwrap();
+//!
+//! let public = Ipv4Addr::new(198, 51, 100, 1);
+//! let nat = Nat::new(NatConfig { public, ports: 1000..=2000, node: 0 }).unwrap();
+//! let core = TeaSwitch::new(nat, &table, 1, SwitchParams::default()).unwrap();
+//! let mut sw = UdpSwitch::new(core, "127.0.0.1:0".parse().unwrap(), vec![srv.addr]).unwrap();
+//! let remote = Ipv4Addr::new(203, 0, 113, 9);
+//! let key = FlowKey::new(17, remote, 53, public, 1500);
+//! let host = Translation { addr: Ipv4Addr::new(10, 0, 0, 5), port: 5353, node: 0 };
+//! sw.core_mut().insert(&mut table, &key.0, &host.value()).unwrap();
+//!
+//! let mac = sb_wire::EthernetAddress([2, 0, 0, 0, 0, 1]);
+//! let b = sb_wire::PacketBuilder::udp(mac, mac, remote.into(), public.into(), 53, 1500);
+//! let mut frame = vec![0u8; b.header_len() + 4];
+//! b.build(b"data", &mut frame).unwrap();
+//! let mut out = Vec::new();
+//! sw.inject(&frame, &mut |f: &[u8]| out.push(f.to_vec()));
+//! sw.drain(&mut |f: &[u8]| out.push(f.to_vec()), std::time::Duration::from_secs(2));
+//! let p = sb_nf::flow::parse(&out[0]).unwrap();
+//! assert_eq!((p.dst, p.dst_port), (host.addr, 5353));
+//! srv.join();
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod driver;
+pub mod server;
+pub mod switch;

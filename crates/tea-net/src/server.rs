@@ -1,0 +1,216 @@
+//! The memory server: registered regions answered over UDP by copying bytes, with no
+//! network-function logic (the stand-in for an RDMA NIC serving one-sided reads).
+//!
+//! [`MemoryServer`] is the sans-IO part: a map from region number to a registered region and
+//! [`MemoryServer::handle`], which parses one datagram ([`sb_tea::wire`]'s read request) and
+//! writes the response: the bytes asked for and the packet the request carried, or a status
+//! saying the region is unknown or the bytes are outside it. A datagram that is not a valid
+//! request gets no answer, as a NIC drops it. [`spawn`] runs a server on a UDP socket in a
+//! thread of its own; its [`ServerControl`] stops it, takes it down (it keeps receiving and
+//! answers nothing: a dead NIC as the switch sees it) and slows it (a delay per read: a NIC
+//! busy with other traffic, the paper's overload in Figure 10).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sb_tea::wire::{serve_read, ReadRequest, Status, WireError};
+use sb_tea::Region;
+
+/// Why a region cannot be registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ServerError {
+    /// The number is registered already.
+    #[error("region {0} is registered already")]
+    Duplicate(u32),
+}
+
+/// What one server answered, by outcome.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    /// Reads answered with their bytes.
+    pub reads: AtomicU64,
+    /// Bytes of region copied into answers.
+    pub bytes: AtomicU64,
+    /// Reads refused: unknown region or out of bounds (answered with that status).
+    pub refused: AtomicU64,
+    /// Datagrams that are not read requests (not answered).
+    pub invalid: AtomicU64,
+    /// Requests received while down (not answered).
+    pub ignored: AtomicU64,
+}
+
+/// The regions one node registered, and the read handler.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryServer {
+    regions: HashMap<u32, Arc<Region>>,
+}
+
+impl MemoryServer {
+    /// A server with no region.
+    pub fn new() -> MemoryServer {
+        MemoryServer::default()
+    }
+
+    /// Registers `region` as number `number` (the TEA table's range index: the same number
+    /// on the range's primary and secondary). The region stays shared: the control side
+    /// keeps writing it while the server reads it.
+    pub fn register(&mut self, number: u32, region: Arc<Region>) -> Result<(), ServerError> {
+        if self.regions.contains_key(&number) {
+            return Err(ServerError::Duplicate(number));
+        }
+        self.regions.insert(number, region);
+        Ok(())
+    }
+
+    /// The numbers registered, sorted.
+    pub fn region_numbers(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.regions.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Answers one datagram: appends the response to `out` and returns its status, or returns
+    /// why the datagram is not a read request (then nothing is appended and nothing must be
+    /// sent). Never panics.
+    pub fn handle(&self, datagram: &[u8], out: &mut Vec<u8>) -> Result<Status, WireError> {
+        let req = ReadRequest::parse(datagram)?;
+        Ok(serve_read(
+            self.regions.get(&req.region).map(|r| &**r),
+            &req,
+            out,
+        ))
+    }
+}
+
+/// The switches of a running server (shared with its thread).
+#[derive(Debug, Default)]
+pub struct ServerControl {
+    stop: AtomicBool,
+    down: AtomicBool,
+    delay_ns: AtomicU64,
+    /// What it answered.
+    pub counters: ServerCounters,
+}
+
+impl ServerControl {
+    /// Asks the thread to end (it does within its receive timeout, 20 ms).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Down: requests are received and not answered (a dead server, as the switch sees it).
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Relaxed);
+    }
+
+    /// Whether it is down.
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// Waits `delay` before each answer (zero: none), as a NIC busy with other traffic.
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_ns.store(
+            delay.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// A server running on its own thread.
+#[derive(Debug)]
+pub struct ServerHandle {
+    /// Its UDP address.
+    pub addr: SocketAddr,
+    /// Its switches and counters.
+    pub control: Arc<ServerControl>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// Stops the thread and waits for it.
+    pub fn join(mut self) {
+        self.control.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.control.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs `server` on a UDP socket bound to `bind` (port 0: any free port) in a new thread.
+pub fn spawn(server: MemoryServer, bind: SocketAddr) -> io::Result<ServerHandle> {
+    let socket = UdpSocket::bind(bind)?;
+    socket.set_read_timeout(Some(Duration::from_millis(20)))?;
+    let addr = socket.local_addr()?;
+    let control = Arc::new(ServerControl::default());
+    let c = Arc::clone(&control);
+    let thread = std::thread::Builder::new()
+        .name(format!("tea-mem-{}", addr.port()))
+        .spawn(move || serve_loop(&server, &socket, &c))?;
+    Ok(ServerHandle {
+        addr,
+        control,
+        thread: Some(thread),
+    })
+}
+
+fn serve_loop(server: &MemoryServer, socket: &UdpSocket, c: &ServerControl) {
+    let mut buf = vec![0u8; 65_536];
+    let mut out = Vec::with_capacity(16_384);
+    while !c.stop.load(Ordering::Relaxed) {
+        let (n, peer) = match socket.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => continue,
+        };
+        if c.down.load(Ordering::Relaxed) {
+            c.counters.ignored.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let delay = c.delay_ns.load(Ordering::Relaxed);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_nanos(delay));
+        }
+        out.clear();
+        match server.handle(&buf[..n], &mut out) {
+            Ok(Status::Ok) => {
+                c.counters.reads.fetch_add(1, Ordering::Relaxed);
+                let data = out.len().saturating_sub(
+                    sb_tea::wire::RESPONSE_HEADER + (n - sb_tea::wire::REQUEST_HEADER),
+                );
+                c.counters.bytes.fetch_add(data as u64, Ordering::Relaxed);
+            }
+            Ok(_) => {
+                c.counters.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                c.counters.invalid.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        }
+        // A send that fails (the switch's socket gone) is a lost answer: the switch's timeout
+        // handles it.
+        let _ = socket.send_to(&out, peer);
+    }
+}

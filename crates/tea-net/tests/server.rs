@@ -1,0 +1,161 @@
+//! The memory server: reads answered byte for byte over UDP, reads outside a region or of an
+//! unknown region refused with their status, datagrams that are not requests not answered,
+//! and no input makes the handler panic.
+
+use std::net::UdpSocket;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sb_tea::wire::{ReadRequest, ReadResponse, Status};
+use sb_tea::{MemoryRegion, Region};
+use sb_tea_net::server::{spawn, MemoryServer, ServerError};
+
+fn image(n: usize, salt: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31) ^ salt).collect()
+}
+
+fn server() -> (MemoryServer, Vec<u8>, Vec<u8>) {
+    let (a, b) = (image(4096, 1), image(1024, 2));
+    let mut s = MemoryServer::new();
+    s.register(0, Arc::new(Region::from_image(&a))).unwrap();
+    s.register(7, Arc::new(Region::from_image(&b))).unwrap();
+    (s, a, b)
+}
+
+#[test]
+fn registration() {
+    let (mut s, _, _) = server();
+    assert_eq!(
+        s.register(7, Arc::new(Region::new(8))),
+        Err(ServerError::Duplicate(7))
+    );
+    assert_eq!(s.region_numbers(), [0, 7]);
+}
+
+#[test]
+fn reads_over_udp_byte_for_byte_and_refusals() {
+    let (s, a, b) = server();
+    let h = spawn(s, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let mut req_bytes = Vec::new();
+    type Case<'a> = (u32, u64, u32, Status, Option<&'a [u8]>);
+    let cases: Vec<Case> = vec![
+        (0, 0, 96, Status::Ok, Some(&a[0..96])),
+        (0, 4000, 96, Status::Ok, Some(&a[4000..4096])),
+        (0, 13, 5, Status::Ok, Some(&a[13..18])),
+        (7, 1000, 24, Status::Ok, Some(&b[1000..1024])),
+        (7, 1000, 25, Status::OutOfBounds, None),
+        (0, 4096, 1, Status::OutOfBounds, None),
+        (0, u64::MAX, 8, Status::OutOfBounds, None),
+        (3, 0, 8, Status::UnknownRegion, None),
+    ];
+    for (id, (region, offset, length, status, want)) in cases.into_iter().enumerate() {
+        let packet: Vec<u8> = (0..(id * 37 + 1)).map(|i| i as u8).collect();
+        req_bytes.clear();
+        ReadRequest {
+            request_id: id as u32,
+            region,
+            offset,
+            length,
+            packet: &packet,
+        }
+        .emit(&mut req_bytes)
+        .unwrap();
+        client.send_to(&req_bytes, h.addr).unwrap();
+        let (n, from) = client.recv_from(&mut buf).unwrap();
+        assert_eq!(from, h.addr);
+        let r = ReadResponse::parse(&buf[..n]).unwrap();
+        assert_eq!((r.request_id, r.status), (id as u32, status));
+        assert_eq!(r.packet, &packet[..], "the packet comes back as sent");
+        assert_eq!(r.data, want.unwrap_or(&[]));
+    }
+    // Not requests: no answer.
+    for junk in [&b"hello"[..], &[0u8; 40][..], b"TE\x01\x02xxxxxxxxxxxx"] {
+        client.send_to(junk, h.addr).unwrap();
+    }
+    client
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    assert!(client.recv_from(&mut buf).is_err(), "junk is not answered");
+    let c = &h.control.counters;
+    assert_eq!(c.reads.load(Ordering::Relaxed), 4);
+    assert_eq!(c.bytes.load(Ordering::Relaxed), 96 + 96 + 5 + 24);
+    assert_eq!(c.refused.load(Ordering::Relaxed), 4);
+    assert_eq!(c.invalid.load(Ordering::Relaxed), 3);
+
+    // Down: received, not answered; up again: answered.
+    h.control.set_down(true);
+    req_bytes.clear();
+    ReadRequest {
+        request_id: 99,
+        region: 0,
+        offset: 0,
+        length: 8,
+        packet: b"",
+    }
+    .emit(&mut req_bytes)
+    .unwrap();
+    client.send_to(&req_bytes, h.addr).unwrap();
+    assert!(client.recv_from(&mut buf).is_err());
+    h.control.set_down(false);
+    client.send_to(&req_bytes, h.addr).unwrap();
+    let (n, _) = client.recv_from(&mut buf).unwrap();
+    assert_eq!(ReadResponse::parse(&buf[..n]).unwrap().data, &a[..8]);
+    assert_eq!(h.control.counters.ignored.load(Ordering::Relaxed), 1);
+    h.join();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Any bytes: no panic; an answer only for a valid request, and then exactly the region's
+    /// bytes or a refusal.
+    #[test]
+    fn handler_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let (s, a, _) = server();
+        let mut out = Vec::new();
+        match s.handle(&data, &mut out) {
+            Err(_) => prop_assert!(out.is_empty()),
+            Ok(st) => {
+                let req = ReadRequest::parse(&data).unwrap();
+                let r = ReadResponse::parse(&out).unwrap();
+                prop_assert_eq!(r.status, st);
+                prop_assert_eq!(r.packet, req.packet);
+                if st == Status::Ok && req.region == 0 {
+                    prop_assert_eq!(r.data, &a[req.offset as usize..][..req.length as usize]);
+                }
+            }
+        }
+    }
+
+    /// Valid requests at random places: in bounds answered byte for byte, out of bounds refused.
+    #[test]
+    fn requests_in_and_out_of_bounds(region in 0u32..9, offset in 0u64..5000, length in 0u32..600) {
+        let (s, a, b) = server();
+        let mut req = Vec::new();
+        ReadRequest { request_id: 5, region, offset, length, packet: b"pk" }.emit(&mut req).unwrap();
+        let mut out = Vec::new();
+        let st = s.handle(&req, &mut out).unwrap();
+        let r = ReadResponse::parse(&out).unwrap();
+        let img = match region { 0 => Some(&a), 7 => Some(&b), _ => None };
+        match img {
+            None => prop_assert_eq!(st, Status::UnknownRegion),
+            Some(img) if offset + u64::from(length) <= img.len() as u64 => {
+                prop_assert_eq!(st, Status::Ok);
+                let mut want = vec![0u8; length as usize];
+                img[..].read_at(offset, &mut want).unwrap();
+                prop_assert_eq!(r.data, &want[..]);
+            }
+            Some(_) => {
+                prop_assert_eq!(st, Status::OutOfBounds);
+                prop_assert!(r.data.is_empty());
+            }
+        }
+    }
+}
