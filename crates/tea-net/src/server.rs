@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sb_tea::wire::{serve_read, ReadRequest, Status, WireError};
-use sb_tea::Region;
+use sb_tea::{Region, TeaTable};
 
 /// Why a region cannot be registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -85,6 +85,27 @@ impl MemoryServer {
             out,
         ))
     }
+}
+
+/// The memory servers `0..servers` of `table`: server `s` registers region `r`'s first copy
+/// when it is range `r`'s primary, and its second copy when it is the range's secondary.
+/// Ranges naming a server `>= servers` are left out.
+pub fn servers_of(table: &TeaTable, servers: usize) -> Vec<MemoryServer> {
+    let mut out = vec![MemoryServer::new(); servers];
+    for (r, e) in table.resolver().ranges().entries().iter().enumerate() {
+        let copies = table.region(r as u32);
+        if let Some(s) = out.get_mut(e.primary as usize) {
+            s.register(r as u32, Arc::clone(&copies[0]))
+                .expect("one range per region number");
+        }
+        if let (Some(sec), Some(copy)) = (e.secondary, copies.get(1)) {
+            if let Some(s) = out.get_mut(sec as usize) {
+                s.register(r as u32, Arc::clone(copy))
+                    .expect("one range per region number");
+            }
+        }
+    }
+    out
 }
 
 /// The switches of a running server (shared with its thread).
