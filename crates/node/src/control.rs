@@ -83,7 +83,15 @@ pub struct ControlFile {
     /// followers campaign after half of it to all of it without their leader.
     #[serde(default)]
     pub detect_ms: Option<u64>,
+    /// Log bytes (segments) past which a checkpoint is due, if they are also more than the
+    /// last snapshot's (`cluster up --checkpoint-kb`; [`DEFAULT_CHECKPOINT_KB`] KiB when
+    /// absent; 0: only `sb_wal`'s bound of records).
+    #[serde(default)]
+    pub checkpoint_kb: Option<u64>,
 }
+
+/// The log size past which a node checkpoints by default, in KiB (64 MiB).
+pub const DEFAULT_CHECKPOINT_KB: u64 = 64 << 10;
 
 /// Failure detection's default: 500 ms.
 pub const DEFAULT_DETECT_MS: u64 = 500;
@@ -96,6 +104,11 @@ fn one() -> usize {
 }
 
 impl ControlFile {
+    /// Log bytes past which a checkpoint is due ([`ControlFile::checkpoint_kb`]).
+    pub fn checkpoint_bytes(&self) -> u64 {
+        self.checkpoint_kb.unwrap_or(DEFAULT_CHECKPOINT_KB) << 10
+    }
+
     /// Failure detection's timers, in the state machine's terms: (lease, heartbeat, Raft
     /// election ticks of [`sb_control::Tuning::raft_tick`]'s default 10 ms).
     pub fn detection(&self) -> Result<(u64, u64, usize), ControlError> {
@@ -657,7 +670,8 @@ pub fn run(
             recovery.torn_tail_bytes
         ));
     }
-    let recovered: Vec<Vec<u8>> = recovery.records;
+    let recovered = crate::logwriter::replay_records(recovery)
+        .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
     let flows = if recovered.is_empty() {
         my_flows(&ctl.flows, &spec, me)?
     } else {
@@ -708,8 +722,9 @@ pub fn run(
     // The log is written on a thread of its own (crate::logwriter): the control thread never
     // waits for the disk. Persist events are numbered across restarts of the state machine:
     // `base` events were handed out by earlier incarnations.
-    let wal = crate::logwriter::LogWriter::start(wal, &ctl.wal, opts.clone())
-        .map_err(io_err(&ctl.wal))?;
+    let wal =
+        crate::logwriter::LogWriter::start(wal, &ctl.wal, opts.clone(), ctl.checkpoint_bytes())
+            .map_err(io_err(&ctl.wal))?;
     let mut base = 0u64;
     // Persist events of this incarnation the state machine was told are durable.
     let mut told = 0u64;
@@ -850,6 +865,13 @@ pub fn run(
             node.persisted_through(clock(), durable);
         }
         transmit(&mut node, &mut pfcp, ctl, &sock);
+        // The log replaced by the state machine's checkpoint, when one is due and the state
+        // machine is at a point where it can give one (else it is tried again next time).
+        if wal.checkpoint_due() {
+            if let Some(records) = node.checkpoint() {
+                wal.checkpoint(records, base + node.persists_handed());
+            }
+        }
         if node.fenced() {
             // Another replica leads this node's range now (it was cut off or slow): the state
             // machine stops and starts again from its log, as at a process start. The log is
@@ -858,10 +880,11 @@ pub fn run(
             // prunes what its range no longer holds) and its GPT, into which the restarted
             // node writes the pieces it assembles (`keep_live_gpt`): the workers go on.
             tracing_warn("this node's range is led by another replica: restarting the control state machine from its log");
-            let recovery = wal.reopen()?;
+            let recovered = crate::logwriter::replay_records(wal.reopen()?)
+                .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
             base += node.persists_handed();
             told = 0;
-            node = new_node(Vec::new(), recovery.records)?;
+            node = new_node(Vec::new(), recovered)?;
             node.keep_live_gpt();
             restarts += 1;
         }
@@ -893,6 +916,7 @@ pub fn run(
             }
             p.status["restarts"] = restarts.into();
             p.log_bytes = wal.log_bytes();
+            p.status["checkpoints"] = wal.checkpoints().into();
             p.fib_insert_failed = dp.failed;
             p.pfcp = pfcp.as_ref().map(|e| e.counts());
             p.pfcp_sessions = pfcp.as_ref().map(|e| e.upf().session_count() as u64);

@@ -12,11 +12,19 @@
 //! peers took it for dead, another replica took its range, and it fenced itself and restarted
 //! from its log with updates in flight answered "system failure" (issue 29's false fencing).
 //! On its own thread the sync delays only what waits for durability.
+//!
+//! Checkpoints: once the log's segments hold more than [`LogWriter::start`]'s `checkpoint_bytes`
+//! and more than the last snapshot (or `sb_wal`'s record bound), the writer says one is due;
+//! the control thread takes the state machine's checkpoint records
+//! ([`sb_control::Node::checkpoint`]) and queues them behind the records handed out before,
+//! and the writer replaces the log with them (`sb_wal::Wal::checkpoint`: atomic). A restart
+//! replays the snapshot's records, then the log after it ([`replay_records`]): what it replays
+//! stays within about twice the state's size.
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -26,6 +34,9 @@ enum Cmd {
     Append { records: Vec<Vec<u8>>, through: u64 },
     /// Commit, close and open the log again; answer what it holds.
     Reopen(Sender<Result<sb_wal::Recovery, sb_wal::WalError>>),
+    /// Replace the log so far (every record queued before) by a snapshot of these records,
+    /// which stand for the persist events up to number `through`.
+    Checkpoint { records: Vec<Vec<u8>>, through: u64 },
 }
 
 /// What the writer thread shares with its owner.
@@ -37,6 +48,10 @@ struct Shared {
     log_bytes: AtomicU64,
     /// The first error: the log is poisoned and the node must stop.
     error: Mutex<Option<sb_wal::WalError>>,
+    /// A checkpoint is due (see the module documentation).
+    due: AtomicBool,
+    /// Checkpoints written.
+    checkpoints: AtomicU64,
 }
 
 /// A log written and synced on its own thread.
@@ -50,10 +65,13 @@ pub struct LogWriter {
 
 impl LogWriter {
     /// Takes over `wal` (opened in `dir` with `opts`, which a reopen uses again).
+    /// A checkpoint is due once the segments hold `checkpoint_bytes` and more than the last
+    /// snapshot (0: never by size).
     pub fn start(
         wal: sb_wal::Wal,
         dir: &Path,
         opts: sb_wal::WalOptions,
+        checkpoint_bytes: u64,
     ) -> std::io::Result<LogWriter> {
         let (wake, signal) = UnixDatagram::pair()?;
         wake.set_nonblocking(true)?;
@@ -66,7 +84,16 @@ impl LogWriter {
             let dir = dir.to_path_buf();
             std::thread::Builder::new()
                 .name("sb-log".into())
-                .spawn(move || writer(wal, &dir, &opts, &rx, &shared, &signal))?
+                .spawn(move || {
+                    let ctx = Ctx {
+                        dir: &dir,
+                        opts: &opts,
+                        shared: &shared,
+                        signal: &signal,
+                        checkpoint_bytes,
+                    };
+                    writer(wal, &ctx, &rx)
+                })?
         };
         Ok(LogWriter {
             tx: Some(tx),
@@ -83,6 +110,25 @@ impl LogWriter {
             // A closed channel means the thread stopped on an error: `error` reports it.
             let _ = tx.send(Cmd::Append { records, through });
         }
+    }
+
+    /// Whether a checkpoint is due (until one is queued).
+    pub fn checkpoint_due(&self) -> bool {
+        self.shared.due.load(Ordering::Relaxed)
+    }
+
+    /// Queues a checkpoint: `records` replace the log so far (everything queued before);
+    /// they stand for the persist events up to number `through`.
+    pub fn checkpoint(&self, records: Vec<Vec<u8>>, through: u64) {
+        self.shared.due.store(false, Ordering::Relaxed);
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Cmd::Checkpoint { records, through });
+        }
+    }
+
+    /// Checkpoints written.
+    pub fn checkpoints(&self) -> u64 {
+        self.shared.checkpoints.load(Ordering::Relaxed)
     }
 
     /// Persist events durable so far.
@@ -145,19 +191,39 @@ impl Drop for LogWriter {
     }
 }
 
-fn writer(
-    mut wal: sb_wal::Wal,
-    dir: &Path,
-    opts: &sb_wal::WalOptions,
-    rx: &Receiver<Cmd>,
-    shared: &Shared,
-    signal: &UnixDatagram,
-) {
-    let fail = |e: sb_wal::WalError| {
-        let mut slot = shared.error.lock().unwrap_or_else(|e| e.into_inner());
+/// What the writer thread works with besides the log.
+struct Ctx<'a> {
+    dir: &'a Path,
+    opts: &'a sb_wal::WalOptions,
+    shared: &'a Shared,
+    signal: &'a UnixDatagram,
+    checkpoint_bytes: u64,
+}
+
+impl Ctx<'_> {
+    fn fail(&self, e: sb_wal::WalError) {
+        let mut slot = self.shared.error.lock().unwrap_or_else(|e| e.into_inner());
         slot.get_or_insert(e);
-        let _ = signal.send(&[1]);
-    };
+        let _ = self.signal.send(&[1]);
+    }
+
+    /// After a commit: durable through `through`; whether a checkpoint is due.
+    fn publish(&self, wal: &sb_wal::Wal, through: u64) {
+        let by_size = self.checkpoint_bytes > 0
+            && wal.log_bytes() >= self.checkpoint_bytes.max(wal.snapshot_bytes());
+        if by_size || wal.checkpoint_due() {
+            self.shared.due.store(true, Ordering::Relaxed);
+        }
+        self.shared
+            .log_bytes
+            .store(wal.log_bytes(), Ordering::Relaxed);
+        self.shared.durable.fetch_max(through, Ordering::AcqRel);
+        // Full (the control thread has not drained it yet): it is readable already.
+        let _ = self.signal.send(&[1]);
+    }
+}
+
+fn writer(mut wal: sb_wal::Wal, cx: &Ctx, rx: &Receiver<Cmd>) {
     // Blocks for the first command, then takes every one already queued: one commit for all.
     while let Ok(first) = rx.recv() {
         let mut through = None;
@@ -169,28 +235,42 @@ fn writer(
                     through: t,
                 } => {
                     if let Err(e) = append_all(&mut wal, &records) {
-                        return fail(e);
+                        return cx.fail(e);
                     }
                     through = Some(t);
+                    next = rx.try_recv().ok();
+                }
+                Cmd::Checkpoint {
+                    records,
+                    through: t,
+                } => {
+                    // Everything appended so far is in the snapshot (it is the state after
+                    // them): no commit of its own.
+                    if let Err(e) = wal.checkpoint(&encode_checkpoint(&records)) {
+                        return cx.fail(e);
+                    }
+                    cx.shared.checkpoints.fetch_add(1, Ordering::Relaxed);
+                    through = None;
+                    cx.publish(&wal, t);
                     next = rx.try_recv().ok();
                 }
                 Cmd::Reopen(reply) => {
                     if let Err(e) = wal.commit() {
                         let _ = reply.send(Err(sb_wal::WalError::Poisoned));
-                        return fail(e);
+                        return cx.fail(e);
                     }
                     if let Some(t) = through.take() {
-                        publish(&wal, shared, signal, t);
+                        cx.publish(&wal, t);
                     }
                     drop(wal);
-                    match sb_wal::Wal::open(dir, opts) {
+                    match sb_wal::Wal::open(cx.dir, cx.opts) {
                         Ok((w, recovery)) => {
                             wal = w;
                             let _ = reply.send(Ok(recovery));
                         }
                         Err(e) => {
                             let _ = reply.send(Err(sb_wal::WalError::Poisoned));
-                            return fail(e);
+                            return cx.fail(e);
                         }
                     }
                 }
@@ -198,12 +278,61 @@ fn writer(
         }
         if let Some(t) = through {
             if let Err(e) = wal.commit() {
-                return fail(e);
+                return cx.fail(e);
             }
-            publish(&wal, shared, signal, t);
+            cx.publish(&wal, t);
         }
     }
     // The channel closed (the node stops): what was queued is committed above.
+}
+
+/// A checkpoint's records as the snapshot's bytes: count u32, then per record its length u32
+/// and its bytes (little-endian).
+pub fn encode_checkpoint(records: &[Vec<u8>]) -> Vec<u8> {
+    let len: usize = records.iter().map(|r| 4 + r.len()).sum();
+    let mut out = Vec::with_capacity(4 + len);
+    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for r in records {
+        out.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        out.extend_from_slice(r);
+    }
+    out
+}
+
+/// The records of a snapshot written by [`encode_checkpoint`] (never panics).
+pub fn decode_checkpoint(b: &[u8]) -> Result<Vec<Vec<u8>>, &'static str> {
+    let mut r = b;
+    let u32_at = |r: &mut &[u8]| -> Result<usize, &'static str> {
+        let (h, rest) = r.split_at_checked(4).ok_or("truncated checkpoint")?;
+        *r = rest;
+        Ok(u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize)
+    };
+    let n = u32_at(&mut r)?;
+    // Each record takes 4 bytes at least: a count past that is damage, not an allocation.
+    let mut out = Vec::with_capacity(n.min(r.len() / 4));
+    for _ in 0..n {
+        let len = u32_at(&mut r)?;
+        let (rec, rest) = r
+            .split_at_checked(len)
+            .ok_or("truncated checkpoint record")?;
+        out.push(rec.to_vec());
+        r = rest;
+    }
+    if !r.is_empty() {
+        return Err("trailing bytes after the checkpoint's records");
+    }
+    Ok(out)
+}
+
+/// What a restart replays: the snapshot's records (a checkpoint), then the log's records
+/// after it.
+pub fn replay_records(recovery: sb_wal::Recovery) -> Result<Vec<Vec<u8>>, &'static str> {
+    let mut out = match &recovery.snapshot {
+        Some(s) => decode_checkpoint(&s.data)?,
+        None => Vec::new(),
+    };
+    out.extend(recovery.records);
+    Ok(out)
 }
 
 fn append_all(wal: &mut sb_wal::Wal, records: &[Vec<u8>]) -> Result<(), sb_wal::WalError> {
@@ -221,13 +350,6 @@ fn append_all(wal: &mut sb_wal::Wal, records: &[Vec<u8>]) -> Result<(), sb_wal::
         }
     }
     Ok(())
-}
-
-fn publish(wal: &sb_wal::Wal, shared: &Shared, signal: &UnixDatagram, through: u64) {
-    shared.log_bytes.store(wal.log_bytes(), Ordering::Relaxed);
-    shared.durable.fetch_max(through, Ordering::AcqRel);
-    // Full (the control thread has not drained it yet): it is readable already.
-    let _ = signal.send(&[1]);
 }
 
 #[cfg(test)]
@@ -260,7 +382,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (wal, rec) = sb_wal::Wal::open(dir.path(), &opts()).expect("open");
         assert!(rec.records.is_empty());
-        let w = LogWriter::start(wal, dir.path(), opts()).expect("start");
+        let w = LogWriter::start(wal, dir.path(), opts(), 0).expect("start");
         let mut expect = Vec::new();
         for i in 0..200u64 {
             let recs: Vec<Vec<u8>> = (0..(i % 3)).map(|j| format!("{i}.{j}").into()).collect();
@@ -289,7 +411,7 @@ mod tests {
             ..opts()
         };
         let (wal, _) = sb_wal::Wal::open(dir.path(), &o).expect("open");
-        let w = LogWriter::start(wal, dir.path(), o.clone()).expect("start");
+        let w = LogWriter::start(wal, dir.path(), o.clone(), 0).expect("start");
         let recs: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 1000]).collect();
         w.append(recs.clone(), 1);
         wait_durable(&w, 1);
@@ -299,10 +421,55 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_replaces_the_log_so_far_and_is_due_by_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (wal, _) = sb_wal::Wal::open(dir.path(), &opts()).expect("open");
+        let w = LogWriter::start(wal, dir.path(), opts(), 4096).expect("start");
+        assert!(!w.checkpoint_due());
+        for i in 0..10u64 {
+            w.append(vec![vec![i as u8; 1000]], i + 1);
+        }
+        wait_durable(&w, 10);
+        assert!(w.checkpoint_due(), "{} log bytes", w.log_bytes());
+        // The state after those ten records, as two records; then more appended after it.
+        let state = vec![b"state".to_vec(), Vec::new()];
+        w.checkpoint(state.clone(), 10);
+        assert!(!w.checkpoint_due());
+        w.append(vec![b"after".to_vec()], 11);
+        wait_durable(&w, 11);
+        assert_eq!(w.checkpoints(), 1);
+        assert!(w.log_bytes() < 4096, "{}", w.log_bytes());
+        assert!(!w.checkpoint_due());
+        let mut want = state.clone();
+        want.push(b"after".to_vec());
+        assert_eq!(replay_records(w.reopen().expect("reopen")).unwrap(), want);
+        drop(w);
+        let (_, rec) = sb_wal::Wal::open(dir.path(), &opts()).expect("open again");
+        assert_eq!(replay_records(rec).unwrap(), want);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn checkpoint_bytes_round_trip(
+            recs in proptest::collection::vec(proptest::collection::vec(0u8..=255, 0..40), 0..20)
+        ) {
+            proptest::prop_assert_eq!(decode_checkpoint(&encode_checkpoint(&recs)).unwrap(), recs);
+        }
+
+        #[test]
+        fn decoding_any_bytes_never_panics(b in proptest::collection::vec(0u8..=255, 0..200)) {
+            if let Ok(recs) = decode_checkpoint(&b) {
+                // What decodes is exactly what encodes back to it.
+                proptest::prop_assert_eq!(encode_checkpoint(&recs), b);
+            }
+        }
+    }
+
+    #[test]
     fn a_failed_log_reports_its_error_and_stops() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (wal, _) = sb_wal::Wal::open(dir.path(), &opts()).expect("open");
-        let w = LogWriter::start(wal, dir.path(), opts()).expect("start");
+        let w = LogWriter::start(wal, dir.path(), opts(), 0).expect("start");
         // A record no batch can hold: the commit before it succeeds, the append fails.
         let huge = vec![0u8; sb_wal::WalOptions::default().max_batch_bytes + 1];
         w.append(vec![huge], 1);

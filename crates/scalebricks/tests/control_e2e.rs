@@ -393,8 +393,13 @@ fn a_killed_node_recovers_and_the_others_keep_forwarding() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
+    // Logs checkpointed past 32 KiB: the victim restarts from a checkpoint and what followed.
     ok(
-        &c.up_with(NODES, "user", &["--flows", "5000", "--seed", "9"]),
+        &c.up_with(
+            NODES,
+            "user",
+            &["--flows", "5000", "--seed", "9", "--checkpoint-kb", "32"],
+        ),
         "cluster up",
     );
     assert_converged(&c, "after up");
@@ -428,6 +433,21 @@ fn a_killed_node_recovers_and_the_others_keep_forwarding() {
     };
     let r0 = update(&c, 0, &batch(0), Duration::from_secs(60));
     assert_eq!(u(&r0["acked"]), 1000, "{r0}");
+    // The victim has checkpointed its log (its counters file is written once a second).
+    let t0 = std::time::Instant::now();
+    loop {
+        let n = u(&c.status()["nodes"][victim]["checkpoints"]);
+        if n > 0 {
+            eprintln!("node {victim}: {n} checkpoints before the kill");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "node {victim} never checkpointed: {}",
+            c.status()["nodes"][victim]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let pid = c.status()["nodes"][victim]["pid"].as_i64().unwrap();
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(150));

@@ -155,6 +155,11 @@ pub struct UpArgs {
     #[arg(long, default_value_t = sb_node::control::DEFAULT_DETECT_MS,
           value_parser = clap::value_parser!(u64).range(100..=60_000))]
     detect_ms: u64,
+    /// A node checkpoints its log (replaces it by its state, atomically) once the log is this
+    /// many KiB (default 64 MiB) and more than its last checkpoint, so that a restart replays at most about
+    /// twice its state (with the control plane; 0: only every 2^20 records).
+    #[arg(long, default_value_t = sb_node::control::DEFAULT_CHECKPOINT_KB)]
+    checkpoint_kb: u64,
 }
 
 impl UpArgs {
@@ -518,6 +523,7 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared, pfcp: &PfcpSet
             fib_room: (capacity / d.nodes.len().max(1) as u64 * 3 / 2) as usize,
             replicas: a.replicas(),
             detect_ms: Some(a.detect_ms),
+            checkpoint_kb: Some(a.checkpoint_kb),
             // Every node is a PFCP endpoint of one UPF: one Node ID, one Recovery Time Stamp.
             pfcp: n.pfcp_addr,
             pfcp_node_id: Some(format!("upf.{}.scalebricks", a.name)),
@@ -814,6 +820,7 @@ mod tests {
             pfcp_ue_pool_v4: Vec::new(),
             pfcp_ue_pool_v6: Vec::new(),
             detect_ms: ms,
+            checkpoint_kb: None,
         };
         assert_eq!(
             file(None).detection().unwrap(),
