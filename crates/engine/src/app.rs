@@ -112,9 +112,9 @@ pub trait App: Send {
         let _ = now_ns;
     }
 
-    /// Hints that [`apply`](Self::apply) is about to be called with `value` (the engine calls
-    /// it for a batch's values after their lookup): load what it will read. The default does
-    /// nothing.
+    /// Hints that [`apply`](Self::apply) and [`admit`](Self::admit) are about to be called
+    /// with `value` (the engine calls it after a batch's lookup, a few frames ahead of their
+    /// `apply`): load what they will read. The default does nothing.
     #[inline]
     fn prefetch(&self, value: &[u8]) {
         let _ = value;

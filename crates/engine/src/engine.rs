@@ -4,6 +4,7 @@ use crate::app::{Access, App, ErrorReply};
 use crate::counters::{Counters, Drop, PortId};
 use crate::fabric::{self, Kind, Shim};
 use crate::fib::Fib;
+use crate::prefetch::AHEAD;
 use sb_common::{hash128, KeyHash};
 use sb_io::PacketBatch;
 use sb_setsep::{LiveSetSep, SetSep};
@@ -786,7 +787,11 @@ impl<A: App> Engine<A> {
                 &mut self.g_found[..m],
             );
         }
-        for j in 0..m {
+        // The application's prefetches (the policy slots: a state line and this core's
+        // counters each) go out `AHEAD` frames ahead of the action rather than all at once:
+        // a burst of 2 * m prefetches waits for free miss buffers (the FIB's own misses hold
+        // many) and stalls the core.
+        for j in 0..m.min(AHEAD) {
             if self.g_found[j] {
                 self.app.prefetch(&self.g_values[j * vb..(j + 1) * vb]);
             }
@@ -798,6 +803,10 @@ impl<A: App> Engine<A> {
             Drop::UnknownFlow
         };
         for j in 0..m {
+            let a = j + AHEAD;
+            if a < m && self.g_found[a] {
+                self.app.prefetch(&self.g_values[a * vb..(a + 1) * vb]);
+            }
             let i = self.idx[j];
             if !self.g_found[j] {
                 self.dest[i] = Dest::Drop(miss);

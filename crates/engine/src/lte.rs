@@ -81,6 +81,7 @@ use crate::app::{Access, App, ErrorReply};
 use crate::counters::{Drop, PortId};
 pub use crate::policy::Policy;
 use crate::policy::{downlink_flags, Policies, Usage, Verdict};
+use crate::prefetch::AHEAD;
 use sb_io::{Meta, PacketBatch};
 use sb_wire::{
     answer_echo_request, end_marker, error_in_place, error_indication, gtpu, parse_frame_with,
@@ -672,6 +673,18 @@ impl Lte {
         }
     }
 
+    /// Hints the processor to load the policy slot of the uplink batch's G-PDU `k`, if its
+    /// TEID was found and has one.
+    #[inline]
+    fn prefetch_uplink(&self, s: &UplinkScratch, k: usize) {
+        if let Some(p) = self.policies.as_deref().filter(|_| s.found[k]) {
+            let id = uplink_slot(&s.values[k * UPLINK_VALUE_BYTES..(k + 1) * UPLINK_VALUE_BYTES]);
+            if id != 0 {
+                p.prefetch(self.core, id);
+            }
+        }
+    }
+
     /// The second half of an access frame: the G-PDU `u` of frame `i`, whose TEID the uplink
     /// table maps to `v` (`None`: unknown), checked (inner source, QFI, TTL), policed and
     /// decapsulated; a Router Solicitation goes to the control plane.
@@ -1095,15 +1108,14 @@ impl App for Lte {
             s.found.resize(m, false);
             let (values, found) = (&mut s.values[..m * UPLINK_VALUE_BYTES], &mut s.found[..m]);
             self.uplink.lookup_batch(&s.keys, values, found);
-            if let Some(p) = &self.policies {
-                for (k, v) in values.chunks_exact(UPLINK_VALUE_BYTES).enumerate() {
-                    let id = uplink_slot(v);
-                    if found[k] && id != 0 {
-                        p.prefetch(self.core, id);
-                    }
-                }
+            // The hits' policy slots, `AHEAD` G-PDUs ahead of their checks.
+            for k in 0..m.min(AHEAD) {
+                self.prefetch_uplink(&s, k);
             }
             for (k, u) in s.pdus.iter().enumerate() {
+                if k + AHEAD < m {
+                    self.prefetch_uplink(&s, k + AHEAD);
+                }
                 let j = s.pos[k];
                 let v = &s.values[k * UPLINK_VALUE_BYTES..(k + 1) * UPLINK_VALUE_BYTES];
                 out[j] = self.uplink_finish(batch, idx[j], u, s.found[k].then_some(v));
