@@ -3,7 +3,9 @@
 //! (inserts, changes that move the flow, deletes) to node 0 in requests of 256; the CPU time of
 //! node 0's calls (decode, validate, log record, FIB install messages, re-search, delta encode,
 //! authentication of every datagram, acks, reply) is the owner's work. One JSON line per owner
-//! batch size. Times are the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
+//! batch size, with the CPU time and bytes of node 0's checkpoint at the end
+//! (`Node::checkpoint`, which a node process runs on its control thread). Times are the
+//! thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
 //!
 //! `cargo run --release -p sb-control --example owner_rate -- [FLOWS] [NODES] [UPDATES]`
 //! (defaults 1000000 4 200000), `[BATCHES]` (comma-separated, default 1,16,256).
@@ -54,6 +56,9 @@ fn key(x: &mut u64) -> Vec<u8> {
 }
 
 struct Run {
+    /// CPU time of the owner's `Node::checkpoint` at the end, and its records' bytes.
+    checkpoint_cpu: Duration,
+    checkpoint_bytes: usize,
     batch: usize,
     updates: u64,
     owner_cpu: Duration,
@@ -305,7 +310,16 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
         }
     }
     assert!(acked > 0);
+    // The owner's checkpoint at the end (its state machine is quiet: nothing in flight).
+    let t = CpuInstant::now();
+    let ckpt = ns[0]
+        .checkpoint()
+        .expect("a quiet owner gives a checkpoint");
+    let checkpoint_cpu = t.elapsed();
+    let checkpoint_bytes = ckpt.iter().map(|r| r.len() + 4).sum();
     Run {
+        checkpoint_cpu,
+        checkpoint_bytes,
         batch,
         updates: acked,
         owner_cpu,
@@ -332,13 +346,15 @@ fn main() {
         let r = run(flows, nodes, updates, batch);
         let secs = r.owner_cpu.as_secs_f64();
         println!(
-            "{{\"flows\": {flows}, \"nodes\": {nodes}, \"owner_batch\": {}, \"updates_applied\": {}, \"owner_cpu_s\": {:.3}, \"owner_kops_per_core\": {:.1}, \"deltas\": {}, \"delta_bytes_per_update\": {:.1}, \"wall_s\": {:.2}}}",
+            "{{\"flows\": {flows}, \"nodes\": {nodes}, \"owner_batch\": {}, \"updates_applied\": {}, \"owner_cpu_s\": {:.3}, \"owner_kops_per_core\": {:.1}, \"deltas\": {}, \"delta_bytes_per_update\": {:.1}, \"checkpoint_ms\": {:.1}, \"checkpoint_bytes\": {}, \"wall_s\": {:.2}}}",
             r.batch,
             r.updates,
             secs,
             r.updates as f64 / secs / 1e3,
             r.deltas,
             r.delta_bytes as f64 / r.updates.max(1) as f64,
+            r.checkpoint_cpu.as_secs_f64() * 1e3,
+            r.checkpoint_bytes,
             r.wall.as_secs_f64()
         );
     }

@@ -168,7 +168,6 @@ impl Rib {
         Rib(FixedMap::with_capacity(key_len, 2 + value_len, capacity))
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }

@@ -141,6 +141,32 @@ impl RangeSnapshot {
         }
     }
 
+    /// The data of a snapshot of `n` flows, `flows`, without a piece or sessions (written
+    /// straight from a RIB: as [`RangeSnapshot::of`] then [`RangeSnapshot::encode`], without
+    /// the copy).
+    pub fn encode_from<K: std::ops::Deref<Target = [u8]>>(
+        base_done: bool,
+        n: usize,
+        flows: impl Iterator<Item = (K, NodeId, impl std::ops::Deref<Target = [u8]>)>,
+    ) -> Vec<u8> {
+        let mut r = vec![1, base_done as u8];
+        r.extend_from_slice(&(n as u64).to_le_bytes());
+        let mut written = 0usize;
+        for (k, node, v) in flows {
+            r.push(k.len() as u8);
+            r.extend_from_slice(&k);
+            r.extend_from_slice(&node.to_le_bytes());
+            r.push(v.len() as u8);
+            r.extend_from_slice(&v);
+            written += 1;
+        }
+        debug_assert_eq!(written, n, "the count given is the flows'");
+        // No piece, no session records.
+        r.extend_from_slice(&0u32.to_le_bytes());
+        r.extend_from_slice(&0u32.to_le_bytes());
+        r
+    }
+
     /// The snapshot's data.
     pub fn encode(&self) -> Vec<u8> {
         let mut r = vec![1, self.base_done as u8];
