@@ -3,7 +3,9 @@
 // The ScaleBricks fast path in XDP (crate sb-xdp; built with clang -target bpf by build.rs
 // under the cargo feature `bpf`). What the programs cannot finish goes to the slow path: the
 // XSKMAP entry of the receive queue (the engine over AF_XDP), or the kernel stack (XDP_PASS)
-// when no socket is bound there. No packet is ever dropped here.
+// when no socket is bound there. No packet is ever dropped here. The architecture (ScaleBricks,
+// full duplication, hash partitioning) is sb_cfg's `arch`; the programs make the engine's
+// choices under each (sb_engine's Engine::route, fib_stage, on_fabric).
 //
 // Map layouts are mirrored in src/layout.rs (offsets checked by the Rust tests and by the
 // _Static_asserts below).
@@ -41,7 +43,7 @@ struct sb_cfg {
     __u32 ifindex_ran;
     __u32 ifindex_fabric;
     __u32 flags;  // CFG_READY: tables loaded
-    __u32 pad;
+    __u32 arch;   // ARCH_*: sb_engine::Arch
     __u8 inet_mac[6];
     __u8 inet_peer[6];
     __u8 ran_mac[6];
@@ -50,6 +52,21 @@ struct sb_cfg {
 };
 _Static_assert(sizeof(struct sb_cfg) == 1112, "sb_cfg layout");
 #define CFG_READY 1
+
+// The architectures (sb_engine::Arch; src/layout.rs's Arch): ScaleBricks (GPT at ingress, the
+// FIB slice at the handling node, at most one crossing), full duplication (the whole FIB at
+// every node, no GPT: looked up at ingress, sent encapsulated to the egress node), hash
+// partitioning (the FIB entries whose key hashes to the node: ingress -> indirection node ->
+// egress node, up to two crossings).
+#define ARCH_SB 0
+#define ARCH_FULL_DUP 1
+#define ARCH_HASH_PART 2
+
+// sb_engine::Arch::max_hops.
+static __always_inline __u32 max_hops(__u32 arch)
+{
+    return arch == ARCH_HASH_PART ? 2 : 1;
+}
 
 struct sb_node {
     __u8 fabric_mac[6];
@@ -70,6 +87,7 @@ enum {
     C_SLOW_NOT_IP, C_SLOW_PARSE, C_SLOW_GROUP, C_SLOW_TTL, C_SLOW_GPT, C_SLOW_RETRY,
     C_SLOW_FIB_MISS, C_SLOW_POLICY, C_SLOW_MTU, C_SLOW_OTHER, C_SLOW_TEID_MISS,
     C_SLOW_UL_CHECK, C_SLOW_ICMP,
+    C_FABRIC_TO_RAN_2,
     C_COUNT
 };
 
@@ -348,56 +366,51 @@ static __always_inline void copy6(__u8 *d, const __u8 *s)
 
 // ---- downlink: the FIB action at the handling node --------------------------------------------
 
-// Encapsulates the IPv4 packet at offset 14 (tot bytes; the frame ends at 14 + tot) as the
-// FIB value v says and sends it out of ran. Returns the XDP action, or -reason for the slow
-// path (nothing changed then).
-static __always_inline int encap_out(struct xdp_md *ctx, const struct sb_cfg *cfg, const __u8 *v,
-                                     __u32 tot)
+// Hash partitioning's indirection node of a key (sb_engine::indirection_node): a
+// multiply-shift of a mix of both hash halves.
+static __always_inline __u32 indirection_node(__u64 lo, __u64 hi, __u32 nodes)
+{
+    __u64 x = (hi ^ ((lo << 29) | (lo >> 35))) * 0x9e3779b97f4a7c15ULL;
+    return (__u32)mulhi(x, nodes);
+}
+
+// What the engine's FIB stage and Lte::apply decide for the FIB value v of an IPv4 packet of
+// tot bytes that crossed the fabric `hops` times so far: 0 and *egress (this node: out of
+// ran; another: encapsulated here and sent to it over the fabric, kind Transmit), or a slow
+// reason. Nothing is changed.
+static __always_inline int value_ok(const struct sb_cfg *cfg, const __u8 *v, __u32 tot,
+                                    __u32 hops, __u32 *egress)
 {
     // Bytes 16..25: the session's policy (MBRs, flags); 25..28: the local policy slot. The
     // engine enforces a policy through its slot only, but a value with any of these bytes
     // set goes to the slow path all the same: this program enforces none of them.
     if (*(const __u64 *)(v + 16) || *(const __u32 *)(v + 24))
-        return -C_SLOW_POLICY;
-    __u32 enb = *(const __u32 *)(v + 4);
-    if (!enb)
-        return -C_SLOW_OTHER;  // no downlink tunnel
-    __u32 egress = (__u32)v[8] << 8 | v[9];
-    if (egress != cfg->node)
-        return -C_SLOW_OTHER;
-    __u8 qf = v[15];
-    __u32 over = (qf & 0x80) ? 44 : 36;
+        return C_SLOW_POLICY;
+    if (!*(const __u32 *)(v + 4))
+        return C_SLOW_OTHER;  // no downlink tunnel
+    __u32 over = (v[15] & 0x80) ? 44 : 36;
     if (tot + over > cfg->ran_mtu)
-        return -C_SLOW_MTU;
-    __u32 me = cfg->node;
-    struct sb_node *n = bpf_map_lookup_elem(&sb_nodes, &me);
-    if (!n)
-        return -C_SLOW_OTHER;
-    __u32 src = n->ran_addr;
-    __u8 teid[4] = {v[0], v[1], v[2], v[3]};
+        return C_SLOW_MTU;
+    __u32 e = (__u32)v[8] << 8 | v[9];
+    // Another egress node: over the fabric where the architecture allows one more crossing
+    // (ScaleBricks' handling node is the egress node; the engine's Transmit to another one
+    // would be refused there: the slow path's to answer).
+    if (e != cfg->node &&
+        (cfg->arch == ARCH_SB || e >= cfg->nodes || hops >= max_hops(cfg->arch)))
+        return C_SLOW_OTHER;
+    *egress = e;
+    return 0;
+}
 
-    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-    __u8 *ip = (__u8 *)data + 14;
-    if ((void *)(ip + 20) > end)
-        return -C_SLOW_PARSE;
-    if (ip[8] <= 1)
-        return -C_SLOW_TTL;
-    ipv4_dec_ttl(ip);
-    __u32 len = (__u32)(end - data);
-    if (len > 14 + tot && bpf_xdp_adjust_tail(ctx, (int)(14 + tot) - (int)len))
-        return XDP_ABORTED;
-    if (bpf_xdp_adjust_head(ctx, -(int)over))
-        return XDP_ABORTED;
-    data = (void *)(long)ctx->data;
-    end = (void *)(long)ctx->data_end;
-    __u8 *h = data;
-    if ((void *)(h + 14 + 44) > end)
-        return XDP_ABORTED;
-    copy6(h, cfg->ran_peer);
-    copy6(h + 6, cfg->ran_mac);
-    h[12] = 0x08;
-    h[13] = 0x00;
-    __u8 *o = h + 14;
+// The outer IPv4, UDP and GTP-U headers (and the PDU Session Container when qf has bit 0x80)
+// at o, for an inner packet of tot bytes: as sb_wire's GtpuTunnel::encap_in_place writes them
+// (DF, identification 0, TTL 64). False if the frame is shorter than the headers.
+static __always_inline int write_tunnel(__u8 *o, void *end, __u32 tot, __u8 qf, __u32 src,
+                                        __u32 enb, const __u8 *teid)
+{
+    if ((void *)(o + 44) > end)
+        return 0;
+    __u32 over = (qf & 0x80) ? 44 : 36;
     __u32 otot = tot + over;
     o[0] = 0x45;
     o[1] = 0;
@@ -446,7 +459,72 @@ static __always_inline int encap_out(struct xdp_md *ctx, const struct sb_cfg *cf
         g[14] = qf & 0x7f;  // RQI << 6 | QFI
         g[15] = 0;
     }
-    count(C_TO_RAN);
+    return 1;
+}
+
+// Encapsulates the IPv4 packet of tot bytes at offset ip_off of the frame (14: a frame from
+// inet; 20: a fabric Lookup frame, behind the shim; the frame ends at ip_off + tot after
+// this) as the FIB value v says (value_ok passed: egress), its outer source the egress node's
+// ran address (Lte::apply), and sends it out of ran with this node's MACs (egress = this node;
+// counted as `done`) or over the fabric to the egress node with the shim (kind Transmit, hops
+// + 1, ingress; counted as C_TO_FABRIC). Returns the XDP action, or -reason for the slow path
+// (nothing changed then).
+static __always_inline int encap(struct xdp_md *ctx, const struct sb_cfg *cfg, const __u8 *v,
+                                 __u32 tot, const __u32 ip_off, __u32 egress, __u32 hops,
+                                 __u32 ingress, __u32 done)
+{
+    __u32 me = cfg->node;
+    int to_fabric = egress != me;
+    struct sb_node *ne = bpf_map_lookup_elem(&sb_nodes, &egress);
+    struct sb_node *ns = bpf_map_lookup_elem(&sb_nodes, &me);
+    if (!ne || !ns)
+        return -C_SLOW_OTHER;
+    __u8 qf = v[15];
+    __u32 over = (qf & 0x80) ? 44 : 36;
+    __u32 src = ne->ran_addr, enb = *(const __u32 *)(v + 4);
+    __u8 teid[4] = {v[0], v[1], v[2], v[3]};
+
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    __u8 *ip = (__u8 *)data + ip_off;
+    if ((void *)(ip + 20) > end)
+        return -C_SLOW_PARSE;
+    if (ip[8] <= 1)
+        return -C_SLOW_TTL;
+    ipv4_dec_ttl(ip);
+    __u32 len = (__u32)(end - data);
+    if (len > ip_off + tot && bpf_xdp_adjust_tail(ctx, (int)(ip_off + tot) - (int)len))
+        return XDP_ABORTED;
+    __u32 hl = to_fabric ? 20 : 14;
+    if (bpf_xdp_adjust_head(ctx, (int)ip_off - (int)(hl + over)))
+        return XDP_ABORTED;
+    data = (void *)(long)ctx->data;
+    end = (void *)(long)ctx->data_end;
+    __u8 *h = data;
+    if ((void *)(h + 20) > end)
+        return XDP_ABORTED;
+    if (to_fabric) {
+        copy6(h, ne->fabric_mac);
+        copy6(h + 6, ns->fabric_mac);
+        h[12] = 0x88;
+        h[13] = 0xb5;
+        h[14] = 0x12;  // version 1, kind Transmit
+        h[15] = hops + 1;
+        h[16] = ingress >> 8;
+        h[17] = ingress & 0xff;
+        h[18] = 0x08;
+        h[19] = 0x00;
+        if (!write_tunnel(h + 20, end, tot, qf, src, enb, teid))
+            return XDP_ABORTED;
+        count(C_TO_FABRIC);
+        return bpf_redirect(cfg->ifindex_fabric, 0);
+    }
+    copy6(h, cfg->ran_peer);
+    copy6(h + 6, cfg->ran_mac);
+    h[12] = 0x08;
+    h[13] = 0x00;
+    if (!write_tunnel(h + 14, end, tot, qf, src, enb, teid))
+        return XDP_ABORTED;
+    count(done);
     return bpf_redirect(cfg->ifindex_ran, 0);
 }
 
@@ -455,7 +533,7 @@ int sb_inet(struct xdp_md *ctx)
 {
     __u32 zero = 0;
     struct sb_cfg *cfg = bpf_map_lookup_elem(&sb_cfg, &zero);
-    if (!cfg || !(cfg->flags & CFG_READY))
+    if (!cfg || !(cfg->flags & CFG_READY) || cfg->arch > ARCH_HASH_PART)
         return slow(ctx, C_SLOW_OTHER);
     count(C_RX_INET);
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -479,23 +557,39 @@ int sb_inet(struct xdp_md *ctx)
     if (ip[8] <= 1)
         return slow(ctx, C_SLOW_TTL);
     __u8 key[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[16], ip[17], ip[18], ip[19]};
+    // Where the key's FIB entry is (sb_engine's Engine::route): here (full duplication), at
+    // its indirection node (hash partitioning), or at the node the GPT names (ScaleBricks);
+    // the last two from the key's hash (sb_common::hash128 with the cluster's seed).
+    __u32 to;
     __u64 lo, hi;
-    hash16(key, cfg->seed, &lo, &hi);
-    int to = gpt_lookup(cfg, lo, hi);
-    if (to == GPT_RETRY)
-        return slow(ctx, C_SLOW_RETRY);
-    if (to < 0 || (__u32)to >= cfg->nodes)
-        return slow(ctx, C_SLOW_GPT);
-    if ((__u32)to == cfg->node) {
+    if (cfg->arch == ARCH_FULL_DUP) {
+        to = cfg->node;
+    } else if (cfg->arch == ARCH_HASH_PART) {
+        hash16(key, cfg->seed, &lo, &hi);
+        to = indirection_node(lo, hi, cfg->nodes);
+    } else {
+        hash16(key, cfg->seed, &lo, &hi);
+        int g = gpt_lookup(cfg, lo, hi);
+        if (g == GPT_RETRY)
+            return slow(ctx, C_SLOW_RETRY);
+        if (g < 0 || (__u32)g >= cfg->nodes)
+            return slow(ctx, C_SLOW_GPT);
+        to = g;
+    }
+    if (to == cfg->node) {
         __u8 *v = bpf_map_lookup_elem(&sb_fib, key);
         if (!v)
             return slow(ctx, C_SLOW_FIB_MISS);
-        r = encap_out(ctx, cfg, v, tot);
+        __u32 egress = 0;
+        r = value_ok(cfg, v, tot, 0, &egress);
+        if (r)
+            return slow(ctx, r);
+        r = encap(ctx, cfg, v, tot, 14, egress, 0, cfg->node, C_TO_RAN);
         if (r < 0)
             return slow(ctx, -r);
         return r;
     }
-    // Another node handles it: the fabric shim (kind Lookup, hops 1, ingress = this node).
+    // Another node looks it up: the fabric shim (kind Lookup, hops 1, ingress = this node).
     __u32 me = cfg->node, dst = to;
     struct sb_node *nd = bpf_map_lookup_elem(&sb_nodes, &dst);
     struct sb_node *ns = bpf_map_lookup_elem(&sb_nodes, &me);
@@ -518,6 +612,92 @@ int sb_inet(struct xdp_md *ctx)
     h[17] = me & 0xff;
     count(C_TO_FABRIC);
     return bpf_redirect(cfg->ifindex_fabric, 0);
+}
+
+// ---- at fabric: frames from the other nodes ---------------------------------------------------
+
+// A frame from another node (sb_engine's Engine::on_fabric): the shim checked as the engine
+// checks it (version 1; kind Lookup under ScaleBricks, Transmit under full duplication, either
+// under hash partitioning; 1 <= hops <= the architecture's most; ingress a node), sent to this
+// node's fabric MAC (others, and frames without the shim, go to the slow path). Transmit: the
+// shim popped, this node's ran MACs, out of ran. Lookup: the IPv4 packet behind the shim
+// (checked as at inet, without the upper layer, which the engine does not read here), the FIB
+// lookup and the action as at inet: out of ran, or (hash partitioning) encapsulated on to the
+// egress node. Counted C_FABRIC_TO_RAN after one crossing, C_FABRIC_TO_RAN_2 after two.
+SEC("xdp")
+int sb_fabric(struct xdp_md *ctx)
+{
+    __u32 zero = 0;
+    struct sb_cfg *cfg = bpf_map_lookup_elem(&sb_cfg, &zero);
+    if (!cfg || !(cfg->flags & CFG_READY) || cfg->arch > ARCH_HASH_PART)
+        return slow(ctx, C_SLOW_OTHER);
+    count(C_RX_FABRIC);
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    __u8 *h = data;
+    if ((void *)(h + 20) > end)
+        return slow(ctx, C_SLOW_PARSE);
+    if (h[0] & 1)
+        return slow(ctx, C_SLOW_GROUP);
+    if (h[12] != 0x88 || h[13] != 0xb5)
+        return slow(ctx, C_SLOW_NOT_IP);  // ARP, IP to the node's own stack
+    __u32 me = cfg->node;
+    struct sb_node *ns = bpf_map_lookup_elem(&sb_nodes, &me);
+    if (!ns)
+        return slow(ctx, C_SLOW_OTHER);
+#pragma unroll
+    for (int i = 0; i < 6; i++)
+        if (h[i] != ns->fabric_mac[i])
+            return slow(ctx, C_SLOW_OTHER);  // another node's
+    __u32 kind = h[14] & 0xf, hops = h[15], ingress = (__u32)h[16] << 8 | h[17];
+    __u32 arch = cfg->arch;
+    int valid = (h[14] >> 4) == 1 &&
+                ((arch == ARCH_SB && kind == 1) || (arch == ARCH_FULL_DUP && kind == 2) ||
+                 (arch == ARCH_HASH_PART && (kind == 1 || kind == 2))) &&
+                hops >= 1 && hops <= max_hops(arch) && ingress < cfg->nodes;
+    if (!valid)
+        return slow(ctx, C_SLOW_PARSE);
+    __u32 done = hops >= 2 ? C_FABRIC_TO_RAN_2 : C_FABRIC_TO_RAN;
+    __u32 len = (__u32)(end - data);
+    if (kind == 2) {
+        // Transmit: what remains is the frame without the shim, with this node's MACs; one
+        // longer than the ran MTU is the slow path's (Lte::split cuts or refuses it).
+        if (len - 6 > 14 + cfg->ran_mtu)
+            return slow(ctx, C_SLOW_MTU);
+        if (bpf_xdp_adjust_head(ctx, 6))
+            return slow(ctx, C_SLOW_OTHER);
+        data = (void *)(long)ctx->data;
+        end = (void *)(long)ctx->data_end;
+        h = data;
+        if ((void *)(h + 14) > end)
+            return XDP_ABORTED;
+        copy6(h, cfg->ran_peer);
+        copy6(h + 6, cfg->ran_mac);
+        count(done);
+        return bpf_redirect(cfg->ifindex_ran, 0);
+    }
+    // Lookup.
+    if (h[18] != 0x08 || h[19] != 0x00)
+        return slow(ctx, C_SLOW_NOT_IP);
+    __u8 *ip = h + 20;
+    __u32 tot = 0;
+    int r = ipv4_ok(ip, len - 20, end, &tot);
+    if (r)
+        return slow(ctx, r);
+    if (ip[8] <= 1)
+        return slow(ctx, C_SLOW_TTL);
+    // (The FIB map hashes the key itself: sb_common's hash is not needed here.)
+    __u8 key[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[16], ip[17], ip[18], ip[19]};
+    __u8 *v = bpf_map_lookup_elem(&sb_fib, key);
+    if (!v)
+        return slow(ctx, C_SLOW_FIB_MISS);
+    __u32 egress = 0;
+    r = value_ok(cfg, v, tot, hops, &egress);
+    if (r)
+        return slow(ctx, r);
+    r = encap(ctx, cfg, v, tot, 20, egress, hops, ingress, done);
+    if (r < 0)
+        return slow(ctx, -r);
+    return r;
 }
 
 // ---- uplink at ran ----------------------------------------------------------------------------

@@ -11,7 +11,8 @@
 //! - `sb_fib` (hash, 16-byte key -> 32-byte value), `sb_uplink` (hash, 4-byte TEID -> 24-byte
 //!   value): the engine's FIB slice and uplink table, values byte for byte as
 //!   `sb_engine::lte` writes them.
-//! - `sb_cfg` (array, one [`CFG_BYTES`] element): [`NodeSetup`] and the table's shape.
+//! - `sb_cfg` (array, one [`CFG_BYTES`] element): [`NodeSetup`], the [`Arch`] and the
+//!   table's shape.
 //! - `sb_nodes` (array): per node its fabric MAC and `ran` address.
 
 use sb_common::splitmix64 as splitmix;
@@ -103,6 +104,54 @@ pub const MAX_NODES: usize = 1024;
 /// The `sb_cfg` flag: tables are loaded (until it is set every packet takes the slow path).
 pub const CFG_READY: u32 = 1;
 
+/// The architecture the programs run (`sb_cfg`'s `arch` word), as `sb_engine::Arch`: what the
+/// maps hold and where a packet goes follow the engine's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Arch {
+    /// The GPT at ingress, the FIB slice of the flows the node handles; at most one crossing.
+    /// `sb_fib` holds the node's slice.
+    #[default]
+    ScaleBricks = 0,
+    /// No GPT: every node holds the whole FIB (`sb_fib` holds every entry), looks up at
+    /// ingress and sends the encapsulated packet to the egress node (kind Transmit).
+    FullDup = 1,
+    /// The FIB entries whose key hashes to the node (`sb_engine::indirection_node`; `sb_fib`
+    /// holds that slice): ingress to the indirection node (kind Lookup), then to the egress
+    /// node (kind Transmit); up to two crossings.
+    HashPart = 2,
+}
+
+impl Arch {
+    /// The three, in `sb_engine::Arch::ALL`'s order.
+    pub const ALL: [Arch; 3] = [Arch::ScaleBricks, Arch::FullDup, Arch::HashPart];
+
+    /// `sb_engine::Arch`'s label: `scalebricks`, `full-dup`, `hash-part`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Arch::ScaleBricks => "scalebricks",
+            Arch::FullDup => "full-dup",
+            Arch::HashPart => "hash-part",
+        }
+    }
+
+    /// Whether the programs look keys up in the GPT (ScaleBricks only; the others get
+    /// [`GptImage::none`]).
+    pub fn uses_gpt(self) -> bool {
+        self == Arch::ScaleBricks
+    }
+}
+
+impl std::str::FromStr for Arch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Arch, String> {
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.label() == s)
+            .ok_or_else(|| format!("unknown architecture {s:?} (scalebricks, full-dup, hash-part)"))
+    }
+}
+
 /// The per-CPU counters of the programs, in `sb_stats` order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -119,7 +168,8 @@ pub enum Counter {
     ToFabric,
     /// Uplink frames decapsulated and sent out of `inet`.
     UpToInet,
-    /// Fabric frames looked up and sent out of `ran`.
+    /// Fabric frames sent out of `ran` after one crossing (looked up here, or transmitted as
+    /// the ingress or indirection node encapsulated them).
     FabricToRan,
     /// GTP-U Echo Requests answered.
     Echo,
@@ -152,11 +202,13 @@ pub enum Counter {
     SlowUplinkCheck,
     /// Slow path: ICMP.
     SlowIcmp,
+    /// Fabric frames sent out of `ran` after two crossings (hash partitioning).
+    FabricToRan2,
 }
 
 impl Counter {
     /// Number of counters.
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 23;
     /// Every counter, in map order.
     pub const ALL: [Counter; Counter::COUNT] = [
         Counter::RxInet,
@@ -181,6 +233,7 @@ impl Counter {
         Counter::SlowTeidMiss,
         Counter::SlowUplinkCheck,
         Counter::SlowIcmp,
+        Counter::FabricToRan2,
     ];
 
     /// A snake_case name (for JSON and metrics).
@@ -208,6 +261,7 @@ impl Counter {
             Counter::SlowTeidMiss => "slow_teid_miss",
             Counter::SlowUplinkCheck => "slow_uplink_check",
             Counter::SlowIcmp => "slow_icmp",
+            Counter::FabricToRan2 => "fabric_to_ran_2",
         }
     }
 }
@@ -318,6 +372,23 @@ impl GptImage {
         })
     }
 
+    /// The table of the architectures without a GPT ([`Arch::uses_gpt`]): one block of zeros
+    /// (every key answers 0, never asked), carrying the key-hash seed `seed` that hash
+    /// partitioning's indirection node is computed with (`sb_engine::NodeConfig::seed`).
+    pub fn none(seed: u64) -> GptImage {
+        GptImage {
+            xbits: 16,
+            ybits: 8,
+            vbits: 1,
+            seed,
+            n_blocks: 1,
+            rec: 3,
+            choices: vec![0; CHOICE_BYTES_PER_BLOCK],
+            groups: vec![0; GROUPS_PER_BLOCK * 3],
+            fallback: Vec::new(),
+        }
+    }
+
     /// Block `blk`'s element (version 0).
     pub fn block(&self, blk: u64) -> Vec<u8> {
         let mut e = vec![0u8; BLOCK_BYTES];
@@ -382,9 +453,9 @@ impl NodeSetup {
         Ok(())
     }
 
-    /// The `sb_cfg` element for this node and the table `gpt` (flags: `CFG_READY` when
-    /// `ready`).
-    pub fn cfg_bytes(&self, gpt: &GptImage, ready: bool) -> [u8; CFG_BYTES] {
+    /// The `sb_cfg` element for this node, architecture `arch` and the table `gpt` (flags:
+    /// `CFG_READY` when `ready`).
+    pub fn cfg_bytes(&self, arch: Arch, gpt: &GptImage, ready: bool) -> [u8; CFG_BYTES] {
         let mut b = [0u8; CFG_BYTES];
         b[0..8].copy_from_slice(&gpt.seed.to_le_bytes());
         b[8..16].copy_from_slice(&gpt.n_blocks.to_le_bytes());
@@ -400,7 +471,7 @@ impl NodeSetup {
             self.ifindex_ran,
             self.ifindex_fabric,
             if ready { CFG_READY } else { 0 },
-            0,
+            arch as u32,
         ];
         for (i, w) in words.iter().enumerate() {
             b[16 + 4 * i..20 + 4 * i].copy_from_slice(&w.to_le_bytes());
@@ -715,6 +786,30 @@ mod tests {
         }
     }
 
+    /// The architectures are the engine's, by label and order.
+    #[test]
+    fn arch_is_the_engines() {
+        assert_eq!(Arch::ALL.len(), sb_engine::Arch::ALL.len());
+        for (a, e) in Arch::ALL.iter().zip(sb_engine::Arch::ALL) {
+            assert_eq!(a.label(), e.label());
+            assert_eq!(e.label().parse::<Arch>(), Ok(*a));
+            assert_eq!(a.uses_gpt(), e == sb_engine::Arch::ScaleBricks);
+        }
+        assert!("ring".parse::<Arch>().is_err());
+    }
+
+    /// The table of the architectures without a GPT answers 0 and carries the seed.
+    #[test]
+    fn no_gpt_image() {
+        let g = GptImage::none(0xfeed);
+        assert_eq!((g.seed, g.n_blocks, g.rec), (0xfeed, 1, 3));
+        assert_eq!(g.block(0).len(), BLOCK_BYTES);
+        for k in keys(100, 1) {
+            let h = sb_common_hash(&k, g.seed);
+            assert_eq!(lookup_blocks(&g, |b| g.block(b), h.0, h.1), 0);
+        }
+    }
+
     #[test]
     fn cfg_bytes_place_fields() {
         let (_, _, t) = table(1000, 2, Config::C16_8);
@@ -733,12 +828,13 @@ mod tests {
             ifindex_fabric: 9,
         };
         s.check().unwrap();
-        let b = s.cfg_bytes(&img, true);
+        let b = s.cfg_bytes(Arch::HashPart, &img, true);
         assert_eq!(u64_at(&b, 0), 0x5eed);
         assert_eq!(&b[16..20], &1u32.to_le_bytes());
         assert_eq!(&b[20..24], &2u32.to_le_bytes());
         assert_eq!(&b[36..40], &6u32.to_le_bytes()); // rec: 3 bytes x 2 bits
         assert_eq!(&b[56..60], &CFG_READY.to_le_bytes());
+        assert_eq!(&b[60..64], &2u32.to_le_bytes());
         assert_eq!(&b[82..88], &[6; 6]);
         assert_eq!(&b[88..92], &CAND[0]);
         assert_eq!(s.node_bytes(1)[8..], [10, 1, 1, 1]);

@@ -13,12 +13,35 @@
 //!   at `ran`): a G-PDU without options, TEID lookup in the uplink map, inner source = the
 //!   UE, TTL, decapsulation out of `inet`; a GTP-U Echo Request (without extension headers or
 //!   an N-PDU number) answered in place out of `ran` (`XDP_TX`), byte for byte as the engine
-//!   answers it. Everything else (ARP, IPv6, ICMP, TTL <= 1, too
-//!   big for the MTU, FIB or TEID misses, values with a policy (any of the FIB value's policy
-//!   bytes 16..25 or its local slot 25..28 set), a GPT block being written)
+//!   answers it. `sb_fabric` (frames from the other nodes at `fabric`, sent to this node's
+//!   fabric MAC): the shim checked as `sb_engine`'s `Engine::on_fabric` checks it; kind
+//!   Transmit: the shim popped, out of `ran` with this node's MACs; kind Lookup: the FIB and
+//!   the action as at `inet` (the IPv4 packet behind the shim checked as at `inet`, its upper
+//!   layer not read, as the engine reads none there). Everything else (ARP, IPv6, ICMP at
+//!   `inet`, TTL <= 1, too big for the MTU, FIB or TEID misses, values with a policy (any of
+//!   the FIB value's policy bytes 16..25 or its local slot 25..28 set), a GPT block being
+//!   written, a shim the engine would refuse)
 //!   goes to the slow path: `bpf_redirect_map` to the XSKMAP entry of the receive queue (the
 //!   engine over AF_XDP), which is `XDP_PASS` (the kernel stack) when no socket is bound
 //!   there. The program never drops.
+//!
+//!   The architecture is `sb_cfg`'s ([`Arch`], as `sb_engine::Arch`; `FastPath::load_arch`),
+//!   and the programs follow the engine's choices for it exactly (same key hash, same nodes,
+//!   same shim, hops and ingress), so that no packet changes behaviour between the engine
+//!   and XDP (`tests/bpf.rs` compares them frame by frame under each):
+//!   - ScaleBricks: as above, the GPT at `inet`; `sb_fib` holds the node's slice; a value
+//!     whose egress is another node goes to the slow path (the engine's Transmit would be
+//!     refused there);
+//!   - full duplication: no GPT (the loader gets [`GptImage::none`] with the key-hash seed);
+//!     `sb_fib` holds every entry; at `inet` the FIB lookup and the action, then out of
+//!     `ran` (egress here) or over the fabric to the egress node (kind Transmit, hops 1, the
+//!     outer source the egress node's `ran` address, as `sb_engine::lte` writes it), where
+//!     `sb_fabric` transmits it;
+//!   - hash partitioning: `sb_fib` holds the entries whose key hashes to the node; at `inet`
+//!     the indirection node (`sb_engine::indirection_node` of the key's hash): here, the FIB
+//!     and the action as under full duplication; another, the shim (kind Lookup, hops 1) to
+//!     it, whose `sb_fabric` looks it up and sends it out of `ran` or on to the egress node
+//!     (Transmit, hops 2). Counted `fabric_to_ran_2` when it leaves there.
 //! - [`layout`]: the maps' byte layouts and what fills them (pure Rust, tested without BPF).
 //! - `loader` (feature `bpf`): `FastPath` loads the object with aya, fills the maps, keeps
 //!   them in step with the control plane (the writer API) and attaches the programs.
@@ -50,6 +73,6 @@ pub mod layout;
 #[cfg(feature = "bpf")]
 mod loader;
 
-pub use layout::{BlockEdit, Counter, GptImage, LayoutError, NodeSetup};
+pub use layout::{Arch, BlockEdit, Counter, GptImage, LayoutError, NodeSetup};
 #[cfg(feature = "bpf")]
 pub use loader::{action, root_and_bpf, AttachMode, FastPath, Prog, TestRun, XdpError};

@@ -3,7 +3,7 @@
 #![allow(unsafe_code)]
 
 use crate::layout::{
-    BlockEdit, Counter, GptImage, LayoutError, NodeSetup, BLOCK_BYTES, CFG_BYTES, GROUPS_AT,
+    Arch, BlockEdit, Counter, GptImage, LayoutError, NodeSetup, BLOCK_BYTES, CFG_BYTES, GROUPS_AT,
     NODE_BYTES,
 };
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, XskMap};
@@ -67,6 +67,8 @@ pub enum Prog {
     Inet,
     /// Uplink at `ran`.
     Ran,
+    /// Frames from the other nodes at `fabric`.
+    Fabric,
     /// Test program: replaces each 16-byte key of the frame by its hash.
     TestHash,
     /// Test program: writes each 16-byte key's GPT answer into its first two bytes.
@@ -78,11 +80,18 @@ impl Prog {
         match self {
             Prog::Inet => "sb_inet",
             Prog::Ran => "sb_ran",
+            Prog::Fabric => "sb_fabric",
             Prog::TestHash => "sb_test_hash",
             Prog::TestGpt => "sb_test_gpt",
         }
     }
-    const ALL: [Prog; 4] = [Prog::Inet, Prog::Ran, Prog::TestHash, Prog::TestGpt];
+    const ALL: [Prog; 5] = [
+        Prog::Inet,
+        Prog::Ran,
+        Prog::Fabric,
+        Prog::TestHash,
+        Prog::TestGpt,
+    ];
 }
 
 /// Where a program is attached.
@@ -221,6 +230,7 @@ pub struct FastPath {
     gpt_map: GptMap,
     gpt: GptImage,
     setup: NodeSetup,
+    arch: Arch,
     /// Whether `sb_cfg` says ready ([`FastPath::set_enabled`]).
     enabled: bool,
 }
@@ -230,7 +240,23 @@ impl FastPath {
     /// fallback map for twice its fallback entries, at least 65536),
     /// `fib_capacity` FIB and `uplink_capacity` uplink entries, and fills the configuration
     /// and the GPT (FIB and uplink entries are inserted by the caller). Nothing is attached.
+    /// The ScaleBricks architecture ([`FastPath::load_arch`] for the others).
     pub fn load(
+        setup: NodeSetup,
+        gpt: GptImage,
+        fib_capacity: u32,
+        uplink_capacity: u32,
+    ) -> Result<FastPath, XdpError> {
+        FastPath::load_arch(Arch::ScaleBricks, setup, gpt, fib_capacity, uplink_capacity)
+    }
+
+    /// [`FastPath::load`] for architecture `arch`: the programs follow it (`sb_cfg`), and the
+    /// caller fills `sb_fib` with what the node's FIB holds under it (ScaleBricks: its slice;
+    /// full duplication: every entry; hash partitioning: the entries whose key hashes to it).
+    /// Without a GPT (full duplication, hash partitioning) `gpt` is
+    /// [`GptImage::none`]`(seed)`, `seed` the key-hash seed of the node's FIB.
+    pub fn load_arch(
+        arch: Arch,
         setup: NodeSetup,
         gpt: GptImage,
         fib_capacity: u32,
@@ -281,6 +307,7 @@ impl FastPath {
             gpt_map,
             gpt: gpt.clone(),
             setup,
+            arch,
             enabled: true,
         };
         fp.load_gpt(gpt)?;
@@ -288,7 +315,7 @@ impl FastPath {
             let b = fp.setup.node_bytes(n);
             fp.nodes.set(n as u32, b, 0)?;
         }
-        let c = fp.setup.cfg_bytes(&fp.gpt, fp.enabled);
+        let c = fp.setup.cfg_bytes(fp.arch, &fp.gpt, fp.enabled);
         fp.cfg.set(0, c, 0)?;
         Ok(fp)
     }
@@ -317,7 +344,7 @@ impl FastPath {
             self.fallback.insert(fb_key(lo, hi), u32::from(v), 0)?;
         }
         // A new seed or shape: the configuration follows.
-        let c = self.setup.cfg_bytes(&gpt, self.enabled);
+        let c = self.setup.cfg_bytes(self.arch, &gpt, self.enabled);
         self.gpt = gpt;
         self.cfg.set(0, c, 0)?;
         Ok(())
@@ -384,6 +411,11 @@ impl FastPath {
         Ok(())
     }
 
+    /// The architecture the programs run.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
     /// The GPT the maps hold.
     pub fn gpt(&self) -> &GptImage {
         &self.gpt
@@ -429,7 +461,7 @@ impl FastPath {
         self.setup.ifindex_inet = inet;
         self.setup.ifindex_ran = ran;
         self.setup.ifindex_fabric = fabric;
-        let c = self.setup.cfg_bytes(&self.gpt, self.enabled);
+        let c = self.setup.cfg_bytes(self.arch, &self.gpt, self.enabled);
         Ok(self.cfg.set(0, c, 0)?)
     }
 
@@ -439,7 +471,7 @@ impl FastPath {
     /// step with its tables, answer nothing.
     pub fn set_enabled(&mut self, on: bool) -> Result<(), XdpError> {
         self.enabled = on;
-        let c = self.setup.cfg_bytes(&self.gpt, on);
+        let c = self.setup.cfg_bytes(self.arch, &self.gpt, on);
         Ok(self.cfg.set(0, c, 0)?)
     }
 

@@ -20,6 +20,7 @@ mod bpf {
     use sb_setsep::{BuildOptions, SetSep, Updatable};
     use sb_wire::{EthernetAddress, GtpuTunnel, OuterIp, PacketBuilder, PduSession};
     use sb_xdp::{action, Counter, FastPath, GptImage, NodeSetup, Prog};
+    use std::collections::VecDeque;
     use std::net::{IpAddr, Ipv4Addr};
 
     const NODES: u16 = 4;
@@ -96,12 +97,17 @@ mod bpf {
     }
 
     fn rig() -> Rig {
+        rig_for(Arch::ScaleBricks)
+    }
+
+    /// The engine of node `ME` and its fast path under `arch`: the FIB (engine and map) is
+    /// what the node holds under it (`cluster::fib_slice`: its slice, every entry, its hash
+    /// slice), the GPT only under ScaleBricks.
+    fn rig_for(arch: Arch) -> Rig {
         let ts = tunnels();
         let gpt = cluster::build_gpt(&ts, NODES.into(), SEED, 1).unwrap();
-        let fib = cluster::build_cuckoo_fib_with(Arch::ScaleBricks, &ts, ME, NODES, SEED, |t| {
-            value_of(&ts, t)
-        })
-        .unwrap();
+        let fib = cluster::build_cuckoo_fib_with(arch, &ts, ME, NODES, SEED, |t| value_of(&ts, t))
+            .unwrap();
         let mine: Vec<(usize, &Tunnel)> = ts
             .iter()
             .enumerate()
@@ -127,19 +133,25 @@ mod bpf {
         .into_concurrent()
         .1;
         let engine = cluster::sim_engine(
-            Arch::ScaleBricks,
+            arch,
             ME,
             NODES,
             SEED,
-            Some(sb_engine::Gpt::from(gpt.clone())),
+            (arch == Arch::ScaleBricks).then(|| sb_engine::Gpt::from(gpt.clone())),
             Box::new(fib),
             up,
             64,
         )
         .unwrap();
-        let mut fp = FastPath::load(setup(), GptImage::of(&gpt).unwrap(), 8192, 8192).unwrap();
-        for &(_, t) in &mine {
-            fp.fib_insert(&t.key(), &value_of(&ts, t)).unwrap();
+        let (xarch, image) = match arch {
+            Arch::ScaleBricks => (sb_xdp::Arch::ScaleBricks, GptImage::of(&gpt).unwrap()),
+            Arch::FullDup => (sb_xdp::Arch::FullDup, GptImage::none(SEED)),
+            Arch::HashPart => (sb_xdp::Arch::HashPart, GptImage::none(SEED)),
+        };
+        assert_eq!(xarch.label(), arch.label());
+        let mut fp = FastPath::load_arch(xarch, setup(), image, 8192, 8192).unwrap();
+        for i in cluster::fib_slice(arch, &ts, ME, NODES, SEED) {
+            fp.fib_insert(&ts[i].key(), &value_of(&ts, &ts[i])).unwrap();
         }
         for (k, v) in &ups {
             fp.uplink_insert(k, v).unwrap();
@@ -166,9 +178,10 @@ mod bpf {
             let prog = match port {
                 PortId::Inet => Prog::Inet,
                 PortId::Ran => Prog::Ran,
-                PortId::Fabric => unreachable!(),
+                PortId::Fabric => Prog::Fabric,
             };
             let before = self.fp.counters().unwrap();
+            let crossings = self.engine.counters().crossings;
             let r = self.fp.test_run(prog, frame).unwrap();
             let after = self.fp.counters().unwrap();
             let d = |c: Counter| after[c as usize] - before[c as usize];
@@ -188,7 +201,22 @@ mod bpf {
                     self.slow += 1;
                 }
                 action::REDIRECT => {
-                    let (to, name) = if d(Counter::ToRan) == 1 {
+                    // Frames out of ran: the engine counts them in the same crossings
+                    // bucket as the program's counter says (to_ran: none; fabric_to_ran:
+                    // one; fabric_to_ran_2: two).
+                    let hops = [Counter::ToRan, Counter::FabricToRan, Counter::FabricToRan2]
+                        .iter()
+                        .position(|&c| d(c) == 1);
+                    if let Some(h) = hops {
+                        let now = self.engine.counters().crossings;
+                        assert_eq!(
+                            now[h],
+                            crossings[h] + 1,
+                            "XDP counted {h} crossings, the engine {:?} -> {now:?}: {frame:02x?}",
+                            crossings
+                        );
+                    }
+                    let (to, name) = if hops.is_some() {
                         (&self.out.ran, "ran")
                     } else if d(Counter::ToFabric) == 1 {
                         (&self.out.fabric, "fabric")
@@ -245,7 +273,12 @@ mod bpf {
     }
 
     fn down(ue: IpAddr, ttl: u8, payload: usize, tcp: bool) -> Vec<u8> {
-        let mut f = cluster::sim_downstream_frame(ue, ME, ttl, &vec![0xa5; payload]);
+        down_at(ME, ue, ttl, payload, tcp)
+    }
+
+    /// A downlink frame at node `node`'s `inet`.
+    fn down_at(node: u16, ue: IpAddr, ttl: u8, payload: usize, tcp: bool) -> Vec<u8> {
+        let mut f = cluster::sim_downstream_frame(ue, node, ttl, &vec![0xa5; payload]);
         if tcp {
             let server: IpAddr = Ipv4Addr::new(198, 51, 100, 7).into();
             let b = PacketBuilder {
@@ -259,8 +292,8 @@ mod bpf {
                     window: 1000,
                 },
                 ..PacketBuilder::udp(
-                    mac(PortId::Inet, ME, true),
-                    mac(PortId::Inet, ME, false),
+                    mac(PortId::Inet, node, true),
+                    mac(PortId::Inet, node, false),
                     server,
                     ue,
                     0,
@@ -500,6 +533,199 @@ mod bpf {
         assert!(c[Counter::UpToInet as usize] > 200);
         assert!(r.echoes > 200, "{} echo answers", r.echoes);
         assert!(c[Counter::SlowTeidMiss as usize] > 0 && c[Counter::SlowUplinkCheck as usize] > 0);
+    }
+
+    /// What the other nodes' engines send over the fabric to `ME` under `arch` when downlink
+    /// frames (to known and unknown UEs, of several sizes and TTLs) enter their `inet`
+    /// ports: under hash partitioning frames that went through a third node (its indirection
+    /// step) too, with two crossings. Also a few frames addressed to other nodes (which `ME`
+    /// leaves to the slow path). The engines hold the tables the cluster gives them.
+    fn fabric_corpus(arch: Arch, ts: &[Tunnel], rng: &mut u64) -> Vec<Vec<u8>> {
+        let gpt = (arch == Arch::ScaleBricks)
+            .then(|| sb_engine::Gpt::from(cluster::build_gpt(ts, NODES.into(), SEED, 1).unwrap()));
+        let mut engines: Vec<Option<Engine<Lte>>> = (0..NODES)
+            .map(|n| {
+                (n != ME).then(|| {
+                    let fib = cluster::build_cuckoo_fib_with(arch, ts, n, NODES, SEED, |t| {
+                        value_of(ts, t)
+                    })
+                    .unwrap();
+                    let up = Lte::uplink_table(ts.iter().filter(|t| t.node == n), SEED).unwrap();
+                    cluster::sim_engine(arch, n, NODES, SEED, gpt.clone(), Box::new(fib), up, 64)
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut work: VecDeque<(u16, PortId, Vec<u8>)> = VecDeque::new();
+        for (i, t) in ts.iter().enumerate().step_by(3) {
+            let from = [0u16, 2, 3][i % 3];
+            let payload = [0usize, 18, 100, 1400, 1428, 1436, 1437][i % 7];
+            work.push_back((
+                from,
+                PortId::Inet,
+                down_at(from, t.ue, 64, payload, i % 4 == 0 && t.ue.is_ipv4()),
+            ));
+            if i % 9 == 0 {
+                work.push_back((from, PortId::Inet, down_at(from, t.ue, 2, 30, false)));
+            }
+        }
+        for i in 0..300u32 {
+            let a = Ipv4Addr::from(0x0a00_0000 | splitmix64(rng) as u32 & 0xff_ffff ^ i);
+            let from = [0u16, 2, 3][i as usize % 3];
+            work.push_back((from, PortId::Inet, down_at(from, a.into(), 64, 18, false)));
+        }
+        let me = sim_mac(PortId::Fabric, ME, false);
+        let (mut corpus, mut others) = (Vec::new(), 0);
+        let mut out = Outputs::new(64, sb_io::batch::DEFAULT_BUF_SIZE);
+        let mut rx = PacketBatch::new(64);
+        while let Some((n, port, f)) = work.pop_front() {
+            assert!(rx.push(&f));
+            out.inet.clear();
+            out.ran.clear();
+            out.fabric.clear();
+            engines[usize::from(n)]
+                .as_mut()
+                .unwrap()
+                .process(port, &mut rx, &mut out);
+            rx.clear();
+            for f in out.fabric.iter() {
+                if f[..6] == me {
+                    corpus.push(f.to_vec());
+                    continue;
+                }
+                let to = (0..NODES)
+                    .find(|&k| f[..6] == sim_mac(PortId::Fabric, k, false))
+                    .expect("a node's fabric MAC");
+                if others < 40 {
+                    others += 1;
+                    corpus.push(f.to_vec());
+                }
+                work.push_back((to, PortId::Fabric, f.to_vec()));
+            }
+        }
+        corpus
+    }
+
+    /// A fabric frame's shim changed: `(byte, value)`.
+    fn reshim(f: &[u8], at: usize, v: u8) -> Vec<u8> {
+        let mut g = f.to_vec();
+        g[at] = v;
+        g
+    }
+
+    /// Node `ME` under `arch`, its programs against its engine: downlink frames at `inet`
+    /// (handled here, by another node, unknown), and at `fabric` what the other nodes send it
+    /// (and those frames' variants: truncated, padded, bits flipped, the shim's kind, hops,
+    /// version and ingress changed). Returns the program counters.
+    fn differential(arch: Arch) -> [u64; Counter::COUNT] {
+        let mut r = rig_for(arch);
+        let mut rng = 3u64;
+        let ts = r.ts.clone();
+        let mut frames = Vec::new();
+        for (i, t) in ts.iter().enumerate().step_by(4) {
+            let payload = [0usize, 18, 100, 1400, 1444, 1445, 1452, 1453, 1472][i % 9];
+            frames.push(down(t.ue, 64, payload, i % 6 == 0 && t.ue.is_ipv4()));
+            if i % 10 == 0 {
+                frames.push(down(t.ue, 2, 30, false));
+                frames.push(down(t.ue, 1, 30, false));
+            }
+        }
+        for i in 0..300u32 {
+            let a = Ipv4Addr::from(0x0a00_0000 | splitmix64(&mut rng) as u32 & 0xff_ffff ^ i);
+            frames.push(down(a.into(), 64, 18, false));
+        }
+        let (mut inet, mut fabric) = (0, 0);
+        for f in &frames {
+            for v in variants(f, &mut rng) {
+                r.check(PortId::Inet, &v);
+                inet += 1;
+            }
+        }
+        let corpus = fabric_corpus(arch, &ts, &mut rng);
+        assert!(corpus.len() > 400, "{} fabric frames", corpus.len());
+        for (i, f) in corpus.iter().enumerate() {
+            let mut vs = variants(f, &mut rng);
+            if i % 4 == 0 {
+                for (at, v) in [
+                    (14, 0x11),
+                    (14, 0x12),
+                    (14, 0x13),
+                    (14, 0x21),
+                    (15, 0),
+                    (15, 1),
+                    (15, 2),
+                    (15, 3),
+                    (16, 1),
+                    (17, NODES as u8),
+                    (17, 0),
+                ] {
+                    vs.push(reshim(f, at, v));
+                }
+            }
+            for v in vs {
+                r.check(PortId::Fabric, &v);
+                fabric += 1;
+            }
+        }
+        eprintln!(
+            "{arch}: {inet} frames at inet, {fabric} at fabric ({} from the other nodes' engines); {} forwarded by XDP (byte-equal to the engine), {} to the slow path",
+            corpus.len(),
+            r.fast,
+            r.slow
+        );
+        let c = r.fp.counters().unwrap();
+        for k in Counter::ALL {
+            eprintln!("  {:>18} {}", k.label(), c[k as usize]);
+        }
+        c
+    }
+
+    #[test]
+    fn scalebricks_fabric_matches_the_engine() {
+        if !may_run("XDP ScaleBricks fabric differential") {
+            return;
+        }
+        let c = differential(Arch::ScaleBricks);
+        assert!(c[Counter::ToRan as usize] > 100 && c[Counter::ToFabric as usize] > 300);
+        assert!(c[Counter::FabricToRan as usize] > 300);
+        assert_eq!(c[Counter::FabricToRan2 as usize], 0);
+        assert!(c[Counter::SlowPolicy as usize] > 0 && c[Counter::SlowFibMiss as usize] > 0);
+    }
+
+    #[test]
+    fn full_duplication_matches_the_engine() {
+        if !may_run("XDP full duplication differential") {
+            return;
+        }
+        let c = differential(Arch::FullDup);
+        // Looked up at ingress: out of ran here, or encapsulated to the egress node, which
+        // transmits what the others encapsulated.
+        assert!(c[Counter::ToRan as usize] > 100 && c[Counter::ToFabric as usize] > 300);
+        assert!(c[Counter::FabricToRan as usize] > 300);
+        assert_eq!(c[Counter::FabricToRan2 as usize], 0);
+        assert_eq!(
+            c[Counter::SlowGpt as usize] + c[Counter::SlowRetry as usize],
+            0
+        );
+        assert!(c[Counter::SlowPolicy as usize] > 0 && c[Counter::SlowFibMiss as usize] > 0);
+        assert!(c[Counter::SlowMtu as usize] > 0);
+    }
+
+    #[test]
+    fn hash_partitioning_matches_the_engine() {
+        if !may_run("XDP hash partitioning differential") {
+            return;
+        }
+        let c = differential(Arch::HashPart);
+        // Out of ran after zero, one and two crossings; over the fabric to indirection
+        // nodes (Lookup) and egress nodes (Transmit, from inet and from fabric).
+        assert!(c[Counter::ToRan as usize] > 20 && c[Counter::ToFabric as usize] > 300);
+        assert!(c[Counter::FabricToRan as usize] > 100 && c[Counter::FabricToRan2 as usize] > 100);
+        assert_eq!(
+            c[Counter::SlowGpt as usize] + c[Counter::SlowRetry as usize],
+            0
+        );
+        assert!(c[Counter::SlowPolicy as usize] > 0 && c[Counter::SlowFibMiss as usize] > 0);
     }
 
     /// `n` distinct keys: a third IPv4-mapped, the rest random 16 bytes.
