@@ -619,7 +619,7 @@ int sb_inet(struct xdp_md *ctx)
 // A frame from another node (sb_engine's Engine::on_fabric): the shim checked as the engine
 // checks it (version 1; kind Lookup under ScaleBricks, Transmit under full duplication, either
 // under hash partitioning; 1 <= hops <= the architecture's most; ingress a node), sent to this
-// node's fabric MAC (others, and frames without the shim, go to the slow path). Transmit: the
+// node's fabric MAC (others go to the slow path; frames without the shim to the kernel). Transmit: the
 // shim popped, this node's ran MACs, out of ran. Lookup: the IPv4 packet behind the shim
 // (checked as at inet, without the upper layer, which the engine does not read here), the FIB
 // lookup and the action as at inet: out of ran, or (hash partitioning) encapsulated on to the
@@ -627,19 +627,22 @@ int sb_inet(struct xdp_md *ctx)
 SEC("xdp")
 int sb_fabric(struct xdp_md *ctx)
 {
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    __u8 *h = data;
+    // Frames without the shim are the node's own (ARP, its control plane, which may run over
+    // the fabric's addresses): the kernel's, as without XDP (the engine drops them, Host),
+    // neither counted nor handed to an AF_XDP socket.
+    if ((void *)(h + 14) > end || h[12] != 0x88 || h[13] != 0xb5)
+        return XDP_PASS;
     __u32 zero = 0;
     struct sb_cfg *cfg = bpf_map_lookup_elem(&sb_cfg, &zero);
     if (!cfg || !(cfg->flags & CFG_READY) || cfg->arch > ARCH_HASH_PART)
         return slow(ctx, C_SLOW_OTHER);
     count(C_RX_FABRIC);
-    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-    __u8 *h = data;
     if ((void *)(h + 20) > end)
         return slow(ctx, C_SLOW_PARSE);
     if (h[0] & 1)
         return slow(ctx, C_SLOW_GROUP);
-    if (h[12] != 0x88 || h[13] != 0xb5)
-        return slow(ctx, C_SLOW_NOT_IP);  // ARP, IP to the node's own stack
     __u32 me = cfg->node;
     struct sb_node *ns = bpf_map_lookup_elem(&sb_nodes, &me);
     if (!ns)

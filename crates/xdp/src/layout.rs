@@ -160,7 +160,8 @@ pub enum Counter {
     RxInet,
     /// Frames seen at `ran`.
     RxRan,
-    /// Frames seen at `fabric`.
+    /// Frames with the fabric shim seen at `fabric` (the others, the node's own traffic, go
+    /// to the kernel uncounted).
     RxFabric,
     /// Downlink frames encapsulated and sent out of `ran`.
     ToRan,

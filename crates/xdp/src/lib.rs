@@ -17,7 +17,9 @@
 //!   fabric MAC): the shim checked as `sb_engine`'s `Engine::on_fabric` checks it; kind
 //!   Transmit: the shim popped, out of `ran` with this node's MACs; kind Lookup: the FIB and
 //!   the action as at `inet` (the IPv4 packet behind the shim checked as at `inet`, its upper
-//!   layer not read, as the engine reads none there). Everything else (ARP, IPv6, ICMP at
+//!   layer not read, as the engine reads none there); frames without the shim (the node's
+//!   own traffic: ARP, a control plane over the fabric's addresses) go to the kernel,
+//!   uncounted, as without XDP. Everything else (ARP, IPv6, ICMP at
 //!   `inet`, TTL <= 1, too big for the MTU, FIB or TEID misses, values with a policy (any of
 //!   the FIB value's policy bytes 16..25 or its local slot 25..28 set), a GPT block being
 //!   written, a shim the engine would refuse)
