@@ -749,6 +749,9 @@ impl Endpoint {
             ("takeover_refused", st.takeovers_refused),
             ("peer_sessions_deleted", st.peer_sessions_deleted),
             ("peer_released", st.peers_released),
+            ("cp_uplink", st.cp_uplink),
+            ("cp_downlink", st.cp_downlink),
+            ("cp_unmatched", st.cp_unmatched),
         ] {
             out.insert(
                 PfcpKey {
@@ -1169,7 +1172,9 @@ impl Endpoint {
     /// Tunnels the uplink packet `packet` of `ul_teid` to the SMF when a CP-function path of
     /// its session takes it.
     fn cp_uplink(&mut self, ul_teid: u32, packet: &[u8]) {
-        let (Some(t), Some(s)) = (self.upf.uplink_to_cp(ul_teid, packet), &self.gtpu_sock) else {
+        // (Without the socket nothing is counted as sent.)
+        let Some(s) = &self.gtpu_sock else { return };
+        let Some(t) = self.upf.uplink_to_cp(ul_teid, packet) else {
             return;
         };
         if let Err(e) = s.send_to(&t.bytes, t.to) {

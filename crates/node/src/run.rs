@@ -499,14 +499,17 @@ pub fn run(
     cfg.check()?;
     let mut tables = load_tables(cfg)?;
     // A bound UDP socket on the GTP-U port keeps the node's own kernel from answering G-PDUs
-    // and echo requests to its ran address with ICMP port unreachable.
-    let _gtpu_guard = match &cfg.netns {
-        Some(ns) => {
-            sb_io::netns::in_netns(ns, || std::net::UdpSocket::bind(("0.0.0.0", 2152)).ok())
+    // and echo requests to its ran address with ICMP port unreachable. Bound to that address
+    // alone: the PFCP endpoint binds the port on its own address for the CP function's
+    // G-PDUs (a wildcard here took the port from it, and the SMF's never arrived).
+    let ran_ip = cfg.ran_addrs.get(cfg.node as usize).copied();
+    let _gtpu_guard = match (&cfg.netns, ran_ip) {
+        (Some(ns), Some(ip)) if !ip.is_unspecified() => {
+            sb_io::netns::in_netns(ns, || std::net::UdpSocket::bind((ip, 2152)).ok())
                 .ok()
                 .flatten()
         }
-        None => None,
+        _ => None,
     };
     let ctl_pub = Arc::new(Mutex::new(crate::control::Published::default()));
     let ctl_failed = AtomicBool::new(false);
@@ -584,12 +587,14 @@ fn start_fast_path(
     }
     let mut m = crate::mirror::lock(slot);
     let live;
+    // Full duplication and hash partitioning have none (the FIB holds what they need).
     let gpt = match &tables.gpt {
-        Some(sb_engine::Gpt::Fixed(g)) => &**g,
+        Some(sb_engine::Gpt::Fixed(g)) => Some(&**g),
         Some(sb_engine::Gpt::Live(g)) => {
             live = g.snapshot();
-            &live
+            Some(&live)
         }
+        None if cfg.arch()? != sb_engine::Arch::ScaleBricks => None,
         None => {
             return Err(NodeError::Unsupported(
                 "the XDP fast path needs the scalebricks architecture's GPT".into(),

@@ -404,6 +404,146 @@ struct Gtpu {
     inner: Vec<u8>,
 }
 
+/// open5gs's CP-function paths through the node `h` that serves the session (its uplink TEID
+/// `ul_teid` at `h`'s ran address; the session's endpoint is node 1, so with `h` another node
+/// both paths also cross the endpoints' relays): a UE's Router Solicitation (ICMPv6 from its
+/// link-local address to ff02::2) reaches the SMF at 10.3.0.254:2152 as a G-PDU with FAR 3's
+/// TEID (1), and a Router Advertisement the SMF sends to the CP-function F-TEID the UPF
+/// created for PDR 3 (`cp_teid` at `cp_addr`) leaves `h`'s `ran` in the gNB's tunnel (TEID 1,
+/// QFI 1, from message 03).
+fn open5gs_cp_function_paths(
+    c: &Cluster,
+    cp: &str,
+    h: usize,
+    ul_teid: u32,
+    cp_teid: u32,
+    cp_addr: &str,
+) {
+    let desc = c.description();
+    let n = &desc["nodes"][h];
+    let ran_ns = n["ran_netns"].as_str().unwrap().to_string();
+    // The SMF's GTP-U port: one G-PDU, printed in hex.
+    let listen = "import socket\n\
+                  s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                  s.bind(('10.3.0.254', 2152))\n\
+                  s.settimeout(10)\n\
+                  print('ready', flush=True)\n\
+                  print(s.recv(65535).hex(), flush=True)\n";
+    let mut smf = Command::new("ip")
+        .args(["netns", "exec", cp, "/usr/bin/python3", "-c", listen])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(smf.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the SMF's GTP-U listener");
+    let py = format!(
+        "from scapy.all import *\nfrom scapy.contrib.gtp import GTP_U_Header\n\
+         p = Ether(dst={mac:?})/IP(src='10.2.{h}.2',dst='10.2.{h}.1')/\
+         UDP(sport=2152,dport=2152)/GTP_U_Header(teid={ul_teid},gtp_type=255)/\
+         IPv6(src='fe80::1',dst='ff02::2',hlim=255)/ICMPv6ND_RS()\n\
+         sendp(p, iface='eth0', verbose=0)\n",
+        mac = n["ran"]["local"]["mac"].as_str().unwrap(),
+    );
+    let o = run_prog(
+        "ip",
+        &["netns", "exec", &ran_ns, "/usr/bin/python3", "-c", &py],
+        Duration::from_secs(30),
+    );
+    ok(&o, "scapy Router Solicitation");
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = smf.wait();
+    let g: Vec<u8> = (0..line.trim().len() / 2)
+        .map(|i| u8::from_str_radix(&line.trim()[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let pfcp_counts = |i: usize| -> Vec<String> {
+        let url = desc["nodes"][i]["metrics_url"].as_str().unwrap();
+        let o = run_prog(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                cp,
+                "/usr/bin/python3",
+                "-c",
+                &format!("import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url:?}, timeout=5).read().decode())"),
+            ],
+            Duration::from_secs(10),
+        );
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| {
+                l.starts_with("scalebricks_pfcp_messages_total")
+                    && (l.contains("cp_") || l.contains("relay"))
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(
+        g.len() >= 8 + 40 + 8,
+        "no G-PDU reached the SMF for the Router Solicitation: {line:?}; node {h}: {}; node 1's PFCP: {:?}; node {h}'s: {:?}",
+        c.status()["node_status"][h],
+        pfcp_counts(1),
+        pfcp_counts(h)
+    );
+    assert_eq!(&g[..2], &[0x30, 0xff], "a G-PDU: {g:02x?}");
+    assert_eq!(
+        u32::from_be_bytes([g[4], g[5], g[6], g[7]]),
+        1,
+        "FAR 3's TEID"
+    );
+    let inner = &g[8..];
+    assert_eq!(inner[0] >> 4, 6, "{inner:02x?}");
+    assert_eq!(
+        (inner[6], inner[40]),
+        (58, 133),
+        "an ICMPv6 RS: {inner:02x?}"
+    );
+    assert_eq!(
+        &inner[24..40],
+        &[0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+    );
+
+    // The SMF's answer, down the UE's tunnel.
+    let cap = Capture::start(
+        &ran_ns,
+        "eth0",
+        "in",
+        Path::new(c.dir()).join("open5gs-cp-ra.pcap"),
+    );
+    let py = format!(
+        "import socket, struct\nfrom scapy.all import IPv6, ICMPv6ND_RA, raw\n\
+         ra = raw(IPv6(src='fe80::2',dst='fe80::1',hlim=255)/ICMPv6ND_RA())\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('10.3.0.254', 0))\n\
+         s.sendto(struct.pack('!BBHI', 0x30, 0xff, len(ra), {cp_teid}) + ra, ({cp_addr:?}, 2152))\n"
+    );
+    let o = run_prog(
+        "ip",
+        &["netns", "exec", cp, "/usr/bin/python3", "-c", &py],
+        Duration::from_secs(30),
+    );
+    ok(&o, "the SMF's Router Advertisement");
+    std::thread::sleep(Duration::from_millis(1500));
+    let frames = cap.stop();
+    let ras: Vec<Gtpu> = gtpu(&frames)
+        .into_iter()
+        .filter(|x| x.inner.len() > 40 && x.inner[0] >> 4 == 6 && x.inner[40] == 134)
+        .collect();
+    assert_eq!(
+        ras.len(),
+        1,
+        "one Router Advertisement leaves node {h}'s ran: {}",
+        c.status()["node_status"][h]
+    );
+    assert_eq!(
+        (ras[0].msg_type, ras[0].teid, ras[0].qfi),
+        (255, 1, Some(1))
+    );
+}
+
 /// The GTP-U frames (IPv4 outer, UDP 2152) among `frames`, in capture order.
 fn gtpu(frames: &[Vec<u8>]) -> Vec<Gtpu> {
     let mut out = Vec::new();
@@ -784,6 +924,7 @@ fn stock_smfs_sessions(c: &Cluster, cp: &str) {
         let seid = r["up_seid"]
             .as_u64()
             .unwrap_or_else(|| panic!("{smf}: {r}"));
+        let created = r["created"].as_array().unwrap().clone();
         if smf == "free5gc" {
             // The SMF's own uplink F-TEID, at node 1's ran address: nothing created by us.
             assert_eq!(r["created"].as_array().unwrap().len(), 0, "{r}");
@@ -813,11 +954,23 @@ fn stock_smfs_sessions(c: &Cluster, cp: &str) {
         assert_eq!(l["tunnel"]["enb"], "192.168.1.10", "{smf}: {l}");
         assert_eq!(u(&l["tunnel"]["teid"]), gnb_teid, "{smf}: {l}");
         if smf == "open5gs" {
-            // Idle, paging, handover and the deletion's Usage Report, watched in the data plane
-            // (messages 04 to 07), then the heartbeat.
             let h = (0..4)
                 .find(|i| ran == format!("10.2.{i}.1"))
                 .unwrap_or_else(|| panic!("{ran} is no node's ran address"));
+            // The CP function's paths (PDRs 3 and 4, FAR 3), now that the gNB's tunnel is known.
+            let cp_fteid = (created.iter())
+                .find(|f| f["ipv4"].as_str().is_some_and(|a| a.starts_with("10.3.0.")))
+                .unwrap_or_else(|| panic!("no CP-function F-TEID among {created:?}"));
+            open5gs_cp_function_paths(
+                c,
+                cp,
+                h,
+                teid,
+                u(&cp_fteid["teid"]) as u32,
+                cp_fteid["ipv4"].as_str().unwrap(),
+            );
+            // Idle, paging, handover and the deletion's Usage Report, watched in the data plane
+            // (messages 04 to 07), then the heartbeat.
             open5gs_idle_paging_handover(c, cp, seid, h, &pcap);
             let r = replay(cp, smf, 8, 8, Some(seid), &pcap);
             assert_eq!(r["causes"].as_object().unwrap().len(), 1, "{r}");
