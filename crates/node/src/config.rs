@@ -28,8 +28,9 @@ pub enum IoBackend {
     /// AF_XDP in copy mode (feature `xdp`).
     Xdp,
     /// The XDP fast path (feature `fastpath`, module `fastpath`): `sb-xdp`'s programs on
-    /// `inet` and `ran` forward what they can in the kernel; what they pass up reaches the
-    /// engine on AF_PACKET ports, as with `afpacket`. The scalebricks architecture only.
+    /// `inet`, `ran` and `fabric` forward what they can in the kernel, under the node's
+    /// architecture; what they pass up reaches the engine on AF_PACKET ports, as with
+    /// `afpacket`.
     #[serde(rename = "xdp-fast")]
     XdpFast,
 }
@@ -209,12 +210,6 @@ impl NodeFile {
             && self.control.is_none()
         {
             return bad("the scalebricks architecture needs a gpt file or a control plane".into());
-        }
-        if self.io == IoBackend::XdpFast && self.arch()? != sb_engine::Arch::ScaleBricks {
-            return bad(format!(
-                "the XDP fast path (io xdp-fast) runs the scalebricks architecture only, not {}",
-                self.arch
-            ));
         }
         if let Some(c) = &self.control {
             if self.arch()? != sb_engine::Arch::ScaleBricks {

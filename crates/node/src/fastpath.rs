@@ -1,7 +1,8 @@
 //! The XDP fast path of a node whose I/O is `xdp-fast` (feature `fastpath`): `sb-xdp`'s
-//! programs attached to the node's `inet` (`sb_inet`) and `ran` (`sb_ran`) ports, their maps
-//! filled from the node's tables at start and kept in step with the control plane as a
-//! [`TableMirror`].
+//! programs attached to the node's `inet` (`sb_inet`), `ran` (`sb_ran`) and `fabric`
+//! (`sb_fabric`) ports, running the node's architecture (ScaleBricks, full duplication, hash
+//! partitioning: `sb_xdp::Arch`), their maps filled from the node's tables at start and kept
+//! in step with the control plane as a [`TableMirror`].
 //!
 //! - **Attachment**: native (driver) mode first; when the kernel refuses it (on a veth: a
 //!   peer MTU above a page, as the cluster's 9000-byte `ran` links have) the port is
@@ -13,9 +14,13 @@
 //!   (`XDP_PASS` through `bpf_redirect_map`'s default) goes up the kernel's receive path,
 //!   where the node's AF_PACKET sockets take it as they take every frame without XDP: the
 //!   engine handles it exactly as before (misses, ARP, ICMP errors, sessions with a policy,
-//!   GTP-U signalling, fabric frames). Frames the programs redirect never reach the sockets.
-//! - **Tables**: the GPT (the live table's snapshot, or the fixed table), every FIB and
-//!   uplink entry the node holds, written before the programs are attached. Afterwards the
+//!   GTP-U signalling, fabric frames the programs do not finish, the node's own traffic).
+//!   Frames the programs redirect never reach the sockets.
+//! - **Tables**: the GPT (the live table's snapshot, or the fixed table; none under full
+//!   duplication and hash partitioning, whose programs hash keys with the node's seed), every
+//!   FIB and uplink entry the node holds (under full duplication every flow's, under hash
+//!   partitioning its hash slice's: what its FIB holds), written before the programs are
+//!   attached. Afterwards the
 //!   control thread writes each change through the mirror ([`crate::mirror`]). A write the
 //!   maps refuse (a map full) turns the programs off (everything to the engine), counted in
 //!   [`XdpReport::write_errors`] and logged.
@@ -24,7 +29,7 @@ use crate::config::{parse_mac, NodeFile};
 use crate::mirror::{TableMirror, XdpReport};
 use crate::run::NodeError;
 use sb_setsep::SetSep;
-use sb_xdp::{AttachMode, Counter, FastPath, GptImage, NodeSetup, Prog, XdpError};
+use sb_xdp::{Arch, AttachMode, Counter, FastPath, GptImage, NodeSetup, Prog, XdpError};
 
 /// A node's loaded fast path.
 pub struct NodeFastPath {
@@ -64,13 +69,14 @@ fn map_entries(len: usize, room: usize) -> u32 {
 }
 
 impl NodeFastPath {
-    /// Loads the programs, fills the maps with `gpt`, the FIB entries `fib` and the uplink
-    /// entries `uplink` (each `(key, value)` as the node's tables hold them), and attaches
-    /// the programs to the node's `inet` and `ran` ports (in its namespace). `room`: entries
-    /// the node's tables have room for (the maps are sized for it).
+    /// Loads the programs for the node's architecture, fills the maps with `gpt` (None: the
+    /// architectures without one), the FIB entries `fib` and the uplink entries `uplink`
+    /// (each `(key, value)` as the node's tables hold them), and attaches the programs to the
+    /// node's `inet`, `ran` and `fabric` ports (in its namespace). `room`: entries the node's
+    /// tables have room for (the maps are sized for it).
     pub fn start(
         cfg: &NodeFile,
-        gpt: &SetSep,
+        gpt: Option<&SetSep>,
         fib: &[(Vec<u8>, Vec<u8>)],
         uplink: &[(Vec<u8>, Vec<u8>)],
         room: usize,
@@ -110,8 +116,23 @@ impl NodeFastPath {
             ifindex_ran: ran,
             ifindex_fabric: fabric,
         };
-        let image = GptImage::of(gpt).map_err(|e| err("the GPT")(e.into()))?;
-        let mut fp = FastPath::load(
+        let arch: Arch = cfg
+            .arch()?
+            .label()
+            .parse()
+            .map_err(NodeError::Unsupported)?;
+        let image = match gpt {
+            Some(g) => GptImage::of(g).map_err(|e| err("the GPT")(e.into()))?,
+            None if !arch.uses_gpt() => GptImage::none(cfg.seed),
+            None => {
+                return Err(NodeError::Unsupported(format!(
+                    "the XDP fast path under {} needs the GPT",
+                    arch.label()
+                )))
+            }
+        };
+        let mut fp = FastPath::load_arch(
+            arch,
             setup,
             image,
             map_entries(fib.len(), room),
@@ -153,12 +174,14 @@ impl NodeFastPath {
         for (prog, port, ifindex) in [
             (Prog::Inet, &cfg.inet.ifname, inet),
             (Prog::Ran, &cfg.ran.ifname, ran),
+            (Prog::Fabric, &cfg.fabric.ifname, fabric),
         ] {
             me.attach(cfg, prog, port, ifindex)?;
         }
         eprintln!(
-            "node {}: XDP fast path on: {}; {} FIB and {} uplink entries, GPT of {} blocks",
+            "node {}: XDP fast path on ({}): {}; {} FIB and {} uplink entries, GPT of {} blocks",
             cfg.node,
+            arch.label(),
             me.attached
                 .iter()
                 .map(|(p, m)| format!("{p} {}", mode_name(*m)))

@@ -1,6 +1,7 @@
 //! The XDP fast path in node processes (feature `fastpath`, root): `scalebricks demo --netns
-//! --io xdp-fast` at small sizes (every packet arrives at its handling node's RAN side, and
-//! the nodes' XDP counters show the packets were forwarded in XDP, not passed up), and a
+//! --io xdp-fast` at small sizes, under ScaleBricks and under hash partitioning (every packet
+//! arrives at its handling node's RAN side, and the nodes' XDP counters show the packets were
+//! forwarded in XDP, not passed up), and a
 //! cluster on the fast path whose flows all move to other nodes with new TEIDs (`scalebricks
 //! update`): the maps follow the control plane, so the moved flows are forwarded in XDP to
 //! their new nodes. Beside tests/demo_netns.rs (the same demo on AF_PACKET). Without the
@@ -104,6 +105,69 @@ mod xdp {
                     .any(|m| m.starts_with(&format!("node{n} ran "))),
                 "{r}"
             );
+        }
+        assert!(guard.namespaces().is_empty(), "{:?}", guard.namespaces());
+    }
+
+    /// Hash partitioning on the fast path: every packet is finished in XDP, at its ingress
+    /// node, its indirection node or (a second crossing) its egress node.
+    #[test]
+    fn demo_netns_on_the_xdp_fast_path_under_hash_partitioning() {
+        if !can_run("demo_netns_on_the_xdp_fast_path_under_hash_partitioning") {
+            return;
+        }
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let child = Command::new(BIN)
+            .args([
+                "demo",
+                "--netns",
+                "--io",
+                "xdp-fast",
+                "--arch",
+                "hash-part",
+                "--nodes",
+                "3",
+                "--flows",
+                "2000",
+                "--packets",
+                "2000",
+                "--json",
+            ])
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn scalebricks demo --netns --io xdp-fast --arch hash-part");
+        let guard = Leftovers(format!("sbd{}-", child.id() % 100_000));
+        let out = wait_limit(child, Duration::from_secs(240));
+        let stdout = ok(&out, "demo --netns --io xdp-fast --arch hash-part");
+        let v: Value = serde_json::from_str(&stdout).expect("one JSON object");
+        assert_eq!(v["ok"], true, "{v}");
+        let r = &v["results"][0];
+        assert_eq!(r["arch"], "hash-part");
+        assert_eq!(r["io"], "xdp-fast");
+        assert_eq!(r["sent"], 2000, "{r}");
+        assert_eq!(r["received"], 2000, "{r}");
+        assert_eq!(r["lost"], 0, "{r}");
+        assert_eq!(r["wrong"], 0, "{r}");
+        let c = &r["xdp"]["counters"];
+        assert_eq!(u(&c["rx_inet"]), 2000, "{r}");
+        assert_eq!(u(&c["slow"]), 0, "{r}");
+        // Out of ran after 0, 1 and 2 crossings, each packet once; what went over the
+        // fabric arrived there (to indirection nodes, and on to egress nodes).
+        let done = u(&c["to_ran"]) + u(&c["fabric_to_ran"]) + u(&c["fabric_to_ran_2"]);
+        assert_eq!(done, 2000, "{r}");
+        assert!(u(&c["fabric_to_ran_2"]) > 400, "{r}");
+        assert_eq!(u(&c["rx_fabric"]), u(&c["to_fabric"]), "{r}");
+        let crossings: Vec<u64> = r["crossings"].as_array().unwrap().iter().map(u).collect();
+        assert_eq!(crossings.iter().sum::<u64>(), 2000, "{r}");
+        assert_eq!(crossings[2], u(&c["fabric_to_ran_2"]), "{r}");
+        let attached = r["xdp"]["attached"].to_string();
+        for n in 0..3 {
+            for port in ["inet", "ran", "fabric"] {
+                assert!(attached.contains(&format!("node{n} {port} ")), "{r}");
+            }
         }
         assert!(guard.namespaces().is_empty(), "{:?}", guard.namespaces());
     }

@@ -62,9 +62,9 @@ pub enum IoArg {
     /// AF_XDP, copy mode (build with `--features xdp`).
     Xdp,
     /// The XDP fast path (build with `--features fastpath`): sb-xdp's programs on every
-    /// node's inet and ran forward in the kernel, AF_PACKET takes what they pass up; the
+    /// node's inet, ran and fabric forward in the kernel, AF_PACKET takes what they pass up; the
     /// peers of the nodes' links get GRO on (a NAPI instance, which native redirects into a
-    /// veth need). The scalebricks architecture only.
+    /// veth need). Every architecture (sb-xdp's programs run the node's).
     XdpFast,
 }
 
@@ -578,9 +578,6 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     }
     let engine = matches!(a.forwarding, FwdArg::User);
     let fast_path = matches!(a.io, IoArg::XdpFast);
-    if fast_path && engine && arch != Arch::ScaleBricks {
-        bail!("--io xdp-fast runs the scalebricks architecture only, not {arch}");
-    }
     let tunnels = if engine {
         tunnels_for(&a, ue_pool)?
     } else {
