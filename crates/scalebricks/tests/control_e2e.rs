@@ -382,6 +382,45 @@ fn scrape(c: &Cluster, url: &str) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+/// The Recovery Time Stamp in node `i`'s answer to a PFCP Heartbeat Request (scapy, from the
+/// control namespace: an SMF's address).
+fn recovery_time_stamp(c: &Cluster, i: usize) -> u32 {
+    let addr = c.description()["nodes"][i]["pfcp_addr"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (ip, port) = addr.rsplit_once(':').unwrap();
+    let py = format!(
+        "import socket, sys\n\
+         from scapy.contrib.pfcp import PFCP, PFCPHeartbeatRequest, IE_RecoveryTimeStamp\n\
+         req = PFCP(version=1, S=0, seq=7)/PFCPHeartbeatRequest(IE_list=[IE_RecoveryTimeStamp(timestamp=3900000000)])\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.settimeout(2)\n\
+         for _ in range(5):\n\
+         \x20   s.sendto(bytes(req), ({ip:?}, {port}))\n\
+         \x20   try:\n\
+         \x20       ans = PFCP(s.recv(65535))\n\
+         \x20       break\n\
+         \x20   except socket.timeout:\n\
+         \x20       pass\n\
+         ts = [ie.timestamp for ie in ans.IE_list if isinstance(ie, IE_RecoveryTimeStamp)]\n\
+         print(ts[0])\n"
+    );
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &format!("{}-cp", c.prefix),
+            "/usr/bin/python3",
+            "-c",
+            &py,
+        ],
+        Duration::from_secs(30),
+    );
+    ok(&o, "PFCP heartbeat").trim().parse().unwrap()
+}
+
 fn ip4(s: &str) -> [u8; 4] {
     s.parse::<std::net::Ipv4Addr>().unwrap().octets()
 }
@@ -448,6 +487,9 @@ fn a_killed_node_recovers_and_the_others_keep_forwarding() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The PFCP Recovery Time Stamp, the cluster's before the kill.
+    let rts_before = recovery_time_stamp(&c, victim);
+    assert_eq!(rts_before, recovery_time_stamp(&c, 0), "one UPF, one stamp");
     let pid = c.status()["nodes"][victim]["pid"].as_i64().unwrap();
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(150));
@@ -528,6 +570,18 @@ fn a_killed_node_recovers_and_the_others_keep_forwarding() {
         Duration::from_secs(120),
     );
     ok(&o, "cluster restart");
+    // The restarted endpoint lost its PFCP sessions: its Recovery Time Stamp says so (an SMF
+    // deletes and establishes them again, TS 29.244 6.2.2).
+    let rts_after = recovery_time_stamp(&c, victim);
+    assert!(
+        rts_after > rts_before,
+        "node {victim}'s Recovery Time Stamp after its restart: {rts_after}, before: {rts_before}"
+    );
+    assert_eq!(
+        recovery_time_stamp(&c, 0),
+        rts_before,
+        "the others' is unchanged"
+    );
     let out = client.join().unwrap();
     let r1: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out:?}: {e}"));
     assert_eq!(u(&r1["acked"]), 1000, "{r1}");
