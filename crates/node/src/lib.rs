@@ -29,7 +29,7 @@ pub mod control;
 #[cfg(feature = "fastpath")]
 pub mod fastpath;
 pub mod inproc;
-mod logwriter;
+pub mod logwriter;
 pub mod metrics;
 pub mod mirror;
 pub mod pfcp;

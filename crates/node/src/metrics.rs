@@ -63,13 +63,14 @@
 //! `fivegs_ep_n3_gtp_indatapktn3upf_total` gets the uplink G-PDUs decapsulated in XDP
 //! (`up_to_inet`), `fivegs_ep_n3_gtp_outdatapktn3upf_total` and the 0-crossing bucket of
 //! `scalebricks_fabric_crossings` the downlink packets encapsulated at their ingress node
-//! (`to_ran`; a fabric frame finished in XDP, `fabric_to_ran`, in the 1-crossing bucket),
+//! (`to_ran`; a fabric frame finished in XDP, `fabric_to_ran`, in the 1-crossing bucket, and
+//! hash partitioning's second crossing, `fabric_to_ran_2`, in the 2-crossing one),
 //! `scalebricks_gtpu_echo_responses_total` the echoes answered in XDP (`echo`). The
 //! `scalebricks_packets_total` family stays the engine's own. And:
 //!
 //! | sample | type | labels | meaning |
 //! |---|---|---|---|
-//! | `scalebricks_xdp_packets_total` | counter | `counter` | the programs' per-CPU counters, summed (`sb_xdp::Counter` labels): `rx_inet`, `rx_ran` frames seen; `to_ran`, `to_fabric`, `up_to_inet`, `fabric_to_ran`, `echo` finished in XDP; `slow` passed to the engine, and `slow_*` by reason |
+//! | `scalebricks_xdp_packets_total` | counter | `counter` | the programs' per-CPU counters, summed (`sb_xdp::Counter` labels): `rx_inet`, `rx_ran` frames seen; `to_ran`, `to_fabric`, `up_to_inet`, `fabric_to_ran`, `fabric_to_ran_2`, `echo` finished in XDP; `slow` passed to the engine, and `slow_*` by reason |
 //! | `scalebricks_xdp_attached` | gauge (always 1) | `port`, `mode` | a program attached to the port, `native` or `generic` |
 //! | `scalebricks_xdp_generic_fallbacks_total` | counter | | ports attached in generic mode because native attachment failed |
 //! | `scalebricks_xdp_enabled` | gauge | | 1 while the programs answer from their maps, 0 after a table write the maps refused (every frame then goes to the engine) |
@@ -333,6 +334,8 @@ impl Collector for SnapshotCollector {
             c.upstream += x.counter("up_to_inet");
             c.crossings[0] += x.counter("to_ran");
             c.crossings[1] += x.counter("fabric_to_ran");
+            // Hash partitioning's second crossing (lookup node, then the egress node).
+            c.crossings[2] += x.counter("fabric_to_ran_2");
             c.echo_replies += x.counter("echo");
         }
         data_plane(&mut enc, &c)?;
@@ -1300,6 +1303,7 @@ mod tests {
                 ("to_fabric".into(), 650),
                 ("up_to_inet".into(), 40),
                 ("fabric_to_ran".into(), 5),
+                ("fabric_to_ran_2".into(), 7),
                 ("echo".into(), 2),
                 ("slow".into(), 50),
             ],
@@ -1334,9 +1338,11 @@ mod tests {
         let n = |m: &HashMap<String, String>, k: &str| m[k].parse::<u64>().unwrap();
         for (k, add) in [
             ("fivegs_ep_n3_gtp_indatapktn3upf_total", 40),
-            ("fivegs_ep_n3_gtp_outdatapktn3upf_total", 305),
-            ("scalebricks_fabric_crossings_count", 305),
+            ("fivegs_ep_n3_gtp_outdatapktn3upf_total", 312),
+            ("scalebricks_fabric_crossings_count", 312),
             (r#"scalebricks_fabric_crossings_bucket{le="0.0"}"#, 300),
+            (r#"scalebricks_fabric_crossings_bucket{le="1.0"}"#, 305),
+            (r#"scalebricks_fabric_crossings_bucket{le="2.0"}"#, 312),
             ("scalebricks_gtpu_echo_responses_total", 2),
         ] {
             assert_eq!(n(&s, k), n(&plain, k) + add, "{k}");
