@@ -104,15 +104,36 @@ impl<A: App> UdpSwitch<A> {
         self.send_errors
     }
 
-    /// A packet from outside.
+    /// A packet from outside (the timers run too when a millisecond passed: a switch whose
+    /// reads all fail still probes its dead servers).
     pub fn inject<O: Output>(&mut self, frame: &[u8], out: &mut O) {
+        let now = Instant::now();
         let mut sink = UdpSink {
             socket: &self.socket,
             servers: &self.servers,
             out,
             send_errors: &mut self.send_errors,
         };
-        self.core.on_packet(Instant::now(), frame, &mut sink);
+        self.core.on_packet(now, frame, &mut sink);
+        if now.saturating_duration_since(self.last_poll) >= Duration::from_millis(1) {
+            self.last_poll = now;
+            self.core.poll(now, &mut sink);
+            // Answers waiting (a probe's, while no lookup is in flight) are taken without
+            // blocking.
+            if self.socket.set_nonblocking(true).is_ok() {
+                while let Ok((n, _)) = self.socket.recv_from(&mut self.buf) {
+                    let mut sink = UdpSink {
+                        socket: &self.socket,
+                        servers: &self.servers,
+                        out: &mut *sink.out,
+                        send_errors: &mut *sink.send_errors,
+                    };
+                    self.core
+                        .on_response(Instant::now(), &self.buf[..n], &mut sink);
+                }
+                let _ = self.socket.set_nonblocking(false);
+            }
+        }
     }
 
     /// Waits (at most 1 ms) for one datagram from the servers and handles it; runs the
