@@ -14,6 +14,8 @@
 //! - [`node`]: one node's engine per core for each architecture and FIB backend (Figures 8, 9);
 //! - [`latency`]: one-way latency through a namespace cluster per architecture (Figure 10;
 //!   root; runs the `scalebricks` binary next to this one);
+//! - [`tea`]: the TEA switch over memory servers on loopback UDP (Figures 9, 10 of the TEA
+//!   paper; the NF's rate with the cache, all lookups remote, and a local HashMap);
 //! - [`plot`]: the PNG figures and the markdown table of `node` and `latency` results.
 
 pub mod fib;
@@ -24,4 +26,5 @@ pub mod node;
 pub mod pages;
 pub mod pfcp;
 pub mod plot;
+pub mod tea;
 pub mod update;
