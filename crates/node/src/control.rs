@@ -680,8 +680,6 @@ pub fn run(
     let start = Instant::now();
     // The state machine's clock: nanoseconds since the control thread started.
     let clock = || start.elapsed().as_nanos() as u64;
-    // A log with records: the node ran before, and its endpoint's sessions are gone.
-    let mut pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec, !recovered.is_empty())?;
     // The sockets are waited on with poll, then drained.
     sock.set_nonblocking(true)
         .map_err(|e| ControlError::Invalid(format!("{listen}: {e}")))?;
@@ -719,6 +717,9 @@ pub fn run(
         Ok::<_, ControlError>(node)
     };
     let mut node = new_node(flows, recovered)?;
+    // The PFCP endpoint's incarnation is the node's epoch (1 at the first start, one more at
+    // each restart: the log says it): a restarted endpoint lost its sessions.
+    let mut pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch())?;
     // The log is written on a thread of its own (crate::logwriter): the control thread never
     // waits for the disk. Persist events are numbered across restarts of the state machine:
     // `base` events were handed out by earlier incarnations.

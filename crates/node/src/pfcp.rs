@@ -573,16 +573,19 @@ fn peers_and_pools(ctl: &ControlFile, config: &mut sb_pfcp::Config) -> Result<()
 
 impl Endpoint {
     /// The endpoint of the node, bound to `ctl.pfcp` in the node's namespace; None when the
-    /// control file names no PFCP address. `restarted`: the node ran before (its log holds
-    /// records), so the sessions its endpoint held are lost: it announces a Recovery Time Stamp
-    /// of now instead of the cluster's (TS 29.244 19A: the SMF learns that this UPF lost
-    /// state and sets its sessions up again).
+    /// control file names no PFCP address. `epoch`: the node's control epoch, 1 at its first
+    /// start. Above 1 the node ran before, so the sessions its endpoint held are lost: it
+    /// announces a Recovery Time Stamp of now instead of the cluster's (TS 29.244 19A: the
+    /// SMF learns that this UPF lost state and sets its sessions up again), and its SEIDs
+    /// carry the epoch (`sb_pfcp::Config::incarnation`, mod 256), so that none of the lost
+    /// sessions' SEIDs names a new session.
     pub fn open(
         cfg: &NodeFile,
         ctl: &ControlFile,
         spec: &ClusterSpec,
-        restarted: bool,
+        epoch: u32,
     ) -> Result<Option<Endpoint>, ControlError> {
+        let restarted = epoch > 1;
         let Some(addr) = ctl.pfcp else {
             return Ok(None);
         };
@@ -632,6 +635,7 @@ impl Endpoint {
             )));
         }
         config.allocator_id = cfg.node as u8 + 1;
+        config.incarnation = epoch as u8;
         config.relay = ctl.pfcp_peers.len() > 1;
         config.endpoints = ctl.pfcp_peers.len().min(255) as u8;
         // Sessions live on the endpoint that took them: one endpoint may hold the cluster's

@@ -3,8 +3,9 @@
 //! The endpoint chooses its sessions' SEIDs, so a SEID can name where its session is kept: its
 //! low 32 bits are a slot of an array and the 16 above them the slot's generation, which moves
 //! on each time the slot is freed (a SEID of a deleted session then names nothing, until the
-//! slot has been reused 65,535 times). The top 16 bits stay the endpoint's allocator id, as
-//! [`crate::upf::Config::allocator_id`] says. A slot is one `u64`: generation, length and where
+//! slot has been reused 65,535 times). The top 16 bits are the endpoint's incarnation and its
+//! allocator id ([`crate::upf::Config::incarnation`], [`crate::upf::Config::allocator_id`]):
+//! a SEID of a session lost in a restart names nothing in the next 255 incarnations. A slot is one `u64`: generation, length and where
 //! the kept bytes are. Kept sessions of up to [`POOLED`] bytes sit in pools, one per length,
 //! of 64 KiB chunks holding records back to back (a freed record is reused by the next session
 //! of its length); longer ones get an allocation of their own.
@@ -75,9 +76,9 @@ fn locate(len: usize, at: usize) -> (usize, std::ops::Range<usize>) {
 }
 
 impl Slab {
-    /// An empty slab for an endpoint with allocator id `prefix`, with room for `capacity`
-    /// slots before its array grows.
-    pub(crate) fn new(prefix: u8, capacity: usize) -> Slab {
+    /// An empty slab whose SEIDs' top 16 bits are `prefix` (the endpoint's incarnation and
+    /// allocator id), with room for `capacity` slots before its array grows.
+    pub(crate) fn new(prefix: u16, capacity: usize) -> Slab {
         Slab {
             prefix: u64::from(prefix),
             slots: Vec::with_capacity(capacity),
@@ -323,7 +324,7 @@ mod tests {
         /// once its slot is reused), the counts, the bytes held and the iteration. Lengths
         /// around [`POOLED`] exercise the pools and the allocations of their own.
         #[test]
-        fn agrees_with_a_hashmap(ops in proptest::collection::vec(op(), 1..300), prefix in 0u8..4) {
+        fn agrees_with_a_hashmap(ops in proptest::collection::vec(op(), 1..300), prefix in proptest::sample::select(vec![0u16, 1, 3, 0x0102, 0xff04])) {
             let mut s = Slab::new(prefix, 2);
             let mut kept: HashMap<u64, Vec<u8>> = HashMap::new();
             let mut reserved: Vec<u64> = Vec::new();

@@ -710,6 +710,55 @@ fn delete_then_session_context_not_found() {
     check_consistent(&upf);
 }
 
+/// A restarted endpoint (the next incarnation) lost its sessions: requests about them find no
+/// session, also once new sessions took the same slots, and its TEIDs start in another block.
+#[test]
+fn a_restarted_endpoint_gives_no_seid_or_first_teid_of_its_previous_incarnation() {
+    let incarnation = |k: u8| {
+        Upf::new(
+            Config {
+                incarnation: k,
+                ..config()
+            },
+            Cluster::default(),
+        )
+    };
+    let mut before = incarnation(7);
+    let mut smf = Smf::new();
+    smf.associate(&mut before);
+    let r = smf.establish(&mut before, session(0x55, v4(3), Some((1, ENB))));
+    let old = r.up_f_seid.unwrap().seid;
+    let Some(FTeid::Assigned { teid: old_teid, .. }) = r.created_pdr[0].local_f_teid else {
+        panic!("{r:?}")
+    };
+    assert_eq!(old >> 56, 7, "the incarnation is the SEID's top byte");
+    // The restart: the same allocator, the next incarnation, no session.
+    let mut after = incarnation(8);
+    let mut smf = Smf::new();
+    smf.associate(&mut after);
+    let r = smf.establish(&mut after, session(0x56, v4(3), Some((1, ENB))));
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    let new = r.up_f_seid.unwrap().seid;
+    assert_eq!(
+        new & 0x00ff_ffff_ffff_ffff,
+        old & 0x00ff_ffff_ffff_ffff,
+        "same slot and generation"
+    );
+    assert_ne!(new, old);
+    let Some(FTeid::Assigned { teid: new_teid, .. }) = r.created_pdr[0].local_f_teid else {
+        panic!("{r:?}")
+    };
+    assert_ne!(new_teid, old_teid);
+    assert_eq!(new_teid >> 24, old_teid >> 24, "the allocator's TEIDs");
+    assert_eq!((new_teid >> 16) & 0xff, 8, "from the incarnation's block");
+    let (_, r) = smf.modify(&mut after, old, drop_downlink());
+    assert_eq!(r.cause, Cause::SESSION_CONTEXT_NOT_FOUND);
+    let (seid, r) = smf.delete(&mut after, old);
+    assert_eq!((seid, r.cause), (Some(0), Cause::SESSION_CONTEXT_NOT_FOUND));
+    let (_, r) = smf.modify(&mut after, new, drop_downlink());
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+}
+
 /// Establishments the cluster refuses and deleted sessions give their SEIDs' slots back: a
 /// thousand of each leave the endpoint holding as many slots as it did after the first, and
 /// none of their SEIDs names a session after.
@@ -1388,6 +1437,9 @@ impl TwoEndpoints {
     fn with(f: impl Fn(&mut Config)) -> Self {
         let ep = |id: u8| {
             let mut c = config();
+            // Nodes that restarted a few times, each its own number of times: SEIDs with an
+            // incarnation byte are relayed to their home all the same.
+            c.incarnation = 4 + id;
             f(&mut c);
             c.allocator_id = id;
             c.relay = true;
@@ -1496,7 +1548,7 @@ fn any_endpoint_of_a_cluster_takes_any_message() {
     };
     assert_eq!((by, e.cause), (0, Cause::REQUEST_ACCEPTED));
     let seid = e.up_f_seid.unwrap().seid;
-    assert_eq!(seid >> 48, 1);
+    assert_eq!(seid >> 48, 5 << 8 | 1, "endpoint 1's incarnation (5) and allocator id");
 
     // Modified through endpoint 1: relayed to endpoint 0, answered by endpoint 1.
     let modify = msg(

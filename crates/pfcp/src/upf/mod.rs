@@ -140,6 +140,12 @@ pub struct Config {
     /// bits name the slot of the endpoint's session slab its session is kept in, and the
     /// slot's generation: a deleted session's SEID names nothing after.
     pub allocator_id: u8,
+    /// The endpoint's incarnation (a count of its restarts, mod 256: a node gives its control
+    /// plane's epoch), the top byte of every SEID: a request about a session lost in a restart
+    /// finds no session in the next 255 incarnations (Session context not found), instead of
+    /// a new session that got its SEID again. Its TEIDs also start at `incarnation << 16`.
+    /// Default 0.
+    pub incarnation: u8,
     /// How long a response is kept to answer retransmissions (TS 29.244: at least N1 * T1).
     pub response_ttl: Duration,
     /// At most this many responses are kept (the oldest go first), and 256 MiB of them.
@@ -205,6 +211,7 @@ impl Config {
             pfcp_addr,
             max_sessions: 1 << 20,
             allocator_id: 0,
+            incarnation: 0,
             response_ttl: Duration::from_secs(30),
             response_cache_entries: 1 << 16,
             relay: false,
@@ -444,8 +451,14 @@ impl<S: Sessions> Upf<S> {
     pub fn new(config: Config, sessions: S) -> Self {
         let n = config.expected_sessions;
         let teids = TeidSet::new(config.allocator_id);
-        let slab = Slab::new(config.allocator_id, n);
+        let slab = Slab::new(
+            u16::from(config.incarnation) << 8 | u16::from(config.allocator_id),
+            n,
+        );
         let cache = Responses::new(config.response_ttl, config.response_cache_entries);
+        // Each incarnation starts in its own 1/256 of the TEID space: TEIDs still installed
+        // for sessions a restart lost are not the first ones given out again.
+        let next_teid = u32::from(config.incarnation) << 16 | 1;
         Upf {
             config,
             sessions_impl: sessions,
@@ -454,7 +467,7 @@ impl<S: Sessions> Upf<S> {
             sessions: slab,
             ue_index: UeIndex::with_capacity(n),
             teids,
-            next_teid: 1,
+            next_teid,
             busy: HashSet::default(),
             busy_nodes: HashSet::default(),
             establishing: 0,

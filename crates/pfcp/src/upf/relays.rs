@@ -35,12 +35,13 @@ impl<S: Sessions> Upf<S> {
     /// associated peer is about, when that is another endpoint.
     pub(super) fn home_elsewhere(&self, from: SocketAddr, t: u8, seid: Option<u64>) -> Option<u8> {
         let seid = seid?;
+        // Bits 48..56: the allocator id of the endpoint that gave the SEID (above them its
+        // incarnation, which that endpoint checks).
         let home = (seid >> 48) as u8;
         let relayed = matches!(
             t,
             msg_type::SESSION_MODIFICATION_REQUEST | msg_type::SESSION_DELETION_REQUEST
-        ) && seid >> 56 == 0
-            && home != 0
+        ) && home != 0
             && (self.config.endpoints == 0 || home <= self.config.endpoints)
             && home != self.config.allocator_id
             && !self.sessions.contains(seid)
