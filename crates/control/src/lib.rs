@@ -584,6 +584,10 @@ pub struct Memory {
     /// (at most [`crate::Tuning::remembered`] of each, the oldest forgotten first): their
     /// maps, queues and replies. Bounded: it does not grow with the keys beyond that.
     pub remembered: usize,
+    /// What the owner holds for its peers: the deltas and FIB stream items they have not
+    /// acknowledged, and their queues ([`Node::peer_stream_bytes`]); per peer gone, at most
+    /// about [`crate::Tuning::peer_backlog_bytes`].
+    pub peer_streams: usize,
 }
 
 /// A node's state for `cluster status`.
@@ -619,6 +623,9 @@ pub struct Status {
     pub dropped: BTreeMap<String, u64>,
     /// Datagrams sent that were retransmissions.
     pub retransmits: u64,
+    /// Backlogs this owner dropped for peers gone too long ([`crate::Tuning::peer_backlog_bytes`]):
+    /// each such peer is resynced (FIB slice and piece) when it is heard again.
+    pub backlogs_dropped: u64,
     /// FIB installs refused (a full table) that no update could be rejected for: a slice
     /// sent at a start, at this node as a handler or reported to it as an owner (the node is
     /// sized below its share). Updates whose install was refused count in `rejected` as

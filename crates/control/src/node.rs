@@ -109,6 +109,13 @@ pub struct Tuning {
     pub lease: Nanos,
     /// Between a node's heartbeats to each peer (default 50 ms).
     pub heartbeat: Nanos,
+    /// Bytes an owner holds for one peer that failure detection declared gone at most: its
+    /// unacknowledged deltas and FIB stream items (their wire bytes and queue slots). Beyond,
+    /// they are dropped, and the peer is resynced when it is heard again, as after its
+    /// restart: its whole FIB slice (in the same epoch behind a [`wire::FibItem::Reset`],
+    /// then a prune) and this owner's piece. A peer that is not gone is waited for and never
+    /// dropped (the owner's batches wait for its acknowledgements). Default 16 MiB.
+    pub peer_backlog_bytes: usize,
 }
 
 impl Default for Tuning {
@@ -139,6 +146,7 @@ impl Default for Tuning {
             heartbeat_ticks: 2,
             lease: 500_000_000,
             heartbeat: 50_000_000,
+            peer_backlog_bytes: 16 << 20,
         }
     }
 }
@@ -182,6 +190,9 @@ struct PeerOut {
     fib: OutStream<FibItem>,
     deltas: OutStream<Arc<[u8]>>,
     piece: Option<PieceOut>,
+    /// The streams' items were dropped while the peer was gone ([`Tuning::peer_backlog_bytes`]):
+    /// it gets its slice and our piece again once it is heard.
+    resync: bool,
 }
 
 /// What this node knows of a peer.
@@ -423,6 +434,8 @@ pub struct Node {
     rejected: BTreeMap<&'static str, u64>,
     applied_updates: u64,
     retransmits: u64,
+    /// Backlogs dropped for gone peers ([`Tuning::peer_backlog_bytes`]).
+    backlogs_dropped: u64,
     own_deltas: Vec<Delta>,
     // Replication ([`Tuning::replicas`] above 1): by range, the groups this node is a replica
     // of, and their state machines (a follower's RIB; the home's until its table is built).
@@ -705,6 +718,7 @@ impl Node {
                     fib: OutStream::new(rto),
                     deltas: OutStream::new(rto),
                     piece: None,
+                    resync: false,
                 })
                 .collect(),
             snapshot: None,
@@ -777,6 +791,7 @@ impl Node {
             rejected: BTreeMap::new(),
             applied_updates: 0,
             retransmits: 0,
+            backlogs_dropped: 0,
             own_deltas: Vec::new(),
             groups,
             gstates,
@@ -880,6 +895,7 @@ impl Node {
             if !self.peers[pi].knows_me && self.peers[pi].hello_at <= now {
                 self.send_hello(p);
             }
+            self.bound_backlog(p);
             if self.out[pi].fib.retry_at.is_some_and(|t| t <= now) {
                 self.out[pi].fib.retransmit(0, self.tuning.rto_max);
                 self.retransmits += 1;
@@ -1253,10 +1269,9 @@ impl Node {
         self.queue.is_empty()
             && self.batch.is_none()
             && self.forwards_out.is_empty()
-            && self
-                .out
-                .iter()
-                .all(|o| o.fib.items.is_empty() && o.deltas.items.is_empty() && o.piece.is_none())
+            && self.out.iter().all(|o| {
+                o.fib.items().is_empty() && o.deltas.items().is_empty() && o.piece.is_none()
+            })
             && self
                 .reps
                 .iter()
@@ -1297,16 +1312,16 @@ impl Node {
             ));
         }
         for (p, o) in self.out.iter().enumerate() {
-            if !o.fib.items.is_empty() || !o.deltas.items.is_empty() || o.piece.is_some() {
+            if !o.fib.items().is_empty() || !o.deltas.items().is_empty() || o.piece.is_some() {
                 b.push(format!(
                     "to {p} (epoch {} knows me {}): fib {} items acked {} sent {} retry {:?}; deltas {} acked {} sent {} retry {:?}; piece {:?}",
                     self.peers[p].epoch,
                     self.peers[p].knows_me,
-                    o.fib.items.len(),
+                    o.fib.items().len(),
                     o.fib.acked,
                     o.fib.sent_upto,
                     o.fib.retry_at,
-                    o.deltas.items.len(),
+                    o.deltas.items().len(),
                     o.deltas.acked,
                     o.deltas.sent_upto,
                     o.deltas.retry_at,
@@ -1379,6 +1394,7 @@ impl Node {
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect(),
             retransmits: self.retransmits,
+            backlogs_dropped: self.backlogs_dropped,
             fib_refused: self.fib_refused,
             memory: {
                 let tr = self.table.rib_bytes();
@@ -1392,6 +1408,9 @@ impl Node {
                     table_rib_entries: tr.entries,
                     table: self.table.table().bytes(),
                     remembered: self.clients.bytes() + self.forwards_in.bytes(),
+                    peer_streams: (0..self.spec.nodes)
+                        .map(|p| self.peer_stream_bytes(p))
+                        .sum(),
                 }
             },
         }
@@ -1478,10 +1497,68 @@ impl Node {
 
     /// New streams to a peer in a new epoch: its whole FIB slice, then our piece.
     fn reset_peer_streams(&mut self, p: NodeId) {
+        self.restart_peer_streams(p, false);
+    }
+
+    /// Bytes this owner holds for peer `p`: its streams' unacknowledged items (deltas, FIB
+    /// items) and their queues ([`Tuning::peer_backlog_bytes`] bounds them once `p` is gone).
+    pub fn peer_stream_bytes(&self, p: NodeId) -> usize {
+        self.out
+            .get(p as usize)
+            .map_or(0, |o| o.fib.bytes() + o.deltas.bytes())
+    }
+
+    /// Drops what this owner holds for peer `p` once it is more than
+    /// [`Tuning::peer_backlog_bytes`] and `p` is gone; `p` is resynced when heard again
+    /// ([`Node::resync_returned`]).
+    fn bound_backlog(&mut self, p: NodeId) {
+        let pi = p as usize;
+        if p == self.me
+            || self.peer_stream_bytes(p) <= self.tuning.peer_backlog_bytes
+            || !self.gone(p)
+        {
+            return;
+        }
+        let o = &mut self.out[pi];
+        o.fib.drop_all();
+        o.deltas.drop_all();
+        o.piece = None;
+        o.resync = true;
+        self.backlogs_dropped += 1;
+    }
+
+    /// Resyncs the peers whose backlog was dropped and that are no longer gone (heard again
+    /// in the epoch they were in: in a new one, [`Node::on_peer_epoch`] did).
+    fn resync_returned(&mut self) {
+        if self.phase < Phase::SyncFib {
+            return;
+        }
+        for p in 0..self.spec.nodes {
+            let pi = p as usize;
+            if self.out[pi].resync && self.peers[pi].epoch != 0 && !self.gone(p) {
+                self.restart_peer_streams(p, true);
+            }
+        }
+    }
+
+    /// New streams to peer `p`: its whole FIB slice, then our piece. `resync`: `p` is in the
+    /// epoch it was in when its backlog was dropped, so the FIB stream goes on from its
+    /// number with a [`FibItem::Reset`] (the handler skips what it lacks) and the slice is
+    /// followed by a prune (the removals dropped with the backlog).
+    fn restart_peer_streams(&mut self, p: NodeId, resync: bool) {
         let pi = p as usize;
         let rto = self.tuning.rto;
-        self.out[pi].fib = OutStream::new(rto);
-        self.out[pi].deltas = OutStream::new(rto);
+        if resync {
+            let o = &mut self.out[pi];
+            o.fib.drop_all();
+            o.deltas.drop_all();
+            let seq = o.fib.next;
+            o.fib.push(seq, FibItem::Reset);
+        } else {
+            self.out[pi].fib = OutStream::new(rto);
+            self.out[pi].deltas = OutStream::new(rto);
+        }
+        self.out[pi].resync = false;
         self.out[pi].piece = None;
         // The batch's updates whose install was refused (a full FIB, a handler gone) are
         // undone when it propagates: the RIB holds their pending change until then, but the
@@ -1542,6 +1619,10 @@ impl Node {
         let s = &mut self.out[pi].fib;
         let end = s.next;
         s.push(end, FibItem::SliceEnd);
+        if resync && self.phase == Phase::Serving {
+            // (Before serving, the prune comes with every peer's once the pieces are out.)
+            s.push(end + 1, FibItem::Prune);
+        }
         if let Some(b) = &mut self.batch {
             // The batch's installs for this peer are in the slice.
             b.fib_wait[pi] = end;
@@ -1558,7 +1639,7 @@ impl Node {
         if self.peers[pi].epoch == 0 {
             return;
         }
-        let limit = self.out[pi].fib.acked + self.tuning.window as u64;
+        let limit = self.out[pi].fib.limit(self.tuning.window);
         let pack = self.tuning.pack_bytes.clamp(400, BODY_MAX - 16);
         let mut msgs: Vec<(u64, Vec<FibItem>)> = Vec::new();
         {
@@ -1602,7 +1683,7 @@ impl Node {
         if self.peers[pi].epoch == 0 {
             return;
         }
-        let limit = self.out[pi].deltas.acked + self.tuning.window as u64;
+        let limit = self.out[pi].deltas.limit(self.tuning.window);
         let pack = self.tuning.pack_bytes.clamp(400, BODY_MAX - 16);
         let mut msgs: Vec<(u64, Vec<Arc<[u8]>>)> = Vec::new();
         {
@@ -1690,9 +1771,7 @@ impl Node {
         self.out[pi].piece = Some(PieceOut { seq, retry_at, rto });
         // The piece covers every delta up to `seq`.
         let s = &mut self.out[pi].deltas;
-        while s.items.front().is_some_and(|(x, _)| *x <= seq) {
-            s.items.pop_front();
-        }
+        s.pop_through(seq);
         s.sent_upto = s.sent_upto.max(seq);
     }
 
@@ -2384,6 +2463,14 @@ impl Node {
         while f.refused.first().is_some_and(|&s| s <= acked) {
             f.refused.pop_first();
         }
+        // A reset: the owner dropped the items before it (they never come again).
+        if let Some(i) = items.iter().rposition(|it| *it == FibItem::Reset) {
+            let seq = first + i as u64;
+            if seq > f.applied {
+                f.applied = seq - 1;
+                f.pending = f.pending.split_off(&seq);
+            }
+        }
         for (i, it) in items.into_iter().enumerate() {
             let seq = first + i as u64;
             if seq > f.applied && f.pending.len() < cap {
@@ -2411,6 +2498,12 @@ impl Node {
                 }
                 FibItem::Remove { key } => self.fib_remove(&key),
                 FibItem::SliceEnd => self.fin[oi].slice_done = true,
+                FibItem::Reset => {
+                    // The owner's slice follows, then a prune of what is not in it.
+                    let f = &mut self.fin[oi];
+                    f.sync = Some(Set::default());
+                    f.slice_done = false;
+                }
                 FibItem::Prune => {
                     if let Some(sync) = self.fin[oi].sync.take() {
                         if !self.tuning.fib_map {
@@ -2465,13 +2558,14 @@ impl Node {
             match item {
                 FibItem::Install { key, value } => self.fib_insert(key, value, Source::Batch),
                 FibItem::Remove { key } => self.fib_remove(&key),
-                FibItem::SliceEnd | FibItem::Prune => {}
+                FibItem::SliceEnd | FibItem::Prune | FibItem::Reset => {}
             }
             return 0;
         }
         let s = &mut self.out[h as usize].fib;
         let seq = s.next;
         s.push(seq, item);
+        self.bound_backlog(h);
         seq
     }
 
@@ -2479,6 +2573,9 @@ impl Node {
 
     /// Moves the owner's phases and batches along as far as they go now.
     fn progress(&mut self) {
+        if !self.fenced {
+            self.resync_returned();
+        }
         loop {
             if self.fenced {
                 return;
@@ -2519,7 +2616,7 @@ impl Node {
                         let pi = p as usize;
                         p == self.me
                             || self.gone(p)
-                            || (self.peers[pi].epoch != 0 && self.out[pi].fib.items.is_empty())
+                            || (self.peers[pi].epoch != 0 && self.out[pi].fib.items().is_empty())
                     });
                     if done {
                         self.phase = Phase::Pieces;
@@ -2964,6 +3061,7 @@ impl Node {
                 for (j, by) in bytes.iter().enumerate() {
                     s.push(first_seq + j as u64, by.clone());
                 }
+                self.bound_backlog(p);
             }
             b.delta_wait = last_seq;
             let (me, e) = (self.me, self.epoch);

@@ -149,8 +149,14 @@ pub enum FibItem {
     },
     /// The owner's full slice for this node has been sent (the node is in sync with the owner).
     SliceEnd,
-    /// Remove every entry of the owner's range not installed since the owner's epoch began.
+    /// Remove every entry of the owner's range not installed since the owner's epoch began
+    /// (or since its last [`FibItem::Reset`]).
     Prune,
+    /// The owner dropped this stream's items before this one unacknowledged (it held more
+    /// than [`crate::Tuning::peer_backlog_bytes`] for this node while it was gone): the
+    /// handler skips those it lacks, and the owner's whole slice for it follows, then
+    /// [`FibItem::SliceEnd`] and [`FibItem::Prune`].
+    Reset,
 }
 
 /// A message body.
@@ -554,7 +560,7 @@ pub(crate) fn fib_item_len(i: &FibItem) -> usize {
     match i {
         FibItem::Install { key, value } => 3 + key.len() + value.len(),
         FibItem::Remove { key } => 2 + key.len(),
-        FibItem::SliceEnd | FibItem::Prune => 1,
+        FibItem::SliceEnd | FibItem::Prune | FibItem::Reset => 1,
     }
 }
 
@@ -574,6 +580,7 @@ fn put_fib_item(out: &mut Vec<u8>, i: &FibItem) {
         }
         FibItem::SliceEnd => out.push(3),
         FibItem::Prune => out.push(4),
+        FibItem::Reset => out.push(5),
     }
 }
 
@@ -951,6 +958,7 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
                     2 => FibItem::Remove { key: r.bytes8()? },
                     3 => FibItem::SliceEnd,
                     4 => FibItem::Prune,
+                    5 => FibItem::Reset,
                     _ => return Err(WireError::Malformed("bad FIB item")),
                 });
             }
@@ -1036,6 +1044,7 @@ mod tests {
                     },
                     FibItem::SliceEnd,
                     FibItem::Prune,
+                    FibItem::Reset,
                 ],
             },
             Body::FibAck {

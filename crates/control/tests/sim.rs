@@ -220,6 +220,11 @@ fn a_refused_install_is_not_in_a_restarted_handlers_slice() {
 fn replicated_schedule(seed: u64) -> Sim {
     let mut cfg = config(3_000_000 + seed);
     cfg.tuning.replicas = 3;
+    // Every other schedule with a small bound on what an owner holds for a gone peer: its
+    // backlog is dropped and it is resynced when back.
+    if seed % 2 == 1 {
+        cfg.tuning.peer_backlog_bytes = 4096;
+    }
     let nodes = cfg.nodes;
     let mut sim = Sim::new(cfg);
     sim.run_until(600_000_000);
@@ -343,6 +348,10 @@ fn dead_node_schedule(seed: u64) -> (u64, u64) {
     cfg.drop_permille = cfg.drop_permille.min(20);
     let replicas = if seed % 2 == 0 { 1 } else { 3 };
     cfg.tuning.replicas = replicas;
+    // Every third schedule with a small bound on what an owner holds for the dead node.
+    if seed % 3 == 0 {
+        cfg.tuning.peer_backlog_bytes = 1024;
+    }
     let mut sim = Sim::new(cfg);
     // After the start (and, with replication, the elections and the fenced restarts they
     // may cause).
@@ -440,4 +449,111 @@ fn restart_while_down_schedule(seed: u64) {
     eprintln!(
         "seed {seed}: {nodes} nodes, node {dead} down, node {b} restarted: ready in {ready_ms} ms; then {applied_in} updates applied in 2 s, {acked} acknowledged in 8 s"
     );
+}
+
+/// Issue 29: what an owner holds for a peer gone too long is bounded
+/// (`Tuning::peer_backlog_bytes`, small here): past the bound, its unacknowledged deltas and
+/// FIB items are dropped and the peer is resynced when it is back (its FIB slice and the
+/// owner's piece), with every invariant checked after every step. Two ways to be gone for
+/// 3 s: killed and left dead, then restarted; or cut off from every node (it loses its lease
+/// majority, is fenced and restarts in a new epoch while cut off), then healed.
+///
+/// Each schedule runs twice: with the bound, the most any live owner held for the victim
+/// after its detection is at most the bound and some backlog was dropped; without it (the
+/// bound `usize::MAX`), the same schedule's backlog passes the small bound (so this test fails
+/// without the bound). In both, the victim catches up after it is back and, after
+/// quiescence, every FIB, GPT and RIB agrees. `SB_DST_BACKLOG_SCHEDULES=N` (default 8).
+#[test]
+fn a_gone_peers_backlog_is_bounded_and_it_resyncs_when_back() {
+    let n = std::env::var("SB_DST_BACKLOG_SCHEDULES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8u64);
+    const BOUND: usize = 1024;
+    for seed in 0..n {
+        let bounded = backlog_schedule(seed, BOUND);
+        let unbounded = backlog_schedule(seed, usize::MAX);
+        eprintln!(
+            "seed {seed} ({}): most held for the victim after detection: {} bytes with a bound of {BOUND} ({} backlogs dropped), {} bytes without",
+            if seed % 2 == 0 { "killed" } else { "cut off" },
+            bounded.0,
+            bounded.1,
+            unbounded.0
+        );
+        assert!(
+            bounded.0 <= BOUND,
+            "seed {seed}: {} bytes held for a gone peer, bound {BOUND}",
+            bounded.0
+        );
+        assert!(bounded.1 > 0, "seed {seed}: no backlog was dropped");
+        assert!(
+            unbounded.0 > BOUND,
+            "seed {seed}: without the bound the backlog stays at {} bytes: the schedule does not test it",
+            unbounded.0
+        );
+        assert_eq!(unbounded.1, 0);
+    }
+}
+
+/// [`a_gone_peers_backlog_is_bounded_and_it_resyncs_when_back`]'s schedule `seed` with the
+/// bound `bound`: the most a live owner held for the victim from 1 s after it went until it
+/// came back, and the backlogs dropped.
+fn backlog_schedule(seed: u64, bound: usize) -> (usize, u64) {
+    let mut cfg = config(7_000_000 + seed);
+    cfg.nodes = 5;
+    cfg.drop_permille = cfg.drop_permille.min(20);
+    cfg.max_delay = cfg.max_delay.min(5_000_000);
+    // Updates keep coming (one update per batch: a delta each).
+    cfg.inflight = cfg.inflight.max(6);
+    cfg.max_updates = cfg.max_updates.max(4);
+    cfg.request_every = cfg.request_every.min(3_000_000);
+    cfg.tuning.max_batch = 1;
+    cfg.tuning.replicas = if seed % 4 < 2 { 1 } else { 3 };
+    cfg.tuning.peer_backlog_bytes = bound;
+    let killed = seed % 2 == 0;
+    let victim = (seed / 2 % 5) as u16;
+    let nodes = cfg.nodes;
+    let mut sim = Sim::new(cfg);
+    sim.run_until(2_000_000_000);
+    if killed {
+        sim.kill(victim);
+    } else {
+        sim.isolate(victim);
+    }
+    let mut most = 0;
+    let mut t = 2_000_000_000;
+    while t < 5_000_000_000 {
+        t += 5_000_000;
+        sim.run_until(t);
+        if t >= 3_000_000_000 {
+            for i in (0..nodes).filter(|&i| i != victim) {
+                if let Some(x) = sim.node(i) {
+                    most = most.max(x.peer_stream_bytes(victim));
+                }
+            }
+        }
+    }
+    if killed {
+        sim.restart(victim);
+    } else {
+        sim.heal();
+    }
+    let dropped: u64 = (0..nodes)
+        .filter_map(|i| sim.node(i).map(|x| x.status().backlogs_dropped))
+        .sum();
+    // Back: it catches up (ready) while updates go on.
+    let mut t = 5_000_000_000;
+    while !sim.node(victim).is_some_and(|x| x.ready()) {
+        t += 10_000_000;
+        assert!(
+            t <= 8_000_000_000,
+            "seed {seed}: node {victim} is not ready 3 s after it came back: {:?}",
+            sim.node(victim).map(|x| x.busy())
+        );
+        sim.run_until(t);
+    }
+    sim.run_until(t + 1_000_000_000);
+    sim.quiesce(300_000_000_000);
+    sim.check_quiescent();
+    (most, dropped)
 }

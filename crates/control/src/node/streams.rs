@@ -42,9 +42,34 @@ impl Rtt {
     }
 }
 
+/// What an item of a stream costs to hold, beside its slot in the queue: its bytes on the wire
+/// (a delta's bytes are shared by every peer's stream, and held by the last one to drop it).
+pub(super) trait Weigh {
+    fn weight(&self) -> usize;
+}
+
+impl Weigh for crate::wire::FibItem {
+    fn weight(&self) -> usize {
+        crate::wire::fib_item_len(self)
+    }
+}
+
+impl Weigh for std::sync::Arc<[u8]> {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
 /// An ordered, cumulatively acknowledged stream of items to one peer (go-back-N with a window).
 pub(super) struct OutStream<T> {
+    /// Read it only: [`OutStream::push`], [`OutStream::pop_through`] and
+    /// [`OutStream::drop_all`] keep `weight` with it.
     pub(super) items: VecDeque<(u64, T)>,
+    /// The items' [`Weigh::weight`]s together.
+    weight: usize,
+    /// Items up to this one were dropped unacknowledged ([`OutStream::drop_all`]): the window
+    /// counts from here too.
+    pub(super) base: u64,
     pub(super) next: u64,
     pub(super) acked: u64,
     pub(super) sent_upto: u64,
@@ -58,10 +83,12 @@ pub(super) struct OutStream<T> {
     pub(super) rtt: Rtt,
 }
 
-impl<T> OutStream<T> {
+impl<T: Weigh> OutStream<T> {
     pub(super) fn new(rto: Nanos) -> Self {
         OutStream {
             items: VecDeque::new(),
+            weight: 0,
+            base: 0,
             next: 1,
             acked: 0,
             sent_upto: 0,
@@ -74,8 +101,47 @@ impl<T> OutStream<T> {
     }
 
     pub(super) fn push(&mut self, seq: u64, t: T) {
+        self.weight += t.weight();
         self.items.push_back((seq, t));
         self.next = seq + 1;
+    }
+
+    /// The items not acknowledged yet, in order.
+    pub(super) fn items(&self) -> &VecDeque<(u64, T)> {
+        &self.items
+    }
+
+    /// Forgets the items up to `seq` (acknowledged, or covered by a piece).
+    pub(super) fn pop_through(&mut self, seq: u64) {
+        while let Some((s, _)) = self.items.front() {
+            if *s > seq {
+                break;
+            }
+            let (_, t) = self.items.pop_front().expect("front");
+            self.weight -= t.weight();
+        }
+    }
+
+    /// Drops every item (their memory too), numbers and acknowledgement kept: nothing is
+    /// sent or waited for until new items come.
+    pub(super) fn drop_all(&mut self) {
+        self.items = VecDeque::new();
+        self.weight = 0;
+        self.retry_at = None;
+        self.timed = None;
+        self.sent_upto = self.sent_upto.max(self.next.saturating_sub(1));
+        self.base = self.next.saturating_sub(1);
+    }
+
+    /// The highest sequence number that may go now: `window` past the acknowledgement (or
+    /// past the last item dropped).
+    pub(super) fn limit(&self, window: usize) -> u64 {
+        self.acked.max(self.base) + window as u64
+    }
+
+    /// Bytes held: the queue's slots (its capacity) and the items' weights.
+    pub(super) fn bytes(&self) -> usize {
+        self.items.capacity() * std::mem::size_of::<(u64, T)>() + self.weight
     }
 
     /// Cumulative ack of `a`; the timeout goes back to the estimate within `[min, max]`.
@@ -91,9 +157,7 @@ impl<T> OutStream<T> {
         }
         let rto = self.rtt.rto(min, max);
         self.acked = a;
-        while self.items.front().is_some_and(|(s, _)| *s <= a) {
-            self.items.pop_front();
-        }
+        self.pop_through(a);
         self.sent_upto = self.sent_upto.max(a);
         self.rto = rto;
         self.retry_at = (!self.items.is_empty()).then_some(now + rto);
@@ -224,5 +288,35 @@ mod remembered_tests {
             "{} after {before}",
             r.bytes()
         );
+    }
+}
+
+#[cfg(test)]
+mod out_stream_tests {
+    use super::OutStream;
+    use std::sync::Arc;
+
+    #[test]
+    fn bytes_follow_the_items_and_a_drop_frees_them() {
+        let mut s: OutStream<Arc<[u8]>> = OutStream::new(1);
+        assert_eq!(s.bytes(), 0);
+        for seq in 1..=100u64 {
+            s.push(seq, Arc::from(vec![0u8; 10]));
+        }
+        let slot = std::mem::size_of::<(u64, Arc<[u8]>)>();
+        assert!(s.bytes() >= 100 * (10 + slot), "{}", s.bytes());
+        s.pop_through(40);
+        assert_eq!(s.items().len(), 60);
+        assert_eq!(s.weight, 600);
+        // An acknowledgement pops as well.
+        s.ack(50, 10, 1, 100);
+        assert_eq!(s.weight, 500);
+        s.drop_all();
+        assert_eq!(s.bytes(), 0, "no items, no queue");
+        assert_eq!((s.acked, s.next, s.base), (50, 101, 100));
+        // The window counts from the last item dropped.
+        assert_eq!(s.limit(8), 108);
+        s.push(101, Arc::from(vec![0u8; 3]));
+        assert_eq!((s.first_unsent(), s.weight), (0, 3));
     }
 }
