@@ -187,6 +187,67 @@ fn operator_api_sees_the_sessions(c: &Cluster, sessions: &[Session]) {
 
 /// A session whose UE address is IPv6, established by scapy through node 2: its tunnel is in
 /// the FIB of the node the UPF chose, found by the GPT from any node.
+/// A session whose UE address the UPF picks (UE IP Address CHV4, TS 29.244 5.21): node 2's
+/// endpoint answers with an address of its share of `--pfcp-ue-pool 10.47.0.0/24` in the
+/// Created PDR, the cluster forwards downlink to it (into node 0's inet, out of the handling
+/// node's ran in the session's tunnel), and a second CHV4 session gets another address.
+fn a_chv4_session(c: &Cluster, cp: &str, smf_ip: &str) {
+    let desc = c.description();
+    let node2 = desc["nodes"][2]["pfcp_addr"].as_str().unwrap();
+    let node2_ip = node2.split(':').next().unwrap();
+    let job = c.dir.join("chv4.json");
+    std::fs::write(
+        &job,
+        serde_json::to_vec(&json!([
+            {"ue": "chv4", "teid": 0x4700_0001u32, "enb": "10.2.3.2", "cp_seid": 47},
+            {"ue": "chv4", "teid": 0x4700_0002u32, "enb": "10.2.3.2", "cp_seid": 48},
+        ]))
+        .unwrap(),
+    )
+    .unwrap();
+    let r = smf(cp, node2_ip, smf_ip, 8100, "establish", Some(&job));
+    let mut given = Vec::new();
+    for res in r["results"].as_array().unwrap() {
+        assert_eq!(res["cause"], 1, "{r}");
+        let ue: std::net::Ipv4Addr = res["ue_ipv4"][0]
+            .as_str()
+            .unwrap_or_else(|| panic!("no UE address in the Created PDR: {r}"))
+            .parse()
+            .unwrap();
+        // Node 2's share of the /24 split in 4: 10.47.0.128/26.
+        assert!(
+            (0x0a2f_0080..0x0a2f_00c0).contains(&u32::from(ue)),
+            "{ue} is not in node 2's share: {r}"
+        );
+        given.push(ue.to_string());
+    }
+    assert_ne!(given[0], given[1], "{r}");
+    // Downlink to the first: out of its handling node's ran in TEID 0x47000001.
+    let (code, l) = ctl(c, &["lookup", "--ue", &given[0]]);
+    assert_eq!(code, 0, "{l}");
+    assert_eq!(u(&l["tunnel"]["teid"]), 0x4700_0001, "{l}");
+    let h = u(&l["handling_node"]) as usize;
+    let ran_ns = desc["nodes"][h]["ran_netns"].as_str().unwrap().to_string();
+    let cap = Capture::start(
+        &ran_ns,
+        "eth0",
+        "in",
+        Path::new(c.dir()).join("chv4-ran.pcap"),
+    );
+    let tags: Vec<String> = (0..3).map(|i| format!("chv4-{i}")).collect();
+    downlink(c, 0, &given[0], &tags);
+    std::thread::sleep(Duration::from_millis(1500));
+    let g = gtpu(&cap.stop());
+    let got = tagged(&g, &given[0], "chv4-");
+    assert_eq!(
+        got.iter().map(|x| (x.0.as_str(), x.1)).collect::<Vec<_>>(),
+        tags.iter()
+            .map(|t| (t.as_str(), 0x4700_0001))
+            .collect::<Vec<_>>(),
+        "{g:?}"
+    );
+}
+
 fn an_ipv6_session(c: &Cluster, cp: &str, smf_ip: &str) {
     let desc = c.description();
     let node2 = desc["nodes"][2]["pfcp_addr"].as_str().unwrap();
@@ -1125,7 +1186,18 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
     ok(
-        &c.up_with(NODES, "user", &["--flows", "1000", "--seed", "7"]),
+        &c.up_with(
+            NODES,
+            "user",
+            &[
+                "--flows",
+                "1000",
+                "--seed",
+                "7",
+                "--pfcp-ue-pool",
+                "10.47.0.0/24",
+            ],
+        ),
         "cluster up",
     );
     wait_links_up(&c);
@@ -1230,6 +1302,7 @@ fn scapy_as_smf_drives_the_cluster_as_one_upf() {
 
     operator_api_sees_the_sessions(&c, &sessions);
     an_ipv6_session(&c, &cp, smf_ip);
+    a_chv4_session(&c, &cp, smf_ip);
 
     // Modify some sessions to new tunnels, delete others.
     let job = c.dir.join("modify.json");

@@ -99,10 +99,21 @@ def summary(p):
         "up_seid": fseid[0].seid if fseid else None,
         "up_seid_ipv4": fseid[0].ipv4 if fseid else None,
         "fteids": [{"teid": f.TEID, "ipv4": f.ipv4} for f in find(ies, IE_FTEID)],
+        "ue_ipv4": [u.ipv4 for u in find(ies, IE_UE_IP_Address) if u.V4],
         "offending_ie": off[0].type if off else None,
         "recovery": [r.timestamp for r in find(ies, IE_RecoveryTimeStamp)],
         "node_id": [node_name(n) for n in find(ies, IE_NodeId)],
     }
+
+
+def ue_ip_address(ue):
+    """The UE IP Address IE of a Core PDR (destination): the address, or "chv4" for CHV4 (the
+    UPF picks one; this scapy has no CHV4 field: flags V4|S/D|CHV4 and no address)."""
+    if ue == "chv4":
+        return IE_NotImplemented(ietype=93, data=b"\x16")
+    if ":" in ue:
+        return IE_UE_IP_Address(V6=1, SD=1, ipv6=ue)
+    return IE_UE_IP_Address(V4=1, SD=1, ipv4=ue)
 
 
 def establishment(seq, s, with_fseid=True):
@@ -115,8 +126,7 @@ def establishment(seq, s, with_fseid=True):
             IE_Precedence(precedence=200),
             IE_PDI(IE_list=[
                 IE_SourceInterface(interface="Core"),
-                (IE_UE_IP_Address(V6=1, SD=1, ipv6=s["ue"]) if ":" in s["ue"]
-                 else IE_UE_IP_Address(V4=1, SD=1, ipv4=s["ue"])),
+                ue_ip_address(s["ue"]),
             ]),
             IE_FAR_Id(id=1),
         ]),
