@@ -8,7 +8,8 @@
 //! thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
 //!
 //! `cargo run --release -p sb-control --example owner_rate -- [FLOWS] [NODES] [UPDATES]`
-//! (defaults 1000000 4 200000), `[BATCHES]` (comma-separated, default 1,16,256).
+//! (defaults 1000000 4 200000), `[BATCHES]` (comma-separated, default 1,16,256), `[REPLICAS]`
+//! (default 1; 3: each range a Raft group on three nodes).
 
 #![allow(unsafe_code)] // one clock_gettime call
 use sb_control::{client, wire, ClusterSpec, Event, Flow, GptSpec, Node, Peer, Tuning, Update};
@@ -67,7 +68,7 @@ struct Run {
     wall: Duration,
 }
 
-fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
+fn run(flows: usize, nodes: u16, updates: u64, batch: usize, replicas: usize) -> Run {
     let mut rng = 12345u64;
     let total_blocks = sb_setsep::num_blocks(flows as u64 * 5 / 4);
     let total_blocks = total_blocks.div_ceil(nodes as u64) * nodes as u64;
@@ -105,6 +106,7 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize) -> Run {
     }
     let tuning = Tuning {
         max_batch: batch,
+        replicas,
         ..Tuning::default()
     };
     let mut ns: Vec<Node> = slices
@@ -342,11 +344,12 @@ fn main() {
             .collect(),
         None => vec![1, 16, 256],
     };
+    let replicas = arg(5, 1) as usize;
     for batch in batches {
-        let r = run(flows, nodes, updates, batch);
+        let r = run(flows, nodes, updates, batch, replicas);
         let secs = r.owner_cpu.as_secs_f64();
         println!(
-            "{{\"flows\": {flows}, \"nodes\": {nodes}, \"owner_batch\": {}, \"updates_applied\": {}, \"owner_cpu_s\": {:.3}, \"owner_kops_per_core\": {:.1}, \"deltas\": {}, \"delta_bytes_per_update\": {:.1}, \"checkpoint_ms\": {:.1}, \"checkpoint_bytes\": {}, \"wall_s\": {:.2}}}",
+            "{{\"flows\": {flows}, \"nodes\": {nodes}, \"replicas\": {replicas}, \"owner_batch\": {}, \"updates_applied\": {}, \"owner_cpu_s\": {:.3}, \"owner_kops_per_core\": {:.1}, \"deltas\": {}, \"delta_bytes_per_update\": {:.1}, \"checkpoint_ms\": {:.1}, \"checkpoint_bytes\": {}, \"wall_s\": {:.2}}}",
             r.batch,
             r.updates,
             secs,
