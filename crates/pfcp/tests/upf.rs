@@ -1548,7 +1548,11 @@ fn any_endpoint_of_a_cluster_takes_any_message() {
     };
     assert_eq!((by, e.cause), (0, Cause::REQUEST_ACCEPTED));
     let seid = e.up_f_seid.unwrap().seid;
-    assert_eq!(seid >> 48, 5 << 8 | 1, "endpoint 1's incarnation (5) and allocator id");
+    assert_eq!(
+        seid >> 48,
+        5 << 8 | 1,
+        "endpoint 1's incarnation (5) and allocator id"
+    );
 
     // Modified through endpoint 1: relayed to endpoint 0, answered by endpoint 1.
     let modify = msg(
