@@ -193,6 +193,13 @@
 //! log holds its epoch and, per group it is a replica of, records 5 (entries), 6 (hard state)
 //! and 7 (snapshot) ([`replica::storage`]).
 //!
+//! [`Node::checkpoint`] gives, at a quiet moment (serving, no batch in flight, every event
+//! taken), the records that replace the log so far: the epoch, then the range's RIB as records
+//! 2 and 3 and an empty record 4 carrying the change number on; with replication, per group a
+//! record 7 (the group compacted behind a snapshot of the range's state at the applied index),
+//! its entries after it (5) and its hard state (6). Replayed alone, they give the state the
+//! whole log gives (`tests/checkpoint.rs`: the simulation replaces logs by them).
+//!
 //! # Cost
 //! The owner's work per update is one key hash, a group re-search (only for value bits whose
 //! hash index stopped separating), a log record entry, a FIB operation to the new handler and a
