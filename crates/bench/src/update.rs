@@ -8,7 +8,10 @@
 //!   each `--batch` size; every delta is serialized as the control protocol sends it. Rows:
 //!   `owner_kops_per_core` and `delta_bytes_per_update` per batch size.
 //! - **The cluster** (root, `--cluster`): a `--nodes`-node namespace cluster with the control
-//!   plane (`cluster up`), `--cluster-updates` inserts sent by one `scalebricks update` client
+//!   plane (`cluster up`), once per replication factor of `--replicas` (default 1 then 3, one
+//!   cluster after the other in the same run: `cluster_runs`, and `replicated_kops_ratio`, the
+//!   rate with the most replicas over the rate with the fewest; `cluster`, `cluster_kops` and
+//!   the propagation fields are the run with the most), `--cluster-updates` inserts sent by one `scalebricks update` client
 //!   per node at once (`cluster_kops`: acknowledged updates per second over the slowest
 //!   client's time; each acknowledgment comes after the owner's log commit, the handling
 //!   node's FIB install and every node's GPT), then a paced client at 10% of that rate with one
@@ -53,6 +56,11 @@ pub struct Args {
     /// Updates of the paced propagation run.
     #[arg(long, default_value_t = 2_000)]
     paced_updates: usize,
+    /// Replication factors of the cluster runs (comma separated; `cluster up --replicas`):
+    /// one cluster per factor, one after the other in this run; the JSON has a row per
+    /// factor and each row's rate as a share of the first's.
+    #[arg(long, value_delimiter = ',', default_value = "1,3")]
+    replicas: Vec<usize>,
     /// Seed of keys and updates.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -247,7 +255,8 @@ fn retransmits(status: &Value) -> i64 {
         .unwrap_or(0)
 }
 
-fn cluster(a: &Args) -> Result<Value> {
+/// One cluster run with `replicas` replicas per range.
+fn cluster(a: &Args, replicas: usize) -> Result<Value> {
     ensure!(sb_io::netns::is_root(), "bench update --cluster needs root");
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().join("state");
@@ -269,6 +278,8 @@ fn cluster(a: &Args) -> Result<Value> {
         &a.seed.to_string(),
         "--capacity",
         &((a.cluster_flows + a.cluster_updates + a.paced_updates) * 2).to_string(),
+        "--replicas",
+        &replicas.to_string(),
     ]))?;
     let r = (|| -> Result<Value> {
         // UE addresses of the pool that no initial flow has (those are spread over the pool).
@@ -349,6 +360,7 @@ fn cluster(a: &Args) -> Result<Value> {
         )?;
         Ok(json!({
             "nodes": a.nodes,
+            "replicas": replicas,
             "initial_flows": a.cluster_flows,
             "cluster_updates": acked,
             "cluster_seconds": slowest,
@@ -393,7 +405,44 @@ pub fn run(a: Args) -> Result<()> {
         .last()
         .and_then(|r| r["delta_bytes_per_update"].as_f64())
         .unwrap_or(0.0);
-    let cl = if a.cluster { Some(cluster(&a)?) } else { None };
+    let mut runs: Vec<Value> = Vec::new();
+    if a.cluster {
+        ensure!(
+            !a.replicas.is_empty() && a.replicas.iter().all(|&r| r >= 1),
+            "--replicas needs factors of at least 1"
+        );
+        for &r in &a.replicas {
+            let mut v = cluster(&a, r)?;
+            if !a.json {
+                eprintln!(
+                    "cluster, {r} replica(s): {:.1} K updates/s, propagation p99 {} ms",
+                    v["cluster_kops"].as_f64().unwrap_or(0.0),
+                    v["propagation_p99_ms"]
+                );
+            }
+            let base = runs.first().unwrap_or(&v)["cluster_kops"]
+                .as_f64()
+                .unwrap_or(0.0);
+            let kops = v["cluster_kops"].as_f64().unwrap_or(0.0);
+            v["kops_vs_first"] = json!(if base > 0.0 { kops / base } else { 0.0 });
+            runs.push(v);
+        }
+    }
+    // The rate and propagation of the run with the most replicas, and that rate as a share
+    // of the run with the fewest (the target: R=3 at 60% of R=1 or more).
+    let most = runs
+        .iter()
+        .max_by_key(|r| r["replicas"].as_u64().unwrap_or(0));
+    let fewest = runs
+        .iter()
+        .min_by_key(|r| r["replicas"].as_u64().unwrap_or(0));
+    let ratio = match (most, fewest) {
+        (Some(m), Some(f)) if f["cluster_kops"].as_f64().unwrap_or(0.0) > 0.0 => Some(
+            m["cluster_kops"].as_f64().unwrap_or(0.0) / f["cluster_kops"].as_f64().unwrap_or(1.0),
+        ),
+        _ => None,
+    };
+    let cl = most.cloned();
     let v = json!({
         "benchmark": "update",
         "keys": a.keys,
@@ -401,6 +450,9 @@ pub fn run(a: Args) -> Result<()> {
         "delta_bytes_per_update": dbytes,
         "owner": rows,
         "cluster": cl,
+        "cluster_runs": runs,
+        "replicated_kops_ratio": ratio,
+        "replicated_kops_ratio_of": most.zip(fewest).map(|(m, f)| json!([m["replicas"], f["replicas"]])),
         "cluster_kops": cl.as_ref().map(|c| c["cluster_kops"].clone()),
         "propagation_p50_ms": cl.as_ref().map(|c| c["propagation_p50_ms"].clone()),
         "propagation_p99_ms": cl.as_ref().map(|c| c["propagation_p99_ms"].clone()),
