@@ -11,8 +11,8 @@
 //!   plane (`cluster up`), once per replication factor of `--replicas` (default 1 then 3, one
 //!   cluster after the other in the same run: `cluster_runs`, and `replicated_kops_ratio`, the
 //!   rate with the most replicas over the rate with the fewest; `cluster`, `cluster_kops` and
-//!   the propagation fields are the run with the most), `--cluster-updates` inserts sent by one `scalebricks update` client
-//!   per node at once (`cluster_kops`: acknowledged updates per second over the slowest
+//!   the propagation fields are the run with the most), `--cluster-updates` inserts sent by
+//!   one `scalebricks update` client per node at once (`cluster_kops`: acknowledged updates per second over the slowest
 //!   client's time; each acknowledgment comes after the owner's log commit, the handling
 //!   node's FIB install and every node's GPT), then a paced client at 10% of that rate with one
 //!   update per request: `propagation_p50_ms` / `propagation_p99_ms` are its request-to-
