@@ -914,6 +914,404 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// TEA (`scalebricks-bench tea --plot DIR`): the paper's Figures 8, 9 and 10 from its JSON.
+
+/// Draws `tea-fig8.png`, `tea-fig9.png` and `tea-fig10.png` (those whose part `v` holds) into
+/// `dir`; returns the files written.
+pub fn draw_tea(dir: &Path, v: &Value) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = Vec::new();
+    let parts: [(&str, &str, TeaDraw); 3] = [
+        ("figure8", "tea-fig8.png", draw_tea_fig8),
+        ("figure9", "tea-fig9.png", draw_tea_fig9),
+        ("figure10", "tea-fig10.png", draw_tea_fig10),
+    ];
+    for (key, file, draw) in parts {
+        if v.get(key).is_none_or(Value::is_null) {
+            continue;
+        }
+        let mut buf = vec![0u8; (W * H * 3) as usize];
+        draw(&mut buf, &v[key]).map_err(|e| anyhow::anyhow!("drawing {file}: {e}"))?;
+        let path = dir.join(file);
+        write_png(&path, &buf)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+type TeaDraw = fn(&mut [u8], &Value) -> DrawResult<()>;
+
+fn arr(v: &Value) -> &[Value] {
+    v.as_array().map_or(&[], Vec::as_slice)
+}
+
+fn top(ys: impl Iterator<Item = f64>) -> f64 {
+    let m = ys.filter(|y| y.is_finite()).fold(0.0f64, f64::max) * 1.2;
+    if m > 0.0 {
+        m
+    } else {
+        1.0
+    }
+}
+
+const TEA_COLORS: [plotters::style::RGBColor; 6] = [
+    plotters::style::RGBColor(31, 119, 180),
+    plotters::style::RGBColor(255, 127, 14),
+    plotters::style::RGBColor(44, 160, 44),
+    plotters::style::RGBColor(214, 39, 40),
+    plotters::style::RGBColor(148, 103, 189),
+    plotters::style::RGBColor(140, 86, 75),
+];
+
+/// Figure 8: (a) lookup latency p10/p50/p90 by frame size, and the raw read's p50; (b)
+/// lookups per second by frame size. One server, no cache.
+fn draw_tea_fig8(buf: &mut [u8], f: &Value) -> DrawResult<()> {
+    use plotters::prelude::*;
+    let root = BitMapBackend::with_buffer(buf, (W, H)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        "TEA lookups, one memory server, no cache (Fig. 8)",
+        ("sans-serif", 24),
+    )?;
+    let (left, right) = root.split_horizontally(W / 2);
+    let rows = arr(&f["rows"]);
+    let sizes: Vec<u64> = rows.iter().map(|r| num(r, "frame_bytes") as u64).collect();
+    let n = rows.len().max(1) as f64;
+    let label = |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 0.01 && i >= 0.0 && (i as usize) < sizes.len() {
+            sizes[i as usize].to_string()
+        } else {
+            String::new()
+        }
+    };
+    let q = |r: &Value, k: &str| r["latency"][k].as_f64().unwrap_or(f64::NAN);
+    let raw = f["raw_read_no_packet"]["p50_us"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    let ymax = top(rows.iter().map(|r| q(r, "p90_us")).chain([raw]));
+    let mut c = ChartBuilder::on(&left)
+        .caption("(a) lookup latency", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5..n - 0.5, 0.0..ymax)?;
+    c.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(rows.len().max(1))
+        .x_label_formatter(&label)
+        .x_desc("frame size (B)")
+        .y_desc("latency (us)")
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .draw()?;
+    let blue = TEA_COLORS[0];
+    let p50: Vec<(f64, f64)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i as f64, q(r, "p50_us")))
+        .collect();
+    c.draw_series(LineSeries::new(p50.clone(), blue.stroke_width(3)))?
+        .label("TEA p50 (bars: p10-p90)")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], blue.stroke_width(3)));
+    for (i, r) in rows.iter().enumerate() {
+        let x = i as f64;
+        let (lo, hi) = (q(r, "p10_us"), q(r, "p90_us"));
+        if lo.is_finite() && hi.is_finite() {
+            c.draw_series(LineSeries::new(
+                vec![(x, lo), (x, hi)],
+                blue.stroke_width(2),
+            ))?;
+            for y in [lo, hi] {
+                c.draw_series(LineSeries::new(
+                    vec![(x - 0.12, y), (x + 0.12, y)],
+                    blue.stroke_width(2),
+                ))?;
+            }
+        }
+    }
+    if raw.is_finite() {
+        let red = TEA_COLORS[3];
+        c.draw_series(LineSeries::new(
+            vec![(-0.5, raw), (n - 0.5, raw)],
+            red.stroke_width(2),
+        ))?
+        .label("raw read, no packet (p50)")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], red.stroke_width(2)));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()?;
+    let rate: Vec<(f64, f64)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i as f64, num(r, "lookups_per_s") / 1e6))
+        .collect();
+    let ymax = top(rate.iter().map(|p| p.1));
+    let mut c = ChartBuilder::on(&right)
+        .caption("(b) lookup throughput", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5..n - 0.5, 0.0..ymax)?;
+    c.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(rows.len().max(1))
+        .x_label_formatter(&label)
+        .x_desc("frame size (B)")
+        .y_desc("million lookups/s")
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .draw()?;
+    c.draw_series(
+        rate.iter()
+            .map(|&(x, y)| Rectangle::new([(x - 0.3, 0.0), (x + 0.3, y)], TEA_COLORS[0].filled())),
+    )?;
+    root.present()?;
+    Ok(())
+}
+
+/// Figure 9: (a) lookups per second per server at the largest server count, without the
+/// cache at each α and with it at the largest; (b) aggregate lookups per second by server
+/// count, per α, with and without the cache.
+fn draw_tea_fig9(buf: &mut [u8], f: &Value) -> DrawResult<()> {
+    use plotters::prelude::*;
+    let root = BitMapBackend::with_buffer(buf, (W, H)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        "TEA lookups over several memory servers, Zipf keys (Fig. 9)",
+        ("sans-serif", 24),
+    )?;
+    let (left, right) = root.split_horizontally(W / 2);
+    let rows = arr(f);
+    let max_n = rows
+        .iter()
+        .map(|r| num(r, "servers") as u64)
+        .max()
+        .unwrap_or(1);
+    let mut alphas: Vec<f64> = rows.iter().map(|r| num(r, "alpha")).collect();
+    alphas.sort_by(f64::total_cmp);
+    alphas.dedup();
+    let last = alphas.last().copied().unwrap_or(f64::NAN);
+    let at = |alpha: f64, n: u64, cache: bool| {
+        rows.iter().find(|r| {
+            num(r, "alpha") == alpha
+                && num(r, "servers") as u64 == n
+                && r["cache"].as_bool() == Some(cache)
+        })
+    };
+    // (a)
+    let mut series: Vec<(String, Vec<f64>)> = Vec::new();
+    for &al in &alphas {
+        if let Some(r) = at(al, max_n, false) {
+            series.push((format!("a={al:.2} w/o cache"), per_server(r)));
+        }
+    }
+    if let Some(r) = at(last, max_n, true) {
+        let share = num(r, "cache_share") * 100.0;
+        series.push((
+            format!("a={last:.2} w/ cache ({share:.0}% from cache)"),
+            per_server(r),
+        ));
+    }
+    let ymax = top(series.iter().flat_map(|s| s.1.iter().copied()));
+    let mut c = ChartBuilder::on(&left)
+        .caption(
+            format!("(a) per server, {max_n} servers"),
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.5..max_n as f64 + 0.5, 0.0..ymax)?;
+    c.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(max_n as usize)
+        .x_label_formatter(&|x| format!("{:.0}", x))
+        .x_desc("server ID")
+        .y_desc("million lookups/s")
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .draw()?;
+    for (k, (name, ys)) in series.iter().enumerate() {
+        let col = TEA_COLORS[k % TEA_COLORS.len()];
+        let pts: Vec<(f64, f64)> = ys
+            .iter()
+            .enumerate()
+            .map(|(i, &y)| (i as f64 + 1.0, y))
+            .collect();
+        c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], col.stroke_width(2)));
+        c.draw_series(pts.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .position(SeriesLabelPosition::LowerLeft)
+        .draw()?;
+    // (b)
+    let mut ns: Vec<u64> = rows.iter().map(|r| num(r, "servers") as u64).collect();
+    ns.sort_unstable();
+    ns.dedup();
+    // (label, points, with the cache)
+    type Line = (String, Vec<(f64, f64)>, bool);
+    let mut lines: Vec<Line> = Vec::new();
+    for &al in &alphas {
+        for cache in [false, true] {
+            let pts: Vec<(f64, f64)> = ns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &n)| {
+                    at(al, n, cache).map(|r| (i as f64, num(r, "aggregate_lookups_per_s") / 1e6))
+                })
+                .collect();
+            let name = format!("a={al:.2} {}", if cache { "w/ cache" } else { "w/o cache" });
+            lines.push((name, pts, cache));
+        }
+    }
+    let ymax = top(lines.iter().flat_map(|l| l.1.iter().map(|p| p.1)));
+    let nx = ns.len().max(1) as f64;
+    let mut c = ChartBuilder::on(&right)
+        .caption("(b) aggregate remote lookups", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.3..nx - 0.7, 0.0..ymax)?;
+    c.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(ns.len().max(1))
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 0.01 && i >= 0.0 && (i as usize) < ns.len() {
+                ns[i as usize].to_string()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("memory servers")
+        .y_desc("million lookups/s (reads sent)")
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .draw()?;
+    for (k, (name, pts, cache)) in lines.iter().enumerate() {
+        let col = TEA_COLORS[(k / 2) % TEA_COLORS.len()];
+        let style = if *cache {
+            col.stroke_width(3)
+        } else {
+            col.mix(0.5).stroke_width(2)
+        };
+        c.draw_series(LineSeries::new(pts.clone(), style))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+        c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn per_server(r: &Value) -> Vec<f64> {
+    arr(&r["lookups_per_server_per_s"])
+        .iter()
+        .map(|x| x.as_f64().unwrap_or(0.0) / 1e6)
+        .collect()
+}
+
+/// Figure 10: the NF's output rate and each server's reads per bin through the primary's
+/// overload and failure.
+fn draw_tea_fig10(buf: &mut [u8], f: &Value) -> DrawResult<()> {
+    use plotters::prelude::*;
+    let root = BitMapBackend::with_buffer(buf, (W, H)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let bin_s = num(f, "bin_ms") / 1000.0;
+    let rate: Vec<f64> = arr(&f["rate_pps"])
+        .iter()
+        .map(|x| x.as_f64().unwrap_or(0.0) / 1e3)
+        .collect();
+    let reads = arr(&f["reads_per_server_per_bin"]);
+    let per = |s: usize| -> Vec<(f64, f64)> {
+        reads
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let x = r[s].as_f64().unwrap_or(0.0) / bin_s / 1e3;
+                ((i as f64 + 1.0) * bin_s, x)
+            })
+            .collect()
+    };
+    let tmax = rate.len() as f64 * bin_s;
+    let ymax = top(rate
+        .iter()
+        .copied()
+        .chain(per(0).iter().chain(&per(1)).map(|p| p.1)));
+    let mut c = ChartBuilder::on(&root)
+        .caption(
+            "TEA through an overload and a failure of the primary (Fig. 10)",
+            ("sans-serif", 24),
+        )
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..tmax.max(bin_s), 0.0..ymax)?;
+    c.configure_mesh()
+        .x_desc(format!("time (s), {} ms bins", num(f, "bin_ms")))
+        .y_desc("thousand per second")
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()?;
+    let pts: Vec<(f64, f64)> = rate
+        .iter()
+        .enumerate()
+        .map(|(i, &y)| ((i as f64 + 1.0) * bin_s, y))
+        .collect();
+    let black = RGBColor(30, 30, 30);
+    c.draw_series(LineSeries::new(pts, black.stroke_width(3)))?
+        .label("NF packets out")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], black.stroke_width(3)));
+    for (s, name) in [
+        (0, "reads to server 1 (primary)"),
+        (1, "reads to server 2 (secondary)"),
+    ] {
+        let col = TEA_COLORS[s];
+        c.draw_series(LineSeries::new(per(s), col.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], col.stroke_width(2)));
+    }
+    for e in arr(&f["events"]) {
+        let t = num(e, "t_s");
+        let grey = RGBColor(150, 150, 150);
+        c.draw_series(LineSeries::new(
+            vec![(t, 0.0), (t, ymax)],
+            grey.stroke_width(1),
+        ))?;
+        c.draw_series(std::iter::once(Text::new(
+            e["what"].as_str().unwrap_or("").to_string(),
+            (t + 0.03, ymax * 0.97),
+            ("sans-serif", 14).into_font().color(&grey),
+        )))?;
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::LowerLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1113,5 +1511,42 @@ mod tests {
         let p = dir.path().join("l.png");
         draw_latency(&p, &lat).unwrap();
         assert_eq!(&std::fs::read(&p).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    }
+
+    /// The TEA figures from a JSON of the shape `bench tea` prints: three PNGs written.
+    #[test]
+    fn tea_figures_are_drawn() {
+        let row = |alpha: f64, n: u64, cache: bool| {
+            serde_json::json!({"alpha": alpha, "servers": n, "cache": cache,
+                "cache_share": if cache { 0.5 } else { 0.0 },
+                "aggregate_lookups_per_s": 1e5 * n as f64,
+                "lookups_per_server_per_s": vec![1e5; n as usize]})
+        };
+        let rows: Vec<Value> = [64, 1500]
+            .iter()
+            .map(|s| {
+                serde_json::json!({"frame_bytes": s,
+                    "latency": {"p10_us": 10.0, "p50_us": 12.0, "p90_us": 20.0},
+                    "lookups_per_s": 1e5})
+            })
+            .collect();
+        let v = serde_json::json!({
+            "figure8": {"rows": rows, "raw_read_no_packet": {"p50_us": 8.0}},
+            "figure9": [row(0.9, 1, false), row(0.99, 2, true), row(0.99, 2, false)],
+            "figure10": {"bin_ms": 50, "rate_pps": [1e5, 0.0, 9e4],
+                "reads_per_server_per_bin": [[5000, 0], [0, 0], [0, 4500]],
+                "events": [{"t_s": 0.05, "what": "primary down"}]},
+        });
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = draw_tea(dir.path(), &v).expect("drawn");
+        assert_eq!(files.len(), 3);
+        for f in files {
+            let d = png::Decoder::new(std::fs::File::open(&f).expect("open"));
+            let r = d.read_info().expect("a PNG");
+            assert_eq!((r.info().width, r.info().height), (W, H));
+        }
+        // A part not run is not drawn.
+        let only = serde_json::json!({"figure8": v["figure8"].clone(), "figure9": null});
+        assert_eq!(draw_tea(dir.path(), &only).expect("drawn").len(), 1);
     }
 }
