@@ -4,7 +4,8 @@
 //! node 0's calls (decode, validate, log record, FIB install messages, re-search, delta encode,
 //! authentication of every datagram, acks, reply) is the owner's work. One JSON line per owner
 //! batch size, with the CPU time and bytes of node 0's checkpoint at the end
-//! (`Node::checkpoint`, which a node process runs on its control thread). Times are the
+//! (`Node::checkpoint`, which a node process runs on its control thread) and of a restart
+//! from it (`Node::with_tuning` on those records: the replay before syncing). Times are the
 //! thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
 //!
 //! `cargo run --release -p sb-control --example owner_rate -- [FLOWS] [NODES] [UPDATES]`
@@ -60,6 +61,8 @@ struct Run {
     /// CPU time of the owner's `Node::checkpoint` at the end, and its records' bytes.
     checkpoint_cpu: Duration,
     checkpoint_bytes: usize,
+    /// CPU time of `Node::with_tuning` from those records (a restart's replay).
+    replay_cpu: Duration,
     batch: usize,
     updates: u64,
     owner_cpu: Duration,
@@ -319,9 +322,17 @@ fn run(flows: usize, nodes: u16, updates: u64, batch: usize, replicas: usize) ->
         .expect("a quiet owner gives a checkpoint");
     let checkpoint_cpu = t.elapsed();
     let checkpoint_bytes = ckpt.iter().map(|r| r.len() + 4).sum();
+    // A restart from it: the state machine rebuilt from the checkpoint's records alone (what
+    // a node replays before it syncs with its peers).
+    let t = CpuInstant::now();
+    let restarted = Node::with_tuning(spec.clone(), 0, Vec::new(), ckpt, 0, 99, tuning.clone())
+        .expect("a node from its checkpoint");
+    let replay_cpu = t.elapsed();
+    drop(restarted);
     Run {
         checkpoint_cpu,
         checkpoint_bytes,
+        replay_cpu,
         batch,
         updates: acked,
         owner_cpu,
@@ -349,7 +360,7 @@ fn main() {
         let r = run(flows, nodes, updates, batch, replicas);
         let secs = r.owner_cpu.as_secs_f64();
         println!(
-            "{{\"flows\": {flows}, \"nodes\": {nodes}, \"replicas\": {replicas}, \"owner_batch\": {}, \"updates_applied\": {}, \"owner_cpu_s\": {:.3}, \"owner_kops_per_core\": {:.1}, \"deltas\": {}, \"delta_bytes_per_update\": {:.1}, \"checkpoint_ms\": {:.1}, \"checkpoint_bytes\": {}, \"wall_s\": {:.2}}}",
+            "{{\"flows\": {flows}, \"nodes\": {nodes}, \"replicas\": {replicas}, \"owner_batch\": {}, \"updates_applied\": {}, \"owner_cpu_s\": {:.3}, \"owner_kops_per_core\": {:.1}, \"deltas\": {}, \"delta_bytes_per_update\": {:.1}, \"checkpoint_ms\": {:.1}, \"checkpoint_bytes\": {}, \"replay_from_checkpoint_ms\": {:.1}, \"wall_s\": {:.2}}}",
             r.batch,
             r.updates,
             secs,
@@ -358,6 +369,7 @@ fn main() {
             r.delta_bytes as f64 / r.updates.max(1) as f64,
             r.checkpoint_cpu.as_secs_f64() * 1e3,
             r.checkpoint_bytes,
+            r.replay_cpu.as_secs_f64() * 1e3,
             r.wall.as_secs_f64()
         );
     }
