@@ -3,6 +3,9 @@
 //! ports, captured by tcpdump on every RAN side, dissected by tshark and compared byte for byte
 //! with what was sent; upstream G-PDUs and a GTP-U echo sent by scapy from a RAN side; SYNs of
 //! a real kernel TCP socket. Same root/CI policy, lock and cleanup as `cluster_e2e` (`common`).
+//! With the `fastpath` feature the per-architecture runs repeat on the XDP fast path (`cluster
+//! up --io xdp-fast`): the same packets and checks, the counters with the programs' work folded
+//! in (`common::fold_xdp`), and every known packet finished in XDP.
 
 mod common;
 use common::*;
@@ -144,12 +147,20 @@ fn v4(s: &str) -> [u8; 4] {
 }
 
 /// The node counters once `done` holds for them, (if `balanced`) every frame an engine sent
-/// over the fabric was received by another, and they stay the same over another second.
+/// over the fabric was received by another, and they stay the same over another second. On the
+/// XDP fast path, with what the programs did folded in (`fold_xdp`).
 fn settled(c: &Cluster, what: &str, balanced: bool, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let t0 = Instant::now();
+    let status = || -> Vec<Value> {
+        c.status()["node_status"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(fold_xdp)
+            .collect()
+    };
     loop {
-        let st = c.status();
-        let ns: Vec<Value> = st["node_status"].as_array().unwrap().clone();
+        let ns = status();
         let fabric_tx: u64 = ns
             .iter()
             .map(|n| n["engine"]["ports"]["fabric"]["tx"].as_u64().unwrap_or(0))
@@ -161,7 +172,7 @@ fn settled(c: &Cluster, what: &str, balanced: bool, done: impl Fn(&[Value]) -> b
         if done(&ns) && (!balanced || fabric_tx == fabric_rx) {
             // Counters are rewritten every second: one more round to see they stay.
             std::thread::sleep(Duration::from_millis(1100));
-            let again: Vec<Value> = c.status()["node_status"].as_array().unwrap().clone();
+            let again = status();
             let strip =
                 |v: &[Value]| -> Vec<Value> { v.iter().map(|n| n["engine"].clone()).collect() };
             if strip(&again) == strip(&ns) {
@@ -189,27 +200,16 @@ struct Sent {
     ue: String,
 }
 
-/// Downstream, upstream and echo through a 4-node cluster running `arch`.
-fn engine_end_to_end(arch: &str, seed: u64) {
+/// Downstream, upstream and echo through a 4-node cluster running `arch` with I/O `io`.
+fn engine_end_to_end(arch: &str, seed: u64, io: Io) {
     let t_start = Instant::now();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
     let seed_s = seed.to_string();
-    ok(
-        &c.up_with(
-            NODES,
-            "user",
-            &[
-                "--arch",
-                arch,
-                "--flows",
-                &FLOWS.to_string(),
-                "--seed",
-                &seed_s,
-            ],
-        ),
-        "cluster up",
-    );
+    let flows_s = FLOWS.to_string();
+    let mut up = vec!["--arch", arch, "--flows", &flows_s, "--seed", &seed_s];
+    up.extend_from_slice(io.up_args());
+    ok(&c.up_with(NODES, "user", &up), "cluster up");
     // `cluster up` returns before every bridge port forwards (see
     // cluster_e2e::up_returns_with_every_link_up): wait for it, this test is about the engine.
     wait_links_up(&c);
@@ -471,8 +471,18 @@ fn engine_end_to_end(arch: &str, seed: u64) {
     if arch != "hash-part" {
         assert_eq!(crossings[2], 0);
     }
+    if io == Io::XdpFast {
+        // Every known packet finished in XDP (the folded crossings above count those too),
+        // the rest (unknown UEs, malformed frames) passed to the engine.
+        let x = |k: &str| -> u64 { counters.iter().map(|n| u(&n["xdp"]["counters"][k])).sum() };
+        let fast = x("to_ran") + x("fabric_to_ran") + x("fabric_to_ran_2");
+        assert_eq!(fast, KNOWN as u64, "{arch}: known packets finished in XDP");
+        for (i, n) in counters.iter().enumerate() {
+            assert_eq!(n["xdp"]["enabled"], true, "node {i}: {n}");
+        }
+    }
     eprintln!(
-        "{arch}: downstream checked ({KNOWN} known, crossings {crossings:?}) after {:.1}s",
+        "{arch} ({io:?}): downstream checked ({KNOWN} known, crossings {crossings:?}) after {:.1}s",
         t_start.elapsed().as_secs_f64()
     );
 
@@ -644,21 +654,48 @@ fn per_flows(flows: &[Flow], node: usize) -> u64 {
 #[test]
 fn scalebricks_forwards_every_packet_once_with_at_most_one_crossing() {
     if can_run_engine("scalebricks_forwards_every_packet_once_with_at_most_one_crossing") {
-        engine_end_to_end("scalebricks", 1);
+        engine_end_to_end("scalebricks", 1, Io::Engine);
     }
 }
 
 #[test]
 fn full_duplication_forwards_every_packet_once() {
     if can_run_engine("full_duplication_forwards_every_packet_once") {
-        engine_end_to_end("full-dup", 2);
+        engine_end_to_end("full-dup", 2, Io::Engine);
     }
 }
 
 #[test]
 fn hash_partitioning_forwards_every_packet_once_with_at_most_two_crossings() {
     if can_run_engine("hash_partitioning_forwards_every_packet_once_with_at_most_two_crossings") {
-        engine_end_to_end("hash-part", 3);
+        engine_end_to_end("hash-part", 3, Io::Engine);
+    }
+}
+
+/// The three architectures again on the XDP fast path (feature `fastpath`): the same packets,
+/// captures and tshark checks; the counters with the programs' work folded in, and every known
+/// packet finished in XDP.
+#[cfg(feature = "fastpath")]
+#[test]
+fn scalebricks_on_the_xdp_fast_path_forwards_every_packet_once() {
+    if can_run_engine("scalebricks_on_the_xdp_fast_path_forwards_every_packet_once") {
+        engine_end_to_end("scalebricks", 1, Io::XdpFast);
+    }
+}
+
+#[cfg(feature = "fastpath")]
+#[test]
+fn full_duplication_on_the_xdp_fast_path_forwards_every_packet_once() {
+    if can_run_engine("full_duplication_on_the_xdp_fast_path_forwards_every_packet_once") {
+        engine_end_to_end("full-dup", 2, Io::XdpFast);
+    }
+}
+
+#[cfg(feature = "fastpath")]
+#[test]
+fn hash_partitioning_on_the_xdp_fast_path_forwards_every_packet_once() {
+    if can_run_engine("hash_partitioning_on_the_xdp_fast_path_forwards_every_packet_once") {
+        engine_end_to_end("hash-part", 3, Io::XdpFast);
     }
 }
 

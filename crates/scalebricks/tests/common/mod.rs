@@ -167,6 +167,56 @@ pub fn journal_pids(dir: &Path) -> Vec<i64> {
         .collect()
 }
 
+/// How a cluster's nodes forward: the engine alone (AF_PACKET sockets), or the XDP fast path
+/// in front of it (`cluster up --io xdp-fast`, feature `fastpath`: the programs finish what
+/// their maps answer and pass the rest to the engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Io {
+    Engine,
+    XdpFast,
+}
+
+impl Io {
+    /// `cluster up` arguments for this I/O.
+    pub fn up_args(self) -> &'static [&'static str] {
+        match self {
+            Io::Engine => &[],
+            Io::XdpFast => &["--io", "xdp-fast"],
+        }
+    }
+}
+
+/// Node status `n` (`cluster status --json`'s `node_status` row) with what its XDP programs
+/// finished folded into `engine`, as if the engine had done it: frames seen at `inet`, `ran`
+/// and `fabric` (every frame passes the programs first), frames sent out of `ran` (encapsulated
+/// at the ingress node, after one or two fabric crossings, echo answers), out of `inet`
+/// (decapsulated uplink) and over the fabric, the crossings, upstream packets and echo
+/// replies. Without the fast path, `n` unchanged.
+pub fn fold_xdp(n: &Value) -> Value {
+    let mut n = n.clone();
+    let Some(x) = n["xdp"]["counters"].as_object().cloned() else {
+        return n;
+    };
+    let c = |k: &str| x.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let e = &mut n["engine"];
+    let add = |v: &mut Value, by: u64| *v = (v.as_u64().unwrap_or(0) + by).into();
+    e["ports"]["inet"]["rx"] = c("rx_inet").into();
+    e["ports"]["ran"]["rx"] = c("rx_ran").into();
+    e["ports"]["fabric"]["rx"] = c("rx_fabric").into();
+    add(
+        &mut e["ports"]["ran"]["tx"],
+        c("to_ran") + c("fabric_to_ran") + c("fabric_to_ran_2") + c("echo"),
+    );
+    add(&mut e["ports"]["inet"]["tx"], c("up_to_inet"));
+    add(&mut e["ports"]["fabric"]["tx"], c("to_fabric"));
+    add(&mut e["crossings"][0], c("to_ran"));
+    add(&mut e["crossings"][1], c("fabric_to_ran"));
+    add(&mut e["crossings"][2], c("fabric_to_ran_2"));
+    add(&mut e["upstream"], c("up_to_inet"));
+    add(&mut e["echo_replies"], c("echo"));
+    n
+}
+
 /// A cluster under test: unique prefix and state directory; `down` on drop.
 pub struct Cluster {
     pub prefix: String,
