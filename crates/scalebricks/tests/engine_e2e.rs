@@ -3,9 +3,11 @@
 //! ports, captured by tcpdump on every RAN side, dissected by tshark and compared byte for byte
 //! with what was sent; upstream G-PDUs and a GTP-U echo sent by scapy from a RAN side; SYNs of
 //! a real kernel TCP socket. Same root/CI policy, lock and cleanup as `cluster_e2e` (`common`).
-//! With the `fastpath` feature the per-architecture runs repeat on the XDP fast path (`cluster
-//! up --io xdp-fast`): the same packets and checks, the counters with the programs' work folded
-//! in (`common::fold_xdp`), and every known packet finished in XDP.
+//! With the `fastpath` feature every test repeats on the XDP fast path (`cluster up --io
+//! xdp-fast`): the same packets and checks, the counters with the programs' work folded in
+//! (`common::fold_xdp`), and the programs' own counters say what they finished (every known
+//! packet, the kernel's SYNs, the big packets over the fabric) and what they passed to the
+//! engine (unknown UEs, malformed frames, an expired TTL, packets too big for the `ran` MTU).
 
 mod common;
 use common::*;
@@ -704,15 +706,31 @@ fn hash_partitioning_on_the_xdp_fast_path_forwards_every_packet_once() {
 /// with the inner TCP checksum tshark finds good.
 #[test]
 fn kernel_tcp_syns_arrive_tunnelled_with_a_valid_checksum() {
-    if !can_run_engine("kernel_tcp_syns_arrive_tunnelled_with_a_valid_checksum") {
+    kernel_tcp_syns(
+        "kernel_tcp_syns_arrive_tunnelled_with_a_valid_checksum",
+        Io::Engine,
+    );
+}
+
+/// The same on the XDP fast path (what the programs pass to the engine, and what they finish).
+#[cfg(feature = "fastpath")]
+#[test]
+fn kernel_tcp_syns_arrive_tunnelled_on_the_xdp_fast_path() {
+    kernel_tcp_syns(
+        "kernel_tcp_syns_arrive_tunnelled_on_the_xdp_fast_path",
+        Io::XdpFast,
+    );
+}
+
+fn kernel_tcp_syns(test: &str, io: Io) {
+    if !can_run_engine(test) {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
-    ok(
-        &c.up_with(NODES, "user", &["--flows", "1000", "--seed", "4"]),
-        "cluster up",
-    );
+    let mut up = vec!["--flows", "1000", "--seed", "4"];
+    up.extend_from_slice(io.up_args());
+    ok(&c.up_with(NODES, "user", &up), "cluster up");
     wait_links_up(&c);
     let flow = c.flows().into_iter().find(|f| f.node == 0).unwrap();
     let work = c._tmp.path();
@@ -740,6 +758,13 @@ fn kernel_tcp_syns_arrive_tunnelled_with_a_valid_checksum() {
     // SYN at 0 s, retransmissions at 1 s and 3 s.
     assert!(sent.len() >= 2, "SYNs sent: {}", sent.len());
     assert_eq!(got.len(), sent.len(), "SYNs tunnelled");
+    if io == Io::XdpFast {
+        // Encapsulated in XDP at node 0, nothing passed to its engine.
+        let st = settled(&c, "SYNs", false, |ns| {
+            u(&ns[0]["xdp"]["counters"]["to_ran"]) >= got.len() as u64
+        });
+        assert_eq!(u(&st[0]["xdp"]["counters"]["slow"]), 0, "{}", st[0]);
+    }
     for (s, g) in sent.iter().zip(&got) {
         let t = parse_tunnelled(g);
         assert_eq!(t.teid, flow.teid);
@@ -782,21 +807,33 @@ fn kernel_tcp_syns_arrive_tunnelled_with_a_valid_checksum() {
 /// good, quoting the packet). Per architecture, into the node that does not serve the UE.
 #[test]
 fn full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded() {
-    if !can_run_engine("full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded") {
+    full_size_and_expired(
+        "full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded",
+        Io::Engine,
+    );
+}
+
+/// The same on the XDP fast path (what the programs pass to the engine, and what they finish).
+#[cfg(feature = "fastpath")]
+#[test]
+fn full_size_packets_and_time_exceeded_on_the_xdp_fast_path() {
+    full_size_and_expired(
+        "full_size_packets_and_time_exceeded_on_the_xdp_fast_path",
+        Io::XdpFast,
+    );
+}
+
+fn full_size_and_expired(test: &str, io: Io) {
+    if !can_run_engine(test) {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut failures = Vec::new();
     for arch in ["scalebricks", "full-dup", "hash-part"] {
         let c = Cluster::new();
-        ok(
-            &c.up_with(
-                2,
-                "user",
-                &["--arch", arch, "--flows", "100", "--seed", "4"],
-            ),
-            "cluster up",
-        );
+        let mut up = vec!["--arch", arch, "--flows", "100", "--seed", "4"];
+        up.extend_from_slice(io.up_args());
+        ok(&c.up_with(2, "user", &up), "cluster up");
         wait_links_up(&c);
         let desc = c.description();
         assert_eq!(
@@ -853,6 +890,16 @@ fn full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded() {
                 .iter()
                 .all(|&b| usize::from(b) == inner.len() % 251)
         });
+        // On the fast path: both big packets sent over the fabric and finished at node 1 in
+        // XDP, the expired one passed to node 0's engine (`slow_ttl`).
+        let x = |i: usize, k: &str| u(&st[i]["xdp"]["counters"][k]);
+        let xdp_ok = io == Io::Engine
+            || (
+                x(0, "to_fabric"),
+                x(0, "slow_ttl"),
+                x(0, "slow"),
+                x(1, "fabric_to_ran"),
+            ) == (2, 1, 1, 2);
         let mtu: u64 = st.iter().map(|n| u(&n["engine"]["drops"]["mtu"])).sum();
         let icmp: u64 = st.iter().map(|n| u(&n["engine"]["icmp_errors"])).sum();
         let fabric_errors: u64 = st
@@ -892,9 +939,12 @@ fn full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded() {
             || icmp != 1
             || fabric_errors != 0
             || rows != [want_row.clone()]
+            || !xdp_ok
         {
             failures.push(format!(
-                "{arch}: ran1 got inner lengths {got:?} (want [1400, 1500]), intact {intact}, mtu drops {mtu} (want 0), icmp errors {icmp} (want 1), fabric tx errors+drops {fabric_errors} (want 0), tshark at inet0 {rows:?} (want [{want_row:?}])"
+                "{arch}: ran1 got inner lengths {got:?} (want [1400, 1500]), intact {intact}, mtu drops {mtu} (want 0), icmp errors {icmp} (want 1), fabric tx errors+drops {fabric_errors} (want 0), tshark at inet0 {rows:?} (want [{want_row:?}]), XDP as expected {xdp_ok} (node 0 {}, node 1 {})",
+                st[0]["xdp"],
+                st[1]["xdp"]
             ));
         }
         ok(&c.down(), "cluster down");
@@ -910,19 +960,31 @@ fn full_size_packets_reach_the_gnb_and_expired_ones_get_time_exceeded() {
 /// packet. ScaleBricks, into the UE's own node (whose inet sends the error).
 #[test]
 fn oversize_packets_get_frag_needed_back_at_the_sender() {
-    if !can_run_engine("oversize_packets_get_frag_needed_back_at_the_sender") {
+    oversize_and_frag_needed(
+        "oversize_packets_get_frag_needed_back_at_the_sender",
+        Io::Engine,
+    );
+}
+
+/// The same on the XDP fast path (what the programs pass to the engine, and what they finish).
+#[cfg(feature = "fastpath")]
+#[test]
+fn oversize_packets_and_frag_needed_on_the_xdp_fast_path() {
+    oversize_and_frag_needed(
+        "oversize_packets_and_frag_needed_on_the_xdp_fast_path",
+        Io::XdpFast,
+    );
+}
+
+fn oversize_and_frag_needed(test: &str, io: Io) {
+    if !can_run_engine(test) {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
-    ok(
-        &c.up_with(
-            2,
-            "user",
-            &["--flows", "100", "--seed", "5", "--ran-mtu", "1400"],
-        ),
-        "cluster up",
-    );
+    let mut up = vec!["--flows", "100", "--seed", "5", "--ran-mtu", "1400"];
+    up.extend_from_slice(io.up_args());
+    ok(&c.up_with(2, "user", &up), "cluster up");
     wait_links_up(&c);
     let desc = c.description();
     let flow = c.flows().into_iter().find(|f| f.node == 1).unwrap();
@@ -970,6 +1032,16 @@ fn oversize_packets_get_frag_needed_back_at_the_sender() {
         .map(|f| usize::from(u16::from_be_bytes([f[16], f[17]])))
         .collect();
     assert_eq!(lens, [1400, 1396, 25], "what reached ran1");
+    if io == Io::XdpFast {
+        // The packet that fits encapsulated in XDP, both too big for it passed to the engine.
+        let x = |k: &str| u(&st[1]["xdp"]["counters"][k]);
+        assert_eq!(
+            (x("to_ran"), x("slow_mtu"), x("slow")),
+            (1, 2, 2),
+            "{}",
+            st[1]
+        );
+    }
     assert_eq!(parse_tunnelled(&frames[0]).inner.len(), 1364);
     assert_eq!(u(&st[1]["engine"]["drops"]["mtu"]), 1, "{}", st[1]);
     assert_eq!(u(&st[1]["engine"]["icmp_errors"]), 1, "{}", st[1]);
