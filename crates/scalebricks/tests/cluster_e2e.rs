@@ -3,7 +3,9 @@
 //! packet per architecture). They need root (CI runs as root): without it they fail with a clear
 //! message when `CI=true`, and are skipped with a notice otherwise. Each test uses its own name
 //! prefix and state directory, runs serially with the others (one lock), is bounded in time, and
-//! a Drop guard runs `cluster down` even when an assertion fails.
+//! a Drop guard runs `cluster down` even when an assertion fails. With the `fastpath` feature
+//! the two-node traffic test and the malformed-frame test also run on the XDP fast path
+//! (`cluster up --io xdp-fast`).
 
 mod common;
 use common::*;
@@ -16,12 +18,32 @@ use serde_json::Value;
 
 #[test]
 fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
-    if !can_run("two_nodes_carry_traffic_without_loss_and_leave_nothing_behind") {
+    two_nodes_carry_traffic(
+        "two_nodes_carry_traffic_without_loss_and_leave_nothing_behind",
+        Io::Engine,
+    );
+}
+
+/// The same on the XDP fast path (feature `fastpath`): the counters with the programs' work
+/// folded in (`fold_xdp`), every packet finished in XDP, and `cluster down` leaves nothing.
+#[cfg(feature = "fastpath")]
+#[test]
+fn two_nodes_carry_traffic_on_the_xdp_fast_path_and_leave_nothing_behind() {
+    two_nodes_carry_traffic(
+        "two_nodes_carry_traffic_on_the_xdp_fast_path_and_leave_nothing_behind",
+        Io::XdpFast,
+    );
+}
+
+fn two_nodes_carry_traffic(test: &str, io: Io) {
+    if !can_run(test) {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
-    ok(&c.up_with(2, "user", &["--seed", "11"]), "cluster up");
+    let mut up = vec!["--seed", "11"];
+    up.extend_from_slice(io.up_args());
+    ok(&c.up_with(2, "user", &up), "cluster up");
     let desc = c.description();
     // switch, control network, and per node its own, inet and ran namespaces.
     assert_eq!(c.namespaces().len(), 2 + 2 * 3, "{:?}", c.namespaces());
@@ -74,9 +96,19 @@ fn two_nodes_carry_traffic_without_loss_and_leave_nothing_behind() {
             st["cluster"]["nodes"][1]["netns"],
             format!("{}-node1", c.prefix)
         );
-        let e0 = &st["node_status"][0]["engine"];
-        let e1 = &st["node_status"][1]["engine"];
+        let (n0, n1) = (
+            fold_xdp(&st["node_status"][0]),
+            fold_xdp(&st["node_status"][1]),
+        );
+        let (e0, e1) = (&n0["engine"], &n1["engine"]);
         if e1["ports"]["ran"]["tx"] == 5000 {
+            if io == Io::XdpFast {
+                // All of it in XDP: encapsulated at node 1 or sent over by node 0 and
+                // finished at node 1; nothing passed to an engine.
+                let x = |n: &Value, k: &str| n["xdp"]["counters"][k].as_u64().unwrap_or(0);
+                assert_eq!(x(&n1, "to_ran") + x(&n1, "fabric_to_ran"), 5000, "{n1}");
+                assert_eq!(x(&n0, "slow") + x(&n1, "slow"), 0, "{n0} {n1}");
+            }
             for e in [e0, e1] {
                 assert_eq!(e["ports"]["inet"]["rx"], 2500, "{e}");
                 assert_eq!(e["drops"], serde_json::json!({}), "{e}");
@@ -406,12 +438,30 @@ fn send_frames(c: &Cluster, side: &str, frames: &[(Vec<u8>, &str)], times: usize
 
 #[test]
 fn malformed_frames_are_counted_and_dropped_and_valid_traffic_still_passes() {
-    if !can_run("malformed_frames_are_counted_and_dropped_and_valid_traffic_still_passes") {
+    malformed_frames(
+        "malformed_frames_are_counted_and_dropped_and_valid_traffic_still_passes",
+        Io::Engine,
+    );
+}
+
+/// The same on the XDP fast path (feature `fastpath`): the programs finish none of the
+/// malformed frames, they pass every one to the engine, which counts and drops it.
+#[cfg(feature = "fastpath")]
+#[test]
+fn malformed_frames_on_the_xdp_fast_path_go_to_the_engine_and_are_dropped() {
+    malformed_frames(
+        "malformed_frames_on_the_xdp_fast_path_go_to_the_engine_and_are_dropped",
+        Io::XdpFast,
+    );
+}
+
+fn malformed_frames(test: &str, io: Io) {
+    if !can_run(test) {
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
-    ok(&c.up(1, "user"), "cluster up");
+    ok(&c.up_with(1, "user", io.up_args()), "cluster up");
     let desc = c.description();
     let pids = journal_pids(&c.dir);
     // Downstream frames to a UE the node serves, so only their faults stop them.
@@ -479,8 +529,9 @@ fn malformed_frames_are_counted_and_dropped_and_valid_traffic_still_passes() {
     let total = 3 * (downstream.len() + upstream.len()) as u64;
     // The node counts them (counters rewritten every second) and keeps running.
     let t0 = Instant::now();
-    let e = loop {
-        let e = c.status()["node_status"][0]["engine"].clone();
+    let (e, n) = loop {
+        let n = c.status()["node_status"][0].clone();
+        let e = n["engine"].clone();
         let malformed: u64 = e["drops"]
             .as_object()
             .map(|m| {
@@ -491,7 +542,7 @@ fn malformed_frames_are_counted_and_dropped_and_valid_traffic_still_passes() {
             })
             .unwrap_or(0);
         if malformed == total {
-            break e;
+            break (e, n);
         }
         assert!(t0.elapsed() < Duration::from_secs(10), "node counters: {e}");
         std::thread::sleep(Duration::from_millis(100));
@@ -505,6 +556,13 @@ fn malformed_frames_are_counted_and_dropped_and_valid_traffic_still_passes() {
     assert_eq!(e["ports"]["ran"]["tx"], 0, "{e}");
     assert_eq!(e["ports"]["inet"]["tx"], 0, "{e}");
     assert!(pids.iter().all(|&p| pid_alive(p)));
+    if io == Io::XdpFast {
+        // The programs saw every frame and passed each to the engine.
+        let x = |k: &str| n["xdp"]["counters"][k].as_u64().unwrap_or(0);
+        let finished = x("to_ran") + x("to_fabric") + x("up_to_inet") + x("echo");
+        assert_eq!(finished, 0, "{n}");
+        assert!(x("slow") >= total, "{n}");
+    }
 
     // Valid traffic still passes, and nothing malformed reached the RAN side.
     let flows = c.dir.join("flows.csv");

@@ -191,7 +191,7 @@ impl Io {
 /// and `fabric` (every frame passes the programs first), frames sent out of `ran` (encapsulated
 /// at the ingress node, after one or two fabric crossings, echo answers), out of `inet`
 /// (decapsulated uplink) and over the fabric, the crossings, upstream packets and echo
-/// replies. Without the fast path, `n` unchanged.
+/// replies, `inet` frames sent on over the fabric. Without the fast path, `n` unchanged.
 pub fn fold_xdp(n: &Value) -> Value {
     let mut n = n.clone();
     let Some(x) = n["xdp"]["counters"].as_object().cloned() else {
@@ -209,6 +209,9 @@ pub fn fold_xdp(n: &Value) -> Value {
     );
     add(&mut e["ports"]["inet"]["tx"], c("up_to_inet"));
     add(&mut e["ports"]["fabric"]["tx"], c("to_fabric"));
+    // (Under hash partitioning the programs' `to_fabric` also counts the indirection node's
+    // frames on to their egress node, which arrived at `fabric`, not `inet`.)
+    add(&mut e["ports"]["inet"]["to_fabric"], c("to_fabric"));
     add(&mut e["crossings"][0], c("to_ran"));
     add(&mut e["crossings"][1], c("fabric_to_ran"));
     add(&mut e["crossings"][2], c("fabric_to_ran_2"));
