@@ -35,6 +35,11 @@
 //! figures with and without `--engine` show how much of the packet budget the lookups and the
 //! encapsulation take.
 //!
+//! `--direction uplink` (with `--engine`) runs the other way: `a` is the engine's `ran` port,
+//! `b` its `inet` port; the generator sends the tunnels' G-PDUs (from their eNodeBs to the
+//! node's ran address, on their uplink TEIDs, carrying a user frame from the UE of `--size`
+//! less the FCS), and the decapsulated user frames leave `b`.
+//!
 //! `--backend xdp-fast` (with `--engine`, cargo feature `fastpath`) runs instead the sb-xdp
 //! fast path (`sb_inet` in XDP on `a`) on the same tables, fed by an XDP generator and counted by
 //! an XDP sink: module `fastpath` says how, and how its cores are counted.
@@ -67,6 +72,18 @@ enum Backend {
     /// The sb-xdp fast path in the kernel's XDP hook (`sb_inet` on `a`), fed by an XDP
     /// generator and counted by an XDP sink; needs `--engine` and the `fastpath` cargo feature.
     XdpFast,
+}
+
+/// `--direction` (with `--engine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// User frames to tunnels' UEs in at `a` (the node's `inet`), GTP-U G-PDUs out of `b`
+    /// (`ran`).
+    Downlink,
+    /// GTP-U G-PDUs from the tunnels' eNodeBs in at `a` (the node's `ran`), the decapsulated
+    /// user frames out of `b` (`inet`).
+    Uplink,
 }
 
 /// `--xdp-mode`.
@@ -152,6 +169,11 @@ pub struct Args {
     /// Seed of the engine's tunnels, tables and the generator's choice of UEs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Directions of the `--engine` rows (comma-separated): downlink (user frames in at `a`,
+    /// `a` is the node's inet port, `b` its ran port) and uplink (G-PDUs in at `a`, `a` is the
+    /// node's ran port, `b` its inet port). `--size` is the user frame's size both ways.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "downlink")]
+    direction: Vec<Direction>,
     /// XDP attachment mode of `--backend xdp-fast` (native falls back to generic on failure).
     #[arg(long, value_enum, default_value = "native")]
     xdp_mode: XdpModeArg,
@@ -243,23 +265,37 @@ impl EngineTables {
         })
     }
 
-    /// A fresh engine (its own FIB) whose `inet` is `inet_mac` and `ran` is `ran_mac`.
-    fn engine(&self, inet_mac: [u8; 6], ran_mac: [u8; 6], batch: usize) -> Result<Engine<Lte>> {
+    /// A fresh engine (its own FIB and uplink table, every tunnel) whose port at `a` has MAC
+    /// `a_mac` and at `b` `b_mac`: downlink, `a` is its `inet` and `b` its `ran`; uplink the
+    /// other way round. The generator is the peer at `a`, the sink at `b`.
+    fn engine(
+        &self,
+        dir: Direction,
+        a_mac: [u8; 6],
+        b_mac: [u8; 6],
+        batch: usize,
+    ) -> Result<Engine<Lte>> {
         let fib = cluster::build_cuckoo_fib(Arch::ScaleBricks, &self.tunnels, 0, 1, self.seed)?;
+        let at_a = PortAddr {
+            mac: a_mac,
+            peer_mac: GEN_MAC,
+            ip: None,
+        };
+        let at_b = PortAddr {
+            mac: b_mac,
+            peer_mac: SINK_MAC,
+            ip: None,
+        };
+        let (inet, ran) = match dir {
+            Direction::Downlink => (at_a, at_b),
+            Direction::Uplink => (at_b, at_a),
+        };
         let cfg = NodeConfig {
             arch: Arch::ScaleBricks,
             node: 0,
             fabric_macs: vec![cluster::sim_mac(PortId::Fabric, 0, false)],
-            inet: PortAddr {
-                mac: inet_mac,
-                peer_mac: GEN_MAC,
-                ip: None,
-            },
-            ran: PortAddr {
-                mac: ran_mac,
-                peer_mac: SINK_MAC,
-                ip: None,
-            },
+            inet,
+            ran,
             seed: self.seed,
         };
         let app = Lte::new(
@@ -269,7 +305,7 @@ impl EngineTables {
                 icmp_src: cluster::sim_ran_addr(0),
                 icmp_src6: sb_engine::lte::default_icmp_src6(0),
             },
-            Lte::uplink_table(std::iter::empty(), self.seed)?,
+            Lte::uplink_table(&self.tunnels, self.seed)?,
         );
         Ok(Engine::new(
             cfg,
@@ -280,9 +316,13 @@ impl EngineTables {
         )?)
     }
 
-    /// The generator's frames: to UEs of the tunnels, drawn uniformly.
-    fn frames(&self, dst_mac: [u8; 6], frame_bytes: usize) -> Vec<Vec<u8>> {
+    /// The generator's frames, `frame_bytes` long: downlink, user frames to UEs of the
+    /// tunnels, drawn uniformly; uplink, the G-PDUs of such tunnels (outer source the
+    /// eNodeB, destination the node's ran address, the uplink TEID) carrying a user frame of
+    /// `frame_bytes - 36` bytes from the UE to a server (the frame that leaves `b`).
+    fn frames(&self, dir: Direction, dst_mac: [u8; 6], frame_bytes: usize) -> Vec<Vec<u8>> {
         use rand::{Rng, SeedableRng};
+        use sb_wire::{EthernetAddress, GtpuTunnel, OuterIp};
         let mut rng = rand::rngs::StdRng::seed_from_u64(self.seed ^ 0xf4a3e5);
         (0..self.frames)
             .map(|i| {
@@ -290,7 +330,36 @@ impl EngineTables {
                 let std::net::IpAddr::V4(ue) = t.ue else {
                     unreachable!("IPv4 tunnels only")
                 };
-                frames::udp_frame_to(dst_mac, GEN_MAC, frame_bytes, i as u16, ue.octets())
+                match dir {
+                    Direction::Downlink => {
+                        frames::udp_frame_to(dst_mac, GEN_MAC, frame_bytes, i as u16, ue.octets())
+                    }
+                    Direction::Uplink => {
+                        let user = frames::udp_frame_between(
+                            SINK_MAC,
+                            GEN_MAC,
+                            frame_bytes - TUNNEL_OVERHEAD,
+                            i as u16,
+                            ue.octets(),
+                            [198, 19, 0, 1],
+                        );
+                        let tun = GtpuTunnel::new(
+                            EthernetAddress(GEN_MAC),
+                            EthernetAddress(dst_mac),
+                            OuterIp::V4 {
+                                src: t.enb,
+                                dst: cluster::sim_ran_addr(0),
+                            },
+                            t.uplink_teid(),
+                        );
+                        let mut f = vec![0u8; frame_bytes];
+                        let n = tun
+                            .encap_into(&user[14..], &mut f)
+                            .expect("a G-PDU fits its buffer");
+                        debug_assert_eq!(n, frame_bytes);
+                        f
+                    }
+                }
             })
             .collect()
     }
@@ -300,13 +369,16 @@ impl EngineTables {
 struct Row {
     /// `forward` (frames unchanged) or `engine` (`--engine`).
     mode: &'static str,
+    /// `downlink` or `uplink` with `--engine`; null when forwarding frames unchanged.
+    direction: Option<Direction>,
     backend: Backend,
     tx_mode: Option<&'static str>,
     rx_mode: Option<&'static str>,
     generator: &'static str,
     size: usize,
+    /// Bytes of the frames the generator sends (uplink: the user frame + 36).
     frame_bytes: usize,
-    /// Bytes of the frames leaving on `b` (frame_bytes + 36 with `--engine`).
+    /// Bytes of the frames leaving on `b` (downlink: frame_bytes + 36, uplink: - 36).
     out_frame_bytes: usize,
     batch: usize,
     seconds: f64,
@@ -518,14 +590,10 @@ fn run_one(
     args: &Args,
     feed: &Feed,
     tcpreplay_out: &mut Option<(u64, f64, f64, f64)>,
-    tables: Option<&EngineTables>,
+    tables: Option<(&EngineTables, Direction)>,
 ) -> Result<RunOut> {
     let (fwd_cpu, side_cpu) = pick_cpus(args);
-    let mut frame_bytes = size.saturating_sub(4).max(60);
-    if tables.is_some() {
-        // The encapsulated frame must fit the 1500-byte MTU of `b`.
-        frame_bytes = frame_bytes.min(14 + 1500 - TUNNEL_OVERHEAD);
-    }
+    let (frame_bytes, out_frame_bytes) = frame_sizes(size, tables.map(|(_, d)| d));
     let Ports {
         mut gen,
         mut fwd_a,
@@ -536,9 +604,9 @@ fn run_one(
     } = ports;
     let batch_size = args.batch.max(1);
     let (templates, mut engine) = match tables {
-        Some(t) => (
-            t.frames(dst_mac, frame_bytes),
-            Some(t.engine(dst_mac, ran_mac, batch_size)?),
+        Some((t, dir)) => (
+            t.frames(dir, dst_mac, frame_bytes),
+            Some(t.engine(dir, dst_mac, ran_mac, batch_size)?),
         ),
         None => (
             (0..64)
@@ -575,6 +643,11 @@ fn run_one(
             n
         })
     };
+    // Frames arrive at `a`: the engine's inet port downlink, its ran port uplink.
+    let in_port = match tables.map(|(_, d)| d) {
+        Some(Direction::Uplink) => PortId::Ran,
+        _ => PortId::Inet,
+    };
     let fwd_t = {
         let (stop, forwarded, tid) = (stop.clone(), forwarded.clone(), tid.clone());
         spawn_named("sb-fwd", move || {
@@ -602,15 +675,21 @@ fn run_one(
                             let _ = fwd_a.wait_rx(Duration::from_millis(10));
                             continue;
                         }
-                        engine.process(PortId::Inet, &mut b, &mut out);
+                        engine.process(in_port, &mut b, &mut out);
                         b.clear();
-                        if !out.ran.is_empty() {
-                            total += fwd_b.tx_batch(&mut out.ran) as u64;
-                            out.ran.clear();
+                        // Forwarded frames leave the other port (at `b`), answers (ICMP errors,
+                        // echo responses) the port they came in at (`a`).
+                        let (to_b, to_a) = match in_port {
+                            PortId::Ran => (&mut out.inet, &mut out.ran),
+                            _ => (&mut out.ran, &mut out.inet),
+                        };
+                        if !to_b.is_empty() {
+                            total += fwd_b.tx_batch(to_b) as u64;
+                            to_b.clear();
                         }
-                        if !out.inet.is_empty() {
-                            fwd_a.tx_batch(&mut out.inet);
-                            out.inet.clear();
+                        if !to_a.is_empty() {
+                            fwd_a.tx_batch(to_a);
+                            to_a.clear();
                         }
                         fabric_out += out.fabric.len() as u64;
                         out.fabric.clear();
@@ -737,6 +816,7 @@ fn run_one(
             } else {
                 "forward"
             },
+            direction: tables.map(|(_, d)| d),
             backend,
             tx_mode: modes.map(|(t, _)| {
                 if t == TxMode::Ring {
@@ -758,7 +838,7 @@ fn run_one(
             },
             size,
             frame_bytes,
-            out_frame_bytes: frame_bytes + if tables.is_some() { TUNNEL_OVERHEAD } else { 0 },
+            out_frame_bytes,
             batch: batch_size,
             seconds,
             forwarded: fwd_n,
@@ -775,23 +855,43 @@ fn run_one(
             fwd_rx_dropped: a_stats.rx_dropped,
             fwd_tx_dropped: b_stats.tx_dropped,
             engine: match (tables, counters, engine_info) {
-                (Some(t), Some((c, fabric_out)), Some((gpt_bytes, fib_entries, fib_bytes))) => {
-                    Some(EngineRow {
-                        flows: t.tunnels.len(),
-                        generator_frames: t.frames,
-                        gpt_bytes,
-                        fib_entries,
-                        fib_bytes,
-                        fabric_out,
-                        dropped: c.ports.iter().map(|p| p.dropped).sum(),
-                        drops: c.drops_by_reason(),
-                    })
-                }
+                (
+                    Some((t, _)),
+                    Some((c, fabric_out)),
+                    Some((gpt_bytes, fib_entries, fib_bytes)),
+                ) => Some(EngineRow {
+                    flows: t.tunnels.len(),
+                    generator_frames: t.frames,
+                    gpt_bytes,
+                    fib_entries,
+                    fib_bytes,
+                    fabric_out,
+                    dropped: c.ports.iter().map(|p| p.dropped).sum(),
+                    drops: c.drops_by_reason(),
+                }),
                 _ => None,
             },
             fastpath: None,
         },
     })
+}
+
+/// The bytes of the generator's frames and of the frames leaving `b` for `--size size`
+/// (with the 4-byte FCS veth does not carry, at least 60): the user frame is `size - 4`, cut
+/// with `--engine` so that a G-PDU carrying it fits the 1500-byte MTU; downlink it is sent and
+/// leaves encapsulated, uplink it is sent encapsulated and leaves as it is.
+fn frame_sizes(size: usize, dir: Option<Direction>) -> (usize, usize) {
+    let user = size.saturating_sub(4).max(60);
+    match dir {
+        None => (user, user),
+        Some(d) => {
+            let user = user.min(14 + 1500 - TUNNEL_OVERHEAD);
+            match d {
+                Direction::Downlink => (user, user + TUNNEL_OVERHEAD),
+                Direction::Uplink => (user + TUNNEL_OVERHEAD, user),
+            }
+        }
+    }
 }
 
 /// Reads "Actual: N packets (B bytes) sent in S seconds" from tcpreplay's summary.
@@ -820,6 +920,15 @@ pub fn run(args: Args) -> Result<()> {
     if args.engine && args.tcpreplay {
         bail!("--tcpreplay replays plain frames: run it without --engine");
     }
+    if !args.engine && args.direction.contains(&Direction::Uplink) {
+        bail!("--direction uplink runs the engine's uplink: run it with --engine");
+    }
+    // The engine rows' directions; one plain-forwarding pass without --engine.
+    let directions: Vec<Option<Direction>> = if args.engine {
+        args.direction.iter().map(|d| Some(*d)).collect()
+    } else {
+        vec![None]
+    };
     let tables = if args.engine {
         if !args.json {
             eprintln!(
@@ -846,19 +955,28 @@ pub fn run(args: Args) -> Result<()> {
             vec![None]
         };
         if backend == Backend::XdpFast {
-            let (Some(lab), Some(tables)) = (&lab, &tables) else {
+            let (Some(_), Some(tables)) = (&lab, &tables) else {
                 bail!("--backend xdp-fast measures the fast path: run it with --engine");
             };
-            for &size in &args.size {
-                let row = fastpath_row(lab, tables, size, &args)?;
-                if !args.json {
-                    print_row(&row);
+            for &dir in &args.direction {
+                for &size in &args.size {
+                    // Veths of its own per row: a veth's NAPI thread outlives turning threaded
+                    // NAPI off, so a second row on the same veths would find no new thread to pin.
+                    let row_lab = Lab::create()?;
+                    let row = fastpath_row(&row_lab, tables, dir, size, &args)?;
+                    drop(row_lab);
+                    if !args.json {
+                        print_row(&row);
+                    }
+                    rows.push(row);
                 }
-                rows.push(row);
             }
             continue;
         }
-        for mode in modes {
+        for (mode, &dir) in modes
+            .iter()
+            .flat_map(|m| directions.iter().map(move |d| (*m, d)))
+        {
             for &size in &args.size {
                 let ports = match (backend, &lab) {
                     (Backend::Memory, _) => memory_ports(),
@@ -876,7 +994,7 @@ pub fn run(args: Args) -> Result<()> {
                     &args,
                     &Feed::Builtin,
                     &mut None,
-                    tables.as_ref(),
+                    tables.as_ref().zip(dir),
                 )?;
                 if !args.json {
                     print_row(&out.row);
@@ -960,12 +1078,18 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 #[cfg(feature = "fastpath")]
-fn fastpath_row(lab: &Lab, tables: &EngineTables, size: usize, args: &Args) -> Result<Row> {
-    fastpath::run_row(lab, tables, size, args)
+fn fastpath_row(
+    lab: &Lab,
+    tables: &EngineTables,
+    dir: Direction,
+    size: usize,
+    args: &Args,
+) -> Result<Row> {
+    fastpath::run_row(lab, tables, dir, size, args)
 }
 
 #[cfg(not(feature = "fastpath"))]
-fn fastpath_row(_: &Lab, _: &EngineTables, _: usize, _: &Args) -> Result<Row> {
+fn fastpath_row(_: &Lab, _: &EngineTables, _: Direction, _: usize, _: &Args) -> Result<Row> {
     bail!("--backend xdp-fast needs scalebricks-bench built with `-p sb-bench --features fastpath` (clang: scripts/install-bpf-tools.sh)")
 }
 
@@ -977,8 +1101,12 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
 
 fn print_row(r: &Row) {
     println!(
-        "{:<7} {:<9} {:<9} {:<7} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + cpu softirq {:.2} s over {:.2} s; sched: {:.0} pps/core), rx drop {}, tx drop {}",
+        "{:<7} {:<8} {:<9} {:<9} {:<7} size {:>4}: {:>9.0} pps, {:>9.0} pps/core (thread {:.2} s + cpu softirq {:.2} s over {:.2} s; sched: {:.0} pps/core), rx drop {}, tx drop {}",
         r.mode,
+        r.direction.map_or("-", |d| match d {
+            Direction::Downlink => "downlink",
+            Direction::Uplink => "uplink",
+        }),
         format!("{:?}", r.backend).to_lowercase(),
         r.tx_mode.unwrap_or("-"),
         r.rx_mode.unwrap_or("-"),
@@ -1080,8 +1208,13 @@ mod tests {
             "300",
         ]);
         let tables = EngineTables::build(&cli.args).unwrap();
-        for (size, inner, outer) in [(64, 60, 96), (1500, 1478, 1514)] {
-            let out = run_one(
+        for (dir, size, sent, out) in [
+            (Direction::Downlink, 64, 60, 96),
+            (Direction::Downlink, 1500, 1478, 1514),
+            (Direction::Uplink, 64, 96, 60),
+            (Direction::Uplink, 1500, 1514, 1478),
+        ] {
+            let out_row = run_one(
                 memory_ports(),
                 Backend::Memory,
                 None,
@@ -1089,13 +1222,13 @@ mod tests {
                 &cli.args,
                 &Feed::Builtin,
                 &mut None,
-                Some(&tables),
+                Some((&tables, dir)),
             )
             .unwrap();
-            let r = &out.row;
-            assert_eq!(r.mode, "engine");
+            let r = &out_row.row;
+            assert_eq!((r.mode, r.direction), ("engine", Some(dir)));
             assert!(r.forwarded > 0 && r.sink_received > 0, "{r:?}");
-            assert_eq!((r.frame_bytes, r.out_frame_bytes), (inner, outer));
+            assert_eq!((r.frame_bytes, r.out_frame_bytes), (sent, out));
             let e = r.engine.as_ref().unwrap();
             // Every UE the generator sends to is in the tables: no drop, nothing to the fabric.
             assert_eq!((e.dropped, e.fabric_out), (0, 0), "{e:?}");
@@ -1114,9 +1247,14 @@ mod tests {
         }
         let cli = Cli::parse_from(["x", "--engine-flows", "1000", "--engine-frames", "64"]);
         let t = EngineTables::build(&cli.args).unwrap();
-        let frames = t.frames([2, 0, 0, 0, 0, 1], 60);
+        let frames = t.frames(Direction::Downlink, [2, 0, 0, 0, 0, 1], 60);
         let mut e = t
-            .engine([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 64)
+            .engine(
+                Direction::Downlink,
+                [2, 0, 0, 0, 0, 1],
+                [2, 0, 0, 0, 0, 2],
+                64,
+            )
             .unwrap();
         let mut b = PacketBatch::new(64);
         for f in &frames {
@@ -1137,6 +1275,62 @@ mod tests {
             assert_eq!(&f[30..34], &tun.enb.octets());
             assert_eq!(&f[14 + 36 + 16..14 + 36 + 20], ue);
             assert_eq!(u32::from_be_bytes([f[46], f[47], f[48], f[49]]), tun.teid);
+        }
+    }
+
+    #[test]
+    fn uplink_frames_are_decapsulated_for_their_tunnel() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::parse_from(["x", "--engine-flows", "1000", "--engine-frames", "64"]);
+        let t = EngineTables::build(&cli.args).unwrap();
+        let (a, b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let frames = t.frames(Direction::Uplink, a, 96);
+        let mut e = t.engine(Direction::Uplink, a, b, 64).unwrap();
+        let mut rx = PacketBatch::new(64);
+        for f in &frames {
+            assert_eq!(f.len(), 96);
+            rx.push(f);
+        }
+        let mut out = Outputs::new(64, rx.buf_size());
+        e.process(PortId::Ran, &mut rx, &mut out);
+        assert_eq!((out.inet.len(), out.ran.len()), (64, 0));
+        for (i, f) in out.inet.iter().enumerate() {
+            // The user frame as the UE sent it, out of `b` (the engine's inet) to the sink.
+            let sent = &frames[i];
+            assert_eq!(f.len(), 60);
+            assert_eq!(&f[..6], &SINK_MAC);
+            assert_eq!(&f[6..12], &b);
+            // The inner packet unchanged but for its TTL, one less, and its checksum.
+            let (inner, sent_inner) = (&f[14..], &sent[14 + 36..]);
+            assert_eq!(inner.len(), sent_inner.len());
+            assert_eq!(inner[8] + 1, sent_inner[8]);
+            for (j, (x, y)) in inner.iter().zip(sent_inner).enumerate() {
+                assert!(matches!(j, 8 | 10 | 11) || x == y, "byte {j} of frame {i}");
+            }
+            let mut sum = 0u32;
+            for c in inner[..20].chunks(2) {
+                sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            assert_eq!(sum, 0xffff, "IPv4 header checksum of frame {i}");
+            let ue = &f[26..30];
+            let tun = t
+                .tunnels
+                .iter()
+                .find(|x| x.ue == std::net::IpAddr::from([ue[0], ue[1], ue[2], ue[3]]))
+                .unwrap();
+            assert_eq!(&sent[26..30], &tun.enb.octets());
+            assert_eq!(
+                u32::from_be_bytes([sent[46], sent[47], sent[48], sent[49]]),
+                tun.uplink_teid()
+            );
         }
     }
 
@@ -1204,19 +1398,25 @@ mod tests {
             "0.5",
         ]);
         let tables = EngineTables::build(&cli.args).unwrap();
-        let lab = Lab::create().unwrap();
-        let r = fastpath::run_row(&lab, &tables, 64, &cli.args).unwrap();
-        let f = r.fastpath.as_ref().unwrap();
-        assert!(r.forwarded > 0 && r.pps_per_core > 0.0, "{r:?}");
-        assert_eq!(f.slow_path, 0, "{f:?}");
-        // Frames and bytes are read a moment apart: the mean is 96 within a frame's worth.
-        assert!((f.sink_frame_bytes - 96.0).abs() < 0.5, "{f:?}");
-        // Counters are read one by one under traffic: a NAPI batch or two apart.
-        let c = |k: &str| f.counters.get(k).copied().unwrap_or(0);
-        assert!(c("rx_inet").abs_diff(c("to_ran")) <= 512, "{f:?}");
-        assert!(c("to_ran") > 0, "{f:?}");
-        assert!(f.xdp_mode == "native" || f.native_error.is_some(), "{f:?}");
-        drop(lab);
+        for (dir, out_bytes, rx, tx) in [
+            (Direction::Downlink, 96.0, "rx_inet", "to_ran"),
+            (Direction::Uplink, 60.0, "rx_ran", "up_to_inet"),
+        ] {
+            // A lab per row, as `run` makes them.
+            let lab = Lab::create().unwrap();
+            let r = fastpath::run_row(&lab, &tables, dir, 64, &cli.args).unwrap();
+            let f = r.fastpath.as_ref().unwrap();
+            assert_eq!(r.direction, Some(dir));
+            assert!(r.forwarded > 0 && r.pps_per_core > 0.0, "{r:?}");
+            assert_eq!(f.slow_path, 0, "{f:?}");
+            // Frames and bytes are read a moment apart: the mean is right within a frame's worth.
+            assert!((f.sink_frame_bytes - out_bytes).abs() < 0.5, "{f:?}");
+            // Counters are read one by one under traffic: a NAPI batch or two apart.
+            let c = |k: &str| f.counters.get(k).copied().unwrap_or(0);
+            assert!(c(rx).abs_diff(c(tx)) <= 512, "{f:?}");
+            assert!(c(tx) > 0, "{f:?}");
+            assert!(f.xdp_mode == "native" || f.native_error.is_some(), "{f:?}");
+        }
     }
 
     #[test]

@@ -14,6 +14,11 @@
 //! attached in generic (SKB) mode and GRO is turned on for `a` and `s0` (a veth takes XDP frames
 //! only with a NAPI instance); the row says which mode ran.
 //!
+//! `--direction uplink` swaps the roles of the veths in the fast path's configuration: `a` is
+//! the node's `ran` port running `sb_ran` (the generator sends the tunnels' G-PDUs, which it
+//! decapsulates and redirects to `b`), `b` its `inet` port running `sb_inet`. The maps hold
+//! the same tables both ways: the GPT, every tunnel in the FIB map and in the uplink map.
+//!
 //! CPU accounting: `a` and `s0` use threaded NAPI (`/sys/class/net/*/threaded`), so `sb_inet`
 //! runs in the kernel thread `napi/a-N`, pinned to the forwarding CPU, and the sink in
 //! `napi/s0-N`, pinned with the generator to the other CPU. Per core = frames the sink received
@@ -25,8 +30,8 @@
 //! it (`fwd_cpu_busy_s`).
 
 use super::{
-    pick_cpus, Args, Backend, EngineTables, FastPathRow, Row, XdpModeArg, GEN_MAC, SINK_MAC,
-    TUNNEL_OVERHEAD,
+    frame_sizes, pick_cpus, Args, Backend, Direction, EngineTables, FastPathRow, Row, XdpModeArg,
+    GEN_MAC, SINK_MAC,
 };
 use anyhow::{bail, Context, Result};
 use sb_engine::cluster;
@@ -101,37 +106,48 @@ fn ifindex(ns: &Netns, dev: &str) -> Result<u32> {
     Ok(ns.run(|| afpacket::ifindex(dev))?? as u32)
 }
 
-/// The one-node FastPath with the bench's tables, attached to `a` (and `sb_ran` to `b`).
+/// The one-node FastPath with the bench's tables: downlink `sb_inet` on `a` and `sb_ran` on
+/// `b`, uplink the other way round.
 fn load_fastpath(
     lab: &super::Lab,
     tables: &EngineTables,
+    dir: Direction,
     mode: AttachMode,
 ) -> Result<(FastPath, u32, u32)> {
     let a = ifindex(&lab.fwd, "a")?;
     let b = ifindex(&lab.fwd, "b")?;
+    let a_mac = lab.fwd.run(|| afpacket::mac_address("a"))??;
+    let b_mac = lab.fwd.run(|| afpacket::mac_address("b"))??;
+    // (ifindex, MAC, peer MAC) of the node's inet and ran ports.
+    let ((inet, inet_mac, inet_peer), (ran, ran_mac, ran_peer)) = match dir {
+        Direction::Downlink => ((a, a_mac, GEN_MAC), (b, b_mac, SINK_MAC)),
+        Direction::Uplink => ((b, b_mac, SINK_MAC), (a, a_mac, GEN_MAC)),
+    };
     let setup = NodeSetup {
         node: 0,
         fabric_macs: vec![cluster::sim_mac(PortId::Fabric, 0, false)],
         ran_addrs: vec![cluster::sim_ran_addr(0)],
         ran_mtu: 1500,
-        inet_mac: lab.fwd.run(|| afpacket::mac_address("a"))??,
-        inet_peer: GEN_MAC,
-        ran_mac: lab.fwd.run(|| afpacket::mac_address("b"))??,
-        ran_peer: SINK_MAC,
-        ifindex_inet: a,
-        ifindex_ran: b,
+        inet_mac,
+        inet_peer,
+        ran_mac,
+        ran_peer,
+        ifindex_inet: inet,
+        ifindex_ran: ran,
         // One node: nothing goes to a fabric (counted as to_fabric if it did).
         ifindex_fabric: b,
     };
     let n = tables.tunnels.len() as u32;
-    let mut fp = FastPath::load(setup, GptImage::of(&tables.setsep)?, n, 1)
+    let mut fp = FastPath::load(setup, GptImage::of(&tables.setsep)?, n, n)
         .context("loading the fast path")?;
     for t in &tables.tunnels {
         fp.fib_insert(&t.key(), &t.value())?;
+        let (k, v) = t.uplink_entry();
+        fp.uplink_insert(&k, &v)?;
     }
     lab.fwd.run(|| -> Result<()> {
-        fp.attach(Prog::Inet, a, mode)?;
-        fp.attach(Prog::Ran, b, mode)?;
+        fp.attach(Prog::Inet, inet, mode)?;
+        fp.attach(Prog::Ran, ran, mode)?;
         Ok(())
     })??;
     Ok((fp, a, b))
@@ -144,17 +160,16 @@ fn busy_ticks(cpu_id: usize) -> u64 {
     cpu::cpu_times(cpu_id).map_or(0, |t| t.busy())
 }
 
-/// One `xdp-fast` row at frame size `size`.
+/// One `xdp-fast` row in direction `dir` at frame size `size`.
 pub(super) fn run_row(
     lab: &super::Lab,
     tables: &EngineTables,
+    dir: Direction,
     size: usize,
     args: &Args,
 ) -> Result<Row> {
     let (fwd_cpu, side_cpu) = pick_cpus(args);
-    let frame_bytes = size
-        .saturating_sub(4)
-        .clamp(60, 14 + 1500 - TUNNEL_OVERHEAD);
+    let (frame_bytes, out_frame_bytes) = frame_sizes(size, Some(dir));
     if frame_bytes > sb_xdp::bench::GEN_FRAME_MAX {
         bail!(
             "the XDP generator sends frames of at most {} bytes (--size {size} asks {frame_bytes})",
@@ -162,13 +177,13 @@ pub(super) fn run_row(
         );
     }
     let dst_mac = lab.fwd.run(|| afpacket::mac_address("a"))??;
-    let templates = tables.frames(dst_mac, frame_bytes);
+    let templates = tables.frames(dir, dst_mac, frame_bytes);
 
     // Native first (unless generic is asked for); generic when native attachment fails.
     let mut native_error = None;
     let (fp, mode) = match args.xdp_mode {
         XdpModeArg::Generic => (None, AttachMode::Generic),
-        XdpModeArg::Native => match load_fastpath(lab, tables, AttachMode::Native) {
+        XdpModeArg::Native => match load_fastpath(lab, tables, dir, AttachMode::Native) {
             Ok(x) => (Some(x), AttachMode::Native),
             Err(e) => {
                 eprintln!("native XDP on veth failed ({e:#}): generic mode");
@@ -179,7 +194,7 @@ pub(super) fn run_row(
     };
     let (fp, _a, _b) = match fp {
         Some(x) => x,
-        None => load_fastpath(lab, tables, AttachMode::Generic)?,
+        None => load_fastpath(lab, tables, dir, AttachMode::Generic)?,
     };
     if mode == AttachMode::Generic {
         for (ns, dev) in [(&lab.fwd, "a"), (&lab.sink, "s0")] {
@@ -298,13 +313,14 @@ pub(super) fn run_row(
     let slow = c_end[Counter::Slow as usize] - c_start[Counter::Slow as usize];
     Ok(Row {
         mode: "engine",
+        direction: Some(dir),
         backend: Backend::XdpFast,
         tx_mode: None,
         rx_mode: None,
         generator: "xdp-live-frames",
         size,
         frame_bytes,
-        out_frame_bytes: frame_bytes + TUNNEL_OVERHEAD,
+        out_frame_bytes,
         batch: 64,
         seconds,
         forwarded: received,

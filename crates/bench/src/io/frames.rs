@@ -10,6 +10,18 @@ pub fn udp_frame(dst: [u8; 6], src: [u8; 6], len: usize, flow: u16) -> Vec<u8> {
 
 /// [`udp_frame`] to the IPv4 address `dst_ip` (a UE address of the engine's tables).
 pub fn udp_frame_to(dst: [u8; 6], src: [u8; 6], len: usize, flow: u16, dst_ip: [u8; 4]) -> Vec<u8> {
+    udp_frame_between(dst, src, len, flow, [198, 18, 0, 1], dst_ip)
+}
+
+/// [`udp_frame`] from the IPv4 address `src_ip` to `dst_ip`.
+pub fn udp_frame_between(
+    dst: [u8; 6],
+    src: [u8; 6],
+    len: usize,
+    flow: u16,
+    src_ip: [u8; 4],
+    dst_ip: [u8; 4],
+) -> Vec<u8> {
     let len = len.max(60);
     let mut f = vec![0u8; len];
     f[..6].copy_from_slice(&dst);
@@ -21,7 +33,7 @@ pub fn udp_frame_to(dst: [u8; 6], src: [u8; 6], len: usize, flow: u16, dst_ip: [
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
     ip[8] = 64;
     ip[9] = 17;
-    ip[12..16].copy_from_slice(&[198, 18, 0, 1]);
+    ip[12..16].copy_from_slice(&src_ip);
     ip[16..20].copy_from_slice(&dst_ip);
     let mut sum = 0u32;
     for c in ip.chunks(2) {
