@@ -828,10 +828,17 @@ impl Entry<'_> {
         RibKey::join(self.prefix, self.kept)
     }
 
-    /// The key's hash ([`hash128`]), joined on a 16-byte buffer when it fits (the RIB keeps no
-    /// hashes: a group's re-search hashes each of its keys).
+    /// The key's hash ([`hash128`]): of the kept bytes as they lie in the arena when the key
+    /// was kept whole, else joined on a 16-byte buffer when it fits (the RIB keeps no hashes: a
+    /// group's re-search hashes each of its keys). Hashing in place matters: joining every key
+    /// through the buffer (variable-length copies, then the hash's 8-byte reads of what they
+    /// wrote) took a quarter of a single update's time at 4M 13-byte keys (`perf` of
+    /// `examples/updatecost`).
     #[inline]
     fn hash(&self, seed: u64) -> KeyHash {
+        if self.prefix.is_empty() {
+            return hash128(self.kept, seed);
+        }
         let (p, n) = (self.prefix.len(), self.prefix.len() + self.kept.len());
         if n <= 16 {
             let mut b = [0u8; 16];
