@@ -1411,9 +1411,10 @@ mod tests {
             assert_eq!(f.slow_path, 0, "{f:?}");
             // Frames and bytes are read a moment apart: the mean is right within a frame's worth.
             assert!((f.sink_frame_bytes - out_bytes).abs() < 0.5, "{f:?}");
-            // Counters are read one by one under traffic: a NAPI batch or two apart.
+            // Counters are read one by one under traffic: a NAPI batch or two apart, more on a
+            // loaded machine where the reading thread waits between two reads (5%).
             let c = |k: &str| f.counters.get(k).copied().unwrap_or(0);
-            assert!(c(rx).abs_diff(c(tx)) <= 512, "{f:?}");
+            assert!(c(rx).abs_diff(c(tx)) <= 512.max(c(rx) / 20), "{f:?}");
             assert!(c(tx) > 0, "{f:?}");
             assert!(f.xdp_mode == "native" || f.native_error.is_some(), "{f:?}");
         }
