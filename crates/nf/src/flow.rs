@@ -252,6 +252,19 @@ pub const OPTIONS: ParseOptions = ParseOptions {
     parse_gtpu: false,
 };
 
+/// The `App::downstream_key` of the 5-tuple NFs (NAT, firewall, load balancer): parses
+/// `frame`, writes its 5-tuple key into `key` and the parsed offsets into `meta.user`.
+pub fn downstream_key(
+    frame: &[u8],
+    key: &mut [u8],
+    meta: &mut sb_io::Meta,
+) -> Result<(), Drop> {
+    let p = parse(frame).map_err(|e| e.drop_reason())?;
+    key.copy_from_slice(&p.key().0);
+    meta.user = p.meta_user();
+    Ok(())
+}
+
 /// Parses an Ethernet frame into the NFs' view. Never panics.
 pub fn parse(frame: &[u8]) -> Result<Packet, ParseError> {
     let p = parse_frame_with(frame, &OPTIONS)?;

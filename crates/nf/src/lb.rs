@@ -336,10 +336,7 @@ impl App for Lb {
     }
 
     fn downstream_key(&self, frame: &[u8], key: &mut [u8], meta: &mut Meta) -> Result<(), Drop> {
-        let p = flow::parse(frame).map_err(|e| e.drop_reason())?;
-        key.copy_from_slice(&p.key().0);
-        meta.user = p.meta_user();
-        Ok(())
+        flow::downstream_key(frame, key, meta)
     }
 
     fn egress_node(&self, value: &[u8]) -> u16 {
