@@ -254,11 +254,7 @@ pub const OPTIONS: ParseOptions = ParseOptions {
 
 /// The `App::downstream_key` of the 5-tuple NFs (NAT, firewall, load balancer): parses
 /// `frame`, writes its 5-tuple key into `key` and the parsed offsets into `meta.user`.
-pub fn downstream_key(
-    frame: &[u8],
-    key: &mut [u8],
-    meta: &mut sb_io::Meta,
-) -> Result<(), Drop> {
+pub fn downstream_key(frame: &[u8], key: &mut [u8], meta: &mut sb_io::Meta) -> Result<(), Drop> {
     let p = parse(frame).map_err(|e| e.drop_reason())?;
     key.copy_from_slice(&p.key().0);
     meta.user = p.meta_user();
