@@ -1460,7 +1460,8 @@ pub struct SessionModificationResponse {
     pub cause: Cause,
     /// The IE a rejection is about.
     pub offending_ie: Option<OffendingIe>,
-    /// The F-TEIDs allocated for CHOOSE in Create PDRs.
+    /// The F-TEIDs allocated for CHOOSE in Create PDRs, and the UE addresses given for
+    /// CHV4/CHV6.
     pub created_pdr: Vec<CreatedPdr>,
     /// The rule a Rule creation/modification failure is about.
     pub failed_rule_id: Option<FailedRuleId>,

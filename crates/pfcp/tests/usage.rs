@@ -19,6 +19,8 @@ struct Node {
     removed_at: Vec<IpAddr>,
     /// Changes that asked for an End Marker.
     end_markers: usize,
+    /// The next change is refused with this.
+    fail_next: Option<Failure>,
 }
 
 impl Sessions for Node {
@@ -29,6 +31,9 @@ impl Sessions for Node {
         })
     }
     fn apply(&mut self, _: Token, _: &[FibChange], ues: &[UeChange]) -> Result<Applied, Failure> {
+        if let Some(f) = self.fail_next.take() {
+            return Err(f);
+        }
         for c in ues {
             assert_eq!(self.ues.get(&c.ue).copied().unwrap_or_default(), c.before);
             assert!(!c.before.policy.end_marker);
@@ -761,6 +766,228 @@ fn chv4_takes_addresses_from_the_pool_until_none_is_free() {
         t.establish(choose(1)).cause,
         Cause::ALL_DYNAMIC_ADDRESSES_ARE_OCCUPIED
     );
+}
+
+/// A downlink PDR (Core, FAR 1) whose UE IP Address is `ue`.
+fn core_pdr(id: u16, ue: UeIpAddress) -> CreatePdr {
+    CreatePdr {
+        pdr_id: PdrId(id),
+        precedence: Precedence(150),
+        pdi: Pdi {
+            source_interface: Interface::CORE,
+            local_f_teid: None,
+            network_instance: None,
+            ue_ip_address: Some(ue),
+            other: vec![],
+        },
+        outer_header_removal: None,
+        far_id: Some(FarId(1)),
+        urr_ids: vec![],
+        qer_ids: vec![],
+    }
+}
+
+fn ue_ip(ipv4: Option<UeAddr<Ipv4Addr>>, ipv6: Option<UeAddr<Ipv6Addr>>) -> UeIpAddress {
+    UeIpAddress {
+        ipv4,
+        ipv6,
+        destination: true,
+        ipv6_prefix_delegation: None,
+        ipv6_prefix_length: None,
+    }
+}
+
+/// A modification creating `pdrs`: its cause and Created PDRs.
+fn create_pdrs(t: &mut T, seid: u64, pdrs: Vec<CreatePdr>) -> SessionModificationResponse {
+    let req = SessionModificationRequest {
+        create_pdr: pdrs,
+        ..Default::default()
+    };
+    match t.modify(seid, req).unwrap().body {
+        Body::SessionModificationResponse(r) => r,
+        b => panic!("{b:?}"),
+    }
+}
+
+/// The request of `request` with CP SEID `cp` and the UE address `ue` in both PDRs.
+fn with_ue(cp: u64, v4: Option<Ipv4Addr>, v6: Option<Ipv6Addr>) -> SessionEstablishmentRequest {
+    let mut r = request(vec![], ApplyAction::FORW, vec![]);
+    r.cp_f_seid.seid = cp;
+    for p in &mut r.create_pdr {
+        let u = p.pdi.ue_ip_address.as_mut().unwrap();
+        u.ipv4 = v4.map(UeAddr::Addr);
+        u.ipv6 = v6.map(UeAddr::Addr);
+    }
+    r
+}
+
+#[test]
+fn chv4_and_chv6_in_a_modification_give_the_sessions_address_or_one_of_the_pool() {
+    let mut c = config();
+    c.ue_pool_v4 = vec![(Ipv4Addr::new(10, 60, 0, 0), 30)];
+    c.ue_pool_v6 = vec![("2001:db8:60::".parse().unwrap(), 63)];
+    let mut t = T::new(c);
+    let v6 = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+    // A session with an IPv4 address the SMF gave: a new PDR asking CHV4 gets that address
+    // (one address per family and session), one asking CHV6 the pool's first /64.
+    let (a, _) = establish(&mut t, with_ue(1, Some(ue()), None));
+    let r = create_pdrs(
+        &mut t,
+        a,
+        vec![
+            core_pdr(3, ue_ip(Some(UeAddr::Choose), None)),
+            core_pdr(4, ue_ip(None, Some(UeAddr::Choose))),
+        ],
+    );
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    let given: Vec<_> = (r.created_pdr.iter())
+        .map(|c| (c.pdr_id.0, c.local_f_teid, c.ue_ip_address))
+        .collect();
+    let mut p4 = ue_ip(None, Some(UeAddr::Addr(v6("2001:db8:60::"))));
+    p4.ipv6_prefix_length = Some(64);
+    assert_eq!(
+        given,
+        [
+            (3, None, Some(ue_ip(Some(UeAddr::Addr(ue())), None))),
+            (4, None, Some(p4)),
+        ]
+    );
+    // The cluster forwards the new /64 down the session's tunnel; the IPv4 entry stays.
+    let ues = &t.upf.sessions_impl().ues;
+    assert_eq!(ues.len(), 2, "{ues:?}");
+    let tunnel = |ue: IpAddr| ues[&ue].down;
+    assert_eq!(tunnel(IpAddr::V6(v6("2001:db8:60::"))), Some((0x100, ENB)));
+    assert_eq!(tunnel(IpAddr::V4(ue())), Some((0x100, ENB)));
+    // An IPv6-only session: CHV4 gives the pool's address, CHV6 the session's own /64 (the
+    // prefix of the address the SMF gave).
+    let (b, _) = establish(&mut t, with_ue(2, None, Some(v6("2001:db8:77:1::5"))));
+    let r = create_pdrs(
+        &mut t,
+        b,
+        vec![core_pdr(
+            3,
+            ue_ip(Some(UeAddr::Choose), Some(UeAddr::Choose)),
+        )],
+    );
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    let mut both = ue_ip(
+        Some(UeAddr::Addr(Ipv4Addr::new(10, 60, 0, 1))),
+        Some(UeAddr::Addr(v6("2001:db8:77:1::"))),
+    );
+    both.ipv6_prefix_length = Some(64);
+    assert_eq!(r.created_pdr.len(), 1);
+    assert_eq!(r.created_pdr[0].ue_ip_address, Some(both));
+    // The second /64 and the second IPv4 address to a third session.
+    let (c3, _) = establish(&mut t, with_ue(3, Some(Ipv4Addr::new(10, 45, 0, 9)), None));
+    let r = create_pdrs(
+        &mut t,
+        c3,
+        vec![core_pdr(3, ue_ip(None, Some(UeAddr::Choose)))],
+    );
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    assert_eq!(
+        r.created_pdr[0].ue_ip_address.unwrap().ipv6,
+        Some(UeAddr::Addr(v6("2001:db8:60:1::")))
+    );
+    let (d, _) = establish(&mut t, with_ue(4, None, Some(v6("2001:db8:77:2::1"))));
+    let r = create_pdrs(
+        &mut t,
+        d,
+        vec![core_pdr(3, ue_ip(Some(UeAddr::Choose), None))],
+    );
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    assert_eq!(
+        r.created_pdr[0].ue_ip_address.unwrap().ipv4,
+        Some(UeAddr::Addr(Ipv4Addr::new(10, 60, 0, 2)))
+    );
+    // Both pools used up: a session without an address of the family asking is refused All
+    // dynamic addresses are occupied, and nothing of its request is applied.
+    let (e, _) = establish(&mut t, with_ue(5, Some(Ipv4Addr::new(10, 45, 0, 10)), None));
+    let before = t.upf.sessions_impl().ues.clone();
+    let r = create_pdrs(
+        &mut t,
+        e,
+        vec![core_pdr(3, ue_ip(None, Some(UeAddr::Choose)))],
+    );
+    assert_eq!(r.cause, Cause::ALL_DYNAMIC_ADDRESSES_ARE_OCCUPIED, "{r:?}");
+    assert!(r.created_pdr.is_empty());
+    assert_eq!(t.upf.sessions_impl().ues, before);
+    // PDR 3 was not created: creating it again is not a duplicate.
+    let given = ue_ip(None, Some(UeAddr::Addr(v6("2001:db8:99::"))));
+    let r = create_pdrs(&mut t, e, vec![core_pdr(3, given)]);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    // The first session goes: its /64 is the pool's again, for a modification of another.
+    let m = t.send(Some(a), Body::SessionDeletionRequest).unwrap();
+    assert!(
+        matches!(m.body, Body::SessionDeletionResponse(ref d) if d.cause == Cause::REQUEST_ACCEPTED)
+    );
+    let (f, _) = establish(&mut t, with_ue(6, Some(Ipv4Addr::new(10, 45, 0, 11)), None));
+    let r = create_pdrs(
+        &mut t,
+        f,
+        vec![core_pdr(3, ue_ip(None, Some(UeAddr::Choose)))],
+    );
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    assert_eq!(
+        r.created_pdr[0].ue_ip_address.unwrap().ipv6,
+        Some(UeAddr::Addr(v6("2001:db8:60::")))
+    );
+}
+
+#[test]
+fn a_refused_chv4_modification_reserves_nothing() {
+    let mut c = config();
+    // One address.
+    c.ue_pool_v4 = vec![(Ipv4Addr::new(10, 60, 0, 9), 32)];
+    let mut t = T::new(c);
+    let only = Ipv4Addr::new(10, 60, 0, 9);
+    let v6 = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+    let (a, _) = establish(&mut t, with_ue(1, None, Some(v6("2001:db8:1::"))));
+    let before = t.upf.sessions_impl().ues.clone();
+    // A rule of the same request fails after the address was picked (PDR 4 names no FAR).
+    let mut bad = core_pdr(4, ue_ip(None, Some(UeAddr::Addr(v6("2001:db8:2::")))));
+    bad.far_id = Some(FarId(9));
+    let r = create_pdrs(
+        &mut t,
+        a,
+        vec![core_pdr(3, ue_ip(Some(UeAddr::Choose), None)), bad],
+    );
+    assert_eq!(
+        (r.cause, r.failed_rule_id),
+        (
+            Cause::RULE_CREATION_MODIFICATION_FAILURE,
+            Some(FailedRuleId::Pdr(4))
+        )
+    );
+    assert!(r.created_pdr.is_empty());
+    // The cluster refuses the change.
+    t.upf.sessions_impl_mut().fail_next = Some(Failure::NoResources);
+    let r = create_pdrs(
+        &mut t,
+        a,
+        vec![core_pdr(3, ue_ip(Some(UeAddr::Choose), None))],
+    );
+    assert_eq!(r.cause, Cause::NO_RESOURCES_AVAILABLE, "{r:?}");
+    assert!(r.created_pdr.is_empty());
+    assert_eq!(t.upf.sessions_impl().ues, before);
+    // The address is still free: another session's establishment gets it, and then the first
+    // session's CHV4 finds none.
+    let mut req = with_ue(2, None, None);
+    for p in &mut req.create_pdr {
+        p.pdi.ue_ip_address.as_mut().unwrap().ipv4 = Some(UeAddr::Choose);
+    }
+    let r = t.establish(req);
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED, "{r:?}");
+    assert_eq!(
+        r.created_pdr[0].ue_ip_address.unwrap().ipv4,
+        Some(UeAddr::Addr(only))
+    );
+    let r = create_pdrs(
+        &mut t,
+        a,
+        vec![core_pdr(3, ue_ip(Some(UeAddr::Choose), None))],
+    );
+    assert_eq!(r.cause, Cause::ALL_DYNAMIC_ADDRESSES_ARE_OCCUPIED, "{r:?}");
 }
 
 #[test]

@@ -45,7 +45,8 @@
 //!   quota closes the gates of the URR's PDRs until a new one.
 //! - **UE IP Address CHV4/CHV6**: an address from the endpoint's pools ([`Config::ue_pool_v4`],
 //!   [`Config::ue_pool_v6`]), in the Created PDR; none free or no pool: All dynamic addresses
-//!   are occupied.
+//!   are occupied. In a Session Modification the same, but a session already holding an
+//!   address of that family is given that one.
 //!
 //! Refused with Rule creation/modification failure and the Failed Rule ID (the request changes
 //! nothing): a PDR whose PDI carries any other IE (Application ID, Ethernet filters, ...), a

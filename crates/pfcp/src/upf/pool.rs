@@ -5,9 +5,39 @@
 //! endpoint; the endpoints of one cluster must be given disjoint pools), and is free again
 //! when its session goes. The PDRs of one request that ask share one address per family; the
 //! Created PDR of each carries it. No pool, or none free: All dynamic addresses are occupied.
+//!
+//! In a Session Modification (a Create PDR, or an Update PDR whose new PDI asks) the session's
+//! own address of that family is given when it holds one before the change (a PDU session has
+//! one address per family: a PDR added for a new flow matches the same UE; the lowest PDR ID's
+//! when several); a session holding none gets a free one from the pool as above. The address
+//! is reserved only when the whole change is accepted ([`Upf::reserve`]) and freed again if
+//! the cluster refuses it, like every UE address of a change.
 
 use super::*;
 use std::net::Ipv6Addr;
+
+/// The UE addresses, one per family, that `pdrs` (a session's PDRs before a modification)
+/// hold: the lowest PDR ID's of each family. An IPv6 one as its /64 (what the session holds,
+/// [`ue_slot`], and what CHV6 gives).
+pub(super) fn held_ues(
+    pdrs: &VecMap<u16, (CreatePdr, Option<u32>)>,
+) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
+    let (mut v4, mut v6) = (None, None);
+    for (p, _) in pdrs.values() {
+        for ue in pdr_ues(p) {
+            match ue {
+                IpAddr::V4(a) => {
+                    v4.get_or_insert(a);
+                }
+                IpAddr::V6(a) => {
+                    let net = u128::from(a) & !(u128::from(u64::MAX));
+                    v6.get_or_insert(Ipv6Addr::from(net));
+                }
+            }
+        }
+    }
+    (v4, v6)
+}
 
 /// The addresses an IPv4 prefix gives out.
 fn v4_size(len: u8) -> u64 {
@@ -42,11 +72,14 @@ fn v6_at((p, len): (Ipv6Addr, u8), i: u64) -> Ipv6Addr {
 }
 
 impl<S: Sessions> Upf<S> {
-    /// Replaces CHV4/CHV6 in `rules`' PDRs with free addresses: the PDRs given one and the UE
-    /// IP Address their Created PDR carries.
+    /// Replaces CHV4/CHV6 in `rules`' PDRs with the session's address of that family in
+    /// `held` (a modified session's, [`held_ues`]) or else a free one of the pools: the PDRs
+    /// given one and the UE IP Address their Created PDR carries. Changes nothing but `rules`
+    /// (and where the pools' searches go on): nothing is reserved here.
     pub(super) fn choose_ues(
         &mut self,
         rules: &mut Rules,
+        held: (Option<Ipv4Addr>, Option<Ipv6Addr>),
     ) -> Result<Vec<(u16, UeIpAddress)>, Reject> {
         let asks = |want: fn(&UeIpAddress) -> bool| {
             (rules.pdrs.values()).any(|(p, _)| p.pdi.ue_ip_address.as_ref().is_some_and(want))
@@ -57,15 +90,15 @@ impl<S: Sessions> Upf<S> {
             return Ok(vec![]);
         }
         let full = Reject::cause(Cause::ALL_DYNAMIC_ADDRESSES_ARE_OCCUPIED);
-        let a4 = if v4 {
-            Some(self.free_v4().ok_or(full)?)
-        } else {
-            None
+        let a4 = match (v4, held.0) {
+            (false, _) => None,
+            (true, Some(a)) => Some(a),
+            (true, None) => Some(self.free_v4().ok_or(full)?),
         };
-        let a6 = if v6 {
-            Some(self.free_v6().ok_or(full)?)
-        } else {
-            None
+        let a6 = match (v6, held.1) {
+            (false, _) => None,
+            (true, Some(a)) => Some(a),
+            (true, None) => Some(self.free_v6().ok_or(full)?),
         };
         let mut chosen = Vec::new();
         for (id, (p, _)) in rules.pdrs.iter_mut() {

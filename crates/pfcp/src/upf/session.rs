@@ -194,7 +194,7 @@ impl<S: Sessions> Upf<S> {
         if let Err(rej) = built {
             return Some(self.reject(t, reply_seid, seq, rej));
         }
-        let chosen = match self.choose_ues(&mut rules) {
+        let chosen = match self.choose_ues(&mut rules, (None, None)) {
             Ok(c) => c,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
@@ -349,6 +349,11 @@ impl<S: Sessions> Upf<S> {
         if let Err(rej) = edited {
             return Some(self.reject(t, reply_seid, seq, rej));
         }
+        // CHV4/CHV6 in a created or updated PDR: the session's address, or one of the pool.
+        let chosen = match self.choose_ues(&mut session.rules, pool::held_ues(&old_pdrs)) {
+            Ok(c) => c,
+            Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
+        };
         if ues_of(&session.rules).is_empty() {
             return Some(self.reject(
                 t,
@@ -390,7 +395,7 @@ impl<S: Sessions> Upf<S> {
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
         };
         let cp = (&session.rules, self.config.pfcp_addr);
-        let created = created_pdrs(created, vec![], session.placement.ran, cp);
+        let created = created_pdrs(created, chosen, session.placement.ran, cp);
         let packed = match session.pack() {
             Ok(p) => p,
             Err(rej) => return Some(self.reject(t, reply_seid, seq, rej)),
