@@ -222,7 +222,7 @@ pub mod fuzzing;
 #[doc(hidden)]
 pub mod sim;
 
-pub use node::{Node, Tuning};
+pub use node::{Move, Node, Tuning};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -638,6 +638,15 @@ pub struct Status {
     /// sized below its share). Updates whose install was refused count in `rejected` as
     /// `fib_full`.
     pub fib_refused: u64,
+    /// Flows of this owner's range moved off nodes that failure detection declared gone, to
+    /// live ones ([`crate::Tuning::evacuate`]).
+    pub flows_moved: u64,
+    /// Of those, given back to their node once it returned.
+    pub flows_given_back: u64,
+    /// Moves waiting or in flight.
+    pub moves_pending: usize,
+    /// Flows moved off a gone node and not given back (yet).
+    pub moved_away: usize,
     /// Bytes by structure.
     pub memory: Memory,
 }

@@ -8,6 +8,7 @@ use crate::replica::storage::{self as rstore, RaftStore};
 use crate::replica::{replicas_of, transport};
 
 mod checkpoint;
+mod failover;
 mod liveness;
 mod relay;
 mod replication;
@@ -17,6 +18,7 @@ use crate::{
     Bytes, ClusterSpec, ControlError, Event, Flow, Nanos, NodeId, Op, Outcome, OwnerStatus, Peer,
     Status, Update, CHUNK_BYTES, MAX_PIECE_BYTES,
 };
+pub use failover::Move;
 use sb_setsep::{Delta, Piece, RibKey, SetSep, Updatable};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -116,6 +118,17 @@ pub struct Tuning {
     /// then a prune) and this owner's piece. A peer that is not gone is waited for and never
     /// dropped (the owner's batches wait for its acknowledgements). Default 16 MiB.
     pub peer_backlog_bytes: usize,
+    /// An owner moves the flows of its range that a gone node handled to live nodes, by
+    /// updates of its own (make-before-break as any update), and gives them back once the
+    /// node returns (`failover` in this module's sources). Default on.
+    pub evacuate: bool,
+    /// Flows an owner gives back to a returned node per second at most (0: none are given
+    /// back). Default 20,000.
+    pub give_back_rate: u64,
+    /// Where the FIB value keeps a copy of its handling node, if it does: the offset of a
+    /// big-endian `u16` that a move between handlers rewrites (the LTE application's egress
+    /// node, bytes 8..10). None (the default): values are moved unchanged.
+    pub handler_field: Option<usize>,
 }
 
 impl Default for Tuning {
@@ -147,6 +160,9 @@ impl Default for Tuning {
             lease: 500_000_000,
             heartbeat: 50_000_000,
             peer_backlog_bytes: 16 << 20,
+            evacuate: true,
+            give_back_rate: 20_000,
+            handler_field: None,
         }
     }
 }
@@ -309,6 +325,8 @@ enum OriginKind {
         epoch: u32,
         id: u64,
     },
+    /// This owner's own moves of flows between handlers ([`failover`]).
+    Internal,
 }
 
 struct Origin {
@@ -333,6 +351,8 @@ struct Queued {
     origin: u64,
     index: u32,
     u: Update,
+    /// A move between handlers ([`failover`]): applied only while the key's handler is this.
+    expect: Option<NodeId>,
 }
 
 struct Item {
@@ -458,6 +478,8 @@ pub struct Node {
     live: liveness::Liveness,
     /// Per owner: standing in for it while it is gone ([`relay`]).
     relay: Vec<relay::RelayIn>,
+    /// Moving the flows of gone handlers ([`failover`]).
+    fo: failover::Failover,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -804,6 +826,7 @@ impl Node {
             live_gpt: false,
             live: liveness::Liveness::new(spec.nodes, now),
             relay: (0..n).map(|_| Default::default()).collect(),
+            fo: Default::default(),
             spec,
             tuning,
         };
@@ -998,6 +1021,9 @@ impl Node {
             at(x);
         }
         if let Some(x) = self.relay_timeout() {
+            at(x);
+        }
+        if let Some(x) = self.failover_timeout() {
             at(x);
         }
         for (pi, p) in self.peers.iter().enumerate() {
@@ -1396,6 +1422,10 @@ impl Node {
             retransmits: self.retransmits,
             backlogs_dropped: self.backlogs_dropped,
             fib_refused: self.fib_refused,
+            flows_moved: self.fo.moved_total,
+            flows_given_back: self.fo.given_back,
+            moves_pending: self.fo.pending(),
+            moved_away: self.fo.moved.len(),
             memory: {
                 let tr = self.table.rib_bytes();
                 crate::Memory {
@@ -2035,6 +2065,7 @@ impl Node {
                 origin: token,
                 index,
                 u,
+                expect: None,
             });
         }
     }
@@ -2144,6 +2175,7 @@ impl Node {
                 let bytes = self.send_client(addr, id, Body::ClientReply(org.results));
                 self.clients.finish(&(client, id), bytes);
             }
+            OriginKind::Internal => self.moves_done(token, &org.results),
             OriginKind::Forward { node, epoch, id } => {
                 if self.peers[node as usize].epoch != epoch {
                     return; // that incarnation is gone
@@ -2643,7 +2675,10 @@ impl Node {
                         }
                     }
                 }
-                Phase::Serving => self.advance_batch(),
+                Phase::Serving => {
+                    self.failover_step();
+                    self.advance_batch();
+                }
             }
             if !drove && before == (self.phase, self.batch.as_ref().map(|b| b.stage)) {
                 break;
@@ -2842,7 +2877,13 @@ impl Node {
                 }
                 let q = self.queue.pop_front().expect("front");
                 keys.insert(q.u.key.clone());
-                let (outcome, old) = self.validate(&q.u);
+                let (outcome, old) = match q.expect {
+                    // A move whose key a client's update took meanwhile: not applied.
+                    Some(h) if self.rib_get(&q.u.key).map(|(n, _)| n) != Some(h) => {
+                        (Outcome::Missing, None)
+                    }
+                    _ => self.validate(&q.u),
+                };
                 items.push(Item {
                     origin: q.origin,
                     index: q.index,

@@ -6,8 +6,8 @@
 //! GPT). [`Sim::check`] checks the invariants after every step; a failure panics with the seed.
 
 use crate::{
-    client, wire, Bytes, ClusterSpec, Event, Flow, GptSpec, Nanos, Node, NodeId, Op, Outcome, Peer,
-    Tuning, Update,
+    client, wire, Bytes, ClusterSpec, Event, Flow, GptSpec, Move, Nanos, Node, NodeId, Op, Outcome,
+    Peer, Tuning, Update,
 };
 use sb_setsep::{Delta, Piece, SetSep};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -165,6 +165,9 @@ pub struct Sim {
     pub checkpoints: u64,
     /// Updates rejected because their new handler was declared down.
     pub handler_down: u64,
+    /// Flows the owners moved off gone handlers, and gave back ([`Node::take_moves`]).
+    pub flows_moved: u64,
+    pub given_back: u64,
     faults: bool,
     client_addr: SocketAddr,
     reqs: BTreeMap<u64, Req>,
@@ -250,6 +253,8 @@ impl Sim {
             fenced_restarts: 0,
             checkpoints: 0,
             handler_down: 0,
+            flows_moved: 0,
+            given_back: 0,
             faults: true,
             client_addr: "10.9.9.9:4000".parse().expect("address"),
             reqs: BTreeMap::new(),
@@ -334,10 +339,42 @@ impl Sim {
         self.pump(i);
     }
 
+    /// A move between handlers that owner `i` applied ([`Node::take_moves`]): the key's
+    /// acknowledged state.
+    fn on_move(&mut self, i: NodeId, m: Move) {
+        self.dirty = true;
+        let now = self.now;
+        self.trail.entry(m.key.clone()).or_default().push(format!(
+            "t={now} owner {i} moved it {} -> {} (back: {})",
+            m.from, m.to, m.back
+        ));
+        if m.back {
+            self.given_back += 1;
+        } else {
+            self.flows_moved += 1;
+        }
+        if self.inflight_keys.contains(&m.key) {
+            self.uncertain.insert(m.key.clone());
+        }
+        self.oracle.insert(m.key, (m.to, m.value));
+    }
+
+    /// The moves between handlers in the live owners' queues and batches: (key, from, to).
+    fn moves_in_flight(&self) -> Vec<(Bytes, NodeId, NodeId)> {
+        (self.nodes.iter().flatten())
+            .flat_map(|n| n.moves_in_flight().map(|(k, f, t)| (k.clone(), f, t)))
+            .collect()
+    }
+
     /// Kills node `i`: its state, FIB and GPT are gone; its log keeps what was committed and a
     /// random prefix of what was not.
     pub fn kill(&mut self, i: NodeId) {
         let ii = i as usize;
+        // Its moves between handlers may or may not have been made durable.
+        if let Some(n) = &self.nodes[ii] {
+            let keys: Vec<Bytes> = n.moves_in_flight().map(|(k, _, _)| k.clone()).collect();
+            self.uncertain.extend(keys);
+        }
         self.nodes[ii] = None;
         self.fibs[ii].clear();
         self.gpts[ii] = None;
@@ -503,12 +540,24 @@ impl Sim {
             let base = node.owner_table().piece(range).expect("range");
             self.history.insert((i, epoch), (base, Vec::new()));
         }
+        let moves = node.take_moves();
+        let moving: Vec<Bytes> = node.moves_in_flight().map(|(k, _, _)| k.clone()).collect();
         let own = node.take_own_deltas();
         if !own.is_empty() {
             let h = &mut self.history.get_mut(&(i, epoch)).expect("history").1;
             for d in own {
                 assert_eq!(d.seq(), h.len() as u64 + 1, "owner deltas in order");
                 h.push(d);
+            }
+        }
+        for m in moves {
+            self.on_move(i, m);
+        }
+        for k in moving {
+            // A client's update of a key being moved: either may come first, so the handlers
+            // its lookups may give are not known.
+            if self.inflight_keys.contains(&k) {
+                self.uncertain.insert(k);
             }
         }
         for (to, bytes) in sends {
@@ -906,7 +955,12 @@ impl Sim {
     /// all stable keys (`full`) or a random run of 48 of them.
     fn allowed(&mut self, full: bool) -> Vec<(Bytes, [NodeId; 2])> {
         let mut a = Vec::new();
-        let ok = |s: &Sim, k: &Bytes| !s.uncertain.contains(k) && !s.inflight_keys.contains(k);
+        let moving: BTreeMap<Bytes, (NodeId, NodeId)> = (self.moves_in_flight().into_iter())
+            .map(|(k, f, t)| (k, (f, t)))
+            .collect();
+        let ok = |s: &Sim, k: &Bytes| {
+            !s.uncertain.contains(k) && !s.inflight_keys.contains(k) && !moving.contains_key(k)
+        };
         if full {
             for (k, (n, _)) in &self.oracle {
                 if ok(self, k) {
@@ -927,11 +981,19 @@ impl Sim {
                 continue;
             }
             for ((u, e), old) in r.updates.iter().zip(&r.expected).zip(&r.old) {
+                if moving.contains_key(&u.key) || self.uncertain.contains(&u.key) {
+                    continue;
+                }
                 if *e == Outcome::Applied && u.op == Op::Change {
                     if let Some((n0, _)) = old {
                         a.push((u.key.clone(), [*n0, u.node]));
                     }
                 }
+            }
+        }
+        for (k, (f, t)) in moving {
+            if !self.uncertain.contains(&k) && !self.inflight_keys.contains(&k) {
+                a.push((k, [f, t]));
             }
         }
         a

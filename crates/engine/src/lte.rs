@@ -98,6 +98,10 @@ pub const KEY_BYTES: usize = 16;
 pub const VALUE_BYTES: usize = 32;
 /// The FIB value's bytes of the session's [`Policy`].
 pub const POLICY_BYTES: Range<usize> = 16..25;
+/// Where the FIB value keeps its egress node (a big-endian `u16` at bytes 8..10): the
+/// handling node's copy that the control plane rewrites when it moves a flow between handlers
+/// (`sb_control::Tuning::handler_field`).
+pub const EGRESS_NODE_AT: usize = 8;
 /// The FIB value's byte of the policy flags ([`Policy::flags`]).
 pub const POLICY_FLAGS_BYTE: usize = 24;
 /// The FIB value's bytes of the local policy slot id (24 bits, big endian; 0: none): written
@@ -891,7 +895,7 @@ impl App for Lte {
 
     #[inline]
     fn egress_node(&self, value: &[u8]) -> u16 {
-        u16::from_be_bytes([value[8], value[9]])
+        u16::from_be_bytes([value[EGRESS_NODE_AT], value[EGRESS_NODE_AT + 1]])
     }
 
     #[inline]

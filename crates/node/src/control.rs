@@ -700,6 +700,8 @@ pub fn run(
         lease,
         heartbeat,
         election_ticks,
+        // A flow moved off a gone handler leaves from its new handler's `ran`.
+        handler_field: Some(sb_engine::lte::EGRESS_NODE_AT),
         ..sb_control::Tuning::default()
     };
     let new_node = |flows: Vec<Flow>, recovered: Vec<Vec<u8>>| {

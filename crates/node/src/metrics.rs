@@ -106,6 +106,9 @@
 //! | `scalebricks_control_epoch` | gauge | | `epoch` |
 //! | `scalebricks_update_queue_length` | gauge | | `queued`: updates waiting in this owner's queue |
 //! | `scalebricks_applied_updates_total` | counter | | `applied`: updates this owner applied |
+//! | `scalebricks_flows_moved_total` | counter | | `flows_moved`: flows of this owner's range moved off nodes that failure detection declared gone |
+//! | `scalebricks_flows_given_back_total` | counter | | `flows_given_back`: of those, given back once their node returned |
+//! | `scalebricks_flows_moved_away` | gauge | | `moved_away`: moved off a gone node and not given back yet |
 //! | `scalebricks_rejected_updates_total` | counter | `outcome` | `rejected` (an object): updates refused, by outcome |
 //! | `scalebricks_control_dropped_datagrams_total` | counter | `reason` | `dropped` (an object): control datagrams dropped, by reason |
 //! | `scalebricks_control_retransmits_total` | counter | | `retransmits` |
@@ -828,7 +831,7 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             memory,
         )?;
     }
-    let scalars: [(&str, &str, &str, MetricType); 5] = [
+    let scalars: [(&str, &str, &str, MetricType); 8] = [
         (
             "rib_keys",
             "scalebricks_rib_keys",
@@ -858,6 +861,24 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             "scalebricks_applied_updates",
             "Updates this owner applied.",
             Counter,
+        ),
+        (
+            "flows_moved",
+            "scalebricks_flows_moved",
+            "Flows of this owner's range moved off nodes declared gone, to live ones.",
+            Counter,
+        ),
+        (
+            "flows_given_back",
+            "scalebricks_flows_given_back",
+            "Flows this owner gave back to their node once it returned.",
+            Counter,
+        ),
+        (
+            "moved_away",
+            "scalebricks_flows_moved_away",
+            "Flows of this owner's range moved off a gone node and not given back yet.",
+            Gauge,
         ),
     ];
     for (field, name, help, ty) in scalars {

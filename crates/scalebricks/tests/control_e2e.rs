@@ -692,13 +692,28 @@ fn a_killed_node_recovers(test: &str, io: Io) {
         let rows = c.status()["nodes"].as_array().unwrap().clone();
         let rib: u64 = rows.iter().map(|r| u(&r["rib_keys"])).sum();
         let serving = rows.iter().all(|r| r["phase"] == "serving");
-        if (rib == 8000 && serving) || t0.elapsed() > Duration::from_secs(10) {
+        // The flows the live owners moved off the victim while it was down are given back
+        // once it is back (at 20,000 a second, after a lease).
+        let away: u64 = rows
+            .iter()
+            .map(|r| u(&r["moved_away"]) + u(&r["moves_pending"]))
+            .sum();
+        if (rib == 8000 && serving && away == 0) || t0.elapsed() > Duration::from_secs(10) {
             break rows;
         }
         std::thread::sleep(Duration::from_millis(250));
     };
     let rib: u64 = rows.iter().map(|r| u(&r["rib_keys"])).sum();
     assert_eq!(rib, 8000, "{rows:?}");
+    // Failover of handlers: while the victim was down (over a second, past the 500 ms
+    // detection), the live owners moved the flows of their ranges it handled to live nodes,
+    // and gave them back after its restart.
+    let sum = |f: &str| -> u64 { rows.iter().map(|r| u(&r[f])).sum() };
+    let (moved, back) = (sum("flows_moved"), sum("flows_given_back"));
+    eprintln!("flows moved off node {victim}: {moved}, given back: {back}");
+    assert!(moved > 0, "no flow moved off node {victim}: {rows:?}");
+    assert_eq!(sum("moved_away") + sum("moves_pending"), 0, "{rows:?}");
+    assert_eq!(back, moved, "{rows:?}");
     // And the restarted node forwards the flows it handles (its FIB slice from the owners).
     let mine = c.dir.join("mine.csv");
     let n_mine = write_flows_file(&mine, &flows, |f| f.node == victim);
