@@ -13,11 +13,25 @@
 # Environment:
 #   ONLY=fuzz         run only the named steps (comma- or space-separated) of:
 #                     fmt clippy doc test loom fuzz large demo (the Debian step runs as root anyway)
-#   FUZZ_SECONDS=15   how long each fuzz target runs
+#   FUZZ_SECONDS=15   how long each fuzz target runs (10 under CI=true)
 #   FUZZ_JOBS=<cpus>  how many fuzz targets run at once (each still gets FUZZ_SECONDS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# CI (CI=true; 45 minutes on a fresh clone is the budget): the debug test build keeps line
+# tables only (a panic's backtrace still names file and line; full debuginfo for every test
+# binary and its optimized dependencies was most of the test step's 17-minute build), the
+# release builds of the large tests and the demo skip LTO and debuginfo (they check results,
+# not speed), and each fuzz target runs 10 s. Only under CI: a local run keeps the profiles of
+# a developer's own `cargo test` and `cargo build --release`, so neither rebuilds the other's.
+if [ "${CI:-}" = "true" ]; then
+    export CARGO_PROFILE_TEST_DEBUG=${CARGO_PROFILE_TEST_DEBUG:-line-tables-only}
+    FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+    fast_release=(env CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=0
+        CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16)
+else
+    fast_release=()
+fi
 FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 FUZZ_JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
 ONLY=${ONLY:-}
@@ -186,13 +200,13 @@ if want large; then
     # (cargo refuses those) and no large_ test needs them.
     large_features=()
     [ "${features[*]}" = "--all-features" ] && large_features=(--all-features)
-    cargo test --release "${large_pkgs[@]}" "${large_features[@]}" -- --ignored large_
+    "${fast_release[@]}" cargo test --release "${large_pkgs[@]}" "${large_features[@]}" -- --ignored large_
 fi
 
 if want demo; then
     step demo "the README's main job (cargo run --release --bin scalebricks -- demo)"
     # The release build of the scalebricks binary alone (the large step builds only the
     # packages holding large_ tests; their dependencies' release builds are shared).
-    cargo run --release "${features[@]}" --bin scalebricks -- demo --json > target/demo.json
+    "${fast_release[@]}" cargo run --release "${features[@]}" --bin scalebricks -- demo --json > target/demo.json
     grep -q '"ok": true' target/demo.json
 fi
