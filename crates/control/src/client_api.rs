@@ -76,6 +76,7 @@ pub fn encode_request(
         sender_epoch: 0,
         receiver_epoch: 0,
         msg_id: stamp.seq,
+        counter: 0,
     };
     let body = Body::ClientRequest {
         client: stamp.client,

@@ -27,34 +27,47 @@ pub fn spec() -> ClusterSpec {
     }
 }
 
+/// Where [`wrap`] puts a datagram: its ends, their epochs, the nonces its tag binds
+/// (sender's, receiver's) and its counter.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame {
+    /// Sender and receiver.
+    pub ends: (u16, u16),
+    /// Sender's and receiver's epochs.
+    pub epochs: (u32, u32),
+    /// The nonces the tag binds.
+    pub nonces: wire::Nonces,
+    /// The datagram's counter.
+    pub counter: u64,
+}
+
 /// `data` with a valid header (type `data[0]`) and tag (with `key`) around the rest, so
 /// that the body parser is reached.
-pub fn wrap(
-    data: &[u8],
-    key: &[u8; 32],
-    (sender, receiver): (u16, u16),
-    sender_epoch: u32,
-    receiver_epoch: u32,
-) -> Vec<u8> {
+pub fn wrap(data: &[u8], key: &[u8; 32], f: Frame) -> Vec<u8> {
+    let (sender, receiver) = f.ends;
+    let (sender_epoch, receiver_epoch) = f.epochs;
     let mut b = Vec::with_capacity(data.len() + wire::OVERHEAD);
     b.extend_from_slice(wire::MAGIC);
     b.push(wire::VERSION);
-    b.push(data.first().copied().unwrap_or(0) % 14);
+    b.push(data.first().copied().unwrap_or(0) % 17);
     b.extend_from_slice(&sender.to_le_bytes());
     b.extend_from_slice(&receiver.to_le_bytes());
     b.extend_from_slice(&CLUSTER.to_le_bytes());
     b.extend_from_slice(&sender_epoch.to_le_bytes());
     b.extend_from_slice(&receiver_epoch.to_le_bytes());
     b.extend_from_slice(&9u64.to_le_bytes());
+    b.extend_from_slice(&f.counter.to_le_bytes());
     b.extend_from_slice(data.get(1..).unwrap_or(&[]));
-    let t = tag_of(key, &b);
+    let t = tag_of(key, f.nonces, &b);
     b.extend_from_slice(&t);
     b
 }
 
-fn tag_of(key: &[u8; 32], b: &[u8]) -> [u8; 16] {
+fn tag_of(key: &[u8; 32], nonces: wire::Nonces, b: &[u8]) -> [u8; 16] {
     use hmac::{Hmac, Mac};
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
+    mac.update(&nonces.0.to_le_bytes());
+    mac.update(&nonces.1.to_le_bytes());
     mac.update(b);
     let mut t = [0u8; 16];
     t.copy_from_slice(&mac.finalize().into_bytes()[..16]);
@@ -64,9 +77,17 @@ fn tag_of(key: &[u8; 32], b: &[u8]) -> [u8; 16] {
 /// Parses arbitrary bytes as a datagram, raw and with a valid header and tag; whatever is
 /// accepted must encode back to the same bytes.
 pub fn parse(data: &[u8]) {
-    let node0 = wire::Keys::node(&KEY, CLUSTER, 2, 0);
+    let mut node0 = wire::Keys::node(&KEY, CLUSTER, 2, 0);
+    node0.set_nonce(0x5b);
+    node0.set_peer_nonce(1, 0x6c);
     let pair = wire::pair_key(&KEY, CLUSTER, 1, 0);
-    for bytes in [data.to_vec(), wrap(data, &KEY, (1, 0), 1, 1)] {
+    let f = |nonces| Frame {
+        ends: (1, 0),
+        epochs: (1, 1),
+        nonces,
+        counter: 3,
+    };
+    for bytes in [data.to_vec(), wrap(data, &KEY, f((0, 0)))] {
         if let Ok((h, b)) = wire::decode(&KEY, CLUSTER, &bytes) {
             assert_eq!(
                 wire::encode(&KEY, &h, &b),
@@ -74,16 +95,24 @@ pub fn parse(data: &[u8]) {
                 "accepted bytes re-encode"
             );
         }
+        if let Ok((h, b)) = wire::peek(CLUSTER, &bytes) {
+            assert_eq!(wire::encode(&KEY, &h, &b).len(), bytes.len());
+        }
     }
-    for bytes in [data.to_vec(), wrap(data, &pair, (1, 0), 1, 1)] {
+    // Whichever nonces the type binds: a hello none, an ack the receiver's, others both.
+    let both = [(0, 0), (0, 0x5b), (0x6c, 0x5b)];
+    for bytes in [data.to_vec()]
+        .into_iter()
+        .chain(both.iter().map(|&n| wrap(data, &pair, f(n))))
+    {
         if let Ok((h, b)) = node0.open(&bytes) {
             let key = match h.sender {
                 wire::CLIENT_SENDER => spec().client_key(),
                 s => wire::pair_key(&KEY, CLUSTER, s, 0),
             };
-            assert_eq!(
-                wire::encode(&key, &h, &b),
-                bytes,
+            assert!(
+                both.iter()
+                    .any(|&n| wire::encode_bound(&key, n, &h, &b) == bytes),
                 "accepted bytes re-encode"
             );
         }
@@ -119,14 +148,34 @@ pub fn handle(data: &[u8]) {
     let pair = wire::pair_key(&KEY, CLUSTER, 1, 0);
     let ck = spec().client_key();
     let mut now = 1;
+    let mut counter = 0;
     for part in data.split(|&b| b == 0xfe).take(32) {
         now += 1_000_000;
         n.handle(now, Peer::Node(1), part);
         n.handle(now, client.clone(), part);
-        n.handle(now, Peer::Node(1), &wrap(part, &pair, (1, 0), 1, 1));
-        n.handle(now, Peer::Node(1), &wrap(part, &pair, (1, 0), 2, 1));
-        let c = (wire::CLIENT_SENDER, 0);
-        n.handle(now, client.clone(), &wrap(part, &ck, c, 0, 0));
+        for epoch in [1, 2] {
+            // Bound to the nonces the node knows, as many as the type binds.
+            counter += 1;
+            let nonces = match part.first().copied().unwrap_or(0) % 17 {
+                1 => (0, 0),
+                2 => (0, n.keys().nonce()),
+                _ => (n.keys().peer_nonce(1), n.keys().nonce()),
+            };
+            let f = Frame {
+                ends: (1, 0),
+                epochs: (epoch, 1),
+                nonces,
+                counter,
+            };
+            n.handle(now, Peer::Node(1), &wrap(part, &pair, f));
+        }
+        let f = Frame {
+            ends: (wire::CLIENT_SENDER, 0),
+            epochs: (0, 0),
+            nonces: (0, 0),
+            counter: 0,
+        };
+        n.handle(now, client.clone(), &wrap(part, &ck, f));
         n.handle_timeout(now + 50_000_000);
         while let Some(ev) = n.poll_event() {
             // Now and then the data plane refuses an install or a delta.
@@ -142,7 +191,13 @@ pub fn handle(data: &[u8]) {
         while let Some((to, d)) = n.poll_transmit() {
             assert!(d.len() <= wire::MAX_DATAGRAM);
             let keys = match to {
-                Peer::Node(j) => wire::Keys::node(&KEY, CLUSTER, 2, j),
+                Peer::Node(j) => {
+                    // The peer as the node knows it.
+                    let mut k = wire::Keys::node(&KEY, CLUSTER, 2, j);
+                    k.set_nonce(n.keys().peer_nonce(j));
+                    k.set_peer_nonce(0, n.keys().nonce());
+                    k
+                }
                 Peer::Client(_) => wire::Keys::client(&ck, CLUSTER),
             };
             assert!(keys.open(&d).is_ok(), "a node sends what its peer parses");

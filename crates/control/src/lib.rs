@@ -136,14 +136,14 @@
 //! ([`Node::fenced`]), so that no GPT an owner stopped updating is used (the argument is in
 //! the `liveness` module).
 //!
-//! # Wire format (protocol version 2)
+//! # Wire format (protocol version 3)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose
 //! MTU is 9000; the kernel fragments). All integers are little-endian.
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0..4 | magic `SBCP` |
-//! | 4 | version (2) |
+//! | 4 | version (3) |
 //! | 5 | message type |
 //! | 6..8 | sender: node id, or `0xffff` for a client |
 //! | 8..10 | receiver: node id, or `0xffff` for a client |
@@ -151,16 +151,17 @@
 //! | 18..22 | sender's epoch (0 for a client) |
 //! | 22..26 | receiver's epoch as the sender knows it (0: unknown) |
 //! | 26..34 | message id (a client's request sequence number, a forward's id) |
-//! | 34..n-16 | body |
-//! | n-16..n | tag: HMAC-SHA256 over bytes 0..n-16 with the pair key of the two nodes, or the client key between a client and a node ([`wire`]: keys and threat model), first 16 bytes |
+//! | 34..42 | counter: between nodes 1, 2, ... per (sender's start, receiver), checked against the receiver's replay window; 0 between a client and a node |
+//! | 42..n-16 | body |
+//! | n-16..n | tag: HMAC-SHA256 over the sender's nonce u64, the receiver's nonce u64 (each 0 where the type binds none: a hello both, a hello ack the sender's, a client's datagram both) and bytes 0..n-16, with the pair key of the two nodes, or the client key between a client and a node ([`wire`]: keys, nonces and threat model), first 16 bytes |
 //!
 //! An *update* is: op u8 (1 insert, 2 change, 3 delete), node u16, key length u8, key,
 //! value length u8, value. Bodies by type:
 //!
 //! | type | name | body |
 //! |---|---|---|
-//! | 1 | hello | empty |
-//! | 2 | hello ack | empty |
+//! | 1 | hello | the sender's per-boot nonce u64 |
+//! | 2 | hello ack | the sender's per-boot nonce u64 |
 //! | 3 | client request | client id u64, time u64 (ns since the Unix epoch), count u16, updates |
 //! | 4 | client reply | count u16, one [`Outcome`] code u8 per update |
 //! | 5 | forward | count u16, updates |
@@ -177,8 +178,10 @@
 //! | 16 | relay | the gone owner u16, the owner's epoch u32, its last delta in the piece u64, total length u32, index u32, count u32, bytes of: slice included u8, piece length u32, piece, count u32, (key, FIB value) at the cluster's widths each |
 //!
 //! A receiver checks the length, magic, version, cluster id, receiver, tag (with its sender's
-//! key) and the type against that key before it reads anything else; a datagram that fails, or whose sender's epoch is older than one it has seen, or (but
-//! for a hello) that names another epoch of the receiver, changes nothing and is counted in
+//! key and the nonces of both incarnations as it knows them) and the type against that key
+//! before it reads anything else, then (from a node) the sender's epoch and the counter
+//! against its replay window; a datagram that fails, or whose sender's epoch is older than
+//! one it has seen, or (but for a hello) that names another epoch of the receiver, changes nothing and is counted in
 //! [`Status::dropped`] by reason. A piece is `sb_setsep::Piece::to_bytes` cut into `count` chunks of
 //! `ceil(total / count)` bytes (at most [`CHUNK_BYTES`]), the last one shorter; deltas are `sb_setsep::Delta::to_bytes`, each owner numbering its
 //! own 1, 2, ... per epoch; FIB stream numbers count per (owner epoch, handler epoch).

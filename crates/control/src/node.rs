@@ -723,7 +723,13 @@ impl Node {
         }
         let rto = tuning.rto;
         let mut node = Node {
-            keys: spec.node_keys(me),
+            keys: {
+                // The per-boot nonce: the driver's seed is random per process start.
+                let mut k = spec.node_keys(me);
+                let mut x = seed ^ (u64::from(epoch) << 32) ^ now;
+                k.set_nonce(splitmix(&mut x).max(1));
+                k
+            },
             me,
             epoch,
             rng: seed,
@@ -872,8 +878,24 @@ impl Node {
                 if h.sender_epoch == 0 || h.sender_epoch < self.peers[pi].epoch {
                     return self.drop_msg("stale_epoch");
                 }
+                if let Body::Hello { nonce } | Body::HelloAck { nonce } = body {
+                    // A peer's incarnation is its epoch and nonce, learnt from its hello or
+                    // hello ack: the tags of its other datagrams bind its nonce (and ours).
+                    let known = self.keys.peer_nonce(p);
+                    if h.sender_epoch == self.peers[pi].epoch && known != 0 && nonce != known {
+                        // Its epoch again with another nonce: a log lost or rolled back, or
+                        // the hello of an incarnation before it.
+                        return self.drop_msg("epoch_reused");
+                    }
+                    if h.sender_epoch > self.peers[pi].epoch || known == 0 {
+                        self.keys.set_peer_nonce(p, nonce);
+                    }
+                }
                 if h.sender_epoch > self.peers[pi].epoch {
                     self.on_peer_epoch(p, h.sender_epoch);
+                }
+                if let Err(e) = self.keys.accept_counter(p, h.counter) {
+                    return self.drop_msg(e.name());
                 }
                 self.heard(p);
                 if h.receiver_epoch == self.epoch {
@@ -1267,6 +1289,12 @@ impl Node {
         self.epoch
     }
 
+    /// This node's keys, its per-boot nonce and what it knows of its peers' ([`wire::Keys`]):
+    /// for tests and diagnostics.
+    pub fn keys(&self) -> &wire::Keys {
+        &self.keys
+    }
+
     /// The node's id.
     pub fn id(&self) -> NodeId {
         self.me
@@ -1481,6 +1509,7 @@ impl Node {
             sender_epoch: self.epoch,
             receiver_epoch: self.peers[to as usize].epoch,
             msg_id,
+            counter: self.keys.next_counter(to),
         };
         let bytes = self.keys.seal(&h, &body);
         self.transmits.push_back((Peer::Node(to), bytes));
@@ -1495,6 +1524,7 @@ impl Node {
             sender_epoch: self.epoch,
             receiver_epoch: 0,
             msg_id,
+            counter: 0,
         };
         let bytes = self.keys.seal(&h, &body);
         self.transmits
@@ -1509,7 +1539,8 @@ impl Node {
         let next = self.now + self.jitter(rto);
         self.peers[pi].hello_at = next;
         let id = self.new_id();
-        self.send(p, id, Body::Hello);
+        let nonce = self.keys.nonce();
+        self.send(p, id, Body::Hello { nonce });
     }
 
     /// A peer started epoch `e` (a restart, or the first we hear of it).
@@ -1823,11 +1854,12 @@ impl Node {
     fn on_peer_message(&mut self, p: NodeId, h: &Header, body: Body) {
         let pi = p as usize;
         match body {
-            Body::Hello => {
+            Body::Hello { .. } => {
                 let id = self.new_id();
-                self.send(p, id, Body::HelloAck);
+                let nonce = self.keys.nonce();
+                self.send(p, id, Body::HelloAck { nonce });
             }
-            Body::HelloAck => {}
+            Body::HelloAck { .. } => {}
             Body::Heartbeat { stamp, echo, hears } => self.on_heartbeat(p, stamp, echo, hears),
             Body::Forward(us) => self.on_forward(p, h.sender_epoch, h.msg_id, us),
             Body::ForwardReply(codes) => {
@@ -2103,8 +2135,9 @@ impl Node {
     fn on_forward(&mut self, p: NodeId, epoch: u32, id: u64, us: Vec<Update>) {
         let key = (p, epoch, id);
         if let Some(st) = self.forwards_in.map.get(&key) {
-            if let Some(reply) = st.clone() {
-                self.transmits.push_back((Peer::Node(p), reply));
+            if let Some(codes) = st.clone() {
+                // Sealed again: a new counter, past the peer's replay window.
+                self.send(p, id, Body::ForwardReply(codes));
             }
             return;
         }
@@ -2180,9 +2213,9 @@ impl Node {
                 if self.peers[node as usize].epoch != epoch {
                     return; // that incarnation is gone
                 }
+                let codes = org.results.clone();
                 self.send(node, id, Body::ForwardReply(org.results));
-                let bytes = self.transmits.back().expect("just sent").1.clone();
-                self.forwards_in.finish(&(node, epoch, id), bytes);
+                self.forwards_in.finish(&(node, epoch, id), codes);
             }
         }
     }

@@ -3,31 +3,50 @@
 //! cluster id, receiver, tag with the sender's key, the type against that key, then the body)
 //! and never panics; [`Keys::seal`] writes one.
 //!
-//! # Keys and threat model (protocol version 2)
+//! # Keys and threat model (protocol version 3)
 //! `cluster up` makes a random 32-byte **master secret** per cluster (`control.json`, mode
 //! 0600, read by the node processes only). Every node derives from it, and stores nothing
 //! else: the **pair key** of nodes `i` and `j`, `HMAC-SHA256(master, "sbcp-v2 node pair" ||
 //! cluster id || min(i,j) || max(i,j))` ([`pair_key`]), and the **client key**,
 //! `HMAC-SHA256(master, "sbcp-v2 client" || cluster id)` ([`client_key`]), which `cluster up`
-//! also writes to `client.json` (mode 0600): the one thing `scalebricks update` reads. A node's
-//! PFCP endpoint hands its requests to its own control plane in-process, as a client, with the
-//! client key. Every datagram carries its sender and receiver (a node id, or `0xffff` for a
-//! client) and the cluster id in its header, all under the tag: HMAC-SHA256 with the key of
-//! the (sender, receiver) pair, truncated to 16 bytes.
+//! also writes to `client.json` (mode 0600): the one thing `scalebricks update` reads (the
+//! derivation labels are those of version 2; version 3 changed the datagram, not the keys).
+//! A node's PFCP endpoint hands its requests to its own control plane in-process, as a
+//! client, with the client key. Every datagram carries its sender and receiver (a node id,
+//! or `0xffff` for a client), the cluster id, both ends' epochs and, between nodes, a
+//! **counter** in its header, all under the tag: HMAC-SHA256 with the key of the (sender,
+//! receiver) pair over two **per-boot nonces** and the datagram, truncated to 16 bytes.
+//!
+//! **Incarnations.** Each node process draws a random 64-bit nonce when it starts
+//! ([`Keys::set_nonce`]) and sends it in its hellos and hello acks; a node learns a peer's
+//! from those (authenticated) and binds both nonces, the sender's and the receiver's, into
+//! the tag of every other datagram between them (a hello binds none, a hello ack its
+//! receiver's: it answers that incarnation's hello; client datagrams none). So a datagram
+//! captured in an earlier incarnation of either end fails the tag (`bad_tag`) even where the
+//! epochs match, as they do after a node lost its log (its epoch starts at 1 again); a hello
+//! of an epoch the receiver knows with another nonce is refused (`epoch_reused`).
+//! **Replay window.** A node numbers its datagrams to each peer 1, 2, ... from its start
+//! ([`Keys::next_counter`]); the receiver keeps, per peer incarnation, the newest counter
+//! and which of the [`WINDOW`] (1024) before it it has seen ([`Window`]), and refuses a
+//! datagram seen before (`replayed`: a replay, or the network's duplicate) or older than the
+//! window (`replay_too_old`). The streams' own sequence numbers stay (they order and
+//! acknowledge); the window makes every kind single-use, heartbeats, piece and relay
+//! requests and Raft messages included. A retransmission is sealed anew with a new counter.
 //!
 //! What someone on the control network can do with a captured datagram: send it again to its
-//! receiver, where it is a duplicate (stream items, deltas and acks carry per-epoch sequence
-//! numbers and are no-ops when old; a forward's or a client request's id is answered from
-//! memory, or, once forgotten, refused: `forward_replayed`, `request_replayed`; anything of an
-//! earlier epoch of either end is `stale_epoch`); send it to another node, which refuses it
-//! (`misdirected`; with its receiver rewritten, `bad_tag`); send a client request after the
-//! node restarted (refused: stamped before the node's start, `request_before_start`) or much
-//! later (`request_too_old`). A client request's reply is authenticated and goes to the address
-//! the request came from. What a holder of the client key can do: any update (it is the
-//! update interface), but no node's message: the client key authenticates only client requests
-//! and replies (`kind_not_allowed`), and the master and pair keys do not follow from it.
+//! receiver (refused: `replayed`, `replay_too_old`; after either end restarted, `bad_tag`;
+//! anything of an older epoch of the sender is `stale_epoch`); send it to another node, which
+//! refuses it (`misdirected`; with its receiver rewritten, `bad_tag`); send a client request
+//! again: its id is answered from memory, or, once forgotten, refused (`request_replayed`),
+//! after the node restarted it is refused as stamped before the node's start
+//! (`request_before_start`), much later as `request_too_old`. A client request's reply is
+//! authenticated and goes to the address the request came from. What a holder of the client
+//! key can do: any update (it is the update interface), but no node's message: the client
+//! key authenticates only client requests and replies (`kind_not_allowed`), and the master
+//! and pair keys do not follow from it.
 //! What it cannot protect against: a node's host (every node holds the master secret, so one
-//! compromised node is the cluster's), and reading the traffic (nothing is encrypted).
+//! compromised node is the cluster's), reading the traffic (nothing is encrypted), and
+//! dropping or delaying it.
 //! Drops are counted by these names in [`crate::Status::dropped`] (`dropped` of `cluster
 //! status`, the metrics' drops by reason).
 
@@ -38,9 +57,13 @@ use sha2::Sha256;
 /// Magic of every datagram.
 pub const MAGIC: &[u8; 4] = b"SBCP";
 /// Protocol version.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of the header.
-pub const HEADER_LEN: usize = 34;
+pub const HEADER_LEN: usize = 42;
+/// Counters a receiver's replay window ([`Window`]) spans: a datagram more than this many
+/// behind the newest of its sender is refused (`replay_too_old`), one seen before within it
+/// (`replayed`).
+pub const WINDOW: u64 = 1024;
 /// Bytes of the authentication tag (HMAC-SHA256 truncated).
 pub const TAG_LEN: usize = 16;
 /// The largest datagram this crate sends or accepts (a UDP payload of 60 KiB).
@@ -130,6 +153,11 @@ pub struct Header {
     pub receiver_epoch: u32,
     /// Message id: a client's request sequence number, a forward's id; otherwise informative.
     pub msg_id: u64,
+    /// Between nodes: the datagram's number, 1, 2, ... per (sender incarnation, receiver)
+    /// ([`Keys::next_counter`]), checked against the receiver's replay window
+    /// ([`Keys::accept_counter`]); 0 between a client and a node (a client request's
+    /// freshness is its time and sequence number).
+    pub counter: u64,
 }
 
 /// One FIB operation of an owner's stream to a handling node.
@@ -162,10 +190,18 @@ pub enum FibItem {
 /// A message body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
-    /// [`Kind::Hello`].
-    Hello,
-    /// [`Kind::HelloAck`].
-    HelloAck,
+    /// [`Kind::Hello`]: the sender's per-boot nonce ([`Keys::nonce`]).
+    Hello {
+        /// The sender's nonce: random per process start, bound into the tag of every later
+        /// datagram between the two nodes.
+        nonce: u64,
+    },
+    /// [`Kind::HelloAck`]: the sender's per-boot nonce (the ack's tag binds the receiver's,
+    /// learnt from its hello).
+    HelloAck {
+        /// The sender's nonce.
+        nonce: u64,
+    },
     /// [`Kind::ClientRequest`]: the header's `msg_id` is the client's sequence number.
     ClientRequest {
         /// The client's id (random per client run): its sequence numbers count from any
@@ -299,8 +335,8 @@ impl Body {
     /// The message type of the body.
     pub fn kind(&self) -> Kind {
         match self {
-            Body::Hello => Kind::Hello,
-            Body::HelloAck => Kind::HelloAck,
+            Body::Hello { .. } => Kind::Hello,
+            Body::HelloAck { .. } => Kind::HelloAck,
             Body::ClientRequest { .. } => Kind::ClientRequest,
             Body::ClientReply(_) => Kind::ClientReply,
             Body::Forward(_) => Kind::Forward,
@@ -355,6 +391,14 @@ pub enum WireError {
     /// signs client requests and replies; a node key never signs those).
     #[error("message type not allowed for its key")]
     KindNotAllowed,
+    /// A node's datagram whose counter the receiver has seen from the sender's incarnation
+    /// (a replay, or the network's duplicate).
+    #[error("datagram seen before")]
+    Replayed,
+    /// A node's datagram whose counter is [`WINDOW`] or more behind the newest seen from the
+    /// sender's incarnation (or 0): it cannot be told from a replay.
+    #[error("datagram older than the replay window")]
+    ReplayTooOld,
 }
 
 impl WireError {
@@ -371,6 +415,8 @@ impl WireError {
             WireError::Misdirected => "misdirected",
             WireError::UnknownSender => "unknown_sender",
             WireError::KindNotAllowed => "kind_not_allowed",
+            WireError::Replayed => "replayed",
+            WireError::ReplayTooOld => "replay_too_old",
         }
     }
 }
@@ -381,7 +427,13 @@ fn keyed(key: &[u8; 32]) -> HmacSha256 {
     HmacSha256::new_from_slice(key).expect("HMAC takes any key length")
 }
 
-fn tag_with(mut mac: HmacSha256, bytes: &[u8]) -> [u8; TAG_LEN] {
+/// The per-boot nonces a datagram's tag binds besides its bytes: (the sender's, the
+/// receiver's), 0 where none is bound ([`Keys`]: which, by message type).
+pub type Nonces = (u64, u64);
+
+fn tag_with(mut mac: HmacSha256, nonces: Nonces, bytes: &[u8]) -> [u8; TAG_LEN] {
+    mac.update(&nonces.0.to_le_bytes());
+    mac.update(&nonces.1.to_le_bytes());
     mac.update(bytes);
     let full = mac.finalize().into_bytes();
     let mut t = [0u8; TAG_LEN];
@@ -389,7 +441,9 @@ fn tag_with(mut mac: HmacSha256, bytes: &[u8]) -> [u8; TAG_LEN] {
     t
 }
 
-fn tag_ok_with(mut mac: HmacSha256, bytes: &[u8], t: &[u8]) -> bool {
+fn tag_ok_with(mut mac: HmacSha256, nonces: Nonces, bytes: &[u8], t: &[u8]) -> bool {
+    mac.update(&nonces.0.to_le_bytes());
+    mac.update(&nonces.1.to_le_bytes());
     mac.update(bytes);
     // Constant time.
     mac.verify_truncated_left(t).is_ok()
@@ -422,8 +476,16 @@ pub fn client_key(master: &[u8; 32], cluster_id: u64) -> [u8; 32] {
 }
 
 /// The keys of one end of the protocol: a node's (a pair key per peer, derived from the
-/// master secret, and the client key) or a client's (the client key alone). [`Keys::seal`]
-/// picks the key by the receiver, [`Keys::open`] by the sender.
+/// master secret, and the client key) or a client's (the client key alone), with what binds
+/// a node's datagrams to the two ends' incarnations: its per-boot nonce, each peer's as
+/// learnt from its hello or hello ack, the counters it numbers its datagrams with and a
+/// replay window per peer. [`Keys::seal`] picks the key by the receiver, [`Keys::open`] by
+/// the sender.
+///
+/// Which nonces a tag binds (sender's, receiver's): a hello none (it carries its sender's
+/// nonce in its body, and is answered whatever the receiver's incarnation); a hello ack the
+/// receiver's (it answers that incarnation's hello; its body carries the sender's); every
+/// other node message both; a client's request or reply none.
 #[derive(Clone)]
 pub struct Keys {
     cluster_id: u64,
@@ -432,6 +494,72 @@ pub struct Keys {
     /// A node's: index `j`, the pair key with node `j` (keyed HMAC state; `me`'s unused).
     pair: Vec<HmacSha256>,
     client: HmacSha256,
+    /// This end's per-boot nonce (0: a client's, or not set).
+    nonce: u64,
+    /// A node's: per peer, its nonce, counters and window.
+    peers: Vec<PeerAuth>,
+}
+
+/// What a node knows of a peer's incarnation, and the counters between them.
+#[derive(Clone, Debug, Default)]
+struct PeerAuth {
+    /// The peer's nonce (0: not learnt yet).
+    nonce: u64,
+    /// The last counter this end sent the peer.
+    sent: u64,
+    /// The counters seen from the peer's incarnation of `nonce`.
+    window: Window,
+}
+
+/// A sliding replay window over a sender's counters: the newest seen and which of the
+/// [`WINDOW`] before it were seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    top: u64,
+    bits: [u64; (WINDOW / 64) as usize],
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window {
+            top: 0,
+            bits: [0; (WINDOW / 64) as usize],
+        }
+    }
+}
+
+impl Window {
+    fn bit(c: u64) -> (usize, u64) {
+        let i = c % WINDOW;
+        ((i / 64) as usize, 1u64 << (i % 64))
+    }
+
+    /// Takes counter `c`: Ok the first time it is seen within the window; refused when seen
+    /// before, or when [`WINDOW`] or more behind the newest (or 0).
+    pub fn accept(&mut self, c: u64) -> Result<(), WireError> {
+        if c == 0 || c.saturating_add(WINDOW) <= self.top {
+            return Err(WireError::ReplayTooOld);
+        }
+        if c > self.top {
+            if c - self.top >= WINDOW {
+                self.bits = [0; (WINDOW / 64) as usize];
+            } else {
+                for x in self.top + 1..c {
+                    let (w, m) = Window::bit(x);
+                    self.bits[w] &= !m;
+                }
+            }
+            self.top = c;
+        } else {
+            let (w, m) = Window::bit(c);
+            if self.bits[w] & m != 0 {
+                return Err(WireError::Replayed);
+            }
+        }
+        let (w, m) = Window::bit(c);
+        self.bits[w] |= m;
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Keys {
@@ -444,7 +572,8 @@ impl std::fmt::Debug for Keys {
 }
 
 impl Keys {
-    /// Node `me`'s keys in a cluster of `nodes` nodes with this master secret.
+    /// Node `me`'s keys in a cluster of `nodes` nodes with this master secret (its nonce
+    /// not set: [`Keys::set_nonce`]).
     pub fn node(master: &[u8; 32], cluster_id: u64, nodes: u16, me: u16) -> Keys {
         Keys {
             cluster_id,
@@ -453,6 +582,8 @@ impl Keys {
                 .map(|j| keyed(&pair_key(master, cluster_id, me, j)))
                 .collect(),
             client: keyed(&client_key(master, cluster_id)),
+            nonce: 0,
+            peers: vec![PeerAuth::default(); nodes as usize],
         }
     }
 
@@ -463,6 +594,55 @@ impl Keys {
             me: CLIENT_SENDER,
             pair: Vec::new(),
             client: keyed(client_key),
+            nonce: 0,
+            peers: Vec::new(),
+        }
+    }
+
+    /// Sets this node's per-boot nonce (random per process start; not 0).
+    pub fn set_nonce(&mut self, nonce: u64) {
+        self.nonce = nonce;
+    }
+
+    /// This end's per-boot nonce.
+    pub fn nonce(&self) -> u64 {
+        self.nonce
+    }
+
+    /// Node `p`'s nonce as this node knows it (0: none yet).
+    pub fn peer_nonce(&self, p: u16) -> u64 {
+        self.peers.get(p as usize).map_or(0, |a| a.nonce)
+    }
+
+    /// Node `p` is in an incarnation of nonce `nonce` (learnt from its authenticated hello or
+    /// hello ack): its datagrams' tags bind it from now on, and a new nonce starts a new
+    /// replay window.
+    pub fn set_peer_nonce(&mut self, p: u16, nonce: u64) {
+        if let Some(a) = self.peers.get_mut(p as usize) {
+            if a.nonce != nonce {
+                a.nonce = nonce;
+                a.window = Window::default();
+            }
+        }
+    }
+
+    /// The counter of the next datagram to node `p` (1, 2, ... from this end's start).
+    pub fn next_counter(&mut self, p: u16) -> u64 {
+        match self.peers.get_mut(p as usize) {
+            Some(a) => {
+                a.sent += 1;
+                a.sent
+            }
+            None => 0,
+        }
+    }
+
+    /// Checks an opened datagram's counter against node `p`'s replay window (of its
+    /// incarnation this node knows) and records it.
+    pub fn accept_counter(&mut self, p: u16, counter: u64) -> Result<(), WireError> {
+        match self.peers.get_mut(p as usize) {
+            Some(a) => a.window.accept(counter),
+            None => Err(WireError::UnknownSender),
         }
     }
 
@@ -480,9 +660,28 @@ impl Keys {
         self.pair.get(peer as usize).map(|k| (k, false))
     }
 
+    /// The nonces (sender's, receiver's) the tag of a datagram of type `kind` between this
+    /// end and `peer` binds, sent (`out`) or received.
+    fn nonces(&self, kind: u8, peer: u16, client: bool, out: bool) -> Nonces {
+        if client {
+            return (0, 0);
+        }
+        let theirs = self.peer_nonce(peer);
+        let (sender, receiver) = if out {
+            (self.nonce, theirs)
+        } else {
+            (theirs, self.nonce)
+        };
+        match Kind::from_u8(kind) {
+            Some(Kind::Hello) => (0, 0),
+            Some(Kind::HelloAck) => (0, receiver),
+            _ => (sender, receiver),
+        }
+    }
+
     /// Encodes `body` for `h.receiver` with the key this end shares with it (`h.sender`
-    /// must be this end). Panics if there is none, or if the client key would sign a type
-    /// it may not carry: the callers are this crate's.
+    /// must be this end) and the nonces its type binds. Panics if there is none, or if the
+    /// client key would sign a type it may not carry: the callers are this crate's.
     pub fn seal(&self, h: &Header, body: &Body) -> Vec<u8> {
         let (key, client) = self.with(h.receiver).expect("a key for the receiver");
         assert!(
@@ -492,20 +691,24 @@ impl Keys {
             h.sender,
             h.receiver
         );
-        encode_with(key.clone(), h, body)
+        let nonces = self.nonces(body.kind() as u8, h.receiver, client, true);
+        encode_with(key.clone(), nonces, h, body)
     }
 
     /// Checks and decodes a datagram for this end: length, magic, version, cluster id,
-    /// receiver (this end), the tag with the key of the sender, the message type against
-    /// that key, then the body. Never panics.
+    /// receiver (this end), the tag with the key of the sender and the nonces its type binds
+    /// (a datagram of another incarnation of either end fails here), the message type against
+    /// that key, then the body. Never panics. The counter is checked apart
+    /// ([`Keys::accept_counter`]): a node learns a peer's new incarnation from a hello first.
     pub fn open(&self, b: &[u8]) -> Result<(Header, Body), WireError> {
         let (kind_byte, sender, receiver) = check_frame(self.cluster_id, b)?;
         if receiver != self.me {
             return Err(WireError::Misdirected);
         }
         let (key, client) = self.with(sender).ok_or(WireError::UnknownSender)?;
+        let nonces = self.nonces(kind_byte, sender, client, false);
         let (signed, t) = b.split_at(b.len() - TAG_LEN);
-        if !tag_ok_with(key.clone(), signed, t) {
+        if !tag_ok_with(key.clone(), nonces, signed, t) {
             return Err(WireError::BadTag);
         }
         let kind = Kind::from_u8(kind_byte).ok_or(WireError::UnknownKind)?;
@@ -517,6 +720,7 @@ impl Keys {
             sender_epoch: 0,
             receiver_epoch: 0,
             msg_id: 0,
+            counter: 0,
         };
         if !kind_allowed(&hb, client) {
             return Err(WireError::KindNotAllowed);
@@ -587,11 +791,18 @@ fn put_fib_item(out: &mut Vec<u8>, i: &FibItem) {
 /// Encodes and authenticates a datagram. Keys and values longer than 255 bytes and lists
 /// longer than 65535 entries do not fit the format: callers keep within them (the node checks
 /// updates' sizes against the cluster's before sending, and packs lists to [`MAX_DATAGRAM`]).
+/// The tag binds no nonce (a hello's, or a client's request or reply): others need
+/// [`encode_bound`].
 pub fn encode(key: &[u8; 32], h: &Header, body: &Body) -> Vec<u8> {
-    encode_with(keyed(key), h, body)
+    encode_with(keyed(key), (0, 0), h, body)
 }
 
-fn encode_with(mac: HmacSha256, h: &Header, body: &Body) -> Vec<u8> {
+/// [`encode`] with a tag that binds `nonces` (sender's, receiver's; [`Keys`] says which).
+pub fn encode_bound(key: &[u8; 32], nonces: Nonces, h: &Header, body: &Body) -> Vec<u8> {
+    encode_with(keyed(key), nonces, h, body)
+}
+
+fn encode_with(mac: HmacSha256, nonces: Nonces, h: &Header, body: &Body) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
@@ -602,8 +813,11 @@ fn encode_with(mac: HmacSha256, h: &Header, body: &Body) -> Vec<u8> {
     out.extend_from_slice(&h.sender_epoch.to_le_bytes());
     out.extend_from_slice(&h.receiver_epoch.to_le_bytes());
     out.extend_from_slice(&h.msg_id.to_le_bytes());
+    out.extend_from_slice(&h.counter.to_le_bytes());
     match body {
-        Body::Hello | Body::HelloAck => {}
+        Body::Hello { nonce } | Body::HelloAck { nonce } => {
+            out.extend_from_slice(&nonce.to_le_bytes())
+        }
         Body::Heartbeat { stamp, echo, hears } => {
             out.extend_from_slice(&stamp.to_le_bytes());
             out.extend_from_slice(&echo.to_le_bytes());
@@ -714,7 +928,7 @@ fn encode_with(mac: HmacSha256, h: &Header, body: &Body) -> Vec<u8> {
             }
         }
     }
-    let t = tag_with(mac, &out);
+    let t = tag_with(mac, nonces, &out);
     out.extend_from_slice(&t);
     out
 }
@@ -820,17 +1034,34 @@ fn check_frame(cluster_id: u64, b: &[u8]) -> Result<(u8, u16, u16), WireError> {
     Ok((kind_byte, sender, receiver))
 }
 
-/// Checks and decodes a datagram authenticated with `key`: length, magic, version, cluster
-/// id, tag, type, body. Never panics; whatever it accepts re-encodes to the same bytes. It
-/// does not check who it is for or whether `key` may carry its type: a node and a client
-/// use [`Keys::open`], which does.
+/// Checks and decodes a datagram authenticated with `key` and no nonce (a hello, a client's
+/// request or reply): length, magic, version, cluster id, tag, type, body. Never panics;
+/// whatever it accepts re-encodes to the same bytes. It does not check who it is for or
+/// whether `key` may carry its type: a node and a client use [`Keys::open`], which does.
 pub fn decode(key: &[u8; 32], cluster_id: u64, b: &[u8]) -> Result<(Header, Body), WireError> {
+    decode_bound(key, (0, 0), cluster_id, b)
+}
+
+/// [`decode`] of a datagram whose tag binds `nonces` (sender's, receiver's).
+pub fn decode_bound(
+    key: &[u8; 32],
+    nonces: Nonces,
+    cluster_id: u64,
+    b: &[u8],
+) -> Result<(Header, Body), WireError> {
     check_frame(cluster_id, b)?;
     let (signed, t) = b.split_at(b.len() - TAG_LEN);
-    if !tag_ok_with(keyed(key), signed, t) {
+    if !tag_ok_with(keyed(key), nonces, signed, t) {
         return Err(WireError::BadTag);
     }
     parse(signed)
+}
+
+/// Decodes a datagram WITHOUT authenticating it (its tag is not checked): for tests and
+/// diagnostics that look at captured traffic, never for acting on a datagram.
+pub fn peek(cluster_id: u64, b: &[u8]) -> Result<(Header, Body), WireError> {
+    check_frame(cluster_id, b)?;
+    parse(&b[..b.len() - TAG_LEN])
 }
 
 /// Parses the authenticated bytes of a datagram (its frame checked).
@@ -846,10 +1077,11 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
         sender_epoch: r.u32()?,
         receiver_epoch: r.u32()?,
         msg_id: r.u64()?,
+        counter: r.u64()?,
     };
     let body = match kind {
-        Kind::Hello => Body::Hello,
-        Kind::HelloAck => Body::HelloAck,
+        Kind::Hello => Body::Hello { nonce: r.u64()? },
+        Kind::HelloAck => Body::HelloAck { nonce: r.u64()? },
         Kind::ClientRequest => Body::ClientRequest {
             client: r.u64()?,
             time: r.u64()?,
@@ -994,6 +1226,7 @@ mod tests {
             sender_epoch: 3,
             receiver_epoch: 4,
             msg_id: 5,
+            counter: 6,
         }
     }
 
@@ -1005,8 +1238,8 @@ mod tests {
             value: crate::Bytes::from_elem(2, 16),
         };
         vec![
-            Body::Hello,
-            Body::HelloAck,
+            Body::Hello { nonce: 0x77 },
+            Body::HelloAck { nonce: 1 },
             Body::ClientRequest {
                 client: 0x1234,
                 time: 77,
@@ -1086,8 +1319,15 @@ mod tests {
             let h = hdr(b.kind());
             let bytes = encode(&KEY, &h, &b);
             assert_eq!(decode(&KEY, 99, &bytes), Ok((h, b.clone())));
+            assert_eq!(peek(99, &bytes), Ok((h, b.clone())));
             assert_eq!(decode(&KEY, 98, &bytes), Err(WireError::ForeignCluster));
             assert_eq!(decode(&[8; 32], 99, &bytes), Err(WireError::BadTag));
+            // The nonces are under the tag: another one on either side is refused.
+            let bound = encode_bound(&KEY, (3, 4), &h, &b);
+            assert_eq!(decode_bound(&KEY, (3, 4), 99, &bound), Ok((h, b.clone())));
+            for n in [(0, 4), (3, 0), (4, 3), (3, 5)] {
+                assert_eq!(decode_bound(&KEY, n, 99, &bound), Err(WireError::BadTag));
+            }
             for i in 0..bytes.len() * 8 {
                 let mut x = bytes.clone();
                 x[i / 8] ^= 1 << (i % 8);
@@ -1111,6 +1351,7 @@ mod tests {
             sender_epoch: 1,
             receiver_epoch: 1,
             msg_id: 1,
+            counter: 1,
         };
         let b = Body::DeltaAck { applied: 3 };
         let d = k(0).seal(&h, &b);
@@ -1156,6 +1397,7 @@ mod tests {
             sender_epoch: 0,
             receiver_epoch: 0,
             msg_id: 4,
+            counter: 0,
         };
         let rb = Body::ClientRequest {
             client: 1,
@@ -1180,5 +1422,68 @@ mod tests {
             &Body::ClientReply(vec![]),
         );
         assert_eq!(k(2).open(&forged), Err(WireError::BadTag));
+    }
+
+    /// A node's datagrams bind both ends' nonces: once either end has another (a restart,
+    /// even with its epoch reused), a datagram of the earlier incarnation fails the tag. A
+    /// hello binds none (it carries its sender's), a hello ack its receiver's.
+    #[test]
+    fn tags_bind_both_incarnations() {
+        let master = [5u8; 32];
+        let boot = |me, nonce: u64, peer, peer_nonce| {
+            let mut k = Keys::node(&master, 99, 3, me);
+            k.set_nonce(nonce);
+            k.set_peer_nonce(peer, peer_nonce);
+            k
+        };
+        let h = Header {
+            kind: Kind::DeltaAck,
+            sender: 0,
+            receiver: 1,
+            cluster_id: 99,
+            sender_epoch: 1,
+            receiver_epoch: 1,
+            msg_id: 1,
+            counter: 1,
+        };
+        let b = Body::DeltaAck { applied: 3 };
+        let d = boot(0, 10, 1, 20).seal(&h, &b);
+        assert_eq!(boot(1, 20, 0, 10).open(&d), Ok((h, b.clone())));
+        // The receiver restarted (nonce 21), or the sender (11): refused by the tag.
+        assert_eq!(boot(1, 21, 0, 10).open(&d), Err(WireError::BadTag));
+        assert_eq!(boot(1, 20, 0, 11).open(&d), Err(WireError::BadTag));
+        // A hello is taken whatever the receiver knows; its ack by the hello's sender only.
+        let hh = Header {
+            kind: Kind::Hello,
+            ..h
+        };
+        let hello = boot(0, 10, 1, 20).seal(&hh, &Body::Hello { nonce: 10 });
+        assert!(boot(1, 99, 0, 0).open(&hello).is_ok());
+        let ah = Header {
+            kind: Kind::HelloAck,
+            sender: 1,
+            receiver: 0,
+            ..h
+        };
+        let ack = boot(1, 20, 0, 10).seal(&ah, &Body::HelloAck { nonce: 20 });
+        assert!(boot(0, 10, 1, 0).open(&ack).is_ok());
+        assert_eq!(boot(0, 12, 1, 0).open(&ack), Err(WireError::BadTag));
+    }
+
+    #[test]
+    fn the_window_takes_each_counter_once_and_refuses_those_behind_it() {
+        let mut w = Window::default();
+        assert_eq!(w.accept(0), Err(WireError::ReplayTooOld));
+        assert_eq!(w.accept(5), Ok(()));
+        assert_eq!(w.accept(5), Err(WireError::Replayed));
+        assert_eq!(w.accept(3), Ok(()));
+        assert_eq!(w.accept(3), Err(WireError::Replayed));
+        assert_eq!(w.accept(5 + WINDOW), Ok(()));
+        assert_eq!(w.accept(5), Err(WireError::ReplayTooOld));
+        assert_eq!(w.accept(6), Ok(()));
+        assert_eq!(w.accept(6 + 3 * WINDOW), Ok(()));
+        assert_eq!(w.accept(6 + 2 * WINDOW), Err(WireError::ReplayTooOld));
+        assert_eq!(w.accept(7 + 2 * WINDOW), Ok(()));
+        assert_eq!(w.accept(7 + 2 * WINDOW), Err(WireError::Replayed));
     }
 }

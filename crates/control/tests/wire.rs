@@ -18,6 +18,29 @@ proptest! {
     fn random_bytes_never_panic_a_node(data in prop::collection::vec(any::<u8>(), 0..400)) {
         fuzzing::handle(&data);
     }
+
+    /// The replay window against an oracle that remembers every counter: each is taken
+    /// once, and none [`wire::WINDOW`] or more behind the newest.
+    #[test]
+    fn the_replay_window_is_the_oracle(cs in prop::collection::vec(
+        prop_oneof![0u64..40, 0u64..3000, Just(0u64)], 0..400)
+    ) {
+        let mut w = wire::Window::default();
+        let mut seen = std::collections::HashSet::new();
+        let mut top = 0u64;
+        for c in cs {
+            let want = if c == 0 || c + wire::WINDOW <= top {
+                Err(wire::WireError::ReplayTooOld)
+            } else if seen.contains(&c) {
+                Err(wire::WireError::Replayed)
+            } else {
+                seen.insert(c);
+                top = top.max(c);
+                Ok(())
+            };
+            prop_assert_eq!(w.accept(c), want, "counter {}", c);
+        }
+    }
 }
 
 #[test]
@@ -33,9 +56,11 @@ fn a_datagram_without_the_key_or_of_another_cluster_changes_nothing_and_is_count
         sender_epoch: 1,
         receiver_epoch: 1,
         msg_id: 1,
+        counter: 1,
     };
     let pair = wire::pair_key(&spec.key, spec.cluster_id, 0, 1);
-    let forged = wire::encode(&[0; 32], &h, &Body::Hello);
+    let hello = Body::Hello { nonce: 0x99 };
+    let forged = wire::encode(&[0; 32], &h, &hello);
     n.handle(1, Peer::Node(1), &forged);
     let foreign = wire::encode(
         &pair,
@@ -43,7 +68,7 @@ fn a_datagram_without_the_key_or_of_another_cluster_changes_nothing_and_is_count
             cluster_id: spec.cluster_id + 1,
             ..h
         },
-        &Body::Hello,
+        &hello,
     );
     n.handle(2, Peer::Node(1), &foreign);
     let mut s = n.status();
@@ -54,12 +79,15 @@ fn a_datagram_without_the_key_or_of_another_cluster_changes_nothing_and_is_count
     before.dropped.clear();
     assert_eq!(s, before);
     // The authentic hello is answered.
-    let real = wire::encode(&pair, &h, &Body::Hello);
+    let real = wire::encode(&pair, &h, &hello);
     while n.poll_transmit().is_some() {}
     n.handle(3, Peer::Node(1), &real);
     let mut acks = 0;
     while let Some((to, d)) = n.poll_transmit() {
-        if let Ok((_, Body::HelloAck)) = wire::decode(&pair, spec.cluster_id, &d) {
+        let nonces = (0, 0x99);
+        if let Ok((_, Body::HelloAck { .. })) =
+            wire::decode_bound(&pair, nonces, spec.cluster_id, &d)
+        {
             assert_eq!(to, Peer::Node(1));
             acks += 1;
         }
