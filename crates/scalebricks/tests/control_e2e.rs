@@ -742,3 +742,138 @@ fn a_killed_node_recovers(test: &str, io: Io) {
         );
     }
 }
+
+/// The (outer destination, TEID) of each GTP-U G-PDU among `frames` (Ethernet, IPv4, UDP to
+/// port 2152); other frames are left out.
+fn gpdus(frames: &[Vec<u8>]) -> Vec<(String, u32)> {
+    frames
+        .iter()
+        .filter_map(|f| {
+            let ip = f.get(14..)?;
+            if f.get(12..14)? != [0x08, 0x00] || ip.first()? >> 4 != 4 || *ip.get(9)? != 17 {
+                return None;
+            }
+            let udp = ip.get(((ip[0] & 15) as usize) * 4..)?;
+            if udp.get(2..4)? != 2152u16.to_be_bytes() || *udp.get(9)? != 0xff {
+                return None;
+            }
+            let teid = u32::from_be_bytes(udp.get(12..16)?.try_into().ok()?);
+            Some((format!("{}.{}.{}.{}", ip[16], ip[17], ip[18], ip[19]), teid))
+        })
+        .collect()
+}
+
+/// Issue 29, failover of handlers, end to end: node 1 of 4 is killed with SIGKILL and left
+/// down. The live owners move the flows of their ranges it handled to live nodes (its own
+/// range's flows stay with it: no one serves that range while it is down), and those UEs'
+/// downlink, entering at node 0, leaves the survivors' `ran` (N3) ports as G-PDUs to each
+/// flow's own base station and TEID (tcpdump on the survivors' RAN sides): every packet of a
+/// moved flow, none of a flow of the dead node's own range. (The topology's base stations
+/// are addresses behind each node's `ran`, not hosts: a routed N3 network, as deployments
+/// have, delivers what leaves a survivor's N3 port to the base station.)
+#[test]
+fn a_dead_nodes_downlink_resumes_through_the_survivors() {
+    dead_nodes_downlink_resumes(
+        "a_dead_nodes_downlink_resumes_through_the_survivors",
+        Io::Engine,
+    );
+}
+
+/// The same on the XDP fast path: the moved flows' entries reach the survivors' maps.
+#[cfg(feature = "fastpath")]
+#[test]
+fn a_dead_nodes_downlink_resumes_through_the_survivors_on_the_xdp_fast_path() {
+    dead_nodes_downlink_resumes(
+        "a_dead_nodes_downlink_resumes_through_the_survivors_on_the_xdp_fast_path",
+        Io::XdpFast,
+    );
+}
+
+fn dead_nodes_downlink_resumes(test: &str, io: Io) {
+    if !can_run(test) || !have_or_skip(test, "tcpdump") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    let mut up = vec!["--flows", "2000", "--seed", "11"];
+    up.extend_from_slice(io.up_args());
+    ok(&c.up_with(NODES, "user", &up), "cluster up");
+    assert_converged(&c, "after up");
+    let victim = 1usize;
+    let spec = sb_node::control::read_spec(&c.dir.join("control.json")).unwrap();
+    let desc = c.description();
+    let flows = c.flows();
+    let range_of = |f: &Flow| spec.owner_of(&sb_engine::lte::ue_key(f.ue.parse().unwrap()));
+    let moved = c.dir.join("moved.csv");
+    let stuck = c.dir.join("stuck.csv");
+    let is_moved = |f: &Flow| f.node == victim && range_of(f) as usize != victim;
+    let n_moved = write_flows_file(&moved, &flows, is_moved);
+    let n_stuck = write_flows_file(&stuck, &flows, |f| {
+        f.node == victim && range_of(f) as usize == victim
+    });
+    assert!(n_moved > 0 && n_stuck > 0, "{n_moved} {n_stuck}");
+    let tunnels: std::collections::HashSet<(String, u32)> = (flows.iter())
+        .filter(|f| is_moved(f))
+        .map(|f| (f.enb.clone(), f.teid))
+        .collect();
+
+    let pid = c.status()["nodes"][victim]["pid"].as_i64().unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(killed.status.success());
+    let t0 = Instant::now();
+    // Detection (500 ms) and the moves: every live owner's flows at the dead node moved.
+    loop {
+        let rows = c.status()["nodes"].as_array().unwrap().clone();
+        let live = || rows.iter().enumerate().filter(|(i, _)| *i != victim);
+        let moved: u64 = live().map(|(_, r)| u(&r["moved_away"])).sum();
+        let pending: u64 = live().map(|(_, r)| u(&r["moves_pending"])).sum();
+        if moved as usize == n_moved && pending == 0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "moved {moved} of {n_moved} flows off node {victim}, {pending} pending: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "node {victim} killed: its {n_moved} flows in live owners' ranges moved to survivors within {:?} (status files are written once a second)",
+        t0.elapsed()
+    );
+    assert!(!pid_alive(pid));
+
+    // Downlink of the moved flows and then of the stuck ones, captured leaving every
+    // survivor's N3 port.
+    let capture = |csv: &Path, count: u32, tag: &str| -> Vec<(String, u32)> {
+        let caps: Vec<Capture> = (0..NODES)
+            .filter(|&i| i != victim)
+            .map(|i| {
+                let ns = desc["nodes"][i]["ran_netns"].as_str().unwrap();
+                Capture::start(ns, "eth0", "in", c.dir.join(format!("{tag}{i}.pcap")))
+            })
+            .collect();
+        let n = count.to_string();
+        let g = gen(&c, csv, &["--rate", "20000", "--count", &n, "--to", "0"]);
+        assert_eq!(u(&g["sent"]), count as u64, "{g}");
+        std::thread::sleep(Duration::from_millis(1000));
+        caps.into_iter().flat_map(|k| gpdus(&k.stop())).collect()
+    };
+    let got = capture(&moved, 4000, "moved");
+    let strays: Vec<_> = got
+        .iter()
+        .filter(|t| !tunnels.contains(*t))
+        .take(5)
+        .collect();
+    assert!(strays.is_empty(), "G-PDUs not of a moved flow: {strays:?}");
+    assert_eq!(
+        got.len(),
+        4000,
+        "moved flows' G-PDUs out of the survivors' N3 ports"
+    );
+    // The dead node's own range: its flows stay with it and are lost while it is down.
+    let got = capture(&stuck, 1000, "stuck");
+    assert_eq!(got.len(), 0, "G-PDUs of the dead node's own range");
+}
