@@ -1295,6 +1295,17 @@ impl Node {
         &self.keys
     }
 
+    /// Takes the cluster's new master secret (`cluster rotate-key`; [`wire::Keys::rotate`]):
+    /// client requests made with the previous client key are refused from now on (`bad_tag`);
+    /// datagrams to nodes are sealed with the previous pair keys for [`wire::KEY_SWITCH`]
+    /// more and theirs accepted with them for [`wire::KEY_GRACE`]. Nothing else changes: the
+    /// RIB, FIB, GPT, log, epoch and what the node knows of its peers stay.
+    pub fn rotate_key(&mut self, now: Nanos, master: [u8; 32]) {
+        self.tick(now);
+        self.spec.key = master;
+        self.keys.rotate(&master, self.now);
+    }
+
     /// The node's id.
     pub fn id(&self) -> NodeId {
         self.me
@@ -1478,6 +1489,7 @@ impl Node {
 
     fn tick(&mut self, now: Nanos) {
         self.now = self.now.max(now);
+        self.keys.expire(self.now);
     }
 
     fn drop_msg(&mut self, why: &'static str) {

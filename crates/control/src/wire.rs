@@ -33,6 +33,18 @@
 //! acknowledge); the window makes every kind single-use, heartbeats, piece and relay
 //! requests and Raft messages included. A retransmission is sealed anew with a new counter.
 //!
+//! **Key rotation** (`scalebricks cluster rotate-key`): a new master secret in `control.json`
+//! and the client key derived from it in `client.json`, each replaced atomically. Every node
+//! process looks at `control.json` every 250 ms and, on a new master, takes it without a
+//! restart ([`Keys::rotate`], `Node::rotate_key`; its PFCP endpoint with it): the previous
+//! client key is refused at once; the previous pair keys are still sealed with for
+//! [`KEY_SWITCH`] (2 s: every node has read the new master by then, so none receives a
+//! datagram made with a key it lacks) and still accepted for [`KEY_GRACE`] (30 s:
+//! retransmissions of datagrams made before the switch). Epochs, nonces, counters, windows
+//! and all state stay. A node down during the rotation reads the new master when it starts.
+//! The old master is of no use to anyone afterwards; a node's host that held it could
+//! still read it from its disk's old copy, so rotate after removing a compromised node.
+//!
 //! What someone on the control network can do with a captured datagram: send it again to its
 //! receiver (refused: `replayed`, `replay_too_old`; after either end restarted, `bad_tag`;
 //! anything of an older epoch of the sender is `stale_epoch`); send it to another node, which
@@ -498,7 +510,30 @@ pub struct Keys {
     nonce: u64,
     /// A node's: per peer, its nonce, counters and window.
     peers: Vec<PeerAuth>,
+    /// During a key rotation ([`Keys::rotate`]): the pair keys of the master before, still
+    /// taken until `forget_at`, and sealed with until `switch_at`.
+    previous: Option<Previous>,
 }
+
+/// The pair keys of the master secret before a rotation.
+#[derive(Clone)]
+struct Previous {
+    pair: Vec<HmacSha256>,
+    /// Still sealed with (before `switch_at`).
+    sealing: bool,
+    switch_at: u64,
+    forget_at: u64,
+}
+
+/// How long after a node takes a new master secret ([`Keys::rotate`]) it still seals its
+/// datagrams to nodes with the previous one: 2 s, so that every node of the cluster has the
+/// new one before any sends with it (`cluster rotate-key` writes it; each node reads it
+/// within half a second).
+pub const KEY_SWITCH: u64 = 2_000_000_000;
+/// How long after a node takes a new master secret it still accepts nodes' datagrams made
+/// with the previous one: 30 s (its peers switch within [`KEY_SWITCH`]; a datagram made
+/// before the switch may still be retransmitted).
+pub const KEY_GRACE: u64 = 30_000_000_000;
 
 /// What a node knows of a peer's incarnation, and the counters between them.
 #[derive(Clone, Debug, Default)]
@@ -584,6 +619,7 @@ impl Keys {
             client: keyed(&client_key(master, cluster_id)),
             nonce: 0,
             peers: vec![PeerAuth::default(); nodes as usize],
+            previous: None,
         }
     }
 
@@ -596,7 +632,48 @@ impl Keys {
             client: keyed(client_key),
             nonce: 0,
             peers: Vec::new(),
+            previous: None,
         }
+    }
+
+    /// A node takes a new master secret at `now` (`cluster rotate-key`): new pair keys and a
+    /// new client key. The previous client key is refused from now on; the previous pair
+    /// keys are still sealed with for [`KEY_SWITCH`] (every node has read the new master by
+    /// then) and still accepted for [`KEY_GRACE`] ([`Keys::expire`]). Nonces, counters and
+    /// replay windows are kept: the node and its peers stay in the incarnations they are in.
+    pub fn rotate(&mut self, master: &[u8; 32], now: u64) {
+        if self.me == CLIENT_SENDER {
+            self.client = keyed(&client_key(master, self.cluster_id));
+            return;
+        }
+        let n = self.pair.len() as u16;
+        let pair = (0..n)
+            .map(|j| keyed(&pair_key(master, self.cluster_id, self.me, j)))
+            .collect();
+        let old = std::mem::replace(&mut self.pair, pair);
+        self.client = keyed(&client_key(master, self.cluster_id));
+        self.previous = Some(Previous {
+            pair: old,
+            sealing: true,
+            switch_at: now.saturating_add(KEY_SWITCH),
+            forget_at: now.saturating_add(KEY_GRACE),
+        });
+    }
+
+    /// Ends what a rotation's times say are over at `now`: sealing with the previous pair
+    /// keys after [`KEY_SWITCH`], accepting them after [`KEY_GRACE`].
+    pub fn expire(&mut self, now: u64) {
+        if let Some(p) = &mut self.previous {
+            p.sealing &= now < p.switch_at;
+            if now >= p.forget_at {
+                self.previous = None;
+            }
+        }
+    }
+
+    /// Whether the previous master's pair keys are still accepted (a rotation is under way).
+    pub fn rotating(&self) -> bool {
+        self.previous.is_some()
     }
 
     /// Sets this node's per-boot nonce (random per process start; not 0).
@@ -680,10 +757,14 @@ impl Keys {
     }
 
     /// Encodes `body` for `h.receiver` with the key this end shares with it (`h.sender`
-    /// must be this end) and the nonces its type binds. Panics if there is none, or if the
+    /// must be this end) and the nonces its type binds; to a node, within [`KEY_SWITCH`] of a
+    /// rotation (as [`Keys::expire`] last saw the time), with the previous master's pair key. Panics if there is none, or if the
     /// client key would sign a type it may not carry: the callers are this crate's.
     pub fn seal(&self, h: &Header, body: &Body) -> Vec<u8> {
-        let (key, client) = self.with(h.receiver).expect("a key for the receiver");
+        let (mut key, client) = self.with(h.receiver).expect("a key for the receiver");
+        if let Some(p) = self.previous.as_ref().filter(|p| !client && p.sealing) {
+            key = &p.pair[h.receiver as usize];
+        }
         assert!(
             h.sender == self.me && kind_allowed(h, client),
             "{:?} from {} to {} is not for this key",
@@ -708,7 +789,16 @@ impl Keys {
         let (key, client) = self.with(sender).ok_or(WireError::UnknownSender)?;
         let nonces = self.nonces(kind_byte, sender, client, false);
         let (signed, t) = b.split_at(b.len() - TAG_LEN);
-        if !tag_ok_with(key.clone(), nonces, signed, t) {
+        let previous = || {
+            let p = self.previous.as_ref().filter(|_| !client)?;
+            Some(tag_ok_with(
+                p.pair[sender as usize].clone(),
+                nonces,
+                signed,
+                t,
+            ))
+        };
+        if !tag_ok_with(key.clone(), nonces, signed, t) && previous() != Some(true) {
             return Err(WireError::BadTag);
         }
         let kind = Kind::from_u8(kind_byte).ok_or(WireError::UnknownKind)?;

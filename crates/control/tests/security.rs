@@ -518,3 +518,87 @@ fn a_datagram_of_an_earlier_incarnation_is_refused_even_with_its_epoch_reused() 
     m.deliver(0, Peer::Node(1), &hellos[0].1);
     assert_eq!(m.nodes[0].status().dropped.get("epoch_reused"), Some(&1));
 }
+
+/// `cluster rotate-key`: the nodes take a new master secret (not all at once) without
+/// losing anything: the state stays, updates go on during and after the switch with no
+/// datagram refused, a request made with the old client key is refused at once, and after
+/// the grace period a datagram made with an old pair key too.
+#[test]
+fn a_rotated_key_keeps_the_state_and_refuses_the_old_keys() {
+    let mut m = Mini::new();
+    let k = key_of(&m.spec, 1, 0);
+    let t = m.now;
+    let ins = m.request(0, stamp(1, t), &[upd(Op::Insert, &k, 2, 1)]);
+    assert_eq!(m.ask(0, &ins), vec![Outcome::Applied]);
+    let digests = m.digests();
+    let old = m.spec.clone();
+    let new = [0x44; 32];
+    let bad_tags = |m: &Mini| -> u64 {
+        (m.nodes.iter())
+            .map(|n| n.status().dropped.get("bad_tag").copied().unwrap_or(0))
+            .sum()
+    };
+    // Nodes 0 and 1 read the new secret first, node 2 half a second later.
+    for j in [0, 1] {
+        m.nodes[j].rotate_key(m.now, new);
+    }
+    m.spec.key = new;
+    assert_eq!(m.digests(), digests, "the GPTs stay");
+    assert_eq!(m.nodes[1].rib_get(&k).map(|(n, _)| n), Some(2));
+    // The old client key: refused at once by a node that rotated, nothing applied.
+    let t = m.now;
+    let stale = client::encode_request(
+        &old.client_key(),
+        11,
+        0,
+        stamp(2, t),
+        &[upd(Op::Change, &k, 0, 2)],
+    )
+    .unwrap();
+    assert!(m.ask_none(0, &stale));
+    assert_eq!(m.nodes[0].status().dropped.get("bad_tag"), Some(&1));
+    assert_eq!(m.nodes[1].rib_get(&k).map(|(n, _)| n), Some(2));
+    // With the new one, updates go on across nodes that have and have not rotated.
+    let mv = m.request(0, stamp(3, t), &[upd(Op::Change, &k, 0, 3)]);
+    assert_eq!(m.ask(0, &mv), vec![Outcome::Applied]);
+    m.now += 500_000_000;
+    m.nodes[2].rotate_key(m.now, new);
+    let t = m.now;
+    let mv = m.request(2, stamp(4, t), &[upd(Op::Change, &k, 1, 4)]);
+    assert_eq!(m.ask(2, &mv), vec![Outcome::Applied]);
+    // Past the switch: nodes 0 and 1 seal with the new keys, node 2 still with the old.
+    m.now += wire::KEY_SWITCH - 100_000_000;
+    let t = m.now;
+    let mv = m.request(1, stamp(5, t), &[upd(Op::Change, &k, 2, 5)]);
+    assert_eq!(m.ask(1, &mv), vec![Outcome::Applied]);
+    // And past the grace period.
+    m.now += wire::KEY_GRACE;
+    let t = m.now;
+    let mv = m.request(2, stamp(6, t), &[upd(Op::Change, &k, 0, 6)]);
+    assert_eq!(m.ask(2, &mv), vec![Outcome::Applied]);
+    assert_eq!(bad_tags(&m), 1, "only the old client's request was refused");
+    assert!(m.nodes.iter().all(|n| !n.keys().rotating()));
+    for n in &m.nodes {
+        assert_eq!(n.gpt().unwrap().lookup(&k), 0);
+    }
+    // A node's datagram made with an old pair key: refused now.
+    let h = Header {
+        kind: Kind::Hello,
+        sender: 0,
+        receiver: 1,
+        cluster_id: 11,
+        sender_epoch: m.nodes[0].epoch(),
+        receiver_epoch: m.nodes[1].epoch(),
+        msg_id: 1,
+        counter: 1 << 40,
+    };
+    let b = Body::Hello {
+        nonce: m.nodes[0].keys().nonce(),
+    };
+    let d = wire::encode(&wire::pair_key(&old.key, 11, 0, 1), &h, &b);
+    m.deliver(1, Peer::Node(0), &d);
+    assert_eq!(m.nodes[1].status().dropped.get("bad_tag"), Some(&1));
+    let d = wire::encode(&wire::pair_key(&new, 11, 0, 1), &h, &b);
+    m.deliver(1, Peer::Node(0), &d);
+    assert_eq!(m.nodes[1].status().dropped.get("bad_tag"), Some(&1));
+}

@@ -174,14 +174,10 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ControlError + '_ {
 pub fn new_spec(cluster_id: u64, nodes: u16, seed: u64, capacity: u64) -> ClusterSpec {
     let total_blocks = sb_setsep::num_blocks(capacity.max(1)).max(u64::from(nodes.max(1)));
     let n = u64::from(nodes.max(1));
-    let mut key = [0u8; 32];
-    for c in key.chunks_mut(8) {
-        c.copy_from_slice(&sb_common::random_seed().to_le_bytes());
-    }
     ClusterSpec {
         cluster_id,
         nodes,
-        key,
+        key: new_master(),
         gpt: sb_control::GptSpec {
             index_bits: 16,
             array_bits: 8,
@@ -199,11 +195,30 @@ pub fn new_spec(cluster_id: u64, nodes: u16, seed: u64, capacity: u64) -> Cluste
     }
 }
 
+/// A fresh random master secret (`cluster up`, `cluster rotate-key`).
+pub fn new_master() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    for c in key.chunks_mut(8) {
+        c.copy_from_slice(&sb_common::random_seed().to_le_bytes());
+    }
+    key
+}
+
 /// Reads the cluster's control spec.
 pub fn read_spec(path: &Path) -> Result<ClusterSpec, ControlError> {
     let text = std::fs::read_to_string(path).map_err(io_err(path))?;
     serde_json::from_str(&text)
         .map_err(|e| ControlError::Invalid(format!("{}: {e}", path.display())))
+}
+
+/// How often a node looks at `control.json` for a new master secret (`cluster rotate-key`):
+/// well within [`sb_control::wire::KEY_SWITCH`], so that every node has the new key before
+/// any node seals with it.
+pub const SPEC_POLL: Duration = Duration::from_millis(250);
+
+/// The modification time of the spec (None when it cannot be read).
+fn spec_mtime(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 /// Writes the spec readable by its owner only (it holds the cluster's master secret).
@@ -260,16 +275,23 @@ impl ClientFile {
 }
 
 /// Writes `bytes` to a file of mode 0600.
+/// Writes `json` to `path` readable by its owner only, atomically (a temporary file renamed
+/// over it: a node re-reading the spec never sees half of it).
 fn write_private(path: &Path, json: &[u8]) -> Result<(), ControlError> {
     use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
-        .open(path)
-        .map_err(io_err(path))?;
-    std::io::Write::write_all(&mut f, json).map_err(io_err(path))
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    std::io::Write::write_all(&mut f, json).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
 }
 
 /// The flows of `flows.csv` whose GPT block node `me` owns.
@@ -704,9 +726,15 @@ pub fn run(
         handler_field: Some(sb_engine::lte::EGRESS_NODE_AT),
         ..sb_control::Tuning::default()
     };
+    // The master secret as last read from `control.json` (`cluster rotate-key` writes a new
+    // one): a state machine restarted after a fence takes the current one.
+    let master = std::cell::Cell::new(spec.key);
     let new_node = |flows: Vec<Flow>, recovered: Vec<Vec<u8>>| {
         let mut node = sb_control::Node::with_tuning(
-            spec.clone(),
+            ClusterSpec {
+                key: master.get(),
+                ..spec.clone()
+            },
             me,
             flows,
             recovered,
@@ -740,7 +768,28 @@ pub fn run(
     let mut was_ready = false;
     // Restarts of the state machine after it was fenced.
     let mut restarts = 0u64;
+    let mut spec_check = (Instant::now(), spec_mtime(&ctl.spec));
     while !stop.load(Ordering::Relaxed) {
+        if spec_check.0.elapsed() >= SPEC_POLL {
+            // A new master secret (`cluster rotate-key`): the state machine and the PFCP
+            // endpoint take it at once; nothing else in the file may change under a node.
+            let mtime = spec_mtime(&ctl.spec);
+            if mtime != spec_check.1 {
+                match read_spec(&ctl.spec) {
+                    Ok(new) if new.key != master.get() => {
+                        master.set(new.key);
+                        node.rotate_key(clock(), new.key);
+                        if let Some(p) = &mut pfcp {
+                            p.rotate_key(&new);
+                        }
+                        eprintln!("control: took the cluster's new key (control.json)");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing_warn(&format!("re-reading the control spec: {e}")),
+                }
+            }
+            spec_check = (Instant::now(), mtime);
+        }
         let now = clock();
         let wait = node
             .poll_timeout()

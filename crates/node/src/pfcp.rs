@@ -473,6 +473,9 @@ pub struct Endpoint {
     key: Vec<u8>,
     /// Relay datagrams refused (tag, format).
     relays_refused: u64,
+    /// During a key rotation ([`Endpoint::rotate_key`]): the cluster's key before it, relays
+    /// sealed with it until the first instant and accepted with it until the second.
+    previous_key: Option<(Vec<u8>, Instant, Instant)>,
     /// The deletions' and Query URRs' counts asked of the other nodes, by token.
     queries: HashMap<u64, UsageQuery>,
     /// The last counts of sessions whose slot this node freed (their last entry removed), by
@@ -696,6 +699,7 @@ impl Endpoint {
             me: cfg.node as u8 + 1,
             key: spec.key.to_vec(),
             relays_refused: 0,
+            previous_key: None,
             queries: HashMap::default(),
             finals: HashMap::default(),
             next_meter: Instant::now(),
@@ -816,7 +820,15 @@ impl Endpoint {
             let Some(rs) = &self.relay_sock else { break };
             match rs.recv_from(&mut self.buf) {
                 Ok((n, _)) => {
-                    let out = match sb_pfcp::Relay::parse(&self.buf[..n], &self.key) {
+                    let parsed = sb_pfcp::Relay::parse(&self.buf[..n], &self.key).or_else(|e| {
+                        match &self.previous_key {
+                            Some((k, _, until)) if Instant::now() < *until => {
+                                sb_pfcp::Relay::parse(&self.buf[..n], k)
+                            }
+                            _ => Err(e),
+                        }
+                    });
+                    let out = match parsed {
                         Ok((sender, relay))
                             if matches!(
                                 relay.kind,
@@ -860,6 +872,31 @@ impl Endpoint {
         }
         for r in requests {
             node.handle(now_nanos, Peer::Client(LOCAL_CLIENT), &r);
+        }
+    }
+
+    /// Takes the cluster's new master secret (`cluster rotate-key`; the node's control plane
+    /// takes it at the same time, [`sb_control::Node::rotate_key`]): this endpoint's requests
+    /// are signed with the new client key from now on; its relays to the other endpoints
+    /// are sealed with the previous key for [`sb_control::wire::KEY_SWITCH`] more and theirs
+    /// accepted with it for [`sb_control::wire::KEY_GRACE`].
+    pub fn rotate_key(&mut self, spec: &ClusterSpec) {
+        let c = self.upf.sessions_impl_mut();
+        c.key = spec.client_key();
+        let now = Instant::now();
+        let old = std::mem::replace(&mut self.key, spec.key.to_vec());
+        self.previous_key = Some((
+            old,
+            now + Duration::from_nanos(sb_control::wire::KEY_SWITCH),
+            now + Duration::from_nanos(sb_control::wire::KEY_GRACE),
+        ));
+    }
+
+    /// The key relays are sealed with: the previous one within the switch time of a rotation.
+    fn relay_key(&self) -> &[u8] {
+        match &self.previous_key {
+            Some((k, switch, _)) if Instant::now() < *switch => k,
+            _ => &self.key,
         }
     }
 
@@ -925,7 +962,7 @@ impl Endpoint {
                 }
                 .to_bytes(),
             };
-            let bytes = r.to_bytes(self.me, &self.key);
+            let bytes = r.to_bytes(self.me, self.relay_key());
             for t in &targets {
                 if let Err(e) = rs.send_to(&bytes, t) {
                     eprintln!("pfcp: usage relay to {t}: {e}");
@@ -1212,7 +1249,7 @@ impl Endpoint {
             peer: *at,
             bytes,
         };
-        if let Err(e) = rs.send_to(&r.to_bytes(self.me, &self.key), at) {
+        if let Err(e) = rs.send_to(&r.to_bytes(self.me, self.relay_key()), at) {
             eprintln!("pfcp: relay to {at}: {e}");
         }
     }
@@ -1225,7 +1262,7 @@ impl Endpoint {
             }
         }
         while let Some(r) = self.upf.poll_relay() {
-            let bytes = r.to_bytes(self.me, &self.key);
+            let bytes = r.to_bytes(self.me, self.relay_key());
             let me = self.me as usize - 1;
             let targets: Vec<SocketAddr> = match r.to {
                 0 => (0..self.peers.len())

@@ -877,3 +877,100 @@ fn dead_nodes_downlink_resumes(test: &str, io: Io) {
     let got = capture(&stuck, 1000, "stuck");
     assert_eq!(got.len(), 0, "G-PDUs of the dead node's own range");
 }
+
+/// `cluster rotate-key` on a running cluster: the nodes take the new master secret without
+/// a restart (same pids, same GPT), updates signed with the new client key are applied, and
+/// a client holding the old `client.json` is refused (`bad_tag`, nothing acknowledged).
+#[test]
+fn the_cluster_key_rotates_without_a_restart_and_the_old_client_key_is_refused() {
+    let test = "the_cluster_key_rotates_without_a_restart_and_the_old_client_key_is_refused";
+    if !can_run(test) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    ok(
+        &c.up_with(3, "user", &["--flows", "300", "--seed", "11"]),
+        "cluster up",
+    );
+    let before = assert_converged(&c, "after up");
+    let pids: Vec<Value> = before.iter().map(|r| r["pid"].clone()).collect();
+    let client_json = c.dir.join("client.json");
+    let old_client = std::fs::read(&client_json).unwrap();
+    let t0 = Instant::now();
+    ok(
+        &run(
+            &["cluster", "rotate-key", "--dir", c.dir()],
+            &[],
+            Duration::from_secs(10),
+        ),
+        "rotate-key",
+    );
+    let new_client = std::fs::read(&client_json).unwrap();
+    assert_ne!(new_client, old_client);
+    // Every node has read it within 250 ms.
+    std::thread::sleep(Duration::from_millis(500));
+    let flows = c.flows();
+    let csv = |n: usize, shift: usize| {
+        let mut s = String::from("op,ue,teid,enb,node\n");
+        for f in flows.iter().take(n) {
+            s.push_str(&format!(
+                "change,{},{},{},{}\n",
+                f.ue,
+                f.teid ^ 0x0100_0000,
+                f.enb,
+                (f.node + shift) % 3
+            ));
+        }
+        s
+    };
+    let new_path = c.dir.join("rotated.csv");
+    std::fs::write(&new_path, csv(30, 1)).unwrap();
+    let r = update(&c, 0, &new_path, Duration::from_secs(20));
+    assert_eq!(u(&r["acked"]), 30, "{r}");
+    // The old client key: refused by every node (each drops it as an unauthenticated
+    // datagram; the client gives up after its timeout).
+    let bad_before: u64 = (c.status()["nodes"].as_array().unwrap().iter())
+        .map(|n| u(&n["dropped"]["bad_tag"]))
+        .sum();
+    std::fs::write(&client_json, &old_client).unwrap();
+    let old_path = c.dir.join("stale.csv");
+    std::fs::write(&old_path, csv(5, 2)).unwrap();
+    let o = run(
+        &[
+            "update",
+            "--dir",
+            c.dir(),
+            "--node",
+            "1",
+            "--input",
+            old_path.to_str().unwrap(),
+            "--timeout",
+            "2",
+        ],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert!(!o.status.success(), "the old client key was taken");
+    std::fs::write(&client_json, &new_client).unwrap();
+    // The nodes counted the refused requests (their counters file is written every 200 ms).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = c.status();
+        let rows = st["nodes"].as_array().unwrap();
+        let bad: u64 = rows.iter().map(|n| u(&n["dropped"]["bad_tag"])).sum();
+        if bad > bad_before {
+            let now: Vec<Value> = rows.iter().map(|r| r["pid"].clone()).collect();
+            assert_eq!(now, pids, "no node restarted");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no bad_tag drop counted: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_converged(&c, "after the rotation");
+    eprintln!("rotation checks took {:?}", t0.elapsed());
+    ok(&c.down(), "cluster down");
+}

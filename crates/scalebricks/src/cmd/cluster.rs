@@ -292,6 +292,19 @@ pub enum ClusterCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Give the cluster a new master secret, so new node pair keys and a new client key:
+    /// rewrites `control.json` and `client.json`. The running nodes read it within 250 ms
+    /// and take it without restarting or losing any state (they seal with the old pair keys
+    /// for 2 s more, so that all have the new one first, and accept them for 30 s); a client
+    /// with the old `client.json` (or a copy of its key) is refused from then on.
+    RotateKey {
+        /// Name prefix used with `up`.
+        #[arg(long, default_value = "sb")]
+        name: String,
+        /// State directory [default: /var/lib/scalebricks/PREFIX].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Start node N again (after it died or was killed) in its namespace: it recovers its
     /// updates from its log, its GPT and FIB slice from the other nodes.
     Restart {
@@ -305,6 +318,21 @@ pub enum ClusterCmd {
         #[arg(long)]
         node: usize,
     },
+}
+
+/// `cluster rotate-key`: a new master secret in the cluster's `control.json` (nothing else of
+/// it changes) and the client key derived from it in `client.json`, each written atomically.
+pub fn rotate_key(dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join(CONTROL_SPEC_FILE);
+    let mut spec = sb_node::control::read_spec(&path).map_err(|e| {
+        anyhow::anyhow!("{e} (a cluster without its control plane has no key to rotate)")
+    })?;
+    spec.key = sb_node::control::new_master();
+    sb_node::control::write_spec(&path, &spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    sb_node::control::ClientFile::of(&spec)
+        .write(&dir.join(CONTROL_CLIENT_FILE))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
 }
 
 /// The command that runs node `node` of the cluster in `dir`.
@@ -714,6 +742,16 @@ pub fn run(cmd: ClusterCmd) -> anyhow::Result<()> {
             Ok(())
         }
         ClusterCmd::Status { name, dir, json } => status(&state_dir(dir, &name), json),
+        ClusterCmd::RotateKey { name, dir } => {
+            let dir = state_dir(dir, &name);
+            rotate_key(&dir)?;
+            println!(
+                "{}: new master secret in {CONTROL_SPEC_FILE} and client key in {CONTROL_CLIENT_FILE}; the nodes take it within {} ms, the old client key is refused from then on",
+                dir.display(),
+                sb_node::control::SPEC_POLL.as_millis()
+            );
+            Ok(())
+        }
         ClusterCmd::Restart { name, dir, node } => {
             let dir = state_dir(dir, &name);
             let exe = std::env::current_exe().context("cannot find our own executable")?;
@@ -739,6 +777,42 @@ mod tests {
     fn settings(args: &[&str]) -> anyhow::Result<PfcpSettings> {
         let all = [&["up", "--nodes", "3"], args].concat();
         PfcpSettings::of(&Up::try_parse_from(all)?.up)
+    }
+
+    #[test]
+    fn rotate_key_changes_the_master_and_the_client_key_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sb-rotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = sb_node::control::new_spec(77, 3, 5, 1000);
+        sb_node::control::write_spec(&dir.join(CONTROL_SPEC_FILE), &spec).unwrap();
+        let client = sb_node::control::ClientFile::of(&spec);
+        client.write(&dir.join(CONTROL_CLIENT_FILE)).unwrap();
+        rotate_key(&dir).unwrap();
+        let new = sb_node::control::read_spec(&dir.join(CONTROL_SPEC_FILE)).unwrap();
+        assert_ne!(new.key, spec.key);
+        assert_eq!(ClusterSpecNoKey::of(&new), ClusterSpecNoKey::of(&spec));
+        let c = sb_node::control::ClientFile::read(&dir.join(CONTROL_CLIENT_FILE)).unwrap();
+        assert_eq!(c.key, new.client_key());
+        assert_ne!(c.key, client.key);
+        for f in [CONTROL_SPEC_FILE, CONTROL_CLIENT_FILE] {
+            let mode = std::fs::metadata(dir.join(f)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(rotate_key(&dir).is_err(), "no cluster there");
+    }
+
+    /// A spec's JSON without its key.
+    #[derive(Debug, PartialEq)]
+    struct ClusterSpecNoKey(serde_json::Value);
+
+    impl ClusterSpecNoKey {
+        fn of(s: &sb_control::ClusterSpec) -> Self {
+            let mut v = serde_json::to_value(s).unwrap();
+            v.as_object_mut().unwrap().remove("key");
+            ClusterSpecNoKey(v)
+        }
     }
 
     #[test]
