@@ -48,6 +48,11 @@ pub struct SimConfig {
     /// Per mille of log commits after which the node's log is replaced by its checkpoint
     /// ([`Node::checkpoint`], when it gives one): restarts then replay checkpointed logs.
     pub checkpoint_permille: u64,
+    /// Per mille of datagrams between nodes after which an attacker on the network sends a
+    /// datagram it captured earlier (any since the start, before restarts of either end
+    /// included) to its receiver again (while faults are on). Each must change nothing:
+    /// the replay window, the nonces in the tags and the epochs refuse it.
+    pub replay_permille: u64,
 }
 
 impl SimConfig {
@@ -81,6 +86,7 @@ impl Default for SimConfig {
             },
             fib_capacity: None,
             checkpoint_permille: 0,
+            replay_permille: 0,
         }
     }
 }
@@ -157,6 +163,10 @@ pub struct Sim {
     gpts: Vec<Option<SetSep>>,
     net: BinaryHeap<std::cmp::Reverse<InFlight>>,
     net_seq: u64,
+    /// Datagrams between nodes captured for replays ([`SimConfig::replay_permille`]).
+    captured: Vec<(Peer, Dest, Vec<u8>)>,
+    /// Replays sent.
+    pub replays: u64,
     /// Links cut: (from, to) node pairs whose datagrams are lost.
     cut: BTreeSet<(NodeId, NodeId)>,
     /// Restarts of owners that lost their range's leadership ([`Node::fenced`]).
@@ -249,6 +259,8 @@ impl Sim {
             gpts: (0..n).map(|_| None).collect(),
             net: BinaryHeap::new(),
             net_seq: 0,
+            captured: Vec::new(),
+            replays: 0,
             cut: BTreeSet::new(),
             fenced_restarts: 0,
             checkpoints: 0,
@@ -445,6 +457,31 @@ impl Sim {
         if let (Peer::Node(a), Dest::Node(b)) = (&from, &to) {
             if self.cut.contains(&(*a, *b)) {
                 return;
+            }
+        }
+        if self.faults && self.cfg.replay_permille > 0 && matches!(to, Dest::Node(_)) {
+            // The attacker keeps up to 4096 captures, each new one in a random slot once full.
+            const KEEP: usize = 4096;
+            let c = (from.clone(), to.clone(), bytes.clone());
+            if self.captured.len() < KEEP {
+                self.captured.push(c);
+            } else {
+                let i = below(&mut self.rng, KEEP as u64) as usize;
+                self.captured[i] = c;
+            }
+            if below(&mut self.rng, 1000) < self.cfg.replay_permille {
+                let i = below(&mut self.rng, self.captured.len() as u64) as usize;
+                let (from, to, bytes) = self.captured[i].clone();
+                let delay = below(&mut self.rng, self.cfg.max_delay + 1);
+                self.replays += 1;
+                self.net_seq += 1;
+                self.net.push(std::cmp::Reverse(InFlight {
+                    at: self.now + delay,
+                    seq: self.net_seq,
+                    to,
+                    from,
+                    bytes,
+                }));
             }
         }
         let copies = if self.faults {

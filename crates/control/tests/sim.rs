@@ -43,6 +43,9 @@ fn config(seed: u64) -> SimConfig {
             replicas: if seed % 3 == 1 { 3 } else { 1 },
             ..SimConfig::default().tuning
         },
+        // Half the schedules with an attacker replaying captured datagrams (across restarts
+        // in the kill schedules): refused, they change nothing.
+        replay_permille: [0, 0, 20, 100][r(4) as usize],
         ..SimConfig::default()
     };
     if small {
@@ -65,13 +68,14 @@ fn schedules() -> Vec<u64> {
 
 #[test]
 fn random_schedules_keep_every_invariant() {
-    let mut acked = 0;
+    let (mut acked, mut replays) = (0, 0);
     for seed in schedules() {
         let mut sim = Sim::new(config(seed));
         sim.run_until(1_500_000_000);
         sim.quiesce(300_000_000_000);
         sim.check_quiescent();
         acked += sim.acked_updates;
+        replays += sim.replays;
         if std::env::var("SB_DST_VERBOSE").is_ok() {
             eprintln!(
                 "seed {seed}: {} steps, {} datagrams, {} replies, {} updates acked, {} uncertain",
@@ -84,6 +88,10 @@ fn random_schedules_keep_every_invariant() {
         }
     }
     assert!(acked > 0, "no update was acknowledged");
+    assert!(
+        replays > 0 || schedules().len() < 8,
+        "no datagram was replayed"
+    );
 }
 
 /// A node killed in the middle of an update stream (its unflushed log tail partly lost) and
