@@ -18,6 +18,7 @@
 //!   paper; the NF's rate with the cache, all lookups remote, and a local HashMap);
 //! - [`plot`]: the PNG figures and the markdown table of `node` and `latency` results.
 
+pub mod failover;
 pub mod fib;
 pub mod gpt;
 pub mod io;

@@ -34,6 +34,9 @@ enum Command {
     /// PFCP session establishments per second of a namespace cluster (root; `smf-sim`), their
     /// latency and the memory a session costs each node.
     Pfcp(sb_bench::pfcp::Args),
+    /// What a node's death costs its UEs and the updates: a namespace cluster, SIGKILL under
+    /// traffic, restart (root; issue 29's failover numbers).
+    Failover(sb_bench::failover::Args),
     /// The TEA switch and N memory servers over loopback UDP: Figures 9 and 10 of the TEA
     /// paper, the NF's rate with the cache against every lookup remote.
     Tea(sb_bench::tea::Args),
@@ -50,5 +53,6 @@ fn main() -> anyhow::Result<()> {
         Command::Update(a) => sb_bench::update::run(a),
         Command::Pfcp(a) => sb_bench::pfcp::run(a),
         Command::Tea(a) => sb_bench::tea::run(a),
+        Command::Failover(a) => sb_bench::failover::run(a),
     }
 }

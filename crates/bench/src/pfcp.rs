@@ -102,7 +102,7 @@ pub(crate) fn status(d: &str) -> Result<Value> {
 }
 
 /// Waits until every node is ready with the same GPT digest; the status.
-fn converged(d: &str, timeout: Duration) -> Result<Value> {
+pub(crate) fn converged(d: &str, timeout: Duration) -> Result<Value> {
     let t0 = Instant::now();
     loop {
         let st = status(d)?;

@@ -1,0 +1,477 @@
+//! `scalebricks bench failover`: what a node's death costs the UEs it served (issue 29), on a
+//! namespace cluster with the control plane (root).
+//!
+//! One run: `cluster up` (`--nodes`, `--replicas`, `--flows`), then downlink traffic to the
+//! victim's UEs (every flow `--victim` handles) entering at another node, at `--rate` packets
+//! a second for `--seconds`, captured (tcpdump, `-Q in`) on every node's RAN side and read
+//! back with tshark (each G-PDU's time and TEID). During it: the victim is killed with SIGKILL
+//! at `--kill-at` seconds, a burst of `--updates` inserts goes through a live node once the
+//! death is detected (the same burst was timed on the healthy cluster before the traffic),
+//! and the victim is restarted (`cluster restart`) `--down` seconds after its death.
+//!
+//! Rows (one per event):
+//! - `kill`: per victim UE, the gap in its downlink around the kill (its last G-PDU before,
+//!   to its first after, at any node's RAN side): `outage_ms_p50` / `outage_ms_p99`, also
+//!   apart for the UEs whose flows the live owners moved to survivors (`moved`: their range's
+//!   owner is alive) and those of the victim's own range (`stuck`: no one serves that range
+//!   while its owner is dead, so they wait for the restart); `update_kops_during` against
+//!   `update_kops_healthy`; `acked_lost` (acknowledged inserts the owners' RIBs lack at the
+//!   end); `sessions_lost` is null (no PFCP sessions in this run).
+//! - `restart`: per victim UE, the largest gap in its downlink from its last G-PDU before the
+//!   restart on, `moved` (given back to the victim, make-before-break) and `stuck` (their gap
+//!   is the outage that ends with the restart); `recovery_s`: from `cluster restart` to the
+//!   victim serving with every flow given back.
+//! - `partition` and `wipe`: not measured by this command yet (`measured: false`, and why).
+//!
+//! The per-UE packet interval is `victim flows / rate` on average (random flow choice), so a
+//! gap of a few such intervals is no outage.
+
+use crate::pfcp::{converged, status};
+use crate::update::{me, scalebricks};
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Nodes of the cluster.
+    #[arg(long, default_value_t = 5)]
+    nodes: u16,
+    /// Replicas of each GPT range (`cluster up --replicas`).
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Initial flows.
+    #[arg(long, default_value_t = 2_000)]
+    flows: usize,
+    /// The node killed.
+    #[arg(long, default_value_t = 1)]
+    victim: u16,
+    /// Downlink packets per second to the victim's UEs.
+    #[arg(long, default_value_t = 20_000)]
+    rate: u64,
+    /// Seconds of traffic.
+    #[arg(long, default_value_t = 9.0)]
+    seconds: f64,
+    /// When the victim is killed, seconds into the traffic.
+    #[arg(long, default_value_t = 2.0)]
+    kill_at: f64,
+    /// How long the victim stays dead, seconds.
+    #[arg(long, default_value_t = 3.0)]
+    down: f64,
+    /// Inserts of each update burst (healthy, then with the victim dead).
+    #[arg(long, default_value_t = 5_000)]
+    updates: usize,
+    /// Seed of the cluster's flows.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Print JSON (the only output; kept for scripts that pass it).
+    #[arg(long)]
+    json: bool,
+}
+
+fn wall_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// tcpdump capturing what arrives on `eth0` of namespace `ns` into `path`, once it listens.
+fn capture(ns: &str, path: &Path) -> Result<Child> {
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", ns, "tcpdump", "-i", "eth0", "-Q", "in"])
+        .args(["-U", "-n", "-s", "128", "-w"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("tcpdump (apt install tcpdump)")?;
+    let mut err = BufReader::new(c.stderr.take().context("tcpdump stderr")?);
+    let mut line = String::new();
+    err.read_line(&mut line)?;
+    ensure!(line.contains("listening on"), "tcpdump in {ns}: {line}");
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    Ok(c)
+}
+
+/// Stops a capture (SIGINT: tcpdump flushes its file).
+fn stop(mut c: Child) -> Result<()> {
+    let _ = Command::new("kill")
+        .args(["-INT", &c.id().to_string()])
+        .status();
+    let t0 = Instant::now();
+    while c.try_wait()?.is_none() {
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = c.kill();
+            bail!("tcpdump did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// (Unix time, TEID) of every G-PDU in a pcap file, as tshark reads it.
+fn gpdus(path: &Path) -> Result<Vec<(f64, u32)>> {
+    let out = Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(path)
+        .args(["-Y", "gtp.message == 255", "-T", "fields"])
+        .args(["-e", "frame.time_epoch", "-e", "gtp.teid"])
+        .stdin(Stdio::null())
+        .output()
+        .context("tshark (apt install tshark)")?;
+    ensure!(
+        out.status.success(),
+        "tshark: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let t: f64 = f.next()?.trim().parse().ok()?;
+            let teid = f.next()?.trim();
+            let teid = match teid.strip_prefix("0x") {
+                Some(h) => u32::from_str_radix(h, 16).ok()?,
+                None => teid.parse().ok()?,
+            };
+            Some((t, teid))
+        })
+        .collect())
+}
+
+fn pct(v: &mut [f64], p: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() - 1) as f64 * p).round() as usize;
+    Some(v[i])
+}
+
+/// One `scalebricks update` client through `node`: (acknowledged, thousands a second,
+/// rejections by reason). A rejection is no failure here (the dead owner's range times out).
+fn update_burst(d: &str, node: u16, csv: &Path) -> Result<(u64, f64, Value)> {
+    let out = Command::new(me()?)
+        .args(["update", "--dir", d, "--node", &node.to_string(), "--input"])
+        .arg(csv)
+        .stdin(Stdio::null())
+        .output()
+        .context("scalebricks update")?;
+    let v: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "scalebricks update: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let acked = v["acked"].as_u64().unwrap_or(0);
+    let secs = v["seconds"].as_f64().unwrap_or(f64::NAN);
+    let mut reasons: std::collections::BTreeMap<String, u64> = Default::default();
+    for r in v["rejected"].as_array().into_iter().flatten() {
+        *reasons
+            .entry(r["reason"].as_str().unwrap_or("?").to_string())
+            .or_default() += 1;
+    }
+    Ok((acked, acked as f64 / secs / 1e3, json!(reasons)))
+}
+
+/// `count` inserts of new UEs (the next addresses of `fresh`) handled by the nodes other than
+/// `victim`, as an update CSV.
+fn inserts_off(
+    path: &Path,
+    fresh: &mut impl Iterator<Item = (u64, std::net::Ipv4Addr)>,
+    count: usize,
+    nodes: u16,
+    victim: u16,
+) -> Result<()> {
+    let live: Vec<u16> = (0..nodes).filter(|&n| n != victim).collect();
+    let mut s = String::from("op,ue,teid,enb,node\n");
+    for i in 0..count {
+        let (n, ue) = fresh.next().context("the UE pool is used up")?;
+        let node = live[i % live.len()];
+        s.push_str(&format!(
+            "insert,{ue},{},10.2.{node}.2,{node}\n",
+            0xc000_0000u64 + n
+        ));
+    }
+    std::fs::write(path, s).with_context(|| path.display().to_string())
+}
+
+pub fn run(a: Args) -> Result<()> {
+    ensure!(sb_io::netns::is_root(), "bench failover needs root");
+    ensure!(
+        a.nodes >= 3,
+        "--nodes: at least 3 (a majority survives one death)"
+    );
+    ensure!(a.victim < a.nodes, "--victim: a node of the cluster");
+    ensure!(
+        a.kill_at > 0.0 && a.kill_at + a.down < a.seconds,
+        "--kill-at + --down must end before --seconds"
+    );
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("state");
+    let d = dir.to_str().context("temporary path")?.to_string();
+    let name = format!("sbf{}", std::process::id() % 100_000);
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    scalebricks(&s(&[
+        "cluster",
+        "up",
+        "--nodes",
+        &a.nodes.to_string(),
+        "--name",
+        &name,
+        "--dir",
+        &d,
+        "--flows",
+        &a.flows.to_string(),
+        "--seed",
+        &a.seed.to_string(),
+        "--capacity",
+        &((a.flows + 2 * a.updates) * 2).to_string(),
+        "--replicas",
+        &a.replicas.to_string(),
+    ]))?;
+    let r = measure(&a, tmp.path(), &d);
+    let down = scalebricks(&s(&["cluster", "down", "--dir", &d]));
+    let r = r?;
+    down?;
+    println!("{}", serde_json::to_string_pretty(&r)?);
+    Ok(())
+}
+
+fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
+    let dir = Path::new(d);
+    converged(d, Duration::from_secs(60))?;
+    let spec: sb_control::ClusterSpec =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("control.json"))?)
+            .context("control.json")?;
+    let desc: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("cluster.json"))?)
+        .context("cluster.json")?;
+    // The victim's flows: TEID -> whether its range's owner is another node (moved on death).
+    let flows = std::fs::read_to_string(dir.join("flows.csv")).context("flows.csv")?;
+    let mut csv = String::from("ue,teid,enb,node\n");
+    let mut moved: HashMap<u32, bool> = HashMap::new();
+    for l in flows.lines().skip(1) {
+        let f: Vec<&str> = l.split(',').collect();
+        let (Some(ue), Some(teid), Some(node)) = (f.first(), f.get(1), f.get(3)) else {
+            continue;
+        };
+        if node.parse::<u16>().ok() != Some(a.victim) {
+            continue;
+        }
+        let key = sb_engine::lte::ue_key(ue.parse().context("flows.csv UE")?);
+        moved.insert(teid.parse()?, spec.owner_of(&key) != a.victim);
+        csv.push_str(l);
+        csv.push('\n');
+    }
+    ensure!(!moved.is_empty(), "node {} handles no flow", a.victim);
+    let victim_csv = tmp.join("victim.csv");
+    std::fs::write(&victim_csv, csv)?;
+    let entry = (a.victim + 1) % a.nodes;
+    // Two bursts of new UEs' inserts.
+    let text = std::fs::read_to_string(dir.join("flows.csv"))?;
+    let taken: std::collections::HashSet<&str> =
+        text.lines().filter_map(|l| l.split(',').next()).collect();
+    let mut fresh = (0u64..0x0040_0000)
+        .map(|n| (n, std::net::Ipv4Addr::from(0x6440_0000u32 | n as u32)))
+        .filter(|(_, ue)| !taken.contains(ue.to_string().as_str()));
+    let (healthy_csv, during_csv) = (tmp.join("healthy.csv"), tmp.join("during.csv"));
+    inserts_off(&healthy_csv, &mut fresh, a.updates, a.nodes, a.victim)?;
+    inserts_off(&during_csv, &mut fresh, a.updates, a.nodes, a.victim)?;
+    let (acked_healthy, kops_healthy, rej_healthy) = update_burst(d, entry, &healthy_csv)?;
+    let rib0: u64 = rib_keys(&status(d)?);
+
+    // Captures on every RAN side, then the traffic.
+    let mut caps = Vec::new();
+    for i in 0..a.nodes as usize {
+        let ns = desc["nodes"][i]["ran_netns"]
+            .as_str()
+            .context("cluster.json ran_netns")?;
+        let p = tmp.join(format!("ran{i}.pcap"));
+        caps.push((capture(ns, &p)?, p));
+    }
+    let count = (a.rate as f64 * a.seconds) as u64;
+    let gen_args = s_vec(&[
+        "gen",
+        "--dir",
+        d,
+        "--flows",
+        victim_csv.to_str().unwrap_or_default(),
+        "--rate",
+        &a.rate.to_string(),
+        "--count",
+        &count.to_string(),
+        "--to",
+        &entry.to_string(),
+    ]);
+    let pid = status(d)?["nodes"][a.victim as usize]["pid"]
+        .as_u64()
+        .context("victim pid")?;
+    let t0 = Instant::now();
+    let gen = std::thread::spawn(move || scalebricks(&gen_args));
+    sleep_until(t0, a.kill_at);
+    let t_kill = wall_s();
+    ensure!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()?
+            .success(),
+        "kill {pid}"
+    );
+    // Detection, then the burst with the victim dead.
+    std::thread::sleep(Duration::from_millis(800));
+    let (acked_during, kops_during, rej_during) = update_burst(d, entry, &during_csv)?;
+    sleep_until(t0, a.kill_at + a.down);
+    let t_restart = wall_s();
+    let r0 = Instant::now();
+    scalebricks(&s_vec(&[
+        "cluster",
+        "restart",
+        "--dir",
+        d,
+        "--node",
+        &a.victim.to_string(),
+    ]))?;
+    // Recovered: the victim serves and every moved flow is given back.
+    let recovery_s = loop {
+        let st = status(d)?;
+        let rows = st["nodes"].as_array().cloned().unwrap_or_default();
+        let v = &rows[a.victim as usize];
+        let away: u64 = rows
+            .iter()
+            .map(|r| {
+                r["moved_away"].as_u64().unwrap_or(0) + r["moves_pending"].as_u64().unwrap_or(0)
+            })
+            .sum();
+        if v["ready"] == true && v["phase"] == "serving" && away == 0 {
+            break r0.elapsed().as_secs_f64();
+        }
+        ensure!(
+            r0.elapsed() < Duration::from_secs(60),
+            "no recovery in 60 s: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let g = gen.join().map_err(|_| anyhow::anyhow!("gen panicked"))??;
+    std::thread::sleep(Duration::from_millis(500));
+    let mut arrivals: HashMap<u32, Vec<f64>> = HashMap::new();
+    for (c, p) in caps {
+        stop(c)?;
+        for (t, teid) in gpdus(&p)? {
+            arrivals.entry(teid).or_default().push(t);
+        }
+    }
+    // Acknowledged inserts the owners' RIBs lack (the status files lag: a few tries).
+    let want = rib0 + acked_during;
+    let mut rib = 0;
+    for _ in 0..20 {
+        rib = rib_keys(&status(d)?);
+        if rib >= want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let acked_lost = want.saturating_sub(rib);
+
+    // Per UE: the gap around the kill, the largest gap from the restart on.
+    let (mut all, mut mv, mut st) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut after_mv, mut after_st) = (Vec::new(), Vec::new());
+    let mut silent = 0;
+    for (teid, is_moved) in &moved {
+        let Some(ts) = arrivals.get_mut(teid) else {
+            silent += 1;
+            continue;
+        };
+        ts.sort_by(|a, b| a.total_cmp(b));
+        let before = ts.iter().rev().find(|&&t| t < t_kill);
+        let after = ts.iter().find(|&&t| t >= t_kill);
+        if let (Some(b), Some(f)) = (before, after) {
+            let gap = (f - b) * 1e3;
+            all.push(gap);
+            if *is_moved {
+                mv.push(gap)
+            } else {
+                st.push(gap)
+            }
+        }
+        let from = ts.iter().rev().find(|&&t| t < t_restart).copied();
+        let later: Vec<f64> = from
+            .into_iter()
+            .chain(ts.iter().copied().filter(|&t| t >= t_restart))
+            .collect();
+        if let Some(m) = later
+            .windows(2)
+            .map(|w| (w[1] - w[0]) * 1e3)
+            .reduce(f64::max)
+        {
+            if *is_moved {
+                after_mv.push(m)
+            } else {
+                after_st.push(m)
+            }
+        }
+    }
+    let n_moved = moved.values().filter(|&&m| m).count();
+    let interval_ms = moved.len() as f64 / a.rate as f64 * 1e3;
+    let row_kill = json!({
+        "event": "kill",
+        "measured": true,
+        "ues": moved.len(),
+        "ues_silent": silent,
+        "outage_ms_p50": pct(&mut all.clone(), 0.5),
+        "outage_ms_p99": pct(&mut all.clone(), 0.99),
+        "moved": {"ues": n_moved, "outage_ms_p50": pct(&mut mv.clone(), 0.5), "outage_ms_p99": pct(&mut mv.clone(), 0.99), "outage_ms_max": pct(&mut mv, 1.0)},
+        "stuck": {"ues": moved.len() - n_moved, "outage_ms_p50": pct(&mut st.clone(), 0.5), "outage_ms_p99": pct(&mut st.clone(), 0.99)},
+        "acked_lost": acked_lost,
+        "sessions_lost": null,
+        "update_kops_healthy": kops_healthy,
+        "update_kops_during": kops_during,
+        "update_ratio": kops_during / kops_healthy,
+        "updates_acked": [acked_healthy, acked_during],
+        "updates_rejected": [rej_healthy, rej_during],
+    });
+    let row_restart = json!({
+        "event": "restart",
+        "measured": true,
+        "moved": {"largest_gap_ms_p50": pct(&mut after_mv.clone(), 0.5), "largest_gap_ms_p99": pct(&mut after_mv.clone(), 0.99), "largest_gap_ms_max": pct(&mut after_mv, 1.0)},
+        "stuck": {"largest_gap_ms_p50": pct(&mut after_st.clone(), 0.5), "largest_gap_ms_p99": pct(&mut after_st, 0.99)},
+        "recovery_s": recovery_s,
+    });
+    Ok(json!({
+        "bench": "failover",
+        "nodes": a.nodes,
+        "replicas": a.replicas,
+        "flows": a.flows,
+        "victim": a.victim,
+        "entry_node": entry,
+        "rate_pps": a.rate,
+        "per_ue_interval_ms": interval_ms,
+        "gen": serde_json::from_str::<Value>(g.trim()).unwrap_or(Value::Null),
+        "rows": [row_kill, row_restart,
+            {"event": "partition", "measured": false, "why": "not measured by this command yet"},
+            {"event": "wipe", "measured": false, "why": "a wiped log does not rejoin as a new replica yet (issue 29)"}],
+    }))
+}
+
+fn s_vec(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+fn sleep_until(t0: Instant, s: f64) {
+    let at = t0 + Duration::from_secs_f64(s);
+    if let Some(w) = at.checked_duration_since(Instant::now()) {
+        std::thread::sleep(w);
+    }
+}
+
+fn rib_keys(st: &Value) -> u64 {
+    st["nodes"].as_array().map_or(0, |rows| {
+        rows.iter()
+            .map(|r| r["rib_keys"].as_u64().unwrap_or(0))
+            .sum()
+    })
+}
