@@ -8,6 +8,10 @@
 //! time (the same monotonic clock), over every packet of every node, so it includes the
 //! generator's and the receiver's AF_PACKET paths, the veths and the bridge; those are the same
 //! for the three architectures. Needs root.
+//!
+//! `--io xdp-fast` runs the nodes on the XDP fast path (`cluster up --io xdp-fast`: sb-xdp's
+//! programs on every node's ports, AF_PACKET for what they pass up); the `scalebricks` binary
+//! next to this one must be built with `--features fastpath`. The output says which I/O ran.
 
 use anyhow::{bail, ensure, Context, Result};
 use sb_engine::Arch;
@@ -44,6 +48,10 @@ pub struct Args {
     /// Seed of the tunnels and the traffic.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The nodes' packet I/O, passed to `cluster up --io`: afpacket, xdp (AF_XDP copy mode) or
+    /// xdp-fast (the XDP fast path).
+    #[arg(long, default_value = "afpacket", value_parser = ["afpacket", "xdp", "xdp-fast"])]
+    io: String,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -198,6 +206,8 @@ pub fn run(a: Args) -> Result<()> {
             &a.flows.to_string(),
             "--seed",
             &a.seed.to_string(),
+            "--io",
+            &a.io,
         ])?;
         let r = measure(&a, arch, &d, &name);
         let down = run_ok(&["cluster", "down", "--dir", &d]);
@@ -216,7 +226,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         rows.push(r);
     }
-    let v = json!({"benchmark": "latency", "nodes": a.nodes, "flows": a.flows, "rate_pps": a.rate, "results": rows});
+    let v = json!({"benchmark": "latency", "io": a.io, "nodes": a.nodes, "flows": a.flows, "rate_pps": a.rate, "results": rows});
     println!(
         "{}",
         if a.json {

@@ -11,6 +11,10 @@
 //! - `cluster-tables.md`: our medians next to what the paper reports, and the ratios the project
 //!   must show, each marked met or not met.
 //!
+//! `--lines SPEC.json` (any number; `--node` is then optional) draws other line charts from a
+//! spec that names the file, the labels and the series (see [`LineSpec`]): the reproduction
+//! script (`scripts/reproduce.sh`) draws Figures 7 and 11 this way from numbers it computes.
+//!
 //! The PNGs are drawn by plotters into a memory buffer and written with the `png` crate; the text
 //! uses DejaVu Sans embedded in the binary, so no system font is needed.
 
@@ -23,7 +27,7 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// JSON output(s) of `scalebricks-bench node` without `--bubble` (Figure 8).
-    #[arg(long, num_args = 1.., required = true)]
+    #[arg(long, num_args = 1.., required_unless_present = "lines")]
     node: Vec<PathBuf>,
     /// JSON output(s) of `scalebricks-bench node --bubble` (Figure 9).
     #[arg(long, num_args = 1..)]
@@ -35,6 +39,10 @@ pub struct Args {
     /// JSON output(s) of `scalebricks-bench latency` (Figure 10).
     #[arg(long, num_args = 1..)]
     latency: Vec<PathBuf>,
+    /// Line-chart specs (JSON, see [`LineSpec`]): one PNG each, at the spec's `file` in
+    /// `--out-dir`.
+    #[arg(long, num_args = 1..)]
+    lines: Vec<PathBuf>,
     /// Where the PNGs and `cluster-tables.md` go.
     #[arg(long, default_value = "docs/bench")]
     out_dir: PathBuf,
@@ -865,12 +873,27 @@ fn draw_latency_into(buf: &mut [u8], pts: &[LatencyPoint]) -> DrawResult<()> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    let mut written = Vec::new();
+    for p in &a.lines {
+        let t = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let spec: LineSpec = serde_json::from_str(&t)
+            .with_context(|| format!("a line-chart spec in {}", p.display()))?;
+        std::fs::create_dir_all(&a.out_dir)?;
+        let out = a.out_dir.join(&spec.file);
+        draw_lines(&out, &spec).with_context(|| format!("drawing {}", p.display()))?;
+        written.push(out);
+    }
+    if a.node.is_empty() {
+        for p in written {
+            println!("{}", p.display());
+        }
+        return Ok(());
+    }
     let node = node_points(&load(&a.node)?)?;
     let bubble = node_points(&load(&a.node_bubble)?)?;
     let per_port = node_points(&load(&a.node_per_port)?)?;
     let lat = latency_points(&load(&a.latency)?)?;
     std::fs::create_dir_all(&a.out_dir)?;
-    let mut written = Vec::new();
     let nodes = node.first().map_or(0, |p| p.nodes);
     let p = a.out_dir.join("fig8-node-throughput.png");
     draw_throughput(
@@ -1312,6 +1335,133 @@ fn draw_tea_fig10(buf: &mut [u8], f: &Value) -> DrawResult<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// Line charts from a spec (`--lines`).
+
+/// A line chart: log-scaled x axis, linear y axis from 0, one line with markers per series.
+#[derive(serde::Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LineSpec {
+    /// File name of the PNG (in `--out-dir`); must be a plain name ending in `.png`.
+    pub file: String,
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    /// Where the x axis is labelled (default: every distinct x of the series).
+    #[serde(default)]
+    pub x_ticks: Vec<f64>,
+    pub series: Vec<LineSeriesSpec>,
+}
+
+/// One line of a [`LineSpec`].
+#[derive(serde::Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LineSeriesSpec {
+    pub name: String,
+    /// (x, y) points; x must be positive (log axis); non-finite y are skipped.
+    pub points: Vec<(f64, f64)>,
+    /// Thin line without markers (a formula or the paper's numbers).
+    #[serde(default)]
+    pub thin: bool,
+}
+
+/// Draws `spec` into the PNG `path`.
+pub fn draw_lines(path: &Path, spec: &LineSpec) -> Result<()> {
+    anyhow::ensure!(
+        spec.file.ends_with(".png") && !spec.file.contains('/') && !spec.file.starts_with('.'),
+        "the spec's file must be a plain name ending in .png, got {:?}",
+        spec.file
+    );
+    anyhow::ensure!(!spec.series.is_empty(), "the spec has no series");
+    for s in &spec.series {
+        anyhow::ensure!(
+            s.points.iter().all(|&(x, _)| x.is_finite() && x > 0.0),
+            "series {:?}: x must be positive and finite (log axis)",
+            s.name
+        );
+    }
+    register_font()?;
+    let mut buf = vec![0u8; (W * H * 3) as usize];
+    draw_lines_into(&mut buf, spec).map_err(|e| anyhow::anyhow!("drawing: {e}"))?;
+    write_png(path, &buf)
+}
+
+/// An x value as an axis label: 500K, 1M, 32, 0.5.
+fn short_number(x: f64) -> String {
+    if x >= 1000.0 && x.fract() == 0.0 {
+        millions(x as u64)
+    } else if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x}")
+    }
+}
+
+fn draw_lines_into(buf: &mut [u8], spec: &LineSpec) -> DrawResult<()> {
+    use plotters::prelude::*;
+    let root = BitMapBackend::with_buffer(buf, (W, H)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let pts = || spec.series.iter().flat_map(|s| s.points.iter());
+    let x0 = pts().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let x1 = pts().map(|p| p.0).fold(0.0f64, f64::max);
+    let (x0, x1) = if x0.is_finite() && x1 > 0.0 {
+        (x0 / 1.3, x1 * 1.3)
+    } else {
+        (0.5, 2.0)
+    };
+    let ymax = top(pts().map(|p| p.1)) / 1.2 * 1.15;
+    let mut ticks = if spec.x_ticks.is_empty() {
+        pts().map(|p| p.0).collect::<Vec<_>>()
+    } else {
+        spec.x_ticks.clone()
+    };
+    ticks.sort_by(f64::total_cmp);
+    ticks.dedup();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&spec.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d((x0..x1).log_scale().with_key_points(ticks), 0.0..ymax)?;
+    chart
+        .configure_mesh()
+        .x_desc(spec.x_label.as_str())
+        .y_desc(spec.y_label.as_str())
+        .x_label_formatter(&|x| short_number(*x))
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()?;
+    for (i, s) in spec.series.iter().enumerate() {
+        let c = TEA_COLORS[i % TEA_COLORS.len()];
+        let line: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(|p| p.1.is_finite())
+            .collect();
+        let w = if s.thin { 1 } else { 3 };
+        chart
+            .draw_series(LineSeries::new(line.clone(), c.stroke_width(w)))?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(w)));
+        if !s.thin {
+            chart.draw_series(
+                line.iter()
+                    .map(|&(x, y)| Circle::new((x, y), 4, c.filled())),
+            )?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1497,6 +1647,33 @@ mod tests {
         assert!(md.contains("| met |"));
         assert!(md.contains("| **not met** |"));
         assert!(md.contains("| ScaleBricks | 20.0 | 36.0 |"), "{md}");
+    }
+
+    #[test]
+    fn line_specs_are_drawn_and_checked() {
+        let t = r#"{"file":"f.png","title":"t","x_label":"x","y_label":"y","x_ticks":[1,2,4],
+          "series":[{"name":"a","points":[[1,2.0],[2,3.5],[4,1.0]]},
+                    {"name":"b","points":[[1,1],[4,2]],"thin":true}]}"#;
+        let spec: LineSpec = serde_json::from_str(t).expect("spec");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("f.png");
+        draw_lines(&p, &spec).expect("drawn");
+        let d = png::Decoder::new(std::fs::File::open(&p).expect("open"));
+        let r = d.read_info().expect("a PNG");
+        assert_eq!((r.info().width, r.info().height), (W, H));
+        // A path in `file`, x not positive, no series, unknown fields: refused.
+        let mut bad = spec.clone();
+        bad.file = "../f.png".into();
+        assert!(draw_lines(&p, &bad).is_err());
+        let mut bad = spec.clone();
+        bad.series[0].points[0].0 = 0.0;
+        assert!(draw_lines(&p, &bad).is_err());
+        let mut bad = spec;
+        bad.series.clear();
+        assert!(draw_lines(&p, &bad).is_err());
+        assert!(serde_json::from_str::<LineSpec>(&t.replace("\"thin\"", "\"thick\"")).is_err());
+        assert_eq!(short_number(500_000.0), "500K");
+        assert_eq!(short_number(32.0), "32");
     }
 
     #[test]
