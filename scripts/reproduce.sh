@@ -144,7 +144,7 @@ mkdir -p "$BINDIR"
 cp target/release/scalebricks-bench target/release/scalebricks "$BINDIR/"
 
 mkdir -p "$RAW"
-rm -f "$RAW"/*.json "$RAW"/*.txt "$OUT"/*.png "$OUT"/cluster-tables.md
+rm -f "$RAW"/*.json "$RAW"/*.tmp "$RAW"/*.log "$OUT"/*.png "$OUT"/cluster-tables.md
 PEERS=setsep
 [ "$HAVE_DPDK" = 1 ] && PEERS=setsep,dpdk-efd
 
