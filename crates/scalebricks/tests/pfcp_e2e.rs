@@ -185,8 +185,6 @@ fn operator_api_sees_the_sessions(c: &Cluster, sessions: &[Session]) {
     eprintln!("operator API checks took {:?}", t0.elapsed());
 }
 
-/// A session whose UE address is IPv6, established by scapy through node 2: its tunnel is in
-/// the FIB of the node the UPF chose, found by the GPT from any node.
 /// A session whose UE address the UPF picks (UE IP Address CHV4, TS 29.244 5.21): node 2's
 /// endpoint answers with an address of its share of `--pfcp-ue-pool 10.47.0.0/24` in the
 /// Created PDR, the cluster forwards downlink to it (into node 0's inet, out of the handling
@@ -248,6 +246,9 @@ fn a_chv4_session(c: &Cluster, cp: &str, smf_ip: &str) {
     );
 }
 
+/// A session whose UE address is IPv6, established by scapy through node 2: its tunnel is in
+/// the FIB of the node the UPF chose, found by the GPT from any node; then a modification
+/// asking CHV4 gives it an IPv4 address of node 2's pool share, forwarded the same way.
 fn an_ipv6_session(c: &Cluster, cp: &str, smf_ip: &str) {
     let desc = c.description();
     let node2 = desc["nodes"][2]["pfcp_addr"].as_str().unwrap();
@@ -280,6 +281,33 @@ fn an_ipv6_session(c: &Cluster, cp: &str, smf_ip: &str) {
         assert_eq!(l["tunnel"]["enb"], "10.2.3.2", "{l}");
         assert_eq!(l["tunnel"]["uplink_teid"], f["teid"], "{l}");
     }
+    // A modification adds a downlink PDR asking CHV4 (the session had no IPv4 address): node
+    // 2's endpoint answers an address of its pool share in the Created PDR, and the cluster
+    // forwards it down the session's tunnel from the same handling node.
+    let job = c.dir.join("v6-add-chv4.json");
+    std::fs::write(
+        &job,
+        serde_json::to_vec(&json!([{"up_seid": res["up_seid"]}])).unwrap(),
+    )
+    .unwrap();
+    let r = smf(cp, node2_ip, smf_ip, 8050, "add_chv4", Some(&job));
+    let res = &r["results"][0];
+    assert_eq!(res["cause"], 1, "{r}");
+    let v4: std::net::Ipv4Addr = res["ue_ipv4"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no UE address in the Created PDR: {r}"))
+        .parse()
+        .unwrap();
+    // Node 2's share of the /24 split in 4: 10.47.0.128/26.
+    assert!(
+        (0x0a2f_0080..0x0a2f_00c0).contains(&u32::from(v4)),
+        "{v4} is not in node 2's share: {r}"
+    );
+    let (code, l) = ctl(c, &["lookup", "--ue", &v4.to_string()]);
+    assert_eq!(code, 0, "{l}");
+    assert_eq!(u(&l["handling_node"]) as usize, node, "{l}");
+    assert_eq!(u(&l["tunnel"]["teid"]), 0x6600_0001, "{l}");
+    assert_eq!(l["tunnel"]["enb"], "10.2.3.2", "{l}");
 }
 
 /// Our load generator (`scalebricks smf-sim`) cross-checked against scapy on a small run: it

@@ -3,8 +3,8 @@ cluster's control namespace against one node's PFCP address.
 
     pfcp_smf.py UPF_IP SRC_IP SEQ_BASE OP [JOB.json]
 
-OP is one of: setup (Association Setup, then Heartbeat), establish, modify, delete (the
-sessions in JOB.json), bad (the requests that must be refused). It prints one JSON object on
+OP is one of: setup (Association Setup, then Heartbeat), establish, modify, add_chv4 (a
+modification adding a CHV4 downlink PDR), delete (the sessions in JOB.json), bad (the requests that must be refused). It prints one JSON object on
 stdout with what the UPF answered. Requests go out in a window of 32, each retransmitted after
 a second (3 times at most), with sequence numbers from SEQ_BASE (a later run must not reuse an
 earlier run's numbers: the UPF answers those from its cache)."""
@@ -169,6 +169,22 @@ def modification(seq, s):
     ]), seid=s["up_seid"]))
 
 
+def add_chv4(seq, s):
+    """A Session Modification creating a downlink PDR (3) whose UE IP Address asks CHV4: the
+    UPF picks the session's IPv4 address (it had none) and answers it in the Created PDR."""
+    return bytes(msg(seq, PFCPSessionModificationRequest(IE_list=[
+        IE_CreatePDR(IE_list=[
+            IE_PDR_Id(id=3),
+            IE_Precedence(precedence=150),
+            IE_PDI(IE_list=[
+                IE_SourceInterface(interface="Core"),
+                ue_ip_address("chv4"),
+            ]),
+            IE_FAR_Id(id=1),
+        ]),
+    ]), seid=s["up_seid"]))
+
+
 def deletion(seq, s):
     return bytes(msg(seq, PFCPSessionDeletionRequest(), seid=s["up_seid"]))
 
@@ -192,6 +208,8 @@ elif OP == "establish":
     out = {"results": run_jobs(establishment)}
 elif OP == "modify":
     out = {"results": run_jobs(modification)}
+elif OP == "add_chv4":
+    out = {"results": run_jobs(add_chv4)}
 elif OP == "delete":
     out = {"results": run_jobs(deletion)}
 elif OP == "bad":
