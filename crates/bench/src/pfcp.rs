@@ -25,6 +25,10 @@
 //! - `estimate_rss_bytes_per_node_10m_sessions_4_nodes`: an estimate, not a measurement: the
 //!   mean node's RSS before the sessions plus 2.5M times its growth per session.
 //!
+//! `--replicas R` and `--detect-ms MS` are passed to `cluster up` (not given: its defaults, 3
+//! replicas with 3 nodes or more and 500 ms); each run's `replicas` and `detect_ms` are what
+//! node 0's control file says.
+//!
 //! `--shapes minimal,open5gs` (the default) runs the measurement once per request shape, each
 //! on a fresh cluster of the same size (`smf-sim --shape`: today's minimal request, and the
 //! request open5gs's SMF sends: four PDRs, three FARs, a URR, a QER, a BAR), and prints
@@ -61,6 +65,13 @@ pub struct Args {
     /// Request shapes to measure, each on its own cluster (`smf-sim --shape`).
     #[arg(long, value_delimiter = ',', default_value = "minimal,open5gs")]
     shapes: Vec<String>,
+    /// Each range's replicas (`cluster up --replicas`; default: cluster up's, 3 with 3 nodes
+    /// or more).
+    #[arg(long)]
+    replicas: Option<usize>,
+    /// Failure detection's time (`cluster up --detect-ms`; default: cluster up's, 500 ms).
+    #[arg(long)]
+    detect_ms: Option<u64>,
     /// Print one JSON object (pretty).
     #[arg(long)]
     json: bool,
@@ -204,6 +215,12 @@ fn one(a: &Args, shape: &str) -> Result<Value> {
         "--capacity".into(),
         capacity.to_string(),
     ];
+    if let Some(r) = a.replicas {
+        up.extend(["--replicas".into(), r.to_string()]);
+    }
+    if let Some(ms) = a.detect_ms {
+        up.extend(["--detect-ms".into(), ms.to_string()]);
+    }
     if capacity > 3_000_000 {
         // Room in the UE pool for the initial flows (the sessions' UEs are outside it).
         up.extend(["--ue-pool".into(), "100.0.0.0/7".into()]);
@@ -211,6 +228,14 @@ fn one(a: &Args, shape: &str) -> Result<Value> {
     scalebricks(&up)?;
     let r = (|| -> Result<Value> {
         let before_st = converged(&d, Duration::from_secs(120))?;
+        let control: Value = std::fs::read_to_string(format!("{d}/node0.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        let (replicas, detect_ms) = (
+            control["control"]["replicas"].clone(),
+            control["control"]["detect_ms"].clone(),
+        );
         let up_secs = t_up.elapsed().as_secs_f64();
         let pid = pids(&before_st)?;
         let before: Vec<u64> = pid.iter().map(|&p| rss(p)).collect::<Result<_>>()?;
@@ -303,6 +328,9 @@ fn one(a: &Args, shape: &str) -> Result<Value> {
             "sessions": a.sessions,
             "initial_flows": a.flows,
             "capacity": capacity,
+            // What each node's control file says (cluster up's default when not given).
+            "replicas": replicas,
+            "detect_ms": detect_ms,
             "window_per_node": a.window,
             "cluster_up_seconds": up_secs,
             "established": sim["established"],
