@@ -7,7 +7,8 @@
 //! back with tshark (each G-PDU's time and TEID). During it: the victim is killed with SIGKILL
 //! at `--kill-at` seconds, a burst of `--updates` inserts goes through a live node once the
 //! death is detected (the same burst was timed on the healthy cluster before the traffic),
-//! and the victim is restarted (`cluster restart`) `--down` seconds after its death.
+//! and the victim is restarted (`cluster restart`) `--down` seconds after its death; later it
+//! is cut off and healed (below).
 //!
 //! Rows (one per event):
 //! - `kill`: per victim UE, the gap in its downlink around the kill (its last G-PDU before,
@@ -21,7 +22,12 @@
 //!   restart on, `moved` (given back to the victim, make-before-break) and `stuck` (their gap
 //!   is the outage that ends with the restart); `recovery_s`: from `cluster restart` to the
 //!   victim serving with every flow given back.
-//! - `partition` and `wipe`: not measured by this command yet (`measured: false`, and why).
+//! - `partition` (at `--partition-at` seconds, once the victim recovered from the kill, for
+//!   `--partitioned` seconds: its `fabric` and `ctl` links down, the process running): the
+//!   gap per UE around it, as for the kill; `heal`: the largest gap from the heal on, and
+//!   `recovery_s` to the victim serving again (it fenced itself while cut off: a new epoch)
+//!   with every flow given back.
+//! - `wipe`: not measured (`measured: false`, and why).
 //!
 //! The per-UE packet interval is `victim flows / rate` on average (random flow choice), so a
 //! gap of a few such intervals is no outage.
@@ -54,7 +60,7 @@ pub struct Args {
     #[arg(long, default_value_t = 20_000)]
     rate: u64,
     /// Seconds of traffic.
-    #[arg(long, default_value_t = 9.0)]
+    #[arg(long, default_value_t = 16.0)]
     seconds: f64,
     /// When the victim is killed, seconds into the traffic.
     #[arg(long, default_value_t = 2.0)]
@@ -62,12 +68,23 @@ pub struct Args {
     /// How long the victim stays dead, seconds.
     #[arg(long, default_value_t = 3.0)]
     down: f64,
+    /// When the victim (restarted and recovered) is cut off from the fabric and the control
+    /// network (its `fabric` and `ctl` links down), seconds into the traffic; 0: no partition.
+    #[arg(long, default_value_t = 9.0)]
+    partition_at: f64,
+    /// How long the partition lasts, seconds.
+    #[arg(long, default_value_t = 3.0)]
+    partitioned: f64,
     /// Inserts of each update burst (healthy, then with the victim dead).
     #[arg(long, default_value_t = 5_000)]
     updates: usize,
     /// Seed of the cluster's flows.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Keep the run's files (captures, flow and update files, the cluster's state directory)
+    /// in a new directory under this one instead of deleting them.
+    #[arg(long)]
+    keep_in: Option<std::path::PathBuf>,
     /// Print JSON (the only output; kept for scripts that pass it).
     #[arg(long)]
     json: bool,
@@ -212,7 +229,18 @@ pub fn run(a: Args) -> Result<()> {
         a.kill_at > 0.0 && a.kill_at + a.down < a.seconds,
         "--kill-at + --down must end before --seconds"
     );
-    let tmp = tempfile::tempdir()?;
+    ensure!(
+        a.partition_at == 0.0
+            || (a.partition_at > a.kill_at + a.down && a.partition_at + a.partitioned < a.seconds),
+        "--partition-at: after the restart, and the partition ends before --seconds"
+    );
+    let tmp = match &a.keep_in {
+        Some(d) => tempfile::Builder::new()
+            .prefix("failover-")
+            .disable_cleanup(true)
+            .tempdir_in(d)?,
+        None => tempfile::tempdir()?,
+    };
     let dir = tmp.path().join("state");
     let d = dir.to_str().context("temporary path")?.to_string();
     let name = format!("sbf{}", std::process::id() % 100_000);
@@ -336,26 +364,23 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         "--node",
         &a.victim.to_string(),
     ]))?;
-    // Recovered: the victim serves and every moved flow is given back.
-    let recovery_s = loop {
-        let st = status(d)?;
-        let rows = st["nodes"].as_array().cloned().unwrap_or_default();
-        let v = &rows[a.victim as usize];
-        let away: u64 = rows
-            .iter()
-            .map(|r| {
-                r["moved_away"].as_u64().unwrap_or(0) + r["moves_pending"].as_u64().unwrap_or(0)
-            })
-            .sum();
-        if v["ready"] == true && v["phase"] == "serving" && away == 0 {
-            break r0.elapsed().as_secs_f64();
-        }
-        ensure!(
-            r0.elapsed() < Duration::from_secs(60),
-            "no recovery in 60 s: {rows:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let recovery_s = recovered(d, a.victim, r0)?;
+    // The partition: the victim cut off, then healed.
+    let ns = desc["nodes"][a.victim as usize]["netns"]
+        .as_str()
+        .context("cluster.json netns")?
+        .to_string();
+    let mut partition = None;
+    if a.partition_at > 0.0 {
+        sleep_until(t0, a.partition_at);
+        let t_part = wall_s();
+        links(&ns, "down")?;
+        sleep_until(t0, a.partition_at + a.partitioned);
+        let t_heal = wall_s();
+        let h0 = Instant::now();
+        links(&ns, "up")?;
+        partition = Some((t_part, t_heal, recovered(d, a.victim, h0)?));
+    }
     let g = gen.join().map_err(|_| anyhow::anyhow!("gen panicked"))??;
     std::thread::sleep(Duration::from_millis(500));
     let mut arrivals: HashMap<u32, Vec<f64>> = HashMap::new();
@@ -364,6 +389,10 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         for (t, teid) in gpdus(&p)? {
             arrivals.entry(teid).or_default().push(t);
         }
+    }
+    // Each UE's arrivals in time order (the captures were read one node after the other).
+    for ts in arrivals.values_mut() {
+        ts.sort_by(|a, b| a.total_cmp(b));
     }
     // Acknowledged inserts the owners' RIBs lack (the status files lag: a few tries).
     let want = rib0 + acked_during;
@@ -377,44 +406,17 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
     }
     let acked_lost = want.saturating_sub(rib);
 
-    // Per UE: the gap around the kill, the largest gap from the restart on.
-    let (mut all, mut mv, mut st) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut after_mv, mut after_st) = (Vec::new(), Vec::new());
-    let mut silent = 0;
-    for (teid, is_moved) in &moved {
-        let Some(ts) = arrivals.get_mut(teid) else {
-            silent += 1;
-            continue;
-        };
-        ts.sort_by(|a, b| a.total_cmp(b));
-        let before = ts.iter().rev().find(|&&t| t < t_kill);
-        let after = ts.iter().find(|&&t| t >= t_kill);
-        if let (Some(b), Some(f)) = (before, after) {
-            let gap = (f - b) * 1e3;
-            all.push(gap);
-            if *is_moved {
-                mv.push(gap)
-            } else {
-                st.push(gap)
-            }
-        }
-        let from = ts.iter().rev().find(|&&t| t < t_restart).copied();
-        let later: Vec<f64> = from
-            .into_iter()
-            .chain(ts.iter().copied().filter(|&t| t >= t_restart))
-            .collect();
-        if let Some(m) = later
-            .windows(2)
-            .map(|w| (w[1] - w[0]) * 1e3)
-            .reduce(f64::max)
-        {
-            if *is_moved {
-                after_mv.push(m)
-            } else {
-                after_st.push(m)
-            }
-        }
-    }
+    // Per UE: the gap around the kill, the largest gap from the restart on (to the
+    // partition); the same for the partition and the heal.
+    let t_end = wall_s() + 1.0;
+    let k = gaps(
+        &arrivals,
+        &moved,
+        t_kill,
+        t_restart,
+        partition.map_or(t_end, |p| p.0),
+    );
+    let silent = k.silent;
     let n_moved = moved.values().filter(|&&m| m).count();
     let interval_ms = moved.len() as f64 / a.rate as f64 * 1e3;
     let row_kill = json!({
@@ -422,10 +424,10 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         "measured": true,
         "ues": moved.len(),
         "ues_silent": silent,
-        "outage_ms_p50": pct(&mut all.clone(), 0.5),
-        "outage_ms_p99": pct(&mut all.clone(), 0.99),
-        "moved": {"ues": n_moved, "outage_ms_p50": pct(&mut mv.clone(), 0.5), "outage_ms_p99": pct(&mut mv.clone(), 0.99), "outage_ms_max": pct(&mut mv, 1.0)},
-        "stuck": {"ues": moved.len() - n_moved, "outage_ms_p50": pct(&mut st.clone(), 0.5), "outage_ms_p99": pct(&mut st.clone(), 0.99)},
+        "outage_ms_p50": k.all_p(0.5),
+        "outage_ms_p99": k.all_p(0.99),
+        "moved": k.around_row(1, n_moved),
+        "stuck": k.around_row(0, moved.len() - n_moved),
         "acked_lost": acked_lost,
         "sessions_lost": null,
         "update_kops_healthy": kops_healthy,
@@ -437,10 +439,37 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
     let row_restart = json!({
         "event": "restart",
         "measured": true,
-        "moved": {"largest_gap_ms_p50": pct(&mut after_mv.clone(), 0.5), "largest_gap_ms_p99": pct(&mut after_mv.clone(), 0.99), "largest_gap_ms_max": pct(&mut after_mv, 1.0)},
-        "stuck": {"largest_gap_ms_p50": pct(&mut after_st.clone(), 0.5), "largest_gap_ms_p99": pct(&mut after_st, 0.99)},
+        "moved": k.after_row(1),
+        "stuck": k.after_row(0),
         "recovery_s": recovery_s,
     });
+    let (row_part, row_heal) = match partition {
+        Some((t_part, t_heal, heal_s)) => {
+            let p = gaps(&arrivals, &moved, t_part, t_heal, t_end);
+            (
+                json!({
+                    "event": "partition",
+                    "measured": true,
+                    "seconds": a.partitioned,
+                    "outage_ms_p50": p.all_p(0.5),
+                    "outage_ms_p99": p.all_p(0.99),
+                    "moved": p.around_row(1, n_moved),
+                    "stuck": p.around_row(0, moved.len() - n_moved),
+                }),
+                json!({
+                    "event": "heal",
+                    "measured": true,
+                    "moved": p.after_row(1),
+                    "stuck": p.after_row(0),
+                    "recovery_s": heal_s,
+                }),
+            )
+        }
+        None => (
+            json!({"event": "partition", "measured": false, "why": "--partition-at 0"}),
+            json!({"event": "heal", "measured": false, "why": "--partition-at 0"}),
+        ),
+    };
     Ok(json!({
         "bench": "failover",
         "nodes": a.nodes,
@@ -451,10 +480,110 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         "rate_pps": a.rate,
         "per_ue_interval_ms": interval_ms,
         "gen": serde_json::from_str::<Value>(g.trim()).unwrap_or(Value::Null),
-        "rows": [row_kill, row_restart,
-            {"event": "partition", "measured": false, "why": "not measured by this command yet"},
+        "rows": [row_kill, row_restart, row_part, row_heal,
             {"event": "wipe", "measured": false, "why": "a wiped log does not rejoin as a new replica yet (issue 29)"}],
     }))
+}
+
+/// Per victim UE, by group (0: the victim's own range, 1: moved): the gap in its downlink
+/// around an event (its last G-PDU before to its first after) and its largest gap from its
+/// last G-PDU before a later time to a time after.
+struct Gaps {
+    around: [Vec<f64>; 2],
+    after: [Vec<f64>; 2],
+    silent: usize,
+}
+
+impl Gaps {
+    fn all_p(&self, p: f64) -> Option<f64> {
+        let mut v: Vec<f64> = self.around.concat();
+        pct(&mut v, p)
+    }
+
+    fn around_row(&self, g: usize, ues: usize) -> Value {
+        let mut v = self.around[g].clone();
+        json!({"ues": ues, "outage_ms_p50": pct(&mut v, 0.5), "outage_ms_p99": pct(&mut v, 0.99), "outage_ms_max": pct(&mut v, 1.0)})
+    }
+
+    fn after_row(&self, g: usize) -> Value {
+        let mut v = self.after[g].clone();
+        json!({"largest_gap_ms_p50": pct(&mut v, 0.5), "largest_gap_ms_p99": pct(&mut v, 0.99), "largest_gap_ms_max": pct(&mut v, 1.0)})
+    }
+}
+
+/// [`Gaps`] around `at`, and after `from` until `until` (Unix seconds); each UE's arrivals
+/// sorted.
+fn gaps(
+    arrivals: &HashMap<u32, Vec<f64>>,
+    moved: &HashMap<u32, bool>,
+    at: f64,
+    from: f64,
+    until: f64,
+) -> Gaps {
+    let mut g = Gaps {
+        around: [Vec::new(), Vec::new()],
+        after: [Vec::new(), Vec::new()],
+        silent: 0,
+    };
+    for (teid, &is_moved) in moved {
+        let i = usize::from(is_moved);
+        let Some(ts) = arrivals.get(teid) else {
+            g.silent += 1;
+            continue;
+        };
+        let before = ts.iter().rev().find(|&&t| t < at);
+        let next = ts.iter().find(|&&t| t >= at);
+        if let (Some(b), Some(f)) = (before, next) {
+            g.around[i].push((f - b) * 1e3);
+        }
+        let first = ts.iter().rev().find(|&&t| t < from).copied();
+        let later: Vec<f64> = first
+            .into_iter()
+            .chain(ts.iter().copied().filter(|&t| t >= from && t < until))
+            .collect();
+        if let Some(m) = (later.windows(2))
+            .map(|w| (w[1] - w[0]) * 1e3)
+            .reduce(f64::max)
+        {
+            g.after[i].push(m);
+        }
+    }
+    g
+}
+
+/// Sets the victim's `fabric` and `ctl` links in namespace `ns` up or down.
+fn links(ns: &str, state: &str) -> Result<()> {
+    for dev in ["fabric", "ctl"] {
+        let ok = Command::new("ip")
+            .args(["-n", ns, "link", "set", dev, state])
+            .status()?
+            .success();
+        ensure!(ok, "ip -n {ns} link set {dev} {state}");
+    }
+    Ok(())
+}
+
+/// Waits until the victim serves and every flow moved off it is given back; seconds since
+/// `t0`.
+fn recovered(d: &str, victim: u16, t0: Instant) -> Result<f64> {
+    loop {
+        let st = status(d)?;
+        let rows = st["nodes"].as_array().cloned().unwrap_or_default();
+        let v = &rows[victim as usize];
+        let away: u64 = (rows.iter())
+            .map(|r| {
+                r["moved_away"].as_u64().unwrap_or(0) + r["moves_pending"].as_u64().unwrap_or(0)
+            })
+            .sum();
+        if v["ready"] == true && v["phase"] == "serving" && away == 0 {
+            return Ok(t0.elapsed().as_secs_f64());
+        }
+        ensure!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no recovery in 60 s: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn s_vec(v: &[&str]) -> Vec<String> {
