@@ -390,10 +390,6 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
             arrivals.entry(teid).or_default().push(t);
         }
     }
-    // Each UE's arrivals in time order (the captures were read one node after the other).
-    for ts in arrivals.values_mut() {
-        ts.sort_by(|a, b| a.total_cmp(b));
-    }
     // Acknowledged inserts the owners' RIBs lack (the status files lag: a few tries).
     let want = rib0 + acked_during;
     let mut rib = 0;
@@ -531,6 +527,9 @@ fn gaps(
             g.silent += 1;
             continue;
         };
+        // In time order whatever order the captures were read in.
+        let mut ts = ts.clone();
+        ts.sort_by(|a, b| a.total_cmp(b));
         let before = ts.iter().rev().find(|&&t| t < at);
         let next = ts.iter().find(|&&t| t >= at);
         if let (Some(b), Some(f)) = (before, next) {
@@ -603,4 +602,30 @@ fn rib_keys(st: &Value) -> u64 {
             .map(|r| r["rib_keys"].as_u64().unwrap_or(0))
             .sum()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Arrivals read from two captures one after the other (not in time order): the gap
+    /// around the event is from the last arrival before it to the first after it, at any
+    /// node, and the largest gap after `from` counts only arrivals up to `until`.
+    #[test]
+    fn gaps_are_taken_in_time_order_across_captures() {
+        let mut arrivals = HashMap::new();
+        // UE 1 (moved): at node A until 10.0, at node B from 10.6; read B's capture first.
+        arrivals.insert(1, vec![10.6, 10.7, 13.0, 9.0, 9.5, 10.0]);
+        // UE 2 (stuck): nothing between 10.0 and 13.0.
+        arrivals.insert(2, vec![9.9, 13.0, 13.1]);
+        let moved = HashMap::from([(1, true), (2, false), (3, true)]);
+        let g = gaps(&arrivals, &moved, 10.2, 10.65, 12.0);
+        assert_eq!(g.silent, 1);
+        let ms = |v: &[f64]| v.iter().map(|x| x.round() as i64).collect::<Vec<_>>();
+        assert_eq!(ms(&g.around[1]), [600]);
+        assert_eq!(ms(&g.around[0]), [3100]);
+        // UE 1 from its last arrival before 10.65 (10.6): 10.6, 10.7; 13.0 is past `until`.
+        assert_eq!(ms(&g.after[1]), [100]);
+        assert_eq!(g.all_p(1.0).map(|x| x.round() as i64), Some(3100));
+    }
 }
