@@ -33,7 +33,7 @@
 //! gap of a few such intervals is no outage.
 
 use crate::pfcp::{converged, status};
-use crate::update::{me, scalebricks};
+use crate::update::{fresh_ues, inserts_csv, me, scalebricks};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -196,28 +196,6 @@ fn update_burst(d: &str, node: u16, csv: &Path) -> Result<(u64, f64, Value)> {
     Ok((acked, acked as f64 / secs / 1e3, json!(reasons)))
 }
 
-/// `count` inserts of new UEs (the next addresses of `fresh`) handled by the nodes other than
-/// `victim`, as an update CSV.
-fn inserts_off(
-    path: &Path,
-    fresh: &mut impl Iterator<Item = (u64, std::net::Ipv4Addr)>,
-    count: usize,
-    nodes: u16,
-    victim: u16,
-) -> Result<()> {
-    let live: Vec<u16> = (0..nodes).filter(|&n| n != victim).collect();
-    let mut s = String::from("op,ue,teid,enb,node\n");
-    for i in 0..count {
-        let (n, ue) = fresh.next().context("the UE pool is used up")?;
-        let node = live[i % live.len()];
-        s.push_str(&format!(
-            "insert,{ue},{},10.2.{node}.2,{node}\n",
-            0xc000_0000u64 + n
-        ));
-    }
-    std::fs::write(path, s).with_context(|| path.display().to_string())
-}
-
 pub fn run(a: Args) -> Result<()> {
     ensure!(sb_io::netns::is_root(), "bench failover needs root");
     ensure!(
@@ -244,8 +222,7 @@ pub fn run(a: Args) -> Result<()> {
     let dir = tmp.path().join("state");
     let d = dir.to_str().context("temporary path")?.to_string();
     let name = format!("sbf{}", std::process::id() % 100_000);
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    scalebricks(&s(&[
+    scalebricks(&[
         "cluster",
         "up",
         "--nodes",
@@ -262,9 +239,9 @@ pub fn run(a: Args) -> Result<()> {
         &((a.flows + 2 * a.updates) * 2).to_string(),
         "--replicas",
         &a.replicas.to_string(),
-    ]))?;
+    ])?;
     let r = measure(&a, tmp.path(), &d);
-    let down = scalebricks(&s(&["cluster", "down", "--dir", &d]));
+    let down = scalebricks(&["cluster", "down", "--dir", &d]);
     let r = r?;
     down?;
     println!("{}", serde_json::to_string_pretty(&r)?);
@@ -300,16 +277,12 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
     let victim_csv = tmp.join("victim.csv");
     std::fs::write(&victim_csv, csv)?;
     let entry = (a.victim + 1) % a.nodes;
-    // Two bursts of new UEs' inserts.
-    let text = std::fs::read_to_string(dir.join("flows.csv"))?;
-    let taken: std::collections::HashSet<&str> =
-        text.lines().filter_map(|l| l.split(',').next()).collect();
-    let mut fresh = (0u64..0x0040_0000)
-        .map(|n| (n, std::net::Ipv4Addr::from(0x6440_0000u32 | n as u32)))
-        .filter(|(_, ue)| !taken.contains(ue.to_string().as_str()));
+    // Two bursts of new UEs' inserts, handled by the nodes that stay alive.
+    let mut fresh = fresh_ues(&flows);
+    let live: Vec<u16> = (0..a.nodes).filter(|&n| n != a.victim).collect();
     let (healthy_csv, during_csv) = (tmp.join("healthy.csv"), tmp.join("during.csv"));
-    inserts_off(&healthy_csv, &mut fresh, a.updates, a.nodes, a.victim)?;
-    inserts_off(&during_csv, &mut fresh, a.updates, a.nodes, a.victim)?;
+    inserts_csv(&healthy_csv, &mut fresh, a.updates, &live)?;
+    inserts_csv(&during_csv, &mut fresh, a.updates, &live)?;
     let (acked_healthy, kops_healthy, rej_healthy) = update_burst(d, entry, &healthy_csv)?;
     let rib0: u64 = rib_keys(&status(d)?);
 
@@ -323,7 +296,7 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         caps.push((capture(ns, &p)?, p));
     }
     let count = (a.rate as f64 * a.seconds) as u64;
-    let gen_args = s_vec(&[
+    let gen_args: Vec<String> = [
         "gen",
         "--dir",
         d,
@@ -335,7 +308,9 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         &count.to_string(),
         "--to",
         &entry.to_string(),
-    ]);
+    ]
+    .map(String::from)
+    .to_vec();
     let pid = status(d)?["nodes"][a.victim as usize]["pid"]
         .as_u64()
         .context("victim pid")?;
@@ -356,14 +331,14 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
     sleep_until(t0, a.kill_at + a.down);
     let t_restart = wall_s();
     let r0 = Instant::now();
-    scalebricks(&s_vec(&[
+    scalebricks(&[
         "cluster",
         "restart",
         "--dir",
         d,
         "--node",
         &a.victim.to_string(),
-    ]))?;
+    ])?;
     let recovery_s = recovered(d, a.victim, r0)?;
     // The partition: the victim cut off, then healed.
     let ns = desc["nodes"][a.victim as usize]["netns"]
@@ -583,10 +558,6 @@ fn recovered(d: &str, victim: u16, t0: Instant) -> Result<f64> {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn s_vec(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
 }
 
 fn sleep_until(t0: Instant, s: f64) {

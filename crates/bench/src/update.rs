@@ -142,9 +142,10 @@ pub(crate) fn me() -> Result<std::path::PathBuf> {
     Ok(p)
 }
 
-pub(crate) fn scalebricks(args: &[String]) -> Result<String> {
+pub(crate) fn scalebricks<S: AsRef<str>>(args: &[S]) -> Result<String> {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
     let out = Command::new(me()?)
-        .args(args)
+        .args(&args)
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("running scalebricks {}", args.join(" ")))?;
@@ -159,18 +160,30 @@ pub(crate) fn scalebricks(args: &[String]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `count` inserts of new UEs (the next addresses of `fresh`), spread over the nodes, as an
-/// update CSV.
-fn inserts_csv(
+/// The UE addresses of the pool (`100.64.0.0/10` from its start: (index, address)) that no
+/// flow of the flows CSV `flows` has (those are spread over the pool).
+pub(crate) fn fresh_ues(flows: &str) -> impl Iterator<Item = (u64, std::net::Ipv4Addr)> {
+    let taken: std::collections::HashSet<String> = (flows.lines())
+        .filter_map(|l| l.split(',').next())
+        .map(String::from)
+        .collect();
+    (0u64..0x0040_0000)
+        .map(|n| (n, std::net::Ipv4Addr::from(0x6440_0000u32 | n as u32)))
+        .filter(move |(_, ue)| !taken.contains(&ue.to_string()))
+}
+
+/// `count` inserts of new UEs (the next addresses of `fresh`), spread over the `handlers`, as
+/// an update CSV.
+pub(crate) fn inserts_csv(
     path: &std::path::Path,
     fresh: &mut impl Iterator<Item = (u64, std::net::Ipv4Addr)>,
     count: usize,
-    nodes: u16,
+    handlers: &[u16],
 ) -> Result<()> {
     let mut s = String::from("op,ue,teid,enb,node\n");
     for _ in 0..count {
         let (n, ue) = fresh.next().context("the UE pool is used up")?;
-        let node = n % u64::from(nodes);
+        let node = handlers[(n % handlers.len() as u64) as usize];
         s.push_str(&format!(
             "insert,{ue},{},10.2.{node}.2,{node}\n",
             0xb000_0000u64 + n
@@ -282,18 +295,14 @@ fn cluster(a: &Args, replicas: usize) -> Result<Value> {
         &replicas.to_string(),
     ]))?;
     let r = (|| -> Result<Value> {
-        // UE addresses of the pool that no initial flow has (those are spread over the pool).
         let flows = std::fs::read_to_string(dir.join("flows.csv")).context("flows.csv")?;
-        let taken: std::collections::HashSet<&str> =
-            flows.lines().filter_map(|l| l.split(',').next()).collect();
-        let mut fresh = (0u64..0x0040_0000)
-            .map(|n| (n, std::net::Ipv4Addr::from(0x6440_0000u32 | n as u32)))
-            .filter(|(_, ue)| !taken.contains(ue.to_string().as_str()));
+        let mut fresh = fresh_ues(&flows);
+        let all: Vec<u16> = (0..a.nodes).collect();
         let per = a.cluster_updates / a.nodes as usize;
         let mut files = Vec::new();
         for i in 0..a.nodes as usize {
             let p = tmp.path().join(format!("ins{i}.csv"));
-            inserts_csv(&p, &mut fresh, per, a.nodes)?;
+            inserts_csv(&p, &mut fresh, per, &all)?;
             files.push(p);
         }
         let st0 = crate::pfcp::status(&d)?;
@@ -338,7 +347,7 @@ fn cluster(a: &Args, replicas: usize) -> Result<Value> {
         let retransmits = retransmits(&crate::pfcp::status(&d)?) - retransmits(&st0);
         // Propagation at 10% of that rate, one update per request.
         let p = tmp.path().join("paced.csv");
-        inserts_csv(&p, &mut fresh, a.paced_updates, a.nodes)?;
+        inserts_csv(&p, &mut fresh, a.paced_updates, &all)?;
         let rate = (cluster_kops * 1e3 * 0.1).max(1.0);
         let v: Value = serde_json::from_str(
             scalebricks(&s(&[

@@ -141,8 +141,10 @@ impl Node {
             }
             self.fo.was_gone[pi] = g;
         }
-        // One batch of moves at a time.
-        if !self.fo.inflight.is_empty() {
+        // One batch of moves at a time, and nothing to build while nothing waits (the common
+        // case: this runs at every step of a serving owner).
+        let waiting = self.fo.todo.iter().any(|t| !t.is_empty()) || !self.fo.moved.is_empty();
+        if !self.fo.inflight.is_empty() || !waiting {
             return;
         }
         let live: Vec<NodeId> = (0..self.spec.nodes).filter(|&q| !self.gone(q)).collect();
