@@ -39,10 +39,10 @@
 #![allow(unsafe_code)]
 
 use crate::{IoError, PacketBatch, Port, PortStats};
+use sb_common::Mmap;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -147,40 +147,12 @@ impl Default for AfPacketConfig {
     }
 }
 
-/// An mmap'd region, unmapped on drop.
-struct Mmap {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl Mmap {
-    fn map(fd: RawFd, len: usize) -> Result<Mmap, IoError> {
-        // SAFETY: a fresh shared mapping of the socket's ring; the kernel validates fd and len.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(IoError::last("mmap packet ring"));
-        }
-        Ok(Mmap {
-            ptr: NonNull::new(p.cast()).ok_or_else(|| IoError::last("mmap packet ring"))?,
-            len,
-        })
-    }
-}
-
-impl Drop for Mmap {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len are exactly what mmap returned; nothing borrows the region past drop.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
+/// A shared, prefaulted mapping of the socket's ring.
+fn ring_map(fd: RawFd, len: usize) -> Result<Mmap, IoError> {
+    Mmap::shared(fd, len, 0, true).map_err(|source| IoError::Sys {
+        op: "mmap packet ring",
+        source,
+    })
 }
 
 /// Receive ring state.
@@ -395,7 +367,7 @@ impl AfPacketPort {
             &req,
             "PACKET_RX_RING",
         )?;
-        let map = Mmap::map(raw, block_size * block_count)?;
+        let map = ring_map(raw, block_size * block_count)?;
         Self::rx_options(raw, ifindex, cfg)?;
         Ok((
             fd,
@@ -484,7 +456,7 @@ impl AfPacketPort {
             &req,
             "PACKET_RX_RING",
         )?;
-        let map = Mmap::map(raw, block_size * blocks)?;
+        let map = ring_map(raw, block_size * blocks)?;
         Self::rx_options(raw, ifindex, cfg)?;
         Ok((
             fd,
@@ -559,7 +531,7 @@ impl AfPacketPort {
                     &req,
                     "PACKET_TX_RING",
                 )?;
-                let map = Mmap::map(raw, block_size * blocks)?;
+                let map = ring_map(raw, block_size * blocks)?;
                 TxPath::Ring {
                     map,
                     frame_size,
@@ -614,7 +586,7 @@ impl AfPacketPort {
         // a naturally aligned u32 shared with the kernel, so it is accessed atomically only.
         unsafe {
             let bd =
-                ring.map.ptr.as_ptr().add(block * ring.block_size) as *mut libc::tpacket_block_desc;
+                ring.map.as_ptr().add(block * ring.block_size) as *mut libc::tpacket_block_desc;
             AtomicU32::from_ptr(std::ptr::addr_of_mut!((*bd).hdr.bh1.block_status))
         }
     }
@@ -625,7 +597,7 @@ impl AfPacketPort {
         // SAFETY: frame < frame count, so its tpacket2_hdr (status first) lies inside the
         // mapping; the status is an aligned u32 shared with the kernel, accessed atomically.
         unsafe {
-            let h = ring.map.ptr.as_ptr().add(frame * ring.block_size) as *mut libc::tpacket2_hdr;
+            let h = ring.map.as_ptr().add(frame * ring.block_size) as *mut libc::tpacket2_hdr;
             AtomicU32::from_ptr(std::ptr::addr_of_mut!((*h).tp_status))
         }
     }
@@ -642,18 +614,16 @@ impl AfPacketPort {
             }
             let base = ring.cur * ring.block_size;
             // SAFETY: the frame is ours (status USER) and its header lies inside the mapping.
-            let h = unsafe {
-                std::ptr::read(ring.map.ptr.as_ptr().add(base) as *const libc::tpacket2_hdr)
-            };
+            let h =
+                unsafe { std::ptr::read(ring.map.as_ptr().add(base) as *const libc::tpacket2_hdr) };
             let mac = h.tp_mac as usize;
             let len = h.tp_snaplen as usize;
             if mac + len > ring.block_size {
                 self.stats.rx_errors += 1;
             } else {
                 // SAFETY: [base + mac, base + mac + len) is inside this frame (checked above).
-                let frame = unsafe {
-                    std::slice::from_raw_parts(ring.map.ptr.as_ptr().add(base + mac), len)
-                };
+                let frame =
+                    unsafe { std::slice::from_raw_parts(ring.map.as_ptr().add(base + mac), len) };
                 let info = FrameInfo {
                     status: st,
                     wire_len: h.tp_len,
@@ -781,7 +751,7 @@ impl AfPacketPort {
             // SAFETY: frame `cur` lies inside the mapping (cur < frames); tp_status is an
             // aligned u32 shared with the kernel and accessed atomically.
             let (hdr, status) = unsafe {
-                let hdr = map.ptr.as_ptr().add(*cur * *frame_size) as *mut libc::tpacket2_hdr;
+                let hdr = map.as_ptr().add(*cur * *frame_size) as *mut libc::tpacket2_hdr;
                 (
                     hdr,
                     AtomicU32::from_ptr(std::ptr::addr_of_mut!((*hdr).tp_status)),
@@ -1017,7 +987,7 @@ impl Port for AfPacketPort {
                 }
                 // SAFETY: the block is ours (status USER); its descriptor is at the block start.
                 let (num, first) = unsafe {
-                    let bd = ring.map.ptr.as_ptr().add(ring.cur * ring.block_size)
+                    let bd = ring.map.as_ptr().add(ring.cur * ring.block_size)
                         as *const libc::tpacket_block_desc;
                     (
                         (*bd).hdr.bh1.num_pkts,
@@ -1037,7 +1007,7 @@ impl Port for AfPacketPort {
             // block the kernel handed us.
             let h = unsafe {
                 std::ptr::read(
-                    ring.map.ptr.as_ptr().add(block + ring.offset) as *const libc::tpacket3_hdr
+                    ring.map.as_ptr().add(block + ring.offset) as *const libc::tpacket3_hdr
                 )
             };
             let mac = ring.offset + h.tp_mac as usize;
@@ -1049,9 +1019,8 @@ impl Port for AfPacketPort {
                 ring.remaining = 1; // abandon the rest of this block below
             } else {
                 // SAFETY: [mac, mac + len) is inside the block (checked just above).
-                let frame = unsafe {
-                    std::slice::from_raw_parts(ring.map.ptr.as_ptr().add(block + mac), len)
-                };
+                let frame =
+                    unsafe { std::slice::from_raw_parts(ring.map.as_ptr().add(block + mac), len) };
                 let info = FrameInfo {
                     status: h.tp_status,
                     wire_len: h.tp_len,

@@ -19,8 +19,8 @@
 
 use crate::afpacket;
 use crate::{IoError, PacketBatch, Port, PortStats};
+use sb_common::Mmap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -278,49 +278,6 @@ fn load_program(
 
 // ---- rings ------------------------------------------------------------------------------------
 
-struct Mmap {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl Mmap {
-    fn map(fd: RawFd, len: usize, offset: i64, op: &'static str) -> Result<Mmap, IoError> {
-        let (flags, fd) = if fd < 0 {
-            (
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-            )
-        } else {
-            (libc::MAP_SHARED | libc::MAP_POPULATE, fd)
-        };
-        // SAFETY: a fresh mapping; the kernel validates fd, len and offset.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                offset,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(IoError::last(op));
-        }
-        Ok(Mmap {
-            ptr: NonNull::new(p.cast()).ok_or_else(|| IoError::last(op))?,
-            len,
-        })
-    }
-}
-
-impl Drop for Mmap {
-    fn drop(&mut self) {
-        // SAFETY: exactly the region mmap returned; nothing borrows it past drop.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
 /// One of the four single-producer/single-consumer rings shared with the kernel.
 struct Ring {
     map: Mmap,
@@ -341,7 +298,8 @@ impl Ring {
         op: &'static str,
     ) -> Result<Ring, IoError> {
         let len = off.desc as usize + size as usize * entry;
-        let map = Mmap::map(fd, len, pgoff as i64, op)?;
+        let map =
+            Mmap::shared(fd, len, pgoff, true).map_err(|source| IoError::Sys { op, source })?;
         Ok(Ring {
             map,
             producer: off.producer as usize,
@@ -356,7 +314,7 @@ impl Ring {
     fn counter(&self, off: usize) -> &AtomicU32 {
         // SAFETY: producer/consumer offsets come from XDP_MMAP_OFFSETS and lie inside the
         // mapping; they are aligned u32s the kernel updates concurrently, so atomics only.
-        unsafe { AtomicU32::from_ptr(self.map.ptr.as_ptr().add(off) as *mut u32) }
+        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(off) as *mut u32) }
     }
 
     #[inline]
@@ -373,9 +331,9 @@ impl Ring {
     #[inline]
     fn entry(&self, idx: u32, entry: usize) -> *mut u8 {
         let i = (idx & self.mask) as usize;
-        debug_assert!(self.desc + (i + 1) * entry <= self.map.len);
+        debug_assert!(self.desc + (i + 1) * entry <= self.map.len());
         // SAFETY: i <= mask < size, and the mapping holds `size` entries after `desc`.
-        unsafe { self.map.ptr.as_ptr().add(self.desc + i * entry) }
+        unsafe { self.map.as_ptr().add(self.desc + i * entry) }
     }
 }
 
@@ -435,10 +393,14 @@ impl XdpPort {
             return Err(IoError::last("socket(AF_XDP)"));
         }
         let fd = owned(raw);
-        let umem = Mmap::map(-1, (frames * frame_size) as usize, 0, "mmap UMEM")?;
+        let umem =
+            Mmap::anonymous((frames * frame_size) as usize).map_err(|source| IoError::Sys {
+                op: "mmap UMEM",
+                source,
+            })?;
         let reg = libc::xdp_umem_reg {
-            addr: umem.ptr.as_ptr() as u64,
-            len: umem.len as u64,
+            addr: umem.as_ptr() as u64,
+            len: umem.len() as u64,
             chunk_size: frame_size,
             headroom: 0,
             flags: 0,
@@ -639,11 +601,10 @@ impl Port for XdpPort {
             let d = unsafe { std::ptr::read(self.rx.entry(cons, DESC) as *const libc::xdp_desc) };
             cons = cons.wrapping_add(1);
             let (addr, len) = (d.addr as usize, d.len as usize);
-            if addr + len <= self.umem.len {
+            if addr + len <= self.umem.len() {
                 // SAFETY: [addr, addr+len) is inside the UMEM (checked) and owned by us until
                 // the chunk goes back on the fill ring below.
-                let f =
-                    unsafe { std::slice::from_raw_parts(self.umem.ptr.as_ptr().add(addr), len) };
+                let f = unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(addr), len) };
                 if batch.push(f) {
                     n += 1;
                     self.stats.rx_bytes += len as u64;
@@ -703,7 +664,7 @@ impl Port for XdpPort {
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     f.as_ptr(),
-                    self.umem.ptr.as_ptr().add(addr as usize),
+                    self.umem.as_ptr().add(addr as usize),
                     f.len(),
                 );
                 std::ptr::write(

@@ -9,9 +9,9 @@ use crate::layout::{
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, XskMap};
 use aya::programs::{TestRun as _, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
+use sb_common::Mmap;
 use sb_setsep::Delta;
 use std::os::fd::{AsFd, AsRawFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 /// The compiled object (build.rs).
@@ -128,42 +128,24 @@ pub mod action {
 
 /// The mmap of the GPT array map.
 struct GptMap {
-    ptr: NonNull<u8>,
-    len: usize,
+    /// Plain shared memory owned by this value; byte writes happen only under `writer` (one
+    /// writer at a time) and the version words are accessed atomically.
+    map: Mmap,
     blocks: u64,
     /// Held by every block write: one writer at a time.
     writer: std::sync::Mutex<()>,
 }
 
-// SAFETY: the mapping is plain shared memory owned by this value; byte writes happen only
-// under `writer` (one writer at a time) and the version words are accessed atomically.
-unsafe impl Send for GptMap {}
-// SAFETY: as above.
-unsafe impl Sync for GptMap {}
-
 impl GptMap {
     fn new(map: &MapData, blocks: u64) -> Result<GptMap, XdpError> {
         let len = (blocks as usize * BLOCK_BYTES).div_ceil(4096) * 4096;
         let fd = map.fd().as_fd().as_raw_fd();
-        // SAFETY: a shared read/write mapping of an mmap'able BPF array of `blocks` elements
-        // of BLOCK_BYTES (a multiple of 8, so no padding between elements); the kernel
-        // refuses a length past the map.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(XdpError::Mmap(std::io::Error::last_os_error()));
-        }
+        // A shared read/write mapping of an mmap'able BPF array of `blocks` elements of
+        // BLOCK_BYTES (a multiple of 8, so no padding between elements); the kernel refuses a
+        // length past the map.
+        let map = Mmap::shared(fd, len, 0, false).map_err(XdpError::Mmap)?;
         Ok(GptMap {
-            ptr: NonNull::new(p.cast()).expect("mmap does not return null on success"),
-            len,
+            map,
             blocks,
             writer: std::sync::Mutex::new(()),
         })
@@ -173,7 +155,7 @@ impl GptMap {
         assert!(blk < self.blocks);
         // SAFETY: in bounds (checked), 8-aligned (page-aligned base, BLOCK_BYTES a multiple
         // of 8); the word is only accessed atomically from user space.
-        unsafe { &*(self.ptr.as_ptr().add(blk as usize * BLOCK_BYTES) as *const AtomicU32) }
+        unsafe { &*(self.map.as_ptr().add(blk as usize * BLOCK_BYTES) as *const AtomicU32) }
     }
 
     /// Writes `bytes` at `off` of block `blk`'s element (past the version word). The caller
@@ -185,7 +167,7 @@ impl GptMap {
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
-                self.ptr.as_ptr().add(blk as usize * BLOCK_BYTES + off),
+                self.map.as_ptr().add(blk as usize * BLOCK_BYTES + off),
                 bytes.len(),
             )
         }
@@ -205,15 +187,6 @@ impl GptMap {
         fence(Ordering::Release);
         self.version(blk)
             .store(odd.wrapping_add(1), Ordering::Release);
-    }
-}
-
-impl Drop for GptMap {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len);
-        }
     }
 }
 
