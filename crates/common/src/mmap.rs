@@ -41,9 +41,8 @@ impl Mmap {
     /// A shared mapping of `len` bytes of `fd` from byte `offset` (a multiple of the page size;
     /// for sockets and BPF maps, the object's documented page offset), prefaulted
     /// (`MAP_POPULATE`) when `populate` is set. The kernel checks the descriptor, the length and
-    /// the offset; a failure is the OS error. The mapping outlives nothing: the caller keeps
-    /// `fd` open as long as the mapping is used if the object needs it (a mapping holds its own
-    /// reference to the file, so the kernel object stays alive either way).
+    /// the offset; a failure is the OS error. The mapping holds its own reference to the file,
+    /// so it stays valid if `fd` is closed first.
     pub fn shared(fd: RawFd, len: usize, offset: u64, populate: bool) -> io::Result<Mmap> {
         let offset = libc::off_t::try_from(offset).map_err(|_| {
             io::Error::new(
