@@ -3,7 +3,7 @@
 //! load balancer implements the same trait.
 
 use crate::counters::{Drop, PortId};
-use sb_io::{Meta, PacketBatch};
+use sb_packet::{Meta, PacketBatch};
 
 /// What became of a frame that arrived on the access port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use crate::fib::{CuckooFib, Fib, FibError};
 use crate::lte::{Lte, LteConfig, Tunnel, KEY_BYTES, VALUE_BYTES};
 use crate::PortId;
 use sb_common::hash128;
-use sb_io::PacketBatch;
+use sb_packet::PacketBatch;
 use sb_setsep::{BuildOptions, Config, SetSep};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -338,7 +338,7 @@ impl SimCluster {
             inet_out: vec![Vec::new(); n],
             fabric_lost: 0,
             fabric_in: (0..n).map(|_| PacketBatch::new(batch)).collect(),
-            out: Outputs::new(batch, sb_io::batch::DEFAULT_BUF_SIZE),
+            out: Outputs::new(batch, sb_packet::DEFAULT_BUF_SIZE),
             batch,
         })
     }

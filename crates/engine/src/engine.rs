@@ -6,7 +6,7 @@ use crate::fabric::{self, Kind, Shim};
 use crate::fib::Fib;
 use crate::prefetch::AHEAD;
 use sb_common::{hash128, KeyHash};
-use sb_io::PacketBatch;
+use sb_packet::PacketBatch;
 use sb_setsep::{LiveSetSep, SetSep};
 use std::net::Ipv4Addr;
 use std::sync::Arc;

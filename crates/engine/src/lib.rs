@@ -22,8 +22,8 @@
 //! # Batches
 //! Dynamic batching as in the paper: whatever a port returned is run to completion in one
 //! [`Engine::process`] call. Per-frame state (key, hash, next hop) sits in arrays indexed by
-//! the frame's position, and the frame's [`sb_io::Meta`]; frames leave for the output batches
-//! through [`sb_io::PacketBatch::transfer`] (buffers change owner, bytes are not copied).
+//! the frame's position, and the frame's [`sb_packet::Meta`]; frames leave for the output batches
+//! through [`sb_packet::PacketBatch::transfer`] (buffers change owner, bytes are not copied).
 //!
 //! # Pieces
 //! - [`App`]: what a key, a value and the action are; [`lte::Lte`], the LTE packet forwarding
@@ -36,7 +36,7 @@
 //! # Example: one node of a two-node ScaleBricks cluster
 //! ```
 //! use sb_engine::{lte, Arch, CuckooFib, Engine, NodeConfig, Outputs, PortAddr, PortId};
-//! use sb_io::PacketBatch;
+//! use sb_packet::PacketBatch;
 //! use std::net::{IpAddr, Ipv4Addr};
 //! use std::sync::Arc;
 //!

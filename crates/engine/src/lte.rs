@@ -82,7 +82,7 @@ use crate::counters::{Drop, PortId};
 pub use crate::policy::Policy;
 use crate::policy::{downlink_flags, Policies, Usage, Verdict};
 use crate::prefetch::AHEAD;
-use sb_io::{Meta, PacketBatch};
+use sb_packet::{Meta, PacketBatch};
 use sb_wire::{
     answer_echo_request, end_marker, error_in_place, error_indication, gtpu, parse_frame_with,
     ErrorMessage, Fragmenter, FrameKind, GtpuPacket, GtpuTunnel, Ipv4Packet, Ipv6Packet, OuterIp,

@@ -6,7 +6,7 @@ use sb_engine::cluster::{sim_engine, sim_mac, sim_ran_addr};
 use sb_engine::lte::{self, Lte, Policy, Tunnel, KEY_BYTES, UPLINK_VALUE_BYTES, VALUE_BYTES};
 use sb_engine::policy::{Policies, Usage};
 use sb_engine::{Arch, CuckooFib, Drop, Engine, Outputs, PortId};
-use sb_io::PacketBatch;
+use sb_packet::PacketBatch;
 use sb_wire::{
     decapsulate, parse_frame, EthernetAddress, FrameKind, GtpuTunnel, OuterIp, PacketBuilder,
 };
@@ -59,7 +59,7 @@ impl Node {
             fib,
             uplink,
             policies,
-            out: Outputs::new(32, sb_io::batch::DEFAULT_BUF_SIZE),
+            out: Outputs::new(32, sb_packet::DEFAULT_BUF_SIZE),
             ran: Vec::new(),
             inet: Vec::new(),
         }

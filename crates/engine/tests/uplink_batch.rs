@@ -12,7 +12,7 @@ use sb_engine::cluster::{sim_engine, sim_mac, sim_ran_addr};
 use sb_engine::lte::{self, Lte, Policy, Tunnel, KEY_BYTES, UPLINK_VALUE_BYTES, VALUE_BYTES};
 use sb_engine::policy::Policies;
 use sb_engine::{Arch, CuckooFib, Drop, Engine, Outputs, PortId};
-use sb_io::{Meta, PacketBatch};
+use sb_packet::{Meta, PacketBatch};
 use sb_wire::{
     EthernetAddress, GtpuRepr, GtpuTunnel, OuterIp, PacketBuilder, PduSession, GTPU_PORT,
 };
@@ -404,7 +404,7 @@ fn empty_fib() -> Box<dyn sb_engine::Fib> {
 }
 
 fn drive<A: App>(engine: &mut Engine<A>, frames: &[Vec<u8>], cuts: &[usize]) -> EngineTrace {
-    let mut out = Outputs::new(BATCH, sb_io::batch::DEFAULT_BUF_SIZE);
+    let mut out = Outputs::new(BATCH, sb_packet::DEFAULT_BUF_SIZE);
     let mut rx = PacketBatch::new(BATCH);
     let (mut inet, mut ran) = (Vec::new(), Vec::new());
     let mut at = 0;

@@ -660,7 +660,8 @@ impl AfPacketPort {
         }
         let mut bytes = 0u64;
         for i in 0..n {
-            let (p, len) = batch.raw(i);
+            let f = batch.get(i);
+            let (p, len) = (f.as_ptr(), f.len());
             bytes += len as u64;
             iovs[i] = libc::iovec {
                 iov_base: p as *mut libc::c_void,

@@ -78,14 +78,16 @@
 #![warn(missing_docs)]
 
 pub mod afpacket;
-pub mod batch;
 pub mod cpu;
 pub mod memory;
 pub mod netns;
 #[cfg(feature = "xdp")]
 pub mod xdp;
 
-pub use batch::{Meta, PacketBatch};
+/// The batch module, defined in [`sb_packet`] (a crate without I/O, so that the engine does not
+/// depend on this one) and re-exported here under its old name: `sb_io::batch::HEADROOM`.
+pub use sb_packet as batch;
+pub use sb_packet::{Meta, PacketBatch};
 
 use std::time::Duration;
 

@@ -1,5 +1,9 @@
-//! [`PacketBatch`]: a fixed set of reusable packet buffers, the unit every [`Port`](crate::Port)
-//! receives into and transmits from.
+//! [`PacketBatch`]: a fixed set of reusable packet buffers, the unit every sb-io `Port` receives
+//! into and transmits from and the engine processes; and [`Meta`], what travels with each frame.
+//!
+//! Invariant: no I/O and no dependencies. The batch lives here rather than in sb-io so that the
+//! sans-IO engine (sb-engine) does not depend on the crate that makes packet syscalls; sb-io
+//! re-exports everything (`sb_io::PacketBatch`, `sb_io::batch::HEADROOM`).
 //!
 //! A batch owns `capacity` buffers of `buf_size` bytes each, allocated once. A frame lives in one
 //! buffer, starting after [`HEADROOM`] bytes so that headers can be prepended in place
@@ -13,6 +17,8 @@
 //! receiver gives one of its idle buffers back), so an engine splits one received batch into
 //! per-port output batches by moving pointers. Nothing here allocates after [`PacketBatch::new`].
 
+#![warn(missing_docs)]
+
 /// Bytes reserved in front of every received frame for headers pushed with
 /// [`PacketBatch::prepend`] (enough for outer Ethernet + IPv6 + UDP + GTP-U with extensions).
 pub const HEADROOM: usize = 128;
@@ -24,7 +30,7 @@ pub const DEFAULT_BUF_SIZE: usize = 2048;
 pub const DEFAULT_BATCH: usize = 64;
 
 /// Per-frame metadata that travels with a frame through a batch's stages and through
-/// [`PacketBatch::transfer`]. Its meaning is the engine's: sb-io only stores it. A frame pushed
+/// [`PacketBatch::transfer`]. Its meaning is the engine's: sb-packet and sb-io only store it. A frame pushed
 /// or received starts with `Meta::default()`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
@@ -53,7 +59,7 @@ struct Slot {
 /// A batch of up to `capacity` frames in reusable fixed-size buffers.
 ///
 /// ```
-/// use sb_io::PacketBatch;
+/// use sb_packet::PacketBatch;
 /// let mut b = PacketBatch::new(4);
 /// assert!(b.push(&[1, 2, 3]));
 /// b.prepend(0, 2).unwrap()[..2].copy_from_slice(&[9, 9]);
@@ -362,13 +368,6 @@ impl PacketBatch {
             n += 1;
         }
         n
-    }
-
-    /// Raw pointer and length of frame `i`, for backends that hand frames to the kernel.
-    #[inline]
-    pub(crate) fn raw(&self, i: usize) -> (*const u8, usize) {
-        let f = self.get(i);
-        (f.as_ptr(), f.len())
     }
 }
 
