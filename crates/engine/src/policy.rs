@@ -51,6 +51,24 @@
 //! A slot's usage starts at 0 when the slot is given to a session, and stays readable until
 //! the last entry of the session is removed ([`Policies::release`]).
 //!
+//! # Metering rounds: the cost of the slots that counted
+//! The control thread hands the sessions' endpoints the counts that changed
+//! ([`Policies::begin_usage_round`], then [`Policies::changed_usages`] in bounded batches): it
+//! visits the slots that counted since the last round, not every counting slot. Beside its
+//! counters each core keeps a **dirty bitmap** per chunk of slots (a bit per slot and a
+//! summary bit per 64 slots, in arrays of its own): a worker that counts a packet of a slot
+//! whose bit is clear sets it and its summary bit (two read-modify-writes, once per slot and
+//! round; otherwise one load of a word of its own). A round takes the set bits (a swap to 0 of
+//! each set word, summaries first), so it costs the summary words (one per 4096 slots and
+//! core) plus the slots found. A worker that counts while the round clears its bit may have
+//! its counters' store reach the control thread after the round read them (a store followed
+//! by a load: no order without a fence, which the hot path does not pay): so a slot found
+//! dirty is visited again in the next round too, when the store has long arrived. A slot's
+//! counts are pushed only when they differ from those last pushed (kept with the slot), as the
+//! full scan [`Policies::counted_usages`] followed by a comparison with the last pushed
+//! counts did (the test `changed_usages_push_what_the_full_scan_pushed` checks it against
+//! exactly that).
+//!
 //! # Buffering (BUFF), notification (NOCP), flushing
 //! Downlink packets of a session whose policy says buffer are copied (their IP packet) into a
 //! bounded FIFO of the session ([`BufferLimits`]: frames per session and bytes per node;
@@ -466,7 +484,15 @@ struct Chunk {
     /// Per core: its counters of the chunk's slots (each core's array its own mapping of
     /// whole cache lines).
     usage: Box<[HugeArray<Line>]>,
+    /// Per core: its dirty bits of the chunk's slots ([`DIRTY_WORDS`] words, a bit per slot),
+    /// then their summary ([`SUMMARY_WORDS`] words, a bit per dirty word).
+    dirty: Box<[HugeArray<AtomicU64>]>,
 }
+
+/// Words of a core's dirty bits of a chunk.
+const DIRTY_WORDS: usize = CHUNK / 64;
+/// Words of their summary.
+const SUMMARY_WORDS: usize = DIRTY_WORDS / 64;
 
 impl Chunk {
     /// A chunk with every page touched, so that no worker takes a page fault on it.
@@ -474,6 +500,9 @@ impl Chunk {
         let c = Chunk {
             state: HugeArray::zeroed(CHUNK),
             usage: (0..cores).map(|_| HugeArray::zeroed(CHUNK / 2)).collect(),
+            dirty: (0..cores)
+                .map(|_| HugeArray::zeroed(DIRTY_WORDS + SUMMARY_WORDS))
+                .collect(),
         };
         // One store per 4 KiB: 64 states, 64 lines of counters.
         for s in c.state.iter().step_by(64) {
@@ -482,6 +511,11 @@ impl Chunk {
         for u in c.usage.iter() {
             for l in u.iter().step_by(64) {
                 l.0[0].0[0].store(0, Ordering::Relaxed);
+            }
+        }
+        for d in c.dirty.iter() {
+            for w in d.iter().step_by(512) {
+                w.store(0, Ordering::Relaxed);
             }
         }
         Box::new(c)
@@ -499,8 +533,54 @@ struct Entry {
     refs: u32,
     /// The counters' sums when the slot was given (usage is counted from there).
     base: Usage,
+    /// The counts last handed out by [`Policies::changed_usages`] (from `base`).
+    reported: Usage,
     /// The session key of the group the slot holds a reference to.
     group: Option<u32>,
+}
+
+/// The metering rounds' state ([`Policies::begin_usage_round`]).
+#[derive(Default)]
+struct Rounds {
+    /// The slot ids of the round in progress, ascending, and how many were visited.
+    pending: Vec<u32>,
+    done: usize,
+    /// The slots found dirty for the round in progress: visited again in the next.
+    linger: Vec<u32>,
+    /// Slots the next round visits whatever their bits: counting started again, or a TEID
+    /// given a slot anew whose last pushed counts were not zero.
+    recheck: Vec<u32>,
+    /// Slots whose counting stopped: if they still do not count at the next round, their
+    /// pushed counts are forgotten (the full scan no longer listed them).
+    count_off: Vec<u32>,
+    /// The pushed counts of TEIDs released since the last round (a TEID given a slot again
+    /// before it compares its counts with them).
+    released: HashMap<u32, Usage>,
+    /// Slots visited by rounds in all (their cost).
+    visited: u64,
+}
+
+/// The union of two ascending lists without duplicates, ascending.
+fn merge_sorted(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let x = if a[i] < b[j] {
+            i += 1;
+            a[i - 1]
+        } else if b[j] < a[i] {
+            j += 1;
+            b[j - 1]
+        } else {
+            i += 1;
+            j += 1;
+            a[i - 1]
+        };
+        out.push(x);
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
 }
 
 /// A session's group: the slot whose buckets police its AMBR.
@@ -521,6 +601,7 @@ struct Alloc {
     free: VecDeque<u32>,
     /// Slots never given yet start here.
     next: u32,
+    rounds: Rounds,
 }
 
 #[derive(Default)]
@@ -682,6 +763,9 @@ impl Policies {
             if let Some(u) = c.usage.get(core) {
                 crate::prefetch::read(&u[i / 2]);
             }
+            if let Some(d) = c.dirty.get(core) {
+                crate::prefetch::read(&d[i / 64]);
+            }
         }
     }
 
@@ -712,18 +796,27 @@ impl Policies {
                 s.notified.store(false, Ordering::Relaxed);
                 s.ul_teid.store(ul_teid, Ordering::Relaxed);
                 let base = self.sum(id);
+                // A TEID given a slot again before the next round compares its counts with
+                // those pushed before (from 0 here), and forgets them if it does not count.
+                let reported = a.rounds.released.remove(&ul_teid).unwrap_or_default();
+                if reported != Usage::default() {
+                    a.rounds.recheck.push(id);
+                    a.rounds.count_off.push(id);
+                }
                 a.by_teid.insert(
                     ul_teid,
                     Entry {
                         slot: id,
                         refs: 1,
                         base,
+                        reported,
                         group: None,
                     },
                 );
                 id
             }
         };
+        let fresh = old.is_none();
         let old = old.flatten();
         let gid = match want {
             Some(k) => {
@@ -759,10 +852,19 @@ impl Policies {
             }
         };
         a.by_teid.get_mut(&ul_teid).expect("present").group = want;
-        drop(a);
         if let Some((c, j)) = self.state(id) {
-            c.state[j].group.store(gid, Ordering::Relaxed);
+            let s = &c.state[j];
+            s.group.store(gid, Ordering::Relaxed);
+            // Counting starts (again: a fresh slot's counts are zero, as pushed) or stops: the
+            // metering rounds look at the slot.
+            let was = s.flags.load(Ordering::Relaxed) & Policy::COUNT != 0;
+            match (was, policy.count) {
+                (false, true) if !fresh => a.rounds.recheck.push(id),
+                (true, false) => a.rounds.count_off.push(id),
+                _ => {}
+            }
         }
+        drop(a);
         self.configure(id, policy);
         Ok(id)
     }
@@ -863,6 +965,9 @@ impl Policies {
             self.unref_group(&mut a, k);
         }
         let last = self.sum(e.slot).minus(e.base);
+        if e.reported != Usage::default() {
+            a.rounds.released.insert(ul_teid, e.reported);
+        }
         if let Some((c, j)) = self.state(e.slot) {
             let s = &c.state[j];
             let mut b = lock(&self.buffers);
@@ -921,6 +1026,135 @@ impl Policies {
                 out.push((teid, self.sum(e.slot).minus(e.base)));
             }
         }
+    }
+
+    /// Starts a metering round: the slots that counted since the last round (their dirty
+    /// bits, taken), those found so in the last round, those whose counting started, and those
+    /// the previous round left unvisited, to be visited by [`changed_usages`]; slots whose
+    /// counting stopped forget their pushed counts. Costs the dirty bits' summary words and
+    /// the slots found, not the slots that did not count (see the module docs).
+    ///
+    /// [`changed_usages`]: Self::changed_usages
+    pub fn begin_usage_round(&self) {
+        let dirty = self.take_dirty();
+        let mut a = lock(&self.alloc);
+        let Alloc {
+            by_teid, rounds: r, ..
+        } = &mut *a;
+        for id in std::mem::take(&mut r.count_off) {
+            let Some((c, j)) = self.state(id) else {
+                continue;
+            };
+            let s = &c.state[j];
+            if s.flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
+                continue;
+            }
+            if let Some(e) = by_teid.get_mut(&s.ul_teid.load(Ordering::Relaxed)) {
+                if e.slot == id {
+                    e.reported = Usage::default();
+                }
+            }
+        }
+        r.released.clear();
+        let mut recheck = std::mem::take(&mut r.recheck);
+        recheck.sort_unstable();
+        recheck.dedup();
+        let linger = std::mem::replace(&mut r.linger, dirty);
+        let left = &r.pending[r.done..];
+        let mut next = merge_sorted(&merge_sorted(&r.linger, &linger), left);
+        if !recheck.is_empty() {
+            next = merge_sorted(&next, &recheck);
+        }
+        r.pending = next;
+        r.done = 0;
+    }
+
+    /// Takes every core's dirty bits: the slot ids that counted, ascending, each once.
+    fn take_dirty(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for (ci, chunk) in self.chunks.iter().enumerate() {
+            let Some(c) = chunk.get() else {
+                continue;
+            };
+            for si in 0..SUMMARY_WORDS {
+                let mut summary = 0;
+                for d in c.dirty.iter() {
+                    let w = &d[DIRTY_WORDS + si];
+                    if w.load(Ordering::Relaxed) != 0 {
+                        summary |= w.swap(0, Ordering::AcqRel);
+                    }
+                }
+                while summary != 0 {
+                    let wi = si * 64 + summary.trailing_zeros() as usize;
+                    summary &= summary - 1;
+                    let mut bits = 0;
+                    for d in c.dirty.iter() {
+                        if d[wi].load(Ordering::Relaxed) != 0 {
+                            bits |= d[wi].swap(0, Ordering::AcqRel);
+                        }
+                    }
+                    while bits != 0 {
+                        let j = wi * 64 + bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        out.push((ci * CHUNK + j + 1) as u32);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The next up to `max` slots of the round [`begin_usage_round`] started: the sessions
+    /// among them that count ([`Policy::count`]) and whose usage changed since it was last
+    /// handed out here, by uplink TEID, into `out` (cleared first). Returns the slots the round
+    /// has left (0: done; a new round carries them over). What a series of rounds hands out
+    /// is what [`counted_usages`] each round compared with the counts it last handed out
+    /// would (the counts of every counting session whose counts changed).
+    ///
+    /// [`begin_usage_round`]: Self::begin_usage_round
+    /// [`counted_usages`]: Self::counted_usages
+    pub fn changed_usages(&self, out: &mut Vec<(u32, Usage)>, max: usize) -> usize {
+        out.clear();
+        let mut a = lock(&self.alloc);
+        let Alloc {
+            by_teid, rounds: r, ..
+        } = &mut *a;
+        let end = r.pending.len().min(r.done.saturating_add(max));
+        for &id in &r.pending[r.done..end] {
+            let Some((c, j)) = self.state(id) else {
+                continue;
+            };
+            let s = &c.state[j];
+            if s.flags.load(Ordering::Relaxed) & Policy::COUNT == 0 {
+                continue;
+            }
+            let teid = s.ul_teid.load(Ordering::Relaxed);
+            let Some(e) = by_teid.get_mut(&teid) else {
+                continue;
+            };
+            if e.slot != id {
+                continue;
+            }
+            let u = self.sum(id).minus(e.base);
+            if u != e.reported {
+                e.reported = u;
+                out.push((teid, u));
+            }
+        }
+        r.visited += (end - r.done) as u64;
+        r.done = end;
+        if r.done == r.pending.len() {
+            r.pending.clear();
+            r.done = 0;
+        }
+        r.pending.len() - r.done
+    }
+
+    /// Slots the metering rounds visited in all ([`changed_usages`]).
+    ///
+    /// [`changed_usages`]: Self::changed_usages
+    pub fn usage_visits(&self) -> u64 {
+        lock(&self.alloc).rounds.visited
     }
 
     /// The slot id (index + 1) of the session of uplink TEID `ul_teid`.
@@ -1193,6 +1427,15 @@ impl Policies {
             cell[p].load(Ordering::Relaxed).wrapping_add(1),
             Ordering::Relaxed,
         );
+        // The slot's dirty bit (this core's word): set once per round, released after the
+        // counters so that the round that takes it reads them.
+        if let Some(d) = c.dirty.get(core) {
+            let (w, bit) = (&d[j / 64], 1u64 << (j % 64));
+            if w.load(Ordering::Relaxed) & bit == 0 {
+                w.fetch_or(bit, Ordering::AcqRel);
+                d[DIRTY_WORDS + j / 4096].fetch_or(1u64 << ((j / 64) % 64), Ordering::AcqRel);
+            }
+        }
     }
 
     /// A downlink packet of `bytes` (its IP packet) of slot `id` on worker `core` at
@@ -1789,5 +2032,211 @@ mod tests {
         );
         assert!(passed + 4 * 500 >= rate_bytes, "{passed} < {rate_bytes}");
         assert_eq!(p.usage(1).unwrap().dl_bytes, passed);
+    }
+
+    /// Runs a metering round to its end in batches of `batch`: what it hands out.
+    fn round(p: &Policies, batch: usize) -> Vec<(u32, Usage)> {
+        p.begin_usage_round();
+        let (mut all, mut out) = (Vec::new(), Vec::new());
+        loop {
+            let left = p.changed_usages(&mut out, batch);
+            all.extend_from_slice(&out);
+            if left == 0 {
+                break;
+            }
+        }
+        all.sort_unstable_by_key(|(t, _)| *t);
+        all
+    }
+
+    /// The old metering: every counting slot's counts ([`Policies::counted_usages`]), handed
+    /// out when they differ from those last handed out; a TEID not listed forgets them.
+    #[derive(Default)]
+    struct FullScan {
+        pushed: HashMap<u32, Usage>,
+    }
+
+    impl FullScan {
+        fn round(&mut self, p: &Policies) -> Vec<(u32, Usage)> {
+            let mut counted = Vec::new();
+            p.counted_usages(&mut counted);
+            let mut next = HashMap::new();
+            let mut out = Vec::new();
+            for (teid, u) in counted {
+                if self.pushed.get(&teid).copied().unwrap_or_default() != u {
+                    out.push((teid, u));
+                }
+                next.insert(teid, u);
+            }
+            self.pushed = next;
+            out.sort_unstable_by_key(|(t, _)| *t);
+            out
+        }
+    }
+
+    proptest! {
+        /// Rounds that visit the slots that counted hand out exactly what the full scan of
+        /// every counting slot did, round after round, over random traffic on random cores,
+        /// sessions given, changed (counting on and off), released and given again (a TEID
+        /// may get another slot, a slot another TEID), packets with a freed slot's id, and
+        /// rounds run in batches of any size.
+        #[test]
+        fn changed_usages_push_what_the_full_scan_pushed(
+            ops in proptest::collection::vec(
+                (0u8..10, 1u32..10, 0usize..3, 20usize..1500, any::<bool>(), 1usize..5),
+                0..400,
+            ),
+        ) {
+            let p = Policies::new(3, 8);
+            let mut ids: HashMap<u32, u32> = HashMap::new();
+            let mut old = FullScan::default();
+            for (kind, teid, core, bytes, flag, batch) in ops {
+                match kind {
+                    0 => {
+                        if let Ok(id) = p.acquire(teid, &Policy { count: flag, ..counting(0, 0) }) {
+                            ids.insert(teid, id);
+                        }
+                    }
+                    1 => {
+                        p.release(teid);
+                    }
+                    2..=7 => {
+                        let Some(&id) = ids.get(&teid) else { continue };
+                        if flag {
+                            p.downlink(core, id, bytes, 0, 0, false);
+                        } else {
+                            p.uplink(core, id, bytes, 0);
+                        }
+                    }
+                    _ => {
+                        let batch = if batch == 4 { usize::MAX } else { batch };
+                        prop_assert_eq!(round(&p, batch), old.round(&p));
+                    }
+                }
+            }
+            prop_assert_eq!(round(&p, 2), old.round(&p));
+            prop_assert_eq!(round(&p, usize::MAX), old.round(&p));
+        }
+    }
+
+    /// A round costs the slots that counted (and, once more, those of the round before), not
+    /// every counting slot: 10 of 100,010 sessions with traffic (across words, summary words
+    /// and chunks of the dirty bits) make rounds of 10 visits, then 10, then none; the full
+    /// scan lists all 100,010.
+    #[test]
+    fn a_round_visits_the_slots_that_counted_alone() {
+        let n = 100_010u32;
+        let p = Policies::new(2, 200_000);
+        for t in 1..=n {
+            p.acquire(t, &counting(0, 0)).unwrap();
+        }
+        let mut all = Vec::new();
+        p.counted_usages(&mut all);
+        assert_eq!(all.len(), n as usize, "the old round's cost");
+        assert!(round(&p, usize::MAX).is_empty());
+        assert_eq!(p.usage_visits(), 0, "sessions given cost no visit");
+        let active = [1u32, 64, 65, 4096, 4097, 65_536, 65_537, 70_000, 99_999, n];
+        for (k, &t) in active.iter().enumerate() {
+            let id = p.slot_of(t).unwrap();
+            p.uplink(k % 2, id, 100 + k, 0);
+            p.downlink((k + 1) % 2, id, 40, 0, 0, false);
+        }
+        let v0 = p.usage_visits();
+        let got = round(&p, 3);
+        assert_eq!(p.usage_visits() - v0, 10);
+        let want: Vec<(u32, Usage)> = (active.iter().enumerate())
+            .map(|(k, &t)| {
+                let u = Usage {
+                    ul_bytes: 100 + k as u64,
+                    ul_packets: 1,
+                    dl_bytes: 40,
+                    dl_packets: 1,
+                };
+                (t, u)
+            })
+            .collect();
+        assert_eq!(got, want);
+        // The round after visits them again (a store late to arrive), and hands out nothing.
+        let v1 = p.usage_visits();
+        assert!(round(&p, usize::MAX).is_empty());
+        assert_eq!(p.usage_visits() - v1, 10);
+        let v2 = p.usage_visits();
+        assert!(round(&p, usize::MAX).is_empty());
+        assert_eq!(p.usage_visits() - v2, 0, "idle sessions cost nothing");
+        // One more packet: one visit, one count handed out.
+        p.downlink(1, p.slot_of(70_000).unwrap(), 10, 0, 0, false);
+        let v3 = p.usage_visits();
+        let got = round(&p, usize::MAX);
+        assert_eq!(p.usage_visits() - v3, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].0, got[0].1.dl_bytes, got[0].1.dl_packets),
+            (70_000, 50, 2)
+        );
+    }
+
+    /// A round left unfinished (batches) carries its slots over to the next: nothing is lost.
+    #[test]
+    fn an_unfinished_round_carries_its_slots_over() {
+        let p = Policies::new(1, 64);
+        for t in 1..=20u32 {
+            let id = p.acquire(t, &counting(0, 0)).unwrap();
+            p.uplink(0, id, 100, 0);
+        }
+        p.begin_usage_round();
+        let mut out = Vec::new();
+        assert_eq!(p.changed_usages(&mut out, 5), 15);
+        assert_eq!(out.len(), 5);
+        p.uplink(0, p.slot_of(1).unwrap(), 1, 0);
+        let got = round(&p, 4);
+        let teids: Vec<u32> = got.iter().map(|(t, _)| *t).collect();
+        assert_eq!(
+            teids,
+            (1..=20).filter(|t| *t == 1 || *t > 5).collect::<Vec<_>>()
+        );
+        assert_eq!(got[0].1.ul_bytes, 101);
+    }
+
+    /// Workers on real threads count while the control thread runs rounds: once they stop,
+    /// two more rounds have handed out every session's final counts (none lost to a dirty
+    /// bit cleared while a worker counted).
+    #[test]
+    fn rounds_lose_no_count_of_working_cores() {
+        let p = std::sync::Arc::new(Policies::new(4, 5000));
+        let n = 4000u32;
+        for t in 1..=n {
+            p.acquire(t, &counting(0, 0)).unwrap();
+        }
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = (0..4)
+            .map(|core| {
+                let (p, stop) = (p.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut x = core as u32 + 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..64 {
+                            x ^= x << 13;
+                            x ^= x >> 17;
+                            x ^= x << 5;
+                            p.uplink(core, x % n + 1, 64, 0);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut last: HashMap<u32, Usage> = HashMap::new();
+        for _ in 0..200 {
+            last.extend(round(&p, 997));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.join().unwrap();
+        }
+        last.extend(round(&p, usize::MAX));
+        last.extend(round(&p, usize::MAX));
+        for t in 1..=n {
+            let u = p.usage(t).unwrap();
+            assert_eq!(last.get(&t).copied().unwrap_or_default(), u, "teid {t}");
+        }
     }
 }
