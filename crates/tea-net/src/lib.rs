@@ -9,6 +9,25 @@
 //!   failover per range (primary, secondary), and the control plane's updates.
 //! - [`driver`]: the switch core on a UDP socket.
 //!
+//! # In a cluster
+//! `scalebricks cluster up --arch tea --nf nat|firewall|lb|vpn` runs these as processes: the
+//! switch (`scalebricks tea-switch`) in the switch namespace builds the table, writes each
+//! server's regions as a file ([`server::MemoryServer::image`]), reads over the fabric (the
+//! bridge `br0`, from `10.0.0.254`) and takes packets in on its `wan` port and sends them out
+//! on `lan` (AF_PACKET); a memory server (`scalebricks tea-server`) in each node's namespace
+//! loads its image ([`server::MemoryServer::from_image`]) and answers on the node's fabric
+//! address, UDP port 4791. The README's "TEA" paragraph shows the commands.
+//!
+//! # Bytes on the fabric
+//! A read request carries the whole packet and the response brings it back with the bucket
+//! (Figure 5b): `128 + B + 2P` bytes per read round for a `P`-byte packet and `B`-byte buckets
+//! (Ethernet, IPv4, UDP and the RoCE-like headers both ways; [`switch`] has the details). The
+//! buckets (4 slots, a 20-byte header, padded to 8): NAT and LB (13-byte keys, 8-byte values)
+//! `B` = 104, firewall (4-byte values) 88, VPN (8-byte keys, 10-byte values) 96. So a 64-byte
+//! packet costs 360 bytes per round on the switch-server link (NAT, LB), 344 (firewall), 352
+//! (VPN); a 1500-byte packet 3232, 3216, 3224. A key in its second bucket takes two rounds, a
+//! miss three; the cache and the stash cost nothing on the fabric.
+//!
 //! # RDMA on this machine
 //! Soft-RoCE (rxe) was looked for on the development machine (kernel 6.18, in a container):
 //! the kernel has no loadable modules (`/proc/modules` and `/lib/modules` absent, no
@@ -19,7 +38,8 @@
 //! # What is not built
 //! - Writes go from the control plane straight into the regions (the memory servers share
 //!   them in this process, as threads); there is no remote write opcode (an RDMA write) for a
-//!   control plane on another host.
+//!   control plane on another host. In a cluster the servers load their image once, so a
+//!   running TEA cluster's table does not change.
 //! - A late answer (after its read timed out) is dropped with its packet, although it carries
 //!   the packet: the lookup state is gone by then.
 //!

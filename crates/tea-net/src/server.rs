@@ -29,6 +29,29 @@ pub enum ServerError {
     Duplicate(u32),
 }
 
+/// Why bytes are not a server image ([`MemoryServer::from_image`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageError {
+    /// The bytes do not start with [`IMAGE_MAGIC`] and version 1.
+    #[error("not a TEA memory-server image (bad magic or version)")]
+    Magic,
+    /// The bytes end inside a header or a region.
+    #[error("image truncated")]
+    Truncated,
+    /// A region's length is not a multiple of 8 bytes.
+    #[error("region {0}'s length is not a multiple of 8")]
+    Length(u32),
+    /// Bytes after the last region.
+    #[error("{0} bytes after the last region")]
+    Trailing(usize),
+    /// A region number appears twice.
+    #[error("region {0} appears twice")]
+    Duplicate(u32),
+}
+
+/// The first 8 bytes of a server image, then the version (1, u32 little endian).
+pub const IMAGE_MAGIC: &[u8; 8] = b"SBTEAIMG";
+
 /// What one server answered, by outcome.
 #[derive(Debug, Default)]
 pub struct ServerCounters {
@@ -72,6 +95,61 @@ impl MemoryServer {
         let mut v: Vec<u32> = self.regions.keys().copied().collect();
         v.sort_unstable();
         v
+    }
+
+    /// The server's regions as one file's bytes, to load in another process (a memory
+    /// server in a node's namespace, `scalebricks tea-server`): [`IMAGE_MAGIC`], version 1 and
+    /// the region count (u32 LE each), then per region (sorted by number) its number (u32 LE),
+    /// its length (u64 LE, a multiple of 8) and its bytes.
+    pub fn image(&self) -> Vec<u8> {
+        let numbers = self.region_numbers();
+        let mut out = Vec::new();
+        out.extend_from_slice(IMAGE_MAGIC);
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&(numbers.len() as u32).to_le_bytes());
+        for n in numbers {
+            let bytes = self.regions[&n].snapshot();
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(&bytes);
+        }
+        out
+    }
+
+    /// A server holding the regions of an [`image`](MemoryServer::image) (fresh copies: no
+    /// writer shares them). Checks every length; never panics.
+    pub fn from_image(bytes: &[u8]) -> Result<MemoryServer, ImageError> {
+        fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], ImageError> {
+            if b.len() < n {
+                return Err(ImageError::Truncated);
+            }
+            let (head, rest) = b.split_at(n);
+            *b = rest;
+            Ok(head)
+        }
+        let mut b = bytes;
+        if b.len() < 16 || &b[..8] != IMAGE_MAGIC || b[8..12] != 1u32.to_le_bytes() {
+            return Err(ImageError::Magic);
+        }
+        b = &b[12..];
+        let count = u32::from_le_bytes(take(&mut b, 4)?.try_into().expect("4 bytes"));
+        let mut server = MemoryServer::new();
+        for _ in 0..count {
+            let number = u32::from_le_bytes(take(&mut b, 4)?.try_into().expect("4 bytes"));
+            let len = u64::from_le_bytes(take(&mut b, 8)?.try_into().expect("8 bytes"));
+            let len = usize::try_from(len).map_err(|_| ImageError::Truncated)?;
+            if len % 8 != 0 {
+                return Err(ImageError::Length(number));
+            }
+            let data = take(&mut b, len)?;
+            server
+                .register(number, Arc::new(Region::from_image(data)))
+                .map_err(|_| ImageError::Duplicate(number))?;
+        }
+        if !b.is_empty() {
+            return Err(ImageError::Trailing(b.len()));
+        }
+        Ok(server)
     }
 
     /// Answers one datagram: appends the response to `out` and returns its status, or returns

@@ -10,7 +10,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sb_tea::wire::{ReadRequest, ReadResponse, Status};
 use sb_tea::{MemoryRegion, Region};
-use sb_tea_net::server::{spawn, MemoryServer, ServerError};
+use sb_tea_net::server::{spawn, ImageError, MemoryServer, ServerError};
 
 fn image(n: usize, salt: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31) ^ salt).collect()
@@ -22,6 +22,49 @@ fn server() -> (MemoryServer, Vec<u8>, Vec<u8>) {
     s.register(0, Arc::new(Region::from_image(&a))).unwrap();
     s.register(7, Arc::new(Region::from_image(&b))).unwrap();
     (s, a, b)
+}
+
+/// A server's image loads into a server with the same regions, byte for byte; cut or padded
+/// images are refused.
+#[test]
+fn image_round_trip_and_refusals() {
+    let (s, a, b) = server();
+    let img = s.image();
+    let t = MemoryServer::from_image(&img).unwrap();
+    assert_eq!(t.region_numbers(), [0, 7]);
+    for (number, want) in [(0u32, &a), (7, &b)] {
+        let mut req = Vec::new();
+        ReadRequest {
+            request_id: 1,
+            region: number,
+            offset: 0,
+            length: want.len() as u32,
+            packet: b"",
+        }
+        .emit(&mut req)
+        .unwrap();
+        let mut out = Vec::new();
+        assert_eq!(t.handle(&req, &mut out), Ok(Status::Ok));
+        assert_eq!(ReadResponse::parse(&out).unwrap().data, &want[..]);
+    }
+    assert_eq!(
+        MemoryServer::from_image(&img[..img.len() - 1]).err(),
+        Some(ImageError::Truncated)
+    );
+    let mut long = img.clone();
+    long.push(0);
+    assert_eq!(
+        MemoryServer::from_image(&long).err(),
+        Some(ImageError::Trailing(1))
+    );
+    assert_eq!(
+        MemoryServer::from_image(b"SBTEAIMG").err(),
+        Some(ImageError::Magic)
+    );
+    assert!(MemoryServer::from_image(&MemoryServer::new().image())
+        .unwrap()
+        .region_numbers()
+        .is_empty());
 }
 
 #[test]
@@ -131,6 +174,30 @@ proptest! {
                     prop_assert_eq!(r.data, &a[req.offset as usize..][..req.length as usize]);
                 }
             }
+        }
+    }
+
+    /// Any bytes, and valid images with bytes changed: loading never panics; what loads writes
+    /// an image that loads back to the same regions.
+    #[test]
+    fn image_loader_never_panics(
+        data in proptest::collection::vec(any::<u8>(), 0..200),
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in any::<usize>(),
+    ) {
+        if let Ok(t) = MemoryServer::from_image(&data) {
+            let again = t.image();
+            prop_assert_eq!(MemoryServer::from_image(&again).unwrap().image(), again);
+        }
+        let mut img = server().0.image();
+        for (at, x) in flips {
+            let n = img.len();
+            img[at % n] ^= x;
+        }
+        img.truncate(img.len() - cut % 32);
+        if let Ok(t) = MemoryServer::from_image(&img) {
+            let again = t.image();
+            prop_assert_eq!(MemoryServer::from_image(&again).unwrap().image(), again);
         }
     }
 
