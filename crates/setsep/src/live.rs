@@ -62,6 +62,8 @@ use crate::table::{check_piece, fallback_entry, piece_offsets, FbMap, Header, Me
 use crate::update::{check, edit_fallback, Verdict};
 use crate::{BuildError, Config, Delta, DeltaError, Piece, SetSep, Stats};
 use sb_common::{hash128, HugeArray, KeyHash, PageInfo};
+// The redirects are not part of the modelled protocol (a value read is either one): std's.
+use std::sync::atomic::{AtomicBool, AtomicU16};
 
 /// What [`Words`] holds: `AtomicU64` and `AtomicU32` (std's are all-zero bytes when zero;
 /// loom's are made one by one).
@@ -227,7 +229,14 @@ pub struct LiveSetSep {
     fallback: RwLock<FbMap>,
     /// The current header (key count, sequence number, last delta): held by writers.
     writer: Mutex<Header>,
+    /// Per value: the value lookups return for it ([`LiveSetSep::set_redirects`]; itself
+    /// unless redirected), and whether any is redirected.
+    redirect: Box<[AtomicU16]>,
+    redirecting: AtomicBool,
 }
+
+/// Values below `1 << REDIRECT_BITS` can be redirected ([`LiveSetSep::set_redirects`]).
+pub const REDIRECT_BITS: u8 = 12;
 
 impl std::fmt::Debug for LiveSetSep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -296,6 +305,50 @@ impl LiveSetSep {
             versions: Words::zeroed(h.n_blocks as usize),
             fallback: RwLock::new(t.fallback),
             writer: Mutex::new(h),
+            redirect: (0..1u32 << h.value_bits.min(REDIRECT_BITS))
+                .map(|v| AtomicU16::new(v as u16))
+                .collect(),
+            redirecting: AtomicBool::new(false),
+        }
+    }
+
+    /// Lookups that find value `v` return `to[v]` instead, where it is `Some` (with
+    /// ScaleBricks' values, node ids: the node standing in for a gone handler); every other
+    /// value (and every value of `1 << REDIRECT_BITS` or more) is returned as it is. Replaces
+    /// the previous redirects. The table's content (and [`LiveSetSep::content_digest`]) is
+    /// unchanged. A lookup running meanwhile sees each value's old or new redirect.
+    pub fn set_redirects(&self, to: &[Option<u16>]) {
+        let mut any = false;
+        for (v, r) in self.redirect.iter().enumerate() {
+            let t = to.get(v).copied().flatten().unwrap_or(v as u16);
+            any |= t != v as u16;
+            r.store(t, Relaxed);
+        }
+        self.redirecting.store(any, Release);
+    }
+
+    /// The redirects in force ([`LiveSetSep::set_redirects`]): (value, returned instead).
+    pub fn redirects(&self) -> Vec<(u16, u16)> {
+        (self.redirect.iter().enumerate())
+            .map(|(v, r)| (v as u16, r.load(Relaxed)))
+            .filter(|(v, r)| v != r)
+            .collect()
+    }
+
+    #[inline(always)]
+    fn redirected(&self, v: u16) -> u16 {
+        match self.redirect.get(v as usize) {
+            Some(r) => r.load(Relaxed),
+            None => v,
+        }
+    }
+
+    #[inline(always)]
+    fn redirect_all(&self, out: &mut [u16]) {
+        if self.redirecting.load(Acquire) {
+            for v in out {
+                *v = self.redirected(*v);
+            }
         }
     }
 
@@ -318,7 +371,7 @@ impl LiveSetSep {
     #[inline]
     pub fn lookup(&self, key: &[u8]) -> u16 {
         let t = self.tables();
-        t.lookup_hash(t.hash(key))
+        self.redirected(t.lookup_hash(t.hash(key)))
     }
 
     /// Batched [`LiveSetSep::lookup`] (see [`SetSep::lookup_batch`]).
@@ -326,7 +379,8 @@ impl LiveSetSep {
     /// # Panics
     /// If `keys` and `out` differ in length.
     pub fn lookup_batch(&self, keys: &[&[u8]], out: &mut [u16]) {
-        self.tables().lookup_batch(keys, out)
+        self.tables().lookup_batch(keys, out);
+        self.redirect_all(out);
     }
 
     /// The table's hash of `key` (see [`SetSep::hash_key`]).
@@ -338,7 +392,7 @@ impl LiveSetSep {
     /// The value of the key whose hash is `h` (see [`SetSep::lookup_hash`]).
     #[inline]
     pub fn lookup_hash(&self, h: KeyHash) -> u16 {
-        self.tables().lookup_hash(h)
+        self.redirected(self.tables().lookup_hash(h))
     }
 
     /// Batched [`LiveSetSep::lookup_hash`]: Algorithm 1's pipeline (see
@@ -347,7 +401,8 @@ impl LiveSetSep {
     /// # Panics
     /// If `hs` and `out` differ in length.
     pub fn lookup_batch_hashes(&self, hs: &[KeyHash], out: &mut [u16]) {
-        self.tables().lookup_batch_hashes(hs, out)
+        self.tables().lookup_batch_hashes(hs, out);
+        self.redirect_all(out);
     }
 
     /// Hash seed of the table.

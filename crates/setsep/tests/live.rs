@@ -337,3 +337,36 @@ fn readers_racing_a_writer_see_old_or_new_values_only() {
         }
     }
 }
+
+/// Redirects change every lookup path's answer for the redirected values alone, leave the
+/// content alone, and are undone by an empty set.
+#[test]
+fn redirects_apply_to_every_lookup_path_and_only_to_their_values() {
+    let (keys, values) = random_set(5000, 16, 2, 0x5e7);
+    let t = Updatable::build(&refs(&keys), &values, &opts(Config::C16_8, 0))
+        .unwrap()
+        .table()
+        .clone();
+    let live = LiveSetSep::new(t.clone());
+    let k = refs(&keys);
+    same_answers(&live, &t, &k);
+    // Value 2 goes to 3 (a gone handler's stand-in); 0, 1 and 3 are untouched.
+    live.set_redirects(&[None, None, Some(3)]);
+    assert_eq!(live.redirects(), vec![(2, 3)]);
+    let hs: Vec<_> = k.iter().map(|x| t.hash_key(x)).collect();
+    let mut batch = vec![0u16; k.len()];
+    live.lookup_batch_hashes(&hs, &mut batch);
+    let mut by_key = vec![0u16; k.len()];
+    live.lookup_batch(&k, &mut by_key);
+    for (i, key) in k.iter().enumerate() {
+        let want = if values[i] == 2 { 3 } else { values[i] };
+        assert_eq!(t.lookup(key), values[i]);
+        assert_eq!(live.lookup(key), want);
+        assert_eq!(live.lookup_hash(hs[i]), want);
+        assert_eq!((batch[i], by_key[i]), (want, want));
+    }
+    same_table(&live, &t);
+    live.set_redirects(&[]);
+    assert!(live.redirects().is_empty());
+    same_answers(&live, &t, &k);
+}
