@@ -550,6 +550,11 @@ pub enum Event {
     /// The whole GPT, assembled from every owner's piece: the first GPT this node has (later
     /// changes come as [`Event::GptDelta`] and [`Event::GptPiece`]).
     GptInstall(Box<sb_setsep::SetSep>),
+    /// With replication: per node, the node standing in for it (`None`: none; always `None`
+    /// for a node that is not gone): the data plane's GPT lookups that find node `i` go to
+    /// `stand_ins[i]` instead (`LiveSetSep::set_redirects`). Comes when it changes, and again
+    /// after a [`Event::GptInstall`] (apply it to the new table).
+    StandIns(Vec<Option<NodeId>>),
 }
 
 /// Per owner, what this node's replica has applied.
@@ -648,6 +653,9 @@ pub struct Status {
     pub flows_given_back: u64,
     /// Moves waiting or in flight.
     pub moves_pending: usize,
+    /// Flows this node installed to stand in for gone nodes (their own range's flows that
+    /// they handled; the `standin` module of `node`).
+    pub stand_in_flows: u64,
     /// Flows moved off a gone node and not given back (yet).
     pub moved_away: usize,
     /// Bytes by structure.

@@ -12,6 +12,7 @@ mod failover;
 mod liveness;
 mod relay;
 mod replication;
+mod standin;
 mod streams;
 use crate::wire::{self, Body, FibItem, Header, Kind};
 use crate::{
@@ -480,6 +481,8 @@ pub struct Node {
     relay: Vec<relay::RelayIn>,
     /// Moving the flows of gone handlers ([`failover`]).
     fo: failover::Failover,
+    /// Standing in for gone nodes' own flows ([`standin`]).
+    si: standin::StandIns,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -833,6 +836,7 @@ impl Node {
             live: liveness::Liveness::new(spec.nodes, now),
             relay: (0..n).map(|_| Default::default()).collect(),
             fo: Default::default(),
+            si: Default::default(),
             spec,
             tuning,
         };
@@ -1464,6 +1468,7 @@ impl Node {
             flows_moved: self.fo.moved_total,
             flows_given_back: self.fo.given_back,
             moves_pending: self.fo.pending(),
+            stand_in_flows: self.si.installed,
             moved_away: self.fo.moved.len(),
             memory: {
                 let tr = self.table.rib_bytes();
@@ -2484,9 +2489,12 @@ impl Node {
                 match kept {
                     // Written in place under the readers, range by range.
                     Some(ps) => self.events.extend(ps.into_iter().map(Event::GptPiece)),
-                    None => self
-                        .events
-                        .push_back(Event::GptInstall(Box::new(t.clone()))),
+                    None => {
+                        self.events
+                            .push_back(Event::GptInstall(Box::new(t.clone())));
+                        // The new table has no redirects yet.
+                        self.si.gpt_replaced();
+                    }
                 }
                 self.gpt = Some(t);
                 for o in 0..self.spec.nodes {
@@ -2523,9 +2531,11 @@ impl Node {
     fn on_fib(&mut self, o: NodeId, e: u32, first: u64, acked: u64, items: Vec<FibItem>) {
         let oi = o as usize;
         let cap = self.tuning.reorder_buffer;
+        // Stand-in entries for `o` are pruned by its next slice, even a first one.
+        let stood_in = self.fin[oi].epoch != e && self.si.take_unpruned(o);
         let f = &mut self.fin[oi];
         if f.epoch != e {
-            let restarted = f.epoch != 0;
+            let restarted = f.epoch != 0 || stood_in;
             *f = FibIn {
                 epoch: e,
                 applied: 0,
@@ -2729,6 +2739,7 @@ impl Node {
                 break;
             }
         }
+        self.stand_in_step();
         // Say hello to the peers that do not know this epoch yet.
         if self.phase != Phase::Boot {
             for p in 0..self.spec.nodes {

@@ -91,6 +91,11 @@ impl Default for SimConfig {
     }
 }
 
+/// How long a node stands in for a gone one before the checks expect it to hold every flow of
+/// the gone node's own range (its replica of the range's log may lack the last commits until
+/// the range's group has a new leader, a few election timeouts).
+const STAND_IN_SETTLE: Nanos = 2_000_000_000;
+
 /// How long the client goes on resending a request to a node after the node was killed.
 const ABANDON_DEAD: Nanos = 1_000_000_000;
 
@@ -161,6 +166,10 @@ pub struct Sim {
     /// The data plane of each node: FIB and GPT, from its events.
     fibs: Vec<HashMap<Bytes, Bytes>>,
     gpts: Vec<Option<SetSep>>,
+    /// Each node's data plane's stand-ins ([`Event::StandIns`]), and since when each node has
+    /// stood in for each other one (by its own table).
+    stand_ins: Vec<Vec<Option<NodeId>>>,
+    standing_since: Vec<Vec<Option<Nanos>>>,
     net: BinaryHeap<std::cmp::Reverse<InFlight>>,
     net_seq: u64,
     /// Datagrams between nodes captured for replays ([`SimConfig::replay_permille`]).
@@ -257,6 +266,8 @@ impl Sim {
             fsync_at: vec![None; n as usize],
             fibs: vec![HashMap::new(); n as usize],
             gpts: (0..n).map(|_| None).collect(),
+            stand_ins: vec![Vec::new(); n as usize],
+            standing_since: vec![vec![None; n as usize]; n as usize],
             net: BinaryHeap::new(),
             net_seq: 0,
             captured: Vec::new(),
@@ -390,6 +401,8 @@ impl Sim {
         self.nodes[ii] = None;
         self.fibs[ii].clear();
         self.gpts[ii] = None;
+        self.stand_ins[ii].clear();
+        self.standing_since[ii].fill(None);
         let keep = below(&mut self.rng, self.uncommitted[ii].len() as u64 + 1) as usize;
         let kept: Vec<Vec<u8>> = self.uncommitted[ii].drain(..).take(keep).collect();
         self.committed[ii].extend(kept);
@@ -445,6 +458,27 @@ impl Sim {
     /// Turns the client on or off.
     pub fn set_client(&mut self, on: bool) {
         self.clients_on = on;
+    }
+
+    /// Node `i`'s data plane's stand-ins ([`Event::StandIns`]; empty before any).
+    pub fn stand_ins(&self, i: NodeId) -> &[Option<NodeId>] {
+        &self.stand_ins[i as usize]
+    }
+
+    /// Whether node `i`'s data plane's FIB holds `key`.
+    pub fn fib_has(&self, i: NodeId, key: &[u8]) -> bool {
+        self.fibs[i as usize].contains_key(key)
+    }
+
+    /// The keys of node `h`'s own range that the oracle says it handles (acknowledged, not in
+    /// doubt).
+    pub fn own_flows(&self, h: NodeId) -> Vec<Bytes> {
+        (self.oracle.iter())
+            .filter(|(k, (n, _))| {
+                *n == h && self.spec.owner_of(k) == h && !self.uncertain.contains(*k)
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// The node `i`, if up.
@@ -563,7 +597,22 @@ impl Sim {
                     Some(g) => g.install_piece(&p).expect("a piece event installs"),
                     None => panic!("seed {}: node {i}: a piece before the GPT", self.cfg.seed),
                 },
-                Event::GptInstall(t) => self.gpts[ii] = Some(*t),
+                Event::GptInstall(t) => {
+                    self.gpts[ii] = Some(*t);
+                    self.stand_ins[ii].clear();
+                }
+                Event::StandIns(t) => {
+                    for (o, by) in t.iter().enumerate() {
+                        let mine = *by == Some(i);
+                        let since = &mut self.standing_since[ii][o];
+                        if !mine {
+                            *since = None;
+                        } else if since.is_none() {
+                            *since = Some(self.now);
+                        }
+                    }
+                    self.stand_ins[ii] = t;
+                }
             }
         }
         while let Some((to, bytes)) = node.poll_transmit() {
@@ -1096,6 +1145,26 @@ impl Sim {
                     self.fail(format!(
                         "node {i}: GPT sends {k:02x?} to {h}, allowed {hs:?}"
                     ));
+                }
+                if let Some(s) = self.stand_ins[i].get(h as usize).copied().flatten() {
+                    // Redirected: the stand-in has the gone node's own flows once it has
+                    // stood in for a while (its replica of the range's log may lack the last
+                    // commits until the range's group has a new leader).
+                    let si = s as usize;
+                    let settled = (self.standing_since[si][h as usize])
+                        .is_some_and(|t| t + STAND_IN_SETTLE <= self.now);
+                    if settled
+                        && ready[si]
+                        && self.spec.owner_of(k) == h
+                        && !self.fibs[si].contains_key(k)
+                    {
+                        self.fail(format!(
+                            "node {i}: GPT sends {k:02x?} to gone node {h}, redirected to its stand-in {s}, whose FIB lacks it (oracle {:?}); status of {s}: {:?}",
+                            self.oracle.get(k),
+                            self.nodes[si].as_ref().map(|x| x.status())
+                        ));
+                    }
+                    continue;
                 }
                 if ready[h as usize] && !self.fibs[h as usize].contains_key(k) {
                     let o = self.spec.owner_of(k);

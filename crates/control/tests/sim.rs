@@ -197,7 +197,7 @@ fn replicated_ranges_survive_kills_partitions_and_crashes_during_restart() {
     eprintln!("{acked} updates acknowledged, {fenced} fenced owners restarted");
 }
 
-/// Regression (seed 100 of the test above): a change of a flow's value at its handler, node 0,
+/// Regression (seed 100 of the test above, when found): a change of a flow's value at its handler, node 0,
 /// is installed there while node 0 is down; the owner declares node 0 gone and refuses the
 /// change (`HandlerDown`), and node 0 restarts before the owner's batch has undone it. The
 /// owner's new FIB stream to node 0 then carried the refused value (its RIB still held the
@@ -205,21 +205,27 @@ fn replicated_ranges_survive_kills_partitions_and_crashes_during_restart() {
 /// does not have.
 #[test]
 fn a_refused_install_is_not_in_a_restarted_handlers_slice() {
-    let sim = replicated_schedule(100);
-    // The schedule still takes that path: an owner refused an install at a gone handler.
-    let refused: u64 = (0..sim.cfg.nodes)
-        .filter_map(|i| sim.node(i))
-        .map(|x| {
-            x.status()
-                .rejected
-                .get("handler_down")
-                .copied()
-                .unwrap_or(0)
-        })
-        .sum();
+    // Seed 100 alone took that path until the stand-ins (issue 29) shifted its timing; seeds
+    // 100..116 take it several times (101, 102, 104, 105, 112, 114 when written), each
+    // schedule checked as above.
+    let mut refused = 0;
+    for seed in 100..116 {
+        let sim = replicated_schedule(seed);
+        refused += (0..sim.cfg.nodes)
+            .filter_map(|i| sim.node(i))
+            .map(|x| {
+                x.status()
+                    .rejected
+                    .get("handler_down")
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum::<u64>();
+    }
+    // The schedules still take that path: an owner refused an install at a gone handler.
     assert!(
         refused > 0,
-        "seed 100 no longer refuses an install at a gone handler"
+        "seeds 100..116 no longer refuse an install at a gone handler"
     );
 }
 
@@ -573,7 +579,9 @@ fn backlog_schedule(seed: u64, bound: usize) -> (usize, u64) {
 /// old or its new handler only); within 2 s of the kill no live owner's range has a flow
 /// left at the dead node. Then the node restarts and, once back, gets its flows back,
 /// gradually; after quiescence no owner holds a moved flow, and every FIB, GPT and RIB agrees.
-/// The dead node's own range's flows that it handled stay with it (no owner moves them).
+/// The dead node's own range's flows that it handled keep their GPT entries (no owner moves
+/// them): with replicas, the next replica of its range stands in (every live node redirects to
+/// it, and its FIB holds them all 4 s after the kill); the redirects end once the node is back.
 /// Half the schedules with three replicas per range. `SB_DST_FAILOVER_SCHEDULES=N` (default
 /// 8).
 #[test]
@@ -593,7 +601,8 @@ fn failover_schedule(seed: u64) {
     cfg.nodes = 5;
     cfg.flows = 300;
     cfg.drop_permille = cfg.drop_permille.min(20);
-    cfg.tuning.replicas = if seed % 2 == 0 { 1 } else { 3 };
+    let replicas = if seed % 2 == 0 { 1 } else { 3 };
+    cfg.tuning.replicas = replicas;
     // Batches of one or three updates, taking turns with the client's, move a few flows a
     // second: the 2 s bound is for batches as a node makes them.
     cfg.tuning.max_batch = cfg.tuning.max_batch.max(64);
@@ -625,6 +634,28 @@ fn failover_schedule(seed: u64) {
     }
     let moved_ms = (t - 2_000_000_000) / 1_000_000;
     sim.run_until(6_000_000_000);
+    // With replicas, the next replica of the victim's range stands in for the victim's own
+    // flows: every live node redirects to it, and its FIB has them all.
+    let own = sim.own_flows(victim);
+    let standby = (victim + 1) % nodes;
+    if replicas > 1 {
+        for i in (0..nodes).filter(|&i| i != victim) {
+            assert_eq!(
+                sim.stand_ins(i).get(victim as usize).copied().flatten(),
+                Some(standby),
+                "seed {seed}: node {i} does not redirect gone node {victim} to {standby}: {:?}",
+                sim.stand_ins(i)
+            );
+        }
+        let missing = own.iter().filter(|k| !sim.fib_has(standby, k)).count();
+        assert_eq!(
+            missing,
+            0,
+            "seed {seed}: stand-in {standby} lacks {missing} of node {victim}'s {} own flows; its status: {:?}",
+            own.len(),
+            sim.node(standby).map(|x| x.status())
+        );
+    }
     let moved = sim.flows_moved;
     assert!(
         before == 0 || moved > 0,
@@ -634,6 +665,14 @@ fn failover_schedule(seed: u64) {
     sim.run_until(10_000_000_000);
     sim.quiesce(300_000_000_000);
     sim.check_quiescent();
+    // The victim serves its range again: no node redirects it any more.
+    for i in 0..nodes {
+        assert!(
+            sim.stand_ins(i).iter().all(|s| s.is_none()),
+            "seed {seed}: node {i} still redirects after node {victim} came back: {:?}",
+            sim.stand_ins(i)
+        );
+    }
     let away: usize = (0..nodes)
         .filter_map(|o| sim.node(o))
         .map(|x| x.moved_away())
@@ -643,7 +682,9 @@ fn failover_schedule(seed: u64) {
         "seed {seed}: owners still hold flows moved off node {victim} after it came back"
     );
     eprintln!(
-        "seed {seed}: node {victim} killed: {before} flows of live owners' ranges at it, all moved in {moved_ms} ms ({moved} moves); given back after its restart: {}",
-        sim.given_back
+        "seed {seed}: node {victim} killed: {before} flows of live owners' ranges at it, all moved in {moved_ms} ms ({moved} moves); given back after its restart: {}; its own flows: {} ({})",
+        sim.given_back,
+        own.len(),
+        if replicas > 1 { "stood in for" } else { "no replica to stand in" }
     );
 }

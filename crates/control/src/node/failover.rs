@@ -263,7 +263,7 @@ impl Node {
 
     /// `value` with its copy of the handling node ([`crate::Tuning::handler_field`]) set to
     /// `to`.
-    fn with_handler(&self, value: &[u8], to: NodeId) -> Bytes {
+    pub(super) fn with_handler(&self, value: &[u8], to: NodeId) -> Bytes {
         let mut v = Bytes::from_slice(value);
         if let Some(at) = self.tuning.handler_field {
             if let Some(f) = v.get_mut(at..at + 2) {
