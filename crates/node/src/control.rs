@@ -878,6 +878,17 @@ pub fn run(
                             }
                         }
                     }
+                    // Gone nodes' stand-ins (with replication): the workers' lookups that
+                    // find a gone node go to its stand-in, and so do the XDP fast path's.
+                    Event::StandIns(t) => {
+                        let mut m = crate::mirror::lock(&dp.mirror);
+                        if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                            g.set_redirects(&t);
+                        }
+                        if let Some(m) = m.as_deref_mut() {
+                            m.stand_ins(&t);
+                        }
+                    }
                     Event::GptInstall(g) => {
                         let mut m = crate::mirror::lock(&dp.mirror);
                         if let Some(m) = m.as_deref_mut() {
@@ -1199,6 +1210,7 @@ mod tests {
         }
         fn gpt_delta(&mut self, _: &sb_setsep::Delta) {}
         fn gpt_replace(&mut self, _: &sb_setsep::SetSep) {}
+        fn stand_ins(&mut self, _: &[Option<u16>]) {}
         fn report(&self) -> crate::mirror::XdpReport {
             Default::default()
         }

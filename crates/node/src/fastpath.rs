@@ -326,6 +326,12 @@ impl TableMirror for NodeFastPath {
         }
     }
 
+    fn stand_ins(&mut self, by: &[Option<u16>]) {
+        if let Err(e) = self.fp.set_stand_ins(by) {
+            self.failed("setting the stand-ins", e);
+        }
+    }
+
     fn report(&self) -> XdpReport {
         let counters = match self.fp.counters() {
             Ok(c) => Counter::ALL

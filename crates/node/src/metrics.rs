@@ -109,6 +109,7 @@
 //! | `scalebricks_flows_moved_total` | counter | | `flows_moved`: flows of this owner's range moved off nodes that failure detection declared gone |
 //! | `scalebricks_flows_given_back_total` | counter | | `flows_given_back`: of those, given back once their node returned |
 //! | `scalebricks_flows_moved_away` | gauge | | `moved_away`: moved off a gone node and not given back yet |
+//! | `scalebricks_stand_in_flows_total` | counter | | `stand_in_flows`: flows of gone nodes' own ranges this node installed to stand in for them (with replication) |
 //! | `scalebricks_rejected_updates_total` | counter | `outcome` | `rejected` (an object): updates refused, by outcome |
 //! | `scalebricks_control_dropped_datagrams_total` | counter | `reason` | `dropped` (an object): control datagrams dropped, by reason |
 //! | `scalebricks_control_retransmits_total` | counter | | `retransmits` |
@@ -831,7 +832,7 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             memory,
         )?;
     }
-    let scalars: [(&str, &str, &str, MetricType); 8] = [
+    let scalars: [(&str, &str, &str, MetricType); 9] = [
         (
             "rib_keys",
             "scalebricks_rib_keys",
@@ -879,6 +880,12 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             "scalebricks_flows_moved_away",
             "Flows of this owner's range moved off a gone node and not given back yet.",
             Gauge,
+        ),
+        (
+            "stand_in_flows",
+            "scalebricks_stand_in_flows",
+            "Flows of gone nodes' own ranges this node installed to stand in for them.",
+            Counter,
         ),
     ];
     for (field, name, help, ty) in scalars {

@@ -34,6 +34,9 @@ pub trait TableMirror: Send {
     fn gpt_delta(&mut self, d: &sb_setsep::Delta);
     /// The GPT is now `t` (installed whole, or blocks of it replaced by pieces).
     fn gpt_replace(&mut self, t: &sb_setsep::SetSep);
+    /// The stand-ins are now `by` (`sb_control::Event::StandIns`: the GPT's answers naming
+    /// node `n` go to `by[n]`).
+    fn stand_ins(&mut self, by: &[Option<u16>]);
     /// The fast path's state for the counters file and the metrics.
     fn report(&self) -> XdpReport;
 }

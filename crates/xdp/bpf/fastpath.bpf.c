@@ -70,9 +70,12 @@ static __always_inline __u32 max_hops(__u32 arch)
 
 struct sb_node {
     __u8 fabric_mac[6];
-    __u8 pad[2];
+    // The node standing in for this one while it is gone, plus one (0: none): the GPT's
+    // answers naming this node go there (sb_control's stand-ins, issue 29).
+    __u16 stand_in;
     __u32 ran_addr;  // network order
 };
+_Static_assert(sizeof(struct sb_node) == 12, "sb_node layout");
 
 struct fb_key {
     __u64 lo;
@@ -575,6 +578,14 @@ int sb_inet(struct xdp_md *ctx)
         if (g < 0 || (__u32)g >= cfg->nodes)
             return slow(ctx, C_SLOW_GPT);
         to = g;
+        // A gone handler's stand-in (the engine's LiveSetSep redirects).
+        struct sb_node *gn = bpf_map_lookup_elem(&sb_nodes, &to);
+        if (gn && gn->stand_in) {
+            __u32 s = gn->stand_in - 1;
+            if (s >= cfg->nodes)
+                return slow(ctx, C_SLOW_GPT);
+            to = s;
+        }
     }
     if (to == cfg->node) {
         __u8 *v = bpf_map_lookup_elem(&sb_fib, key);

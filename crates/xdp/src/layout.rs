@@ -13,7 +13,10 @@
 //!   `sb_engine::lte` writes them.
 //! - `sb_cfg` (array, one [`CFG_BYTES`] element): [`NodeSetup`], the [`Arch`] and the
 //!   table's shape.
-//! - `sb_nodes` (array): per node its fabric MAC and `ran` address.
+//! - `sb_nodes` (array, [`NODE_BYTES`] each): per node its fabric MAC (bytes 0..6), the node
+//!   standing in for it while it is gone plus one (u16 little endian at 6..8; 0: none; the GPT's
+//!   answers naming the node go to its stand-in, as `sb_setsep::LiveSetSep::set_redirects`
+//!   does for the engine) and its `ran` address (8..12).
 
 use sb_common::splitmix64 as splitmix;
 use sb_setsep::{Delta, SetSep, SetSepView};
@@ -487,10 +490,17 @@ impl NodeSetup {
         b
     }
 
-    /// Node `n`'s `sb_nodes` element.
+    /// Node `n`'s `sb_nodes` element (no stand-in).
     pub fn node_bytes(&self, n: usize) -> [u8; NODE_BYTES] {
+        self.node_bytes_with(n, None)
+    }
+
+    /// Node `n`'s `sb_nodes` element with node `stand_in` standing in for it (None: none).
+    pub fn node_bytes_with(&self, n: usize, stand_in: Option<u16>) -> [u8; NODE_BYTES] {
         let mut b = [0u8; NODE_BYTES];
         b[..6].copy_from_slice(&self.fabric_macs[n]);
+        let s = stand_in.map_or(0, |s| s.saturating_add(1));
+        b[6..8].copy_from_slice(&s.to_le_bytes());
         b[8..12].copy_from_slice(&self.ran_addrs[n].octets());
         b
     }

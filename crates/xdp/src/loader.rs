@@ -293,6 +293,21 @@ impl FastPath {
         Ok(fp)
     }
 
+    /// Sets the stand-ins: `by[n]` stands in for node `n` (None, or past the end: none), as
+    /// `sb_control`'s `Event::StandIns` names them; the program's GPT answers naming `n` go to
+    /// `by[n]`. A stand-in outside the cluster is refused.
+    pub fn set_stand_ins(&mut self, by: &[Option<u16>]) -> Result<(), XdpError> {
+        let nodes = self.setup.fabric_macs.len();
+        if let Some(&s) = by.iter().flatten().find(|&&s| usize::from(s) >= nodes) {
+            return Err(crate::layout::LayoutError::Nodes { node: s, nodes }.into());
+        }
+        for n in 0..nodes {
+            let b = self.setup.node_bytes_with(n, by.get(n).copied().flatten());
+            self.nodes.set(n as u32, b, 0)?;
+        }
+        Ok(())
+    }
+
     /// Replaces the whole GPT (same block count) block by block, each under its version
     /// word; fallback entries of the old table that the new one lacks are removed.
     pub fn load_gpt(&mut self, gpt: GptImage) -> Result<(), XdpError> {

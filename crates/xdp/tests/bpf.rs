@@ -104,6 +104,12 @@ mod bpf {
     /// what the node holds under it (`cluster::fib_slice`: its slice, every entry, its hash
     /// slice), the GPT only under ScaleBricks.
     fn rig_for(arch: Arch) -> Rig {
+        rig_with(arch, &[])
+    }
+
+    /// [`rig_for`] with stand-ins: the engine's GPT is a live one redirecting each node `n` to
+    /// `stand_ins[n]` where it is `Some`, and the fast path's `sb_nodes` say the same.
+    fn rig_with(arch: Arch, stand_ins: &[Option<u16>]) -> Rig {
         let ts = tunnels();
         let gpt = cluster::build_gpt(&ts, NODES.into(), SEED, 1).unwrap();
         let fib = cluster::build_cuckoo_fib_with(arch, &ts, ME, NODES, SEED, |t| value_of(&ts, t))
@@ -137,7 +143,15 @@ mod bpf {
             ME,
             NODES,
             SEED,
-            (arch == Arch::ScaleBricks).then(|| sb_engine::Gpt::from(gpt.clone())),
+            (arch == Arch::ScaleBricks).then(|| {
+                if stand_ins.is_empty() {
+                    sb_engine::Gpt::from(gpt.clone())
+                } else {
+                    let live = std::sync::Arc::new(sb_setsep::LiveSetSep::new(gpt.clone()));
+                    live.set_redirects(stand_ins);
+                    sb_engine::Gpt::from(live)
+                }
+            }),
             Box::new(fib),
             up,
             64,
@@ -150,6 +164,7 @@ mod bpf {
         };
         assert_eq!(xarch.label(), arch.label());
         let mut fp = FastPath::load_arch(xarch, setup(), image, 8192, 8192).unwrap();
+        fp.set_stand_ins(stand_ins).unwrap();
         for i in cluster::fib_slice(arch, &ts, ME, NODES, SEED) {
             fp.fib_insert(&ts[i].key(), &value_of(&ts, &ts[i])).unwrap();
         }
@@ -474,6 +489,51 @@ mod bpf {
         }
         assert!(c[Counter::ToRan as usize] > 300 && c[Counter::ToFabric as usize] > 1000);
         assert!(c[Counter::SlowPolicy as usize] > 0 && c[Counter::SlowMtu as usize] > 0);
+    }
+
+    /// Stand-ins (issue 29): with node 2 gone and node 3 standing in for it, and node 0 gone
+    /// with this node standing in, the program's downlink is the engine's (whose live GPT
+    /// redirects the same), byte for byte: node 2's flows cross the fabric to node 3's MAC,
+    /// node 0's are looked up here. A stand-in outside the cluster is refused.
+    #[test]
+    fn downlink_with_stand_ins_matches_the_engine() {
+        if !may_run("XDP downlink with stand-ins") {
+            return;
+        }
+        let by = [Some(ME), None, Some(3), None];
+        let mut r = rig_with(Arch::ScaleBricks, &by);
+        let ts = r.ts.clone();
+        let gpt = cluster::build_gpt(&ts, NODES.into(), SEED, 1).unwrap();
+        let (mut to_two, mut to_zero) = (0, 0);
+        for t in &ts {
+            let f = down(t.ue, 64, 100, false);
+            r.check(PortId::Inet, &f);
+            match gpt.lookup(&t.key()) {
+                2 => {
+                    // Those XDP forwards (not passed to the slow path) go to node 3's MAC.
+                    let out = r.fp.test_run(Prog::Inet, &f).unwrap();
+                    if out.action == action::REDIRECT {
+                        to_two += 1;
+                        assert_eq!(
+                            &out.frame[..6],
+                            &sim_mac(PortId::Fabric, 3, false)[..],
+                            "not to the stand-in's MAC"
+                        );
+                    }
+                }
+                0 => to_zero += 1,
+                _ => {}
+            }
+        }
+        assert!(to_two > 100 && to_zero > 100, "{to_two} {to_zero}");
+        eprintln!(
+            "stand-ins: {} frames, {} forwarded by XDP (byte-equal to the engine), {} to the slow path",
+            ts.len(),
+            r.fast,
+            r.slow
+        );
+        assert!(r.fp.set_stand_ins(&[Some(NODES)]).is_err());
+        r.fp.set_stand_ins(&[]).unwrap();
     }
 
     #[test]
