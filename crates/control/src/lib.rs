@@ -115,7 +115,10 @@
 //! restarted from its log by its driver; a leader that is not the home hands the leadership
 //! back once the home has caught up. Not yet: a non-home leader does not serve the range's
 //! updates (they wait for the home, as without replication), and a wiped log cannot rejoin
-//! (it would need a new replica id and a fresh epoch).
+//! (it would need a new replica id and a fresh epoch). While a home is gone, the flows of its
+//! range that it handled are served by a *stand-in*, the first live replica of the range: it
+//! installs them from its replica of the RIB, and every node's data plane sends the GPT's
+//! answers naming the gone node there ([`Event::StandIns`]; the `standin` module of `node`).
 //!
 //! A node restarting while an owner is gone (failure detection, below) gets that owner's GPT
 //! piece and its FIB slice of the owner's range from the range's other replicas (message

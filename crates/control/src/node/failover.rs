@@ -22,8 +22,8 @@
 //!
 //! What this does not do: the flows of a gone node's *own* range that it handled. Their
 //! owner is the gone node itself; with replication its range's group elects another leader,
-//! but that leader does not serve the range's updates, so these flows stay with the gone
-//! node until it returns. The moved set lives in the owner's memory only: an owner that
+//! but that leader does not serve the range's updates: these flows keep their GPT entries,
+//! and another replica of the range stands in for the gone node ([`super::standin`]). The moved set lives in the owner's memory only: an owner that
 //! restarts leaves the flows it moved where they are (still correct, not given back).
 
 use super::{Node, Origin, OriginKind, Queued};
