@@ -49,6 +49,12 @@ enum Command {
     /// A PFCP load generator: an SMF establishing sessions with a running cluster as fast as
     /// it accepts them (JSON: sessions/s, latency, failures by cause).
     SmfSim(cmd::smf_sim::Args),
+    /// The TEA switch of a `cluster up --arch tea` cluster (`cluster up` starts it in the
+    /// switch namespace): builds the table, writes the memory servers' images, runs the NF.
+    TeaSwitch(cmd::tea::SwitchArgs),
+    /// A TEA memory server (`cluster up --arch tea` starts one in each node's namespace):
+    /// answers the switch's reads of its part of the table.
+    TeaServer(cmd::tea::ServerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,5 +70,7 @@ fn main() -> anyhow::Result<()> {
         Command::Update(a) => cmd::update::run(a),
         Command::Ctl(a) => cmd::ctl::run(a),
         Command::SmfSim(a) => cmd::smf_sim::run(a),
+        Command::TeaSwitch(a) => cmd::tea::run_switch(a),
+        Command::TeaServer(a) => cmd::tea::run_server(a),
     }
 }

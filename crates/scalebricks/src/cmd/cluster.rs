@@ -34,14 +34,20 @@ pub enum ArchArg {
     FullDup,
     /// FIB entries at the node their key hashes to: up to two crossings.
     HashPart,
+    /// TEA: a switch process in the switch namespace runs the NF (`--nf`) over a table held
+    /// in memory servers, one in each node's namespace, read over the fabric (no node
+    /// processes; see `scalebricks::cmd::tea`).
+    Tea,
 }
 
-impl From<ArchArg> for Arch {
-    fn from(a: ArchArg) -> Arch {
-        match a {
-            ArchArg::Scalebricks => Arch::ScaleBricks,
-            ArchArg::FullDup => Arch::FullDup,
-            ArchArg::HashPart => Arch::HashPart,
+impl ArchArg {
+    /// The engine's architecture (`None` for TEA, which runs no engine in the nodes).
+    fn engine(self) -> Option<Arch> {
+        match self {
+            ArchArg::Scalebricks => Some(Arch::ScaleBricks),
+            ArchArg::FullDup => Some(Arch::FullDup),
+            ArchArg::HashPart => Some(Arch::HashPart),
+            ArchArg::Tea => None,
         }
     }
 }
@@ -160,6 +166,21 @@ pub struct UpArgs {
     /// twice its state (with the control plane; 0: only every 2^20 records).
     #[arg(long, default_value_t = sb_node::control::DEFAULT_CHECKPOINT_KB)]
     checkpoint_kb: u64,
+    /// With `--arch tea`: the network function the TEA switch runs (its table, `--flows`
+    /// generated entries, in tea-flows.csv).
+    #[arg(long, value_enum, default_value = "nat")]
+    nf: super::tea::Nf,
+    /// With `--arch tea`: the switch's hot-key cache entries (0: off, every lookup remote).
+    #[arg(long, default_value_t = 1024)]
+    tea_cache: usize,
+    /// With `--arch tea`: reads in flight per memory server before the switch reads the
+    /// secondary.
+    #[arg(long, default_value_t = 16)]
+    tea_max_outstanding: u32,
+    /// With `--arch tea`: a read not answered within this many milliseconds loses its packet
+    /// (and counts towards its server's failure).
+    #[arg(long, default_value_t = 200)]
+    tea_timeout_ms: u64,
 }
 
 impl UpArgs {
@@ -600,10 +621,12 @@ pub fn control_addrs(d: &Description) -> Vec<SocketAddr> {
 fn up(a: UpArgs) -> anyhow::Result<()> {
     let dir = state_dir(a.dir.clone(), &a.name);
     let ue_pool: Cidr = a.ue_pool.parse()?;
-    let arch: Arch = a.arch.into();
     if !(1..=sb_topology::plan::MAX_NODES).contains(&a.nodes) {
         bail!("--nodes must be 1 to {}", sb_topology::plan::MAX_NODES);
     }
+    let Some(arch) = a.arch.engine() else {
+        return up_tea(a, dir, ue_pool);
+    };
     let engine = matches!(a.forwarding, FwdArg::User);
     let fast_path = matches!(a.io, IoArg::XdpFast);
     let tunnels = if engine {
@@ -724,6 +747,60 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             d.dir.join(sb_topology::DESCRIPTION_FILE).display()
         );
     }
+    Ok(())
+}
+
+/// `cluster up --arch tea`: the topology without forwarding, then the TEA switch and memory
+/// servers ([`super::tea::start`]); taken down again if starting them fails.
+fn up_tea(a: UpArgs, dir: PathBuf, ue_pool: Cidr) -> anyhow::Result<()> {
+    if a.flows_file.is_some() {
+        bail!(
+            "--flows-file is a tunnels file; with --arch tea the entries are generated (--flows)"
+        );
+    }
+    let t = super::tea::TeaUp {
+        nf: a.nf,
+        flows: a.flows,
+        seed: a.seed.unwrap_or_else(rand::random),
+        cache: a.tea_cache,
+        max_outstanding: a.tea_max_outstanding.max(1),
+        timeout_ms: a.tea_timeout_ms.max(1),
+    };
+    // Checked before anything is made.
+    super::tea::generate(t.nf, t.flows.min(1), 1)?;
+    if t.flows > super::tea::MAX_FLOWS {
+        bail!(
+            "--flows {}: at most {} with --arch tea",
+            t.flows,
+            super::tea::MAX_FLOWS
+        );
+    }
+    let exe = std::env::current_exe().context("cannot find our own executable")?;
+    let mut opts = UpOptions::new(&a.name, a.nodes, dir.clone());
+    opts.ue_pool = ue_pool;
+    opts.forwarding = Forwarding::None;
+    let d = sb_topology::up(&opts)?;
+    if let Err(e) = super::tea::start(&d, &t, &exe) {
+        return match sb_topology::down(&dir) {
+            Ok(_) => Err(e.context("cluster up --arch tea (rolled back)")),
+            Err(r) => Err(e.context(format!(
+                "cluster up --arch tea; rolling back failed too: {r}"
+            ))),
+        };
+    }
+    println!(
+        "cluster {} up: TEA switch running {:?} over {} entries in {} memory servers (node namespaces); traffic in on {}/{} (send on its peer {}), out on {} (capture on {}); description {}",
+        d.prefix,
+        t.nf,
+        t.flows,
+        d.nodes.len(),
+        d.switch.netns,
+        super::tea::WAN.0,
+        super::tea::WAN.1,
+        super::tea::LAN.0,
+        super::tea::LAN.1,
+        d.dir.join(sb_topology::DESCRIPTION_FILE).display()
+    );
     Ok(())
 }
 

@@ -10,4 +10,5 @@ pub mod gpt;
 pub mod node;
 pub mod sink;
 pub mod smf_sim;
+pub mod tea;
 pub mod update;
