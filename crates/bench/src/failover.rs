@@ -14,13 +14,15 @@
 //! - `kill`: per victim UE, the gap in its downlink around the kill (its last G-PDU before,
 //!   to its first after, at any node's RAN side): `outage_ms_p50` / `outage_ms_p99`, also
 //!   apart for the UEs whose flows the live owners moved to survivors (`moved`: their range's
-//!   owner is alive) and those of the victim's own range (`stuck`: no one serves that range
-//!   while its owner is dead, so they wait for the restart); `update_kops_during` against
+//!   owner is alive) and those of the victim's own range (`own`: no one moves them; with
+//!   replicas the next replica of the range stands in for the victim, without, they wait for
+//!   the restart); `update_kops_during` against
 //!   `update_kops_healthy`; `acked_lost` (acknowledged inserts the owners' RIBs lack at the
 //!   end); `sessions_lost` is null (no PFCP sessions in this run).
 //! - `restart`: per victim UE, the largest gap in its downlink from its last G-PDU before the
-//!   restart on, `moved` (given back to the victim, make-before-break) and `stuck` (their gap
-//!   is the outage that ends with the restart); `recovery_s`: from `cluster restart` to the
+//!   restart on, `moved` (given back to the victim, make-before-break) and `own` (back from
+//!   the stand-in, or, without one, the outage that ends with the restart); `recovery_s`: from
+//!   `cluster restart` to the
 //!   victim serving with every flow given back.
 //! - `partition` (at `--partition-at` seconds, once the victim recovered from the kill, for
 //!   `--partitioned` seconds: its `fabric` and `ctl` links down, the process running): the
@@ -398,7 +400,7 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         "outage_ms_p50": k.all_p(0.5),
         "outage_ms_p99": k.all_p(0.99),
         "moved": k.around_row(1, n_moved),
-        "stuck": k.around_row(0, moved.len() - n_moved),
+        "own": k.around_row(0, moved.len() - n_moved),
         "acked_lost": acked_lost,
         "sessions_lost": null,
         "update_kops_healthy": kops_healthy,
@@ -411,7 +413,7 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         "event": "restart",
         "measured": true,
         "moved": k.after_row(1),
-        "stuck": k.after_row(0),
+        "own": k.after_row(0),
         "recovery_s": recovery_s,
     });
     let (row_part, row_heal) = match partition {
@@ -425,13 +427,13 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
                     "outage_ms_p50": p.all_p(0.5),
                     "outage_ms_p99": p.all_p(0.99),
                     "moved": p.around_row(1, n_moved),
-                    "stuck": p.around_row(0, moved.len() - n_moved),
+                    "own": p.around_row(0, moved.len() - n_moved),
                 }),
                 json!({
                     "event": "heal",
                     "measured": true,
                     "moved": p.after_row(1),
-                    "stuck": p.after_row(0),
+                    "own": p.after_row(0),
                     "recovery_s": heal_s,
                 }),
             )
