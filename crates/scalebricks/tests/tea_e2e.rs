@@ -3,9 +3,10 @@
 //! namespace, the switch's table reads crossing the fabric (the bridge) to them. Scapy
 //! (`tea_traffic.py`, Debian's `/usr/bin/python3`) sends packets of known and unknown flows
 //! into the switch's `wan` port and captures what leaves its `lan` port: every known flow's
-//! packet comes out translated (NAT: destination address and port; the firewall: unchanged,
-//! closed connections dropped) with IP and UDP/TCP checksums scapy recomputes to the same
-//! values, no unknown flow's packet comes out, and the servers' counters show the reads.
+//! packet comes out translated (NAT: destination address and port; the firewall: byte for
+//! byte unchanged, closed connections dropped; the load balancer: the flow's backend address
+//! and port; the VPN gateway: outer addresses and VNI of the internal tunnel, inner frame
+//! unchanged) with IP and UDP/TCP checksums scapy recomputes to the same values, no unknown flow's packet comes out, and the servers' counters show the reads.
 //! `cluster down` leaves no namespace, process or state directory.
 //!
 //! They need root (CI runs as root): without it they fail with a clear message when
@@ -160,4 +161,14 @@ fn tea_nat_translates_packets_with_reads_over_the_fabric() {
 #[test]
 fn tea_firewall_passes_open_connections_only() {
     run_nf("tea_firewall_passes_open_connections_only", "firewall");
+}
+
+#[test]
+fn tea_lb_sends_each_flow_to_its_backend() {
+    run_nf("tea_lb_sends_each_flow_to_its_backend", "lb");
+}
+
+#[test]
+fn tea_vpn_rewrites_the_tunnel_to_the_server() {
+    run_nf("tea_vpn_rewrites_the_tunnel_to_the_server", "vpn");
 }

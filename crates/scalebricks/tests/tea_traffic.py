@@ -1,11 +1,12 @@
 """Traffic for a TEA cluster's switch (tea_e2e.rs), run in the switch namespace.
 
-usage: tea_traffic.py NF FLOWS_CSV COUNT UNKNOWN
+usage: tea_traffic.py nat|firewall|lb|vpn FLOWS_CSV COUNT UNKNOWN
 
 Sends COUNT packets of entries spread over the flows file, and UNKNOWN packets of keys no
 entry has, on `wan-x` (the peer of the switch's `wan`), capturing on `lan-x` (the peer of its
 `lan`). Prints one JSON object: what was sent and captured, and every captured packet's
-problems (wrong addresses or ports, bad IP/UDP/TCP checksums, a firewall's packet not
+problems (wrong addresses or ports, a VPN's wrong VNI or changed inner frame, bad outer
+IP/UDP/TCP checksums, a firewall's packet not
 byte for byte the one sent, a packet that should have been dropped) as scapy sees them.
 """
 import csv
@@ -13,7 +14,7 @@ import json
 import sys
 import time
 
-from scapy.all import IP, TCP, UDP, AsyncSniffer, Ether, Raw, raw, sendp
+from scapy.all import IP, TCP, UDP, VXLAN, AsyncSniffer, Ether, Raw, raw, sendp
 
 nf, path, count, unknown = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 rows = list(csv.DictReader(open(path)))
@@ -45,46 +46,60 @@ def checksums_ok(p):
     return None
 
 
+VPN_EXTERNAL, VPN_INTERNAL = "198.51.100.20", "192.168.255.1"
+mac = dict(src="02:00:00:00:aa:01", dst="02:00:00:00:aa:02")
+
+
+def make(r, i, known):
+    """The packet of row r (known) or of a key no row has, and what should come out."""
+    src = r.get("remote", r.get("client")) if known else "203.0.113.%d" % (201 + i % 50)
+    if nf == "vpn":
+        vni = int(r["customer_vni"]) if known else 77
+        pkt = IP(src="203.0.113.250", dst=VPN_EXTERNAL) / UDP(
+            sport=40000 + i, dport=4789
+        ) / VXLAN(vni=vni, flags=0x08) / Ether(src="02:00:00:00:bb:01", dst="02:00:00:00:bb:02") / IP(
+            src="10.200.0.1", dst=r["vm"]
+        ) / UDP(sport=1111, dport=2222)
+        return pkt, dict(
+            src=VPN_INTERNAL, sport=40000 + i, dst=r["server"], dport=4789,
+            vni=int(r["internal_vni"]), drop=not known,
+        )
+    if nf == "nat":
+        dst, dport = r["public"], int(r["public_port"])
+        out = (r["private"], int(r["private_port"]))
+    elif nf == "firewall":
+        dst, dport = r["inside"], int(r["inside_port"])
+        out = (dst, dport)
+    elif nf == "lb":
+        dst, dport = r["vip"], int(r["vip_port"])
+        out = (r["backend"], int(r["backend_port"]))
+    else:
+        sys.exit("tea_traffic.py: nat, firewall, lb or vpn, not " + nf)
+    if known:
+        sport = int(r.get("remote_port", r.get("client_port")))
+        pkt = IP(src=src, dst=dst) / l4(int(r["proto"]), sport, dport)
+    else:
+        sport = 1000 + i
+        pkt = IP(src=src, dst=dst) / UDP(sport=sport, dport=dport)
+    drop = not known or (nf == "firewall" and r["state"] != "open")
+    return pkt, dict(src=src, sport=sport, dst=out[0], dport=out[1], drop=drop)
+
+
 sent = {}
 frames = []
-mac = dict(src="02:00:00:00:aa:01", dst="02:00:00:00:aa:02")
 for i, r in enumerate(chosen):
-    tag = "tea-%d" % i
-    if nf == "nat":
-        proto = int(r["proto"])
-        pkt = IP(src=r["remote"], dst=r["public"]) / l4(
-            proto, int(r["remote_port"]), int(r["public_port"])
-        )
-        want = dict(
-            src=r["remote"], sport=int(r["remote_port"]),
-            dst=r["private"], dport=int(r["private_port"]), drop=False,
-        )
-    elif nf == "firewall":
-        proto = int(r["proto"])
-        pkt = IP(src=r["remote"], dst=r["inside"]) / l4(
-            proto, int(r["remote_port"]), int(r["inside_port"])
-        )
-        want = dict(
-            src=r["remote"], sport=int(r["remote_port"]),
-            dst=r["inside"], dport=int(r["inside_port"]), drop=r["state"] != "open",
-        )
-    else:
-        sys.exit("tea_traffic.py: nat or firewall, not " + nf)
+    pkt, want = make(r, i, True)
+    frames.append((pkt, want, "tea-%d" % i))
+for i in range(unknown):
+    pkt, want = make(rows[i], i, False)
+    frames.append((pkt, want, "unknown-%d" % i))
+out = []
+for pkt, want, tag in frames:
     pkt = Ether(**mac) / pkt / Raw(tag.encode())
     want["frame"] = raw(pkt)
     sent[tag] = want
-    frames.append(pkt)
-for i in range(unknown):
-    tag = "unknown-%d" % i
-    # A source no generated entry has (203.0.113.201+), to the first entry's destination.
-    r = rows[0]
-    dst = r["public"] if nf == "nat" else r["inside"]
-    dport = int(r["public_port"] if nf == "nat" else r["inside_port"])
-    pkt = Ether(**mac) / IP(src="203.0.113.%d" % (201 + i % 50), dst=dst) / UDP(
-        sport=1000 + i, dport=dport
-    ) / Raw(tag.encode())
-    sent[tag] = dict(drop=True)
-    frames.append(pkt)
+    out.append(pkt)
+frames = out
 
 expect = sum(1 for w in sent.values() if not w["drop"])
 caught = []
@@ -119,7 +134,14 @@ for p in caught:
         continue
     layer = UDP if UDP in p else TCP
     have = dict(src=p[IP].src, sport=p[layer].sport, dst=p[IP].dst, dport=p[layer].dport)
-    for k in ("src", "sport", "dst", "dport"):
+    if nf == "vpn":
+        have["vni"] = p[VXLAN].vni if VXLAN in p else None
+        inner = bytes(p[VXLAN].payload) if VXLAN in p else b""
+        if inner != bytes(Ether(w["frame"])[VXLAN].payload):
+            problems.append("%s: the inner frame changed" % tag)
+    for k in ("src", "sport", "dst", "dport", "vni"):
+        if k not in w:
+            continue
         if have[k] != w[k]:
             problems.append("%s: %s %s, want %s" % (tag, k, have[k], w[k]))
     if nf == "firewall" and raw(p) != w["frame"]:

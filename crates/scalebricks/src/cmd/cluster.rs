@@ -36,7 +36,7 @@ pub enum ArchArg {
     HashPart,
     /// TEA: a switch process in the switch namespace runs the NF (`--nf`) over a table held
     /// in memory servers, one in each node's namespace, read over the fabric (no node
-    /// processes; see `scalebricks::cmd::tea`).
+    /// processes, `--forwarding` is ignored; see `scalebricks::cmd::tea`).
     Tea,
 }
 
