@@ -46,6 +46,30 @@ fn read_json(path: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// `tea_traffic.py` in the switch namespace: `known` packets of the flows file's entries and
+/// `unknown` of keys no entry has; its JSON.
+fn traffic(c: &Cluster, sw: &str, nf: &str, known: usize, unknown: usize) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tea_traffic.py");
+    let flows = c.dir.join("tea-flows.csv");
+    let o = run_prog(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            sw,
+            PY,
+            script,
+            nf,
+            flows.to_str().unwrap(),
+            &known.to_string(),
+            &unknown.to_string(),
+        ],
+        Duration::from_secs(60),
+    );
+    let out = ok(&o, "tea_traffic.py");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out:?}: {e}"))
+}
+
 /// Brings up a 2-node TEA cluster running `nf`, sends the traffic, checks it and the
 /// counters, takes the cluster down.
 fn run_nf(test: &str, nf: &str) {
@@ -71,26 +95,7 @@ fn run_nf(test: &str, nf: &str) {
         assert!(pid_alive(p), "process {p} not running");
     }
 
-    // The traffic, in the switch namespace.
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tea_traffic.py");
-    let flows = c.dir.join("tea-flows.csv");
-    let o = run_prog(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &sw,
-            PY,
-            script,
-            nf,
-            flows.to_str().unwrap(),
-            &KNOWN.to_string(),
-            &UNKNOWN.to_string(),
-        ],
-        Duration::from_secs(60),
-    );
-    let out = ok(&o, "tea_traffic.py");
-    let r: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out:?}: {e}"));
+    let r = traffic(&c, &sw, nf, KNOWN, UNKNOWN);
     eprintln!("{test}: traffic {r}");
     // Counters are rewritten every 500 ms.
     std::thread::sleep(Duration::from_millis(1200));
@@ -171,4 +176,82 @@ fn tea_lb_sends_each_flow_to_its_backend() {
 #[test]
 fn tea_vpn_rewrites_the_tunnel_to_the_server() {
     run_nf("tea_vpn_rewrites_the_tunnel_to_the_server", "vpn");
+}
+
+/// Memory server 0 killed (SIGKILL) while the cluster runs: the reads of range 0 go to its
+/// secondary, server 1 (which holds a copy), once the switch has marked server 0 dead (3
+/// timeouts of 200 ms; with 16 reads in flight to it, the next go to the secondary already).
+/// While it does, packets whose read went to server 0 are lost (at most 16), never
+/// mistranslated; after it, every packet comes out translated and every read is server 1's.
+#[test]
+fn tea_nat_serves_a_killed_servers_keys_from_the_secondary() {
+    let test = "tea_nat_serves_a_killed_servers_keys_from_the_secondary";
+    if !can_run_tea(test) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    let o = c.up_with(
+        2,
+        "none",
+        &[
+            "--arch", "tea", "--nf", "nat", "--flows", "4000", "--seed", "7",
+        ],
+    );
+    ok(&o, "cluster up --arch tea");
+    let sw = c.description()["switch"]["netns"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let journal = std::fs::read_to_string(c.dir.join("journal")).unwrap();
+    let victim = journal
+        .lines()
+        .filter(|l| l.starts_with("pid ") && l.ends_with(" tea-mem0"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .next_back()
+        .expect("tea-mem0 in the journal")
+        .to_string();
+    let o = run_prog("kill", &["-9", &victim], Duration::from_secs(5));
+    ok(&o, "kill");
+
+    // While the switch finds out: losses allowed, mistranslations not.
+    let r1 = traffic(&c, &sw, "nat", KNOWN, 0);
+    eprintln!("{test}: round 1 {r1}");
+    assert_eq!(r1["n_problems"].as_u64().unwrap(), 0, "{r1}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let s1 = read_json(&c.dir.join("tea-switch.json"));
+    let m1 = read_json(&c.dir.join("tea-mem1.json"));
+    eprintln!("{test}: switch after round 1 {s1}");
+    // At most the reads in flight to server 0 before it counted as saturated or dead.
+    let lost = s1["lost"].as_u64().unwrap();
+    assert!((1..=16).contains(&lost), "lost {lost}: {s1}");
+    assert_eq!(
+        s1["out"].as_u64().unwrap() + s1["lost"].as_u64().unwrap(),
+        KNOWN as u64,
+        "{s1}"
+    );
+
+    // Server 0 is dead to the switch: everything through server 1, nothing lost.
+    let r2 = traffic(&c, &sw, "nat", KNOWN, 0);
+    eprintln!("{test}: round 2 {r2}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let s2 = read_json(&c.dir.join("tea-switch.json"));
+    let m2 = read_json(&c.dir.join("tea-mem1.json"));
+    eprintln!("{test}: switch after round 2 {s2}");
+    assert_eq!(r2["n_problems"].as_u64().unwrap(), 0, "{r2}");
+    assert_eq!(r2["got"].as_u64().unwrap(), KNOWN as u64, "{r2}");
+    let d = |k: &str, a: &Value, b: &Value| b[k].as_u64().unwrap() - a[k].as_u64().unwrap();
+    assert_eq!(d("out", &s1, &s2), KNOWN as u64, "{s2}");
+    assert_eq!(d("lost", &s1, &s2), 0, "{s2}");
+    assert_eq!(
+        d("reads", &m1, &m2),
+        d("reads", &s1, &s2),
+        "every read of round 2 answered by server 1"
+    );
+    let per0 = |s: &Value| s["reads_per_server"][0].as_u64().unwrap();
+    assert_eq!(per0(&s1), per0(&s2), "a read went to the dead server: {s2}");
+
+    let o = c.down();
+    ok(&o, "cluster down");
+    assert!(c.namespaces().is_empty(), "{:?}", c.namespaces());
 }
