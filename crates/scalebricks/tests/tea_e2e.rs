@@ -7,7 +7,8 @@
 //! byte unchanged, closed connections dropped; the load balancer: the flow's backend address
 //! and port; the VPN gateway: outer addresses and VNI of the internal tunnel, inner frame
 //! unchanged) with IP and UDP/TCP checksums scapy recomputes to the same values, no unknown flow's packet comes out, and the servers' counters show the reads.
-//! `cluster down` leaves no namespace, process or state directory.
+//! `cluster down` leaves no namespace, process or state directory. A memory server killed
+//! under traffic: its ranges are read from their secondary, nothing mistranslated.
 //!
 //! They need root (CI runs as root): without it they fail with a clear message when
 //! `CI=true`, and are skipped with a notice otherwise. Each uses its own prefix and state
