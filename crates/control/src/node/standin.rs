@@ -89,6 +89,18 @@ impl Node {
             self.si.mine = vec![None; n];
             self.si.unpruned = vec![false; n];
         }
+        // The common case, on every datagram: nobody gone, nobody stood in for.
+        let quiet =
+            (0..self.spec.nodes).all(|o| self.si.gone_at[o as usize].is_none() && !self.gone(o));
+        if quiet
+            && self
+                .si
+                .told
+                .as_ref()
+                .is_some_and(|t| t.iter().all(Option::is_none))
+        {
+            return;
+        }
         let mut table = vec![None; n];
         for o in 0..self.spec.nodes {
             let oi = o as usize;
