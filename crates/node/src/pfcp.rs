@@ -52,7 +52,7 @@ use sb_pfcp::{
     Applied, Failure, FibChange, Meter, MeterLine, NodeId, Placement, RecoveryTimeStamp, Relay,
     RelayKind, Sessions, Token, UeChange, UeFib, Upf, Usage, UsageRead,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -481,14 +481,20 @@ pub struct Endpoint {
     /// The last counts of sessions whose slot this node freed (their last entry removed), by
     /// uplink TEID, with when: a deletion's Usage Report reads them after the removal.
     finals: HashMap<u32, (Usage, Instant)>,
+    /// The same TEIDs in the order kept (expired from the front).
+    finals_order: VecDeque<(Instant, u32)>,
     /// When the counts of the sessions this node handles are next sent ([`METER_INTERVAL`]).
     next_meter: Instant,
-    /// The counts last sent, by uplink TEID, with the round that last saw the session here.
-    pushed: HashMap<u32, (Usage, u64)>,
-    round: u64,
-    /// The data plane's counts of the round (kept for its allocation).
+    /// Slots the metering round in progress has left to visit ([`METER_BATCH`] per loop).
+    meter_left: usize,
+    /// The data plane's changed counts of a batch (kept for its allocation).
     counted: Vec<(u32, sb_engine::policy::Usage)>,
 }
+
+/// Slots a metering round visits per loop iteration at most (about a millisecond of work):
+/// a round of more sessions with traffic goes on over the next iterations, between the
+/// control plane's messages.
+pub const METER_BATCH: usize = 4096;
 
 /// How often a node sends the changed counts of the sessions it handles to their endpoints'
 /// URRs: a threshold or quota crossed is reported within about this long plus a round trip.
@@ -702,9 +708,9 @@ impl Endpoint {
             previous_key: None,
             queries: HashMap::default(),
             finals: HashMap::default(),
+            finals_order: VecDeque::new(),
             next_meter: Instant::now(),
-            pushed: HashMap::default(),
-            round: 0,
+            meter_left: 0,
             counted: Vec::new(),
         }))
     }
@@ -715,8 +721,14 @@ impl Endpoint {
     }
 
     /// Sleeps until one of `others` (the control socket, the log's wake socket) or one of the
-    /// endpoint's sockets is readable, or `timeout` passes.
+    /// endpoint's sockets is readable, or `timeout` passes (at most a millisecond while a
+    /// metering round has slots left).
     pub fn wait(&self, others: &[std::os::fd::RawFd], timeout: Duration) {
+        let timeout = if self.meter_left > 0 {
+            timeout.min(Duration::from_millis(1))
+        } else {
+            timeout
+        };
         let mut fds = others.to_vec();
         fds.push(self.sock.as_raw_fd());
         fds.extend(self.relay_sock.as_ref().map(|s| s.as_raw_fd()));
@@ -976,15 +988,26 @@ impl Endpoint {
     /// endpoints of their first buffered packets (Downlink Data Reports), answers the counts
     /// the endpoint's responses wait for (from this node, or asked of the others), and every
     /// [`METER_INTERVAL`] sends the changed counts of the sessions this node handles to their
-    /// endpoints.
+    /// endpoints: a round of the data plane's slots that counted since the last
+    /// ([`sb_engine::policy::Policies::begin_usage_round`]), at most [`METER_BATCH`] of them
+    /// per call, so that its cost follows the sessions with traffic, not all, and no call
+    /// holds the control thread for long.
     pub fn meter(&mut self, dp: &mut crate::control::DataPlane) {
         let now = Instant::now();
         let at = self.start.elapsed();
         for (teid, u) in dp.take_final_usage() {
             self.finals.insert(teid, (pfcp_usage(u), now));
+            self.finals_order.push_back((now, teid));
         }
-        self.finals
-            .retain(|_, (_, when)| now.duration_since(*when) < FINAL_KEPT);
+        while let Some(&(when, teid)) = self.finals_order.front() {
+            if now.duration_since(when) < FINAL_KEPT {
+                break;
+            }
+            self.finals_order.pop_front();
+            if self.finals.get(&teid).is_some_and(|f| f.1 == when) {
+                self.finals.remove(&teid);
+            }
+        }
         self.queries
             .retain(|_, q| now.duration_since(q.asked) < FINAL_KEPT);
         // First buffered packets: to the endpoint that allocated the TEID (its top byte), or
@@ -1045,27 +1068,23 @@ impl Endpoint {
                 },
             );
         }
-        if now < self.next_meter {
+        if now >= self.next_meter {
+            self.next_meter = now + METER_INTERVAL;
+            dp.policies.begin_usage_round();
+            self.meter_left = 1;
+        }
+        if self.meter_left == 0 {
             return;
         }
-        self.next_meter = now + METER_INTERVAL;
         // The counts of the sessions this node handles that changed since the last round go to
         // their endpoints: this one's to its URRs, the others' as usage relays (to the
         // endpoint that allocated the TEID, its top byte; to every endpoint for a TEID the SMF
-        // chose). A session without traffic costs its endpoint nothing.
-        self.round = self.round.wrapping_add(1);
-        let round = self.round;
+        // chose). A session without traffic costs nothing.
         let mut counted = std::mem::take(&mut self.counted);
-        dp.counted_usages(&mut counted);
+        self.meter_left = dp.policies.changed_usages(&mut counted, METER_BATCH);
         let mut remote: HashMap<u8, Vec<MeterLine>> = HashMap::default();
         for &(teid, u) in &counted {
             let u = pfcp_usage(u);
-            let seen = self.pushed.entry(teid).or_insert((Usage::default(), round));
-            seen.1 = round;
-            if seen.0 == u {
-                continue;
-            }
-            seen.0 = u;
             let owner = (teid >> 24) as u8;
             if owner == self.me || !relaying {
                 let out = self.upf.usage(at, teid, u);
@@ -1079,7 +1098,6 @@ impl Endpoint {
             };
             remote.entry(to).or_default().push(usage_line(teid, u));
         }
-        self.pushed.retain(|_, (_, r)| *r == round);
         self.counted = counted;
         for (to, lines) in remote {
             self.send_meter(RelayKind::Usage, to, Meter { token: 0, lines });
