@@ -487,6 +487,14 @@ pub fn client_key(master: &[u8; 32], cluster_id: u64) -> [u8; 32] {
     derive(master, b"client", cluster_id, &[])
 }
 
+/// A name of the master secret that says nothing of it (HMAC is one-way): 16 hex digits,
+/// which each node publishes (`key_fingerprint` in its status) so that `cluster rotate-key`
+/// can see which nodes took a new secret.
+pub fn key_fingerprint(master: &[u8; 32]) -> String {
+    let d = derive(master, b"fingerprint", 0, &[]);
+    d[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The keys of one end of the protocol: a node's (a pair key per peer, derived from the
 /// master secret, and the client key) or a client's (the client key alone), with what binds
 /// a node's datagrams to the two ends' incarnations: its per-boot nonce, each peer's as
@@ -1306,6 +1314,24 @@ mod tests {
     use super::*;
 
     const KEY: [u8; 32] = [7; 32];
+
+    #[test]
+    fn a_key_fingerprint_names_the_master_and_no_derived_key() {
+        let (a, b) = (key_fingerprint(&KEY), key_fingerprint(&[8; 32]));
+        assert_eq!(a.len(), 16);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(a, key_fingerprint(&KEY));
+        assert_ne!(a, b);
+        // Not a prefix of a key the master gives: its label is its own.
+        let hex = |k: [u8; 32]| {
+            k[..8]
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<String>()
+        };
+        assert_ne!(a, hex(client_key(&KEY, 0)));
+        assert_ne!(a, hex(pair_key(&KEY, 0, 0, 1)));
+    }
 
     fn hdr(kind: Kind) -> Header {
         Header {

@@ -959,6 +959,8 @@ pub fn run(
             p.status = serde_json::to_value(node.status()).unwrap_or_default();
             // The state machine keeps no FIB map here (Tuning::fib_map): the FIB is the count.
             p.status["fib_entries"] = dp.installed().into();
+            // Which master secret this node seals with (`cluster rotate-key` waits for it).
+            p.status["key_fingerprint"] = sb_control::wire::key_fingerprint(&master.get()).into();
             if let (Some(e), Some(mem)) = (
                 &pfcp,
                 p.status.get_mut("memory").and_then(|v| v.as_object_mut()),

@@ -317,7 +317,9 @@ pub enum ClusterCmd {
     /// rewrites `control.json` and `client.json`. The running nodes read it within 250 ms
     /// and take it without restarting or losing any state (they seal with the old pair keys
     /// for 2 s more, so that all have the new one first, and accept them for 30 s); a client
-    /// with the old `client.json` (or a copy of its key) is refused from then on.
+    /// with the old `client.json` (or a copy of its key) is refused from then on. Waits (10 s
+    /// at most) until every running node's status names the new key (`key_fingerprint`),
+    /// and fails naming those that do not.
     RotateKey {
         /// Name prefix used with `up`.
         #[arg(long, default_value = "sb")]
@@ -354,6 +356,49 @@ pub fn rotate_key(dir: &Path) -> anyhow::Result<()> {
         .write(&dir.join(CONTROL_CLIENT_FILE))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
+}
+
+/// How long `cluster rotate-key` waits for the running nodes to take the new secret.
+const ROTATE_CONFIRM: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until every running node of the cluster in `dir` says (its counters file's
+/// `key_fingerprint`) it seals with the master secret `fingerprint` names; Ok with the nodes
+/// that are down (they read the file when they start), Err naming the running nodes that did
+/// not take it within `timeout`.
+fn confirm_key(
+    dir: &Path,
+    fingerprint: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<Vec<usize>> {
+    let d = load_cluster(dir)?;
+    let t0 = std::time::Instant::now();
+    loop {
+        let (mut down, mut behind) = (Vec::new(), Vec::new());
+        for n in &d.nodes {
+            let up = sb_topology::node_process(dir, n.index)?.is_some_and(|p| p.1);
+            if !up {
+                down.push(n.index);
+                continue;
+            }
+            let file = std::fs::read_to_string(sb_topology::forwarder_stats_path(dir, n.index))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .unwrap_or(serde_json::Value::Null);
+            if file["control"]["status"]["key_fingerprint"].as_str() != Some(fingerprint) {
+                behind.push(n.index);
+            }
+        }
+        if behind.is_empty() {
+            return Ok(down);
+        }
+        if t0.elapsed() >= timeout {
+            anyhow::bail!(
+                "node(s) {behind:?} still run on the old key {:.1} s after the rotation (their counters file's key_fingerprint is not {fingerprint}); the old client key is refused by the nodes that took the new one",
+                timeout.as_secs_f64()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// The command that runs node `node` of the cluster in `dir`.
@@ -821,11 +866,24 @@ pub fn run(cmd: ClusterCmd) -> anyhow::Result<()> {
         ClusterCmd::Status { name, dir, json } => status(&state_dir(dir, &name), json),
         ClusterCmd::RotateKey { name, dir } => {
             let dir = state_dir(dir, &name);
+            let t0 = std::time::Instant::now();
             rotate_key(&dir)?;
             println!(
-                "{}: new master secret in {CONTROL_SPEC_FILE} and client key in {CONTROL_CLIENT_FILE}; the nodes take it within {} ms, the old client key is refused from then on",
-                dir.display(),
-                sb_node::control::SPEC_POLL.as_millis()
+                "{}: new master secret in {CONTROL_SPEC_FILE} and client key in {CONTROL_CLIENT_FILE}",
+                dir.display()
+            );
+            let spec = sb_node::control::read_spec(&dir.join(CONTROL_SPEC_FILE))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let fp = sb_control::wire::key_fingerprint(&spec.key);
+            let down = confirm_key(&dir, &fp, ROTATE_CONFIRM)?;
+            println!(
+                "every running node took it within {:.1} s (key fingerprint {fp}); the old client key is refused from now on{}",
+                t0.elapsed().as_secs_f64(),
+                if down.is_empty() {
+                    String::new()
+                } else {
+                    format!("; node(s) {down:?} are down and read it when they start")
+                }
             );
             Ok(())
         }
