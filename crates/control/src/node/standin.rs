@@ -108,8 +108,11 @@ impl Node {
                 continue;
             }
             let gone = self.gone(o);
-            if gone && self.si.gone_at[oi].is_none() {
-                self.si.gone_at[oi] = Some(self.reps[oi].epoch);
+            if gone {
+                // The newest epoch of `o` seen while it is gone (a piece relayed meanwhile is
+                // of an epoch before its return, not of its return).
+                let e = self.reps[oi].epoch;
+                self.si.gone_at[oi] = Some(self.si.gone_at[oi].map_or(e, |g| g.max(e)));
             }
             let serving_again = !gone
                 && self.si.gone_at[oi]
