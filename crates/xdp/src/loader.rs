@@ -208,6 +208,16 @@ pub struct FastPath {
     enabled: bool,
 }
 
+/// Whether a map deletion failed only because the key was not there: aya reports that as the
+/// syscall's ENOENT (`bpf_map_delete_elem`), not as `KeyNotFound`, which is its lookups'.
+fn absent(e: &aya::maps::MapError) -> bool {
+    match e {
+        aya::maps::MapError::KeyNotFound => true,
+        aya::maps::MapError::SyscallError(s) => s.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
+}
+
 impl FastPath {
     /// Loads the object (every program through the verifier), sizes the maps for `gpt` (its
     /// fallback map for twice its fallback entries, at least 65536),
@@ -417,8 +427,8 @@ impl FastPath {
     /// Removes a FIB entry (absent: nothing to do).
     pub fn fib_remove(&mut self, key: &[u8; 16]) -> Result<(), XdpError> {
         match self.fib.remove(key) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(e.into()),
+            Err(e) if !absent(&e) => Err(e.into()),
+            _ => Ok(()),
         }
     }
 
@@ -430,8 +440,8 @@ impl FastPath {
     /// Removes an uplink entry (absent: nothing to do).
     pub fn uplink_remove(&mut self, teid: &[u8; 4]) -> Result<(), XdpError> {
         match self.uplink.remove(teid) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(e.into()),
+            Err(e) if !absent(&e) => Err(e.into()),
+            _ => Ok(()),
         }
     }
 

@@ -536,6 +536,27 @@ mod bpf {
         r.fp.set_stand_ins(&[]).unwrap();
     }
 
+    /// Removing an entry the maps do not hold is no error (aya reports the kernel's ENOENT for
+    /// it): the node's mirror removes a TEID whenever the table lacks it, held or not, and an
+    /// error turned the fast path off (pfcp_e2e on XDP found it).
+    #[test]
+    fn removing_an_absent_entry_is_not_an_error() {
+        if !may_run("XDP removals of absent entries") {
+            return;
+        }
+        let mut r = rig();
+        r.fp.fib_remove(&[0xee; 16]).unwrap();
+        r.fp.uplink_remove(&[0xee; 4]).unwrap();
+        // And a present one goes.
+        let t = r.ts.iter().find(|t| t.node == ME).unwrap().clone();
+        let (teid, _) = t.uplink_entry();
+        r.fp.uplink_remove(&teid).unwrap();
+        r.fp.uplink_remove(&teid).unwrap();
+        r.fp.fib_remove(&t.key()).unwrap();
+        r.fp.fib_remove(&t.key()).unwrap();
+        assert!(r.fp.enabled());
+    }
+
     #[test]
     fn uplink_matches_the_engine() {
         if !may_run("XDP uplink differential") {
