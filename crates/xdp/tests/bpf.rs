@@ -548,7 +548,7 @@ mod bpf {
         r.fp.fib_remove(&[0xee; 16]).unwrap();
         r.fp.uplink_remove(&[0xee; 4]).unwrap();
         // And a present one goes.
-        let t = r.ts.iter().find(|t| t.node == ME).unwrap().clone();
+        let t = *r.ts.iter().find(|t| t.node == ME).unwrap();
         let (teid, _) = t.uplink_entry();
         r.fp.uplink_remove(&teid).unwrap();
         r.fp.uplink_remove(&teid).unwrap();
