@@ -335,20 +335,31 @@ impl LiveSetSep {
             .collect()
     }
 
+    /// `v`'s redirect (itself when none is set: one flag load).
     #[inline(always)]
     fn redirected(&self, v: u16) -> u16 {
-        match self.redirect.get(v as usize) {
-            Some(r) => r.load(Relaxed),
-            None => v,
+        if self.redirecting.load(Acquire) {
+            self.target(v)
+        } else {
+            v
         }
     }
 
+    /// [`LiveSetSep::redirected`] over a batch (one flag load for it).
     #[inline(always)]
     fn redirect_all(&self, out: &mut [u16]) {
         if self.redirecting.load(Acquire) {
             for v in out {
-                *v = self.redirected(*v);
+                *v = self.target(*v);
             }
+        }
+    }
+
+    #[inline(always)]
+    fn target(&self, v: u16) -> u16 {
+        match self.redirect.get(v as usize) {
+            Some(r) => r.load(Relaxed),
+            None => v,
         }
     }
 

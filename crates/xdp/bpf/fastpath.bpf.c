@@ -578,16 +578,22 @@ int sb_inet(struct xdp_md *ctx)
         if (g < 0 || (__u32)g >= cfg->nodes)
             return slow(ctx, C_SLOW_GPT);
         to = g;
-        // A gone handler's stand-in (the engine's LiveSetSep redirects).
-        struct sb_node *gn = bpf_map_lookup_elem(&sb_nodes, &to);
-        if (gn && gn->stand_in) {
-            __u32 s = gn->stand_in - 1;
-            if (s >= cfg->nodes)
+    }
+    // The handler's sb_nodes entry, looked up once: its fabric MAC, and under ScaleBricks the
+    // node standing in for it while it is gone (as the engine's LiveSetSep redirects the
+    // GPT's answers; a node never stands in for itself, so the local case needs no lookup).
+    __u32 me = cfg->node, dst = to;
+    struct sb_node *nd = 0;
+    if (dst != me) {
+        nd = bpf_map_lookup_elem(&sb_nodes, &dst);
+        if (nd && nd->stand_in && cfg->arch == ARCH_SB) {
+            dst = nd->stand_in - 1;
+            if (dst >= cfg->nodes)
                 return slow(ctx, C_SLOW_GPT);
-            to = s;
+            nd = dst == me ? 0 : bpf_map_lookup_elem(&sb_nodes, &dst);
         }
     }
-    if (to == cfg->node) {
+    if (dst == me) {
         __u8 *v = bpf_map_lookup_elem(&sb_fib, key);
         if (!v)
             return slow(ctx, C_SLOW_FIB_MISS);
@@ -601,8 +607,6 @@ int sb_inet(struct xdp_md *ctx)
         return r;
     }
     // Another node looks it up: the fabric shim (kind Lookup, hops 1, ingress = this node).
-    __u32 me = cfg->node, dst = to;
-    struct sb_node *nd = bpf_map_lookup_elem(&sb_nodes, &dst);
     struct sb_node *ns = bpf_map_lookup_elem(&sb_nodes, &me);
     if (!nd || !ns)
         return slow(ctx, C_SLOW_OTHER);
