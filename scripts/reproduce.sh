@@ -48,39 +48,9 @@ BIN=$BINDIR/scalebricks-bench
 ROOT=0
 [ "$(id -u)" -eq 0 ] && ROOT=1
 
-# Step bookkeeping as in scripts/test.sh: `step NAME "what"` closes the step before it; the EXIT
-# trap closes the last one and prints the table, so a failing run still says where its time went.
-steps=()
-secs=()
-cur=""
-cur_start=0
-run_start=$(date +%s)
-step_end() {
-    if [ -n "$cur" ]; then
-        steps+=("$cur")
-        secs+=($(($(date +%s) - cur_start)))
-        cur=""
-    fi
-}
-step() {
-    step_end
-    cur=$1
-    cur_start=$(date +%s)
-    printf '\n==> %s\n' "$2" >&2
-}
-summary() {
-    local rc=$? failed=""
-    [ "$rc" -ne 0 ] && failed=$cur
-    step_end
-    printf '\n==> wall seconds per step\n'
-    local i
-    for i in "${!steps[@]}"; do
-        printf '%-10s %6s%s\n' "${steps[$i]}" "${secs[$i]}" \
-            "$([ "${steps[$i]}" = "$failed" ] && echo '  FAILED')"
-    done
-    printf '%-10s %6s%s\n' total $(($(date +%s) - run_start)) "$([ "$rc" -ne 0 ] && echo "  (exit $rc)")"
-}
-trap summary EXIT
+# Step bookkeeping as in scripts/test.sh (headings to stderr: stdout is the report's).
+STEPS_FD=2
+. scripts/steps.sh
 
 # Sizes per mode.
 if [ "$MODE" = full ]; then

@@ -36,39 +36,8 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 FUZZ_JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
 ONLY=${ONLY:-}
 
-# Step bookkeeping: `step NAME "what"` closes the step before it; the EXIT trap closes the last
-# one and prints the table, so a failing run still says where its time went.
-steps=()
-secs=()
-cur=""
-cur_start=0
-suite_start=$(date +%s)
-step_end() {
-    if [ -n "$cur" ]; then
-        steps+=("$cur")
-        secs+=($(($(date +%s) - cur_start)))
-        cur=""
-    fi
-}
-step() {
-    step_end
-    cur=$1
-    cur_start=$(date +%s)
-    printf '\n==> %s\n' "$2"
-}
-summary() {
-    local rc=$? failed=""
-    [ "$rc" -ne 0 ] && failed=$cur
-    step_end
-    printf '\n==> wall seconds per step\n'
-    local i
-    for i in "${!steps[@]}"; do
-        printf '%-10s %6s%s\n' "${steps[$i]}" "${secs[$i]}" \
-            "$([ "${steps[$i]}" = "$failed" ] && echo '  FAILED')"
-    done
-    printf '%-10s %6s%s\n' total $(($(date +%s) - suite_start)) "$([ "$rc" -ne 0 ] && echo "  (exit $rc)")"
-}
-trap summary EXIT
+# Step bookkeeping (`step NAME "what"`, the table of seconds per step at exit).
+. scripts/steps.sh
 # want NAME: whether ONLY (empty: everything) names this step.
 want() { [ -z "$ONLY" ] || [[ " ${ONLY//,/ } " == *" $1 "* ]]; }
 for s in ${ONLY//,/ }; do
