@@ -71,6 +71,18 @@ fn traffic(c: &Cluster, sw: &str, nf: &str, known: usize, unknown: usize) -> Val
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out:?}: {e}"))
 }
 
+/// `cluster up --arch tea --nf nf` on 2 nodes with the tests' 4000 flows and seed; its output.
+fn tea_up(c: &Cluster, nf: &str) -> String {
+    let o = c.up_with(
+        2,
+        "none",
+        &[
+            "--arch", "tea", "--nf", nf, "--flows", "4000", "--seed", "7",
+        ],
+    );
+    ok(&o, "cluster up --arch tea")
+}
+
 /// Brings up a 2-node TEA cluster running `nf`, sends the traffic, checks it and the
 /// counters, takes the cluster down.
 fn run_nf(test: &str, nf: &str) {
@@ -79,14 +91,7 @@ fn run_nf(test: &str, nf: &str) {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
-    let o = c.up_with(
-        2,
-        "none",
-        &[
-            "--arch", "tea", "--nf", nf, "--flows", "4000", "--seed", "7",
-        ],
-    );
-    let up = ok(&o, "cluster up --arch tea");
+    let up = tea_up(&c, nf);
     assert!(up.contains("TEA switch running"), "{up}");
     let desc = c.description();
     let sw = desc["switch"]["netns"].as_str().unwrap().to_string();
@@ -192,14 +197,7 @@ fn tea_nat_serves_a_killed_servers_keys_from_the_secondary() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::new();
-    let o = c.up_with(
-        2,
-        "none",
-        &[
-            "--arch", "tea", "--nf", "nat", "--flows", "4000", "--seed", "7",
-        ],
-    );
-    ok(&o, "cluster up --arch tea");
+    tea_up(&c, "nat");
     let sw = c.description()["switch"]["netns"]
         .as_str()
         .unwrap()
