@@ -21,7 +21,10 @@
 //! # Bytes on the fabric
 //! A read request carries the whole packet and the response brings it back with the bucket
 //! (Figure 5b): `128 + B + 2P` bytes per read round for a `P`-byte packet and `B`-byte buckets
-//! (Ethernet, IPv4, UDP and the RoCE-like headers both ways; [`switch`] has the details). The
+//! (Ethernet, IPv4, UDP and the RoCE-like headers both ways; [`switch`] has the details). These
+//! figures are computed from the wire format, not measured; the switch counts the UDP payload
+//! it sends and receives (`fabric_payload_bytes`, without the 84 bytes of Ethernet, IPv4 and
+//! UDP headers per round). The
 //! buckets (4 slots, a 20-byte header, padded to 8): NAT and LB (13-byte keys, 8-byte values)
 //! `B` = 104, firewall (4-byte values) 88, VPN (8-byte keys, 10-byte values) 96. So a 64-byte
 //! packet costs 360 bytes per round on the switch-server link (NAT, LB), 344 (firewall), 352
