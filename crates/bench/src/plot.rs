@@ -768,13 +768,7 @@ fn draw_throughput_into(
                 .map(|&(x, y)| Circle::new((x, y), 4, c.filled())),
         )?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 16))
-        .position(SeriesLabelPosition::LowerLeft)
-        .draw()?;
+    legend(&mut chart, 16, SeriesLabelPosition::LowerLeft)?;
     root.present()?;
     Ok(())
 }
@@ -861,13 +855,7 @@ fn draw_latency_into(buf: &mut [u8], pts: &[LatencyPoint]) -> DrawResult<()> {
             .label(label)
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 16))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
+    legend(&mut chart, 16, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
 }
@@ -1064,12 +1052,7 @@ fn draw_tea_fig8(buf: &mut [u8], f: &Value) -> DrawResult<()> {
         .label("raw read, no packet (p50)")
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], red.stroke_width(2)));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    legend(&mut c, 14, SeriesLabelPosition::UpperRight)?;
     let rate: Vec<(f64, f64)> = rows
         .iter()
         .enumerate()
@@ -1173,12 +1156,7 @@ fn draw_tea_fig9(buf: &mut [u8], f: &Value) -> DrawResult<()> {
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], col.stroke_width(2)));
         c.draw_series(pts.iter().map(|&p| Circle::new(p, 4, col.filled())))?;
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .position(SeriesLabelPosition::LowerLeft)
-        .draw()?;
+    legend(&mut c, 13, SeriesLabelPosition::LowerLeft)?;
     // (b)
     let mut ns: Vec<u64> = rows.iter().map(|r| num(r, "servers") as u64).collect();
     ns.sort_unstable();
@@ -1235,12 +1213,7 @@ fn draw_tea_fig9(buf: &mut [u8], f: &Value) -> DrawResult<()> {
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
         c.draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))?;
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()?;
+    legend(&mut c, 13, SeriesLabelPosition::LowerRight)?;
     root.present()?;
     Ok(())
 }
@@ -1325,12 +1298,7 @@ fn draw_tea_fig10(buf: &mut [u8], f: &Value) -> DrawResult<()> {
             ("sans-serif", 14).into_font().color(&grey),
         )))?;
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::LowerLeft)
-        .draw()?;
+    legend(&mut c, 15, SeriesLabelPosition::LowerLeft)?;
     root.present()?;
     Ok(())
 }
@@ -1451,14 +1419,28 @@ fn draw_lines_into(buf: &mut [u8], spec: &LineSpec) -> DrawResult<()> {
             )?;
         }
     }
+    legend(&mut chart, 15, SeriesLabelPosition::UpperLeft)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The charts' legend box: white, framed, `font`-point labels at `pos`.
+fn legend<'a, DB: plotters::prelude::DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut plotters::chart::ChartContext<'a, DB, CT>,
+    font: u32,
+    pos: plotters::chart::SeriesLabelPosition,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    use plotters::prelude::*;
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", font))
+        .position(pos)
         .draw()?;
-    root.present()?;
     Ok(())
 }
 
