@@ -114,8 +114,11 @@
 //! its group led by another replica (it was cut off or down) is fenced ([`Node::fenced`]) and
 //! restarted from its log by its driver; a leader that is not the home hands the leadership
 //! back once the home has caught up. Not yet: a non-home leader does not serve the range's
-//! updates (they wait for the home, as without replication), and a wiped log cannot rejoin
-//! (it would need a new replica id and a fresh epoch). While a home is gone, the flows of its
+//! updates (they wait for the home, as without replication). A node whose log was lost
+//! rejoins: its peers tell it the epoch they know of it (message type 17) and it starts one
+//! above; its groups withhold their votes until they follow a leader again and get the range's
+//! state from it (the `rejoin` module of `node`, which says what is left: it keeps its
+//! replica id). While a home is gone, the flows of its
 //! range that it handled are served by a *stand-in*, the first live replica of the range: it
 //! installs them from its replica of the RIB, and every node's data plane sends the GPT's
 //! answers naming the gone node there ([`Event::StandIns`]; the `standin` module of `node`).
@@ -179,6 +182,7 @@
 //! | 14 | heartbeat | the sender's clock u64, the last clock value the receiver sent it u64, length u8 (at most 32), bitmap of the nodes the sender heard within [`Tuning::lease`] (failure detection) |
 //! | 15 | relay request | the gone owner u16: the sender lacks its piece or its FIB slice of the owner's range |
 //! | 16 | relay | the gone owner u16, the owner's epoch u32, its last delta in the piece u64, total length u32, index u32, count u32, bytes of: slice included u8, piece length u32, piece, count u32, (key, FIB value) at the cluster's widths each |
+//! | 17 | epoch taken | the receiver's epoch the sender knows u32: the answer to a hello refused as `stale_epoch` or `epoch_reused` (a lost log); its tag binds that hello's nonce as the receiver's (the `rejoin` module of `node`) |
 //!
 //! A receiver checks the length, magic, version, cluster id, receiver, tag (with its sender's
 //! key and the nonces of both incarnations as it knows them) and the type against that key
@@ -197,7 +201,9 @@
 //! as empty (its initial flows were not all durable). With replication ([`Tuning::replicas`]
 //! above 1) records 2 to 4 are the data of the range's Raft entries instead, and the node's
 //! log holds its epoch and, per group it is a replica of, records 5 (entries), 6 (hard state)
-//! and 7 (snapshot) ([`replica::storage`]).
+//! and 7 (snapshot) ([`replica::storage`]). A node whose log was lost ([`Node::mark_log_lost`],
+//! [`Node::rejoin_records`]) also writes record 8 (its log was lost: its groups withhold their
+//! votes) and, per group that followed a leader again since, record 9 (the range u32).
 //!
 //! [`Node::checkpoint`] gives, at a quiet moment (serving, no batch in flight, every event
 //! taken), the records that replace the log so far: the epoch, then the range's RIB as records
@@ -659,6 +665,11 @@ pub struct Status {
     /// Flows this node installed to stand in for gone nodes (their own range's flows that
     /// they handled; the `standin` module of `node`).
     pub stand_in_flows: u64,
+    /// Some range's group at this node withholds its votes: its log was lost and it has not
+    /// followed a leader since (the `rejoin` module of `node`).
+    pub rejoining: bool,
+    /// Vote requests this incarnation's groups ignored while withholding.
+    pub votes_withheld: u64,
     /// Flows moved off a gone node and not given back (yet).
     pub moved_away: usize,
     /// Bytes by structure.

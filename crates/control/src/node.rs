@@ -10,6 +10,7 @@ use crate::replica::{replicas_of, transport};
 mod checkpoint;
 mod failover;
 mod liveness;
+mod rejoin;
 mod relay;
 mod replication;
 mod standin;
@@ -483,6 +484,12 @@ pub struct Node {
     fo: failover::Failover,
     /// Standing in for gone nodes' own flows ([`standin`]).
     si: standin::StandIns,
+    /// This node's log was lost once ([`rejoin`]); by range, its group followed a leader since.
+    lost: bool,
+    caught: Vec<bool>,
+    /// A peer knows this epoch of this node, not below ours: the log is replaced and the node
+    /// restarted ([`Node::rejoin_records`]).
+    rejoin_epoch: Option<u32>,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -576,7 +583,7 @@ impl Node {
                 }
                 raft_recs.entry(g).or_default().push(rec);
             } else {
-                if replicated && r.first() != Some(&1) {
+                if replicated && !record::is_node_record(&r) {
                     return Err(bad("an unreplicated range's record with replication"));
                 }
                 plain.push(r);
@@ -589,10 +596,20 @@ impl Node {
         let mut base_done = false;
         let mut changes: Vec<Update> = Vec::new();
         let mut change_seq = 0u64;
+        // The log was lost once (a rejoin): the groups that have not followed a leader since.
+        let mut lost = false;
+        let mut caught = std::collections::BTreeSet::new();
         for (index, r) in recovered.iter().enumerate() {
             let bad = |reason| ControlError::BadRecord { index, reason };
             match record::decode(r).map_err(bad)? {
                 Record::Epoch(e) => last_epoch = last_epoch.max(e),
+                Record::Lost => {
+                    lost = true;
+                    caught.clear();
+                }
+                Record::Caught(g) => {
+                    caught.insert(g);
+                }
                 Record::Base(f) if !base_done => base.extend(f),
                 Record::Base(_) => return Err(bad("initial flows after their end")),
                 Record::BaseEnd => base_done = true,
@@ -716,10 +733,13 @@ impl Node {
                     .map_err(|reason| ControlError::BadRecord { index: 0, reason });
                     snap?;
                 }
-                let grp = Group::new(g as u32, voters, me, store, timing, splitmix(&mut salt))
+                let mut grp = Group::new(g as u32, voters, me, store, timing, splitmix(&mut salt))
                     .map_err(|_| {
                         ControlError::BadTuning("raft refuses the group's configuration")
                     })?;
+                if lost && !caught.contains(&(g as u32)) {
+                    grp.withhold_votes();
+                }
                 groups[g as usize] = Some(grp);
                 gstates[g as usize] = Some(st);
             }
@@ -837,6 +857,9 @@ impl Node {
             relay: (0..n).map(|_| Default::default()).collect(),
             fo: Default::default(),
             si: Default::default(),
+            lost,
+            caught: (0..n as u32).map(|g| caught.contains(&g)).collect(),
+            rejoin_epoch: None,
             spec,
             tuning,
         };
@@ -879,7 +902,16 @@ impl Node {
                     return self.drop_msg("wrong_peer");
                 }
                 let pi = p as usize;
+                if let Body::EpochTaken { known } = body {
+                    // Bound to this incarnation's nonce (checked by the tag): a peer refused
+                    // our hello ([`rejoin`]).
+                    return self.on_epoch_taken(p, known);
+                }
                 if h.sender_epoch == 0 || h.sender_epoch < self.peers[pi].epoch {
+                    if let Body::Hello { nonce } = body {
+                        // An incarnation older than one we know: a lost or rolled back log.
+                        self.refuse_hello(p, nonce);
+                    }
                     return self.drop_msg("stale_epoch");
                 }
                 if let Body::Hello { nonce } | Body::HelloAck { nonce } = body {
@@ -889,6 +921,9 @@ impl Node {
                     if h.sender_epoch == self.peers[pi].epoch && known != 0 && nonce != known {
                         // Its epoch again with another nonce: a log lost or rolled back, or
                         // the hello of an incarnation before it.
+                        if h.kind == Kind::Hello {
+                            self.refuse_hello(p, nonce);
+                        }
                         return self.drop_msg("epoch_reused");
                     }
                     if h.sender_epoch > self.peers[pi].epoch || known == 0 {
@@ -928,6 +963,7 @@ impl Node {
             for g in self.groups.iter_mut().flatten() {
                 g.tick();
             }
+            self.note_caught_up();
             let t = self.tuning.raft_tick.max(1);
             self.next_tick = if now - self.next_tick > 8 * t {
                 now + t
@@ -1469,6 +1505,8 @@ impl Node {
             flows_given_back: self.fo.given_back,
             moves_pending: self.fo.pending(),
             stand_in_flows: self.si.installed,
+            rejoining: self.rejoining(),
+            votes_withheld: self.groups.iter().flatten().map(|g| g.withheld()).sum(),
             moved_away: self.fo.moved.len(),
             memory: {
                 let tr = self.table.rib_bytes();
@@ -1532,6 +1570,23 @@ impl Node {
         self.transmits.push_back((Peer::Node(to), bytes));
     }
 
+    /// [`Node::send`] of a datagram whose tag binds `nonce` as the receiver's (an answer to
+    /// that incarnation's hello, [`Body::EpochTaken`]).
+    fn send_to_nonce(&mut self, to: NodeId, msg_id: u64, body: Body, nonce: u64) {
+        let h = Header {
+            kind: body.kind(),
+            sender: self.me,
+            receiver: to,
+            cluster_id: self.spec.cluster_id,
+            sender_epoch: self.epoch,
+            receiver_epoch: self.peers[to as usize].epoch,
+            msg_id,
+            counter: self.keys.next_counter(to),
+        };
+        let bytes = self.keys.seal_to_nonce(&h, &body, nonce);
+        self.transmits.push_back((Peer::Node(to), bytes));
+    }
+
     fn send_client(&mut self, addr: SocketAddr, msg_id: u64, body: Body) -> Vec<u8> {
         let h = Header {
             kind: body.kind(),
@@ -1564,6 +1619,9 @@ impl Node {
     fn on_peer_epoch(&mut self, p: NodeId, e: u32) {
         let pi = p as usize;
         self.reasm.forget(p);
+        for g in self.groups.iter_mut().flatten() {
+            g.peer_restarted(p);
+        }
         self.peers[pi].epoch = e;
         self.peers[pi].knows_me = false;
         self.peers[pi].hello_rto = self.tuning.rto;
@@ -1987,7 +2045,9 @@ impl Node {
                 count,
                 data,
             } => self.on_relay(p, owner, epoch, seq, total_len, index, count, data),
-            Body::ClientRequest { .. } | Body::ClientReply(_) => self.drop_msg("unexpected"),
+            Body::ClientRequest { .. } | Body::ClientReply(_) | Body::EpochTaken { .. } => {
+                self.drop_msg("unexpected")
+            }
         }
     }
 

@@ -9,7 +9,14 @@ pub(crate) enum Record {
     Epoch(u32),
     Base(Vec<Flow>),
     BaseEnd,
-    Changes { first: u64, updates: Vec<Update> },
+    Changes {
+        first: u64,
+        updates: Vec<Update>,
+    },
+    /// The log was lost before this record: its Raft groups' votes are forgotten.
+    Lost,
+    /// Range `g`'s group at this node followed a leader again after [`Record::Lost`].
+    Caught(u32),
 }
 
 /// Initial flows per base record at most (keeps records under about 1 MB).
@@ -36,6 +43,22 @@ pub(crate) fn base(flows: &[(&[u8], NodeId, &[u8])]) -> Vec<u8> {
 
 pub(crate) fn base_end() -> Vec<u8> {
     vec![3]
+}
+
+pub(crate) fn lost() -> Vec<u8> {
+    vec![8]
+}
+
+pub(crate) fn caught(g: u32) -> Vec<u8> {
+    let mut r = vec![9];
+    r.extend_from_slice(&g.to_le_bytes());
+    r
+}
+
+/// Whether a record is one of those a replicated node's log holds besides Raft's: the epoch
+/// and the lost-log marks (types 5 to 7 are Raft's: `replica::storage`).
+pub(crate) fn is_node_record(r: &[u8]) -> bool {
+    matches!(r.first(), Some(1 | 8 | 9))
 }
 
 pub(crate) fn changes<'a>(
@@ -123,6 +146,8 @@ pub(crate) fn decode(b: &[u8]) -> Result<Record, &'static str> {
             }
             Record::Changes { first, updates }
         }
+        8 => Record::Lost,
+        9 => Record::Caught(r.u32()?),
         _ => return Err("unknown record type"),
     };
     if !r.0.is_empty() {
@@ -156,6 +181,8 @@ mod tests {
                 }]),
             ),
             (base_end(), Record::BaseEnd),
+            (lost(), Record::Lost),
+            (caught(3), Record::Caught(3)),
             (
                 changes(9, [u.clone()].iter()),
                 Record::Changes {

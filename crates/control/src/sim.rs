@@ -180,6 +180,10 @@ pub struct Sim {
     cut: BTreeSet<(NodeId, NodeId)>,
     /// Restarts of owners that lost their range's leadership ([`Node::fenced`]).
     pub fenced_restarts: u64,
+    /// Nodes restarted with their log lost ([`Sim::wipe`]).
+    pub wipes: u64,
+    /// Restarts of wiped nodes in the epoch their peers told them ([`Node::rejoin_records`]).
+    pub rejoins: u64,
     /// Logs replaced by their node's checkpoint ([`SimConfig::checkpoint_permille`]).
     pub checkpoints: u64,
     /// Updates rejected because their new handler was declared down.
@@ -274,6 +278,8 @@ impl Sim {
             replays: 0,
             cut: BTreeSet::new(),
             fenced_restarts: 0,
+            wipes: 0,
+            rejoins: 0,
             checkpoints: 0,
             handler_down: 0,
             flows_moved: 0,
@@ -425,6 +431,21 @@ impl Sim {
     /// Restarts node `i` from its log.
     pub fn restart(&mut self, i: NodeId) {
         self.start_node(i);
+    }
+
+    /// Kills node `i` and restarts it with its log lost (an empty disk): the driver tells the
+    /// node ([`Node::mark_log_lost`]).
+    pub fn wipe(&mut self, i: NodeId) {
+        let ii = i as usize;
+        self.kill(i);
+        self.committed[ii].clear();
+        self.uncommitted[ii].clear();
+        self.wipes += 1;
+        self.start_node(i);
+        if let Some(n) = self.nodes[ii].as_mut() {
+            n.mark_log_lost();
+        }
+        self.pump(i);
     }
 
     /// Cuts the link from `a` to `b` (and from `b` to `a` if `symmetric`): datagrams are
@@ -733,9 +754,19 @@ impl Sim {
         }
         for i in 0..self.spec.nodes {
             if self.nodes[i as usize].as_ref().is_some_and(|n| n.fenced()) {
-                // The owner lost its range's leadership: restarted from its log.
+                let rejoin = self.nodes[i as usize]
+                    .as_ref()
+                    .and_then(|n| n.rejoin_records());
+                // The owner lost its range's leadership: restarted from its log; or a peer
+                // knows a newer epoch of it (its log was lost): restarted from the log the
+                // node gives.
                 self.fenced_restarts += 1;
                 self.kill(i);
+                if let Some(recs) = rejoin {
+                    self.rejoins += 1;
+                    self.committed[i as usize] = recs;
+                    self.uncommitted[i as usize].clear();
+                }
                 self.restart(i);
             }
         }

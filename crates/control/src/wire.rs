@@ -120,6 +120,9 @@ pub enum Kind {
     RelayRequest = 15,
     /// A chunk of a replica's answer for a gone owner ([`Body::Relay`]).
     Relay = 16,
+    /// A node refused a hello whose epoch is not above the one it knows of its sender (a
+    /// lost log): the epoch it knows ([`Body::EpochTaken`]).
+    EpochTaken = 17,
 }
 
 impl Kind {
@@ -142,6 +145,7 @@ impl Kind {
             14 => Heartbeat,
             15 => RelayRequest,
             16 => Relay,
+            17 => EpochTaken,
             _ => return None,
         })
     }
@@ -315,6 +319,13 @@ pub enum Body {
     /// [`Kind::RelayRequest`]: the sender restarted while `owner` is gone (failure detection)
     /// and lacks its piece or its FIB slice: a replica of the owner's range answers with
     /// [`Body::Relay`] chunks.
+    /// [`Kind::EpochTaken`]: the epoch of the receiver that the sender knows, not below the
+    /// one of the receiver's hello it answers. Its tag binds that hello's nonce as the
+    /// receiver's (as a hello ack does), so only the incarnation that sent it takes it.
+    EpochTaken {
+        /// The receiver's epoch the sender knows.
+        known: u32,
+    },
     RelayRequest {
         /// The gone owner.
         owner: u16,
@@ -362,6 +373,7 @@ impl Body {
             Body::Raft { .. } => Kind::Raft,
             Body::Heartbeat { .. } => Kind::Heartbeat,
             Body::RelayRequest { .. } => Kind::RelayRequest,
+            Body::EpochTaken { .. } => Kind::EpochTaken,
             Body::Relay { .. } => Kind::Relay,
         }
     }
@@ -759,7 +771,7 @@ impl Keys {
         };
         match Kind::from_u8(kind) {
             Some(Kind::Hello) => (0, 0),
-            Some(Kind::HelloAck) => (0, receiver),
+            Some(Kind::HelloAck | Kind::EpochTaken) => (0, receiver),
             _ => (sender, receiver),
         }
     }
@@ -769,6 +781,10 @@ impl Keys {
     /// rotation (as [`Keys::expire`] last saw the time), with the previous master's pair key. Panics if there is none, or if the
     /// client key would sign a type it may not carry: the callers are this crate's.
     pub fn seal(&self, h: &Header, body: &Body) -> Vec<u8> {
+        self.seal_binding(h, body, None)
+    }
+
+    fn seal_binding(&self, h: &Header, body: &Body, receiver_nonce: Option<u64>) -> Vec<u8> {
         let (mut key, client) = self.with(h.receiver).expect("a key for the receiver");
         if let Some(p) = self.previous.as_ref().filter(|p| !client && p.sealing) {
             key = &p.pair[h.receiver as usize];
@@ -780,8 +796,19 @@ impl Keys {
             h.sender,
             h.receiver
         );
-        let nonces = self.nonces(body.kind() as u8, h.receiver, client, true);
-        encode_with(key.clone(), nonces, h, body)
+        let (sender, receiver) = self.nonces(body.kind() as u8, h.receiver, client, true);
+        encode_with(
+            key.clone(),
+            (sender, receiver_nonce.unwrap_or(receiver)),
+            h,
+            body,
+        )
+    }
+
+    /// [`Keys::seal`] of a datagram whose tag binds `nonce` as the receiver's instead of the
+    /// one this end knows of it (an answer to a hello this end refused: [`Body::EpochTaken`]).
+    pub fn seal_to_nonce(&self, h: &Header, body: &Body, nonce: u64) -> Vec<u8> {
+        self.seal_binding(h, body, Some(nonce))
     }
 
     /// Checks and decodes a datagram for this end: length, magic, version, cluster id,
@@ -989,6 +1016,7 @@ fn encode_with(mac: HmacSha256, nonces: Nonces, h: &Header, body: &Body) -> Vec<
             out.extend_from_slice(data);
         }
         Body::RelayRequest { owner } => out.extend_from_slice(&owner.to_le_bytes()),
+        Body::EpochTaken { known } => out.extend_from_slice(&known.to_le_bytes()),
         Body::Relay {
             owner,
             epoch,
@@ -1250,6 +1278,7 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
             }
         }
         Kind::RelayRequest => Body::RelayRequest { owner: r.u16()? },
+        Kind::EpochTaken => Body::EpochTaken { known: r.u32()? },
         Kind::Relay => {
             let owner = r.u16()?;
             let epoch = r.u32()?;
@@ -1417,6 +1446,7 @@ mod tests {
                 hears: vec![0b1011],
             },
             Body::RelayRequest { owner: 4 },
+            Body::EpochTaken { known: 9 },
             Body::Relay {
                 owner: 4,
                 epoch: 2,

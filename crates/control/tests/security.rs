@@ -473,7 +473,9 @@ fn a_datagram_replayed_to_its_receiver_is_refused_by_the_replay_window() {
 /// A node whose log was wiped comes back in its old epoch (1): a datagram captured on its
 /// way to its earlier incarnation is refused by the tag (it binds the receiver's per-boot
 /// nonce), where the epoch compare alone took it; and its hello, of an epoch its peers
-/// know with another nonce, is refused (`epoch_reused`).
+/// know with another nonce, is refused (`epoch_reused`) and answered with the epoch it
+/// knows (`EpochTaken`, bound to that hello's nonce): another incarnation refuses the answer
+/// by its tag; the one it answers restarts one epoch above.
 #[test]
 fn a_datagram_of_an_earlier_incarnation_is_refused_even_with_its_epoch_reused() {
     let mut m = Mini::new();
@@ -517,6 +519,29 @@ fn a_datagram_of_an_earlier_incarnation_is_refused_even_with_its_epoch_reused() 
     assert!(!hellos.is_empty());
     m.deliver(0, Peer::Node(1), &hellos[0].1);
     assert_eq!(m.nodes[0].status().dropped.get("epoch_reused"), Some(&1));
+    // Node 0 answers with the epoch it knows (the rejoin), bound to that hello's nonce.
+    let taken: Vec<_> = std::iter::from_fn(|| m.nodes[0].poll_transmit())
+        .filter(|(to, d)| {
+            *to == Peer::Node(1)
+                && matches!(wire::peek(11, d), Ok((_, Body::EpochTaken { known })) if known == old_epoch)
+        })
+        .map(|x| x.1)
+        .collect();
+    assert_eq!(taken.len(), 1, "one EpochTaken for the refused hello");
+    // Another incarnation of node 1 (say, one the answer was captured for) refuses it by its
+    // tag, and is not stopped by it.
+    let mut other = start(&m.spec, 1, Vec::new(), m.now, 78);
+    while other.poll_event().is_some() {}
+    other.persisted(m.now);
+    other.handle(m.now + 1, Peer::Node(0), &taken[0]);
+    assert_eq!(other.status().dropped.get("bad_tag"), Some(&1));
+    assert!(!other.fenced() && other.rejoin_records().is_none());
+    // The incarnation whose hello it answers stops and rejoins above the epoch node 0 knows.
+    m.deliver(1, Peer::Node(0), &taken[0]);
+    assert!(m.nodes[1].fenced());
+    let log = m.nodes[1].rejoin_records().expect("rejoin records");
+    let n1 = start(&m.spec, 1, log, m.now, 79);
+    assert_eq!(n1.epoch(), old_epoch + 1);
 }
 
 /// `cluster rotate-key`: the nodes take a new master secret (not all at once) without

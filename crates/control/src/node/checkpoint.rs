@@ -37,6 +37,8 @@ impl Node {
             || self.batch.is_some()
             || !self.pending.is_empty()
             || !self.events.is_empty()
+            // A lost log's mark stays until every group followed a leader again.
+            || self.rejoining()
         {
             return None;
         }

@@ -208,8 +208,10 @@ impl Node {
         }
     }
 
-    /// Whether this owner lost its range's leadership to another replica (with replication):
-    /// it handles nothing more; the driver restarts it from its log.
+    /// Whether this owner lost its range's leadership to another replica (with replication),
+    /// or a peer knows a newer epoch of this node (its log was lost): it handles nothing
+    /// more; the driver restarts it from its log, first replaced by [`Node::rejoin_records`]
+    /// where there are some.
     pub fn fenced(&self) -> bool {
         self.fenced
     }

@@ -57,6 +57,11 @@ pub struct Group {
     last_persist: u64,
     /// Applied by the state machine.
     applied: u64,
+    /// This replica's log was lost ([`Group::withhold_votes`]): no vote, no campaign until it
+    /// followed a leader and applied what that leader committed.
+    withhold: bool,
+    /// Vote requests (and leadership hand-overs) ignored while withholding.
+    withheld: u64,
 }
 
 fn logger() -> slog::Logger {
@@ -107,7 +112,45 @@ impl Group {
             held: VecDeque::new(),
             last_persist: 0,
             applied,
+            withhold: false,
+            withheld: 0,
         })
+    }
+
+    /// This replica lost its log (a wiped or replaced disk): the votes it gave before are
+    /// forgotten, so giving another in the same term could elect two leaders. Until it has
+    /// heard a leader and applied every entry that leader told it committed, it neither votes
+    /// (vote and pre-vote requests are ignored) nor campaigns (its clock does not run; a
+    /// leadership hand-over is ignored). Then it is an ordinary follower: raft-rs grants no
+    /// vote in a term whose leader it knows, and it knows the terms up to its leader's. (The
+    /// complete answer, a membership change to a new replica id, is not done; the module
+    /// documentation of `node` says what is left.)
+    pub fn withhold_votes(&mut self) {
+        self.withhold = true;
+    }
+
+    /// Whether this replica still withholds its votes ([`Group::withhold_votes`]).
+    pub fn withholding(&self) -> bool {
+        self.withhold
+    }
+
+    /// Vote requests and hand-overs ignored while withholding.
+    pub fn withheld(&self) -> u64 {
+        self.withheld
+    }
+
+    /// Ends the withholding once this replica follows a leader with every committed entry it
+    /// knows applied. (A group that never committed anything, one whose replicas all crashed
+    /// during the cluster's first start, goes on with its leader's first heartbeat.)
+    fn check_caught_up(&mut self) {
+        let r = &self.raw.raft;
+        if self.withhold
+            && r.leader_id != raft::INVALID_ID
+            && r.leader_id != r.id
+            && r.raft_log.applied >= r.raft_log.committed
+        {
+            self.withhold = false;
+        }
     }
 
     /// The range's home: the replica that leads when it can.
@@ -118,8 +161,10 @@ impl Group {
     /// One tick of the group's clock. A leader other than the home hands the leadership to
     /// the home once the home's log has caught up with its own.
     pub fn tick(&mut self) {
-        // No campaign while a snapshot is not yet applied in raft (see `step`).
-        if !self.restoring() {
+        self.check_caught_up();
+        // No campaign while a snapshot is not yet applied in raft (see `step`), nor while
+        // this replica withholds its votes.
+        if !self.restoring() && !self.withhold {
             self.raw.tick();
         }
         let home = self.home();
@@ -137,12 +182,49 @@ impl Group {
         }
     }
 
+    /// Peer `p` started again (a new epoch): a leader forgets what it knew `p`'s log to hold
+    /// and probes it from its own last entry. raft-rs takes a follower's acknowledged entries
+    /// to be kept forever; one whose log was lost would be told a commit index past its last
+    /// entry (which raft-rs takes for a broken log) and its refusals of the appends after its
+    /// old match would be ignored as stale. A restarted follower with its log intact answers
+    /// the probe at once.
+    pub fn peer_restarted(&mut self, p: NodeId) {
+        if !self.is_leader() || p == self.me {
+            return;
+        }
+        let last = self.raw.raft.raft_log.last_index();
+        if let Some(pr) = self.raw.raft.mut_prs().get_mut(raft_id(p)) {
+            pr.become_probe();
+            pr.matched = 0;
+            pr.next_idx = last + 1;
+        }
+    }
+
     /// Steps a message from a peer (checked by [`super::transport::accept`]).
     pub fn step(&mut self, m: Message) {
         // A campaign reads the entries after raft's applied index, which a snapshot just
         // taken into the store (applied in raft once durable: `release`) no longer holds:
         // the leader's leadership transfer waits (it is asked again).
         if self.restoring() && m.get_msg_type() == MessageType::MsgTimeoutNow {
+            return;
+        }
+        // A commit index past this replica's last entry: a leader that has not yet learnt that
+        // this replica lost its log (`peer_restarted`). Ignored (raft-rs would abort).
+        if m.get_msg_type() == MessageType::MsgHeartbeat
+            && m.commit > self.raw.raft.raft_log.last_index()
+        {
+            self.withheld += 1;
+            return;
+        }
+        if self.withhold
+            && matches!(
+                m.get_msg_type(),
+                MessageType::MsgRequestVote
+                    | MessageType::MsgRequestPreVote
+                    | MessageType::MsgTimeoutNow
+            )
+        {
+            self.withheld += 1;
             return;
         }
         // An error is a message raft ignores (of another term, from an unknown peer).

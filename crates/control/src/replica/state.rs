@@ -82,7 +82,9 @@ impl RangeState {
                     }
                 }
             }
-            Record::Epoch(_) => return Err("an epoch record in a range's log"),
+            Record::Epoch(_) | Record::Lost | Record::Caught(_) => {
+                return Err("a node's record in a range's log")
+            }
         }
         Ok(())
     }
