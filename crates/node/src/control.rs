@@ -692,6 +692,11 @@ pub fn run(
             recovery.torn_tail_bytes
         ));
     }
+    // An empty log where `cluster up` left no first-start mark: the log was lost (a wiped or
+    // replaced disk), and the node rejoins (`sb_control`'s `rejoin`).
+    let first_mark = first_start_mark(&ctl.wal);
+    let mut first_start = first_mark.exists();
+    let log_lost = recovery.created && !first_start;
     let recovered = crate::logwriter::replay_records(recovery)
         .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
     let flows = if recovered.is_empty() {
@@ -747,6 +752,14 @@ pub fn run(
         Ok::<_, ControlError>(node)
     };
     let mut node = new_node(flows, recovered)?;
+    if log_lost {
+        if ctl.replicas > 1 {
+            tracing_warn("the log is lost (empty, and not the cluster's first start): rejoining; this node's votes are withheld until each of its ranges' groups has a leader again, and its epoch comes from its peers");
+        } else {
+            tracing_warn("the log is lost (empty, and not the cluster's first start) and ranges have one replica: this node's range starts again from the cluster-up flows; every change since is lost");
+        }
+        node.mark_log_lost();
+    }
     // The PFCP endpoint's incarnation is the node's epoch (1 at the first start, one more at
     // each restart: the log says it): a restarted endpoint lost its sessions.
     let mut pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch())?;
@@ -924,6 +937,11 @@ pub fn run(
                 break;
             }
             told = durable;
+            if first_start {
+                // The first start's epoch is durable: a later empty log is a lost one.
+                let _ = std::fs::remove_file(&first_mark);
+                first_start = false;
+            }
             transmit(&mut node, &mut pfcp, ctl, &sock);
             node.persisted_through(clock(), durable);
         }
@@ -942,13 +960,24 @@ pub fn run(
             // plane keeps its FIB (the owners' slices come again and the restarted owner
             // prunes what its range no longer holds) and its GPT, into which the restarted
             // node writes the pieces it assembles (`keep_live_gpt`): the workers go on.
-            tracing_warn("this node's range is led by another replica: restarting the control state machine from its log");
+            if let Some(records) = node.rejoin_records() {
+                // A peer knows a newer epoch of this node: its log was lost. The log becomes
+                // that epoch and the mark of a lost log, and the node starts again above it.
+                tracing_warn("a peer knows a newer epoch of this node (its log was lost): restarting the control state machine in the epoch after it");
+                wal.checkpoint(records, base + node.persists_handed());
+            } else {
+                tracing_warn("this node's range is led by another replica: restarting the control state machine from its log");
+            }
             let recovered = crate::logwriter::replay_records(wal.reopen()?)
                 .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
             base += node.persists_handed();
             told = 0;
             node = new_node(Vec::new(), recovered)?;
-            node.keep_live_gpt();
+            // (A node that rejoins before it was ever ready has no GPT in its data plane yet:
+            // it gets the assembled table, as at a first start.)
+            if dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                node.keep_live_gpt();
+            }
             restarts += 1;
         }
         let ready = node.ready();
@@ -989,6 +1018,15 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+/// The mark `cluster up` leaves beside a node's log directory `wal` before the node's first
+/// start (removed once the node's first epoch is durable): an empty log without it is a lost
+/// one.
+pub fn first_start_mark(wal: &std::path::Path) -> PathBuf {
+    let mut name = wal.file_name().unwrap_or_default().to_os_string();
+    name.push(".first-start");
+    wal.with_file_name(name)
 }
 
 /// The control thread's nice value (and its log thread's, which inherits it).

@@ -900,6 +900,131 @@ fn dead_nodes_downlink_resumes(test: &str, io: Io) {
     );
 }
 
+/// Issue 29: a node whose log is wiped (killed, its log directory removed, started again
+/// with `cluster restart`) rejoins: its peers tell it the epoch they know, it starts one
+/// above (an empty log used to start at epoch 1 again, which its peers refuse forever: it
+/// never became ready), its ranges' groups bring it the RIBs, and it serves its range and
+/// forwards its flows again; nothing acknowledged before the wipe is lost and updates of
+/// every range go on after it.
+#[test]
+fn a_node_whose_log_was_wiped_rejoins_with_nothing_lost() {
+    let test = "a_node_whose_log_was_wiped_rejoins_with_nothing_lost";
+    if !can_run(test) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    ok(
+        &c.up_with(NODES, "user", &["--flows", "2000", "--seed", "12"]),
+        "cluster up",
+    );
+    assert_converged(&c, "after up");
+    let flows = c.flows();
+    let victim = 1usize;
+    let taken: std::collections::HashSet<String> = flows.iter().map(|f| f.ue.clone()).collect();
+    let fresh: Vec<String> = (0u32..)
+        .map(|n| format!("100.126.{}.{}", n / 250, n % 250 + 1))
+        .filter(|ue| !taken.contains(ue))
+        .take(1000)
+        .collect();
+    let batch = |b: usize| -> std::path::PathBuf {
+        let mut csv = String::from("op,ue,teid,enb,node\n");
+        for i in 0..500u32 {
+            let n = b as u32 * 500 + i;
+            csv.push_str(&format!(
+                "insert,{},{},10.3.{}.2,{}\n",
+                fresh[n as usize],
+                0x3000_0000 + n,
+                n as usize % NODES,
+                n as usize % NODES
+            ));
+        }
+        let p = c.dir.join(format!("wipe{b}.csv"));
+        std::fs::write(&p, csv).unwrap();
+        p
+    };
+    let r0 = update(&c, 0, &batch(0), Duration::from_secs(60));
+    assert_eq!(u(&r0["acked"]), 500, "{r0}");
+    let row = c.status()["nodes"][victim].clone();
+    let epoch_before = u(&row["epoch"]);
+    let pid = row["pid"].as_i64().unwrap();
+    let o = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let t0 = Instant::now();
+    while pid_alive(pid) || c.status()["nodes"][victim]["up"] != false {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "node {victim} still up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its peers declare it gone meanwhile (detection: 500 ms).
+    std::thread::sleep(Duration::from_millis(1000));
+    let wal = c.dir.join(format!("node{victim}.wal"));
+    assert!(wal.is_dir(), "{}", wal.display());
+    std::fs::remove_dir_all(&wal).unwrap();
+    let o = run(
+        &[
+            "cluster",
+            "restart",
+            "--dir",
+            c.dir(),
+            "--node",
+            &victim.to_string(),
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    ok(&o, "cluster restart");
+    // Back: serving in an epoch above the one before, every group followed a leader again,
+    // and the owners' RIBs hold the initial and the inserted keys.
+    let t0 = Instant::now();
+    let rows = loop {
+        let rows = c.status()["nodes"].as_array().unwrap().clone();
+        let back = rows
+            .iter()
+            .all(|r| r["phase"] == "serving" && r["ready"] == true)
+            && u(&rows[victim]["epoch"]) > epoch_before
+            && rows[victim]["rejoining"] == false;
+        let rib: u64 = rows.iter().map(|r| u(&r["rib_keys"])).sum();
+        if back && rib == 2500 {
+            break rows;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "node {victim} not back 30 s after its log was wiped (rib keys {rib}): {:?}",
+            rows[victim]
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    eprintln!(
+        "node {victim}: epoch {epoch_before} before the wipe, {} after; back in {:?}; {} vote requests withheld",
+        rows[victim]["epoch"],
+        t0.elapsed(),
+        rows[victim]["votes_withheld"]
+    );
+    assert_converged(&c, "after the rejoin");
+    // Updates of every range, the rejoined node's included, are acknowledged.
+    let r1 = update(&c, 3, &batch(1), Duration::from_secs(60));
+    assert_eq!(u(&r1["acked"]), 500, "{r1}");
+    assert_converged(&c, "after updates");
+    // And it forwards the flows it handles.
+    let mine = c.dir.join("wiped-mine.csv");
+    let n_mine = write_flows_file(&mine, &flows, |f| f.node == victim);
+    let before = ran_out(&c.status()["node_status"][victim]);
+    gen(
+        &c,
+        &mine,
+        &["--rate", "20000", "--count", "2000", "--to", "0"],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = ran_out(&c.status()["node_status"][victim]);
+    assert_eq!(after - before, 2000, "{n_mine} flows of node {victim}");
+}
+
 /// `cluster rotate-key` on a running cluster: the nodes take the new master secret without
 /// a restart (same pids, same GPT), updates signed with the new client key are applied, and
 /// a client holding the old `client.json` is refused (`bad_tag`, nothing acknowledged).

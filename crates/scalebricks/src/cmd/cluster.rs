@@ -732,6 +732,15 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             files.push(API_TOKEN_FILE.to_string());
             for i in 0..d.nodes.len() {
                 files.push(wal_dir(i));
+                // The node's first start (an empty log without this mark is a lost log).
+                let mark = sb_node::control::first_start_mark(&d.dir.join(wal_dir(i)));
+                std::fs::write(&mark, b"").map_err(|e| format!("{}: {e}", mark.display()))?;
+                files.push(
+                    mark.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into(),
+                );
             }
         }
         for i in 0..d.nodes.len() {
