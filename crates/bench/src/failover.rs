@@ -29,7 +29,14 @@
 //!   gap per UE around it, as for the kill; `heal`: the largest gap from the heal on, and
 //!   `recovery_s` to the victim serving again (it fenced itself while cut off: a new epoch)
 //!   with every flow given back.
-//! - `wipe`: not measured (`measured: false`, and why).
+//! - `wipe` (at `--wipe-at` seconds, after the heal): the victim is killed, its log directory
+//!   removed, and `--wiped-down` seconds later restarted with `cluster restart`: it finds its
+//!   log lost, learns its epoch from its peers and gets its ranges from the other replicas
+//!   (`sb_control`'s `rejoin`). The gap per UE around the kill, as for the kill; the largest
+//!   gap from the restart on; `recovery_s` from `cluster restart` to the victim serving with
+//!   every flow given back; its epoch before and after; `acked_lost` (the same end-of-run
+//!   count as the kill's: every acknowledged insert must still be in the owners' RIBs after
+//!   the victim's copy of its range was wiped).
 //!
 //! The per-UE packet interval is `victim flows / rate` on average (random flow choice), so a
 //! gap of a few such intervals is no outage.
@@ -62,7 +69,7 @@ pub struct Args {
     #[arg(long, default_value_t = 20_000)]
     rate: u64,
     /// Seconds of traffic.
-    #[arg(long, default_value_t = 16.0)]
+    #[arg(long, default_value_t = 22.0)]
     seconds: f64,
     /// When the victim is killed, seconds into the traffic.
     #[arg(long, default_value_t = 2.0)]
@@ -77,6 +84,13 @@ pub struct Args {
     /// How long the partition lasts, seconds.
     #[arg(long, default_value_t = 3.0)]
     partitioned: f64,
+    /// When the victim (recovered from the partition) is killed and its log removed, seconds
+    /// into the traffic; 0: no wipe.
+    #[arg(long, default_value_t = 15.0)]
+    wipe_at: f64,
+    /// How long the wiped victim stays dead before `cluster restart`, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    wiped_down: f64,
     /// Inserts of each update burst (healthy, then with the victim dead).
     #[arg(long, default_value_t = 5_000)]
     updates: usize,
@@ -213,6 +227,12 @@ pub fn run(a: Args) -> Result<()> {
         a.partition_at == 0.0
             || (a.partition_at > a.kill_at + a.down && a.partition_at + a.partitioned < a.seconds),
         "--partition-at: after the restart, and the partition ends before --seconds"
+    );
+    ensure!(
+        a.wipe_at == 0.0
+            || (a.wipe_at > (a.kill_at + a.down).max(a.partition_at + a.partitioned)
+                && a.wipe_at + a.wiped_down < a.seconds),
+        "--wipe-at: after the restart and the partition, and the restart before --seconds"
     );
     let tmp = match &a.keep_in {
         Some(d) => tempfile::Builder::new()
@@ -358,6 +378,38 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         links(&ns, "up")?;
         partition = Some((t_part, t_heal, recovered(d, a.victim, h0)?));
     }
+    // The wipe: the victim killed, its log removed, restarted.
+    let mut wipe = None;
+    if a.wipe_at > 0.0 {
+        sleep_until(t0, a.wipe_at);
+        let row = status(d)?["nodes"][a.victim as usize].clone();
+        let (pid, epoch) = (row["pid"].as_u64(), row["epoch"].as_u64());
+        let pid = pid.context("victim pid before the wipe")?;
+        let t_wipe = wall_s();
+        ensure!(
+            Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()?
+                .success(),
+            "kill {pid}"
+        );
+        sleep_until(t0, a.wipe_at + a.wiped_down);
+        let wal = dir.join(format!("node{}.wal", a.victim));
+        std::fs::remove_dir_all(&wal).with_context(|| format!("removing {}", wal.display()))?;
+        let t_back = wall_s();
+        let w0 = Instant::now();
+        scalebricks(&[
+            "cluster",
+            "restart",
+            "--dir",
+            d,
+            "--node",
+            &a.victim.to_string(),
+        ])?;
+        let rec = recovered(d, a.victim, w0)?;
+        let after = status(d)?["nodes"][a.victim as usize]["epoch"].as_u64();
+        wipe = Some((t_wipe, t_back, rec, epoch, after));
+    }
     let g = gen.join().map_err(|_| anyhow::anyhow!("gen panicked"))??;
     std::thread::sleep(Duration::from_millis(500));
     let mut arrivals: HashMap<u32, Vec<f64>> = HashMap::new();
@@ -380,8 +432,9 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
     let acked_lost = want.saturating_sub(rib);
 
     // Per UE: the gap around the kill, the largest gap from the restart on (to the
-    // partition); the same for the partition and the heal.
+    // partition); the same for the partition and the heal (to the wipe), and the wipe.
     let t_end = wall_s() + 1.0;
+    let t_part_end = wipe.map_or(t_end, |w| w.0);
     let k = gaps(
         &arrivals,
         &moved,
@@ -418,7 +471,7 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
     });
     let (row_part, row_heal) = match partition {
         Some((t_part, t_heal, heal_s)) => {
-            let p = gaps(&arrivals, &moved, t_part, t_heal, t_end);
+            let p = gaps(&arrivals, &moved, t_part, t_heal, t_part_end);
             (
                 json!({
                     "event": "partition",
@@ -443,6 +496,26 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
             json!({"event": "heal", "measured": false, "why": "--partition-at 0"}),
         ),
     };
+    let row_wipe = match wipe {
+        Some((t_wipe, t_back, rec, before, after)) => {
+            let w = gaps(&arrivals, &moved, t_wipe, t_back, t_end);
+            json!({
+                "event": "wipe",
+                "measured": true,
+                "down_s": a.wiped_down,
+                "outage_ms_p50": w.all_p(0.5),
+                "outage_ms_p99": w.all_p(0.99),
+                "moved": w.around_row(1, n_moved),
+                "own": w.around_row(0, moved.len() - n_moved),
+                "after_restart": {"moved": w.after_row(1), "own": w.after_row(0)},
+                "recovery_s": rec,
+                "epoch_before": before,
+                "epoch_after": after,
+                "acked_lost": acked_lost,
+            })
+        }
+        None => json!({"event": "wipe", "measured": false, "why": "--wipe-at 0"}),
+    };
     Ok(json!({
         "bench": "failover",
         "nodes": a.nodes,
@@ -453,8 +526,7 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         "rate_pps": a.rate,
         "per_ue_interval_ms": interval_ms,
         "gen": serde_json::from_str::<Value>(g.trim()).unwrap_or(Value::Null),
-        "rows": [row_kill, row_restart, row_part, row_heal,
-            {"event": "wipe", "measured": false, "why": "a wiped log does not rejoin as a new replica yet (issue 29)"}],
+        "rows": [row_kill, row_restart, row_part, row_heal, row_wipe],
     }))
 }
 
