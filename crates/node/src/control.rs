@@ -685,7 +685,10 @@ pub fn run(
         identity,
         ..sb_wal::WalOptions::default()
     };
-    let (wal, recovery) = sb_wal::Wal::open(&ctl.wal, &opts)?;
+    let (wal, recovery, repaired) = open_log(&ctl.wal, &opts, ctl.replicas > 1)?;
+    if let Some(how) = &repaired {
+        tracing_warn(&format!("log: {how}"));
+    }
     if recovery.torn_tail_bytes > 0 {
         tracing_warn(&format!(
             "log: dropped a torn last commit of {} bytes (never acknowledged)",
@@ -696,7 +699,7 @@ pub fn run(
     // replaced disk), and the node rejoins (`sb_control`'s `rejoin`).
     let first_mark = first_start_mark(&ctl.wal);
     let mut first_start = first_mark.exists();
-    let log_lost = recovery.created && !first_start;
+    let log_lost = (recovery.created && !first_start) || repaired.is_some();
     let recovered = crate::logwriter::replay_records(recovery)
         .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
     let flows = if recovered.is_empty() {
@@ -1018,6 +1021,57 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+/// Opens the node's log `dir`. With replication (`replicated`), a damaged log is repaired
+/// from the other replicas instead of refused: a damaged acknowledged commit
+/// (`sb_wal::WalError::Damaged`) and everything after it are removed
+/// (`sb_wal::Wal::discard_after`), and a log damaged elsewhere (its snapshot, a segment
+/// header, a gap) is moved aside to `NAME.damaged-SECONDS` and replaced by an empty one; the
+/// node then rejoins as after a lost log (its votes withheld until its groups follow a leader,
+/// its epoch from its peers), and the Raft groups bring back what was removed. The third
+/// value says what was done. Without replication the damage is an error: nothing else holds
+/// the range's state.
+fn open_log(
+    dir: &std::path::Path,
+    opts: &sb_wal::WalOptions,
+    replicated: bool,
+) -> Result<(sb_wal::Wal, sb_wal::Recovery, Option<String>), ControlError> {
+    use sb_wal::WalError;
+    let e = match sb_wal::Wal::open(dir, opts) {
+        Ok((w, r)) => return Ok((w, r, None)),
+        Err(e) if !replicated => return Err(e.into()),
+        Err(e) => e,
+    };
+    if let WalError::Damaged { last_good_lsn, .. } = &e {
+        if let Ok(bytes) = sb_wal::Wal::discard_after(dir, opts, *last_good_lsn) {
+            let (w, r) = sb_wal::Wal::open(dir, opts)?;
+            return Ok((w, r, Some(format!("{e}: removed the damaged commit and what followed it ({bytes} bytes); rejoining to get them back from the replicas"))));
+        }
+    }
+    if !matches!(
+        e,
+        WalError::Damaged { .. } | WalError::Corrupt { .. } | WalError::Gap { .. }
+    ) {
+        return Err(e.into());
+    }
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".damaged-{secs}"));
+    let aside = dir.with_file_name(name);
+    std::fs::rename(dir, &aside).map_err(io_err(dir))?;
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let (w, r) = sb_wal::Wal::open(dir, opts)?;
+    Ok((
+        w,
+        r,
+        Some(format!(
+            "{e}: moved the log aside to {} and started an empty one; rejoining to get the ranges back from the replicas",
+            aside.display()
+        )),
+    ))
 }
 
 /// The mark `cluster up` leaves beside a node's log directory `wal` before the node's first

@@ -905,7 +905,8 @@ fn dead_nodes_downlink_resumes(test: &str, io: Io) {
 /// above (an empty log used to start at epoch 1 again, which its peers refuse forever: it
 /// never became ready), its ranges' groups bring it the RIBs, and it serves its range and
 /// forwards its flows again; nothing acknowledged before the wipe is lost and updates of
-/// every range go on after it.
+/// every range go on after it. Then another node's log is damaged (a bit flipped in an
+/// acknowledged record): it repairs it from the replicas the same way.
 #[test]
 fn a_node_whose_log_was_wiped_rejoins_with_nothing_lost() {
     let test = "a_node_whose_log_was_wiped_rejoins_with_nothing_lost";
@@ -947,64 +948,15 @@ fn a_node_whose_log_was_wiped_rejoins_with_nothing_lost() {
     assert_eq!(u(&r0["acked"]), 500, "{r0}");
     let row = c.status()["nodes"][victim].clone();
     let epoch_before = u(&row["epoch"]);
-    let pid = row["pid"].as_i64().unwrap();
-    let o = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    let t0 = Instant::now();
-    while pid_alive(pid) || c.status()["nodes"][victim]["up"] != false {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "node {victim} still up"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // Its peers declare it gone meanwhile (detection: 500 ms).
-    std::thread::sleep(Duration::from_millis(1000));
+    kill_and_wait(&c, victim, row["pid"].as_i64().unwrap());
     let wal = c.dir.join(format!("node{victim}.wal"));
     assert!(wal.is_dir(), "{}", wal.display());
     std::fs::remove_dir_all(&wal).unwrap();
-    let o = run(
-        &[
-            "cluster",
-            "restart",
-            "--dir",
-            c.dir(),
-            "--node",
-            &victim.to_string(),
-        ],
-        &[],
-        Duration::from_secs(120),
-    );
-    ok(&o, "cluster restart");
-    // Back: serving in an epoch above the one before, every group followed a leader again,
-    // and the owners' RIBs hold the initial and the inserted keys.
-    let t0 = Instant::now();
-    let rows = loop {
-        let rows = c.status()["nodes"].as_array().unwrap().clone();
-        let back = rows
-            .iter()
-            .all(|r| r["phase"] == "serving" && r["ready"] == true)
-            && u(&rows[victim]["epoch"]) > epoch_before
-            && rows[victim]["rejoining"] == false;
-        let rib: u64 = rows.iter().map(|r| u(&r["rib_keys"])).sum();
-        if back && rib == 2500 {
-            break rows;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "node {victim} not back 30 s after its log was wiped (rib keys {rib}): {:?}",
-            rows[victim]
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    };
+    ok(&restart(&c, victim), "cluster restart");
+    let rows = rejoined(&c, victim, epoch_before, 2500);
     eprintln!(
-        "node {victim}: epoch {epoch_before} before the wipe, {} after; back in {:?}; {} vote requests withheld",
-        rows[victim]["epoch"],
-        t0.elapsed(),
-        rows[victim]["votes_withheld"]
+        "node {victim}: epoch {epoch_before} before the wipe, {} after; {} vote requests withheld",
+        rows[victim]["epoch"], rows[victim]["votes_withheld"]
     );
     assert_converged(&c, "after the rejoin");
     // Updates of every range, the rejoined node's included, are acknowledged.
@@ -1023,6 +975,101 @@ fn a_node_whose_log_was_wiped_rejoins_with_nothing_lost() {
     std::thread::sleep(Duration::from_millis(1500));
     let after = ran_out(&c.status()["node_status"][victim]);
     assert_eq!(after - before, 2000, "{n_mine} flows of node {victim}");
+
+    // A damaged log: node 2 killed, a byte of an acknowledged record in its log flipped. It
+    // finds the damage, removes the damaged commit and what followed (or, for damage outside
+    // a commit, moves the log aside) and rejoins as above: nothing lost.
+    let victim = 2usize;
+    let row = c.status()["nodes"][victim].clone();
+    let epoch_before = u(&row["epoch"]);
+    kill_and_wait(&c, victim, row["pid"].as_i64().unwrap());
+    let wal = c.dir.join(format!("node{victim}.wal"));
+    let seg = std::fs::read_dir(&wal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .max_by_key(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .expect("a segment");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let at = bytes.len() * 3 / 4;
+    bytes[at] ^= 0x40;
+    std::fs::write(&seg, &bytes).unwrap();
+    eprintln!(
+        "flipped bit 6 of byte {at} of {} ({} bytes)",
+        seg.display(),
+        bytes.len()
+    );
+    ok(&restart(&c, victim), "cluster restart");
+    let rows = rejoined(&c, victim, epoch_before, 3000);
+    eprintln!(
+        "node {victim}: epoch {epoch_before} before the damage, {} after",
+        rows[victim]["epoch"]
+    );
+    let log = std::fs::read_to_string(c.dir.join(format!("forward-node{victim}.log"))).unwrap();
+    for l in log.lines().filter(|l| l.contains("control: log:")) {
+        eprintln!("node {victim}: {l}");
+    }
+    assert!(
+        log.contains("damaged") && log.contains("rejoining"),
+        "node {victim}'s log does not report the repair: {log}"
+    );
+    assert_converged(&c, "after the repair");
+}
+
+/// SIGKILLs node `i` (`pid`) and waits until it is down and its peers declared it gone.
+fn kill_and_wait(c: &Cluster, i: usize, pid: i64) {
+    let o = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let t0 = Instant::now();
+    while pid_alive(pid) || c.status()["nodes"][i]["up"] != false {
+        assert!(t0.elapsed() < Duration::from_secs(10), "node {i} still up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Detection: 500 ms.
+    std::thread::sleep(Duration::from_millis(1000));
+}
+
+fn restart(c: &Cluster, i: usize) -> std::process::Output {
+    run(
+        &[
+            "cluster",
+            "restart",
+            "--dir",
+            c.dir(),
+            "--node",
+            &i.to_string(),
+        ],
+        &[],
+        Duration::from_secs(120),
+    )
+}
+
+/// Waits until node `i` serves in an epoch above `epoch_before` with every group following a
+/// leader again, every node ready, and the owners' RIBs holding `rib` keys: the rows then.
+fn rejoined(c: &Cluster, i: usize, epoch_before: u64, rib: u64) -> Vec<Value> {
+    let t0 = Instant::now();
+    loop {
+        let rows = c.status()["nodes"].as_array().unwrap().clone();
+        let back = rows
+            .iter()
+            .all(|r| r["phase"] == "serving" && r["ready"] == true)
+            && u(&rows[i]["epoch"]) > epoch_before
+            && rows[i]["rejoining"] == false;
+        let have: u64 = rows.iter().map(|r| u(&r["rib_keys"])).sum();
+        if back && have == rib {
+            eprintln!("node {i} back in {:?}", t0.elapsed());
+            return rows;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "node {i} not back 30 s after its restart (rib keys {have} of {rib}): {:?}",
+            rows[i]
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// `cluster rotate-key` on a running cluster: the nodes take the new master secret without
