@@ -1,6 +1,6 @@
 //! The deterministic simulation test: whole clusters in one process under a seeded faulty
 //! network, invariants checked after every step (see `sb_control::sim`). `SB_DST_SCHEDULES=N`
-//! runs N schedules (default 400); `SB_DST_SEED=S` runs only schedule S.
+//! runs N schedules (default 1000); `SB_DST_SEED=S` runs only schedule S.
 
 use sb_control::sim::{Sim, SimConfig};
 use sb_control::Tuning;
@@ -62,7 +62,7 @@ fn schedules() -> Vec<u64> {
     let n = std::env::var("SB_DST_SCHEDULES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(400);
+        .unwrap_or(1000);
     (0..n).collect()
 }
 
@@ -180,7 +180,7 @@ fn replicated_ranges_survive_kills_partitions_and_crashes_during_restart() {
             let n = std::env::var("SB_DST_REPL_SCHEDULES")
                 .ok()
                 .and_then(|s| s.parse().ok())
-                .unwrap_or(40u64);
+                .unwrap_or(100u64);
             (0..n).collect()
         }
     };
