@@ -784,6 +784,12 @@ pub fn run(
     let mut was_ready = false;
     // Restarts of the state machine after it was fenced.
     let mut restarts = 0u64;
+    // Time the control thread spent in `Node::checkpoint` (for `cluster status`).
+    let mut cp_build = CheckpointBuild::default();
+    // The longest iteration of the loop below (without its wait), and those that took
+    // SLOW_ITERATION or more.
+    let (mut iter_max, mut slow_iters) = (Duration::ZERO, 0u64);
+    let mut slow_said = Instant::now() - Duration::from_secs(1);
     let mut spec_check = (Instant::now(), spec_mtime(&ctl.spec));
     while !stop.load(Ordering::Relaxed) {
         if spec_check.0.elapsed() >= SPEC_POLL {
@@ -825,6 +831,7 @@ pub fn run(
                 }
             }
         }
+        let iter_start = Instant::now();
         wal.drain_wakes();
         if let Some(e) = wal.take_error() {
             return Err(e.into());
@@ -952,7 +959,24 @@ pub fn run(
         // The log replaced by the state machine's checkpoint, when one is due and the state
         // machine is at a point where it can give one (else it is tried again next time).
         if wal.checkpoint_due() {
-            if let Some(records) = node.checkpoint() {
+            let t0 = Instant::now();
+            let records = node.checkpoint();
+            let took = t0.elapsed();
+            cp_build.attempts += 1;
+            cp_build.total += took;
+            cp_build.max = cp_build.max.max(took);
+            if took >= SLOW_CHECKPOINT {
+                tracing_warn(&format!(
+                    "taking the state machine's checkpoint ({}) held the control thread {} ms",
+                    if records.is_some() {
+                        "taken"
+                    } else {
+                        "not ready"
+                    },
+                    took.as_millis()
+                ));
+            }
+            if let Some(records) = records {
                 wal.checkpoint(records, base + node.persists_handed());
             }
         }
@@ -969,7 +993,11 @@ pub fn run(
                 tracing_warn("a peer knows a newer epoch of this node (its log was lost): restarting the control state machine in the epoch after it");
                 wal.checkpoint(records, base + node.persists_handed());
             } else {
-                tracing_warn("this node's range is led by another replica: restarting the control state machine from its log");
+                tracing_warn(&format!(
+                "this node's range is led by another replica: restarting the control state machine from its log ({} log bytes, {} checkpoints so far)",
+                wal.log_bytes(),
+                wal.checkpoints()
+            ));
             }
             let recovered = crate::logwriter::replay_records(wal.reopen()?)
                 .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
@@ -982,6 +1010,20 @@ pub fn run(
                 node.keep_live_gpt();
             }
             restarts += 1;
+        }
+        let took = iter_start.elapsed();
+        iter_max = iter_max.max(took);
+        if took >= SLOW_ITERATION {
+            slow_iters += 1;
+            // At most one line a second (a loaded machine may make many of them).
+            if slow_said.elapsed() >= Duration::from_secs(1) {
+                slow_said = Instant::now();
+                tracing_warn(&format!(
+                    "an iteration held the control thread {} ms ({slow_iters} of {} ms or more so far)",
+                    took.as_millis(),
+                    SLOW_ITERATION.as_millis()
+                ));
+            }
         }
         let ready = node.ready();
         if last_pub.elapsed() >= Duration::from_millis(200) || ready != was_ready {
@@ -1014,6 +1056,16 @@ pub fn run(
             p.status["restarts"] = restarts.into();
             p.log_bytes = wal.log_bytes();
             p.status["checkpoints"] = wal.checkpoints().into();
+            p.status["checkpoint_build"] = serde_json::json!({
+                "attempts": cp_build.attempts,
+                "total_ms": cp_build.total.as_millis() as u64,
+                "max_ms": cp_build.max.as_millis() as u64,
+            });
+            p.status["checkpoint_write_max_ms"] = wal.checkpoint_write_max_ms().into();
+            p.status["log_commit_max_ms"] = wal.commit_max_ms().into();
+            p.status["log_slow_commits"] = wal.slow_commits().into();
+            p.status["control_iteration_max_ms"] = (iter_max.as_millis() as u64).into();
+            p.status["control_slow_iterations"] = slow_iters.into();
             p.fib_insert_failed = dp.failed;
             p.pfcp = pfcp.as_ref().map(|e| e.counts());
             p.pfcp_sessions = pfcp.as_ref().map(|e| e.upf().session_count() as u64);
@@ -1081,6 +1133,20 @@ pub fn first_start_mark(wal: &std::path::Path) -> PathBuf {
     let mut name = wal.file_name().unwrap_or_default().to_os_string();
     name.push(".first-start");
     wal.with_file_name(name)
+}
+
+/// A call of `Node::checkpoint` this long is reported on stderr.
+const SLOW_CHECKPOINT: Duration = Duration::from_millis(20);
+
+/// An iteration of the control loop this long (without its wait) is reported on stderr.
+const SLOW_ITERATION: Duration = Duration::from_millis(100);
+
+/// The control thread's time in `Node::checkpoint`.
+#[derive(Default)]
+struct CheckpointBuild {
+    attempts: u64,
+    total: Duration,
+    max: Duration,
 }
 
 /// The control thread's nice value (and its log thread's, which inherits it).

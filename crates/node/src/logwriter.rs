@@ -17,10 +17,21 @@
 //! and more than the last snapshot (or `sb_wal`'s record bound), the writer says one is due;
 //! the control thread takes the state machine's checkpoint records
 //! ([`sb_control::Node::checkpoint`]) and queues them behind the records handed out before,
-//! and the writer replaces the log with them (`sb_wal::Wal::checkpoint`: atomic). A restart
-//! replays the snapshot's records, then the log after it ([`replay_records`]): what it replays
-//! stays within about twice the state's size.
+//! and the writer replaces the log with them, atomically. It commits what came before and
+//! starts a new segment (`sb_wal::Wal::begin_checkpoint`: a few milliseconds), writes and
+//! flushes the snapshot on a thread of its own while it goes on committing the appends after
+//! it into the new segment, then installs it (`sb_wal::Wal::finish_checkpoint`: a rename and
+//! the old segments removed). So a checkpoint never holds the appends behind it (and the
+//! acknowledgements and Raft messages that wait for them) for the snapshot's write and
+//! `fsync`, tens of milliseconds per MiB on a loaded disk; none is due while one is written.
+//! A restart replays the snapshot's records, then the log after it ([`replay_records`]): what
+//! it replays stays within about twice the state's size.
+//!
+//! Counters for `cluster status` (see [`LogWriter::commit_max_ms`] and the like): the longest
+//! commit, the commits of [`SLOW_COMMIT`] or more, the longest a checkpoint held the log's
+//! thread.
 
+use std::cell::Cell;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -28,6 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 enum Cmd {
     /// The records of persist events up to number `through` (counted by the state machine).
@@ -52,7 +64,18 @@ struct Shared {
     due: AtomicBool,
     /// Checkpoints written.
     checkpoints: AtomicU64,
+    /// The longest a checkpoint held up the log's thread, in milliseconds.
+    checkpoint_write_max_ms: AtomicU64,
+    /// The longest commit, in milliseconds.
+    commit_max_ms: AtomicU64,
+    /// Commits that took [`SLOW_COMMIT`] or more.
+    slow_commits: AtomicU64,
 }
+
+/// A commit this long is counted as slow ([`LogWriter::slow_commits`]): about what makes a
+/// follower's acknowledgements (held until its log is durable) late for a Raft leader at the
+/// default detection.
+pub const SLOW_COMMIT: Duration = Duration::from_millis(100);
 
 /// A log written and synced on its own thread.
 pub struct LogWriter {
@@ -91,6 +114,7 @@ impl LogWriter {
                         shared: &shared,
                         signal: &signal,
                         checkpoint_bytes,
+                        checkpointing: Cell::new(false),
                     };
                     writer(wal, &ctx, &rx)
                 })?
@@ -129,6 +153,21 @@ impl LogWriter {
     /// Checkpoints written.
     pub fn checkpoints(&self) -> u64 {
         self.shared.checkpoints.load(Ordering::Relaxed)
+    }
+
+    /// The longest a checkpoint held up the log's thread (the appends behind it), in ms.
+    pub fn checkpoint_write_max_ms(&self) -> u64 {
+        self.shared.checkpoint_write_max_ms.load(Ordering::Relaxed)
+    }
+
+    /// The longest commit so far (its write and `fdatasync`), in milliseconds.
+    pub fn commit_max_ms(&self) -> u64 {
+        self.shared.commit_max_ms.load(Ordering::Relaxed)
+    }
+
+    /// Commits that took [`SLOW_COMMIT`] or more.
+    pub fn slow_commits(&self) -> u64 {
+        self.shared.slow_commits.load(Ordering::Relaxed)
     }
 
     /// Persist events durable so far.
@@ -198,9 +237,27 @@ struct Ctx<'a> {
     shared: &'a Shared,
     signal: &'a UnixDatagram,
     checkpoint_bytes: u64,
+    /// A checkpoint is being written.
+    checkpointing: Cell<bool>,
 }
 
 impl Ctx<'_> {
+    /// A commit (its write and `fdatasync`) took `d`.
+    fn committed(&self, d: Duration) {
+        let ms = d.as_millis() as u64;
+        self.shared.commit_max_ms.fetch_max(ms, Ordering::Relaxed);
+        if d >= SLOW_COMMIT {
+            self.shared.slow_commits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A checkpoint held the log's thread (the appends behind it) this long.
+    fn held(&self, d: Duration) {
+        self.shared
+            .checkpoint_write_max_ms
+            .fetch_max(d.as_millis() as u64, Ordering::Relaxed);
+    }
+
     fn fail(&self, e: sb_wal::WalError) {
         let mut slot = self.shared.error.lock().unwrap_or_else(|e| e.into_inner());
         slot.get_or_insert(e);
@@ -211,7 +268,9 @@ impl Ctx<'_> {
     fn publish(&self, wal: &sb_wal::Wal, through: u64) {
         let by_size = self.checkpoint_bytes > 0
             && wal.log_bytes() >= self.checkpoint_bytes.max(wal.snapshot_bytes());
-        if by_size || wal.checkpoint_due() {
+        // None is due while one is being written (the log's bytes still count the segments
+        // it will replace).
+        if !self.checkpointing.get() && (by_size || wal.checkpoint_due()) {
             self.shared.due.store(true, Ordering::Relaxed);
         }
         self.shared
@@ -223,11 +282,40 @@ impl Ctx<'_> {
     }
 }
 
+/// A checkpoint being written on a thread of its own (see [`writer`]).
+struct InFlight {
+    done: Receiver<Result<sb_wal::WrittenCheckpoint, sb_wal::WalError>>,
+    thread: JoinHandle<()>,
+    records: usize,
+    started: Instant,
+}
+
+/// How often the writer looks whether a checkpoint's thread is done, while one is.
+const FLIGHT_POLL: Duration = Duration::from_millis(5);
+
 fn writer(mut wal: sb_wal::Wal, cx: &Ctx, rx: &Receiver<Cmd>) {
-    // Blocks for the first command, then takes every one already queued: one commit for all.
-    while let Ok(first) = rx.recv() {
+    let mut flight: Option<InFlight> = None;
+    loop {
+        // Blocks for the first command (while a checkpoint is written, for at most
+        // FLIGHT_POLL: its end is looked for in between), then takes every one already
+        // queued: one commit for all.
+        let first = if flight.is_some() {
+            match rx.recv_timeout(FLIGHT_POLL) {
+                Ok(c) => Some(c),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        } else {
+            match rx.recv() {
+                Ok(c) => Some(c),
+                Err(_) => break,
+            }
+        };
+        if let Err(e) = land(&mut wal, cx, &mut flight, false) {
+            return cx.fail(e);
+        }
         let mut through = None;
-        let mut next = Some(first);
+        let mut next = first;
         while let Some(cmd) = next.take() {
             match cmd {
                 Cmd::Append {
@@ -244,18 +332,54 @@ fn writer(mut wal: sb_wal::Wal, cx: &Ctx, rx: &Receiver<Cmd>) {
                     records,
                     through: t,
                 } => {
-                    // Everything appended so far is in the snapshot (it is the state after
-                    // them): no commit of its own.
-                    if let Err(e) = wal.checkpoint(&encode_checkpoint(&records)) {
+                    // One at a time (none is due while one is written: `publish`).
+                    if let Err(e) = land(&mut wal, cx, &mut flight, true) {
                         return cx.fail(e);
                     }
-                    cx.shared.checkpoints.fetch_add(1, Ordering::Relaxed);
+                    // Commits everything appended so far and starts a new segment: the
+                    // snapshot stands for the records before it, and the appends after it
+                    // are committed into the new segment while its thread writes it.
+                    let t0 = Instant::now();
+                    let w = match wal.begin_checkpoint() {
+                        Ok(w) => w,
+                        Err(e) => return cx.fail(e),
+                    };
+                    cx.held(t0.elapsed());
+                    let (done_tx, done) = mpsc::channel();
+                    let n = records.len();
+                    let spawned = std::thread::Builder::new()
+                        .name("sb-checkpoint".into())
+                        .spawn(move || {
+                            #[cfg(test)]
+                            std::thread::sleep(Duration::from_millis(
+                                tests::SLOW_CHECKPOINT_MS.load(Ordering::Relaxed),
+                            ));
+                            let _ = done_tx.send(w.write(&encode_checkpoint(&records)));
+                        });
+                    let thread = match spawned {
+                        Ok(h) => h,
+                        Err(e) => {
+                            return cx.fail(sb_wal::WalError::Io {
+                                op: "start the checkpoint's thread for",
+                                path: cx.dir.to_path_buf(),
+                                source: e,
+                            })
+                        }
+                    };
+                    flight = Some(InFlight {
+                        done,
+                        thread,
+                        records: n,
+                        started: t0,
+                    });
+                    cx.checkpointing.set(true);
                     through = None;
                     cx.publish(&wal, t);
                     next = rx.try_recv().ok();
                 }
                 Cmd::Reopen(reply) => {
-                    if let Err(e) = wal.commit() {
+                    let r = land(&mut wal, cx, &mut flight, true).and_then(|()| wal.commit());
+                    if let Err(e) = r {
                         let _ = reply.send(Err(sb_wal::WalError::Poisoned));
                         return cx.fail(e);
                     }
@@ -277,13 +401,59 @@ fn writer(mut wal: sb_wal::Wal, cx: &Ctx, rx: &Receiver<Cmd>) {
             }
         }
         if let Some(t) = through {
+            let t0 = Instant::now();
             if let Err(e) = wal.commit() {
                 return cx.fail(e);
             }
+            cx.committed(t0.elapsed());
             cx.publish(&wal, t);
         }
     }
-    // The channel closed (the node stops): what was queued is committed above.
+    // The channel closed (the node stops): what was queued is committed above; a checkpoint
+    // being written is installed.
+    if let Err(e) = land(&mut wal, cx, &mut flight, true) {
+        cx.fail(e);
+    }
+}
+
+/// Installs the checkpoint in flight once its thread wrote it (`wait`: waits for that).
+fn land(
+    wal: &mut sb_wal::Wal,
+    cx: &Ctx,
+    flight: &mut Option<InFlight>,
+    wait: bool,
+) -> Result<(), sb_wal::WalError> {
+    let Some(f) = flight.as_ref() else {
+        return Ok(());
+    };
+    let r = if wait {
+        f.done.recv().ok()
+    } else {
+        match f.done.try_recv() {
+            Ok(r) => Some(r),
+            Err(mpsc::TryRecvError::Empty) => return Ok(()),
+            Err(mpsc::TryRecvError::Disconnected) => None,
+        }
+    };
+    let f = flight.take().expect("a checkpoint in flight");
+    let _ = f.thread.join();
+    let written = r.ok_or_else(|| sb_wal::WalError::Io {
+        op: "write a checkpoint in",
+        path: cx.dir.to_path_buf(),
+        source: std::io::Error::other("the checkpoint's thread stopped"),
+    })??;
+    let t0 = Instant::now();
+    wal.finish_checkpoint(written)?;
+    cx.held(t0.elapsed());
+    cx.shared.checkpoints.fetch_add(1, Ordering::Relaxed);
+    cx.checkpointing.set(false);
+    eprintln!(
+        "log: a checkpoint of {} records was written in {} ms beside the appends",
+        f.records,
+        f.started.elapsed().as_millis()
+    );
+    cx.publish(wal, cx.shared.durable.load(Ordering::Acquire));
+    Ok(())
 }
 
 /// A checkpoint's records as the snapshot's bytes: count u32, then per record its length u32
@@ -355,6 +525,10 @@ fn append_all(wal: &mut sb_wal::Wal, records: &[Vec<u8>]) -> Result<(), sb_wal::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Milliseconds a checkpoint's thread sleeps before it writes (tests of what goes on
+    /// meanwhile).
+    pub(super) static SLOW_CHECKPOINT_MS: AtomicU64 = AtomicU64::new(0);
 
     fn opts() -> sb_wal::WalOptions {
         sb_wal::WalOptions {
@@ -437,12 +611,60 @@ mod tests {
         assert!(!w.checkpoint_due());
         w.append(vec![b"after".to_vec()], 11);
         wait_durable(&w, 11);
-        assert_eq!(w.checkpoints(), 1);
+        // Written on a thread of its own, installed by the log's thread once written.
+        let t0 = std::time::Instant::now();
+        while w.checkpoints() < 1 {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert!(w.log_bytes() < 4096, "{}", w.log_bytes());
         assert!(!w.checkpoint_due());
         let mut want = state.clone();
         want.push(b"after".to_vec());
         assert_eq!(replay_records(w.reopen().expect("reopen")).unwrap(), want);
+        drop(w);
+        let (_, rec) = sb_wal::Wal::open(dir.path(), &opts()).expect("open again");
+        assert_eq!(replay_records(rec).unwrap(), want);
+    }
+
+    #[test]
+    fn appends_are_committed_while_a_checkpoint_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (wal, _) = sb_wal::Wal::open(dir.path(), &opts()).expect("open");
+        let w = LogWriter::start(wal, dir.path(), opts(), 4096).expect("start");
+        for i in 0..10u64 {
+            w.append(vec![vec![i as u8; 1000]], i + 1);
+        }
+        wait_durable(&w, 10);
+        assert!(w.checkpoint_due());
+        // A large checkpoint whose write takes at least 2 s (its thread sleeps first).
+        SLOW_CHECKPOINT_MS.store(2000, Ordering::Relaxed);
+        let state: Vec<Vec<u8>> = (0..64u8).map(|i| vec![i; 1 << 20]).collect();
+        let t0 = std::time::Instant::now();
+        w.checkpoint(state.clone(), 10);
+        // Appends queued behind it are durable long before it is written (before, the log's
+        // thread wrote it first: each of these waited 2 s and more).
+        let mut want = state;
+        for i in 11..=15u64 {
+            let t = std::time::Instant::now();
+            w.append(vec![format!("after {i}").into()], i);
+            want.push(format!("after {i}").into());
+            wait_durable(&w, i);
+            assert!(
+                t.elapsed() < std::time::Duration::from_millis(1000),
+                "append {i} durable after {:?}",
+                t.elapsed()
+            );
+            // None is due while one is written, however big the log.
+            assert!(!w.checkpoint_due());
+        }
+        assert_eq!(w.checkpoints(), 0, "written in {:?}", t0.elapsed());
+        SLOW_CHECKPOINT_MS.store(0, Ordering::Relaxed);
+        // A reopen installs it first: the snapshot, then the appends after it.
+        assert_eq!(replay_records(w.reopen().expect("reopen")).unwrap(), want);
+        assert_eq!(w.checkpoints(), 1);
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(2000));
+        assert!(w.checkpoint_write_max_ms() < 1000);
         drop(w);
         let (_, rec) = sb_wal::Wal::open(dir.path(), &opts()).expect("open again");
         assert_eq!(replay_records(rec).unwrap(), want);

@@ -103,6 +103,14 @@
 //! checkpoint), on top of loading one snapshot (tests/faults.rs checks the bound against a
 //! `HashMap` oracle over random operations, crashes and restarts). The log's bytes on disk are
 //! bounded the same way.
+//!
+//! A large snapshot takes a while to write and flush. [`Wal::begin_checkpoint`],
+//! [`CheckpointWriter::write`] and [`Wal::finish_checkpoint`] split [`Wal::checkpoint`] so that
+//! appends and commits go on meanwhile: the first commits what is pending and starts a new
+//! segment, the second writes and flushes the snapshot to a temporary file (on any thread),
+//! the third renames it into place and removes the segments it covers. The records it stands
+//! for stay committed in the old segments until then, so a crash at any step loses nothing
+//! acknowledged (tests/recovery.rs opens the log as a crash at each step leaves it).
 
 //! # Group commit in a driver
 //!
@@ -219,6 +227,69 @@ pub struct Snapshot {
     pub lsn: Lsn,
     /// The bytes given to [`Wal::checkpoint`].
     pub data: Vec<u8>,
+}
+
+/// A checkpoint begun by [`Wal::begin_checkpoint`], to be written with
+/// [`CheckpointWriter::write`]: it holds no reference to the log, so it may go to another
+/// thread while the log takes appends.
+#[derive(Debug)]
+pub struct CheckpointWriter {
+    dir: PathBuf,
+    identity: Vec<u8>,
+    sync: SyncMode,
+    lsn: Lsn,
+}
+
+impl CheckpointWriter {
+    /// The snapshot stands for every record up to this LSN.
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    /// Writes `snapshot` (the caller's state after every record up to [`Self::lsn`]) to a
+    /// temporary file in the log's directory and flushes it; [`Wal::finish_checkpoint`]
+    /// installs it. A crash before that leaves a temporary file that [`Wal::open`] removes.
+    ///
+    /// # Errors
+    /// [`WalError::Io`]: the log is unchanged (the temporary file is removed, best effort).
+    pub fn write(self, snapshot: &[u8]) -> Result<WrittenCheckpoint, WalError> {
+        let bytes = format::encode_snapshot(&self.identity, self.lsn, snapshot);
+        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.{TMP_EXT}"));
+        let r = (|| {
+            let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
+            f.write_all(&bytes).map_err(io_err("write", &tmp))?;
+            if self.sync == SyncMode::Data {
+                f.sync_all().map_err(io_err("fsync", &tmp))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(WrittenCheckpoint {
+            dir: self.dir,
+            tmp,
+            lsn: self.lsn,
+            bytes: bytes.len() as u64,
+        })
+    }
+}
+
+/// A snapshot written and flushed by [`CheckpointWriter::write`], not installed yet.
+#[derive(Debug)]
+pub struct WrittenCheckpoint {
+    dir: PathBuf,
+    tmp: PathBuf,
+    lsn: Lsn,
+    bytes: u64,
+}
+
+impl WrittenCheckpoint {
+    /// The snapshot stands for every record up to this LSN.
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
 }
 
 /// What [`Wal::open`] found: the state to rebuild, in order.
@@ -879,6 +950,126 @@ impl Wal {
         }
         self.checkpoints += 1;
         Ok(lsn)
+    }
+
+    /// Begins a checkpoint that is written while the log goes on: the other half of
+    /// [`Wal::checkpoint`], for a caller whose appends must not wait for a large snapshot's
+    /// write and flush. Commits what is pending, then starts a new segment (unless the
+    /// active one holds no record yet), so the returned [`CheckpointWriter`] stands for every
+    /// record up to [`CheckpointWriter::lsn`], the last one appended. The caller writes the
+    /// snapshot with [`CheckpointWriter::write`] (on any thread; this log takes appends and
+    /// commits meanwhile, into the new segment), then installs it with
+    /// [`Wal::finish_checkpoint`]. Nothing acknowledged depends on the snapshot: the records
+    /// it stands for are committed in the old segments, which stay until it is installed. A
+    /// crash at any step opens to the same state (the old snapshot and the old segments, or
+    /// the new snapshot; then the new segment). One checkpoint at a time: a second
+    /// `begin_checkpoint` before the first is finished or dropped is the caller's error (the
+    /// later one to finish would be installed over a newer snapshot: refused, see
+    /// [`Wal::finish_checkpoint`]).
+    ///
+    /// # Errors
+    /// [`WalError::Io`] (and the log is poisoned), [`WalError::Poisoned`].
+    pub fn begin_checkpoint(&mut self) -> Result<CheckpointWriter, WalError> {
+        if self.poisoned {
+            return Err(WalError::Poisoned);
+        }
+        self.commit()?;
+        let lsn = self.last_lsn;
+        let r = self.roll_segment(lsn + 1);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r?;
+        Ok(CheckpointWriter {
+            dir: self.dir.clone(),
+            identity: self.opts.identity.clone(),
+            sync: self.opts.sync,
+            lsn,
+        })
+    }
+
+    /// Makes a segment starting at `base` the active one (keeping the active segment if it
+    /// starts there already: it holds no record); the old one counts in `other_bytes`.
+    fn roll_segment(&mut self, base: Lsn) -> Result<(), WalError> {
+        let active_base = self
+            .active_path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(parse_segment_name);
+        if active_base == Some(base) {
+            return Ok(());
+        }
+        let (f, path, salt, len) =
+            Self::create_segment(&self.dir, base, &self.opts.identity, self.opts.sync)?;
+        self.other_bytes += self.active_len;
+        self.active = f;
+        self.salt = salt;
+        self.active_len = len;
+        self.active_path = path;
+        Ok(())
+    }
+
+    /// Installs a snapshot written by [`CheckpointWriter::write`]: renames it over the last
+    /// one, flushes the directory and removes the segments it covers (those before the
+    /// segment [`Wal::begin_checkpoint`] started). Returns its LSN. Takes a few file-system
+    /// operations, not the snapshot's write.
+    ///
+    /// # Errors
+    /// [`WalError::BadOptions`] for a snapshot of another log or one older than the last
+    /// installed (nothing changes); [`WalError::Io`] (and the log is poisoned),
+    /// [`WalError::Poisoned`].
+    pub fn finish_checkpoint(&mut self, written: WrittenCheckpoint) -> Result<Lsn, WalError> {
+        if self.poisoned {
+            return Err(WalError::Poisoned);
+        }
+        if written.dir != self.dir {
+            return Err(WalError::BadOptions("a checkpoint written for another log"));
+        }
+        if written.lsn < self.snapshot_lsn || written.lsn > self.last_lsn {
+            return Err(WalError::BadOptions(
+                "a checkpoint older than the last installed",
+            ));
+        }
+        let r = self.finish_inner(&written);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    fn finish_inner(&mut self, w: &WrittenCheckpoint) -> Result<Lsn, WalError> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        fs::rename(&w.tmp, &path).map_err(io_err("rename", &w.tmp))?;
+        sync_dir(&self.dir, self.opts.sync)?;
+        self.snapshot_bytes = w.bytes;
+        self.snapshot_lsn = w.lsn;
+        // From here the snapshot is the truth up to `w.lsn`: the segments before the one that
+        // starts after it go (a crash before they are gone leaves them covered: `open` removes
+        // them).
+        let mut other = 0;
+        let mut removed = false;
+        for entry in fs::read_dir(&self.dir).map_err(io_err("list", &self.dir))? {
+            let entry = entry.map_err(io_err("list", &self.dir))?;
+            let p = entry.path();
+            let Some(base) = entry.file_name().to_str().and_then(parse_segment_name) else {
+                continue;
+            };
+            if p == self.active_path {
+                continue;
+            }
+            if base <= w.lsn {
+                fs::remove_file(&p).map_err(io_err("remove", &p))?;
+                removed = true;
+            } else {
+                other += entry.metadata().map_err(io_err("stat", &p))?.len();
+            }
+        }
+        if removed {
+            sync_dir(&self.dir, self.opts.sync)?;
+        }
+        self.other_bytes = other;
+        self.checkpoints += 1;
+        Ok(w.lsn)
     }
 
     /// Records appended since the last snapshot (or since the log began): what a restart

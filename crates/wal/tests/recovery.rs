@@ -457,3 +457,105 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_checkpoint_written_beside_the_appends_survives_a_crash_at_each_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut wal, _) = Wal::open(d, &opts()).unwrap();
+    for i in 1..=10u64 {
+        wal.append(&i.to_le_bytes()).unwrap();
+    }
+    wal.commit().unwrap();
+    wal.append(b"pending, committed by begin").unwrap();
+    let w = wal.begin_checkpoint().unwrap();
+    assert_eq!(w.lsn(), 11);
+    assert_eq!((wal.durable_lsn(), wal.pending_records()), (11, 0));
+    // The log goes on into a new segment while the snapshot is written.
+    assert!(d.join("00000000000000000012.wal").exists() && seg_path(d).exists());
+    assert_eq!(wal.append(b"twelve").unwrap(), 12);
+    assert_eq!(wal.commit().unwrap(), 12);
+    let all: Vec<(Lsn, Vec<u8>)> = (1..=10u64)
+        .map(|i| (i, i.to_le_bytes().to_vec()))
+        .chain([
+            (11, b"pending, committed by begin".to_vec()),
+            (12, b"twelve".to_vec()),
+        ])
+        .collect();
+    let as_vec = |rec: &sb_wal::Recovery| -> Vec<(Lsn, Vec<u8>)> {
+        rec.iter().map(|(l, r)| (l, r.to_vec())).collect()
+    };
+
+    // A crash before the snapshot is written or installed: the old segment and the new one.
+    let files: Vec<(PathBuf, Vec<u8>)> = fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .map(|p| (p.clone(), fs::read(&p).unwrap()))
+        .collect();
+    let crashed = tempfile::tempdir().unwrap();
+    let copy = |files: &[(PathBuf, Vec<u8>)], to: &Path| {
+        for (p, b) in files {
+            fs::write(to.join(p.file_name().unwrap()), b).unwrap();
+        }
+    };
+    copy(&files, crashed.path());
+    fs::write(crashed.path().join("snapshot.tmp"), b"half a snapshot").unwrap();
+    let (_, rec) = Wal::open(crashed.path(), &opts()).unwrap();
+    assert!(rec.snapshot.is_none());
+    assert_eq!(as_vec(&rec), all);
+    assert!(!crashed.path().join("snapshot.tmp").exists());
+
+    // Written (on another thread) and installed.
+    let written = std::thread::spawn(move || w.write(b"state at 11"))
+        .join()
+        .unwrap()
+        .unwrap();
+    assert_eq!(written.lsn(), 11);
+    assert_eq!(wal.finish_checkpoint(written).unwrap(), 11);
+    assert!(!seg_path(d).exists());
+    assert_eq!(
+        wal.log_bytes(),
+        fs::metadata(d.join("00000000000000000012.wal"))
+            .unwrap()
+            .len()
+    );
+    assert_eq!(wal.snapshot_lsn(), 11);
+    assert_eq!(wal.records_since_checkpoint(), 1);
+    assert_eq!(wal.stats().checkpoints, 1);
+    drop(wal);
+    let check = |rec: &sb_wal::Recovery| {
+        let s = rec.snapshot.as_ref().unwrap();
+        assert_eq!((s.lsn, s.data.as_slice()), (11, &b"state at 11"[..]));
+        assert_eq!(as_vec(rec), all[11..].to_vec());
+    };
+    let (_, rec) = Wal::open(d, &opts()).unwrap();
+    check(&rec);
+
+    // A crash after the snapshot's rename, before the old segment was removed: obsolete.
+    let (p, b) = files.iter().find(|(p, _)| p == &seg_path(d)).unwrap();
+    fs::write(p, b).unwrap();
+    let (mut wal, rec) = Wal::open(d, &opts()).unwrap();
+    check(&rec);
+    assert!(!seg_path(d).exists());
+
+    // The next checkpoint: a new segment after record 12, the one holding it removed; one
+    // more with nothing new keeps the active segment.
+    let seg = |n: u64| d.join(format!("{n:020}.wal"));
+    let w = wal.begin_checkpoint().unwrap();
+    assert_eq!(w.lsn(), 12);
+    assert!(seg(12).exists() && seg(13).exists());
+    let written = w.write(b"state at 12").unwrap();
+    assert_eq!(wal.finish_checkpoint(written).unwrap(), 12);
+    assert!(!seg(12).exists() && seg(13).exists());
+    let w = wal.begin_checkpoint().unwrap();
+    let written = w.write(b"state at 12").unwrap();
+    assert_eq!(wal.finish_checkpoint(written).unwrap(), 12);
+    assert!(seg(13).exists());
+    assert_eq!(wal.append(b"thirteen").unwrap(), 13);
+    wal.commit().unwrap();
+    drop(wal);
+    let (_, rec) = Wal::open(d, &opts()).unwrap();
+    assert_eq!(rec.snapshot.as_ref().unwrap().lsn, 12);
+    assert_eq!(as_vec(&rec), vec![(13, b"thirteen".to_vec())]);
+}
