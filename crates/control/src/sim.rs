@@ -436,9 +436,24 @@ impl Sim {
     /// Kills node `i` and restarts it with its log lost (an empty disk): the driver tells the
     /// node ([`Node::mark_log_lost`]).
     pub fn wipe(&mut self, i: NodeId) {
+        self.lose_log_from(i, 0);
+    }
+
+    /// Kills node `i` and restarts it with the records of its log from a random one on lost:
+    /// a damaged acknowledged record, which the driver removes with everything after it
+    /// (`sb_wal::Wal::discard_after`) before it tells the node ([`Node::mark_log_lost`]).
+    pub fn damage(&mut self, i: NodeId) {
         let ii = i as usize;
         self.kill(i);
-        self.committed[ii].clear();
+        let n = self.committed[ii].len() as u64;
+        let keep = below(&mut self.rng, n.max(1)) as usize;
+        self.lose_log_from(i, keep);
+    }
+
+    fn lose_log_from(&mut self, i: NodeId, keep: usize) {
+        let ii = i as usize;
+        self.kill(i);
+        self.committed[ii].truncate(keep);
         self.uncommitted[ii].clear();
         self.wipes += 1;
         self.start_node(i);

@@ -509,3 +509,83 @@ fn a_new_leader_is_elected_within_half_a_second() {
         }
     }
 }
+
+/// Every message a lone replica `g` hands out (at once, and once its records are durable).
+fn outbox(g: &mut Group) -> Vec<Message> {
+    let c = g.collect();
+    g.assign(if c.records.is_empty() { 0 } else { 1 });
+    let mut out = c.send;
+    out.extend(g.release(u64::MAX));
+    out
+}
+
+/// A replica whose log was lost ([`Group::withhold_votes`]) grants no vote and does not
+/// campaign until it has followed a leader; then it votes again. The same replica without
+/// the withholding votes at once and campaigns on its own (so this test fails if the
+/// withholding does nothing).
+#[test]
+fn a_replica_that_lost_its_log_withholds_its_votes_until_it_follows_a_leader() {
+    use raft::prelude::MessageType as T;
+    let voters = vec![0u16, 1, 2];
+    let ids: Vec<u64> = voters.iter().map(|&v| raft_id(v)).collect();
+    let new = |withhold: bool| {
+        let store = RaftStore::replay(ids.clone(), Vec::new()).expect("store");
+        let mut g = Group::new(0, voters.clone(), 1, store, timing(), 3).expect("group");
+        if withhold {
+            g.withhold_votes();
+        }
+        g
+    };
+    let msg = |t: T, from: u16, term: u64, commit: u64| {
+        let mut m = Message::default();
+        m.set_msg_type(t);
+        m.from = raft_id(from);
+        m.to = raft_id(1);
+        m.term = term;
+        m.commit = commit;
+        m
+    };
+    let kinds = |ms: &[Message]| ms.iter().map(|m| m.get_msg_type()).collect::<Vec<_>>();
+    let vote = |g: &mut Group, term: u64| {
+        g.step(msg(T::MsgRequestVote, 2, term, 0));
+        kinds(&outbox(g))
+    };
+    let campaigns = |g: &mut Group| {
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            g.tick();
+            out.extend(kinds(&outbox(g)));
+        }
+        out.iter()
+            .any(|k| matches!(k, T::MsgRequestPreVote | T::MsgRequestVote))
+    };
+    // Without the withholding: it votes, and campaigns when no leader is heard.
+    let mut plain = new(false);
+    assert!(vote(&mut plain, 5).contains(&T::MsgRequestVoteResponse));
+    assert!(campaigns(&mut new(false)));
+    // Withholding: no vote, no campaign, the requests counted.
+    let mut g = new(true);
+    assert!(g.withholding());
+    assert!(!vote(&mut g, 5).contains(&T::MsgRequestVoteResponse));
+    let mut g2 = new(true);
+    g2.step(msg(T::MsgRequestPreVote, 2, 6, 0));
+    assert!(!kinds(&outbox(&mut g2)).contains(&T::MsgRequestPreVoteResponse));
+    assert!(!campaigns(&mut g2));
+    assert_eq!(g.withheld() + g2.withheld(), 2);
+    // A heartbeat of node 0, leader in term 7, with nothing committed it lacks: it follows
+    // and stops withholding at its next tick.
+    g.step(msg(T::MsgHeartbeat, 0, 7, 0));
+    let _ = outbox(&mut g);
+    g.tick();
+    assert!(!g.withholding());
+    assert_eq!(g.leader(), Some(0));
+    // Then, once that leader's lease ran out, a vote in a later term is granted as by any
+    // replica.
+    for _ in 0..40 {
+        g.tick();
+        let _ = outbox(&mut g);
+    }
+    let before = g.withheld();
+    assert!(vote(&mut g, 20).contains(&T::MsgRequestVoteResponse));
+    assert_eq!(g.withheld(), before);
+}
