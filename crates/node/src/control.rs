@@ -765,7 +765,15 @@ pub fn run(
     }
     // The PFCP endpoint's incarnation is the node's epoch (1 at the first start, one more at
     // each restart: the log says it): a restarted endpoint lost its sessions.
-    let mut pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch())?;
+    // A node whose log was lost opens its PFCP endpoint once it is ready, in the epoch its
+    // peers told it (at least 2: it ran before): its sessions were lost, so it announces a new
+    // Recovery Time Stamp, and its SEIDs carry that epoch, not the first start's.
+    let mut pfcp_after_rejoin = log_lost && ctl.pfcp.is_some();
+    let mut pfcp = if pfcp_after_rejoin {
+        None
+    } else {
+        crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch())?
+    };
     // The log is written on a thread of its own (crate::logwriter): the control thread never
     // waits for the disk. Persist events are numbered across restarts of the state machine:
     // `base` events were handed out by earlier incarnations.
@@ -1026,6 +1034,10 @@ pub fn run(
             }
         }
         let ready = node.ready();
+        if pfcp_after_rejoin && ready {
+            pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch().max(2))?;
+            pfcp_after_rejoin = false;
+        }
         if last_pub.elapsed() >= Duration::from_millis(200) || ready != was_ready {
             was_ready = ready;
             let mut p = published.lock().unwrap_or_else(|e| e.into_inner());

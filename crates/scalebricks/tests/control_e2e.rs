@@ -948,6 +948,7 @@ fn a_node_whose_log_was_wiped_rejoins_with_nothing_lost() {
     assert_eq!(u(&r0["acked"]), 500, "{r0}");
     let row = c.status()["nodes"][victim].clone();
     let epoch_before = u(&row["epoch"]);
+    let rts_before = recovery_time_stamp(&c, victim);
     kill_and_wait(&c, victim, row["pid"].as_i64().unwrap());
     let wal = c.dir.join(format!("node{victim}.wal"));
     assert!(wal.is_dir(), "{}", wal.display());
@@ -957,6 +958,13 @@ fn a_node_whose_log_was_wiped_rejoins_with_nothing_lost() {
     eprintln!(
         "node {victim}: epoch {epoch_before} before the wipe, {} after; {} vote requests withheld",
         rows[victim]["epoch"], rows[victim]["votes_withheld"]
+    );
+    // Its PFCP sessions were lost with its log: its endpoint says so with a new Recovery
+    // Time Stamp (it opened in the epoch its peers told it, not as a first start).
+    let rts_after = recovery_time_stamp(&c, victim);
+    assert!(
+        rts_after > rts_before,
+        "node {victim}'s Recovery Time Stamp after the wipe: {rts_after}, before: {rts_before}"
     );
     assert_converged(&c, "after the rejoin");
     // Updates of every range, the rejoined node's included, are acknowledged.
