@@ -81,3 +81,45 @@ pub fn bucket(data: &[u8]) {
         }
     }
 }
+
+/// Any bytes as a write request and as a write acknowledgement: no panic; whatever parses
+/// re-encodes to the same bytes; a request is served to a 4 KiB region and the
+/// acknowledgement parses and echoes the id; an accepted write changed exactly the bytes it
+/// names, a refused one nothing, and the status says which (aligned, in bounds, known region).
+pub fn write(data: &[u8]) {
+    use crate::wire::{serve_write, WriteAck, WriteRequest};
+    if let Ok(req) = WriteRequest::parse(data) {
+        let mut again = Vec::new();
+        req.emit(&mut again).expect("a parsed write encodes");
+        assert_eq!(again, data);
+        let image: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let region = Region::from_image(&image);
+        let mut out = Vec::new();
+        let status = serve_write((req.region == 0).then_some(&region), &req, &mut out);
+        let ack = WriteAck::parse(&out).expect("the server's ack parses");
+        assert_eq!((ack.request_id, ack.status), (req.request_id, status));
+        let aligned = req.offset % 8 == 0 && req.data.len() % 8 == 0 && req.data.len() >= 16;
+        let end = req
+            .offset
+            .checked_add(req.data.len() as u64)
+            .filter(|&e| e <= 4096);
+        let want = match (req.region, aligned, end) {
+            (0, true, Some(_)) => Status::Ok,
+            (0, false, _) => Status::Unaligned,
+            (0, true, None) => Status::OutOfBounds,
+            _ => Status::UnknownRegion,
+        };
+        assert_eq!(status, want);
+        let mut expect = image.clone();
+        if status == Status::Ok {
+            let at = req.offset as usize;
+            expect[at..at + req.data.len()].copy_from_slice(req.data);
+        }
+        assert_eq!(region.snapshot(), expect);
+    }
+    if let Ok(ack) = WriteAck::parse(data) {
+        let mut again = Vec::new();
+        ack.emit(&mut again);
+        assert_eq!(again, data);
+    }
+}

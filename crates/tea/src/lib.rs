@@ -18,7 +18,10 @@
 //! - [`region`]: a registered region (atomic words: a read racing a write is torn, never
 //!   undefined) and the [`MemoryRegion`] trait a memory server copies from.
 //! - [`wire`]: the read protocol, a RoCE-like one-sided read over UDP that carries the
-//!   original packet (Figure 5b), and the memory server's [`serve_read`].
+//!   original packet (Figure 5b), and the memory server's [`serve_read`]; the one-sided write
+//!   of one bucket's image the control plane updates a remote table with ([`serve_write`],
+//!   words stored version-last so a reader never uses a half-written bucket;
+//!   [`TeaTable::take_writes`] logs them in the order they must be applied).
 //! - [`hot`]: count-min sketch, Bloom-filtered reports, the exact-match cache (§4.3, §5.1).
 //! - [`flow`]: outstanding-read limits, primary/secondary choice, dead and overloaded
 //!   detection with probes and return (§5.3, Figure 10).
@@ -93,9 +96,12 @@ pub mod zipf;
 pub use flow::{DropReason, Expired, FlowControl, FlowCounters, FlowParams, Health, Probe, Route};
 pub use hot::{BloomFilter, CountMinSketch, HotCache, HotError, HotKeys, HotParams, Offer};
 pub use layout::{BucketError, Layout, LayoutError};
-pub use region::{MemoryRegion, OutOfBounds, Region};
+pub use region::{MemoryRegion, OutOfBounds, Region, WriteError};
 pub use resolver::{Address, RangeEntry, RangeError, RangeTable, Resolver, ServerId};
 pub use table::{
-    InsertError, Lookup, LookupError, Placed, Step, TableParams, TableReader, TeaTable,
+    BucketWrite, InsertError, Lookup, LookupError, Placed, Step, TableParams, TableReader, TeaTable,
 };
-pub use wire::{serve_datagram, serve_read, ReadRequest, ReadResponse, Status, WireError};
+pub use wire::{
+    serve_datagram, serve_read, serve_write, ReadRequest, ReadResponse, Status, WireError,
+    WriteAck, WriteRequest,
+};

@@ -87,13 +87,27 @@ impl Region {
         v
     }
 
-    /// Rewrites the bucket at `offset` (8-aligned, `new.len()` a multiple of 8) from its current
-    /// image to `new`, in the order the readers' checks rely on: the version word made odd first
-    /// (a reader that sees it retries), then the slot words, the checksum word, and last the
-    /// version word with its new even version and occupancy.
+    /// Rewrites the bucket at `offset` (8-aligned, `new.len()` a multiple of 8, at least 16)
+    /// from its current image to `new`: [`write_words`](Self::write_words), for the table's
+    /// own images (always aligned and in bounds).
     pub(crate) fn write_bucket(&self, offset: usize, new: &[u8]) {
-        debug_assert!(offset % 8 == 0 && new.len() % 8 == 0 && new.len() >= 16);
-        let w0 = offset / 8;
+        self.write_words(offset as u64, new)
+            .expect("a bucket image is aligned and inside its region");
+    }
+
+    /// Stores `new` (whole 8-byte words, at least two) at `offset` (8-aligned) in the order
+    /// the readers' checks rely on: the first word's low 32 bits (a bucket's version) made odd
+    /// first (a reader that sees it retries), then the words from the third on, the second (a
+    /// bucket's checksum), and last the first word with its new value (the new even version
+    /// and occupancy). This is what a memory server does with a remote write
+    /// ([`crate::wire::serve_write`]). Nothing is written if the words are not aligned or not
+    /// all inside the region.
+    pub fn write_words(&self, offset: u64, new: &[u8]) -> Result<(), WriteError> {
+        if offset % 8 != 0 || new.len() % 8 != 0 || new.len() < 16 {
+            return Err(WriteError::Unaligned);
+        }
+        let (start, _) = check(offset, new.len(), self.size()).map_err(WriteError::OutOfBounds)?;
+        let w0 = start / 8;
         let head = &self.words[w0];
         let cur = head.load(Ordering::Relaxed);
         // Version is the low 32 bits of word 0 (little-endian bytes 0..4).
@@ -113,7 +127,19 @@ impl Region {
             u64::from_le_bytes(new[0..8].try_into().expect("8 bytes")),
             Ordering::Release,
         );
+        Ok(())
     }
+}
+
+/// Why a write was refused (nothing written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// The bytes are not all inside the region.
+    #[error(transparent)]
+    OutOfBounds(OutOfBounds),
+    /// Not whole 8-byte words at an 8-aligned offset, or fewer than two words.
+    #[error("a write must be at least two whole 8-byte words at an 8-aligned offset")]
+    Unaligned,
 }
 
 impl MemoryRegion for Region {

@@ -111,6 +111,19 @@ pub enum Placed {
 
 type StashEntries = Vec<(Box<[u8]>, Box<[u8]>)>;
 
+/// One bucket write, as [`TeaTable::take_writes`] logs it for a remote writer: the new image
+/// of `bucket`, to be written at `address` on the range's primary and secondary copies, in the
+/// log's order, each after the previous one is acknowledged by every copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketWrite {
+    /// The bucket.
+    pub bucket: u64,
+    /// Where it lives: servers, region, offset, length.
+    pub address: Address,
+    /// Its sealed image (version and checksum set).
+    pub image: Vec<u8>,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Loc {
     Bucket(u64, usize),
@@ -129,6 +142,7 @@ pub struct TeaTable {
     max_search: usize,
     len: usize,
     bucket_writes: u64,
+    write_log: Option<Vec<BucketWrite>>,
 }
 
 impl TeaTable {
@@ -163,6 +177,7 @@ impl TeaTable {
             max_search: max_search.max(2),
             len: 0,
             bucket_writes: 0,
+            write_log: None,
         }
     }
 
@@ -202,6 +217,35 @@ impl TeaTable {
         self.bucket_writes
     }
 
+    /// Starts (or stops) logging every bucket write, for a remote writer: the memory servers
+    /// of another process hold their own copies of the regions, and the control plane sends
+    /// them what [`take_writes`](Self::take_writes) returns.
+    pub fn log_writes(&mut self, on: bool) {
+        self.write_log = on.then(Vec::new);
+    }
+
+    /// The bucket writes logged since the last call, in the order they were made (empty when
+    /// logging is off).
+    pub fn take_writes(&mut self) -> Vec<BucketWrite> {
+        self.write_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The writes that bring a fresh copy of region `region` up to the authoritative images:
+    /// every bucket of the range, in order (for a memory server that lost writes).
+    pub fn region_writes(&self, region: u32) -> Vec<BucketWrite> {
+        let (first, end) = self.resolver.ranges().bounds(region as usize);
+        (first..end)
+            .map(|b| BucketWrite {
+                bucket: b,
+                address: self.resolver.address(b),
+                image: self.image(b).to_vec(),
+            })
+            .collect()
+    }
+
     /// The copies of region `region` (range index): `[0]` for the primary, `[1]` for the
     /// secondary when the range has one. A memory server serves reads from these.
     pub fn region(&self, region: u32) -> &[Arc<Region>] {
@@ -236,11 +280,16 @@ impl TeaTable {
         let v = version(img).wrapping_add(2);
         layout.seal(img, v);
         let a = self.resolver.address(b);
+        let image = &self.shadow[b as usize * a.len as usize..][..a.len as usize];
         for copy in &self.regions[a.region as usize] {
-            copy.write_bucket(
-                a.offset as usize,
-                &self.shadow[b as usize * a.len as usize..][..a.len as usize],
-            );
+            copy.write_bucket(a.offset as usize, image);
+        }
+        if let Some(log) = self.write_log.as_mut() {
+            log.push(BucketWrite {
+                bucket: b,
+                address: a,
+                image: image.to_vec(),
+            });
         }
         self.bucket_writes += 1;
     }

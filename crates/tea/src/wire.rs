@@ -22,6 +22,32 @@
 //! A datagram must be exactly its header plus the lengths it declares; parsers return a
 //! [`WireError`] for anything else and never panic.
 //!
+//! # Writes (the control plane's updates)
+//! A one-sided write, as an RDMA WRITE: the switch's control plane sends the new image of one
+//! bucket to each copy of its region and waits for both acknowledgements before it writes the
+//! next bucket ([`crate::table`] says why that order matters).
+//!
+//! ```text
+//! write request (24-byte header)            write ack (12 bytes)
+//!  0  2  magic "TE"                           0  2  magic "TE"
+//!  2  1  version 1                            2  1  version 1
+//!  3  1  opcode 3 (write request)             3  1  opcode 4 (write ack)
+//!  4  4  request id                           4  4  request id (the request's)
+//!  8  4  region                               8  1  status (0 ok, see Status)
+//! 12  8  offset in the region                 9  3  reserved, 0
+//! 20  4  data length L (<= MAX_WRITE)
+//! 24  L  the bytes to write
+//! ```
+//!
+//! The server ([`serve_write`]) takes whole 8-byte words at an 8-aligned offset, at least two
+//! (a bucket's header), and stores them in the order a reader's check relies on
+//! ([`Region::write_words`](crate::region::Region::write_words)): the first word's low 32 bits
+//! (a bucket's version) made odd first, then the words from the third on, the second (a
+//! bucket's checksum), and the first word last. A reader's copy that overlaps the write has an
+//! odd version or a checksum that does not match, and is read again: no reader ever uses a
+//! half-written entry. Anything else is refused with [`Status::Unaligned`]; a write out of the
+//! region with [`Status::OutOfBounds`].
+//!
 //! # Bytes on the fabric per packet
 //! With Ethernet (14) + IPv4 (20) + UDP (8) = 42 bytes of outer headers, a read of one `B`-byte
 //! bucket for a `P`-byte packet costs a request of `70 + P` bytes and a response of
@@ -33,7 +59,7 @@
 //! shorter each way. The response is `58 + B` bytes longer than the packet, so the fabric's
 //! MTU must exceed the largest packet by that much (jumbo frames, or a larger veth MTU).
 
-use crate::region::MemoryRegion;
+use crate::region::{MemoryRegion, Region, WriteError};
 
 /// The two magic bytes, "TE".
 pub const MAGIC: [u8; 2] = *b"TE";
@@ -48,11 +74,19 @@ pub const REQUEST_HEADER: usize = 28;
 pub const RESPONSE_HEADER: usize = 16;
 /// Longest read (the largest bucket, 16 slots of 128-byte keys and 256-byte values, is 6160).
 pub const MAX_READ: u32 = 8192;
+/// Longest write (a bucket, as [`MAX_READ`]).
+pub const MAX_WRITE: u32 = MAX_READ;
+/// Write request header bytes.
+pub const WRITE_HEADER: usize = 24;
+/// Write acknowledgement bytes.
+pub const WRITE_ACK: usize = 12;
 /// Longest carried packet (a 9000-byte jumbo frame with its Ethernet header, and some).
 pub const MAX_PACKET: usize = 9216;
 
 const OP_READ_REQUEST: u8 = 1;
 const OP_READ_RESPONSE: u8 = 2;
+const OP_WRITE_REQUEST: u8 = 3;
+const OP_WRITE_ACK: u8 = 4;
 
 /// Why bytes are not a read request or response, or a message cannot be encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -108,6 +142,9 @@ pub enum Status {
     UnknownRegion = 1,
     /// The bytes are not all inside the region.
     OutOfBounds = 2,
+    /// A write that is not whole 8-byte words at an 8-aligned offset, or shorter than 16
+    /// bytes (nothing written).
+    Unaligned = 3,
 }
 
 impl Status {
@@ -116,6 +153,7 @@ impl Status {
             0 => Ok(Status::Ok),
             1 => Ok(Status::UnknownRegion),
             2 => Ok(Status::OutOfBounds),
+            3 => Ok(Status::Unaligned),
             b => Err(WireError::Status(b)),
         }
     }
@@ -145,15 +183,40 @@ fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes(b[at..at + 2].try_into().expect("2 bytes"))
 }
 
-/// The opcode of a datagram that starts like ours: `Some(true)` for a request, `Some(false)`
-/// for a response, `None` otherwise (a dispatcher's first look; the parsers check the rest).
-pub fn is_request(b: &[u8]) -> Option<bool> {
+/// The kind of a datagram that starts like ours (a dispatcher's first look; the parsers check
+/// the rest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opcode {
+    /// [`ReadRequest`].
+    ReadRequest,
+    /// [`ReadResponse`].
+    ReadResponse,
+    /// [`WriteRequest`].
+    WriteRequest,
+    /// [`WriteAck`].
+    WriteAck,
+}
+
+/// The opcode of a datagram that starts with our magic and version; `None` otherwise.
+pub fn opcode(b: &[u8]) -> Option<Opcode> {
     if b.len() < 4 || b[0..2] != MAGIC || b[2] != VERSION {
         return None;
     }
     match b[3] {
-        OP_READ_REQUEST => Some(true),
-        OP_READ_RESPONSE => Some(false),
+        OP_READ_REQUEST => Some(Opcode::ReadRequest),
+        OP_READ_RESPONSE => Some(Opcode::ReadResponse),
+        OP_WRITE_REQUEST => Some(Opcode::WriteRequest),
+        OP_WRITE_ACK => Some(Opcode::WriteAck),
+        _ => None,
+    }
+}
+
+/// The opcode of a read datagram: `Some(true)` for a read request, `Some(false)` for a read
+/// response, `None` otherwise (writes included).
+pub fn is_request(b: &[u8]) -> Option<bool> {
+    match opcode(b)? {
+        Opcode::ReadRequest => Some(true),
+        Opcode::ReadResponse => Some(false),
         _ => None,
     }
 }
@@ -360,6 +423,123 @@ pub fn serve_read<R: MemoryRegion + ?Sized>(
     Status::Ok
 }
 
+/// A write request: store `data` at `offset` of `region` (one bucket's new image).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteRequest<'a> {
+    /// Chosen by the writer; the acknowledgement carries it back.
+    pub request_id: u32,
+    /// Region number.
+    pub region: u32,
+    /// First byte to write.
+    pub offset: u64,
+    /// The bytes.
+    pub data: &'a [u8],
+}
+
+impl<'a> WriteRequest<'a> {
+    /// Parses a write request datagram.
+    pub fn parse(b: &'a [u8]) -> Result<WriteRequest<'a>, WireError> {
+        check_common(b, WRITE_HEADER, OP_WRITE_REQUEST)?;
+        let length = be32(b, 20);
+        if length > MAX_WRITE {
+            return Err(WireError::ReadTooLong(length));
+        }
+        let declared = WRITE_HEADER + length as usize;
+        if b.len() != declared {
+            return Err(WireError::Length {
+                declared,
+                actual: b.len(),
+            });
+        }
+        Ok(WriteRequest {
+            request_id: be32(b, 4),
+            region: be32(b, 8),
+            offset: u64::from_be_bytes(b[12..20].try_into().expect("8 bytes")),
+            data: &b[WRITE_HEADER..],
+        })
+    }
+
+    /// Bytes of the encoded request.
+    pub fn encoded_len(&self) -> usize {
+        WRITE_HEADER + self.data.len()
+    }
+
+    /// Appends the encoded request to `out`.
+    pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        if self.data.len() > MAX_WRITE as usize {
+            return Err(WireError::ReadTooLong(
+                self.data.len().min(u32::MAX as usize) as u32,
+            ));
+        }
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&[VERSION, OP_WRITE_REQUEST]);
+        out.extend_from_slice(&self.request_id.to_be_bytes());
+        out.extend_from_slice(&self.region.to_be_bytes());
+        out.extend_from_slice(&self.offset.to_be_bytes());
+        out.extend_from_slice(&(self.data.len() as u32).to_be_bytes());
+        out.extend_from_slice(self.data);
+        Ok(())
+    }
+}
+
+/// A write's acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteAck {
+    /// The request's id.
+    pub request_id: u32,
+    /// What the server did ([`Status::Ok`]: every byte written).
+    pub status: Status,
+}
+
+impl WriteAck {
+    /// Parses an acknowledgement datagram.
+    pub fn parse(b: &[u8]) -> Result<WriteAck, WireError> {
+        check_common(b, WRITE_ACK, OP_WRITE_ACK)?;
+        if b.len() != WRITE_ACK {
+            return Err(WireError::Length {
+                declared: WRITE_ACK,
+                actual: b.len(),
+            });
+        }
+        let status = Status::from_u8(b[8])?;
+        if b[9..12] != [0, 0, 0] {
+            return Err(WireError::Reserved);
+        }
+        Ok(WriteAck {
+            request_id: be32(b, 4),
+            status,
+        })
+    }
+
+    /// Appends the encoded acknowledgement to `out`.
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&[VERSION, OP_WRITE_ACK]);
+        out.extend_from_slice(&self.request_id.to_be_bytes());
+        out.extend_from_slice(&[self.status as u8, 0, 0, 0]);
+    }
+}
+
+/// The memory server's whole job for one write: stores `req.data` at `req.offset` of `region`
+/// (`None`: the server has no region of that number) with [`Region::write_words`]'s order,
+/// and appends the acknowledgement to `out`. Never panics; returns the status sent.
+pub fn serve_write(region: Option<&Region>, req: &WriteRequest<'_>, out: &mut Vec<u8>) -> Status {
+    let status = match region {
+        None => Status::UnknownRegion,
+        Some(r) => match r.write_words(req.offset, req.data) {
+            Ok(()) => Status::Ok,
+            Err(WriteError::OutOfBounds(_)) => Status::OutOfBounds,
+            Err(WriteError::Unaligned) => Status::Unaligned,
+        },
+    };
+    WriteAck {
+        request_id: req.request_id,
+        status,
+    }
+    .emit(out);
+    status
+}
+
 /// A server's receive path: parses a request datagram and serves it from `regions(number)`.
 /// A datagram that is not a valid request gets no answer (`Err`), as a NIC drops it.
 pub fn serve_datagram<'r, R, F>(
@@ -468,6 +648,71 @@ mod tests {
             ReadResponse::parse(&out).unwrap().status,
             Status::UnknownRegion
         );
+    }
+
+    #[test]
+    fn writes_round_trip_and_are_checked() {
+        let region = Region::from_image(&[0u8; 64]);
+        let data: Vec<u8> = (1..=24).collect();
+        let req = WriteRequest {
+            request_id: 5,
+            region: 3,
+            offset: 8,
+            data: &data,
+        };
+        let mut b = Vec::new();
+        req.emit(&mut b).unwrap();
+        assert_eq!(b.len(), req.encoded_len());
+        assert_eq!(WriteRequest::parse(&b), Ok(req));
+        assert_eq!(opcode(&b), Some(Opcode::WriteRequest));
+        assert_eq!(is_request(&b), None);
+        assert_eq!(ReadRequest::parse(&b), Err(WireError::Opcode(3)));
+        let mut out = Vec::new();
+        assert_eq!(serve_write(Some(&region), &req, &mut out), Status::Ok);
+        assert_eq!(opcode(&out), Some(Opcode::WriteAck));
+        assert_eq!(
+            WriteAck::parse(&out),
+            Ok(WriteAck {
+                request_id: 5,
+                status: Status::Ok
+            })
+        );
+        let snap = region.snapshot();
+        assert_eq!(&snap[8..32], &data[..]);
+        assert!(snap[..8].iter().chain(&snap[32..]).all(|&x| x == 0));
+        for (offset, len, want) in [
+            (4, 16, Status::Unaligned),
+            (8, 12, Status::Unaligned),
+            (8, 8, Status::Unaligned),
+            (56, 16, Status::OutOfBounds),
+            (u64::MAX - 7, 16, Status::OutOfBounds),
+        ] {
+            let d = vec![9u8; len];
+            let r = WriteRequest {
+                request_id: 1,
+                region: 0,
+                offset,
+                data: &d,
+            };
+            out.clear();
+            assert_eq!(serve_write(Some(&region), &r, &mut out), want, "{offset}");
+            assert_eq!(WriteAck::parse(&out).unwrap().status, want);
+            assert_eq!(region.snapshot(), snap, "a refused write changed bytes");
+        }
+        out.clear();
+        assert_eq!(serve_write(None, &req, &mut out), Status::UnknownRegion);
+        assert_eq!(
+            WriteRequest::parse(&b[..b.len() - 1]),
+            Err(WireError::Length {
+                declared: 48,
+                actual: 47
+            })
+        );
+        let mut m = out.clone();
+        m[11] = 1;
+        assert_eq!(WriteAck::parse(&m), Err(WireError::Reserved));
+        m.push(0);
+        assert!(WriteAck::parse(&m).is_err());
     }
 
     #[test]

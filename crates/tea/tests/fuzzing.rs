@@ -56,6 +56,38 @@ proptest! {
     }
 
     #[test]
+    fn write_random_bytes(data in prop::collection::vec(any::<u8>(), 0..200)) {
+        fuzzing::write(&data);
+    }
+
+    /// Valid write requests (aligned or not, in bounds or not) with a few bytes flipped, and
+    /// their acknowledgements likewise.
+    #[test]
+    fn write_mutated(
+        id in any::<u32>(), region in 0u32..2, offset in 0u64..4200,
+        data in prop::collection::vec(any::<u8>(), 0..120),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+    ) {
+        use sb_tea::wire::{serve_write, WriteRequest};
+        let req = WriteRequest { request_id: id, region, offset, data: &data };
+        let mut b = Vec::new();
+        req.emit(&mut b).unwrap();
+        fuzzing::write(&b);
+        let r = sb_tea::Region::new(4096);
+        let mut ack = Vec::new();
+        serve_write(Some(&r), &req, &mut ack);
+        fuzzing::write(&ack);
+        for (i, x) in &flips {
+            let n = ack.len();
+            ack[i.index(n)] ^= x;
+            let n = b.len();
+            b[i.index(n)] ^= x;
+        }
+        fuzzing::write(&ack);
+        fuzzing::write(&b);
+    }
+
+    #[test]
     fn bucket_random_bytes(data in prop::collection::vec(any::<u8>(), 0..300)) {
         fuzzing::bucket(&data);
     }
