@@ -1007,11 +1007,19 @@ pub fn run(
                 wal.checkpoints()
             ));
             }
+            let t0 = Instant::now();
             let recovered = crate::logwriter::replay_records(wal.reopen()?)
                 .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
+            let (n, read) = (recovered.len(), t0.elapsed());
             base += node.persists_handed();
             told = 0;
             node = new_node(Vec::new(), recovered)?;
+            // What a restart holds the control thread for (no heartbeat goes meanwhile).
+            tracing_warn(&format!(
+                "restart: log read in {} ms ({n} records), state machine rebuilt in {} ms",
+                read.as_millis(),
+                (t0.elapsed() - read).as_millis()
+            ));
             // (A node that rejoins before it was ever ready has no GPT in its data plane yet:
             // it gets the assembled table, as at a first start.)
             if dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
