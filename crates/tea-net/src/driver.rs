@@ -11,7 +11,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use sb_engine::App;
-use sb_tea::ServerId;
+use sb_tea::{InsertError, Placed, ServerId, TeaTable};
 
 use crate::switch::{Sink, SwitchDrop, TeaSwitch};
 
@@ -158,6 +158,62 @@ impl<A: App> UdpSwitch<A> {
             self.core.poll(now, &mut sink);
         }
         got.is_some()
+    }
+
+    /// [`TeaSwitch::update`] with this socket: the entry's bucket writes go out to the memory
+    /// servers (the first at once, each next one when the last is acknowledged, through
+    /// [`pump`](Self::pump)).
+    pub fn update<O: Output>(
+        &mut self,
+        table: &mut TeaTable,
+        key: &[u8],
+        value: &[u8],
+        out: &mut O,
+    ) -> Result<Placed, InsertError> {
+        let mut sink = UdpSink {
+            socket: &self.socket,
+            servers: &self.servers,
+            out,
+            send_errors: &mut self.send_errors,
+        };
+        self.core
+            .update(Instant::now(), table, key, value, &mut sink)
+    }
+
+    /// [`TeaSwitch::remove_remote`] with this socket.
+    pub fn remove_remote<O: Output>(
+        &mut self,
+        table: &mut TeaTable,
+        key: &[u8],
+        out: &mut O,
+    ) -> Option<Vec<u8>> {
+        let mut sink = UdpSink {
+            socket: &self.socket,
+            servers: &self.servers,
+            out,
+            send_errors: &mut self.send_errors,
+        };
+        self.core
+            .remove_remote(Instant::now(), table, key, &mut sink)
+    }
+
+    /// [`TeaSwitch::resync`] with this socket.
+    pub fn resync<O: Output>(&mut self, table: &TeaTable, out: &mut O) -> usize {
+        let mut sink = UdpSink {
+            socket: &self.socket,
+            servers: &self.servers,
+            out,
+            send_errors: &mut self.send_errors,
+        };
+        self.core.resync(Instant::now(), table, &mut sink)
+    }
+
+    /// Pumps until every queued bucket write is acknowledged (or given up) or `limit` passed.
+    pub fn drain_updates<O: Output>(&mut self, out: &mut O, limit: Duration) {
+        let end = Instant::now() + limit;
+        while self.core.updates_pending() > 0 && Instant::now() < end {
+            self.pump(out);
+        }
     }
 
     /// Pumps until no read is in flight or `limit` passed.

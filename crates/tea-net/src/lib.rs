@@ -38,11 +38,17 @@
 //! open NETLINK_RDMA socket": no RDMA subsystem, so neither rxe nor siw. Nothing here depends
 //! on it; the servers copy bytes in user space on a UDP socket, one thread each.
 //!
+//! # Updates
+//! The control plane changes the servers' copies by one-sided writes ([`sb_tea::wire`]'s write
+//! request, an RDMA WRITE's stand-in): [`switch::TeaSwitch::update`] places the entry in its
+//! table, and sends each bucket it rewrote to the range's primary and secondary, one bucket at
+//! a time, each once both copies acknowledged the last; lookups go on meanwhile (a bucket read
+//! while it is stored has an odd version or a wrong checksum and is read again). A copy on a
+//! dead server is skipped and rewritten whole when it answers again
+//! ([`switch::TeaSwitch::resync`]). In a cluster, `scalebricks tea-insert` hands entries to
+//! the running switch.
+//!
 //! # What is not built
-//! - Writes go from the control plane straight into the regions (the memory servers share
-//!   them in this process, as threads); there is no remote write opcode (an RDMA write) for a
-//!   control plane on another host. In a cluster the servers load their image once, so a
-//!   running TEA cluster's table does not change.
 //! - A late answer (after its read timed out) is dropped with its packet, although it carries
 //!   the packet: the lookup state is gone by then.
 //!

@@ -4,7 +4,9 @@
 //! [`MemoryServer`] is the sans-IO part: a map from region number to a registered region and
 //! [`MemoryServer::handle`], which parses one datagram ([`sb_tea::wire`]'s read request) and
 //! writes the response: the bytes asked for and the packet the request carried, or a status
-//! saying the region is unknown or the bytes are outside it. A datagram that is not a valid
+//! saying the region is unknown or the bytes are outside it. A write request (the control
+//! plane's update of one bucket) is stored in the order readers' checks rely on and
+//! acknowledged. A datagram that is not a valid
 //! request gets no answer, as a NIC drops it. [`spawn`] runs a server on a UDP socket in a
 //! thread of its own; its [`ServerControl`] stops it, takes it down (it keeps receiving and
 //! answers nothing: a dead NIC as the switch sees it) and slows it (a delay per read: a NIC
@@ -18,7 +20,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use sb_tea::wire::{serve_read, ReadRequest, Status, WireError};
+use sb_tea::wire::{
+    opcode, serve_read, serve_write, Opcode, ReadRequest, Status, WireError, WriteRequest,
+};
 use sb_tea::{Region, TeaTable};
 
 /// Why a region cannot be registered.
@@ -59,8 +63,11 @@ pub struct ServerCounters {
     pub reads: AtomicU64,
     /// Bytes of region copied into answers.
     pub bytes: AtomicU64,
-    /// Reads refused: unknown region or out of bounds (answered with that status).
+    /// Reads and writes refused: unknown region, out of bounds, unaligned (answered with that
+    /// status).
     pub refused: AtomicU64,
+    /// Writes done (each one bucket image from the switch's control plane), acknowledged.
+    pub writes: AtomicU64,
     /// Datagrams that are not read requests (not answered).
     pub invalid: AtomicU64,
     /// Requests received while down (not answered).
@@ -152,10 +159,20 @@ impl MemoryServer {
         Ok(server)
     }
 
-    /// Answers one datagram: appends the response to `out` and returns its status, or returns
-    /// why the datagram is not a read request (then nothing is appended and nothing must be
+    /// Answers one datagram, a read request (the bytes and the packet come back) or a write
+    /// request (the bytes are stored, [`sb_tea::Region::write_words`], and acknowledged):
+    /// appends the response to `out` and returns its status, or returns
+    /// why the datagram is not a request (then nothing is appended and nothing must be
     /// sent). Never panics.
     pub fn handle(&self, datagram: &[u8], out: &mut Vec<u8>) -> Result<Status, WireError> {
+        if opcode(datagram) == Some(Opcode::WriteRequest) {
+            let req = WriteRequest::parse(datagram)?;
+            return Ok(serve_write(
+                self.regions.get(&req.region).map(|r| &**r),
+                &req,
+                out,
+            ));
+        }
         let req = ReadRequest::parse(datagram)?;
         Ok(serve_read(
             self.regions.get(&req.region).map(|r| &**r),
@@ -292,7 +309,11 @@ fn serve_loop(server: &MemoryServer, socket: &UdpSocket, c: &ServerControl) {
             std::thread::sleep(Duration::from_nanos(delay));
         }
         out.clear();
+        let write = opcode(&buf[..n]) == Some(Opcode::WriteRequest);
         match server.handle(&buf[..n], &mut out) {
+            Ok(Status::Ok) if write => {
+                c.counters.writes.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(Status::Ok) => {
                 c.counters.reads.fetch_add(1, Ordering::Relaxed);
                 let data = out.len().saturating_sub(

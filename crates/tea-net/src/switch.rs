@@ -21,9 +21,17 @@
 //!
 //! # Control plane
 //! [`TeaSwitch::insert`] and [`TeaSwitch::remove`] write entries into the [`TeaTable`] (whose
-//! regions the memory servers registered: bucket writes follow the version and checksum
-//! protocol, so lookups in flight go on and never see a torn bucket), refresh the switch's copy
-//! of the stash, and update or drop the key's cache entry. [`TeaSwitch::run_control`] takes the
+//! regions the memory servers registered in this process: bucket writes follow the version and
+//! checksum protocol, so lookups in flight go on and never see a torn bucket), refresh the
+//! switch's copy of the stash, and update or drop the key's cache entry.
+//! [`TeaSwitch::update`] and [`TeaSwitch::remove_remote`] do the same for memory servers in
+//! other processes or hosts, by one-sided writes over the fabric ([`sb_tea::wire`]'s write
+//! request): the table logs each bucket it rewrote, and the switch sends each image to the
+//! range's primary and secondary, the next bucket only once both acknowledged (retried after
+//! the read timeout; a dead or silent copy is skipped and marked stale, and
+//! [`TeaSwitch::resync`] rewrites its regions once it answers again). Its stash copy changes
+//! once the writes before it are done. Lookups go on meanwhile; a reader that reads a bucket
+//! while a server stores it sees an odd version or a wrong checksum and reads it again. [`TeaSwitch::run_control`] takes the
 //! keys the sketch reported, reads their values from the table and offers them to the cache.
 //! Epochs (sketch and Bloom filter cleared, cache aged) end every `epoch_lookups` lookups.
 //!
@@ -34,14 +42,16 @@
 //! 64-byte packet costs 360 bytes on the switch-server link (5.6x the packet), a 1500-byte
 //! packet 3232 (2.2x). A packet served by the cache or the stash costs nothing on the fabric.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use sb_engine::{App, Drop};
 use sb_io::{Meta, PacketBatch};
-use sb_tea::flow::{DropReason, Expired, FlowControl, FlowCounters, FlowParams, Probe};
-use sb_tea::table::{InsertError, Lookup, LookupError, Placed, Step, TeaTable};
-use sb_tea::wire::{ReadRequest, ReadResponse, Status, MAX_PACKET};
+use sb_tea::flow::{DropReason, Expired, FlowControl, FlowCounters, FlowParams, Health, Probe};
+use sb_tea::table::{BucketWrite, InsertError, Lookup, LookupError, Placed, Step, TeaTable};
+use sb_tea::wire::{
+    opcode, Opcode, ReadRequest, ReadResponse, Status, WriteAck, WriteRequest, MAX_PACKET,
+};
 use sb_tea::{HotCache, HotError, HotKeys, HotParams, Resolver, ServerId};
 
 /// Sizes and limits of a [`TeaSwitch`].
@@ -138,11 +148,31 @@ pub struct SwitchCounters {
     pub drop_other: u64,
     /// Epochs ended.
     pub epochs: u64,
+    /// Entries the control plane wrote through remote writes ([`TeaSwitch::update`]).
+    pub updates: u64,
+    /// Updates refused (the table full: no place and the stash full).
+    pub update_failures: u64,
+    /// Bucket write requests sent (one per copy; retries not counted).
+    pub bucket_writes: u64,
+    /// Write acknowledgements received.
+    pub write_acks: u64,
+    /// Write requests sent again after no acknowledgement within the read timeout.
+    pub write_retries: u64,
+    /// Copies not written: their server dead to flow control, or silent for
+    /// [`WRITE_TRIES`] sends (the copy is stale until [`TeaSwitch::resync`]).
+    pub write_skipped: u64,
+    /// Acknowledgements with an error status (unknown region, out of bounds, unaligned).
+    pub write_errors: u64,
+    /// Whole regions rewritten to a server that had missed writes ([`TeaSwitch::resync`]).
+    pub resyncs: u64,
 }
+
+/// Sends of one write to one copy before the copy is given up as stale.
+pub const WRITE_TRIES: u32 = 5;
 
 /// Where the switch's output goes: the driver's sockets and ports.
 pub trait Sink {
-    /// Sends `datagram` (a read request) to memory server `server`.
+    /// Sends `datagram` (a read or write request) to memory server `server`.
     fn send(&mut self, server: ServerId, datagram: &[u8]);
     /// A packet leaves the switch, translated.
     fn emit(&mut self, frame: &[u8]);
@@ -158,6 +188,15 @@ type Entry = (Box<[u8]>, Box<[u8]>);
 #[derive(Debug, Clone)]
 struct Pending {
     lookup: Lookup,
+}
+
+/// The bucket write in flight: one request per copy, each until acknowledged.
+#[derive(Debug)]
+struct WriteInFlight {
+    write: BucketWrite,
+    /// (server, request id, acknowledged, sends).
+    copies: Vec<(ServerId, u32, bool, u32)>,
+    sent: Instant,
 }
 
 /// The switch: the NF, the resolver, the stash copy, the hot keys, flow control.
@@ -181,6 +220,11 @@ pub struct TeaSwitch<A: App> {
     probes: Vec<Probe>,
     epoch_count: u64,
     counters: SwitchCounters,
+    writes: VecDeque<BucketWrite>,
+    write_in_flight: Option<WriteInFlight>,
+    stash_after: Option<Vec<Entry>>,
+    next_write_id: u32,
+    stale: Vec<bool>,
 }
 
 impl<A: App> TeaSwitch<A> {
@@ -220,6 +264,11 @@ impl<A: App> TeaSwitch<A> {
                 reads_per_server: vec![0; servers],
                 ..SwitchCounters::default()
             },
+            writes: VecDeque::new(),
+            write_in_flight: None,
+            stash_after: None,
+            next_write_id: 0,
+            stale: vec![false; servers],
         };
         s.refresh_stash(table);
         Ok(s)
@@ -357,8 +406,16 @@ impl<A: App> TeaSwitch<A> {
         sink.send(route.server, &self.scratch);
     }
 
-    /// A datagram arrived from a memory server at `now`.
+    /// A datagram arrived from a memory server at `now`: a read's response or a write's
+    /// acknowledgement.
     pub fn on_response<S: Sink>(&mut self, now: Instant, datagram: &[u8], sink: &mut S) {
+        if opcode(datagram) == Some(Opcode::WriteAck) {
+            match WriteAck::parse(datagram) {
+                Ok(ack) => self.on_write_ack(now, ack, sink),
+                Err(_) => self.counters.bad_responses += 1,
+            }
+            return;
+        }
         let Ok(resp) = ReadResponse::parse(datagram) else {
             self.counters.bad_responses += 1;
             return;
@@ -394,6 +451,7 @@ impl<A: App> TeaSwitch<A> {
     /// Expires reads past their deadline and sends the probes due, at `now`. Call it every
     /// millisecond or so, and at [`FlowControl::next_deadline`].
     pub fn poll<S: Sink>(&mut self, now: Instant, sink: &mut S) {
+        self.poll_writes(now, sink);
         self.expired.clear();
         self.flow.poll_timeouts(now, &mut self.expired);
         for e in &self.expired {
@@ -495,6 +553,215 @@ impl<A: App> TeaSwitch<A> {
         let old = table.remove(key);
         self.refresh_stash(table);
         old
+    }
+
+    /// Writes `key` -> `value` into the servers' copies of the table by one-sided writes, while
+    /// lookups go on: the table (whose writes must be logged, [`TeaTable::log_writes`]) places
+    /// the key (a free slot, a displacement chain, or the stash) and logs each bucket it
+    /// rewrote; the switch sends each bucket's image to the range's primary and secondary
+    /// ([`sb_tea::wire::WriteRequest`]) and sends the next bucket only once every copy
+    /// acknowledged the last (the order the lookup protocol's miss confirmation needs, see
+    /// [`sb_tea::table`]). The switch's stash copy changes once the writes before it are
+    /// acknowledged, so a key moved from the stash into a bucket is never missing from both.
+    /// The key's cache entry, if any, takes the new value at once. Drive the writes with
+    /// [`on_response`](Self::on_response) and [`poll`](Self::poll) (retries);
+    /// [`updates_pending`](Self::updates_pending) says when all are acknowledged.
+    pub fn update<S: Sink>(
+        &mut self,
+        now: Instant,
+        table: &mut TeaTable,
+        key: &[u8],
+        value: &[u8],
+        sink: &mut S,
+    ) -> Result<Placed, InsertError> {
+        let placed = match table.insert(key, value) {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.update_failures += 1;
+                return Err(e);
+            }
+        };
+        self.counters.updates += 1;
+        if let Some(c) = self.cache.as_mut() {
+            if c.contains(key) {
+                c.offer(key, value, 0);
+            }
+        }
+        self.queue_writes(now, table, sink);
+        Ok(placed)
+    }
+
+    /// Removes `key` from the cache, then from the servers' copies by remote writes (as
+    /// [`update`](Self::update)); returns its value if it was there.
+    pub fn remove_remote<S: Sink>(
+        &mut self,
+        now: Instant,
+        table: &mut TeaTable,
+        key: &[u8],
+        sink: &mut S,
+    ) -> Option<Vec<u8>> {
+        if let Some(c) = self.cache.as_mut() {
+            c.remove(key);
+        }
+        let old = table.remove(key);
+        self.queue_writes(now, table, sink);
+        old
+    }
+
+    fn queue_writes<S: Sink>(&mut self, now: Instant, table: &mut TeaTable, sink: &mut S) {
+        self.writes.extend(table.take_writes());
+        self.stash_after = Some(
+            table
+                .stash_entries()
+                .into_iter()
+                .map(|(k, v)| (k.into_boxed_slice(), v.into_boxed_slice()))
+                .collect(),
+        );
+        self.next_write(now, sink);
+    }
+
+    /// Bucket writes queued or in flight (the stash copy changes when they are all done).
+    pub fn updates_pending(&self) -> usize {
+        self.writes.len() + usize::from(self.write_in_flight.is_some())
+    }
+
+    /// Servers whose copies missed writes (dead or silent while they were sent).
+    pub fn stale_servers(&self) -> Vec<ServerId> {
+        (0..self.servers)
+            .filter(|&s| self.stale[s])
+            .map(|s| s as ServerId)
+            .collect()
+    }
+
+    /// Brings the copies of every server that missed writes and answers again (up to flow
+    /// control) back to the table: every bucket of each region it holds is written again
+    /// (after the writes queued before). Returns how many servers were resynced. Call it from
+    /// the control loop.
+    pub fn resync<S: Sink>(&mut self, now: Instant, table: &TeaTable, sink: &mut S) -> usize {
+        let mut n = 0;
+        for s in 0..self.servers {
+            if !self.stale[s] || !matches!(self.flow.health(s as ServerId), Health::Up) {
+                continue;
+            }
+            self.stale[s] = false;
+            n += 1;
+            self.counters.resyncs += 1;
+            for (r, e) in self.resolver.ranges().entries().iter().enumerate() {
+                if e.primary as usize == s || e.secondary.map(usize::from) == Some(s) {
+                    for mut w in table.region_writes(r as u32) {
+                        // Only this server's copy.
+                        w.address.primary = s as ServerId;
+                        w.address.secondary = None;
+                        self.writes.push_back(w);
+                    }
+                }
+            }
+        }
+        self.next_write(now, sink);
+        n
+    }
+
+    /// Sends the next queued bucket write if none is in flight; installs the new stash copy
+    /// once the queue is empty.
+    fn next_write<S: Sink>(&mut self, now: Instant, sink: &mut S) {
+        while self.write_in_flight.is_none() {
+            let Some(w) = self.writes.pop_front() else {
+                if let Some(st) = self.stash_after.take() {
+                    self.stash = st;
+                }
+                return;
+            };
+            let mut copies = Vec::with_capacity(2);
+            for server in std::iter::once(w.address.primary).chain(w.address.secondary) {
+                if matches!(self.flow.health(server), Health::Dead(_)) {
+                    self.counters.write_skipped += 1;
+                    if let Some(st) = self.stale.get_mut(server as usize) {
+                        *st = true;
+                    }
+                    continue;
+                }
+                self.next_write_id = self.next_write_id.wrapping_add(1);
+                copies.push((server, self.next_write_id, false, 0));
+            }
+            if copies.is_empty() {
+                continue;
+            }
+            let mut f = WriteInFlight {
+                write: w,
+                copies,
+                sent: now,
+            };
+            self.counters.bucket_writes += f.copies.len() as u64;
+            self.send_writes(&mut f, sink);
+            self.write_in_flight = Some(f);
+        }
+    }
+
+    fn send_writes<S: Sink>(&mut self, f: &mut WriteInFlight, sink: &mut S) {
+        for c in f.copies.iter_mut().filter(|c| !c.2) {
+            self.scratch.clear();
+            WriteRequest {
+                request_id: c.1,
+                region: f.write.address.region,
+                offset: f.write.address.offset,
+                data: &f.write.image,
+            }
+            .emit(&mut self.scratch)
+            .expect("a bucket image is at most MAX_WRITE bytes");
+            c.3 += 1;
+            self.counters.fabric_payload_bytes += self.scratch.len() as u64;
+            sink.send(c.0, &self.scratch);
+        }
+    }
+
+    fn on_write_ack<S: Sink>(&mut self, now: Instant, ack: WriteAck, sink: &mut S) {
+        let Some(f) = self.write_in_flight.as_mut() else {
+            self.counters.late += 1;
+            return;
+        };
+        let Some(c) = f.copies.iter_mut().find(|c| c.1 == ack.request_id && !c.2) else {
+            self.counters.late += 1;
+            return;
+        };
+        c.2 = true;
+        self.counters.write_acks += 1;
+        self.counters.fabric_payload_bytes += sb_tea::wire::WRITE_ACK as u64;
+        if ack.status != Status::Ok {
+            self.counters.write_errors += 1;
+        }
+        if f.copies.iter().all(|c| c.2) {
+            self.write_in_flight = None;
+            self.next_write(now, sink);
+        }
+    }
+
+    /// Retries a write not acknowledged within the read timeout; gives a copy up (stale) when
+    /// its server is dead or after [`WRITE_TRIES`] sends.
+    fn poll_writes<S: Sink>(&mut self, now: Instant, sink: &mut S) {
+        let Some(mut f) = self.write_in_flight.take() else {
+            return;
+        };
+        if now.saturating_duration_since(f.sent) < self.params.flow.timeout {
+            self.write_in_flight = Some(f);
+            return;
+        }
+        for c in f.copies.iter_mut().filter(|c| !c.2) {
+            if c.3 >= WRITE_TRIES || matches!(self.flow.health(c.0), Health::Dead(_)) {
+                c.2 = true;
+                self.counters.write_skipped += 1;
+                if let Some(st) = self.stale.get_mut(c.0 as usize) {
+                    *st = true;
+                }
+            }
+        }
+        if f.copies.iter().all(|c| c.2) {
+            self.next_write(now, sink);
+            return;
+        }
+        self.counters.write_retries += f.copies.iter().filter(|c| !c.2).count() as u64;
+        f.sent = now;
+        self.send_writes(&mut f, sink);
+        self.write_in_flight = Some(f);
     }
 
     /// The control loop's step: each key reported hot since the last call is read from the

@@ -15,7 +15,7 @@ use sb_nf::nat::{Nat, NatConfig, Translation};
 use sb_tea::zipf::{SplitMix64, Zipf};
 use sb_tea::{FlowParams, HotParams, Layout, RangeTable, TableParams, TeaTable};
 use sb_tea_net::driver::{Output, UdpSwitch};
-use sb_tea_net::server::{servers_of, spawn, ServerHandle};
+use sb_tea_net::server::{servers_of, spawn, MemoryServer, ServerHandle};
 use sb_tea_net::switch::{SwitchDrop, SwitchParams, TeaSwitch};
 use sb_wire::{EthernetAddress, PacketBuilder};
 
@@ -345,4 +345,215 @@ fn stash_entries_are_served_by_the_switch() {
         assert_eq!(col.out[&(seq as u32)], expected(&frame(k, seq as u32), v));
     }
     assert!(r.sw.core().counters().stash_hits >= r.table.stash_len() as u64);
+}
+
+/// A rig whose memory servers load their regions from images (as `scalebricks tea-server`
+/// does): they share no memory with the table, so entries reach them only by the switch's
+/// remote writes. Also returns a handle on each server's regions (a clone shares them).
+fn remote_rig(buckets: u64, params: SwitchParams) -> (Rig, Vec<MemoryServer>) {
+    let layout = Layout::new(13, 8, 4).unwrap();
+    let mut table = TeaTable::new(TableParams::new(
+        layout,
+        RangeTable::even(buckets, &[0, 1]).unwrap(),
+        0x7ea,
+    ));
+    table.log_writes(true);
+    let mems: Vec<MemoryServer> = servers_of(&table, 2)
+        .iter()
+        .map(|s| MemoryServer::from_image(&s.image()).unwrap())
+        .collect();
+    let servers: Vec<ServerHandle> = mems
+        .iter()
+        .map(|s| spawn(s.clone(), "127.0.0.1:0".parse().unwrap()).unwrap())
+        .collect();
+    let core = TeaSwitch::new(nat(), &table, 2, params).unwrap();
+    let sw = UdpSwitch::new(
+        core,
+        "127.0.0.1:0".parse().unwrap(),
+        servers.iter().map(|s| s.addr).collect(),
+    )
+    .unwrap();
+    (Rig { table, servers, sw }, mems)
+}
+
+/// Entries written by the control plane's remote writes while lookups run (Zipf 0.9 over
+/// 3,000 keys; 3,000 entries in 764 4-slot buckets, 98%: displacements and the stash): every
+/// packet that leaves is the NF with the oracle's value (at injection, or the one written
+/// meanwhile), every write is acknowledged by both copies, the servers' copies end equal to
+/// the table's images, and afterwards every entry written is found.
+#[test]
+fn remote_updates_while_lookups_run() {
+    let (mut r, mems) = remote_rig(764, params(64));
+    let mut rng = SplitMix64::new(7);
+    let keys: Vec<FlowKey> = (0..3000).map(|_| key(&mut rng)).collect();
+    let mut oracle: HashMap<FlowKey, [u8; 8]> = HashMap::new();
+    let mut col = Collect::default();
+    // The first 1000 before traffic, the rest while it runs.
+    let mut written = 0;
+    let mut full = 0;
+    // Per key: the write acknowledgements after which it is on every copy (None: in the
+    // stash, installed once the queue drains; not counted as present meanwhile).
+    let mut settled: HashMap<FlowKey, Option<u64>> = HashMap::new();
+    let mut write = |r: &mut Rig,
+                     col: &mut Collect,
+                     oracle: &mut HashMap<_, _>,
+                     settled: &mut HashMap<FlowKey, Option<u64>>,
+                     k: FlowKey| {
+        let v = value(&mut SplitMix64::new(u64::from(k.src_port()) << 16 | 1));
+        match r.sw.update(&mut r.table, &k.0, &v, col) {
+            Ok(p) => {
+                oracle.insert(k, v);
+                let c = r.sw.core();
+                let need = c.counters().write_acks + 2 * c.updates_pending() as u64;
+                settled.insert(k, (p != sb_tea::Placed::Stash).then_some(need));
+            }
+            Err(sb_tea::InsertError::Full) => full += 1,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    for k in &keys[..1000] {
+        write(&mut r, &mut col, &mut oracle, &mut settled, *k);
+        written += 1;
+    }
+    r.sw.drain_updates(&mut col, Duration::from_secs(10));
+    let zipf = Zipf::new(keys.len(), 0.9);
+    let mut sent: Vec<(Vec<u8>, Option<[u8; 8]>, FlowKey)> = Vec::new();
+    for seq in 0..8000u32 {
+        if seq % 4 == 0 && written < keys.len() {
+            write(&mut r, &mut col, &mut oracle, &mut settled, keys[written]);
+            written += 1;
+        }
+        let k = keys[zipf.sample(&mut rng)];
+        let f = frame(&k, seq);
+        while r.sw.core().in_flight() >= WINDOW {
+            r.sw.pump(&mut col);
+        }
+        // Present: written, and its writes acknowledged by every copy.
+        let acks = r.sw.core().counters().write_acks;
+        let on_servers = settled
+            .get(&k)
+            .copied()
+            .flatten()
+            .is_some_and(|n| n <= acks);
+        r.sw.inject(&f, &mut col);
+        sent.push((f, oracle.get(&k).copied().filter(|_| on_servers), k));
+        if seq % 64 == 0 {
+            r.sw.core_mut().run_control(&r.table);
+        }
+    }
+    r.sw.drain(&mut col, Duration::from_secs(2));
+    r.sw.drain_updates(&mut col, Duration::from_secs(10));
+    for (seq, out) in &col.out {
+        let (f, _, k) = &sent[*seq as usize];
+        let v = oracle
+            .get(k)
+            .unwrap_or_else(|| panic!("packet {seq} left for a key never written"));
+        assert_eq!(out, &expected(f, v), "packet {seq} mistranslated");
+    }
+    let present = sent.iter().filter(|s| s.1.is_some()).count();
+    assert!(col.out.len() >= present, "drops {:?}", col.drops);
+    let c = r.sw.core().counters().clone();
+    assert_eq!(c.lost, 0);
+    assert_eq!(r.sw.core().updates_pending(), 0);
+    assert_eq!(c.updates as usize + full, keys.len());
+    assert_eq!(c.write_acks, c.bucket_writes, "{c:?}");
+    assert_eq!((c.write_skipped, c.write_errors), (0, 0), "{c:?}");
+    let served: u64 = r
+        .servers
+        .iter()
+        .map(|s| {
+            s.control
+                .counters
+                .writes
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    // Retries may be stored twice (the same bytes).
+    assert!(served >= c.bucket_writes && served <= c.bucket_writes + c.write_retries);
+    for (i, (m, s)) in mems.iter().zip(servers_of(&r.table, 2)).enumerate() {
+        assert!(m.image() == s.image(), "server {i}'s copies differ");
+    }
+    // Every entry written is found now (one packet each).
+    let before = col.out.len();
+    let all: Vec<FlowKey> = oracle.keys().copied().collect();
+    for (i, k) in all.iter().enumerate() {
+        let seq = 8000 + i as u32;
+        let f = frame(k, seq);
+        while r.sw.core().in_flight() >= WINDOW {
+            r.sw.pump(&mut col);
+        }
+        r.sw.inject(&f, &mut col);
+        sent.push((f, oracle.get(k).copied(), *k));
+    }
+    r.sw.drain(&mut col, Duration::from_secs(2));
+    assert_eq!(col.out.len() - before, all.len(), "drops {:?}", col.drops);
+    for (seq, out) in &col.out {
+        let (f, _, k) = &sent[*seq as usize];
+        assert_eq!(out, &expected(f, &oracle[k]), "packet {seq} mistranslated");
+    }
+    println!(
+        "{} entries written ({} in the stash, {full} refused full), {} bucket writes, {} retries, \
+         {} packets during the writes",
+        c.updates,
+        r.table.stash_len(),
+        c.bucket_writes,
+        c.write_retries,
+        present
+    );
+    assert!(r.table.stash_len() > 0, "the stash was not used");
+    r.table.check_invariants().unwrap();
+}
+
+/// A memory server down while entries are written: once the switch holds it dead its copies
+/// are skipped (stale), the writes go on to the other copy; back up, `resync` rewrites its
+/// regions and its copies equal the table's images again.
+#[test]
+fn a_server_that_missed_writes_is_resynced() {
+    let (mut r, mems) = remote_rig(256, params(0));
+    let mut rng = SplitMix64::new(9);
+    let mut col = Collect::default();
+    let first: Vec<FlowKey> = (0..200).map(|_| key(&mut rng)).collect();
+    for k in &first {
+        r.sw.update(&mut r.table, &k.0, &value(&mut rng), &mut col)
+            .unwrap();
+    }
+    r.sw.drain_updates(&mut col, Duration::from_secs(10));
+    assert!(mems[0].image() == servers_of(&r.table, 2)[0].image());
+    // Server 0 down; packets of keys it is primary for time out until it is dead.
+    r.servers[0].control.set_down(true);
+    let t = Instant::now();
+    let mut seq = 0;
+    while !matches!(r.sw.core().flow().health(0), sb_tea::Health::Dead(_)) {
+        assert!(t.elapsed() < Duration::from_secs(10), "never marked dead");
+        let k = first[seq % first.len()];
+        r.sw.inject(&frame(&k, seq as u32), &mut col);
+        r.sw.pump(&mut col);
+        seq += 1;
+    }
+    let later: Vec<FlowKey> = (0..100).map(|_| key(&mut rng)).collect();
+    for k in &later {
+        r.sw.update(&mut r.table, &k.0, &value(&mut rng), &mut col)
+            .unwrap();
+    }
+    r.sw.drain_updates(&mut col, Duration::from_secs(10));
+    let c = r.sw.core().counters().clone();
+    assert!(c.write_skipped > 0, "{c:?}");
+    assert_eq!(r.sw.core().stale_servers(), vec![0]);
+    assert!(mems[0].image() != servers_of(&r.table, 2)[0].image());
+    assert!(mems[1].image() == servers_of(&r.table, 2)[1].image());
+    // Back: a probe brings it up, then resync.
+    r.servers[0].control.set_down(false);
+    let t = Instant::now();
+    while !matches!(r.sw.core().flow().health(0), sb_tea::Health::Up) {
+        assert!(t.elapsed() < Duration::from_secs(10), "never back");
+        r.sw.pump(&mut col);
+    }
+    assert_eq!(r.sw.resync(&r.table, &mut col), 1);
+    r.sw.drain_updates(&mut col, Duration::from_secs(10));
+    assert!(r.sw.core().stale_servers().is_empty());
+    assert!(
+        mems[0].image() == servers_of(&r.table, 2)[0].image(),
+        "not resynced"
+    );
+    assert_eq!(r.sw.core().counters().resyncs, 1);
 }
