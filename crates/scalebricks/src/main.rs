@@ -55,6 +55,9 @@ enum Command {
     /// A TEA memory server (`cluster up --arch tea` starts one in each node's namespace):
     /// answers the switch's reads of its part of the table.
     TeaServer(cmd::tea::ServerArgs),
+    /// Add or change entries of a running `cluster up --arch tea` cluster: the switch writes
+    /// them into the memory servers' tables (one-sided writes) while its lookups go on.
+    TeaInsert(cmd::tea::InsertArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -72,5 +75,6 @@ fn main() -> anyhow::Result<()> {
         Command::SmfSim(a) => cmd::smf_sim::run(a),
         Command::TeaSwitch(a) => cmd::tea::run_switch(a),
         Command::TeaServer(a) => cmd::tea::run_server(a),
+        Command::TeaInsert(a) => cmd::tea::run_insert(a),
     }
 }

@@ -50,8 +50,12 @@ fn read_json(path: &std::path::Path) -> Value {
 /// `tea_traffic.py` in the switch namespace: `known` packets of the flows file's entries and
 /// `unknown` of keys no entry has; its JSON.
 fn traffic(c: &Cluster, sw: &str, nf: &str, known: usize, unknown: usize) -> Value {
+    traffic_of(&c.dir.join("tea-flows.csv"), sw, nf, known, unknown)
+}
+
+/// [`traffic`] with the entries of another flows file.
+fn traffic_of(flows: &std::path::Path, sw: &str, nf: &str, known: usize, unknown: usize) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tea_traffic.py");
-    let flows = c.dir.join("tea-flows.csv");
     let o = run_prog(
         "ip",
         &[
@@ -249,6 +253,175 @@ fn tea_nat_serves_a_killed_servers_keys_from_the_secondary() {
     );
     let per0 = |s: &Value| s["reads_per_server"][0].as_u64().unwrap();
     assert_eq!(per0(&s1), per0(&s2), "a read went to the dead server: {s2}");
+
+    let o = c.down();
+    ok(&o, "cluster down");
+    assert!(c.namespaces().is_empty(), "{:?}", c.namespaces());
+}
+
+/// Entries added to a running NAT cluster, then a memory server killed and restarted.
+/// - `tea-insert` writes 500 new entries (the generator's indices 4000..4500, which the
+///   cluster does not hold: all 500 are answered as new), then the same 500 four more times
+///   (answered as updated), while scapy sends 200 packets of the old entries: every one of
+///   those comes out translated (lookups went on during the writes). Then 200 packets of the new entries all come out translated; every bucket write
+///   was acknowledged by both copies, and the servers stored as many as the switch sent.
+/// - Memory server 0 SIGKILLed: a round loses at most 16 packets, mistranslates none; the
+///   switch marks it dead. `cluster restart --node 0` starts it again from its image (which
+///   holds the new entries); the switch finds it with a probe, routes its range back to it
+///   (reads to server 0 go up again), and every packet of the new entries comes out.
+/// - `cluster status` has a row for the switch and each server, all up.
+#[test]
+fn tea_nat_takes_new_entries_and_a_restarted_server_while_running() {
+    let test = "tea_nat_takes_new_entries_and_a_restarted_server_while_running";
+    if !can_run_tea(test) {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::new();
+    tea_up(&c, "nat");
+    let sw = c.description()["switch"]["netns"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cfg = c.dir.join("tea.json");
+    let new_flows = c._tmp.path().join("new-flows.csv");
+
+    // Old entries' traffic while the new ones are written.
+    let (sw2, dir2) = (sw.clone(), c.dir.clone());
+    let during =
+        std::thread::spawn(move || traffic_of(&dir2.join("tea-flows.csv"), &sw2, "nat", KNOWN, 0));
+    // Scapy needs about a second to start sending; it sends for about 1.4 s. The entries are
+    // written, then written again 4 times (same values: every bucket rewritten) 250 ms apart,
+    // so writes land while the packets' lookups run.
+    std::thread::sleep(Duration::from_millis(1000));
+    for round in 0..5 {
+        let mut args = vec![
+            "tea-insert",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--generate",
+            "500",
+            "--first",
+            "4000",
+        ];
+        if round == 0 {
+            args.extend(["--write-flows", new_flows.to_str().unwrap()]);
+        }
+        let o = run(&args, &[], Duration::from_secs(60));
+        let ins: Value = serde_json::from_str(ok(&o, "tea-insert").trim()).unwrap();
+        eprintln!("{test}: tea-insert {ins}");
+        assert_eq!(ins["entries"], 500, "{ins}");
+        let fresh = ins["new"].as_u64().unwrap() + ins["stash"].as_u64().unwrap();
+        if round == 0 {
+            assert_eq!(fresh, 500, "entries already there: {ins}");
+        } else {
+            assert_eq!(ins["updated"], 500, "{ins}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let r0 = during.join().unwrap();
+    eprintln!("{test}: traffic during the writes {r0}");
+    assert_eq!(r0["n_problems"].as_u64().unwrap(), 0, "{r0}");
+    assert_eq!(r0["got"].as_u64().unwrap(), KNOWN as u64, "{r0}");
+
+    let r1 = traffic_of(&new_flows, &sw, "nat", KNOWN, 0);
+    eprintln!("{test}: new entries {r1}");
+    assert_eq!(r1["n_problems"].as_u64().unwrap(), 0, "{r1}");
+    assert_eq!(r1["got"].as_u64().unwrap(), KNOWN as u64, "{r1}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let s1 = read_json(&c.dir.join("tea-switch.json"));
+    eprintln!("{test}: switch {s1}");
+    assert_eq!(s1["updates"], 2500, "{s1}");
+    assert_eq!(s1["entries"], 4500, "{s1}");
+    let writes = s1["bucket_writes"].as_u64().unwrap();
+    assert!(writes >= 5000, "5 x 500 entries, two copies each: {s1}");
+    assert_eq!(s1["write_acks"].as_u64().unwrap(), writes, "{s1}");
+    assert_eq!(s1["write_skipped"], 0, "{s1}");
+    assert_eq!(s1["write_errors"], 0, "{s1}");
+    assert_eq!(s1["lost"], 0, "{s1}");
+    let stored: u64 = (0..2)
+        .map(|i| {
+            read_json(&c.dir.join(format!("tea-mem{i}.json")))["writes"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert!(
+        stored >= writes,
+        "servers stored {stored}, switch sent {writes}"
+    );
+
+    // Server 0 killed, then restarted.
+    let journal = std::fs::read_to_string(c.dir.join("journal")).unwrap();
+    let victim = journal
+        .lines()
+        .filter(|l| l.starts_with("pid ") && l.ends_with(" tea-mem0"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .next_back()
+        .expect("tea-mem0 in the journal")
+        .to_string();
+    ok(
+        &run_prog("kill", &["-9", &victim], Duration::from_secs(5)),
+        "kill",
+    );
+    let r2 = traffic_of(&new_flows, &sw, "nat", KNOWN, 0);
+    eprintln!("{test}: server 0 killed {r2}");
+    assert_eq!(r2["n_problems"].as_u64().unwrap(), 0, "{r2}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let s2 = read_json(&c.dir.join("tea-switch.json"));
+    assert_eq!(s2["health"][0], "dead", "{s2}");
+    assert!(s2["lost"].as_u64().unwrap() <= 16, "{s2}");
+    let o = run(
+        &["cluster", "restart", "--dir", c.dir(), "--node", "0"],
+        &[],
+        Duration::from_secs(60),
+    );
+    let out = ok(&o, "cluster restart");
+    assert!(out.contains("memory server 0 restarted"), "{out}");
+    // The switch's probes (every 100 ms) find it.
+    let t = std::time::Instant::now();
+    loop {
+        let s = read_json(&c.dir.join("tea-switch.json"));
+        if s["health"][0] == "up" {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "server 0 never back: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r3 = traffic_of(&new_flows, &sw, "nat", KNOWN, 0);
+    eprintln!("{test}: server 0 restarted {r3}");
+    assert_eq!(r3["n_problems"].as_u64().unwrap(), 0, "{r3}");
+    assert_eq!(r3["got"].as_u64().unwrap(), KNOWN as u64, "{r3}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let s3 = read_json(&c.dir.join("tea-switch.json"));
+    let m0 = read_json(&c.dir.join("tea-mem0.json"));
+    eprintln!("{test}: switch {s3}; server 0 {m0}");
+    let per0 = |s: &Value| s["reads_per_server"][0].as_u64().unwrap();
+    assert!(per0(&s3) > per0(&s2), "no read back to server 0: {s3}");
+    assert!(m0["reads"].as_u64().unwrap() > 0, "{m0}");
+    assert!(s3["recovered"].as_u64().unwrap() >= 1, "{s3}");
+
+    // cluster status: the switch and both servers, up.
+    let st = c.status();
+    let rows = st["tea"].as_array().expect("tea rows");
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["process"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tea-switch", "tea-mem0", "tea-mem1"], "{st}");
+    assert!(rows.iter().all(|r| r["up"] == true), "{st}");
+    assert_eq!(rows[1]["switch_sees"], "up", "{st}");
+    let o = run(
+        &["cluster", "status", "--dir", c.dir()],
+        &[],
+        Duration::from_secs(30),
+    );
+    let table = ok(&o, "cluster status");
+    eprintln!("{table}");
+    assert!(table.contains("tea-mem1"), "{table}");
 
     let o = c.down();
     ok(&o, "cluster down");

@@ -300,7 +300,9 @@ pub enum ClusterCmd {
         dir: Option<PathBuf>,
     },
     /// Every node's state: pid, up or down, GPT digest, update lag per owner, resyncs, log
-    /// size, table sizes (`--json`: also the description and every node's counters).
+    /// size, table sizes (`--json`: also the description and every node's counters). A TEA
+    /// cluster: a row for the switch and one per memory server (`--json`: `tea`, and the
+    /// switch's counters as `switch_status`).
     Status {
         /// Name prefix used with `up`.
         #[arg(long, default_value = "sb")]
@@ -329,7 +331,8 @@ pub enum ClusterCmd {
         dir: Option<PathBuf>,
     },
     /// Start node N again (after it died or was killed) in its namespace: it recovers its
-    /// updates from its log, its GPT and FIB slice from the other nodes.
+    /// updates from its log, its GPT and FIB slice from the other nodes. A TEA cluster: node
+    /// N's memory server, from its image (the switch keeps it current).
     Restart {
         /// Name prefix used with `up`.
         #[arg(long, default_value = "sb")]
@@ -443,6 +446,9 @@ fn node_row(
 
 fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     let d = load_cluster(dir)?;
+    if dir.join(super::tea::CONFIG_FILE).exists() {
+        return super::tea::status(dir, json);
+    }
     let mut files = Vec::new();
     let mut rows = Vec::new();
     for n in &d.nodes {
@@ -899,6 +905,11 @@ pub fn run(cmd: ClusterCmd) -> anyhow::Result<()> {
         ClusterCmd::Restart { name, dir, node } => {
             let dir = state_dir(dir, &name);
             let exe = std::env::current_exe().context("cannot find our own executable")?;
+            if dir.join(super::tea::CONFIG_FILE).exists() {
+                let pid = super::tea::restart(&dir, node, &exe)?;
+                println!("memory server {node} restarted (pid {pid})");
+                return Ok(());
+            }
             let spawn = |d: &Description, node: usize| node_command(&exe, &d.dir, node);
             let pid = sb_topology::respawn(&dir, node, &spawn, Duration::from_secs(120))?;
             println!("node {node} restarted (pid {pid})");

@@ -20,15 +20,26 @@
 //!   `i-1`'s secondary copy) and answers reads on its fabric address `10.0.0.{i+1}:4791`.
 //!   Counters: [`server_stats`].
 //!
-//! `cluster down` stops them (their pids are in the journal) and removes the namespaces.
+//! - **Updates** (`scalebricks tea-insert`): entries in the flows file's format go to the
+//!   switch's control socket ([`CONTROL_SOCKET`], a Unix datagram socket in the state
+//!   directory); the switch places each in its table and writes the buckets it changed to
+//!   the servers by one-sided writes ([`sb_tea_net::switch::TeaSwitch::update`]) while its
+//!   lookups go on, rewrites the image files, and answers once every write is acknowledged.
+//!   A server that missed writes (dead meanwhile) gets its regions rewritten when it answers
+//!   again.
 //!
-//! Limits: the table is written once, before the servers start (the servers hold copies,
-//! loaded from the images; there is no remote write opcode), so entries cannot be added to
-//! a running TEA cluster; only the downstream direction (the FIB key's: `wan` to `lan`) runs
-//! in the switch, the NFs' inside-to-outside direction is not wired.
+//! `cluster down` stops them (their pids are in the journal) and removes the namespaces.
+//! `cluster status` shows the switch's and each memory server's row ([`status`]);
+//! `cluster restart --node N` starts node N's memory server again from its image
+//! ([`restart`]).
+//!
+//! Limits: only the downstream direction (the FIB key's: `wan` to `lan`) runs in the switch,
+//! the NFs' inside-to-outside direction is not wired (so no entry is created by the NF's own
+//! first outbound packet: new entries come from `tea-insert`).
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,7 +55,9 @@ use sb_nf::flow::FlowKey;
 use sb_nf::lb::{Backend, Lb, Vip};
 use sb_nf::nat::{Nat, NatConfig, Translation};
 use sb_nf::vpn::{self, Vpn, VpnConfig};
-use sb_tea::{FlowParams, Layout, RangeEntry, RangeTable, ServerId, TableParams, TeaTable};
+use sb_tea::{
+    FlowParams, Health, Layout, Placed, RangeEntry, RangeTable, ServerId, TableParams, TeaTable,
+};
 use sb_tea_net::driver::{Output, UdpSwitch};
 use sb_tea_net::server::{self, MemoryServer};
 use sb_tea_net::switch::{SwitchDrop, SwitchParams, TeaSwitch};
@@ -61,6 +74,9 @@ pub const CONFIG_FILE: &str = "tea.json";
 pub const FLOWS_FILE: &str = "tea-flows.csv";
 /// The switch's counters (JSON).
 pub const SWITCH_STATS: &str = "tea-switch.json";
+/// The switch's control socket (Unix datagram) in the state directory: `tea-insert` sends
+/// entries there.
+pub const CONTROL_SOCKET: &str = "tea-switch.sock";
 /// The switch's port where the NF's traffic comes in, and its peer.
 pub const WAN: (&str, &str) = ("wan", "wan-x");
 /// The switch's port where translated packets leave, and its peer.
@@ -465,6 +481,7 @@ pub fn start(d: &Description, t: &TeaUp, exe: &Path) -> anyhow::Result<()> {
     let cfg_arg = cfg_path.to_str().context("state directory is not UTF-8")?;
     // The switch writes the images, then its counters: then the servers may start.
     j.record(&Entry::File(SWITCH_STATS.to_string()))?;
+    j.record(&Entry::File(CONTROL_SOCKET.to_string()))?;
     for i in 0..d.nodes.len() {
         j.record(&Entry::File(server_image(i)))?;
         j.record(&Entry::File(server_stats(i)))?;
@@ -546,13 +563,10 @@ pub fn run_switch(a: SwitchArgs) -> anyhow::Result<()> {
     let cfg = read_config(&a.config)?;
     let text = std::fs::read_to_string(cfg.dir.join(FLOWS_FILE)).context(FLOWS_FILE)?;
     let entries = parse_flows(cfg.nf, &text)?;
-    let table = build_table(&cfg, &entries)?;
-    for (i, s) in server::servers_of(&table, cfg.servers.len())
-        .iter()
-        .enumerate()
-    {
-        write_atomic(&cfg.dir.join(server_image(i)), &s.image()).context(server_image(i))?;
-    }
+    let mut table = build_table(&cfg, &entries)?;
+    // From now on every bucket write is shipped to the servers (updates).
+    table.log_writes(true);
+    write_images(&cfg, &table)?;
     eprintln!(
         "tea-switch: {} entries ({} in the stash), {} servers, images written",
         table.len(),
@@ -566,10 +580,10 @@ pub fn run_switch(a: SwitchArgs) -> anyhow::Result<()> {
                 ports: 1024..=65535,
                 node: 0,
             })?,
-            &table,
+            &mut table,
             &cfg,
         ),
-        Nf::Firewall => serve(Firewall::new(0), &table, &cfg),
+        Nf::Firewall => serve(Firewall::new(0), &mut table, &cfg),
         Nf::Lb => {
             let mut lb = Lb::new();
             for proto in [6, 17] {
@@ -587,17 +601,79 @@ pub fn run_switch(a: SwitchArgs) -> anyhow::Result<()> {
                     .collect();
                 lb.add_service(vip, &backends);
             }
-            serve(lb, &table, &cfg)
+            serve(lb, &mut table, &cfg)
         }
         Nf::Vpn => serve(
             Vpn::new(VpnConfig {
                 external: VPN_ADDRS.0,
                 internal: VPN_ADDRS.1,
             }),
-            &table,
+            &mut table,
             &cfg,
         ),
     }
+}
+
+/// Every memory server's image file from the table's current regions (through a rename: a
+/// server starting meanwhile loads the old or the new one, whole).
+fn write_images(cfg: &TeaConfig, table: &TeaTable) -> anyhow::Result<()> {
+    for (i, s) in server::servers_of(table, cfg.servers.len())
+        .iter()
+        .enumerate()
+    {
+        write_atomic(&cfg.dir.join(server_image(i)), &s.image()).context(server_image(i))?;
+    }
+    Ok(())
+}
+
+/// What one `tea-insert` datagram did, answered once its writes are acknowledged.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InsertReply {
+    /// Entries in the datagram.
+    pub entries: usize,
+    /// New keys placed in a bucket.
+    pub new: usize,
+    /// New keys placed in the stash (kept in the switch).
+    pub stash: usize,
+    /// Present keys whose value was replaced.
+    pub updated: usize,
+    /// Refused: the table full.
+    pub full: usize,
+    /// Why the datagram was refused as a whole (a bad line), if it was.
+    pub error: Option<String>,
+}
+
+/// The switch's side of its control socket: each datagram is flows-file text; its entries go
+/// into the table and out to the servers ([`UdpSwitch::update`]); the reply waits until every
+/// write is acknowledged.
+fn control_datagram<A: App, O: Output>(
+    sw: &mut UdpSwitch<A>,
+    table: &mut TeaTable,
+    nf: Nf,
+    text: &[u8],
+    out: &mut O,
+) -> InsertReply {
+    let mut r = InsertReply::default();
+    let entries = match std::str::from_utf8(text)
+        .map_err(anyhow::Error::from)
+        .and_then(|t| parse_flows(nf, t))
+    {
+        Ok(e) => e,
+        Err(e) => {
+            r.error = Some(format!("{e:#}"));
+            return r;
+        }
+    };
+    r.entries = entries.len();
+    for (k, v) in &entries {
+        match sw.update(table, k, v, out) {
+            Ok(Placed::Bucket { .. }) => r.new += 1,
+            Ok(Placed::Stash) => r.stash += 1,
+            Ok(Placed::Updated) => r.updated += 1,
+            Err(_) => r.full += 1,
+        }
+    }
+    r
 }
 
 struct Collect<'a> {
@@ -614,7 +690,7 @@ impl Output for Collect<'_> {
     }
 }
 
-fn serve<A: App>(app: A, table: &TeaTable, cfg: &TeaConfig) -> anyhow::Result<()> {
+fn serve<A: App>(app: A, table: &mut TeaTable, cfg: &TeaConfig) -> anyhow::Result<()> {
     let params = SwitchParams {
         cache_entries: cfg.cache,
         flow: FlowParams {
@@ -644,6 +720,13 @@ fn serve<A: App>(app: A, table: &TeaTable, cfg: &TeaConfig) -> anyhow::Result<()
             ..AfPacketConfig::default()
         },
     )?;
+    let ctl_path = cfg.dir.join(CONTROL_SOCKET);
+    let _ = std::fs::remove_file(&ctl_path);
+    let ctl = UnixDatagram::bind(&ctl_path).with_context(|| ctl_path.display().to_string())?;
+    ctl.set_nonblocking(true)?;
+    let mut ctl_buf = vec![0u8; MAX_INSERT_DATAGRAM];
+    // Replies waiting for their writes' acknowledgements: (client's socket, reply).
+    let mut waiting: Vec<(PathBuf, InsertReply)> = Vec::new();
     let mut rx = PacketBatch::new(64);
     let mut tx = PacketBatch::new(64);
     let mut frames = Vec::new();
@@ -661,9 +744,34 @@ fn serve<A: App>(app: A, table: &TeaTable, cfg: &TeaConfig) -> anyhow::Result<()
         for i in 0..rx.len() {
             sw.inject(rx.get(i), &mut out);
         }
-        // Answers: wait (at most 1 ms) when nothing came in or reads are in flight.
-        if rx.is_empty() || sw.core().in_flight() > 0 {
-            while sw.pump(&mut out) && sw.core().in_flight() > 0 {}
+        // Control: entries to write (a datagram at a time, between batches of packets).
+        if let Ok((n, from)) = ctl.recv_from(&mut ctl_buf) {
+            let reply = control_datagram(&mut sw, table, cfg.nf, &ctl_buf[..n], &mut out);
+            if let Some(p) = from.as_pathname() {
+                waiting.push((p.to_path_buf(), reply));
+            }
+        }
+        // Answers and acknowledgements: wait (at most 1 ms) when nothing came in or reads or
+        // writes are in flight; at most 64 datagrams, then packets again.
+        let busy = |sw: &UdpSwitch<A>| sw.core().in_flight() > 0 || sw.core().updates_pending() > 0;
+        if rx.is_empty() || busy(&sw) {
+            let mut n = 0;
+            while n < 64 && sw.pump(&mut out) && busy(&sw) {
+                n += 1;
+            }
+        }
+        if !waiting.is_empty() && sw.core().updates_pending() == 0 {
+            // Every write acknowledged: the images follow (a server restarted later loads the
+            // entries), then the replies.
+            write_images(cfg, table)?;
+            for (to, reply) in waiting.drain(..) {
+                let _ = ctl.send_to(&serde_json::to_vec(&reply)?, &to);
+            }
+        }
+        let stats_due = last_stats.is_none_or(|t| t.elapsed() >= Duration::from_millis(500));
+        if stats_due && !sw.core().stale_servers().is_empty() {
+            // A server that missed writes and answers again: its regions rewritten.
+            sw.resync(table, &mut out);
         }
         for f in frames.drain(..) {
             if tx.is_full() {
@@ -674,10 +782,21 @@ fn serve<A: App>(app: A, table: &TeaTable, cfg: &TeaConfig) -> anyhow::Result<()
         if !tx.is_empty() {
             sent += lan.tx_batch(&mut tx) as u64;
         }
-        if last_stats.is_none_or(|t| t.elapsed() >= Duration::from_millis(500)) {
+        if stats_due {
             last_stats = Some(Instant::now());
             sw.core_mut().run_control(table);
             let c = sw.core().counters();
+            let f = sw.core().flow_counters();
+            let health: Vec<&str> = (0..cfg.servers.len())
+                .map(|s| match sw.core().flow().health(s as ServerId) {
+                    Health::Up => "up",
+                    Health::Overloaded(_) => "overloaded",
+                    Health::Dead(_) => "dead",
+                })
+                .collect();
+            let outstanding: Vec<u32> = (0..cfg.servers.len())
+                .map(|s| sw.core().flow().outstanding(s as ServerId))
+                .collect();
             let (w, l) = (wan.stats(), lan.stats());
             let v = serde_json::json!({
                 "wan": {"rx_packets": w.rx_packets, "rx_dropped": w.rx_dropped, "rx_errors": w.rx_errors},
@@ -705,6 +824,30 @@ fn serve<A: App>(app: A, table: &TeaTable, cfg: &TeaConfig) -> anyhow::Result<()
                 "cached": sw.core().cached(),
                 "send_errors": sw.send_errors(),
             });
+            let more = serde_json::json!({
+                "health": health,
+                "outstanding": outstanding,
+                "to_primary": f.to_primary,
+                "to_secondary": f.to_secondary,
+                "timeouts": f.timeouts,
+                "marked_dead": f.marked_dead,
+                "marked_overloaded": f.marked_overloaded,
+                "recovered": f.recovered,
+                "updates": c.updates,
+                "update_failures": c.update_failures,
+                "bucket_writes": c.bucket_writes,
+                "write_acks": c.write_acks,
+                "write_retries": c.write_retries,
+                "write_skipped": c.write_skipped,
+                "write_errors": c.write_errors,
+                "resyncs": c.resyncs,
+                "updates_pending": sw.core().updates_pending(),
+                "stale_servers": sw.core().stale_servers(),
+            });
+            let mut v = v;
+            if let (Some(o), serde_json::Value::Object(m)) = (v.as_object_mut(), more) {
+                o.extend(m);
+            }
             write_atomic(&stats_path, &serde_json::to_vec_pretty(&v)?).context(SWITCH_STATS)?;
         }
     }
@@ -732,6 +875,7 @@ pub fn run_server(a: ServerArgs) -> anyhow::Result<()> {
             "addr": addr,
             "regions": regions,
             "reads": c.reads.load(Relaxed),
+            "writes": c.writes.load(Relaxed),
             "bytes": c.bytes.load(Relaxed),
             "refused": c.refused.load(Relaxed),
             "invalid": c.invalid.load(Relaxed),
@@ -740,6 +884,256 @@ pub fn run_server(a: ServerArgs) -> anyhow::Result<()> {
             .with_context(|| stats.display().to_string())?;
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// Largest `tea-insert` datagram (its entries' text).
+pub const MAX_INSERT_DATAGRAM: usize = 64 * 1024;
+
+/// `scalebricks tea-insert`.
+#[derive(clap::Args)]
+pub struct InsertArgs {
+    /// The TEA configuration (`tea.json` in the state directory).
+    #[arg(long)]
+    config: PathBuf,
+    /// Entries in the cluster's flows-file format (`tea-flows.csv`'s columns for its NF; a
+    /// header line allowed).
+    #[arg(long, conflicts_with = "generate")]
+    flows_file: Option<PathBuf>,
+    /// Instead: this many generated entries, the generator's (`cluster up --flows`) from
+    /// index `--first` on (`--first` at the cluster's `--flows`: entries it does not hold).
+    #[arg(long)]
+    generate: Option<usize>,
+    /// The first generated index.
+    #[arg(long, default_value_t = 0)]
+    first: usize,
+    /// Also write the entries sent (flows-file format) to this file.
+    #[arg(long)]
+    write_flows: Option<PathBuf>,
+    /// Seconds to wait for each datagram's reply.
+    #[arg(long, default_value_t = 30)]
+    timeout_s: u64,
+}
+
+/// `scalebricks tea-insert`: sends entries to the running switch's control socket, in
+/// datagrams of at most 200 lines, each answered once its writes are acknowledged; prints the
+/// totals (JSON) and the time taken. Fails if a datagram is refused or not answered.
+pub fn run_insert(a: InsertArgs) -> anyhow::Result<()> {
+    let cfg = read_config(&a.config)?;
+    let text = match (&a.flows_file, a.generate) {
+        (Some(p), _) => std::fs::read_to_string(p).with_context(|| p.display().to_string())?,
+        (None, Some(n)) => {
+            let nodes = cfg.servers.len();
+            let all = generate(cfg.nf, a.first + n, nodes)?;
+            let mut t = String::from(cfg.nf.header());
+            t.push('\n');
+            for l in all.lines().skip(1 + a.first) {
+                t.push_str(l);
+                t.push('\n');
+            }
+            t
+        }
+        (None, None) => bail!("give --flows-file or --generate"),
+    };
+    if let Some(p) = &a.write_flows {
+        std::fs::write(p, &text).with_context(|| p.display().to_string())?;
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && l.trim() != cfg.nf.header())
+        .collect();
+    let me = std::env::temp_dir().join(format!("sb-tea-insert-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&me);
+    let sock = UnixDatagram::bind(&me).with_context(|| me.display().to_string())?;
+    let _cleanup = RemoveOnDrop(me.clone());
+    sock.set_read_timeout(Some(Duration::from_secs(a.timeout_s.max(1))))?;
+    let to = cfg.dir.join(CONTROL_SOCKET);
+    let t0 = Instant::now();
+    let mut total = InsertReply::default();
+    let mut buf = vec![0u8; 4096];
+    for chunk in lines.chunks(200) {
+        let mut d = chunk.join("\n");
+        d.push('\n');
+        if d.len() > MAX_INSERT_DATAGRAM {
+            bail!("200 lines longer than {MAX_INSERT_DATAGRAM} bytes");
+        }
+        sock.send_to(d.as_bytes(), &to)
+            .with_context(|| format!("sending to {}", to.display()))?;
+        let n = sock
+            .recv(&mut buf)
+            .with_context(|| format!("no reply from the switch in {} s", a.timeout_s))?;
+        let r: InsertReply = serde_json::from_slice(&buf[..n]).context("the switch's reply")?;
+        if let Some(e) = r.error {
+            bail!("the switch refused the entries: {e}");
+        }
+        total.entries += r.entries;
+        total.new += r.new;
+        total.stash += r.stash;
+        total.updated += r.updated;
+        total.full += r.full;
+    }
+    let v = serde_json::json!({
+        "entries": total.entries,
+        "new": total.new,
+        "stash": total.stash,
+        "updated": total.updated,
+        "full": total.full,
+        "seconds": t0.elapsed().as_secs_f64(),
+    });
+    println!("{v}");
+    if total.full > 0 {
+        bail!("{} entries refused: the table is full", total.full);
+    }
+    Ok(())
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The latest journaled process labelled `label`: its pid and whether it still runs.
+fn tea_process(dir: &Path, label: &str) -> anyhow::Result<Option<(i32, bool)>> {
+    Ok(sb_topology::journal::read(dir)?
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Entry::Pid {
+                pid,
+                start,
+                label: l,
+            } if l == label => Some((*pid, sys::proc_start(*pid) == Some(*start))),
+            _ => None,
+        }))
+}
+
+/// `cluster status` of a TEA cluster: a row for the switch and one per memory server (pid,
+/// up, and their counters: the switch's packets, reads, lookups in flight, failovers and
+/// updates; each server's reads and writes served, and its health as the switch sees it).
+pub fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let cfg = read_config(&dir.join(CONFIG_FILE))?;
+    let file = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    let sw = file(SWITCH_STATS);
+    let proc = tea_process(dir, "tea-switch")?;
+    let mut rows = vec![serde_json::json!({
+        "process": "tea-switch",
+        "pid": proc.map(|p| p.0),
+        "up": proc.is_some_and(|p| p.1),
+        "nf": cfg.nf,
+        "entries": sw["entries"],
+        "packets": sw["packets"],
+        "out": sw["out"],
+        "reads": sw["reads"],
+        "outstanding": sw["outstanding"],
+        "to_secondary": sw["to_secondary"],
+        "marked_dead": sw["marked_dead"],
+        "recovered": sw["recovered"],
+        "lost": sw["lost"],
+        "updates": sw["updates"],
+        "write_acks": sw["write_acks"],
+        "resyncs": sw["resyncs"],
+    })];
+    for i in 0..cfg.servers.len() {
+        let label = format!("tea-mem{i}");
+        let m = file(&server_stats(i));
+        let proc = tea_process(dir, &label)?;
+        rows.push(serde_json::json!({
+            "process": label,
+            "pid": proc.map(|p| p.0),
+            "up": proc.is_some_and(|p| p.1),
+            "switch_sees": sw["health"][i],
+            "outstanding": sw["outstanding"][i],
+            "reads_sent": sw["reads_per_server"][i],
+            "reads": m["reads"],
+            "writes": m["writes"],
+            "refused": m["refused"],
+            "regions": m["regions"],
+        }));
+    }
+    if json {
+        let v = serde_json::json!({"tea": rows, "switch_status": sw});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let show = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "-".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    println!(
+        "{:>10} {:>8} {:>5} {:>10} {:>10} {:>12} {:>8} {:>9}",
+        "process", "pid", "up", "health", "reads", "outstanding", "writes", "failovers"
+    );
+    for r in &rows {
+        let switch = r["process"] == "tea-switch";
+        println!(
+            "{:>10} {:>8} {:>5} {:>10} {:>10} {:>12} {:>8} {:>9}",
+            show(&r["process"]),
+            show(&r["pid"]),
+            show(&r["up"]),
+            if switch {
+                "-".to_string()
+            } else {
+                show(&r["switch_sees"])
+            },
+            show(&r["reads"]),
+            show(&r["outstanding"]),
+            show(if switch {
+                &r["write_acks"]
+            } else {
+                &r["writes"]
+            }),
+            if switch {
+                show(&r["marked_dead"])
+            } else {
+                "-".to_string()
+            },
+        );
+    }
+    Ok(())
+}
+
+/// `cluster restart --node N` of a TEA cluster: starts node N's memory server again in its
+/// namespace from its image file (which the switch rewrites after every update, so it holds
+/// the entries written so far); the switch's probes find it and reads go back to it as the
+/// primary of its range. Refuses while the recorded server still runs.
+pub fn restart(dir: &Path, node: usize, exe: &Path) -> anyhow::Result<i32> {
+    let d = sb_topology::load(dir)?;
+    let cfg = read_config(&dir.join(CONFIG_FILE))?;
+    let Some(n) = d.nodes.iter().find(|n| n.index == node) else {
+        bail!("the cluster has {} nodes", d.nodes.len());
+    };
+    let label = format!("tea-mem{node}");
+    if let Some((pid, true)) = tea_process(dir, &label)? {
+        bail!("{label} still running (pid {pid}); stop it first");
+    }
+    let stats = server_stats(node);
+    match std::fs::remove_file(dir.join(&stats)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(anyhow::Error::from(e).context(stats)),
+    }
+    let mut j = Journal::open(dir)?;
+    let cfg_path = dir.join(CONFIG_FILE);
+    let cfg_arg = cfg_path.to_str().context("state directory is not UTF-8")?;
+    let node_arg = node.to_string();
+    let (pid, start) = spawn_in(
+        &mut j,
+        &cfg.dir,
+        &n.netns,
+        exe,
+        &["tea-server", "--config", cfg_arg, "--node", &node_arg],
+        &label,
+    )?;
+    wait_file(dir, &stats, pid, start, &label)?;
+    Ok(pid)
 }
 
 #[cfg(test)]
