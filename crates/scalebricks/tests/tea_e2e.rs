@@ -265,6 +265,8 @@ fn tea_nat_serves_a_killed_servers_keys_from_the_secondary() {
 ///   (answered as updated), while scapy sends 200 packets of the old entries: every one of
 ///   those comes out translated (lookups went on during the writes). Then 200 packets of the new entries all come out translated; every bucket write
 ///   was acknowledged by both copies, and the servers stored as many as the switch sent.
+/// - A skewed load: 600 packets of 5 entries, then 200 more: the 5 are cached (the sketch
+///   reported them, the control loop filled the cache) and all 200 are served by the cache.
 /// - Memory server 0 SIGKILLed: a round loses at most 16 packets, mistranslates none; the
 ///   switch marks it dead. `cluster restart --node 0` starts it again from its image (which
 ///   holds the new entries); the switch finds it with a probe, routes its range back to it
@@ -350,6 +352,34 @@ fn tea_nat_takes_new_entries_and_a_restarted_server_while_running() {
         stored >= writes,
         "servers stored {stored}, switch sent {writes}"
     );
+
+    // A skewed load: 600 packets of 5 entries make them hot (the sketch's threshold is 64
+    // lookups); the control loop (every 500 ms) puts them in the cache; 200 more packets of
+    // them are all served by the cache, translated as before.
+    let hot = c._tmp.path().join("hot-flows.csv");
+    let all = std::fs::read_to_string(c.dir.join("tea-flows.csv")).unwrap();
+    let five: Vec<&str> = all.lines().take(6).collect();
+    std::fs::write(&hot, five.join("\n") + "\n").unwrap();
+    let h1 = traffic_of(&hot, &sw, "nat", 600, 0);
+    assert_eq!(h1["n_problems"].as_u64().unwrap(), 0, "{h1}");
+    assert_eq!(h1["got"].as_u64().unwrap(), 600, "{h1}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let sh1 = read_json(&c.dir.join("tea-switch.json"));
+    assert!(sh1["cached"].as_u64().unwrap() >= 5, "{sh1}");
+    let h2 = traffic_of(&hot, &sw, "nat", KNOWN, 0);
+    assert_eq!(h2["n_problems"].as_u64().unwrap(), 0, "{h2}");
+    assert_eq!(h2["got"].as_u64().unwrap(), KNOWN as u64, "{h2}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let sh2 = read_json(&c.dir.join("tea-switch.json"));
+    let d = |k: &str| sh2[k].as_u64().unwrap() - sh1[k].as_u64().unwrap();
+    eprintln!(
+        "{test}: hot keys: {} cached, {} cache hits of the first 600, {} of the next {KNOWN}",
+        sh1["cached"],
+        sh1["cache_hits"],
+        d("cache_hits")
+    );
+    assert_eq!(d("cache_hits"), KNOWN as u64, "{sh2}");
+    assert_eq!(d("remote_lookups"), 0, "{sh2}");
 
     // Server 0 killed, then restarted.
     let journal = std::fs::read_to_string(c.dir.join("journal")).unwrap();
