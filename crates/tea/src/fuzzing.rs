@@ -86,7 +86,27 @@ pub fn bucket(data: &[u8]) {
 /// re-encodes to the same bytes; a request is served to a 4 KiB region and the
 /// acknowledgement parses and echoes the id; an accepted write changed exactly the bytes it
 /// names, a refused one nothing, and the status says which (aligned, in bounds, known region).
+/// The same bytes are also taken as a request's fields (id, region, offset, then the data),
+/// encoded and checked likewise, so that a short run from an empty corpus reaches the
+/// server's paths, not only the parser's first checks.
 pub fn write(data: &[u8]) {
+    use crate::wire::WriteRequest;
+    write_bytes(data);
+    if data.len() >= 4 {
+        let req = WriteRequest {
+            request_id: u32::from(data[0]),
+            region: u32::from(data[1] & 1),
+            offset: u64::from(u16::from_le_bytes([data[2], data[3]])) % 4200,
+            data: &data[4..],
+        };
+        let mut b = Vec::new();
+        if req.emit(&mut b).is_ok() {
+            write_bytes(&b);
+        }
+    }
+}
+
+fn write_bytes(data: &[u8]) {
     use crate::wire::{serve_write, WriteAck, WriteRequest};
     if let Ok(req) = WriteRequest::parse(data) {
         let mut again = Vec::new();
