@@ -556,7 +556,8 @@ impl<A: App> TeaSwitch<A> {
     }
 
     /// Writes `key` -> `value` into the servers' copies of the table by one-sided writes, while
-    /// lookups go on: the table (whose writes must be logged, [`TeaTable::log_writes`]) places
+    /// lookups go on: the table (its writes logged from here on, [`TeaTable::log_writes`]:
+    /// the servers' copies must equal its regions before the first update) places
     /// the key (a free slot, a displacement chain, or the stash) and logs each bucket it
     /// rewrote; the switch sends each bucket's image to the range's primary and secondary
     /// ([`sb_tea::wire::WriteRequest`]) and sends the next bucket only once every copy
@@ -574,6 +575,9 @@ impl<A: App> TeaSwitch<A> {
         value: &[u8],
         sink: &mut S,
     ) -> Result<Placed, InsertError> {
+        if !table.logs_writes() {
+            table.log_writes(true);
+        }
         let placed = match table.insert(key, value) {
             Ok(p) => p,
             Err(e) => {
@@ -602,6 +606,9 @@ impl<A: App> TeaSwitch<A> {
     ) -> Option<Vec<u8>> {
         if let Some(c) = self.cache.as_mut() {
             c.remove(key);
+        }
+        if !table.logs_writes() {
+            table.log_writes(true);
         }
         let old = table.remove(key);
         self.queue_writes(now, table, sink);

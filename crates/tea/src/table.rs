@@ -224,6 +224,11 @@ impl TeaTable {
         self.write_log = on.then(Vec::new);
     }
 
+    /// Whether bucket writes are logged ([`log_writes`](Self::log_writes)).
+    pub fn logs_writes(&self) -> bool {
+        self.write_log.is_some()
+    }
+
     /// The bucket writes logged since the last call, in the order they were made (empty when
     /// logging is off).
     pub fn take_writes(&mut self) -> Vec<BucketWrite> {
