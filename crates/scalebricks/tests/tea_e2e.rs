@@ -271,6 +271,8 @@ fn tea_nat_serves_a_killed_servers_keys_from_the_secondary() {
 ///   switch marks it dead. `cluster restart --node 0` starts it again from its image (which
 ///   holds the new entries); the switch finds it with a probe, routes its range back to it
 ///   (reads to server 0 go up again), and every packet of the new entries comes out.
+/// - 100 entries written while it is dead: its copies skipped (stale); once restarted it is
+///   rewritten (a resync) and all 100 come out translated.
 /// - `cluster status` has a row for the switch and each server, all up.
 #[test]
 fn tea_nat_takes_new_entries_and_a_restarted_server_while_running() {
@@ -401,6 +403,34 @@ fn tea_nat_takes_new_entries_and_a_restarted_server_while_running() {
     let s2 = read_json(&c.dir.join("tea-switch.json"));
     assert_eq!(s2["health"][0], "dead", "{s2}");
     assert!(s2["lost"].as_u64().unwrap() <= 16, "{s2}");
+    // 100 more entries while server 0 is dead: its copies are skipped (stale), server 1's
+    // written; the image files hold them.
+    let dead_flows = c._tmp.path().join("dead-flows.csv");
+    let o = run(
+        &[
+            "tea-insert",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--generate",
+            "100",
+            "--first",
+            "4500",
+            "--write-flows",
+            dead_flows.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    let ins: Value = serde_json::from_str(ok(&o, "tea-insert").trim()).unwrap();
+    assert_eq!(
+        ins["new"].as_u64().unwrap() + ins["stash"].as_u64().unwrap(),
+        100,
+        "{ins}"
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let sd = read_json(&c.dir.join("tea-switch.json"));
+    assert!(sd["write_skipped"].as_u64().unwrap() > 0, "{sd}");
+    assert_eq!(sd["stale_servers"][0], 0, "{sd}");
     let o = run(
         &["cluster", "restart", "--dir", c.dir(), "--node", "0"],
         &[],
@@ -433,6 +463,18 @@ fn tea_nat_takes_new_entries_and_a_restarted_server_while_running() {
     assert!(per0(&s3) > per0(&s2), "no read back to server 0: {s3}");
     assert!(m0["reads"].as_u64().unwrap() > 0, "{m0}");
     assert!(s3["recovered"].as_u64().unwrap() >= 1, "{s3}");
+    // The server that missed writes was rewritten once it answered, and serves the entries
+    // written while it was dead.
+    assert_eq!(s3["resyncs"], 1, "{s3}");
+    assert_eq!(
+        s3["stale_servers"].as_array().map(Vec::len),
+        Some(0),
+        "{s3}"
+    );
+    let r4 = traffic_of(&dead_flows, &sw, "nat", 100, 0);
+    eprintln!("{test}: entries written while server 0 was dead {r4}");
+    assert_eq!(r4["n_problems"].as_u64().unwrap(), 0, "{r4}");
+    assert_eq!(r4["got"].as_u64().unwrap(), 100, "{r4}");
 
     // cluster status: the switch and both servers, up.
     let st = c.status();
@@ -443,6 +485,7 @@ fn tea_nat_takes_new_entries_and_a_restarted_server_while_running() {
         .collect();
     assert_eq!(names, ["tea-switch", "tea-mem0", "tea-mem1"], "{st}");
     assert!(rows.iter().all(|r| r["up"] == true), "{st}");
+    assert_eq!(rows[0]["entries"], 4600, "{st}");
     assert_eq!(rows[1]["switch_sees"], "up", "{st}");
     let o = run(
         &["cluster", "status", "--dir", c.dir()],
