@@ -340,27 +340,14 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
     let gen = std::thread::spawn(move || scalebricks(&gen_args));
     sleep_until(t0, a.kill_at);
     let t_kill = wall_s();
-    ensure!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()?
-            .success(),
-        "kill {pid}"
-    );
+    kill(pid)?;
     // Detection, then the burst with the victim dead.
     std::thread::sleep(Duration::from_millis(800));
     let (acked_during, kops_during, rej_during) = update_burst(d, entry, &during_csv)?;
     sleep_until(t0, a.kill_at + a.down);
     let t_restart = wall_s();
     let r0 = Instant::now();
-    scalebricks(&[
-        "cluster",
-        "restart",
-        "--dir",
-        d,
-        "--node",
-        &a.victim.to_string(),
-    ])?;
+    restart(d, a.victim)?;
     let recovery_s = recovered(d, a.victim, r0)?;
     // The partition: the victim cut off, then healed.
     let ns = desc["nodes"][a.victim as usize]["netns"]
@@ -386,26 +373,13 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         let (pid, epoch) = (row["pid"].as_u64(), row["epoch"].as_u64());
         let pid = pid.context("victim pid before the wipe")?;
         let t_wipe = wall_s();
-        ensure!(
-            Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status()?
-                .success(),
-            "kill {pid}"
-        );
+        kill(pid)?;
         sleep_until(t0, a.wipe_at + a.wiped_down);
         let wal = dir.join(format!("node{}.wal", a.victim));
         std::fs::remove_dir_all(&wal).with_context(|| format!("removing {}", wal.display()))?;
         let t_back = wall_s();
         let w0 = Instant::now();
-        scalebricks(&[
-            "cluster",
-            "restart",
-            "--dir",
-            d,
-            "--node",
-            &a.victim.to_string(),
-        ])?;
+        restart(d, a.victim)?;
         let rec = recovered(d, a.victim, w0)?;
         let after = status(d)?["nodes"][a.victim as usize]["epoch"].as_u64();
         wipe = Some((t_wipe, t_back, rec, epoch, after));
@@ -600,6 +574,29 @@ fn gaps(
 }
 
 /// Sets the victim's `fabric` and `ctl` links in namespace `ns` up or down.
+/// SIGKILLs process `pid`.
+fn kill(pid: u64) -> Result<()> {
+    let ok = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()?
+        .success();
+    ensure!(ok, "kill {pid}");
+    Ok(())
+}
+
+/// `cluster restart` of node `victim` of the cluster in `d`.
+fn restart(d: &str, victim: u16) -> Result<()> {
+    scalebricks(&[
+        "cluster",
+        "restart",
+        "--dir",
+        d,
+        "--node",
+        &victim.to_string(),
+    ])?;
+    Ok(())
+}
+
 fn links(ns: &str, state: &str) -> Result<()> {
     for dev in ["fabric", "ctl"] {
         let ok = Command::new("ip")

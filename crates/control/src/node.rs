@@ -1556,16 +1556,7 @@ impl Node {
     }
 
     fn send(&mut self, to: NodeId, msg_id: u64, body: Body) {
-        let h = Header {
-            kind: body.kind(),
-            sender: self.me,
-            receiver: to,
-            cluster_id: self.spec.cluster_id,
-            sender_epoch: self.epoch,
-            receiver_epoch: self.peers[to as usize].epoch,
-            msg_id,
-            counter: self.keys.next_counter(to),
-        };
+        let h = self.peer_header(to, msg_id, &body);
         let bytes = self.keys.seal(&h, &body);
         self.transmits.push_back((Peer::Node(to), bytes));
     }
@@ -1573,7 +1564,14 @@ impl Node {
     /// [`Node::send`] of a datagram whose tag binds `nonce` as the receiver's (an answer to
     /// that incarnation's hello, [`Body::EpochTaken`]).
     fn send_to_nonce(&mut self, to: NodeId, msg_id: u64, body: Body, nonce: u64) {
-        let h = Header {
+        let h = self.peer_header(to, msg_id, &body);
+        let bytes = self.keys.seal_to_nonce(&h, &body, nonce);
+        self.transmits.push_back((Peer::Node(to), bytes));
+    }
+
+    /// The header of a datagram to peer `to` (its counter taken).
+    fn peer_header(&mut self, to: NodeId, msg_id: u64, body: &Body) -> Header {
+        Header {
             kind: body.kind(),
             sender: self.me,
             receiver: to,
@@ -1582,9 +1580,7 @@ impl Node {
             receiver_epoch: self.peers[to as usize].epoch,
             msg_id,
             counter: self.keys.next_counter(to),
-        };
-        let bytes = self.keys.seal_to_nonce(&h, &body, nonce);
-        self.transmits.push_back((Peer::Node(to), bytes));
+        }
     }
 
     fn send_client(&mut self, addr: SocketAddr, msg_id: u64, body: Body) -> Vec<u8> {

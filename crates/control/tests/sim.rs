@@ -55,6 +55,15 @@ fn config(seed: u64) -> SimConfig {
     }
 }
 
+/// [`config`] of schedule `seed` on five nodes with drops of at most 2%: with more, a survivor
+/// may lose its lease majority for a moment.
+fn five_nodes(seed: u64) -> SimConfig {
+    let mut cfg = config(seed);
+    cfg.nodes = 5;
+    cfg.drop_permille = cfg.drop_permille.min(20);
+    cfg
+}
+
 fn schedules() -> Vec<u64> {
     if let Ok(s) = std::env::var("SB_DST_SEED") {
         return vec![s.parse().expect("SB_DST_SEED is a number")];
@@ -356,10 +365,7 @@ fn a_dead_node_is_not_waited_for() {
 /// [`a_dead_node_is_not_waited_for`]'s schedule `seed`: the live owners' updates applied in the
 /// 2 s after detection, and the client's acknowledgements in the 8 s after it.
 fn dead_node_schedule(seed: u64) -> (u64, u64) {
-    let mut cfg = config(5_000_000 + seed);
-    cfg.nodes = 5;
-    // Drops of at most 2%: with more, a survivor may lose its lease majority for a moment.
-    cfg.drop_permille = cfg.drop_permille.min(20);
+    let mut cfg = five_nodes(5_000_000 + seed);
     let replicas = if seed % 2 == 0 { 1 } else { 3 };
     cfg.tuning.replicas = replicas;
     // Every third schedule with a small bound on what an owner holds for the dead node.
@@ -412,13 +418,11 @@ fn a_node_restarting_while_another_is_down_becomes_ready() {
 }
 
 fn restart_while_down_schedule(seed: u64) {
-    let mut cfg = config(6_000_000 + seed);
+    let mut cfg = five_nodes(6_000_000 + seed);
     // Five nodes, so that the three others keep their lease majority with two down (on fewer,
     // they are fenced and restart too, and a range whose live replicas all restarted since its
     // owner left has its piece nowhere: they wait for the owner). As in
-    // a_dead_node_is_not_waited_for: drops of at most 2%.
-    cfg.nodes = 5;
-    cfg.drop_permille = cfg.drop_permille.min(20);
+    // a_dead_node_is_not_waited_for: drops of at most 2% (five_nodes).
     cfg.tuning.replicas = 3;
     let nodes = cfg.nodes;
     let mut sim = Sim::new(cfg);
@@ -513,9 +517,7 @@ fn a_gone_peers_backlog_is_bounded_and_it_resyncs_when_back() {
 /// bound `bound`: the most a live owner held for the victim from 1 s after it went until it
 /// came back, and the backlogs dropped.
 fn backlog_schedule(seed: u64, bound: usize) -> (usize, u64) {
-    let mut cfg = config(7_000_000 + seed);
-    cfg.nodes = 5;
-    cfg.drop_permille = cfg.drop_permille.min(20);
+    let mut cfg = five_nodes(7_000_000 + seed);
     cfg.max_delay = cfg.max_delay.min(5_000_000);
     // Updates keep coming (one update per batch: a delta each).
     cfg.inflight = cfg.inflight.max(6);
@@ -597,10 +599,8 @@ fn a_dead_nodes_flows_move_to_live_nodes_and_come_back() {
 }
 
 fn failover_schedule(seed: u64) {
-    let mut cfg = config(7_000_000 + seed);
-    cfg.nodes = 5;
+    let mut cfg = five_nodes(7_000_000 + seed);
     cfg.flows = 300;
-    cfg.drop_permille = cfg.drop_permille.min(20);
     let replicas = if seed % 2 == 0 { 1 } else { 3 };
     cfg.tuning.replicas = replicas;
     // Batches of one or three updates, taking turns with the client's, move a few flows a
@@ -713,9 +713,7 @@ fn a_node_whose_log_was_lost_rejoins_and_nothing_is_lost() {
 }
 
 fn wipe_schedule(seed: u64) -> u64 {
-    let mut cfg = config(7_000_000 + seed);
-    cfg.nodes = 5;
-    cfg.drop_permille = cfg.drop_permille.min(20);
+    let mut cfg = five_nodes(7_000_000 + seed);
     cfg.tuning.replicas = 3;
     let nodes = cfg.nodes;
     let mut sim = Sim::new(cfg);
