@@ -204,10 +204,16 @@
 //! and 7 (snapshot) ([`replica::storage`]). A node whose log was lost ([`Node::mark_log_lost`],
 //! [`Node::rejoin_records`]) also writes record 8 (its log was lost: its groups withhold their
 //! votes) and, per group that followed a leader again since, record 9 (the range u32).
+//! Record 10 is a change of the range's PFCP state records ([`Node::put_state`]): count u32,
+//! then key u64, length u32 (at most 64 KiB), bytes each, kept; count u32, then key u64 each,
+//! removed. It is the data of a Raft entry of the range's group with replication, a record
+//! of the node's log without; a checkpoint carries the records as one record 10 (or in the
+//! range's snapshot: [`replica::state`]).
 //!
 //! [`Node::checkpoint`] gives, at a quiet moment (serving, no batch in flight, every event
 //! taken), the records that replace the log so far: the epoch, then the range's RIB as records
-//! 2 and 3 and an empty record 4 carrying the change number on; with replication, per group a
+//! 2 and 3, an empty record 4 carrying the change number on and the range's PFCP state
+//! records as records 10; with replication, per group a
 //! record 7 (the group compacted behind a snapshot of the range's state at the applied index),
 //! its entries after it (5) and its hard state (6). Replayed alone, they give the state the
 //! whole log gives (`tests/checkpoint.rs`: the simulation replaces logs by them).
@@ -564,6 +570,8 @@ pub enum Event {
     /// `stand_ins[i]` instead (`LiveSetSep::set_redirects`). Comes when it changes, and again
     /// after a [`Event::GptInstall`] (apply it to the new table).
     StandIns(Vec<Option<NodeId>>),
+    /// The PFCP state change of this ticket ([`Node::put_state`]) is durable.
+    StateDurable(u64),
 }
 
 /// Per owner, what this node's replica has applied.
@@ -707,6 +715,12 @@ pub enum ControlError {
     /// Building the owner's table failed.
     #[error("cannot build the owner's table: {0}")]
     Build(#[from] sb_setsep::BuildError),
+    /// The node does not serve its range now (booting, or fenced: to be restarted).
+    #[error("the node does not serve its range now")]
+    NotServing,
+    /// A state record is over 64 KiB.
+    #[error("a state record is over 64 KiB")]
+    StateTooLong,
 }
 
 /// The client side of the protocol: what `scalebricks update` sends and reads over UDP.

@@ -14,6 +14,7 @@ mod rejoin;
 mod relay;
 mod replication;
 mod standin;
+mod state;
 mod streams;
 use crate::wire::{self, Body, FibItem, Header, Kind};
 use crate::{
@@ -490,6 +491,11 @@ pub struct Node {
     /// A peer knows this epoch of this node, not below ours: the log is replaced and the node
     /// restarted ([`Node::rejoin_records`]).
     rejoin_epoch: Option<u32>,
+    /// This node's range's PFCP state records ([`state`]), the changes handed out and not yet
+    /// durable, and the last ticket given.
+    own_state: BTreeMap<u64, Vec<u8>>,
+    state_wait: VecDeque<state::StateWait>,
+    next_state_ticket: u64,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -599,6 +605,8 @@ impl Node {
         // The log was lost once (a rejoin): the groups that have not followed a leader since.
         let mut lost = false;
         let mut caught = std::collections::BTreeSet::new();
+        // Without replication: the range's PFCP state records.
+        let mut own_state = BTreeMap::new();
         for (index, r) in recovered.iter().enumerate() {
             let bad = |reason| ControlError::BadRecord { index, reason };
             match record::decode(r).map_err(bad)? {
@@ -609,6 +617,9 @@ impl Node {
                 }
                 Record::Caught(g) => {
                     caught.insert(g);
+                }
+                Record::State { puts, dels } => {
+                    crate::replica::state::apply_state(&mut own_state, puts, &dels)
                 }
                 Record::Base(f) if !base_done => base.extend(f),
                 Record::Base(_) => return Err(bad("initial flows after their end")),
@@ -860,6 +871,9 @@ impl Node {
             lost,
             caught: (0..n as u32).map(|g| caught.contains(&g)).collect(),
             rejoin_epoch: None,
+            own_state,
+            state_wait: VecDeque::new(),
+            next_state_ticket: 0,
             spec,
             tuning,
         };
@@ -933,10 +947,16 @@ impl Node {
                 if h.sender_epoch > self.peers[pi].epoch {
                     self.on_peer_epoch(p, h.sender_epoch);
                 }
+                let newest = self.keys.newest_counter(p);
                 if let Err(e) = self.keys.accept_counter(p, h.counter) {
                     return self.drop_msg(e.name());
                 }
-                self.heard(p);
+                // Only the newest datagram yet says the peer lives: an older one may have
+                // been delayed or held back by an attacker (one the network lost, replayed
+                // after the peer died kept it alive for failure detection).
+                if h.counter > newest {
+                    self.heard(p);
+                }
                 if h.receiver_epoch == self.epoch {
                     self.peers[pi].knows_me = true;
                 } else if h.kind != Kind::Hello {
@@ -1374,6 +1394,7 @@ impl Node {
         self.queue.is_empty()
             && self.batch.is_none()
             && self.forwards_out.is_empty()
+            && self.state_wait.is_empty()
             && self.out.iter().all(|o| {
                 o.fib.items().is_empty() && o.deltas.items().is_empty() && o.piece.is_none()
             })
@@ -1394,6 +1415,12 @@ impl Node {
                 self.batch
                     .as_ref()
                     .map(|x| (x.stage, x.fib_wait.clone(), x.delta_wait))
+            ));
+        }
+        if !self.state_wait.is_empty() {
+            b.push(format!(
+                "{} state changes not durable",
+                self.state_wait.len()
             ));
         }
         if !self.forwards_out.is_empty() {
@@ -2724,6 +2751,7 @@ impl Node {
                 return;
             }
             let drove = self.drive_groups();
+            self.settle_state();
             let before = (self.phase, self.batch.as_ref().map(|b| b.stage));
             match self.phase {
                 Phase::Boot => {

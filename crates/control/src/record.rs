@@ -17,7 +17,16 @@ pub(crate) enum Record {
     Lost,
     /// Range `g`'s group at this node followed a leader again after [`Record::Lost`].
     Caught(u32),
+    /// The range's PFCP state records ([`crate::Node::put_state`]): each of `puts` kept under
+    /// its key (replacing the one it had), each of `dels` removed.
+    State {
+        puts: Vec<(u64, Vec<u8>)>,
+        dels: Vec<u64>,
+    },
 }
+
+/// Bytes of one state record at most ([`crate::Node::put_state`]).
+pub const MAX_STATE_BYTES: usize = 65_536;
 
 /// Initial flows per base record at most (keeps records under about 1 MB).
 pub(crate) const BASE_PER_RECORD: usize = 8192;
@@ -52,6 +61,24 @@ pub(crate) fn lost() -> Vec<u8> {
 pub(crate) fn caught(g: u32) -> Vec<u8> {
     let mut r = vec![9];
     r.extend_from_slice(&g.to_le_bytes());
+    r
+}
+
+/// The record of state changes: `puts` kept, `dels` removed (applied in that order).
+pub(crate) fn state(puts: &[(u64, Vec<u8>)], dels: &[u64]) -> Vec<u8> {
+    let len: usize = puts.iter().map(|(_, v)| 12 + v.len()).sum::<usize>() + 8 * dels.len();
+    let mut r = Vec::with_capacity(9 + len);
+    r.push(10);
+    r.extend_from_slice(&(puts.len() as u32).to_le_bytes());
+    for (k, v) in puts {
+        r.extend_from_slice(&k.to_le_bytes());
+        r.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        r.extend_from_slice(v);
+    }
+    r.extend_from_slice(&(dels.len() as u32).to_le_bytes());
+    for k in dels {
+        r.extend_from_slice(&k.to_le_bytes());
+    }
     r
 }
 
@@ -148,6 +175,24 @@ pub(crate) fn decode(b: &[u8]) -> Result<Record, &'static str> {
         }
         8 => Record::Lost,
         9 => Record::Caught(r.u32()?),
+        10 => {
+            let n = r.u32()? as usize;
+            let mut puts = Vec::with_capacity(n.min(r.0.len() / 12));
+            for _ in 0..n {
+                let k = r.u64()?;
+                let len = r.u32()? as usize;
+                if len > MAX_STATE_BYTES {
+                    return Err("state record too long");
+                }
+                puts.push((k, r.take(len)?.to_vec()));
+            }
+            let n = r.u32()? as usize;
+            let mut dels = Vec::with_capacity(n.min(r.0.len() / 8));
+            for _ in 0..n {
+                dels.push(r.u64()?);
+            }
+            Record::State { puts, dels }
+        }
         _ => return Err("unknown record type"),
     };
     if !r.0.is_empty() {
@@ -183,6 +228,13 @@ mod tests {
             (base_end(), Record::BaseEnd),
             (lost(), Record::Lost),
             (caught(3), Record::Caught(3)),
+            (
+                state(&[(7, vec![1, 2, 3]), (u64::MAX, vec![])], &[9, 10]),
+                Record::State {
+                    puts: vec![(7, vec![1, 2, 3]), (u64::MAX, vec![])],
+                    dels: vec![9, 10],
+                },
+            ),
             (
                 changes(9, [u.clone()].iter()),
                 Record::Changes {

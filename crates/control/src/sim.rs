@@ -10,7 +10,7 @@ use crate::{
     Peer, Tuning, Update,
 };
 use sb_setsep::{Delta, Piece, SetSep};
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
 
 /// A simulation's parameters.
@@ -53,6 +53,10 @@ pub struct SimConfig {
     /// included) to its receiver again (while faults are on). Each must change nothing:
     /// the replay window, the nonces in the tags and the epochs refuse it.
     pub replay_permille: u64,
+    /// Per mille of client requests beside which a random serving node changes its range's
+    /// PFCP state records ([`Node::put_state`]: a few of 16 keys kept or removed); the checks
+    /// expect every acknowledged change in the owner's records and its replicas'.
+    pub state_permille: u64,
 }
 
 impl SimConfig {
@@ -87,6 +91,7 @@ impl Default for SimConfig {
             fib_capacity: None,
             checkpoint_permille: 0,
             replay_permille: 0,
+            state_permille: 300,
         }
     }
 }
@@ -178,6 +183,9 @@ pub struct Sim {
     pub replays: u64,
     /// Links cut: (from, to) node pairs whose datagrams are lost.
     cut: BTreeSet<(NodeId, NodeId)>,
+    /// Links whose datagrams an attacker holds back ([`Sim::hold_back`]), and what it holds.
+    held_links: BTreeSet<(NodeId, NodeId)>,
+    held: VecDeque<(Peer, Dest, Vec<u8>)>,
     /// Restarts of owners that lost their range's leadership ([`Node::fenced`]).
     pub fenced_restarts: u64,
     /// Nodes restarted with their log lost ([`Sim::wipe`]).
@@ -224,7 +232,18 @@ pub struct Sim {
     checks: u64,
     /// What happened to each key (for failure messages).
     trail: HashMap<Bytes, Vec<String>>,
+    /// Per node, its range's PFCP state records as acknowledged ([`Event::StateDurable`]),
+    /// the keys whose changes were in flight when the node stopped (either outcome), and the
+    /// changes in flight by ticket.
+    state_oracle: Vec<BTreeMap<u64, Vec<u8>>>,
+    state_uncertain: Vec<BTreeSet<u64>>,
+    state_pending: Vec<BTreeMap<u64, StateChange>>,
+    /// State changes acknowledged.
+    pub state_acked: u64,
 }
+
+/// A change of a range's state records: the keys kept with their bytes, the keys removed.
+type StateChange = (Vec<(u64, Vec<u8>)>, Vec<u64>);
 
 /// Key number `n` ([`Sim::fresh_key`]).
 fn key_of(n: u64) -> Bytes {
@@ -277,6 +296,8 @@ impl Sim {
             captured: Vec::new(),
             replays: 0,
             cut: BTreeSet::new(),
+            held_links: BTreeSet::new(),
+            held: VecDeque::new(),
             fenced_restarts: 0,
             wipes: 0,
             rejoins: 0,
@@ -306,6 +327,10 @@ impl Sim {
             dirty: true,
             checks: 0,
             trail: HashMap::new(),
+            state_oracle: vec![BTreeMap::new(); n as usize],
+            state_uncertain: vec![BTreeSet::new(); n as usize],
+            state_pending: vec![BTreeMap::new(); n as usize],
+            state_acked: 0,
             cfg,
         };
         for _ in 0..sim.cfg.flows {
@@ -405,6 +430,10 @@ impl Sim {
             self.uncertain.extend(keys);
         }
         self.nodes[ii] = None;
+        for (puts, dels) in std::mem::take(&mut self.state_pending[ii]).into_values() {
+            let keys = puts.iter().map(|(k, _)| *k).chain(dels);
+            self.state_uncertain[ii].extend(keys);
+        }
         self.fibs[ii].clear();
         self.gpts[ii] = None;
         self.stand_ins[ii].clear();
@@ -455,6 +484,11 @@ impl Sim {
         self.kill(i);
         self.committed[ii].truncate(keep);
         self.uncommitted[ii].clear();
+        if self.cfg.tuning.replicas.min(self.spec.nodes as usize) <= 1 {
+            // Its range's state records were on its log alone.
+            self.state_oracle[ii].clear();
+            self.state_uncertain[ii].clear();
+        }
         self.wipes += 1;
         self.start_node(i);
         if let Some(n) = self.nodes[ii].as_mut() {
@@ -484,6 +518,32 @@ impl Sim {
     /// Restores every link.
     pub fn heal(&mut self) {
         self.cut.clear();
+    }
+
+    /// An attacker on the link from `a` to `b` holds back its datagrams (`on`), or lets them
+    /// pass again: they are lost to `b` until [`Sim::release_held`].
+    pub fn hold_back(&mut self, a: NodeId, b: NodeId, on: bool) {
+        if on {
+            self.held_links.insert((a, b));
+        } else {
+            self.held_links.remove(&(a, b));
+        }
+    }
+
+    /// Delivers the oldest datagram held back, now; whether there was one.
+    pub fn release_held(&mut self) -> bool {
+        let Some((from, to, bytes)) = self.held.pop_front() else {
+            return false;
+        };
+        self.net_seq += 1;
+        self.net.push(std::cmp::Reverse(InFlight {
+            at: self.now,
+            seq: self.net_seq,
+            to,
+            from,
+            bytes,
+        }));
+        true
     }
 
     /// Turns network faults on or off.
@@ -526,6 +586,10 @@ impl Sim {
         assert!(bytes.len() <= wire::MAX_DATAGRAM, "datagram too large");
         if let (Peer::Node(a), Dest::Node(b)) = (&from, &to) {
             if self.cut.contains(&(*a, *b)) {
+                return;
+            }
+            if self.held_links.contains(&(*a, *b)) {
+                self.held.push_back((from, to, bytes));
                 return;
             }
         }
@@ -636,6 +700,23 @@ impl Sim {
                 Event::GptInstall(t) => {
                     self.gpts[ii] = Some(*t);
                     self.stand_ins[ii].clear();
+                }
+                Event::StateDurable(ticket) => {
+                    let Some((puts, dels)) = self.state_pending[ii].remove(&ticket) else {
+                        panic!(
+                            "seed {}: node {i}: ticket {ticket} acknowledged twice or never given",
+                            self.cfg.seed
+                        );
+                    };
+                    for (k, v) in puts {
+                        self.state_uncertain[ii].remove(&k);
+                        self.state_oracle[ii].insert(k, v);
+                    }
+                    for k in dels {
+                        self.state_uncertain[ii].remove(&k);
+                        self.state_oracle[ii].remove(&k);
+                    }
+                    self.state_acked += 1;
                 }
                 Event::StandIns(t) => {
                     for (o, by) in t.iter().enumerate() {
@@ -792,6 +873,37 @@ impl Sim {
         true
     }
 
+    /// A random serving node changes a few of its range's 16 state records.
+    fn state_step(&mut self) {
+        let i = below(&mut self.rng, self.spec.nodes as u64) as usize;
+        if !self.nodes[i]
+            .as_ref()
+            .is_some_and(|n| n.ready() && !n.fenced())
+        {
+            return;
+        }
+        let mut puts = Vec::new();
+        for _ in 0..below(&mut self.rng, 3) {
+            let k = below(&mut self.rng, 16);
+            let len = below(&mut self.rng, 40) as usize;
+            let v: Vec<u8> = (0..len).map(|_| rnd(&mut self.rng) as u8).collect();
+            puts.push((k, v));
+        }
+        let dels: Vec<u64> = (0..below(&mut self.rng, 2))
+            .map(|_| below(&mut self.rng, 16))
+            .collect();
+        let node = self.nodes[i].as_mut().expect("up");
+        match node.put_state(puts.clone(), dels.clone()) {
+            Ok(ticket) => {
+                self.state_pending[i].insert(ticket, (puts, dels));
+            }
+            // Fenced by the proposal (it lost its leadership): restarted in the next step.
+            Err(crate::ControlError::NotServing) => {}
+            Err(e) => self.fail(format!("node {i}: put_state: {e}")),
+        }
+        self.pump(i as NodeId);
+    }
+
     fn client_step(&mut self) {
         let now = self.now;
         // Retries and give-ups.
@@ -817,6 +929,9 @@ impl Sim {
             return;
         }
         self.next_request_at = now + 1 + below(&mut self.rng, 2 * self.cfg.request_every);
+        if below(&mut self.rng, 1000) < self.cfg.state_permille {
+            self.state_step();
+        }
         if self.reqs.len() >= self.cfg.inflight {
             return;
         }
@@ -1296,6 +1411,7 @@ impl Sim {
                         .is_some_and(|n| n.idle() && n.ready() && n.serving())
                 })
                 && self.groups_agree()
+                && self.state_pending.iter().all(|p| p.is_empty())
                 // Heartbeats (and Raft's) never stop: with them, idle nodes are enough.
                 && (self.net.is_empty()
                     || self.cfg.tuning.replicas > 1
@@ -1422,6 +1538,35 @@ impl Sim {
                         owner.len(),
                         nodes.iter().map(|x| (x.epoch(), x.group_state(o))).collect::<Vec<_>>()
                     ));
+                }
+            }
+        }
+        // The ranges' state records: every acknowledged change at the owner, and the owner's
+        // records at every replica of its range.
+        for (o, x) in nodes.iter().enumerate() {
+            let own: BTreeMap<u64, Vec<u8>> = x.own_state().map(|(k, v)| (k, v.to_vec())).collect();
+            let keys: BTreeSet<u64> = (own.keys().chain(self.state_oracle[o].keys()))
+                .copied()
+                .filter(|k| !self.state_uncertain[o].contains(k))
+                .collect();
+            for k in keys {
+                if own.get(&k) != self.state_oracle[o].get(&k) {
+                    self.fail(format!(
+                        "range {o}'s state record {k}: acknowledged {:?}, the owner holds {:?}",
+                        self.state_oracle[o].get(&k),
+                        own.get(&k)
+                    ));
+                }
+            }
+            for (i, y) in nodes.iter().enumerate() {
+                if let Some(r) = y.replica_state(o as NodeId) {
+                    if *r != own {
+                        self.fail(format!(
+                            "node {i}'s replica of range {o} holds state records {:?}, the owner {:?}",
+                            r.keys().collect::<Vec<_>>(),
+                            own.keys().collect::<Vec<_>>()
+                        ));
+                    }
                 }
             }
         }

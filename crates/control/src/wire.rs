@@ -743,6 +743,11 @@ impl Keys {
         }
     }
 
+    /// The newest counter accepted from peer `p`'s incarnation (0: none).
+    pub fn newest_counter(&self, p: u16) -> u64 {
+        self.peers.get(p as usize).map_or(0, |a| a.window.top)
+    }
+
     /// The key of a datagram between this end and `peer`, and whether it is the client key.
     fn with(&self, peer: u16) -> Option<(&HmacSha256, bool)> {
         if self.me == CLIENT_SENDER {

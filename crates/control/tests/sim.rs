@@ -77,7 +77,7 @@ fn schedules() -> Vec<u64> {
 
 #[test]
 fn random_schedules_keep_every_invariant() {
-    let (mut acked, mut replays) = (0, 0);
+    let (mut acked, mut replays, mut states) = (0, 0, 0);
     for seed in schedules() {
         let mut sim = Sim::new(config(seed));
         sim.run_until(1_500_000_000);
@@ -85,6 +85,7 @@ fn random_schedules_keep_every_invariant() {
         sim.check_quiescent();
         acked += sim.acked_updates;
         replays += sim.replays;
+        states += sim.state_acked;
         if std::env::var("SB_DST_VERBOSE").is_ok() {
             eprintln!(
                 "seed {seed}: {} steps, {} datagrams, {} replies, {} updates acked, {} uncertain",
@@ -97,6 +98,8 @@ fn random_schedules_keep_every_invariant() {
         }
     }
     assert!(acked > 0, "no update was acknowledged");
+    assert!(states > 0, "no PFCP state change was acknowledged");
+    eprintln!("{acked} updates and {states} state changes acknowledged");
     assert!(
         replays > 0 || schedules().len() < 8,
         "no datagram was replayed"
@@ -469,6 +472,44 @@ fn restart_while_down_schedule(seed: u64) {
     );
 }
 
+/// Datagrams of a node that the network lost (or an attacker held back) and that arrive after
+/// newer ones of it do not make it heard again: once it died, failure detection keeps it gone.
+/// Before, each such datagram refreshed it for a lease (a schedule with replays of lost
+/// datagrams held a dead node's backlog past its bound so).
+#[test]
+fn old_datagrams_of_a_dead_node_do_not_keep_it_alive() {
+    let mut cfg = five_nodes(42);
+    cfg.drop_permille = 0;
+    cfg.dup_permille = 0;
+    cfg.replay_permille = 0;
+    let mut sim = Sim::new(cfg);
+    sim.run_until(2_000_000_000);
+    // 60 ms of node 3's datagrams to node 2 held back; then 200 ms more pass; node 3 dies.
+    sim.hold_back(3, 2, true);
+    sim.run_until(2_060_000_000);
+    sim.hold_back(3, 2, false);
+    sim.run_until(2_260_000_000);
+    sim.kill(3);
+    sim.run_until(3_300_000_000);
+    assert!(
+        sim.node(2).unwrap().holds_gone(3),
+        "node 2 holds node 3 gone 1.04 s after its death"
+    );
+    let mut released = 0;
+    let mut t = 3_300_000_000;
+    while sim.release_held() {
+        released += 1;
+        t += 20_000_000;
+        sim.run_until(t);
+        assert!(
+            sim.node(2).unwrap().holds_gone(3),
+            "node 2 heard the dead node 3 again after {released} old datagrams"
+        );
+    }
+    assert!(released > 0, "nothing was held back");
+    eprintln!("{released} old datagrams of the dead node delivered: it stayed gone");
+}
+
 /// Issue 29: what an owner holds for a peer gone too long is bounded
 /// (`Tuning::peer_backlog_bytes`, small here): past the bound, its unacknowledged deltas and
 /// FIB items are dropped and the peer is resynced when it is back (its FIB slice and the
@@ -720,6 +761,7 @@ fn wipe_schedule(seed: u64) -> u64 {
     sim.run_until(2_000_000_000);
     let victim = (seed % nodes as u64) as u16;
     let before = sim.node(victim).map(|x| x.epoch()).expect("running");
+    let state_before = sim.node(victim).map_or(0, |x| x.own_state().count());
     sim.kill(victim);
     // Every other schedule wipes it at once; the others after its peers declared it gone.
     let back = if seed % 2 == 0 {
@@ -764,10 +806,13 @@ fn wipe_schedule(seed: u64) -> u64 {
         "seed {seed}: nothing acknowledged in 3 s after node {victim} rejoined"
     );
     sim.quiesce(300_000_000_000);
+    // (Its range's PFCP state records: every acknowledged one is back, from the range's
+    // other replicas.)
     sim.check_quiescent();
     let withheld = sim.node(victim).map_or(0, |x| x.status().votes_withheld);
+    let state_after = sim.node(victim).map_or(0, |x| x.own_state().count());
     eprintln!(
-        "seed {seed}: node {victim} lost its log at {} ms: epoch {before} -> {after}, back in {} ms, {withheld} votes withheld",
+        "seed {seed}: node {victim} lost its log at {} ms: epoch {before} -> {after}, back in {} ms, {withheld} votes withheld; its range's state records: {state_before} before, {state_after} after",
         back / 1_000_000,
         (t - back) / 1_000_000
     );

@@ -4,9 +4,11 @@
 //! hard state of every group the node is a replica of. [`Node::checkpoint`] gives, at a quiet
 //! moment, the records a restart needs instead of the whole log:
 //! - without replication: this incarnation's epoch, the range's RIB as initial-flow records
-//!   (`Base` ... `BaseEnd`) and an empty `Changes` record that carries the change sequence on;
+//!   (`Base` ... `BaseEnd`), an empty `Changes` record that carries the change sequence on,
+//!   and the range's PFCP state records ([`Node::put_state`]) as state records;
 //! - with replication: the epoch, and per group its Raft store after compacting it behind a
-//!   snapshot of the range's state at the applied index (the RIB, `replica::state`): the
+//!   snapshot of the range's state at the applied index (the RIB and the PFCP state records,
+//!   `replica::state`): the
 //!   snapshot record, the entries after it, the hard state. Raft then sends that snapshot to a
 //!   replica too far behind for the entries.
 //!
@@ -19,6 +21,10 @@ use super::{Node, Phase};
 use crate::replica::state::RangeSnapshot;
 use crate::replica::storage;
 use crate::{record, NodeId};
+
+/// State records per checkpoint record at most (a session's record is a few hundred bytes:
+/// records of about 1 MB at most).
+const STATE_PER_RECORD: usize = 2048;
 
 impl Node {
     /// The records that replace this node's log so far (everything handed out in
@@ -56,6 +62,15 @@ impl Node {
             out.push(record::base_end());
             // No change: the next one's sequence number follows on.
             out.push(record::changes(self.change_seq + 1, [].iter()));
+            // The PFCP state records, a few hundred per record.
+            let puts: Vec<(u64, Vec<u8>)> = self
+                .own_state
+                .iter()
+                .map(|(k, v)| (*k, v.clone()))
+                .collect();
+            for c in puts.chunks(STATE_PER_RECORD) {
+                out.push(record::state(c, &[]));
+            }
             return Some(out);
         }
         let me = self.me as usize;
@@ -71,7 +86,12 @@ impl Node {
                 Some(st) if st.applied != g.raft_applied() => return None,
                 Some(st) => (
                     st.applied,
-                    RangeSnapshot::encode_from(st.base_done, st.rib.len(), st.rib.iter()),
+                    RangeSnapshot::encode_from(
+                        st.base_done,
+                        st.rib.len(),
+                        st.rib.iter(),
+                        &st.state,
+                    ),
                 ),
                 // The owner's range: its table is the RIB, and every entry it proposed is
                 // committed (no batch in flight); wait until they are all applied here.
@@ -80,7 +100,8 @@ impl Node {
                         return None;
                     }
                     let n = self.rib_entries().count();
-                    let data = RangeSnapshot::encode_from(true, n, self.rib_entries());
+                    let data =
+                        RangeSnapshot::encode_from(true, n, self.rib_entries(), &self.own_state);
                     (g.applied(), data)
                 }
                 None => continue,

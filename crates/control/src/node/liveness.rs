@@ -26,7 +26,8 @@ use crate::{Nanos, NodeId};
 /// What a node knows of its peers' liveness.
 #[derive(Default)]
 pub(super) struct Liveness {
-    /// When each peer was last heard from (any authenticated datagram of its epoch).
+    /// When each peer was last heard from (an authenticated datagram of its epoch newer than
+    /// any before it).
     pub heard: Vec<Nanos>,
     /// The newest stamp of ours each peer echoed (0: none).
     pub lease_from: Vec<Nanos>,
@@ -174,5 +175,13 @@ impl Node {
             .filter(|&&f| f > 0 && f + l > self.now)
             .map(|&f| f + l);
         ends.chain([self.live.next]).min()
+    }
+}
+
+impl Node {
+    /// Whether failure detection declared peer `p` gone here (tests).
+    #[doc(hidden)]
+    pub fn holds_gone(&self, p: NodeId) -> bool {
+        self.gone(p)
     }
 }

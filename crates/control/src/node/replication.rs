@@ -180,7 +180,8 @@ impl Node {
             }
             return false;
         }
-        let st = self.gstates[me].take().expect("the home's state");
+        let mut st = self.gstates[me].take().expect("the home's state");
+        self.own_state = std::mem::take(&mut st.state);
         let (mut keys, mut nodes, mut values) = (Vec::new(), Vec::new(), Vec::new());
         for (k, n, v) in st.rib.iter() {
             keys.push(k);

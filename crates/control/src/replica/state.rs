@@ -9,11 +9,13 @@
 //! A snapshot's data (the `data` of a Raft snapshot) is: version u8 (1), initial flows done u8,
 //! count u64, then per key: key length u8, key, node u16, value length u8, value; then the
 //! range's GPT piece (`sb_setsep::Piece::to_bytes`, length u32, 0 for none: a follower has no
-//! table) and the range's session records (length u32; none yet: [`RangeSnapshot::sessions`]).
+//! table) and the range's PFCP state records (length u32, then one state log record holding
+//! them all, `record::state`; 0: none).
 
 use crate::fixed::Rib;
 use crate::record::{self, Record};
 use crate::{Bytes, Flow, NodeId, Op};
+use std::collections::BTreeMap;
 
 /// A range's replicated state at one of its replicas.
 pub struct RangeState {
@@ -23,6 +25,8 @@ pub struct RangeState {
     pub base_done: bool,
     /// The index of the last entry applied.
     pub applied: u64,
+    /// The range's PFCP state records by key ([`crate::Node::put_state`]).
+    pub(crate) state: BTreeMap<u64, Vec<u8>>,
     key_bytes: usize,
     value_bytes: usize,
 }
@@ -36,8 +40,8 @@ pub struct RangeSnapshot {
     pub flows: Vec<Flow>,
     /// The range's GPT piece, if the snapshot was made by a node holding the table.
     pub piece: Option<Vec<u8>>,
-    /// The range's PFCP session records: the hook for replicating sessions with their range
-    /// (not filled yet; carried through snapshots unchanged).
+    /// The range's PFCP state records ([`crate::Node::put_state`]: sessions and
+    /// associations), as one state log record of them all (empty: none).
     pub sessions: Vec<u8>,
 }
 
@@ -48,6 +52,7 @@ impl RangeState {
             rib: Rib::with_capacity(key_bytes, value_bytes, 0),
             base_done: false,
             applied: 0,
+            state: BTreeMap::new(),
             key_bytes,
             value_bytes,
         }
@@ -82,6 +87,7 @@ impl RangeState {
                     }
                 }
             }
+            Record::State { puts, dels } => apply_state(&mut self.state, puts, &dels),
             Record::Epoch(_) | Record::Lost | Record::Caught(_) => {
                 return Err("a node's record in a range's log")
             }
@@ -115,11 +121,35 @@ impl RangeState {
             self.check(&f.key, &f.value)?;
             rib.insert(&f.key, f.node, &f.value);
         }
+        self.state = s.state()?;
         self.rib = rib;
         self.base_done = s.base_done;
         self.applied = index;
         Ok(())
     }
+}
+
+/// Applies a state record's changes to `state`: the puts, then the removals.
+pub(crate) fn apply_state(
+    state: &mut BTreeMap<u64, Vec<u8>>,
+    puts: Vec<(u64, Vec<u8>)>,
+    dels: &[u64],
+) {
+    for (k, v) in puts {
+        state.insert(k, v);
+    }
+    for k in dels {
+        state.remove(k);
+    }
+}
+
+/// The bytes of a snapshot's state records: one state log record of them (empty: none).
+pub(crate) fn encode_state(state: &BTreeMap<u64, Vec<u8>>) -> Vec<u8> {
+    if state.is_empty() {
+        return Vec::new();
+    }
+    let puts: Vec<(u64, Vec<u8>)> = state.iter().map(|(k, v)| (*k, v.clone())).collect();
+    record::state(&puts, &[])
 }
 
 impl RangeSnapshot {
@@ -143,13 +173,14 @@ impl RangeSnapshot {
         }
     }
 
-    /// The data of a snapshot of `n` flows, `flows`, without a piece or sessions (written
-    /// straight from a RIB: as [`RangeSnapshot::of`] then [`RangeSnapshot::encode`], without
-    /// the copy).
+    /// The data of a snapshot of `n` flows, `flows`, without a piece, with the state records
+    /// `state` (written straight from a RIB: as [`RangeSnapshot::of`] then
+    /// [`RangeSnapshot::encode`], without the copy).
     pub fn encode_from<K: std::ops::Deref<Target = [u8]>>(
         base_done: bool,
         n: usize,
         flows: impl Iterator<Item = (K, NodeId, impl std::ops::Deref<Target = [u8]>)>,
+        state: &BTreeMap<u64, Vec<u8>>,
     ) -> Vec<u8> {
         let mut r = vec![1, base_done as u8];
         r.extend_from_slice(&(n as u64).to_le_bytes());
@@ -163,9 +194,11 @@ impl RangeSnapshot {
             written += 1;
         }
         debug_assert_eq!(written, n, "the count given is the flows'");
-        // No piece, no session records.
+        // No piece.
         r.extend_from_slice(&0u32.to_le_bytes());
-        r.extend_from_slice(&0u32.to_le_bytes());
+        let state = encode_state(state);
+        r.extend_from_slice(&(state.len() as u32).to_le_bytes());
+        r.extend_from_slice(&state);
         r
     }
 
@@ -186,6 +219,21 @@ impl RangeSnapshot {
         r.extend_from_slice(&(self.sessions.len() as u32).to_le_bytes());
         r.extend_from_slice(&self.sessions);
         r
+    }
+
+    /// The state records the snapshot holds.
+    pub(crate) fn state(&self) -> Result<BTreeMap<u64, Vec<u8>>, &'static str> {
+        let mut out = BTreeMap::new();
+        if self.sessions.is_empty() {
+            return Ok(out);
+        }
+        match record::decode(&self.sessions)? {
+            Record::State { puts, dels } if dels.is_empty() => {
+                apply_state(&mut out, puts, &[]);
+                Ok(out)
+            }
+            _ => Err("a snapshot's state that is no state record"),
+        }
     }
 
     /// Parses a snapshot's data (never panics).
