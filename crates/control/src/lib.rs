@@ -572,6 +572,10 @@ pub enum Event {
     StandIns(Vec<Option<NodeId>>),
     /// The PFCP state change of this ticket ([`Node::put_state`]) is durable.
     StateDurable(u64),
+    /// The PFCP state change of this ticket, of another range ([`Node::put_state_for`]), was
+    /// not made durable: a new leader of that range's group dropped its entry. Hand it again
+    /// (to the node that leads the group now).
+    StateDropped(u64),
 }
 
 /// Per owner, what this node's replica has applied.

@@ -232,12 +232,16 @@ pub struct Sim {
     checks: u64,
     /// What happened to each key (for failure messages).
     trail: HashMap<Bytes, Vec<String>>,
-    /// Per node, its range's PFCP state records as acknowledged ([`Event::StateDurable`]),
-    /// the keys whose changes were in flight when the node stopped (either outcome), and the
-    /// changes in flight by ticket.
+    /// Per range, its PFCP state records as acknowledged ([`Event::StateDurable`]) and the
+    /// keys whose changes were in flight when their proposer stopped (either outcome); per
+    /// node, the changes it proposed in flight by ticket, with their range.
     state_oracle: Vec<BTreeMap<u64, Vec<u8>>>,
     state_uncertain: Vec<BTreeSet<u64>>,
-    state_pending: Vec<BTreeMap<u64, StateChange>>,
+    state_pending: Vec<BTreeMap<u64, (NodeId, StateChange)>>,
+    /// State changes acknowledged to a node leading a gone home's range in its place
+    /// ([`Node::put_state_for`]), and those a new leader dropped.
+    pub state_acked_for_gone: u64,
+    pub state_dropped: u64,
     /// State changes acknowledged.
     pub state_acked: u64,
 }
@@ -331,6 +335,8 @@ impl Sim {
             state_uncertain: vec![BTreeSet::new(); n as usize],
             state_pending: vec![BTreeMap::new(); n as usize],
             state_acked: 0,
+            state_acked_for_gone: 0,
+            state_dropped: 0,
             cfg,
         };
         for _ in 0..sim.cfg.flows {
@@ -430,9 +436,9 @@ impl Sim {
             self.uncertain.extend(keys);
         }
         self.nodes[ii] = None;
-        for (puts, dels) in std::mem::take(&mut self.state_pending[ii]).into_values() {
+        for (range, (puts, dels)) in std::mem::take(&mut self.state_pending[ii]).into_values() {
             let keys = puts.iter().map(|(k, _)| *k).chain(dels);
-            self.state_uncertain[ii].extend(keys);
+            self.state_uncertain[range as usize].extend(keys);
         }
         self.fibs[ii].clear();
         self.gpts[ii] = None;
@@ -701,22 +707,37 @@ impl Sim {
                     self.gpts[ii] = Some(*t);
                     self.stand_ins[ii].clear();
                 }
+                Event::StateDropped(ticket) => {
+                    // Not applied (its entry lost to another leader's): certain again only
+                    // once a later change of the same keys is acknowledged.
+                    let Some((range, (puts, dels))) = self.state_pending[ii].remove(&ticket) else {
+                        panic!(
+                            "seed {}: node {i}: ticket {ticket} dropped twice or never given",
+                            self.cfg.seed
+                        );
+                    };
+                    let keys = puts.iter().map(|(k, _)| *k).chain(dels);
+                    self.state_uncertain[range as usize].extend(keys);
+                    self.state_dropped += 1;
+                }
                 Event::StateDurable(ticket) => {
-                    let Some((puts, dels)) = self.state_pending[ii].remove(&ticket) else {
+                    let Some((range, (puts, dels))) = self.state_pending[ii].remove(&ticket) else {
                         panic!(
                             "seed {}: node {i}: ticket {ticket} acknowledged twice or never given",
                             self.cfg.seed
                         );
                     };
+                    let r = range as usize;
                     for (k, v) in puts {
-                        self.state_uncertain[ii].remove(&k);
-                        self.state_oracle[ii].insert(k, v);
+                        self.state_uncertain[r].remove(&k);
+                        self.state_oracle[r].insert(k, v);
                     }
                     for k in dels {
-                        self.state_uncertain[ii].remove(&k);
-                        self.state_oracle[ii].remove(&k);
+                        self.state_uncertain[r].remove(&k);
+                        self.state_oracle[r].remove(&k);
                     }
                     self.state_acked += 1;
+                    self.state_acked_for_gone += u64::from(range != i);
                 }
                 Event::StandIns(t) => {
                     for (o, by) in t.iter().enumerate() {
@@ -873,15 +894,26 @@ impl Sim {
         true
     }
 
-    /// A random serving node changes a few of its range's 16 state records.
+    /// A few of a random range's 16 state records change: by its home where it serves, else
+    /// (the home down) by the live node leading the range's group in its place.
     fn state_step(&mut self) {
-        let i = below(&mut self.rng, self.spec.nodes as u64) as usize;
-        if !self.nodes[i]
-            .as_ref()
-            .is_some_and(|n| n.ready() && !n.fenced())
-        {
+        let range = below(&mut self.rng, self.spec.nodes as u64) as NodeId;
+        let serving = |n: &Node| n.ready() && !n.fenced();
+        let by = if self.nodes[range as usize].as_ref().is_some_and(serving) {
+            Some(range)
+        } else if self.nodes[range as usize].is_none() {
+            (0..self.spec.nodes).find(|&j| {
+                self.nodes[j as usize]
+                    .as_ref()
+                    .is_some_and(|n| serving(n) && n.leads_range(range))
+            })
+        } else {
+            None
+        };
+        let Some(by) = by else {
             return;
-        }
+        };
+        let i = by as usize;
         let mut puts = Vec::new();
         for _ in 0..below(&mut self.rng, 3) {
             let k = below(&mut self.rng, 16);
@@ -893,9 +925,9 @@ impl Sim {
             .map(|_| below(&mut self.rng, 16))
             .collect();
         let node = self.nodes[i].as_mut().expect("up");
-        match node.put_state(puts.clone(), dels.clone()) {
+        match node.put_state_for(range, puts.clone(), dels.clone()) {
             Ok(ticket) => {
-                self.state_pending[i].insert(ticket, (puts, dels));
+                self.state_pending[i].insert(ticket, (range, (puts, dels)));
             }
             // Fenced by the proposal (it lost its leadership): restarted in the next step.
             Err(crate::ControlError::NotServing) => {}

@@ -696,6 +696,18 @@ fn failover_schedule(seed: u64) {
             own.len(),
             sim.node(standby).map(|x| x.status())
         );
+        // The stand-in leads the victim's range's group (its priority is next to the
+        // home's), so it takes the changes of the range's PFCP state records: the victim
+        // has them when it is back (checked at quiescence).
+        assert!(
+            sim.node(standby).is_some_and(|x| x.leads_range(victim)),
+            "seed {seed}: stand-in {standby} does not lead node {victim}'s range's group: {:?}",
+            sim.node(standby).and_then(|x| x.group_state(victim))
+        );
+        assert!(
+            sim.state_acked_for_gone > 0,
+            "seed {seed}: no state change of node {victim}'s range acknowledged while it was gone"
+        );
     }
     let moved = sim.flows_moved;
     assert!(
@@ -723,10 +735,12 @@ fn failover_schedule(seed: u64) {
         "seed {seed}: owners still hold flows moved off node {victim} after it came back"
     );
     eprintln!(
-        "seed {seed}: node {victim} killed: {before} flows of live owners' ranges at it, all moved in {moved_ms} ms ({moved} moves); given back after its restart: {}; its own flows: {} ({})",
+        "seed {seed}: node {victim} killed: {before} flows of live owners' ranges at it, all moved in {moved_ms} ms ({moved} moves); given back after its restart: {}; its own flows: {} ({}); its range's state changes acknowledged while it was gone: {} ({} dropped)",
         sim.given_back,
         own.len(),
-        if replicas > 1 { "stood in for" } else { "no replica to stand in" }
+        if replicas > 1 { "stood in for" } else { "no replica to stand in" },
+        sim.state_acked_for_gone,
+        sim.state_dropped
     );
 }
 

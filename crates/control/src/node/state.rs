@@ -26,6 +26,8 @@ use std::collections::BTreeMap;
 #[derive(Debug)]
 pub(super) struct StateWait {
     ticket: u64,
+    /// The range whose records it changes.
+    range: NodeId,
     /// The log's persist count (without replication) or the group's entry index.
     at: u64,
     /// The group's term at the proposal (0 without replication).
@@ -53,7 +55,8 @@ impl Node {
         self.next_state_ticket += 1;
         let ticket = self.next_state_ticket;
         let ctx = self.own_ctx();
-        let (at, term) = match self.groups[self.me as usize].as_mut() {
+        let me = self.me;
+        let (at, term) = match self.groups[me as usize].as_mut() {
             Some(g) => match g.propose(ctx, rec) {
                 Some(i) => (i, g.term()),
                 None => {
@@ -64,30 +67,110 @@ impl Node {
             },
             None => (self.persist(vec![rec]), 0),
         };
-        self.state_wait.push_back(StateWait { ticket, at, term });
+        self.state_wait.push_back(StateWait {
+            ticket,
+            range: me,
+            at,
+            term,
+        });
         self.settle_state();
         Ok(ticket)
     }
 
+    /// Changes range `range`'s PFCP state records while this node leads its group in the
+    /// place of its home (the home gone: the stand-in leads, [`crate::replica::group`]'s
+    /// priorities), as [`Node::put_state`] does for this node's own range: the change is
+    /// applied to this replica's copy ([`Node::replica_state`]) once committed, and its
+    /// ticket comes back as [`Event::StateDurable`]. [`ControlError::NotServing`] where this
+    /// node does not lead that group now (the caller tries again later, or another replica
+    /// leads). A change whose entry a new leader drops never comes back: the caller gives up
+    /// on it after a while ([`Node::state_waiting`] counts them).
+    pub fn put_state_for(
+        &mut self,
+        range: NodeId,
+        puts: Vec<(u64, Vec<u8>)>,
+        dels: Vec<u64>,
+    ) -> Result<u64, ControlError> {
+        if range == self.me {
+            return self.put_state(puts, dels);
+        }
+        if self.fenced || self.phase < Phase::Serving {
+            return Err(ControlError::NotServing);
+        }
+        if puts.iter().any(|(_, v)| v.len() > MAX_STATE_BYTES) {
+            return Err(ControlError::StateTooLong);
+        }
+        let ctx = self.own_ctx();
+        let Some(g) = self.groups.get_mut(range as usize).and_then(|g| g.as_mut()) else {
+            return Err(ControlError::NotServing);
+        };
+        let Some(at) = g.propose(ctx, record::state(&puts, &dels)) else {
+            return Err(ControlError::NotServing);
+        };
+        let term = g.term();
+        self.next_state_ticket += 1;
+        let ticket = self.next_state_ticket;
+        self.state_wait.push_back(StateWait {
+            ticket,
+            range,
+            at,
+            term,
+        });
+        self.progress();
+        Ok(ticket)
+    }
+
+    /// Whether this node leads range `range`'s group (its own: whether it serves it).
+    pub fn leads_range(&self, range: NodeId) -> bool {
+        if range == self.me {
+            return !self.fenced && self.phase >= Phase::Serving;
+        }
+        (self.groups.get(range as usize))
+            .and_then(|g| g.as_ref())
+            .is_some_and(|g| g.is_leader())
+    }
+
     /// Hands out [`Event::StateDurable`] for the changes now durable, in order.
     pub(super) fn settle_state(&mut self) {
-        while let Some(w) = self.state_wait.front() {
-            let durable = match &self.groups[self.me as usize] {
-                Some(g) if g.committed() >= w.at => {
+        // The own range's changes come back in order (one not durable holds those after it).
+        let mut own_held = false;
+        let mut i = 0;
+        while let Some(w) = self.state_wait.get(i) {
+            let own = w.range == self.me;
+            if own && own_held {
+                i += 1;
+                continue;
+            }
+            let durable = match &self.groups[w.range as usize] {
+                // Committed, and, for another range, applied to this replica's copy.
+                Some(g)
+                    if g.committed() >= w.at
+                        && (own
+                            || self.gstates[w.range as usize]
+                                .as_ref()
+                                .is_some_and(|s| s.applied >= w.at)) =>
+                {
                     if g.term_at(w.at) != Some(w.term) {
                         // Another leader's entry took its place: lost.
-                        self.fenced = true;
-                        return;
+                        if own {
+                            self.fenced = true;
+                            return;
+                        }
+                        let w = self.state_wait.remove(i).expect("at i");
+                        self.events.push_back(Event::StateDropped(w.ticket));
+                        continue;
                     }
                     true
                 }
                 Some(_) => false,
-                None => self.durable >= w.at,
+                None => own && self.durable >= w.at,
             };
             if !durable {
-                return;
+                own_held |= own;
+                i += 1;
+                continue;
             }
-            let w = self.state_wait.pop_front().expect("front");
+            let w = self.state_wait.remove(i).expect("at i");
             self.events.push_back(Event::StateDurable(w.ticket));
         }
     }

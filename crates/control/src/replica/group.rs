@@ -100,7 +100,12 @@ impl Group {
             check_quorum: true,
             pre_vote: true,
             applied,
-            priority: if voters.first() == Some(&me) { 1 } else { 0 },
+            // By the replicas' order: the home first, then the one that stands in for it
+            // when it is gone (`node::standin`), and so on. With logs alike, a voter refuses
+            // a candidate of a lower priority than its own, so the first live replica in that
+            // order leads: the stand-in leads the range's group while the home is gone.
+            priority: (voters.len() - voters.iter().position(|&v| v == me).unwrap_or(voters.len()))
+                as i64,
             ..raft::Config::default()
         };
         let raw = RawNode::new(&cfg, store, &logger())?;
