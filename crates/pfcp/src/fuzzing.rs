@@ -1,4 +1,4 @@
-//! The fuzz targets' entry points (`fuzz/`: `pfcp_message`, `sdf_filter`), also run by
+//! The fuzz targets' entry points (`fuzz/`: `pfcp_message`, `pfcp_restore`, `sdf_filter`), also run by
 //! the property tests.
 
 use crate::ie::{NodeId, RecoveryTimeStamp};
@@ -213,5 +213,122 @@ pub fn pfcp_message(data: &[u8]) {
     }
     for t in out {
         assert!(Message::parse(&t.bytes).is_ok(), "we send only what parses");
+    }
+}
+
+/// A cluster that accepts every change at once.
+struct AcceptAll;
+
+impl Sessions for AcceptAll {
+    fn place(&mut self, _: &[IpAddr]) -> Result<Placement, Failure> {
+        Ok(Placement {
+            node: 1,
+            ran: Ipv4Addr::new(10, 1, 0, 2),
+        })
+    }
+    fn apply(&mut self, _: Token, _: &[FibChange], _: &[UeChange]) -> Result<Applied, Failure> {
+        Ok(Applied::Done)
+    }
+}
+
+fn restore_endpoint() -> Upf<AcceptAll> {
+    let mut c = Config::new(
+        NodeId::Fqdn("upf.fuzz".into()),
+        RecoveryTimeStamp(1),
+        Ipv4Addr::new(10, 0, 0, 100),
+    );
+    c.allocator_id = 2;
+    c.incarnation = 3;
+    Upf::new(c, AcceptAll)
+}
+
+/// State records ([`Upf::restore_state`], fuzz target `pfcp_restore`): the data as a record
+/// under a SEID and under an association's key, and as flips of a real session's and
+/// association's records. A restore is an error or a whole endpoint that then takes a
+/// modification and a deletion of every session it restored, and whose records restore again.
+pub fn pfcp_restore(data: &[u8]) {
+    let smf = Ipv4Addr::new(10, 0, 0, 1);
+    let peer = SocketAddr::new(IpAddr::V4(smf), 8805);
+    // A real session's records.
+    let mut real = restore_endpoint();
+    real.track_state(true);
+    let ue = IpAddr::V4(Ipv4Addr::new(10, 45, 0, 7));
+    for m in [
+        crate::smf::association_setup(1, smf, 5),
+        crate::smf::establishment(2, smf, 9, ue, 77, Ipv4Addr::new(10, 2, 0, 2)),
+    ] {
+        real.handle(Duration::ZERO, peer, &m.to_bytes().expect("buildable"));
+    }
+    let records: Vec<(u64, Vec<u8>)> = (real.take_state_changes().into_iter())
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
+    assert_eq!(records.len(), 2, "a session and its association");
+    let try_restore = |recs: &[(u64, Vec<u8>)]| {
+        let mut upf = restore_endpoint();
+        upf.track_state(true);
+        if upf
+            .restore_state(recs.iter().map(|(k, v)| (*k, v.as_slice())))
+            .is_err()
+        {
+            assert_eq!(
+                upf.session_count(),
+                0,
+                "nothing restored from a refused record"
+            );
+            return;
+        }
+        let seids: Vec<u64> = upf.session_ids().collect();
+        // Its records restore again.
+        let again: Vec<(u64, Vec<u8>)> = (seids.iter())
+            .filter_map(|&s| Some((s, upf.session_record(s)?)))
+            .collect();
+        let mut copy = restore_endpoint();
+        assert!(copy
+            .restore_state(again.iter().map(|(k, v)| (*k, v.as_slice())))
+            .is_ok());
+        for (i, s) in seids.into_iter().enumerate() {
+            let m = Message {
+                seid: Some(s),
+                sequence: 10 + i as u32 * 2,
+                priority: None,
+                body: Body::SessionModificationRequest(Default::default()),
+            };
+            upf.handle(
+                Duration::from_secs(1),
+                peer,
+                &m.to_bytes().expect("buildable"),
+            );
+            let d = Message {
+                seid: Some(s),
+                sequence: 11 + i as u32 * 2,
+                priority: None,
+                body: Body::SessionDeletionRequest,
+            };
+            upf.handle(
+                Duration::from_secs(1),
+                peer,
+                &d.to_bytes().expect("buildable"),
+            );
+        }
+        upf.poll(Duration::from_secs(100));
+        let _ = upf.take_state_changes();
+    };
+    // The data as records of their own.
+    let (seid, assoc) = (records[0].0, records[1].0);
+    try_restore(&[(seid, data.to_vec())]);
+    try_restore(&[(assoc, data.to_vec())]);
+    // The real records with bytes flipped: (position, xor) pairs from the data.
+    for (k, rec) in &records {
+        let mut r = rec.clone();
+        for p in data.chunks(2) {
+            if let [at, x] = p {
+                let n = r.len();
+                r[*at as usize % n] ^= x;
+            }
+        }
+        let mut recs = records.clone();
+        recs.retain(|(key, _)| key != k);
+        recs.push((*k, r));
+        try_restore(&recs);
     }
 }

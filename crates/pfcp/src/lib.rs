@@ -156,6 +156,6 @@ pub use ie::*;
 pub use message::*;
 pub use relay::{Meter, MeterError, MeterLine, Relay, RelayError, RelayKind};
 pub use upf::{
-    malloc_chunk, Applied, Config, Failure, FibChange, Forwarding, Memory, Placement, Sessions,
-    Stats, Token, Transmit, UeChange, UeFib, UePolicy, Upf, Usage, UsageRead,
+    malloc_chunk, Applied, Config, Failure, FibChange, Forwarding, Memory, Placement, RestoreError,
+    Sessions, Stats, Token, Transmit, UeChange, UeFib, UePolicy, Upf, Usage, UsageRead,
 };

@@ -276,6 +276,42 @@ impl Slab {
         true
     }
 
+    /// The SEIDs' top 16 bits (incarnation and allocator id).
+    pub(crate) fn prefix(&self) -> u16 {
+        self.prefix as u16
+    }
+
+    /// Whether `seid` could be one a [`Slab`] gives out: a generation (bits 32 to 47) not 0.
+    pub(crate) fn well_formed(seid: u64) -> bool {
+        (seid >> 32) & 0xffff != 0
+    }
+
+    /// Keeps `bytes` (not empty) as session `seid` of this slab's prefix, which a slab before
+    /// gave out (a restart: the session is restored with its SEID). The slots below its slot
+    /// that are not in use become free. Panics where `seid` is not [`Slab::well_formed`], not
+    /// of this prefix, or its slot is in use: the caller checks.
+    pub(crate) fn restore(&mut self, seid: u64, bytes: &[u8]) {
+        assert!(
+            Slab::well_formed(seid) && seid >> 48 == self.prefix,
+            "a SEID of this slab"
+        );
+        let i = Slab::slot_of(seid) as usize;
+        let gen = (seid >> 32) & 0xffff;
+        if i >= self.slots.len() {
+            for j in self.slots.len()..i {
+                self.slots.push(slot(1, 0, FREE));
+                self.free.push_back(j as u32);
+            }
+            self.slots.push(slot(gen, 0, RESERVED));
+        } else {
+            let (_, len, at) = parts(self.slots[i]);
+            assert!(len == 0 && at == FREE, "a free slot");
+            self.free.retain(|&f| f as usize != i);
+            self.slots[i] = slot(gen, 0, RESERVED);
+        }
+        self.keep(seid, bytes);
+    }
+
     /// Every kept session (SEID, bytes), by slot.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
         (0..self.slots.len()).filter_map(move |i| {
@@ -284,12 +320,6 @@ impl Slab {
             Some((self.prefix << 48 | gen << 32 | i as u64, b))
         })
     }
-}
-
-/// Whether `seid` could be one a [`Slab`] gives out (its low 48 bits not all zero).
-#[cfg(test)]
-fn well_formed(seid: u64) -> bool {
-    seid & ((1 << 48) - 1) != 0
 }
 
 #[cfg(test)]
@@ -333,7 +363,7 @@ mod tests {
                 match op {
                     Op::Reserve => {
                         let seid = s.reserve();
-                        prop_assert!(well_formed(seid));
+                        prop_assert!(Slab::well_formed(seid));
                         prop_assert_eq!(seid >> 48, u64::from(prefix));
                         prop_assert!(!seen.contains(&seid), "a SEID is handed out once");
                         seen.push(seid);
@@ -404,7 +434,7 @@ mod tests {
         let mut last = first;
         for _ in 0..70_000 {
             last = s.reserve();
-            assert!(well_formed(last));
+            assert!(Slab::well_formed(last));
             assert_ne!((last >> 32) & 0xffff, 0);
             s.unreserve(last);
         }

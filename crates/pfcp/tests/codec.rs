@@ -28,6 +28,13 @@ proptest! {
         sb_pfcp::fuzzing::pfcp_message(&data);
     }
 
+    /// State records (random, and real ones with bytes flipped) restore or are refused,
+    /// never a panic.
+    #[test]
+    fn random_state_records_never_panic(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+        sb_pfcp::fuzzing::pfcp_restore(&data);
+    }
+
     /// Built messages with bytes flipped: near-valid inputs reach every reader.
     #[test]
     fn mutated_messages_never_panic(seed in proptest::collection::vec(any::<u8>(), 0..2000),

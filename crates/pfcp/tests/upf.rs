@@ -2,6 +2,7 @@
 //! what the control plane was told (the oracle) after every step.
 
 use proptest::prelude::*;
+use sb_pfcp::upf::{association_key, is_association_key};
 use sb_pfcp::*;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -1416,6 +1417,168 @@ proptest! {
             check_consistent(&upf);
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The state records an endpoint hands out (folded into a map, as a durable store keeps
+    /// them) restore, in a new incarnation, the same sessions and association: the same
+    /// SEIDs, forwarding and placement; the restored sessions are modified and deleted with
+    /// Request accepted; a new session gets no SEID, TEID or UE address a restored one holds.
+    #[test]
+    fn state_records_restore_the_sessions_in_a_new_incarnation(
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        let mut upf = upf();
+        upf.track_state(true);
+        let mut smf = Smf::new();
+        smf.associate(&mut upf);
+        let mut kept: HashMap<u64, Vec<u8>> = HashMap::new();
+        let fold = |upf: &mut Upf<Cluster>, kept: &mut HashMap<u64, Vec<u8>>| {
+            for (k, v) in upf.take_state_changes() {
+                match v {
+                    Some(v) => kept.insert(k, v),
+                    None => kept.remove(&k),
+                };
+            }
+        };
+        fold(&mut upf, &mut kept);
+        let mut live: Vec<u64> = Vec::new();
+        let enb = |n: u8| Ipv4Addr::new(192, 168, 1, n);
+        for (i, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Establish { ue, tunnel } => {
+                    let t = tunnel.map(|(teid, e)| (teid, enb(e)));
+                    let r = smf.establish(&mut upf, session(i as u64, v4(ue), t));
+                    if r.cause == Cause::REQUEST_ACCEPTED {
+                        live.push(r.up_f_seid.unwrap().seid);
+                    }
+                }
+                Op::Retunnel { which, teid, enb: e } if !live.is_empty() => {
+                    smf.modify(&mut upf, live[which % live.len()], retunnel(teid, enb(e)));
+                }
+                Op::Drop { which } if !live.is_empty() => {
+                    smf.modify(&mut upf, live[which % live.len()], drop_downlink());
+                }
+                Op::Delete { which } if !live.is_empty() => {
+                    let seid = live.remove(which % live.len());
+                    smf.delete(&mut upf, seid);
+                }
+                Op::Garbage(bytes) => {
+                    upf.handle(Duration::from_secs(1), smf.addr, &bytes);
+                }
+                _ => {}
+            }
+            fold(&mut upf, &mut kept);
+        }
+        // The records: one per session and one for the association.
+        let sessions: std::collections::BTreeSet<u64> = upf.session_ids().collect();
+        prop_assert_eq!(kept.len(), sessions.len() + 1);
+        // A new incarnation over the same cluster tables.
+        let old = upf.sessions_impl();
+        let cluster = Cluster {
+            down: old.down.clone(),
+            up: old.up.clone(),
+            ues: old.ues.clone(),
+            ..Cluster::default()
+        };
+        let mut c = config();
+        c.incarnation = 2;
+        let mut new = Upf::new(c, cluster);
+        new.track_state(true);
+        let n = new.restore_state(kept.iter().map(|(k, v)| (*k, v.as_slice()))).unwrap();
+        prop_assert_eq!(n, kept.len());
+        prop_assert!(new.take_state_changes().is_empty(), "a restore is no change");
+        prop_assert_eq!(new.session_ids().collect::<std::collections::BTreeSet<u64>>(), sessions.clone());
+        for &s in &sessions {
+            prop_assert_eq!(new.session(s), upf.session(s));
+        }
+        prop_assert!(new.is_associated(&NodeId::Ipv4(SMF)));
+        check_consistent(&new);
+        // A new session: nothing of the restored ones'.
+        let taken: std::collections::HashSet<IpAddr> = new.sessions_impl().up.values().map(|e| e.0).collect();
+        let free = (0u8..=40).map(v4).find(|u| !taken.contains(u)).unwrap();
+        let r = smf.establish(&mut new, session(999, free, Some((7, ENB))));
+        prop_assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+        let seid = r.up_f_seid.unwrap().seid;
+        prop_assert!(!sessions.contains(&seid));
+        let teid = r.created_pdr.iter().find_map(|c| match c.local_f_teid {
+            Some(FTeid::Assigned { teid, .. }) => Some(teid),
+            _ => None,
+        });
+        if let Some(t) = teid {
+            prop_assert!(!upf.sessions_impl().up.contains_key(&t), "TEID {} given again", t);
+        }
+        let changes = new.take_state_changes();
+        prop_assert_eq!(changes.len(), 1);
+        prop_assert_eq!(changes[0].0, seid);
+        // The restored sessions are modified and deleted.
+        for &s in &sessions {
+            let (_, r) = smf.modify(&mut new, s, retunnel(9, ENB));
+            prop_assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+            let (_, r) = smf.delete(&mut new, s);
+            prop_assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+        }
+        check_consistent(&new);
+        let gone: Vec<(u64, Option<Vec<u8>>)> = new.take_state_changes();
+        for &s in &sessions {
+            prop_assert!(gone.contains(&(s, None)), "session {:#x} removed", s);
+        }
+    }
+}
+
+/// Records that are not ours are refused (never a panic) and nothing is restored; a key that
+/// names another record kind, or sessions of another allocator, too.
+#[test]
+fn garbage_records_do_not_restore() {
+    let mut upf = upf();
+    upf.track_state(true);
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let r = smf.establish(&mut upf, session(1, v4(1), Some((5, ENB))));
+    let seid = r.up_f_seid.unwrap().seid;
+    let records: HashMap<u64, Vec<u8>> = upf
+        .take_state_changes()
+        .into_iter()
+        .map(|(k, v)| (k, v.unwrap()))
+        .collect();
+    let good = records[&seid].clone();
+    let assoc = association_key(&NodeId::Ipv4(SMF));
+    assert!(records.contains_key(&assoc) && is_association_key(assoc) && !is_association_key(seid));
+    for cut in 0..good.len() {
+        let mut fresh = upf_with_allocator(3);
+        assert!(
+            fresh.restore_state([(seid, &good[..cut])]).is_err(),
+            "cut at {cut}"
+        );
+        assert_eq!(fresh.session_count(), 0);
+    }
+    let mut fresh = upf_with_allocator(3);
+    assert!(fresh.restore_state([(assoc, &good[..])]).is_err());
+    // Another allocator's session.
+    let mut other = upf_with_allocator(4);
+    assert!(matches!(
+        other.restore_state([(seid, &good[..])]),
+        Err(RestoreError::Foreign(_))
+    ));
+    // And the good ones restore.
+    let mut fresh = upf_with_allocator(3);
+    assert_eq!(
+        fresh.restore_state(records.iter().map(|(k, v)| (*k, v.as_slice()))),
+        Ok(2)
+    );
+    assert_eq!(
+        fresh.restore_state([(seid, &good[..])]),
+        Err(RestoreError::NotEmpty)
+    );
+}
+
+fn upf_with_allocator(a: u8) -> Upf<Cluster> {
+    let mut c = config();
+    c.allocator_id = a;
+    c.incarnation = 9;
+    Upf::new(c, Cluster::default())
 }
 
 /// Two endpoints of one cluster (allocator ids 1 and 2, relaying) and what they sent the

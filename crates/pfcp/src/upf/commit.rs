@@ -129,6 +129,7 @@ impl<S: Sessions> Upf<S> {
                 };
                 let kept = Stored::encode(&mut self.shapes, &session, &packed);
                 self.sessions.keep(seid, kept);
+                self.session_changed(seid);
                 let smf = report_addr(&session.cp_f_seid);
                 let edit = MeterEdit::default();
                 let cp_seid = session.cp_f_seid.seid;
@@ -180,6 +181,7 @@ impl<S: Sessions> Upf<S> {
                 let (new_ues, new_teids) = (ue_slots(&session.rules), teids_of(&session.rules));
                 let kept = Stored::encode(&mut self.shapes, &session, &packed);
                 self.sessions.keep(seid, kept);
+                self.session_changed(seid);
                 for ue in old_ues.iter().filter(|u| !new_ues.contains(u)) {
                     self.ue_index.remove(ue);
                 }

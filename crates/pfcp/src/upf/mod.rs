@@ -3,6 +3,11 @@
 //! implementation (the cluster) makes durable and installs; the answer to a request that
 //! changes forwarding can wait for that ([`Applied::Pending`], then [`Upf::complete`]).
 //!
+//! Its sessions and associations live in memory; with [`Upf::track_state`] on, every change
+//! of them comes out as a record to keep ([`Upf::take_state_changes`]), and the next
+//! incarnation takes them back ([`Upf::restore_state`]; formats and what comes back: the
+//! `durable` module).
+//!
 //! What a session's rules become (the only forwarding this user plane does):
 //! - **Downlink**: a PDR with source interface Core matching a UE IP address, whose FAR is
 //!   FORW with Outer Header Creation GTP-U/UDP/IPv4 (TEID, eNodeB/gNB address) gives
@@ -79,6 +84,7 @@ mod association;
 mod bar;
 mod commit;
 mod cp;
+mod durable;
 mod far;
 mod fib;
 mod memory;
@@ -93,6 +99,7 @@ mod teid;
 mod urr;
 
 pub use cp::{FromCp, GTPU_PORT};
+pub use durable::{association_key, is_association_key, RestoreError};
 pub use fib::{FibChange, Forwarding, UeChange, UeFib, UePolicy, Usage, UsageRead};
 pub use memory::{malloc_chunk, Memory};
 
@@ -445,6 +452,11 @@ pub struct Upf<S> {
     next_ue_v6: u64,
     /// The sessions' paths between UEs and the CP function.
     cp: cp::CpIndex,
+    /// State changes are recorded ([`Upf::track_state`]): the sessions changed since the last
+    /// [`Upf::take_state_changes`], and the association records handed out.
+    track: bool,
+    changed_sessions: Vec<u64>,
+    saved_associations: HashMap<u64, Vec<u8>>,
 }
 
 impl<S: Sessions> Upf<S> {
@@ -494,6 +506,9 @@ impl<S: Sessions> Upf<S> {
             next_ue_v4: 0,
             next_ue_v6: 0,
             cp: cp::CpIndex::default(),
+            track: false,
+            changed_sessions: Vec::new(),
+            saved_associations: HashMap::default(),
         }
     }
 

@@ -495,6 +495,7 @@ impl<S: Sessions> Upf<S> {
             // While its slot still names it (the UE index holds slots).
             self.forget(&session, seid);
             self.sessions.remove(seid);
+            self.session_changed(seid);
         }
     }
 
