@@ -120,6 +120,14 @@ impl Header {
         Ok((header, &bytes[header_len..end], &bytes[end..]))
     }
 
+    /// The SEID of a session message (its S flag set), if its first 12 bytes are there.
+    pub fn peek_seid(bytes: &[u8]) -> Option<u64> {
+        if bytes.first()? & 1 == 0 {
+            return None;
+        }
+        Some(u64::from_be_bytes(bytes.get(4..12)?.try_into().ok()?))
+    }
+
     /// The sequence number and message type of a message whose version we do not speak (to
     /// answer it with Version Not Supported Response), if its first 8 bytes are there.
     pub fn peek_sequence(bytes: &[u8]) -> Option<u32> {
