@@ -619,33 +619,43 @@ pub struct Published {
 }
 
 /// Sends every datagram the state machine has queued: to a PFCP peer through the PFCP
-/// endpoint, to a node or a client through the control socket.
+/// endpoint, to a node or a client through the control socket. The PFCP responses of the
+/// replies may change the endpoint's state: handed to the state machine
+/// ([`crate::pfcp::Endpoint::save`]), whose log records and Raft messages then go too.
 fn transmit(
     node: &mut sb_control::Node,
     pfcp: &mut Option<crate::pfcp::Endpoint>,
     ctl: &ControlFile,
     sock: &UdpSocket,
 ) {
-    while let Some((peer, bytes)) = node.poll_transmit() {
-        if let Some(p) = pfcp
-            .as_mut()
-            .filter(|_| crate::pfcp::Endpoint::is_mine(&peer))
-        {
-            p.reply(&bytes);
-            continue;
-        }
-        let to = match peer {
-            Peer::Node(j) => match ctl.peers.get(j as usize) {
-                Some(a) => *a,
-                None => continue,
-            },
-            Peer::Client(a) => a,
-        };
-        if let Err(e) = sock.send_to(&bytes, to) {
-            // A peer that is down: the state machine retransmits on its timeouts.
-            if e.kind() != std::io::ErrorKind::ConnectionRefused {
-                tracing_warn(&format!("send to {to}: {e}"));
+    loop {
+        let mut any = false;
+        while let Some((peer, bytes)) = node.poll_transmit() {
+            any = true;
+            if let Some(p) = pfcp
+                .as_mut()
+                .filter(|_| crate::pfcp::Endpoint::is_mine(&peer))
+            {
+                p.reply(&bytes);
+                continue;
             }
+            let to = match peer {
+                Peer::Node(j) => match ctl.peers.get(j as usize) {
+                    Some(a) => *a,
+                    None => continue,
+                },
+                Peer::Client(a) => a,
+            };
+            if let Err(e) = sock.send_to(&bytes, to) {
+                // A peer that is down: the state machine retransmits on its timeouts.
+                if e.kind() != std::io::ErrorKind::ConnectionRefused {
+                    tracing_warn(&format!("send to {to}: {e}"));
+                }
+            }
+        }
+        match pfcp {
+            Some(p) if any => p.save(node),
+            _ => return,
         }
     }
 }
@@ -764,15 +774,20 @@ pub fn run(
         node.mark_log_lost();
     }
     // The PFCP endpoint's incarnation is the node's epoch (1 at the first start, one more at
-    // each restart: the log says it): a restarted endpoint lost its sessions.
+    // each restart: the log says it): new SEIDs carry it. Its sessions and associations are
+    // the node's range's PFCP state records (`Endpoint::restore`, once the node is ready):
+    // a restart keeps them, and so does a lost log with replication (the range's other
+    // replicas hold them). Only a lost log without replication loses them: then the
+    // endpoint announces a new Recovery Time Stamp.
     // A node whose log was lost opens its PFCP endpoint once it is ready, in the epoch its
-    // peers told it (at least 2: it ran before): its sessions were lost, so it announces a new
-    // Recovery Time Stamp, and its SEIDs carry that epoch, not the first start's.
+    // peers told it (at least 2: it ran before), so that its SEIDs carry that epoch, not the
+    // first start's.
+    let pfcp_state_lost = log_lost && ctl.replicas <= 1;
     let mut pfcp_after_rejoin = log_lost && ctl.pfcp.is_some();
     let mut pfcp = if pfcp_after_rejoin {
         None
     } else {
-        crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch())?
+        crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch(), false)?
     };
     // The log is written on a thread of its own (crate::logwriter): the control thread never
     // waits for the disk. Persist events are numbered across restarts of the state machine:
@@ -911,7 +926,23 @@ pub fn run(
                     }
                     // Gone nodes' stand-ins (with replication): the workers' lookups that
                     // find a gone node go to its stand-in, and so do the XDP fast path's.
+                    // A PFCP state change is durable: its responses go out.
+                    Event::StateDurable(t) => {
+                        if let Some(p) = &mut pfcp {
+                            p.durable(t);
+                        }
+                    }
+                    Event::StateDropped(t) => {
+                        if let Some(p) = &mut pfcp {
+                            p.dropped(t);
+                        }
+                    }
                     Event::StandIns(t) => {
+                        // The PFCP endpoint serves the sessions of the gone nodes this one
+                        // stands in for, and relays others' to their stand-ins.
+                        if let Some(p) = &mut pfcp {
+                            p.set_stand_ins(&t);
+                        }
                         let mut m = crate::mirror::lock(&dp.mirror);
                         if let Some(g) = dp.gpt.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                             g.set_redirects(&t);
@@ -1014,6 +1045,9 @@ pub fn run(
             base += node.persists_handed();
             told = 0;
             node = new_node(Vec::new(), recovered)?;
+            if let Some(p) = &mut pfcp {
+                p.state_machine_restarted();
+            }
             // What a restart holds the control thread for (no heartbeat goes meanwhile).
             tracing_warn(&format!(
                 "restart: log read in {} ms ({n} records), state machine rebuilt in {} ms",
@@ -1043,7 +1077,8 @@ pub fn run(
         }
         let ready = node.ready();
         if pfcp_after_rejoin && ready {
-            pfcp = crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch().max(2))?;
+            pfcp =
+                crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch().max(2), pfcp_state_lost)?;
             pfcp_after_rejoin = false;
         }
         if last_pub.elapsed() >= Duration::from_millis(200) || ready != was_ready {
@@ -1074,6 +1109,12 @@ pub fn run(
                 );
             }
             p.status["restarts"] = restarts.into();
+            if let Some(e) = &pfcp {
+                // The PFCP sessions the endpoint holds, and its state changes handed to the
+                // state machine and made durable (`cluster status`).
+                p.status["pfcp_sessions"] = (e.upf().session_count() as u64).into();
+                p.status["pfcp_state"] = e.state_counts();
+            }
             p.log_bytes = wal.log_bytes();
             p.status["checkpoints"] = wal.checkpoints().into();
             p.status["checkpoint_build"] = serde_json::json!({

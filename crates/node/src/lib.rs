@@ -33,6 +33,7 @@ pub mod logwriter;
 pub mod metrics;
 pub mod mirror;
 pub mod pfcp;
+mod pfcp_state;
 pub mod run;
 pub mod tables;
 

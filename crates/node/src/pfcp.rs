@@ -22,12 +22,24 @@
 //! through the node the SMF asked; a SEID whose top bits name no node of the cluster is
 //! answered Session context not found by the node asked.
 //!
+//! Session state (SEID -> rules) and associations live on the node the Establishment came to,
+//! as records of its GPT range (`crate::pfcp_state`): every change is handed to the node's
+//! control plane ([`sb_control::Node::put_state`]) and its PFCP response (and relays) leave
+//! only once the change is durable (committed in the range's Raft group with replication). A
+//! restarted node takes them back before it answers any datagram ([`Endpoint::restore`]), so
+//! its Recovery Time Stamp stays; so does a node whose log was wiped, from its range's other
+//! replicas. While a node is down, the node standing in for it (the first live replica of its
+//! range, which then leads the range's group) opens a *guest* endpoint of the gone node's
+//! sessions from its replica of the records and serves the session requests relayed to the
+//! gone node; their changes go into the gone node's range's records, so the node has them
+//! when it is back (and the guest closes).
+//!
 //! What this does not do (stated, not hidden):
-//! - Session state (SEID -> rules) lives in memory on the node the Establishment came to: a
-//!   request for it while that node is down goes unanswered (the SMF's retransmissions are
-//!   relayed again), and a node restart loses its sessions' rules (their FIB entries stay);
-//!   the restarted endpoint then announces a new Recovery Time Stamp (its start), so an SMF
-//!   that heartbeats it learns that state was lost.
+//! - A guest does not report usage (its sessions' URRs wait for their node), and an update of
+//!   a UE address whose FIB entry belongs to the gone node's own range waits for that node,
+//!   as every update of that range does (the request fails after the control plane's
+//!   timeout). A new Recovery Time Stamp is announced only where state was lost: a lost log
+//!   without replication, or records that do not restore.
 //! - The FIB holds one entry per UE address, both directions: an uplink without a downlink
 //!   tunnel (at establishment, or idle) is an entry whose downlink TEID and gNB are 0, which
 //!   the engine does not tunnel to. A session without an uplink PDR accepts uplink G-PDUs on
@@ -45,6 +57,7 @@
 use crate::config::NodeFile;
 use crate::control::{ControlError, ControlFile};
 use crate::metrics::PfcpKey;
+use crate::pfcp_state::{Keeping, Out};
 use sb_control::{ClusterSpec, Op, Outcome, Peer, Update};
 use sb_engine::lte::Tunnel;
 use sb_engine::policy::Policy;
@@ -240,6 +253,29 @@ impl Cluster {
             owner: first as u8 + 1,
             usage_reads: Vec::new(),
         }
+    }
+
+    /// The cluster as the endpoint of gone node `owner` sees it, served by node `to` in its
+    /// place (its requests go to `to`'s control plane; its sessions' FIB values name
+    /// `owner`'s endpoint).
+    pub fn for_owner(spec: &ClusterSpec, ran_addrs: Vec<Ipv4Addr>, to: u16, owner: u16) -> Cluster {
+        let mut c = Cluster::new(spec, ran_addrs, to);
+        c.owner = owner as u8 + 1;
+        c
+    }
+
+    /// The requests to hand to the node's control plane: the changes applied since the
+    /// last call, packed ([`Cluster::flush`]), and those unanswered for [`RESEND`].
+    pub fn requests(&mut self) -> Vec<Vec<u8>> {
+        self.flush();
+        let mut requests = std::mem::take(&mut self.outbox);
+        for b in self.batches.values_mut() {
+            if b.sent.elapsed() >= RESEND {
+                b.sent = Instant::now();
+                requests.push(b.request.clone());
+            }
+        }
+        requests
     }
 
     /// Packs the changes applied since the last call into as few client requests as fit
@@ -489,6 +525,37 @@ pub struct Endpoint {
     meter_left: usize,
     /// The data plane's changed counts of a batch (kept for its allocation).
     counted: Vec<(u32, sb_engine::policy::Usage)>,
+    /// Durable state ([`Endpoint::restore`]): whether the sessions and associations of the
+    /// node's records are in the endpoint (it takes no datagram before), and its state changes
+    /// on their way to the node's log.
+    restored: bool,
+    keep: Keeping,
+    /// Whether the node's records could not be restored (then the sessions were lost).
+    state_lost: bool,
+    /// The Recovery Time Stamp the endpoint announces.
+    recovery: RecoveryTimeStamp,
+    /// What a guest endpoint is made of: the configuration, the cluster, the `ran` addresses.
+    config: sb_pfcp::Config,
+    spec: ClusterSpec,
+    ran_addrs: Vec<Ipv4Addr>,
+    /// The stand-ins as the node last gave them (`sb_control::Event::StandIns`), and the
+    /// endpoints of gone nodes this one stands in for ([`Endpoint::guests_step`]).
+    stand_ins: Vec<Option<u16>>,
+    guests: BTreeMap<u16, Guest>,
+    /// Relays between this endpoint and its guests (from, relay).
+    local: VecDeque<(u8, Relay)>,
+    /// Datagrams dropped because the endpoint was not restored yet.
+    dropped_before_restore: u64,
+}
+
+/// The endpoint of a gone node whose range this node's control plane leads in its place (the
+/// stand-in): the gone node's sessions and associations from this node's replica of its
+/// range's records, serving the session requests relayed to the gone node; its changes go
+/// into that range's records ([`sb_control::Node::put_state_for`]), so the node has them
+/// when it is back. Its usage reports are not served meanwhile.
+struct Guest {
+    upf: Upf<Cluster>,
+    keep: Keeping,
 }
 
 /// Slots a metering round visits per loop iteration at most (about a millisecond of work):
@@ -593,8 +660,8 @@ impl Endpoint {
         ctl: &ControlFile,
         spec: &ClusterSpec,
         epoch: u32,
+        state_lost: bool,
     ) -> Result<Option<Endpoint>, ControlError> {
-        let restarted = epoch > 1;
         let Some(addr) = ctl.pfcp else {
             return Ok(None);
         };
@@ -625,7 +692,7 @@ impl Endpoint {
         };
         let recovery = match ctl.pfcp_recovery_time_stamp {
             // Never earlier than the cluster's (a clock set back would repeat an old one).
-            Some(t) if restarted => now_ntp.max(t.wrapping_add(1)),
+            Some(t) if state_lost => now_ntp.max(t.wrapping_add(1)),
             Some(t) => t,
             None => now_ntp,
         };
@@ -694,6 +761,7 @@ impl Endpoint {
             }
         });
         let cluster = Cluster::new(spec, cfg.ran_addrs.clone(), cfg.node);
+        let guest_config = config.clone();
         Ok(Some(Endpoint {
             sock,
             relay_sock,
@@ -712,6 +780,17 @@ impl Endpoint {
             next_meter: Instant::now(),
             meter_left: 0,
             counted: Vec::new(),
+            restored: false,
+            keep: Keeping::new(cfg.node),
+            state_lost,
+            recovery: RecoveryTimeStamp(recovery),
+            config: guest_config,
+            spec: spec.clone(),
+            ran_addrs: cfg.ran_addrs.clone(),
+            stand_ins: Vec::new(),
+            guests: BTreeMap::new(),
+            local: VecDeque::new(),
+            dropped_before_restore: 0,
         }))
     }
 
@@ -812,6 +891,17 @@ impl Endpoint {
         dp: &crate::control::DataPlane,
         now_nanos: u64,
     ) {
+        if !self.restored {
+            // No datagram before the node's records are in: a request taken before would
+            // be answered without the sessions, and could be given their SEIDs and TEIDs.
+            // They are read and dropped (the SMF retransmits), so the loop does not spin on a
+            // readable socket.
+            if !node.ready() || node.fenced() {
+                self.drop_waiting();
+                return;
+            }
+            self.restore(node);
+        }
         // Our heartbeats to the SMFs that associated here, when due.
         let out = self.upf.poll(self.start.elapsed());
         self.send(out);
@@ -856,7 +946,8 @@ impl Endpoint {
                             Vec::new()
                         }
                         Ok((sender, relay)) => {
-                            self.upf.handle_relay(self.start.elapsed(), sender, relay)
+                            self.take_relay(sender, relay);
+                            Vec::new()
                         }
                         Err(_) => {
                             self.relays_refused += 1;
@@ -872,19 +963,247 @@ impl Endpoint {
                 }
             }
         }
+        // Relays between this endpoint and its guests.
+        while let Some((from, relay)) = self.local.pop_front() {
+            self.take_relay(from, relay);
+        }
         self.cp_packets(dp);
-        let c = self.upf.sessions_impl_mut();
-        c.flush();
-        let mut requests = std::mem::take(&mut c.outbox);
-        for b in c.batches.values_mut() {
-            if b.sent.elapsed() >= RESEND {
-                b.sent = Instant::now();
-                requests.push(b.request.clone());
-            }
+        self.guests_step(node);
+        // (A guest is not polled: it heartbeats nobody, which could count an SMF dead and
+        // release its sessions, and reports no usage.)
+        let mut requests = self.upf.sessions_impl_mut().requests();
+        for g in self.guests.values_mut() {
+            requests.extend(g.upf.sessions_impl_mut().requests());
         }
         for r in requests {
             node.handle(now_nanos, Peer::Client(LOCAL_CLIENT), &r);
         }
+        self.save(node);
+    }
+
+    /// Reads and drops the datagrams waiting on the PFCP and relay sockets (before the
+    /// endpoint is restored).
+    fn drop_waiting(&mut self) {
+        for _ in 0..256 {
+            if self.sock.recv_from(&mut self.buf).is_err() {
+                break;
+            }
+            self.dropped_before_restore += 1;
+        }
+        if let Some(rs) = &self.relay_sock {
+            for _ in 0..256 {
+                if rs.recv_from(&mut self.buf).is_err() {
+                    break;
+                }
+                self.dropped_before_restore += 1;
+            }
+        }
+    }
+
+    /// Takes the sessions and associations of the node's records (its range's PFCP state
+    /// records, [`sb_control::Node::own_state`]: what the endpoint held before the node
+    /// restarted, or, for a node whose log was lost, what its range's other replicas held)
+    /// and from then on hands every change of them to the node, answering only once they
+    /// are durable. Records that do not restore (not ours: a bug, or a disk whose damage the
+    /// log did not see) are reported and the endpoint starts without them, with a new
+    /// Recovery Time Stamp: its SMFs learn that the sessions are gone.
+    fn restore(&mut self, node: &sb_control::Node) {
+        self.restored = true;
+        match self.upf.restore_state(node.own_state()) {
+            Ok(0) => {}
+            Ok(n) => {
+                eprintln!("pfcp: restored {n} sessions and associations from the node's records")
+            }
+            Err(e) => {
+                eprintln!("pfcp: the node's PFCP state records do not all restore ({e}): the endpoint announces a new Recovery Time Stamp (its SMFs establish their sessions again)");
+                self.state_lost = true;
+                let now_ntp = (std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0)
+                    + NTP_UNIX_OFFSET) as u32;
+                let old = self.recovery.0;
+                self.recovery = RecoveryTimeStamp(now_ntp.max(old.wrapping_add(1)));
+                self.upf.set_recovery_time_stamp(self.recovery);
+            }
+        }
+        self.upf.track_state(true);
+    }
+
+    /// Hands the state changes not yet handed to the node, the endpoint's and its guests'
+    /// (none while it does not serve their range: they wait, and so do their datagrams).
+    pub fn save(&mut self, node: &mut sb_control::Node) {
+        let mut outs = self.keep.save(node);
+        for g in self.guests.values_mut() {
+            outs.extend(g.keep.save(node));
+        }
+        self.send_outs(outs);
+    }
+
+    /// The node's state change `ticket` is durable ([`sb_control::Event::StateDurable`]):
+    /// the datagrams that waited for it (and for those before it) go out.
+    pub fn durable(&mut self, ticket: u64) {
+        let mut outs = self.keep.durable(ticket);
+        for g in self.guests.values_mut() {
+            outs.extend(g.keep.durable(ticket));
+        }
+        self.send_outs(outs);
+    }
+
+    /// The node's state change `ticket` was dropped (a new leader of its range's group did
+    /// not take it): handed to the node again.
+    pub fn dropped(&mut self, ticket: u64) {
+        self.keep.again(Some(ticket));
+        for g in self.guests.values_mut() {
+            g.keep.again(Some(ticket));
+        }
+    }
+
+    /// The node's state machine was restarted (fenced): the changes it was handed and did
+    /// not make durable may be lost; they are handed to the new one again, in order.
+    pub fn state_machine_restarted(&mut self) {
+        self.keep.again(None);
+        for g in self.guests.values_mut() {
+            g.keep.again(None);
+        }
+    }
+
+    /// Whether the sessions this endpoint held before its restart were lost.
+    pub fn state_lost(&self) -> bool {
+        self.state_lost
+    }
+
+    /// The durable state's counts for `cluster status`: whether the endpoint was restored,
+    /// whether its earlier sessions were lost, changes handed to the node, made durable, and
+    /// waiting (not handed yet, or not durable yet); the guests' sessions by gone node.
+    pub fn state_counts(&self) -> serde_json::Value {
+        let (unsaved, saving) = self.keep.waiting();
+        let guests: BTreeMap<String, serde_json::Value> = (self.guests.iter())
+            .map(|(o, g)| {
+                let (u, s) = g.keep.waiting();
+                (
+                    o.to_string(),
+                    serde_json::json!({
+                        "sessions": g.upf.session_count(),
+                        "changes": g.keep.handed,
+                        "durable": g.keep.durable,
+                        "unsaved": u,
+                        "saving": s,
+                    }),
+                )
+            })
+            .collect();
+        serde_json::json!({
+            "restored": self.restored,
+            "dropped_before_restore": self.dropped_before_restore,
+            "lost": self.state_lost,
+            "changes": self.keep.handed,
+            "durable": self.keep.durable,
+            "unsaved": unsaved,
+            "saving": saving,
+            "guests": guests,
+        })
+    }
+
+    /// The stand-ins the node gave (`sb_control::Event::StandIns`): per node, the node
+    /// standing in for it.
+    pub fn set_stand_ins(&mut self, t: &[Option<u16>]) {
+        self.stand_ins = t.to_vec();
+    }
+
+    /// Opens an endpoint for each gone node this one stands in for whose range's group this
+    /// node leads (its sessions from this node's replica of the range's records), and closes
+    /// those of nodes that serve again (their own endpoint has the records, with every
+    /// change made here).
+    fn guests_step(&mut self, node: &sb_control::Node) {
+        let me = self.me as u16 - 1;
+        let mine = |o: u16| self.stand_ins.get(o as usize).copied().flatten() == Some(me);
+        let gone: Vec<u16> = (self.guests.keys().copied())
+            .filter(|&o| !mine(o))
+            .collect();
+        for o in gone {
+            if let Some(g) = self.guests.remove(&o) {
+                eprintln!(
+                    "pfcp: node {o} serves again: its {} sessions are its endpoint's again",
+                    g.upf.session_count()
+                );
+            }
+        }
+        for o in 0..self.stand_ins.len() as u16 {
+            if o == me || !mine(o) || self.guests.contains_key(&o) || !node.leads_range(o) {
+                continue;
+            }
+            let Some(records) = node.replica_state(o) else {
+                continue;
+            };
+            let mut config = self.config.clone();
+            config.allocator_id = o as u8 + 1;
+            let cluster = Cluster::for_owner(&self.spec, self.ran_addrs.clone(), me, o);
+            let mut upf = Upf::new(config, cluster);
+            match upf.restore_state(records.iter().map(|(k, v)| (*k, v.as_slice()))) {
+                Ok(n) => eprintln!(
+                    "pfcp: node {o} is gone: serving its {} sessions ({n} records) in its place",
+                    upf.session_count()
+                ),
+                Err(e) => {
+                    eprintln!("pfcp: node {o} is gone, but its records do not restore here: {e}");
+                    continue;
+                }
+            }
+            upf.track_state(true);
+            self.guests.insert(
+                o,
+                Guest {
+                    upf,
+                    keep: Keeping::new(o),
+                },
+            );
+        }
+    }
+
+    /// Handles a relay from endpoint `from` (its allocator id): a session request for a
+    /// guest's session goes to the guest, the rest to this endpoint's `Upf`.
+    fn take_relay(&mut self, from: u8, relay: Relay) {
+        let now = self.start.elapsed();
+        let guest = match relay.kind {
+            RelayKind::Session => sb_pfcp::Header::peek_seid(&relay.bytes)
+                .map(|seid| (seid >> 48) as u8)
+                .filter(|&a| a != 0 && a != self.me)
+                .map(|a| a as u16 - 1)
+                .filter(|o| self.guests.contains_key(o)),
+            _ => None,
+        };
+        match guest {
+            Some(o) => {
+                let g = self.guests.get_mut(&o).expect("a guest");
+                let out = g.upf.handle_relay(now, from, relay);
+                self.guest_send(o, out);
+            }
+            None => {
+                let out = self.upf.handle_relay(now, from, relay);
+                self.send(out);
+            }
+        }
+    }
+
+    /// Sends or holds what guest `o` gave (see [`Endpoint::send`]).
+    fn guest_send(&mut self, o: u16, out: Vec<sb_pfcp::Transmit>) {
+        let Some(g) = self.guests.get_mut(&o) else {
+            return;
+        };
+        let changes = g.upf.take_state_changes();
+        let mut relays = Vec::new();
+        while let Some(r) = g.upf.poll_relay() {
+            relays.push(r);
+        }
+        let mut outs: Vec<Out> = out.into_iter().map(Out::Pfcp).collect();
+        let from = o as u8 + 1;
+        for r in relays {
+            outs.extend(self.route(from, r));
+        }
+        let g = self.guests.get_mut(&o).expect("a guest");
+        let now = g.keep.hold(changes, outs);
+        self.send_outs(now);
     }
 
     /// Takes the cluster's new master secret (`cluster rotate-key`; the node's control plane
@@ -923,6 +1242,26 @@ impl Endpoint {
                 return;
             }
         };
+        if !c.batches.contains_key(&reply.id) {
+            // A guest's request.
+            let now = self.start.elapsed();
+            let o = (self.guests.iter())
+                .find(|(_, g)| g.upf.sessions_impl().batches.contains_key(&reply.id))
+                .map(|(o, _)| *o);
+            if let Some(o) = o {
+                let g = self.guests.get_mut(&o).expect("a guest");
+                let done = g
+                    .upf
+                    .sessions_impl_mut()
+                    .finish_batch(reply.id, &reply.results);
+                let mut out = Vec::new();
+                for (token, result) in done {
+                    out.extend(g.upf.complete(now, token, result));
+                }
+                self.guest_send(o, out);
+            }
+            return;
+        }
         for (token, result) in c.finish_batch(reply.id, &reply.results) {
             let out = self.upf.complete(self.start.elapsed(), token, result);
             self.send(out);
@@ -1273,34 +1612,71 @@ impl Endpoint {
     }
 
     /// Sends `out` to the peers, then the relays the endpoint has for the others.
+    /// Sends what the endpoint gave, or holds it until the state changes it made with it are
+    /// durable ([`Endpoint::save`], [`Endpoint::durable`]).
     fn send(&mut self, out: Vec<sb_pfcp::Transmit>) {
-        for t in out {
-            if let Err(e) = self.sock.send_to(&t.bytes, t.to) {
-                eprintln!("pfcp: send to {}: {e}", t.to);
-            }
-        }
-        while let Some(r) = self.upf.poll_relay() {
-            let bytes = r.to_bytes(self.me, self.relay_key());
-            let me = self.me as usize - 1;
-            let targets: Vec<SocketAddr> = match r.to {
-                0 => (0..self.peers.len())
-                    .filter(|&i| i != me)
-                    .map(|i| self.peers[i])
-                    .collect(),
-                t => self
-                    .peers
-                    .get(t as usize - 1)
-                    .copied()
-                    .into_iter()
-                    .collect(),
-            };
-            let Some(rs) = &self.relay_sock else { continue };
-            for to in targets {
-                if let Err(e) = rs.send_to(&bytes, to) {
-                    eprintln!("pfcp: relay to {to}: {e}");
+        let changes = self.upf.take_state_changes();
+        let mut outs: Vec<Out> = out.into_iter().map(Out::Pfcp).collect();
+        outs.extend(self.relays());
+        let now = self.keep.hold(changes, outs);
+        self.send_outs(now);
+    }
+
+    fn send_outs(&mut self, outs: Vec<Out>) {
+        for o in outs {
+            match o {
+                Out::Pfcp(t) => {
+                    if let Err(e) = self.sock.send_to(&t.bytes, t.to) {
+                        eprintln!("pfcp: send to {}: {e}", t.to);
+                    }
+                }
+                Out::Relay(bytes, to) => {
+                    let Some(rs) = &self.relay_sock else { continue };
+                    if let Err(e) = rs.send_to(&bytes, to) {
+                        eprintln!("pfcp: relay to {to}: {e}");
+                    }
                 }
             }
         }
+    }
+
+    /// The relays the endpoint queued, sealed, per destination.
+    fn relays(&mut self) -> Vec<Out> {
+        let mut outs = Vec::new();
+        while let Some(r) = self.upf.poll_relay() {
+            outs.extend(self.route(self.me, r));
+        }
+        outs
+    }
+
+    /// Where relay `r` from endpoint `from` (this one, or a guest) goes: sealed to the
+    /// endpoints it names (every other one for 0), a gone node's to its stand-in, and to this
+    /// endpoint or its guests through the local queue.
+    fn route(&mut self, from: u8, r: Relay) -> Vec<Out> {
+        let me = self.me as usize - 1;
+        let targets: Vec<usize> = match r.to {
+            0 => (0..self.peers.len()).filter(|&i| i != me).collect(),
+            t => {
+                let t = t as usize - 1;
+                // A gone node's: its stand-in serves its sessions.
+                let t = match self.stand_ins.get(t).copied().flatten() {
+                    Some(s) if r.kind == RelayKind::Session => s as usize,
+                    _ => t,
+                };
+                vec![t]
+            }
+        };
+        let mut outs = Vec::new();
+        for t in targets {
+            if t == me {
+                self.local.push_back((from, r.clone()));
+                continue;
+            }
+            if let Some(at) = self.peers.get(t) {
+                outs.push(Out::Relay(r.to_bytes(self.me, self.relay_key()), *at));
+            }
+        }
+        outs
     }
 }
 

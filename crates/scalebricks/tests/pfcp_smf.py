@@ -3,7 +3,7 @@ cluster's control namespace against one node's PFCP address.
 
     pfcp_smf.py UPF_IP SRC_IP SEQ_BASE OP [JOB.json]
 
-OP is one of: setup (Association Setup, then Heartbeat), establish, modify, add_chv4 (a
+OP is one of: setup (Association Setup, then Heartbeat), heartbeat, establish, modify, add_chv4 (a
 modification adding a CHV4 downlink PDR), delete (the sessions in JOB.json), bad (the requests that must be refused). It prints one JSON object on
 stdout with what the UPF answered. Requests go out in a window of 32, each retransmitted after
 a second (3 times at most), with sequence numbers from SEQ_BASE (a later run must not reuse an
@@ -204,6 +204,11 @@ if OP == "setup":
         IE_RecoveryTimeStamp(timestamp=SMF_TS),
     ]))))])
     out = {"setup": summary(got.get(SEQ)), "heartbeat": summary(hb.get(SEQ + 1))}
+elif OP == "heartbeat":
+    hb = exchange([(SEQ, bytes(msg(SEQ, PFCPHeartbeatRequest(IE_list=[
+        IE_RecoveryTimeStamp(timestamp=SMF_TS),
+    ]))))])
+    out = {"heartbeat": summary(hb.get(SEQ))}
 elif OP == "establish":
     out = {"results": run_jobs(establishment)}
 elif OP == "modify":
