@@ -243,7 +243,8 @@ fn restore_endpoint() -> Upf<AcceptAll> {
 }
 
 /// State records ([`Upf::restore_state`], fuzz target `pfcp_restore`): the data as a record
-/// under a SEID and under an association's key, and as flips of a real session's and
+/// under a SEID and under an association's key, its first 8 bytes as the key of a real
+/// session's record, and as flips of a real session's and
 /// association's records. A restore is an error or a whole endpoint that then takes a
 /// modification and a deletion of every session it restored, and whose records restore again.
 pub fn pfcp_restore(data: &[u8]) {
@@ -317,6 +318,13 @@ pub fn pfcp_restore(data: &[u8]) {
     let (seid, assoc) = (records[0].0, records[1].0);
     try_restore(&[(seid, data.to_vec())]);
     try_restore(&[(assoc, data.to_vec())]);
+    // A real session's record under a key of the data (a damaged key: any slot, prefix,
+    // generation).
+    if let Some((key, _)) = data.split_first_chunk::<8>() {
+        let key = u64::from_le_bytes(*key);
+        try_restore(&[(key, records[0].1.clone())]);
+        try_restore(&[(key, records[0].1.clone()), records[1].clone()]);
+    }
     // The real records with bytes flipped: (position, xor) pairs from the data.
     for (k, rec) in &records {
         let mut r = rec.clone();

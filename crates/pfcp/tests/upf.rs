@@ -1496,6 +1496,14 @@ proptest! {
         }
         prop_assert!(new.is_associated(&NodeId::Ipv4(SMF)));
         check_consistent(&new);
+        // A restored session's UE address is not given to another session.
+        let restored_ue = (sessions.iter())
+            .find_map(|&s| new.session(s).unwrap().0.downlink.keys().next().copied());
+        if let Some(ue) = restored_ue {
+            let r = smf.establish(&mut new, session(998, ue, Some((7, ENB))));
+            prop_assert_ne!(r.cause, Cause::REQUEST_ACCEPTED);
+            prop_assert!(new.take_state_changes().is_empty(), "a refusal is no change");
+        }
         // A new session: nothing of the restored ones'.
         let taken: std::collections::HashSet<IpAddr> = new.sessions_impl().up.values().map(|e| e.0).collect();
         let free = (0u8..=40).map(v4).find(|u| !taken.contains(u)).unwrap();
@@ -1572,6 +1580,89 @@ fn garbage_records_do_not_restore() {
         fresh.restore_state([(seid, &good[..])]),
         Err(RestoreError::NotEmpty)
     );
+}
+
+/// Dropped sessions and associations are forgotten without a trace: no record change, no
+/// change to the cluster's tables; their SEIDs name nothing; one with a change in flight is
+/// kept until the change completed.
+#[test]
+fn dropped_state_is_forgotten_without_a_change() {
+    let mut upf = upf();
+    upf.track_state(true);
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let seids: Vec<u64> = (1..=3)
+        .map(|i| {
+            let r = smf.establish(&mut upf, session(i, v4(i as u8), Some((i as u32, ENB))));
+            assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+            r.up_f_seid.unwrap().seid
+        })
+        .collect();
+    let records: HashMap<u64, Option<Vec<u8>>> = upf.take_state_changes().into_iter().collect();
+    assert_eq!(records.len(), 4);
+    // Session 0 changed since the last take: dropped, its change is not handed out.
+    smf.modify(&mut upf, seids[0], retunnel(40, ENB));
+    let tables = (
+        upf.sessions_impl().down.clone(),
+        upf.sessions_impl().up.clone(),
+    );
+    // Session 2 with a modification in flight.
+    upf.sessions_impl_mut().defer = true;
+    smf.seq += 1;
+    let m = Message {
+        seid: Some(seids[2]),
+        sequence: smf.seq,
+        priority: None,
+        body: Body::SessionModificationRequest(retunnel(41, ENB)),
+    };
+    assert!(upf
+        .handle(smf.now, smf.addr, &m.to_bytes().unwrap())
+        .is_empty());
+    let left = upf.drop_state(&[seids[0], seids[2], 0x77, 1 << 63]);
+    assert_eq!(left, vec![seids[2]]);
+    assert_eq!(upf.session_count(), 2);
+    assert!(upf.session(seids[0]).is_none());
+    assert!(
+        upf.take_state_changes().is_empty(),
+        "a drop records nothing"
+    );
+    let (_, r) = smf.modify(&mut upf, seids[0], retunnel(42, ENB));
+    assert_eq!(r.cause, Cause::SESSION_CONTEXT_NOT_FOUND);
+    // The in-flight change completes; then the session drops.
+    let (token, changes, ues) = upf.sessions_impl_mut().deferred.pop().unwrap();
+    upf.sessions_impl_mut().install(&changes, &ues).unwrap();
+    upf.sessions_impl_mut().defer = false;
+    assert_eq!(upf.complete(smf.now, token, Ok(())).len(), 1);
+    let changed = upf.take_state_changes();
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].0, seids[2]);
+    assert!(upf.drop_state(&[seids[2]]).is_empty());
+    assert_eq!(upf.session_count(), 1);
+    // The association: gone, and no record of its removal.
+    let assoc = association_key(&NodeId::Ipv4(SMF));
+    assert!(upf.drop_state(&[assoc]).is_empty());
+    assert!(!upf.is_associated(&NodeId::Ipv4(SMF)));
+    assert!(
+        upf.take_state_changes().is_empty(),
+        "a drop records nothing"
+    );
+    // The cluster's tables were not touched by the drops.
+    assert_eq!(upf.sessions_impl().down.len(), tables.0.len());
+    assert!(tables
+        .0
+        .keys()
+        .all(|ue| upf.sessions_impl().down.contains_key(ue)));
+    // What was dropped is free here again: its UE address is given to a new session.
+    smf.associate(&mut upf);
+    let _ = upf.take_state_changes();
+    upf.sessions_impl_mut().down.remove(&v4(1));
+    upf.sessions_impl_mut()
+        .up
+        .retain(|_, (ue, _, _)| *ue != v4(1));
+    upf.sessions_impl_mut().ues.remove(&v4(1));
+    let r = smf.establish(&mut upf, session(9, v4(1), Some((9, ENB))));
+    assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
+    assert_ne!(r.up_f_seid.unwrap().seid, seids[0]);
 }
 
 fn upf_with_allocator(a: u8) -> Upf<Cluster> {

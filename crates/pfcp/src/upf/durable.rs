@@ -29,7 +29,13 @@
 //! the restored ones (their incarnation: an endpoint whose sessions were never lost keeps its
 //! first incarnation's prefix), so old and new share one slab; a SEID given to an
 //! establishment whose record was not durable when the endpoint stopped may be given again,
-//! which is safe: its response, sent only once the record is durable, never left.
+//! which is safe: its response, sent only once the record is durable, never left. The free
+//! slots' generations are not kept: a SEID of a session deleted before the restart may name
+//! a new one after it (its SMF deleted it: it holds it no more). A restored SEID's slot is
+//! below [`Config::max_sessions`] (or 2^20): a damaged key makes no huge slab.
+//!
+//! [`Upf::drop_state`] forgets sessions and associations (another endpoint took their
+//! records back): no change to the cluster, no record.
 
 use super::association::Heartbeats;
 use super::session::{placement_head, placement_of_head};
@@ -61,6 +67,10 @@ pub enum RestoreError {
 const VERSION: u8 = 1;
 const KIND_SESSION: u8 = 1;
 const KIND_ASSOCIATION: u8 = 2;
+/// A restored SEID's slot is below [`Config::max_sessions`] or this, whichever is more (a
+/// slab never holds more slots than sessions at once; the margin for a capacity lowered
+/// between two incarnations).
+const MIN_SLOTS: usize = 1 << 20;
 
 /// The key of `node`'s association record (see the module docs).
 pub fn association_key(node: &NodeId) -> u64 {
@@ -274,7 +284,16 @@ impl<S: Sessions> Upf<S> {
         let mut ues = HashSet::default();
         let mut teids = HashSet::default();
         let mut slots = HashSet::default();
+        // A slot beyond what the endpoint could have given (a damaged key) would make the
+        // slab's array that long.
+        let room = self.config.max_sessions.max(MIN_SLOTS);
         for (seid, s) in &sessions {
+            if Slab::slot_of(*seid) as usize >= room {
+                return Err(RestoreError::Bad {
+                    key: *seid,
+                    why: "a SEID's slot beyond the endpoint's capacity",
+                });
+            }
             if (seid >> 48) as u16 != prefix
                 || (seid >> 48) as u8 != self.config.allocator_id
                 || !Slab::well_formed(*seid)
@@ -324,6 +343,53 @@ impl<S: Sessions> Upf<S> {
             self.track_state(true);
         }
         Ok(n)
+    }
+}
+
+impl<S: Sessions> Upf<S> {
+    /// Forgets the sessions and associations whose keys are in `keys` (keys of neither: no
+    /// matter), as if they had never been here: no change to the cluster (their FIB entries
+    /// and TEIDs' forwarding stay, for whoever holds them now), no state change recorded
+    /// (their records stay as they are), no message. For records another endpoint takes
+    /// back (its node returned). A session's SEID, UE addresses and TEIDs become free here.
+    /// The keys not forgotten, because a change of theirs is in flight (a modification, a
+    /// deletion, an association's release): call again once it completed.
+    pub fn drop_state(&mut self, keys: &[u64]) -> Vec<u64> {
+        let mut left = Vec::new();
+        let mut dropped: HashSet<u64> = HashSet::default();
+        for &key in keys {
+            if is_association_key(key) {
+                let Some(node) = (self.associations.keys())
+                    .find(|n| association_key(n) == key)
+                    .cloned()
+                else {
+                    continue;
+                };
+                if self.busy_nodes.contains(&node) {
+                    left.push(key);
+                    continue;
+                }
+                if let Some(a) = self.associations.remove(&node) {
+                    if self.by_addr.get(&a.addr) == Some(&node) {
+                        self.by_addr.remove(&a.addr);
+                    }
+                }
+                self.saved_associations.remove(&key);
+            } else if self.busy.contains(&key) {
+                left.push(key);
+            } else if let Some(kept) = self.sessions.get(key) {
+                let session = Stored { kept }.unpack(&self.shapes, &[]);
+                self.forget(&session, key);
+                self.sessions.remove(key);
+                self.set_metering(key, None);
+                self.set_cp_paths(key, None);
+                dropped.insert(key);
+            }
+        }
+        if !dropped.is_empty() {
+            self.changed_sessions.retain(|s| !dropped.contains(s));
+        }
+        left
     }
 }
 

@@ -5,8 +5,25 @@
 //!
 //! Its sessions and associations live in memory; with [`Upf::track_state`] on, every change
 //! of them comes out as a record to keep ([`Upf::take_state_changes`]), and the next
-//! incarnation takes them back ([`Upf::restore_state`]; formats and what comes back: the
-//! `durable` module).
+//! incarnation takes them back ([`Upf::restore_state`]):
+//! - **What is recorded**: a session's establishment, modification, deletion, and its removal
+//!   with its peer's association (released, restarted, dead), once the cluster installed it
+//!   (a refused or failed change records nothing); an association's setup, update and
+//!   release, those replicated from another endpoint of the cluster too (this endpoint
+//!   needs them after its restart as well). Keys: a session's UP SEID; an association's
+//!   [`association_key`] (allocator byte, bits 48 to 55, 0: never a SEID, whose allocator id
+//!   is never 0; [`is_association_key`]). Records start with a version byte (1).
+//! - **What a restore gives back**: every session with its SEID, rules, placement, UE
+//!   addresses and TEIDs (reserved again: never given to another session), its CP-function
+//!   paths and its usage state, measured afresh (counts since the last report before the
+//!   restart are lost; quotas, thresholds and timers are armed again from the rules); every
+//!   association, our heartbeats to the peers we heartbeat starting again. The restored
+//!   SEIDs keep their prefix (the incarnation they were given in) and the slab takes that
+//!   prefix for new sessions too, which get free slots: no restored SEID or TEID is given
+//!   again. Records that do not restore (damaged, another allocator's) are an error
+//!   ([`RestoreError`]), never a panic, and nothing is restored then.
+//! - [`Upf::drop_state`] forgets sessions and associations without any change (another
+//!   endpoint took them back).
 //!
 //! What a session's rules become (the only forwarding this user plane does):
 //! - **Downlink**: a PDR with source interface Core matching a UE IP address, whose FAR is
