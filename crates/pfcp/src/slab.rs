@@ -51,6 +51,9 @@ pub(crate) struct Slab {
     /// Pool `l - 1` holds the records of length `l`.
     pools: Vec<Pool>,
     big: HashMap<u32, Box<[u8]>>,
+    /// The generation of a slot new to this slab (1; after a restore, one of the
+    /// incarnation's: [`Slab::restore`]).
+    first_gen: u64,
     /// Kept sessions and their bytes.
     len: usize,
     held: usize,
@@ -85,6 +88,7 @@ impl Slab {
             free: VecDeque::new(),
             pools: Vec::new(),
             big: HashMap::default(),
+            first_gen: 1,
             len: 0,
             held: 0,
         }
@@ -148,7 +152,7 @@ impl Slab {
                     self.slots.len() < u32::MAX as usize,
                     "at most 2^32 - 1 slots"
                 );
-                self.slots.push(slot(1, 0, FREE));
+                self.slots.push(slot(self.first_gen, 0, FREE));
                 self.slots.len() - 1
             }
         };
@@ -286,6 +290,16 @@ impl Slab {
         (seid >> 32) & 0xffff != 0
     }
 
+    /// Starts the slots new to this slab (those [`Slab::restore`] finds free, and those added
+    /// later) at generation `incarnation << 8 | 1` instead of 1. After a restore the slab
+    /// gives SEIDs of the restored ones' prefix (an earlier incarnation's), and which
+    /// generations the free slots had is not known: starting them in a region of the
+    /// current incarnation's, a SEID given before the restart is not given again unless its
+    /// slot was reused 256 times (the TEIDs' counter starts at the incarnation's too).
+    pub(crate) fn start_generations(&mut self, incarnation: u8) {
+        self.first_gen = u64::from(incarnation) << 8 | 1;
+    }
+
     /// Keeps `bytes` (not empty) as session `seid` of this slab's prefix, which a slab before
     /// gave out (a restart: the session is restored with its SEID). The slots below its slot
     /// that are not in use become free. Panics where `seid` is not [`Slab::well_formed`], not
@@ -299,7 +313,7 @@ impl Slab {
         let gen = (seid >> 32) & 0xffff;
         if i >= self.slots.len() {
             for j in self.slots.len()..i {
-                self.slots.push(slot(1, 0, FREE));
+                self.slots.push(slot(self.first_gen, 0, FREE));
                 self.free.push_back(j as u32);
             }
             self.slots.push(slot(gen, 0, RESERVED));
@@ -325,6 +339,45 @@ impl Slab {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Restored sessions keep their SEIDs; the slots around them start at the incarnation's
+    /// generation, so none of the SEIDs given before is given again (a slot reused fewer
+    /// than 256 times).
+    #[test]
+    fn restore_keeps_seids_and_new_slots_start_at_the_incarnations_generation() {
+        let prefix = 1 << 8 | 3;
+        let mut old = Slab::new(prefix, 4);
+        let seids: Vec<u64> = (0..6).map(|_| old.reserve()).collect();
+        for (i, &s) in seids.iter().enumerate() {
+            old.keep(s, &[i as u8 + 1; 3]);
+        }
+        // Slots 1 and 4 freed once: their SEIDs of generation 1 and 2 were given.
+        for &s in &[seids[1], seids[4]] {
+            old.remove(s);
+        }
+        let again = [old.reserve(), old.reserve()];
+        for s in again {
+            old.unreserve(s);
+        }
+        let mut new = Slab::new(prefix, 4);
+        new.start_generations(2);
+        for &s in &[seids[5], seids[0], seids[2], seids[3]] {
+            new.restore(s, old.get(s).unwrap());
+        }
+        for &s in &[seids[0], seids[2], seids[3], seids[5]] {
+            assert_eq!(new.get(s), old.get(s));
+        }
+        assert_eq!(new.len(), 4);
+        let given: Vec<u64> = seids.iter().chain(&again).copied().collect();
+        for _ in 0..3 {
+            let s = new.reserve();
+            assert!(!given.contains(&s), "{s:#x} given again");
+            assert_eq!(s >> 48, u64::from(prefix));
+            assert_eq!((s >> 32) & 0xffff, 2 << 8 | 1);
+        }
+        assert!(new.remove(seids[3]));
+        assert!(new.get(seids[3]).is_none());
+    }
     use proptest::prelude::*;
     use std::collections::HashMap;
 

@@ -1445,6 +1445,8 @@ proptest! {
         };
         fold(&mut upf, &mut kept);
         let mut live: Vec<u64> = Vec::new();
+        // Every SEID given before the restart, deleted ones too.
+        let mut ever: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let enb = |n: u8| Ipv4Addr::new(192, 168, 1, n);
         for (i, op) in ops.into_iter().enumerate() {
             match op {
@@ -1453,6 +1455,7 @@ proptest! {
                     let r = smf.establish(&mut upf, session(i as u64, v4(ue), t));
                     if r.cause == Cause::REQUEST_ACCEPTED {
                         live.push(r.up_f_seid.unwrap().seid);
+                        ever.insert(r.up_f_seid.unwrap().seid);
                     }
                 }
                 Op::Retunnel { which, teid, enb: e } if !live.is_empty() => {
@@ -1511,6 +1514,7 @@ proptest! {
         prop_assert_eq!(r.cause, Cause::REQUEST_ACCEPTED);
         let seid = r.up_f_seid.unwrap().seid;
         prop_assert!(!sessions.contains(&seid));
+        prop_assert!(!ever.contains(&seid), "SEID {:#x} given again", seid);
         let teid = r.created_pdr.iter().find_map(|c| match c.local_f_teid {
             Some(FTeid::Assigned { teid, .. }) => Some(teid),
             _ => None,

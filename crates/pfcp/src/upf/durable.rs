@@ -30,8 +30,11 @@
 //! first incarnation's prefix), so old and new share one slab; a SEID given to an
 //! establishment whose record was not durable when the endpoint stopped may be given again,
 //! which is safe: its response, sent only once the record is durable, never left. The free
-//! slots' generations are not kept: a SEID of a session deleted before the restart may name
-//! a new one after it (its SMF deleted it: it holds it no more). A restored SEID's slot is
+//! slots' generations are not kept: the restored slab starts its free and new slots at a
+//! generation of the current incarnation's (`incarnation << 8 | 1`), so a SEID of a session
+//! deleted before the restart names a new one after it only where its slot was reused 256
+//! times or the incarnation (8 bits) wrapped; new TEIDs come from the current incarnation's
+//! counter (`incarnation << 16`), the restored ones reserved. A restored SEID's slot is
 //! below [`Config::max_sessions`] (or 2^20): a damaged key makes no huge slab.
 //!
 //! [`Upf::drop_state`] forgets sessions and associations (another endpoint took their
@@ -311,6 +314,7 @@ impl<S: Sessions> Upf<S> {
         let n = sessions.len() + associations.len();
         if !sessions.is_empty() {
             self.sessions = Slab::new(prefix, self.config.expected_sessions);
+            self.sessions.start_generations(self.config.incarnation);
         }
         for (node, a) in associations {
             self.install_association(node, a);

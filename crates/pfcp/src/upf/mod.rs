@@ -19,8 +19,10 @@
 //!   restart are lost; quotas, thresholds and timers are armed again from the rules); every
 //!   association, our heartbeats to the peers we heartbeat starting again. The restored
 //!   SEIDs keep their prefix (the incarnation they were given in) and the slab takes that
-//!   prefix for new sessions too, which get free slots: no restored SEID or TEID is given
-//!   again. Records that do not restore (damaged, another allocator's) are an error
+//!   prefix for new sessions too, which get free slots at a generation of the current
+//!   incarnation's (`incarnation << 8 | 1`) and TEIDs of its counter: no restored SEID or
+//!   TEID is given again, nor one given before the restart (unless its slot was reused 256
+//!   times, or the TEID counter wrapped). Records that do not restore (damaged, another allocator's) are an error
 //!   ([`RestoreError`]), never a panic, and nothing is restored then.
 //! - [`Upf::drop_state`] forgets sessions and associations without any change (another
 //!   endpoint took them back).
