@@ -1669,6 +1669,32 @@ fn dropped_state_is_forgotten_without_a_change() {
     assert_ne!(r.up_f_seid.unwrap().seid, seids[0]);
 }
 
+/// A restored association of a peer we heartbeat is heartbeated again, at its address.
+#[test]
+fn restored_associations_are_heartbeated_again() {
+    let mut upf = upf();
+    upf.track_state(true);
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    let records: Vec<(u64, Vec<u8>)> = (upf.take_state_changes().into_iter())
+        .map(|(k, v)| (k, v.unwrap()))
+        .collect();
+    assert_eq!(records.len(), 1);
+    let mut c = config();
+    c.incarnation = 2;
+    let mut new = Upf::new(c, Cluster::default());
+    new.track_state(true);
+    assert!(new.poll(Duration::from_secs(1)).is_empty(), "no peer yet");
+    let restored = new.restore_state(records.iter().map(|(k, v)| (*k, v.as_slice())));
+    assert_eq!(restored, Ok(1));
+    assert!(new.is_associated(&NodeId::Ipv4(SMF)));
+    let out = new.poll(Duration::from_secs(2));
+    heartbeat_seq(&out);
+    assert!(out.iter().all(|t| t.to == smf_addr()), "{out:?}");
+    // The restored association is no change, nor is a heartbeat.
+    assert!(new.take_state_changes().is_empty());
+}
+
 fn upf_with_allocator(a: u8) -> Upf<Cluster> {
     let mut c = config();
     c.allocator_id = a;
