@@ -1695,6 +1695,54 @@ fn restored_associations_are_heartbeated_again() {
     assert!(new.take_state_changes().is_empty());
 }
 
+/// An association replicated from another endpoint of the cluster is state of this one too:
+/// recorded, restored (without our heartbeats: the endpoint it was set up with heartbeats
+/// it), and its release recorded as the record's removal.
+#[test]
+fn replicated_associations_are_recorded_and_restored() {
+    let mut c = TwoEndpoints::new();
+    for ep in &mut c.eps {
+        ep.track_state(true);
+    }
+    let setup = msg(1, None, setup_from(NodeId::Ipv4(SMF), 77));
+    let (by, r) = c.send(0, &setup).unwrap();
+    assert_eq!((by, cause_of(&r)), (0, Cause::REQUEST_ACCEPTED));
+    let key = association_key(&NodeId::Ipv4(SMF));
+    let mine = c.eps[0].take_state_changes();
+    let replicated = c.eps[1].take_state_changes();
+    assert_eq!(replicated.len(), 1);
+    assert_eq!(replicated[0].0, key);
+    assert_eq!(mine.len(), 1);
+    assert_ne!(
+        mine[0].1, replicated[0].1,
+        "ours heartbeats it, the replica does not"
+    );
+    let record = replicated[0].1.clone().unwrap();
+    let mut cfg = config();
+    cfg.allocator_id = 2;
+    cfg.incarnation = 9;
+    let mut restored = Upf::new(cfg, Cluster::default());
+    assert_eq!(restored.restore_state([(key, &record[..])]), Ok(1));
+    assert!(restored.is_associated(&NodeId::Ipv4(SMF)));
+    assert!(
+        restored.poll(Duration::from_secs(30)).is_empty(),
+        "no heartbeat"
+    );
+    // Released at endpoint 1: both endpoints remove the record.
+    let release = msg(
+        2,
+        None,
+        Body::AssociationReleaseRequest(AssociationReleaseRequest {
+            node_id: NodeId::Ipv4(SMF),
+        }),
+    );
+    let (_, r) = c.send(1, &release).unwrap();
+    assert_eq!(cause_of(&r), Cause::REQUEST_ACCEPTED);
+    for ep in &mut c.eps {
+        assert_eq!(ep.take_state_changes(), vec![(key, None)]);
+    }
+}
+
 fn upf_with_allocator(a: u8) -> Upf<Cluster> {
     let mut c = config();
     c.allocator_id = a;
