@@ -29,6 +29,11 @@
 //! replicas with 3 nodes or more and 500 ms); each run's `replicas` and `detect_ms` are what
 //! node 0's control file says.
 //!
+//! `--pfcp-state durable,volatile` measures each shape with the sessions as the GPT ranges'
+//! durable, replicated records (`durable`, the default) and in the endpoints' memory only
+//! (`cluster up --pfcp-volatile`), each on fresh clusters; each run says its `pfcp_state`, and
+//! the object adds `rate_ratio_durable_to_volatile` per shape.
+//!
 //! `--shapes minimal,open5gs` (the default) runs the measurement once per request shape, each
 //! on a fresh cluster of the same size (`smf-sim --shape`: today's minimal request, and the
 //! request open5gs's SMF sends: four PDRs, three FARs, a URR, a QER, a BAR), and prints
@@ -72,6 +77,11 @@ pub struct Args {
     /// Failure detection's time (`cluster up --detect-ms`; default: cluster up's, 500 ms).
     #[arg(long)]
     detect_ms: Option<u64>,
+    /// Where the sessions live, each measured on its own clusters: `durable` (the GPT
+    /// ranges' records, durable and replicated before each answer: the default of `cluster
+    /// up`) and `volatile` (`cluster up --pfcp-volatile`: in the endpoint's memory only).
+    #[arg(long, value_delimiter = ',', default_value = "durable")]
+    pfcp_state: Vec<String>,
     /// Print one JSON object (pretty).
     #[arg(long)]
     json: bool,
@@ -155,27 +165,46 @@ pub fn run(a: Args) -> Result<()> {
             "--shapes: unknown shape `{s}` (minimal, open5gs)"
         );
     }
+    ensure!(!a.pfcp_state.is_empty(), "--pfcp-state names none");
+    for s in &a.pfcp_state {
+        ensure!(
+            matches!(s.as_str(), "durable" | "volatile"),
+            "--pfcp-state: unknown `{s}` (durable, volatile)"
+        );
+    }
     let mut runs = Vec::new();
-    for shape in &a.shapes {
-        runs.push(one(&a, shape)?);
+    for state in &a.pfcp_state {
+        for shape in &a.shapes {
+            let mut r = one(&a, shape, state == "volatile")?;
+            r["pfcp_state"] = json!(state);
+            runs.push(r);
+        }
     }
     let r = if runs.len() == 1 {
         runs.pop().expect("one")
     } else {
-        let rate = |shape: &str| {
+        let rate = |state: &str, shape: &str| {
             (runs.iter())
-                .find(|r| r["shape"] == shape)
+                .find(|r| r["shape"] == shape && r["pfcp_state"] == state)
                 .and_then(|r| r["sessions_per_s"].as_f64())
         };
-        let ratio = match (rate("open5gs"), rate("minimal")) {
-            (Some(o), Some(m)) if m > 0.0 => json!(o / m),
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) if y > 0.0 => json!(x / y),
             _ => Value::Null,
         };
+        let first = a.pfcp_state[0].as_str();
+        let durable_to_volatile: serde_json::Map<String, Value> = (a.shapes.iter())
+            .map(|s| {
+                let r = ratio(rate("durable", s), rate("volatile", s));
+                (s.clone(), r)
+            })
+            .collect();
         json!({
             "benchmark": "pfcp",
             "runs": runs,
-            "rate_ratio_open5gs_to_minimal": ratio,
+            "rate_ratio_open5gs_to_minimal": ratio(rate(first, "open5gs"), rate(first, "minimal")),
             "target_rate_ratio": 0.6,
+            "rate_ratio_durable_to_volatile": durable_to_volatile,
         })
     };
     println!(
@@ -190,7 +219,7 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// One measurement: a fresh cluster, `smf-sim --shape shape`, the cluster down.
-fn one(a: &Args, shape: &str) -> Result<Value> {
+fn one(a: &Args, shape: &str, volatile: bool) -> Result<Value> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().join("state");
     let d = dir.to_str().context("temporary path")?.to_string();
@@ -220,6 +249,9 @@ fn one(a: &Args, shape: &str) -> Result<Value> {
     }
     if let Some(ms) = a.detect_ms {
         up.extend(["--detect-ms".into(), ms.to_string()]);
+    }
+    if volatile {
+        up.push("--pfcp-volatile".into());
     }
     if capacity > 3_000_000 {
         // Room in the UE pool for the initial flows (the sessions' UEs are outside it).

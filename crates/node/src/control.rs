@@ -77,6 +77,12 @@ pub struct ControlFile {
     /// gives a /64 of them).
     #[serde(default)]
     pub pfcp_ue_pool_v6: Vec<String>,
+    /// The PFCP endpoint keeps its sessions in memory only (`cluster up --pfcp-volatile`):
+    /// nothing of them in the node's records, a restart loses them (and announces a new
+    /// Recovery Time Stamp), nobody serves them while the node is down. For comparison
+    /// (`bench pfcp --pfcp-state`); by default they are the range's records.
+    #[serde(default)]
+    pub pfcp_volatile: bool,
     /// Failure detection in milliseconds (`cluster up --detect-ms`; [`DEFAULT_DETECT_MS`] when
     /// absent): a peer not heard for this long by a majority is no longer waited for
     /// (`sb_control::Tuning::lease`), heartbeats go every tenth of it, and a range's Raft
@@ -783,11 +789,13 @@ pub fn run(
     // peers told it (at least 2: it ran before), so that its SEIDs carry that epoch, not the
     // first start's.
     let pfcp_state_lost = log_lost && ctl.replicas <= 1;
+    // (Volatile sessions: any restart loses them.)
+    let volatile_lost = ctl.pfcp_volatile && node.epoch() > 1;
     let mut pfcp_after_rejoin = log_lost && ctl.pfcp.is_some();
     let mut pfcp = if pfcp_after_rejoin {
         None
     } else {
-        crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch(), false)?
+        crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch(), volatile_lost)?
     };
     // The log is written on a thread of its own (crate::logwriter): the control thread never
     // waits for the disk. Persist events are numbered across restarts of the state machine:
@@ -1077,8 +1085,13 @@ pub fn run(
         }
         let ready = node.ready();
         if pfcp_after_rejoin && ready {
-            pfcp =
-                crate::pfcp::Endpoint::open(cfg, ctl, &spec, node.epoch().max(2), pfcp_state_lost)?;
+            pfcp = crate::pfcp::Endpoint::open(
+                cfg,
+                ctl,
+                &spec,
+                node.epoch().max(2),
+                pfcp_state_lost || ctl.pfcp_volatile,
+            )?;
             pfcp_after_rejoin = false;
         }
         if last_pub.elapsed() >= Duration::from_millis(200) || ready != was_ready {

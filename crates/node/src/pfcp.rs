@@ -546,6 +546,8 @@ pub struct Endpoint {
     local: VecDeque<(u8, Relay)>,
     /// Datagrams dropped because the endpoint was not restored yet.
     dropped_before_restore: u64,
+    /// Its state is the node's records (not `ControlFile::pfcp_volatile`).
+    upf_tracks: bool,
 }
 
 /// The endpoint of a gone node whose range this node's control plane leads in its place (the
@@ -780,7 +782,8 @@ impl Endpoint {
             next_meter: Instant::now(),
             meter_left: 0,
             counted: Vec::new(),
-            restored: false,
+            // Volatile: nothing to restore, nothing tracked.
+            restored: ctl.pfcp_volatile,
             keep: Keeping::new(cfg.node),
             state_lost,
             recovery: RecoveryTimeStamp(recovery),
@@ -791,6 +794,7 @@ impl Endpoint {
             guests: BTreeMap::new(),
             local: VecDeque::new(),
             dropped_before_restore: 0,
+            upf_tracks: !ctl.pfcp_volatile,
         }))
     }
 
@@ -1117,6 +1121,9 @@ impl Endpoint {
     /// change made here).
     fn guests_step(&mut self, node: &sb_control::Node) {
         let me = self.me as u16 - 1;
+        if !self.upf_tracks {
+            return;
+        }
         let mine = |o: u16| self.stand_ins.get(o as usize).copied().flatten() == Some(me);
         let gone: Vec<u16> = (self.guests.keys().copied())
             .filter(|&o| !mine(o))

@@ -147,6 +147,11 @@ pub struct UpArgs {
     /// gets a /64 of its node's share.
     #[arg(long)]
     pfcp_ue_pool6: Option<String>,
+    /// Keep PFCP sessions in memory only, as before they were the GPT ranges' records: a node
+    /// restart loses its sessions (a new Recovery Time Stamp) and nobody serves them while it
+    /// is down (for comparison: `bench pfcp --pfcp-state volatile`).
+    #[arg(long)]
+    pfcp_volatile: bool,
     /// Replicas of each GPT range (with the control plane): range i is a Raft group on nodes
     /// i, i+1, ... whose leader owns it; an update is acknowledged once a majority of them
     /// hold it durable. Capped at the node count; 1: no replication [default: 3 with 3 nodes
@@ -638,6 +643,7 @@ fn node_config(d: &Description, i: usize, a: &UpArgs, sh: Shared, pfcp: &PfcpSet
             // The node's share of the CHV4/CHV6 pools: disjoint from every other node's.
             pfcp_ue_pool_v4: pfcp.v4.get(i).cloned().unwrap_or_default(),
             pfcp_ue_pool_v6: pfcp.v6.get(i).cloned().unwrap_or_default(),
+            pfcp_volatile: a.pfcp_volatile,
         }),
         metrics: n.metrics_addr(),
         api: control
@@ -1045,6 +1051,7 @@ mod tests {
             pfcp_allowed_peers: Vec::new(),
             pfcp_ue_pool_v4: Vec::new(),
             pfcp_ue_pool_v6: Vec::new(),
+            pfcp_volatile: false,
             detect_ms: ms,
             checkpoint_kb: None,
         };
