@@ -129,6 +129,7 @@ mod kernel;
 mod kernel_avx2;
 mod layout;
 mod live;
+mod lookup;
 mod prefetch;
 mod sync;
 mod table;
@@ -140,6 +141,7 @@ pub use format::{MappedSetSep, SetSepView};
 pub use kernel::bench_search;
 pub use layout::{num_blocks, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use live::LiveSetSep;
+pub use lookup::GptLookup;
 pub use table::{SetSep, Stats};
 pub use update::{Delta, Growth, RibBytes, RibKey, Updatable, MAX_RIB_PAYLOAD};
 
