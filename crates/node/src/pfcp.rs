@@ -26,7 +26,7 @@
 //! as records of its GPT range (`crate::pfcp_state`): every change is handed to the node's
 //! control plane ([`sb_control::Node::put_state`]) and its PFCP response (and relays) leave
 //! only once the change is durable (committed in the range's Raft group with replication). A
-//! restarted node takes them back before it answers any datagram ([`Endpoint::restore`]), so
+//! restarted node takes them back before it answers any datagram (`Endpoint::restore`), so
 //! its Recovery Time Stamp stays; so does a node whose log was wiped, from its range's other
 //! replicas. While a node is down, the node standing in for it (the first live replica of its
 //! range, which then leads the range's group) opens a *guest* endpoint of the gone node's
@@ -265,7 +265,7 @@ impl Cluster {
     }
 
     /// The requests to hand to the node's control plane: the changes applied since the
-    /// last call, packed ([`Cluster::flush`]), and those unanswered for [`RESEND`].
+    /// last call, packed ([`Cluster::flush`]), and those unanswered for a second.
     pub fn requests(&mut self) -> Vec<Vec<u8>> {
         self.flush();
         let mut requests = std::mem::take(&mut self.outbox);
