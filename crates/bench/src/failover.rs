@@ -18,7 +18,10 @@
 //!   replicas the next replica of the range stands in for the victim, without, they wait for
 //!   the restart); `update_kops_during` against
 //!   `update_kops_healthy`; `acked_lost` (acknowledged inserts the owners' RIBs lack at the
-//!   end); `sessions_lost` is null (no PFCP sessions in this run).
+//!   end); `sessions_lost`: of `--sessions` PFCP sessions established through the victim's
+//!   endpoint before the traffic, those not answered Request accepted to a Session
+//!   Modification at the victim after the last event (`smf-sim --check`; the same figure in
+//!   the wipe row: one check after every event; null with `--sessions 0`).
 //! - `restart`: per victim UE, the largest gap in its downlink from its last G-PDU before the
 //!   restart on, `moved` (given back to the victim, make-before-break) and `own` (back from
 //!   the stand-in, or, without one, the outage that ends with the restart); `recovery_s`: from
@@ -97,6 +100,15 @@ pub struct Args {
     /// Seed of the cluster's flows.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// PFCP sessions established through the victim's endpoint before the traffic
+    /// (`smf-sim --to VICTIM`), checked after every event (`smf-sim --check`): those not
+    /// answered Request accepted are `sessions_lost`. 0: none (then `sessions_lost` is null).
+    #[arg(long, default_value_t = 200)]
+    sessions: u32,
+    /// The cluster keeps PFCP sessions in memory only (`cluster up --pfcp-volatile`): the
+    /// comparison for `sessions_lost`.
+    #[arg(long)]
+    pfcp_volatile: bool,
     /// Keep the run's files (captures, flow and update files, the cluster's state directory)
     /// in a new directory under this one instead of deleting them.
     #[arg(long)]
@@ -244,24 +256,34 @@ pub fn run(a: Args) -> Result<()> {
     let dir = tmp.path().join("state");
     let d = dir.to_str().context("temporary path")?.to_string();
     let name = format!("sbf{}", std::process::id() % 100_000);
-    scalebricks(&[
+    let (nodes, seed) = (a.nodes.to_string(), a.seed.to_string());
+    let (flows, capacity) = (
+        a.flows.to_string(),
+        ((a.flows + 2 * a.updates) * 2).to_string(),
+    );
+    let replicas = a.replicas.to_string();
+    let mut up = vec![
         "cluster",
         "up",
         "--nodes",
-        &a.nodes.to_string(),
+        &nodes,
         "--name",
         &name,
         "--dir",
         &d,
         "--flows",
-        &a.flows.to_string(),
+        &flows,
         "--seed",
-        &a.seed.to_string(),
+        &seed,
         "--capacity",
-        &((a.flows + 2 * a.updates) * 2).to_string(),
+        &capacity,
         "--replicas",
-        &a.replicas.to_string(),
-    ])?;
+        &replicas,
+    ];
+    if a.pfcp_volatile {
+        up.push("--pfcp-volatile");
+    }
+    scalebricks(&up)?;
     let r = measure(&a, tmp.path(), &d);
     let down = scalebricks(&["cluster", "down", "--dir", &d]);
     let r = r?;
@@ -307,6 +329,27 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
     inserts_csv(&during_csv, &mut fresh, a.updates, &live)?;
     let (acked_healthy, kops_healthy, rej_healthy) = update_burst(d, entry, &healthy_csv)?;
     let rib0: u64 = rib_keys(&status(d)?);
+    // PFCP sessions at the victim's endpoint (its range's records, replicated).
+    let sessions_file = tmp.join("sessions.json");
+    if a.sessions > 0 {
+        let s: Value = serde_json::from_str(&scalebricks(&[
+            "smf-sim",
+            "--dir",
+            d,
+            "--sessions",
+            &a.sessions.to_string(),
+            "--to",
+            &a.victim.to_string(),
+            "--dump",
+            sessions_file.to_str().unwrap_or_default(),
+        ])?)?;
+        ensure!(
+            s["established"].as_u64() == Some(u64::from(a.sessions)),
+            "smf-sim established {} of {} sessions: {s}",
+            s["established"],
+            a.sessions
+        );
+    }
 
     // Captures on every RAN side, then the traffic.
     let mut caps = Vec::new();
@@ -404,6 +447,25 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         std::thread::sleep(Duration::from_millis(250));
     }
     let acked_lost = want.saturating_sub(rib);
+    // The sessions after every event: modified (an empty modification) at the node they were
+    // established through, the victim (back).
+    let sessions_check = if a.sessions > 0 {
+        let c: Value = serde_json::from_str(&scalebricks(&[
+            "smf-sim",
+            "--dir",
+            d,
+            "--check",
+            sessions_file.to_str().unwrap_or_default(),
+            "--first",
+            "1000000",
+        ])?)?;
+        Some(c)
+    } else {
+        None
+    };
+    let sessions_lost = sessions_check
+        .as_ref()
+        .and_then(|c| Some(c["sessions"].as_u64()? - c["accepted"].as_u64()?));
 
     // Per UE: the gap around the kill, the largest gap from the restart on (to the
     // partition); the same for the partition and the heal (to the wipe), and the wipe.
@@ -429,7 +491,8 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
         "moved": k.around_row(1, n_moved),
         "own": k.around_row(0, moved.len() - n_moved),
         "acked_lost": acked_lost,
-        "sessions_lost": null,
+        "sessions_lost": sessions_lost,
+        "sessions_check": sessions_check,
         "update_kops_healthy": kops_healthy,
         "update_kops_during": kops_during,
         "update_ratio": kops_during / kops_healthy,
@@ -486,6 +549,7 @@ fn measure(a: &Args, tmp: &Path, d: &str) -> Result<Value> {
                 "epoch_before": before,
                 "epoch_after": after,
                 "acked_lost": acked_lost,
+                "sessions_lost": sessions_lost,
             })
         }
         None => json!({"event": "wipe", "measured": false, "why": "--wipe-at 0"}),

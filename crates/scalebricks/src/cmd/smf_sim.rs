@@ -74,6 +74,14 @@ pub struct Args {
     /// Pretty JSON.
     #[arg(long)]
     json: bool,
+    /// Establish nothing: send a Session Modification Request (empty: nothing changes) for
+    /// each session of FILE (an earlier run's `--dump`) to the node it was established
+    /// through, with no Association Setup first (a new setup of the same SMF would release
+    /// its sessions), and print how many are answered Request accepted, Session context not
+    /// found, another cause, or not at all: `{"sessions", "accepted", "not_found",
+    /// "other_causes", "unanswered"}`. Sequence numbers from `--first`.
+    #[arg(long)]
+    check: Option<PathBuf>,
 }
 
 /// The requests' shape (`--shape`).
@@ -129,6 +137,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Every node's window of responses may arrive while we send.
     sb_io::set_socket_buffers(std::os::fd::AsRawFd::as_raw_fd(&sock), 16 << 20)?;
     sock.set_read_timeout(Some(Duration::from_millis(1)))?;
+    if let Some(f) = &a.check {
+        return check(&a, f, &sock, &targets);
+    }
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -419,6 +430,102 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
 /// This process's user and system CPU seconds so far (zeros if /proc cannot say): fields 14
 /// and 15 of `/proc/self/stat`, in USER_HZ (100 on x86 and ARM Linux).
+/// `--check FILE`: the sessions of FILE still held (see [`Args::check`]).
+fn check(
+    a: &Args,
+    file: &std::path::Path,
+    sock: &UdpSocket,
+    targets: &[SocketAddr],
+) -> anyhow::Result<()> {
+    let dump: Vec<serde_json::Value> = serde_json::from_slice(
+        &std::fs::read(file).with_context(|| format!("reading {}", file.display()))?,
+    )
+    .with_context(|| format!("{}: not a --dump", file.display()))?;
+    let mut todo: Vec<(u32, u64, usize)> = Vec::with_capacity(dump.len());
+    for (i, s) in dump.iter().enumerate() {
+        let (Some(seid), Some(node)) = (s["up_seid"].as_u64(), s["through"].as_u64()) else {
+            bail!("{}: session {i} has no up_seid or through", file.display());
+        };
+        let node = node as usize;
+        if node >= targets.len() {
+            bail!(
+                "{}: session {i} went through node {node}, not in the cluster",
+                file.display()
+            );
+        }
+        todo.push((a.first + i as u32, seid, node));
+    }
+    let request = |seq: u32, seid: u64| -> anyhow::Result<Vec<u8>> {
+        Ok(Message {
+            seid: Some(seid),
+            sequence: seq,
+            priority: None,
+            body: Body::SessionModificationRequest(Default::default()),
+        }
+        .to_bytes()?)
+    };
+    let (mut accepted, mut not_found, mut other, mut unanswered) = (0u64, 0u64, 0u64, 0u64);
+    let mut waiting: HashMap<u32, (u64, usize, Instant, u8)> = HashMap::new();
+    let mut buf = vec![0u8; 65536];
+    let mut next = 0;
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    while (next < todo.len() || !waiting.is_empty()) && Instant::now() < deadline {
+        while next < todo.len() && waiting.len() < a.window {
+            let (seq, seid, node) = todo[next];
+            sock.send_to(&request(seq, seid)?, targets[node])?;
+            waiting.insert(seq, (seid, node, Instant::now(), 1));
+            next += 1;
+        }
+        if let Ok((len, _)) = sock.recv_from(&mut buf) {
+            if let Ok(m) = Message::parse(&buf[..len]) {
+                if let (Body::SessionModificationResponse(r), Some(_)) =
+                    (&m.body, waiting.remove(&m.sequence))
+                {
+                    match r.cause {
+                        Cause::REQUEST_ACCEPTED => accepted += 1,
+                        Cause::SESSION_CONTEXT_NOT_FOUND => not_found += 1,
+                        _ => other += 1,
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        let late: Vec<u32> = (waiting.iter())
+            .filter(|(_, w)| now.duration_since(w.2) >= RESEND)
+            .map(|(s, _)| *s)
+            .collect();
+        for seq in late {
+            let w = waiting.get_mut(&seq).expect("listed");
+            if w.3 >= TRIES {
+                // Given up: unanswered (its slot in the window goes to the next).
+                waiting.remove(&seq);
+                unanswered += 1;
+                continue;
+            }
+            w.3 += 1;
+            w.2 = now;
+            sock.send_to(&request(seq, w.0)?, targets[w.1])?;
+        }
+    }
+    unanswered += waiting.len() as u64 + (todo.len() - next) as u64;
+    let v = json!({
+        "sessions": todo.len(),
+        "accepted": accepted,
+        "not_found": not_found,
+        "other_causes": other,
+        "unanswered": unanswered,
+    });
+    println!(
+        "{}",
+        if a.json {
+            serde_json::to_string_pretty(&v)?
+        } else {
+            serde_json::to_string(&v)?
+        }
+    );
+    Ok(())
+}
+
 fn own_cpu_seconds() -> (f64, f64) {
     let Ok(s) = std::fs::read_to_string("/proc/self/stat") else {
         return (0.0, 0.0);
