@@ -267,7 +267,7 @@ impl<S: Sessions> Upf<S> {
                     if is_association_key(key) {
                         return Err(bad("a session under an association's key"));
                     }
-                    let session = decode_session(placement, &packed).map_err(bad)?;
+                    let session = Stored::try_session(placement, &packed, &[]).map_err(bad)?;
                     sessions.push((key, session));
                 }
                 Record::Association { node, association } => {
@@ -476,32 +476,4 @@ fn decode(bytes: &[u8]) -> Result<Record, &'static str> {
         }
         _ => Err("unknown record kind"),
     }
-}
-
-/// The session of a record (checked as the endpoint checks what it keeps).
-fn decode_session(placement: Placement, packed: &[u8]) -> Result<Session, &'static str> {
-    let p = unpack_session(packed).map_err(|_| "the packed session does not parse")?;
-    let rules = Rules {
-        pdrs: p
-            .pdrs
-            .into_iter()
-            .map(|(r, t)| (r.pdr_id.0, (r, t)))
-            .collect(),
-        fars: p.fars.into_iter().map(|f| (f.far_id.0, f)).collect(),
-        qers: p.qers.into_iter().map(|q| (q.qer_id.0, q)).collect(),
-        urrs: p.urrs.into_iter().map(|u| (u.urr_id.0, u)).collect(),
-        bar: p.bar,
-    };
-    let live = Live {
-        stopped: &[],
-        end_marker: &[],
-    };
-    let fwd = forwarding(&rules, &live).map_err(|_| "the rules do not forward")?;
-    Ok(Session {
-        node_id: p.node_id,
-        cp_f_seid: p.cp_f_seid,
-        placement,
-        rules,
-        fwd,
-    })
 }

@@ -107,7 +107,17 @@ impl Stored<'_> {
 
     /// The session of placement `placement` whose packed bytes are `packed` ([`Stored::unpack`]).
     pub(super) fn session(placement: Placement, packed: &[u8], stopped: &[u32]) -> Session {
-        let p = unpack_session(packed).expect("packed sessions read back");
+        Self::try_session(placement, packed, stopped).expect("kept sessions read back and forward")
+    }
+
+    /// [`Stored::session`], checked: Err where the bytes do not parse or the rules do not
+    /// forward (bytes from outside: a restore's records).
+    pub(super) fn try_session(
+        placement: Placement,
+        packed: &[u8],
+        stopped: &[u32],
+    ) -> Result<Session, &'static str> {
+        let p = unpack_session(packed).map_err(|_| "the packed session does not parse")?;
         let rules = Rules {
             pdrs: p
                 .pdrs
@@ -123,14 +133,14 @@ impl Stored<'_> {
             stopped,
             end_marker: &[],
         };
-        let fwd = forwarding(&rules, &live).expect("kept rules forward as they did when kept");
-        Session {
+        let fwd = forwarding(&rules, &live).map_err(|_| "the rules do not forward")?;
+        Ok(Session {
             node_id: p.node_id,
             cp_f_seid: p.cp_f_seid,
             placement,
             rules,
             fwd,
-        }
+        })
     }
 }
 
