@@ -1,5 +1,6 @@
 //! Pieces every scalebricks table shares: the key hash and arrays that the kernel can back with
-//! 2 MB transparent huge pages; and the one [`Mmap`] wrapper of kernel-shared mappings.
+//! 2 MB transparent huge pages; the one [`Mmap`] wrapper of kernel-shared mappings; and
+//! [`shapes`], records kept as their differences from a template.
 //!
 //! Invariant: nothing here does packet I/O; the only syscalls are `mmap`/`madvise`/`munmap`
 //! in [`huge`] and [`mmap`], the read of `/proc/self/smaps` that reports the page size actually used
@@ -10,6 +11,7 @@ pub mod hash;
 pub mod huge;
 pub mod mmap;
 pub mod pages;
+pub mod shapes;
 
 pub use hash::{hash128, random_seed, splitmix64, splitmix64_mix, KeyHash, SPLITMIX64_GAMMA};
 pub use huge::{set_huge_advice, HugeArray};

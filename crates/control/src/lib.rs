@@ -241,6 +241,7 @@ pub mod fuzzing;
 pub mod sim;
 
 pub use node::{Move, Node, Tuning};
+pub use replica::records::StateRecords;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -624,6 +625,14 @@ pub struct Memory {
     /// acknowledged, and their queues ([`Node::peer_stream_bytes`]); per peer gone, at most
     /// about [`crate::Tuning::peer_backlog_bytes`].
     pub peer_streams: usize,
+    /// The PFCP state records kept (`Node::put_state`): this node's range's and its replicas'
+    /// of other ranges, as [`StateRecords::kept_bytes`] counts them (the kept forms and the
+    /// templates; not the maps' nodes).
+    pub state_records: usize,
+    /// The Raft groups' logs in memory ([`replica::storage::RaftStore::held_bytes`]): the
+    /// entries since each group's snapshot (compacted by the node's checkpoint, at the
+    /// `Tuning`'s log thresholds) and the snapshots' data.
+    pub raft_logs: usize,
 }
 
 /// A node's state for `cluster status`.

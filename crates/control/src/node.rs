@@ -493,7 +493,7 @@ pub struct Node {
     rejoin_epoch: Option<u32>,
     /// This node's range's PFCP state records ([`state`]), the changes handed out and not yet
     /// durable, and the last ticket given.
-    own_state: BTreeMap<u64, Vec<u8>>,
+    own_state: crate::replica::records::StateRecords,
     state_wait: VecDeque<state::StateWait>,
     next_state_ticket: u64,
 }
@@ -606,7 +606,7 @@ impl Node {
         let mut lost = false;
         let mut caught = std::collections::BTreeSet::new();
         // Without replication: the range's PFCP state records.
-        let mut own_state = BTreeMap::new();
+        let mut own_state = crate::replica::records::StateRecords::new();
         for (index, r) in recovered.iter().enumerate() {
             let bad = |reason| ControlError::BadRecord { index, reason };
             match record::decode(r).map_err(bad)? {
@@ -1549,6 +1549,13 @@ impl Node {
                     remembered: self.clients.bytes() + self.forwards_in.bytes(),
                     peer_streams: (0..self.spec.nodes)
                         .map(|p| self.peer_stream_bytes(p))
+                        .sum(),
+                    state_records: self.own_state.kept_bytes()
+                        + (self.gstates.iter().flatten())
+                            .map(|s| s.state.kept_bytes())
+                            .sum::<usize>(),
+                    raft_logs: (self.groups.iter().flatten())
+                        .map(|g| g.store().held_bytes())
                         .sum(),
                 }
             },

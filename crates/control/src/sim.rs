@@ -1576,7 +1576,7 @@ impl Sim {
         // The ranges' state records: every acknowledged change at the owner, and the owner's
         // records at every replica of its range.
         for (o, x) in nodes.iter().enumerate() {
-            let own: BTreeMap<u64, Vec<u8>> = x.own_state().map(|(k, v)| (k, v.to_vec())).collect();
+            let own: BTreeMap<u64, Vec<u8>> = x.own_state().collect();
             let keys: BTreeSet<u64> = (own.keys().chain(self.state_oracle[o].keys()))
                 .copied()
                 .filter(|k| !self.state_uncertain[o].contains(k))
@@ -1592,7 +1592,7 @@ impl Sim {
             }
             for (i, y) in nodes.iter().enumerate() {
                 if let Some(r) = y.replica_state(o as NodeId) {
-                    if *r != own {
+                    if r.to_map() != own {
                         self.fail(format!(
                             "node {i}'s replica of range {o} holds state records {:?}, the owner {:?}",
                             r.keys().collect::<Vec<_>>(),

@@ -1147,7 +1147,7 @@ impl Endpoint {
             config.allocator_id = o as u8 + 1;
             let cluster = Cluster::for_owner(&self.spec, self.ran_addrs.clone(), me, o);
             let mut upf = Upf::new(config, cluster);
-            match upf.restore_state(records.iter().map(|(k, v)| (*k, v.as_slice()))) {
+            match upf.restore_state(records.iter()) {
                 Ok(n) => eprintln!(
                     "pfcp: node {o} is gone: serving its {} sessions ({n} records) in its place",
                     upf.session_count()

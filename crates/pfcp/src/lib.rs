@@ -144,7 +144,7 @@ pub mod prefix;
 pub mod relay;
 mod responses;
 pub mod sdf;
-mod shapes;
+use sb_common::shapes;
 mod slab;
 pub mod smf;
 mod teid_set;

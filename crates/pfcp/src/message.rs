@@ -1981,6 +1981,51 @@ pub(crate) fn packed_node_id(mut packed: &[u8]) -> Result<NodeId, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How the endpoint keeps an smf-sim session ([`crate::shapes`]).
+    #[test]
+    fn an_smf_sim_session_is_kept_in_a_fifth_of_its_packed_bytes() {
+        use crate::shapes::Shapes;
+        use std::net::{IpAddr, Ipv4Addr};
+        let packed = |i: u32| {
+            let m = crate::smf::establishment(
+                i + 2,
+                Ipv4Addr::new(10, 3, 0, 254),
+                u64::from(i),
+                IpAddr::V4(Ipv4Addr::from(0x6440_0000 + i)),
+                0x100 + i,
+                Ipv4Addr::new(10, 2, 0, 2),
+            );
+            let Body::SessionEstablishmentRequest(r) = m.body else {
+                unreachable!()
+            };
+            let pdrs: Vec<_> = r
+                .create_pdr
+                .iter()
+                .map(|p| (p, Some(0x0100_0000 + i)))
+                .collect();
+            pack_session(
+                &r.node_id,
+                &r.cp_f_seid,
+                pdrs,
+                &r.create_far,
+                &r.create_qer,
+                &r.create_urr,
+                None,
+            )
+            .unwrap()
+        };
+        let mut s = Shapes::default();
+        s.encode(&packed(0));
+        let p = packed(12_345);
+        let k = s.encode(&p);
+        let mut back = Vec::new();
+        s.decode(&k, &mut back).expect("decodes");
+        assert_eq!(&back[..], &p[..]);
+        let n = k.len();
+        eprintln!("{} packed bytes kept in {n}", p.len());
+        assert!(n * 5 <= p.len(), "{n} of {}", p.len());
+    }
     use proptest::prelude::*;
 
     /// An IE list: leaves of any type and length (some past one length byte), and groups

@@ -63,13 +63,10 @@ impl Node {
             // No change: the next one's sequence number follows on.
             out.push(record::changes(self.change_seq + 1, [].iter()));
             // The PFCP state records, a few hundred per record.
-            let puts: Vec<(u64, Vec<u8>)> = self
-                .own_state
-                .iter()
-                .map(|(k, v)| (*k, v.clone()))
-                .collect();
-            for c in puts.chunks(STATE_PER_RECORD) {
-                out.push(record::state(c, &[]));
+            let mut it = self.own_state.iter().peekable();
+            while it.peek().is_some() {
+                let c: Vec<(u64, Vec<u8>)> = it.by_ref().take(STATE_PER_RECORD).collect();
+                out.push(record::state(&c, &[]));
             }
             return Some(out);
         }

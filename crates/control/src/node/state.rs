@@ -19,8 +19,8 @@
 
 use super::{Node, Phase};
 use crate::record::{self, MAX_STATE_BYTES};
+use crate::replica::records::StateRecords;
 use crate::{ControlError, Event, NodeId};
-use std::collections::BTreeMap;
 
 /// A change handed out and not yet durable.
 #[derive(Debug)]
@@ -178,13 +178,13 @@ impl Node {
     /// This node's range's PFCP state records, as its log and its changes since have them
     /// (after a restart: what was durable before it, and whatever was handed out to be
     /// written when the node stopped).
-    pub fn own_state(&self) -> impl Iterator<Item = (u64, &[u8])> {
-        self.own_state.iter().map(|(k, v)| (*k, v.as_slice()))
+    pub fn own_state(&self) -> impl Iterator<Item = (u64, Vec<u8>)> + '_ {
+        self.own_state.iter()
     }
 
     /// Range `range`'s PFCP state records as this node's replica of its group holds them
     /// (None where this node is no follower of it: not a replica, or the range is its own).
-    pub fn replica_state(&self, range: NodeId) -> Option<&BTreeMap<u64, Vec<u8>>> {
+    pub fn replica_state(&self, range: NodeId) -> Option<&StateRecords> {
         self.gstates.get(range as usize)?.as_ref().map(|s| &s.state)
     }
 

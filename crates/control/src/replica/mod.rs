@@ -7,14 +7,17 @@
 //! - [`transport`]: the network adapter (Raft messages in authenticated [`crate::wire::Kind::Raft`]
 //!   chunks of the control protocol).
 //! - [`state`]: the range state machine (the committed update records applied to the range's
-//!   RIB; snapshots of the RIB, the GPT piece and a hook for session records).
+//!   RIB; snapshots of the RIB, the GPT piece and the range's PFCP state records).
 //! - [`group`]: one range's group at one replica (ticks, proposals, readies).
+//! - [`records`]: a range's PFCP state records as a replica keeps them (compact: each as its
+//!   differences from a record of its length).
 //!
 //! Range `i`'s group has [`replicas_of`] as voters: nodes `i, i+1, ...` (mod N), the first of
 //! them (node `i`, the range's *home*) with the higher election priority; a leader that is not
 //! the home hands the leadership back once the home has caught up.
 
 pub mod group;
+pub mod records;
 pub mod state;
 pub mod storage;
 pub mod transport;

@@ -9,13 +9,14 @@
 //! A snapshot's data (the `data` of a Raft snapshot) is: version u8 (1), initial flows done u8,
 //! count u64, then per key: key length u8, key, node u16, value length u8, value; then the
 //! range's GPT piece (`sb_setsep::Piece::to_bytes`, length u32, 0 for none: a follower has no
-//! table) and the range's PFCP state records (length u32, then one state log record holding
-//! them all, `record::state`; 0: none).
+//! table) and the range's PFCP state records (length u32, then their compact form,
+//! [`StateRecords::to_bytes`]; a snapshot of an earlier version may hold one state log record
+//! of them all instead, `record::state`, still read; 0: none).
 
+use super::records::StateRecords;
 use crate::fixed::Rib;
 use crate::record::{self, Record};
 use crate::{Bytes, Flow, NodeId, Op};
-use std::collections::BTreeMap;
 
 /// A range's replicated state at one of its replicas.
 pub struct RangeState {
@@ -26,7 +27,7 @@ pub struct RangeState {
     /// The index of the last entry applied.
     pub applied: u64,
     /// The range's PFCP state records by key ([`crate::Node::put_state`]).
-    pub(crate) state: BTreeMap<u64, Vec<u8>>,
+    pub(crate) state: StateRecords,
     key_bytes: usize,
     value_bytes: usize,
 }
@@ -41,7 +42,8 @@ pub struct RangeSnapshot {
     /// The range's GPT piece, if the snapshot was made by a node holding the table.
     pub piece: Option<Vec<u8>>,
     /// The range's PFCP state records ([`crate::Node::put_state`]: sessions and
-    /// associations), as one state log record of them all (empty: none).
+    /// associations) in their compact form ([`StateRecords::to_bytes`]; or, from an earlier
+    /// version, one state log record of them all), empty: none.
     pub sessions: Vec<u8>,
 }
 
@@ -52,7 +54,7 @@ impl RangeState {
             rib: Rib::with_capacity(key_bytes, value_bytes, 0),
             base_done: false,
             applied: 0,
-            state: BTreeMap::new(),
+            state: StateRecords::new(),
             key_bytes,
             value_bytes,
         }
@@ -130,26 +132,21 @@ impl RangeState {
 }
 
 /// Applies a state record's changes to `state`: the puts, then the removals.
-pub(crate) fn apply_state(
-    state: &mut BTreeMap<u64, Vec<u8>>,
-    puts: Vec<(u64, Vec<u8>)>,
-    dels: &[u64],
-) {
+pub(crate) fn apply_state(state: &mut StateRecords, puts: Vec<(u64, Vec<u8>)>, dels: &[u64]) {
     for (k, v) in puts {
-        state.insert(k, v);
+        state.insert(k, &v);
     }
     for k in dels {
-        state.remove(k);
+        state.remove(*k);
     }
 }
 
-/// The bytes of a snapshot's state records: one state log record of them (empty: none).
-pub(crate) fn encode_state(state: &BTreeMap<u64, Vec<u8>>) -> Vec<u8> {
+/// The bytes of a snapshot's state records: their compact form (empty: none).
+pub(crate) fn encode_state(state: &StateRecords) -> Vec<u8> {
     if state.is_empty() {
         return Vec::new();
     }
-    let puts: Vec<(u64, Vec<u8>)> = state.iter().map(|(k, v)| (*k, v.clone())).collect();
-    record::state(&puts, &[])
+    state.to_bytes()
 }
 
 impl RangeSnapshot {
@@ -180,7 +177,7 @@ impl RangeSnapshot {
         base_done: bool,
         n: usize,
         flows: impl Iterator<Item = (K, NodeId, impl std::ops::Deref<Target = [u8]>)>,
-        state: &BTreeMap<u64, Vec<u8>>,
+        state: &StateRecords,
     ) -> Vec<u8> {
         let mut r = vec![1, base_done as u8];
         r.extend_from_slice(&(n as u64).to_le_bytes());
@@ -222,10 +219,12 @@ impl RangeSnapshot {
     }
 
     /// The state records the snapshot holds.
-    pub(crate) fn state(&self) -> Result<BTreeMap<u64, Vec<u8>>, &'static str> {
-        let mut out = BTreeMap::new();
-        if self.sessions.is_empty() {
-            return Ok(out);
+    pub(crate) fn state(&self) -> Result<StateRecords, &'static str> {
+        let mut out = StateRecords::new();
+        match self.sessions.first() {
+            None => return Ok(out),
+            Some(&super::records::TAG) => return StateRecords::from_bytes(&self.sessions),
+            Some(_) => {}
         }
         match record::decode(&self.sessions)? {
             Record::State { puts, dels } if dels.is_empty() => {
@@ -333,5 +332,35 @@ mod tests {
         assert_eq!((t.flows(), t.base_done, t.applied), (want, true, 17));
         // Widths of another cluster are refused.
         assert!(t.apply(&record::base(&[(&[1; 5], 0, &[9; 4])])).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_carries_the_state_records_compact_and_reads_the_older_form() {
+        let mut s = RangeState::new(8, 4);
+        let rec = |i: u8| {
+            let mut r = vec![3u8; 700];
+            r[10] = i;
+            r
+        };
+        let puts: Vec<(u64, Vec<u8>)> = (0..50u8).map(|i| (u64::from(i), rec(i))).collect();
+        s.apply(&record::state(&puts, &[7])).unwrap();
+        let data = RangeSnapshot::encode_from(true, 0, s.rib.iter(), &s.state);
+        // 49 records of 700 bytes: one template, then a few bytes each.
+        assert!(data.len() < 700 + 49 * 20, "{} bytes", data.len());
+        let snap = RangeSnapshot::decode(&data).unwrap();
+        let mut t = RangeState::new(8, 4);
+        t.restore(&snap, 3).unwrap();
+        assert!(t.state == s.state);
+        assert_eq!(t.state.get(7), None);
+        assert_eq!(t.state.get(8), Some(rec(8)));
+        // A snapshot of the earlier version: one state log record of them all.
+        let old = RangeSnapshot {
+            sessions: record::state(&s.state.iter().collect::<Vec<_>>(), &[]),
+            ..snap
+        };
+        let mut u = RangeState::new(8, 4);
+        u.restore(&RangeSnapshot::decode(&old.encode()).unwrap(), 3)
+            .unwrap();
+        assert!(u.state == s.state);
     }
 }

@@ -58,6 +58,18 @@ impl RaftStore {
         }
     }
 
+    /// Bytes the store holds: its entries' data (and their fixed parts) and the snapshot's
+    /// data (Raft's own bookkeeping aside).
+    pub fn held_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self
+                .entries
+                .iter()
+                .map(|e| e.get_data().len() + e.get_context().len())
+                .sum::<usize>()
+            + self.snap.get_data().len()
+    }
+
     /// The index the snapshot covers (0: none).
     pub fn snapshot_index(&self) -> u64 {
         self.snap.get_metadata().index

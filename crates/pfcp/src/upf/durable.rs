@@ -251,9 +251,9 @@ impl<S: Sessions> Upf<S> {
 
     /// Restores the records (any order) into this endpoint, which must hold no session yet:
     /// the number restored. Nothing is restored when a record is refused (validated first).
-    pub fn restore_state<'a>(
+    pub fn restore_state<B: AsRef<[u8]>>(
         &mut self,
-        records: impl IntoIterator<Item = (u64, &'a [u8])>,
+        records: impl IntoIterator<Item = (u64, B)>,
     ) -> Result<usize, RestoreError> {
         if self.sessions.len() > 0 || self.establishing > 0 {
             return Err(RestoreError::NotEmpty);
@@ -262,7 +262,7 @@ impl<S: Sessions> Upf<S> {
         let mut associations = Vec::new();
         for (key, bytes) in records {
             let bad = |why| RestoreError::Bad { key, why };
-            match decode(bytes).map_err(bad)? {
+            match decode(bytes.as_ref()).map_err(bad)? {
                 Record::Session { placement, packed } => {
                     if is_association_key(key) {
                         return Err(bad("a session under an association's key"));

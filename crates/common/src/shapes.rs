@@ -1,11 +1,14 @@
-//! Kept sessions as their differences from a session of the same shape.
+//! Records kept as their differences from a record of the same shape.
 //!
-//! An SMF sends every session of a DNN and slice with the same rules: two packed sessions of
-//! one SMF differ in a few fields (the CP SEID, the UE address, the TEIDs, the base station),
-//! the other ~90% of their bytes are the same. [`Shapes`] keeps the first packed session of
-//! each length as a template and every session after it as the runs of bytes where it differs:
-//! smf-sim's 148-byte session is kept in 19 bytes (the unit test prints it). A session
-//! with no template of its length once [`MAX_TEMPLATES`] are taken is kept whole.
+//! Records of one kind written by one program are mostly alike: an SMF sends every session of
+//! a DNN and slice with the same rules, so two packed sessions of one SMF differ in a few fields
+//! (the CP SEID, the UE address, the TEIDs, the base station) and the other ~90% of their bytes
+//! are the same. [`Shapes`] keeps the first record of each length as a template and every
+//! record after it as the runs of bytes where it differs: smf-sim's 148-byte packed session is
+//! kept in 19 bytes (`sb_pfcp`'s unit test prints it). A record with no template of its length
+//! once [`MAX_TEMPLATES`] are taken is kept whole. The PFCP endpoint keeps its sessions so
+//! (`sb_pfcp`), and the cluster's nodes their replicas of the ranges' state records
+//! (`sb_control::StateRecords`).
 //!
 //! A kept encoding is one byte, the template (or [`WHOLE`]), then for a template the runs:
 //! each a header, LEB128 of `equal << 2 | code` (`equal`: the count of bytes equal to the
@@ -13,24 +16,26 @@
 //! follows), then the bytes that replace the template's; the template's bytes after the last
 //! run follow unchanged. The two have the same length. A field that changed in its last bytes
 //! (a counter's, an address's) costs a one-byte header when the run starts within 31 bytes of
-//! the last: smf-sim's session fits malloc's 32-byte chunk instead of its 48-byte one. Templates are never removed (at most
-//! [`MAX_TEMPLATES`] of at most a few hundred bytes each).
+//! the last: smf-sim's session fits malloc's 32-byte chunk instead of its 48-byte one.
+//! Templates are never removed (at most [`MAX_TEMPLATES`], each as long as its record), so an
+//! encoding stays readable as long as the [`Shapes`] that made it; [`Shapes::templates`] and
+//! [`Shapes::from_templates`] carry them to another process.
 
 use std::collections::HashMap;
 
 /// Templates an endpoint keeps (one per packed length); sessions of other lengths are kept
 /// whole.
-pub(crate) const MAX_TEMPLATES: usize = 255;
+pub const MAX_TEMPLATES: usize = 255;
 /// The first byte of a session kept whole.
-pub(crate) const WHOLE: u8 = 0xff;
+pub const WHOLE: u8 = 0xff;
 /// Bytes of a head ([`Shapes::encode_with_head`]).
-pub(crate) const HEAD: usize = 6;
+pub const HEAD: usize = 6;
 /// Heads an endpoint names by index; later ones are kept inline after [`WHOLE`].
-pub(crate) const MAX_HEADS: usize = 255;
+pub const MAX_HEADS: usize = 255;
 
 /// The templates of one endpoint.
 #[derive(Debug, Default)]
-pub(crate) struct Shapes {
+pub struct Shapes {
     templates: Vec<Box<[u8]>>,
     by_len: HashMap<usize, u8>,
     /// Heads kept sessions name by their index (a session's placement: one of a few).
@@ -44,7 +49,7 @@ pub(crate) struct Shapes {
 impl Shapes {
     /// `packed` for keeping: its differences from the template of its length (which it
     /// becomes when there is none yet and room for one), or itself after [`WHOLE`].
-    pub(crate) fn encode(&mut self, packed: &[u8]) -> Box<[u8]> {
+    pub fn encode(&mut self, packed: &[u8]) -> Box<[u8]> {
         self.encode_after(&[], packed).into()
     }
 
@@ -52,13 +57,13 @@ impl Shapes {
     /// has seen), or [`WHOLE`] and `head` itself once [`MAX_HEADS`] are taken: what a session
     /// keeps beside its rules (its placement) costs a byte in its allocation instead of its
     /// own field beside it.
-    pub(crate) fn encode_with_head(&mut self, head: [u8; HEAD], packed: &[u8]) -> Box<[u8]> {
+    pub fn encode_with_head(&mut self, head: [u8; HEAD], packed: &[u8]) -> Box<[u8]> {
         self.encode_with_head_in(head, packed).into()
     }
 
     /// [`Shapes::encode_with_head`] into this value's scratch buffer, for a caller that copies
     /// it where it keeps it (the endpoint's session slab): no allocation.
-    pub(crate) fn encode_with_head_in(&mut self, head: [u8; HEAD], packed: &[u8]) -> &[u8] {
+    pub fn encode_with_head_in(&mut self, head: [u8; HEAD], packed: &[u8]) -> &[u8] {
         let mut pre = [WHOLE; 1 + HEAD];
         let pre: &[u8] = match self.heads.iter().position(|h| *h == head) {
             Some(i) => {
@@ -80,7 +85,7 @@ impl Shapes {
 
     /// Appends the packed session `kept` ([`Shapes::encode_with_head`]) encodes to `out` and
     /// returns its head; `None` when it does not decode (never panics).
-    pub(crate) fn decode_with_head(&self, kept: &[u8], out: &mut Vec<u8>) -> Option<[u8; HEAD]> {
+    pub fn decode_with_head(&self, kept: &[u8], out: &mut Vec<u8>) -> Option<[u8; HEAD]> {
         let (&i, rest) = kept.split_first()?;
         let (head, rest) = if i == WHOLE {
             let (h, rest) = rest.split_first_chunk::<HEAD>()?;
@@ -143,7 +148,7 @@ impl Shapes {
 
     /// Appends the packed session `kept` encodes to `out`; `None` when it does not decode
     /// (never for what [`Shapes::encode`] gave; never panics).
-    pub(crate) fn decode(&self, kept: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    pub fn decode(&self, kept: &[u8], out: &mut Vec<u8>) -> Option<()> {
         let (&id, mut rest) = kept.split_first()?;
         if id == WHOLE {
             out.extend_from_slice(rest);
@@ -171,8 +176,31 @@ impl Shapes {
         Some(())
     }
 
+    /// The templates, in the order their ids name them (for [`Shapes::from_templates`]).
+    pub fn templates(&self) -> impl Iterator<Item = &[u8]> {
+        self.templates.iter().map(|t| &t[..])
+    }
+
+    /// Shapes holding `templates` (ids in their order), as [`Shapes::templates`] gave them, so
+    /// that what the giver's encodings decode here alike; no heads. `None` for more than
+    /// [`MAX_TEMPLATES`] or two of one length.
+    pub fn from_templates(templates: Vec<Box<[u8]>>) -> Option<Shapes> {
+        if templates.len() > MAX_TEMPLATES {
+            return None;
+        }
+        let mut s = Shapes::default();
+        for t in templates {
+            let id = s.templates.len() as u8;
+            if s.by_len.insert(t.len(), id).is_some() {
+                return None;
+            }
+            s.templates.push(t);
+        }
+        Some(s)
+    }
+
     /// Bytes of the templates (and their index).
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.templates.iter().map(|t| t.len()).sum::<usize>()
             + self.templates.capacity() * std::mem::size_of::<Box<[u8]>>()
             + self.by_len.capacity() * (std::mem::size_of::<(usize, u8)>() + 1)
@@ -307,43 +335,20 @@ mod tests {
     }
 
     #[test]
-    fn an_smf_sim_session_is_kept_in_a_fifth_of_its_packed_bytes() {
-        use crate::message::{pack_session, Body};
-        use std::net::{IpAddr, Ipv4Addr};
-        let packed = |i: u32| {
-            let m = crate::smf::establishment(
-                i + 2,
-                Ipv4Addr::new(10, 3, 0, 254),
-                u64::from(i),
-                IpAddr::V4(Ipv4Addr::from(0x6440_0000 + i)),
-                0x100 + i,
-                Ipv4Addr::new(10, 2, 0, 2),
-            );
-            let Body::SessionEstablishmentRequest(r) = m.body else {
-                unreachable!()
-            };
-            let pdrs: Vec<_> = r
-                .create_pdr
-                .iter()
-                .map(|p| (p, Some(0x0100_0000 + i)))
-                .collect();
-            pack_session(
-                &r.node_id,
-                &r.cp_f_seid,
-                pdrs,
-                &r.create_far,
-                &r.create_qer,
-                &r.create_urr,
-                None,
-            )
-            .unwrap()
-        };
+    fn templates_carried_to_another_shapes_decode_alike() {
         let mut s = Shapes::default();
-        round_trip(&mut s, &packed(0));
-        let p = packed(12_345);
-        let n = round_trip(&mut s, &p);
-        eprintln!("{} packed bytes kept in {n}", p.len());
-        assert!(n * 5 <= p.len(), "{n} of {}", p.len());
+        let recs: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 5 + usize::from(i % 4)]).collect();
+        let kept: Vec<Box<[u8]>> = recs.iter().map(|r| s.encode(r)).collect();
+        let t = Shapes::from_templates(s.templates().map(Box::from).collect()).unwrap();
+        for (r, k) in recs.iter().zip(&kept) {
+            let mut out = Vec::new();
+            t.decode(k, &mut out).unwrap();
+            assert_eq!(&out, r);
+        }
+        assert!(
+            Shapes::from_templates(vec![Box::from(&[1u8][..]), Box::from(&[2u8][..])]).is_none()
+        );
+        assert!(Shapes::from_templates(vec![Box::from(&[][..]); MAX_TEMPLATES + 1]).is_none());
     }
 
     #[test]
