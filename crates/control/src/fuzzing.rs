@@ -119,6 +119,18 @@ pub fn parse(data: &[u8]) {
     }
     let _ = crate::client::decode_reply(&spec().client_key(), CLUSTER, data);
     let _ = crate::record::decode(data);
+    // A range's snapshot (from a peer or the log) and its state records: whatever parses
+    // reads back, and its compact form parses to the same records.
+    if let Ok(s) = crate::replica::state::RangeSnapshot::decode(data) {
+        let _ = s.state();
+    }
+    let tagged = [&[crate::replica::records::TAG][..], data].concat();
+    for b in [data, &tagged[..]] {
+        if let Ok(r) = crate::StateRecords::from_bytes(b) {
+            let again = crate::StateRecords::from_bytes(&r.to_bytes()).expect("its own form");
+            assert!(again == r, "state records read back alike");
+        }
+    }
 }
 
 /// A started node 0 of [`spec`] (its boot record persisted), with a few flows.
