@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md gives it and .ci/run calls it:
 #   formatting, clippy with warnings denied (default and all features), the API docs with
-#   warnings denied, every test in debug mode
-#   (unit, property tests against HashMap oracles, CLI tests from outside, network-namespace
-#   end-to-end tests checked by tshark and scapy), loom models of the cuckoo table's and the live GPT's reader/writer
-#   protocol, a short run of every cargo-fuzz target (all in the one crate `fuzz/`, built once),
-#   and the release-mode `large_` tests (16M keys;
+#   warnings denied, every test in debug mode (unit, property tests against HashMap oracles,
+#   CLI tests from outside, network-namespace end-to-end tests checked by tshark and scapy;
+#   built once, then run in three lanes at once: E2E_LANES below), loom models of the cuckoo
+#   table's and the live GPT's reader/writer protocol, a short run of every cargo-fuzz target
+#   (all in the one crate `fuzz/`, built once), and the release-mode `large_` tests (16M keys;
 #   `#[ignore]`d, so the debug step does not run them; the last step runs them with `--ignored`).
 # Run as root it first installs what the tests need from Debian; the namespace tests need root.
 # At the end (also when a step fails) it prints each step's wall seconds.
 #
 # Environment:
 #   ONLY=fuzz         run only the named steps (comma- or space-separated) of:
-#                     fmt clippy doc test loom fuzz large demo (the Debian step runs as root anyway)
+#                     fmt clippy doc test loom fuzz large demo (the Debian step runs as root anyway;
+#                     `test` builds the test binaries, then runs them in lanes: E2E_LANES)
 #   FUZZ_SECONDS=15   how long each fuzz target runs (10 under CI=true)
 #   FUZZ_JOBS=<cpus>  how many fuzz targets run at once (each still gets FUZZ_SECONDS)
 set -euo pipefail
@@ -88,12 +89,86 @@ if want doc; then
     RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 fi
 
+# The test binaries that wait more than they compute: the namespace end-to-end tests, which
+# bring clusters up, send bounded traffic and wait for it. One after another they took ~650 s
+# of the ~1,000 s the debug test binaries ran (stop 38's suite). Each binary makes its clusters
+# and namespaces under a prefix of its own (its pid), and no link in the root namespace, so
+# binaries can run at once: these go in two lanes beside a third with every other binary.
+# The binaries are those one `cargo test --no-run` built, run as cargo runs them (in their
+# package's directory); a second `cargo test` selecting fewer targets would resolve other
+# features (dev-dependencies count only for the packages whose targets are selected) and
+# rebuild. The doc tests run last in the third lane. Each lane's output is printed whole.
+E2E_LANES=("pfcp_e2e tea_e2e demo_netns" "engine_e2e control_e2e demo_netns_xdp cluster_e2e")
+
+# run_bins LOG LIST: runs each test binary of LIST (lines: target name, package directory,
+# executable), output in LOG; every binary runs (a failure does not stop the others); the
+# status is 1 when one failed.
+run_bins() {
+    local log=$1 list=$2 name dir exe rc=0 t0
+    t0=$(date +%s)
+    while read -r name dir exe; do
+        echo "     Running $name ($exe)" >>"$log"
+        (cd "$dir" && CARGO_MANIFEST_DIR=$dir "$exe") >>"$log" 2>&1 </dev/null || {
+            rc=1
+            echo "FAILED: $name" >>"$log"
+        }
+    done <"$list"
+    echo "lane $(basename "$list"): $(wc -l <"$list") binaries, $(($(date +%s) - t0)) s, exit $rc" >>"$log"
+    return $rc
+}
+
 if want test; then
-    step test "cargo test (debug)"
-    cargo test --workspace "${features[@]}"
+    step test-build "cargo test --no-run (debug: every test binary, built once)"
+    lanes=$(mktemp -d)
+    cargo test --workspace "${features[@]}" --no-run --message-format=json-render-diagnostics \
+        >"$lanes/build.json"
+
+    step test "cargo test (debug): the end-to-end binaries in ${#E2E_LANES[@]} lanes beside the rest"
+    # Every test binary built: target name, package directory, executable.
+    python3 - "$lanes/build.json" >"$lanes/all" <<'PY'
+import json, os, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], os.path.dirname(m["manifest_path"]), m["executable"])
+PY
+    e2e=" ${E2E_LANES[*]} "
+    : >"$lanes/rest"
+    for i in "${!E2E_LANES[@]}"; do : >"$lanes/e2e-$i"; done
+    while read -r name dir exe; do
+        lane=rest
+        for i in "${!E2E_LANES[@]}"; do
+            [[ " ${E2E_LANES[$i]} " == *" $name "* ]] && lane=e2e-$i
+        done
+        echo "$name $dir $exe" >>"$lanes/$lane"
+    done <"$lanes/all"
+    for t in $e2e; do
+        grep -q "^$t " "$lanes/all" || { echo "E2E_LANES names $t, which no test target is"; exit 1; }
+    done
+    pids=()
+    for i in "${!E2E_LANES[@]}"; do
+        run_bins "$lanes/e2e-$i.log" "$lanes/e2e-$i" &
+        pids+=($!)
+    done
+    lanes_rc=0
+    run_bins "$lanes/rest.log" "$lanes/rest" || lanes_rc=1
+    cat "$lanes/rest.log"
+    echo "     Doc-tests (cargo test --doc)"
+    cargo test --workspace "${features[@]}" --doc || lanes_rc=1
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || lanes_rc=1
+        cat "$lanes/e2e-$i.log"
+    done
+    grep -h '^lane \|^FAILED: ' "$lanes"/*.log
+    [ "$lanes_rc" -eq 0 ] || { echo "a test binary failed (its output above)"; exit 1; }
     # The simulated update rate with one and three replicas per range (a measurement, ignored
     # by the run above): printed, a few seconds.
-    cargo test -p sb-control --test sim -- --ignored --nocapture update_rate
+    read -r _ dir exe < <(grep '^sim .*/control ' "$lanes/all")
+    (cd "$dir" && "$exe" --ignored --nocapture update_rate)
+    rm -rf "$lanes"
 fi
 
 if want loom; then
