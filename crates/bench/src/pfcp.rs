@@ -23,7 +23,11 @@
 //!   `kernel_bound_sessions_per_s` the same from the system time alone (the nodes' and the
 //!   generator's): the ceiling were the user-space work free, computed, not measured;
 //! - `estimate_rss_bytes_per_node_10m_sessions_4_nodes`: an estimate, not a measurement: the
-//!   mean node's RSS before the sessions plus 2.5M times its growth per session.
+//!   mean node's RSS before the sessions plus 2.5M times its growth per session;
+//!   `..._log_compacted` the same with the Raft log entries the nodes hold (`held_bytes_per_session`'s
+//!   `raft_logs`, which a run of this size may not yet have compacted) replaced by what a
+//!   checkpoint leaves: the snapshots' copy of the state records (`state_records`) and up to
+//!   64 MiB of entries (the default checkpoint threshold). Also an estimate.
 //!
 //! `--replicas R` and `--detect-ms MS` are passed to `cluster up` (not given: its defaults, 3
 //! replicas with 3 nodes or more and 500 ms); each run's `replicas` and `detect_ms` are what
@@ -341,6 +345,12 @@ fn one(a: &Args, shape: &str, volatile: bool) -> Result<Value> {
                 }
             }
         }
+        let per_session = |k: &str| {
+            held_per_session
+                .get(k)
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0)
+        };
         let mean = |k: &str| {
             nodes.iter().filter_map(|n| n[k].as_f64()).sum::<f64>() / nodes.len().max(1) as f64
         };
@@ -377,6 +387,16 @@ fn one(a: &Args, shape: &str, volatile: bool) -> Result<Value> {
             // resident memory with 10M sessions on 4 nodes, 2.5M handled and held per node.
             "estimate_rss_bytes_per_node_10m_sessions_4_nodes":
                 mean("rss_before_bytes") + mean("rss_bytes_per_session") * 2.5e6,
+            // The same with the Raft logs compacted, as a long run's checkpoints keep them
+            // (also an estimate): the growth less the log entries the nodes count holding,
+            // plus the snapshots' copy of the state records (as compact as the nodes' own),
+            // plus a log's worth of entries before the next checkpoint (64 MiB by default).
+            "estimate_rss_bytes_per_node_10m_sessions_4_nodes_log_compacted":
+                mean("rss_before_bytes")
+                    + (mean("rss_bytes_per_session") - per_session("raft_logs")
+                        + per_session("state_records"))
+                        * 2.5e6
+                    + (64u64 << 20) as f64,
             "table_bytes_per_session": mean("table_bytes_per_session"),
             "held_bytes_per_session": held_per_session,
             "cpu_us_per_session": {
