@@ -112,7 +112,8 @@ impl StateRecords {
     }
 
     /// Parses [`StateRecords::to_bytes`]'s form (never panics): every record must decode
-    /// against the templates and be at most [`MAX_STATE_BYTES`] long, and each key come once.
+    /// against the templates and be at most 64 KiB long (the most [`crate::Node::put_state`]
+    /// takes), and each key come once.
     pub fn from_bytes(b: &[u8]) -> Result<StateRecords, &'static str> {
         let mut r = b;
         let mut take = |n: usize| -> Result<&[u8], &'static str> {
