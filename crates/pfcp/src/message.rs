@@ -1982,6 +1982,26 @@ pub(crate) fn packed_node_id(mut packed: &[u8]) -> Result<NodeId, DecodeError> {
 mod tests {
     use super::*;
 
+    /// A Session Establishment Request's session packed as the endpoint keeps it, every PDR's
+    /// F-TEID `teid`; with the request.
+    fn pack_request(m: Message, teid: u32) -> (SessionEstablishmentRequest, Box<[u8]>) {
+        let Body::SessionEstablishmentRequest(r) = m.body else {
+            unreachable!()
+        };
+        let pdrs: Vec<_> = r.create_pdr.iter().map(|p| (p, Some(teid))).collect();
+        let packed = pack_session(
+            &r.node_id,
+            &r.cp_f_seid,
+            pdrs,
+            &r.create_far,
+            &r.create_qer,
+            &r.create_urr,
+            None,
+        )
+        .unwrap();
+        (r, packed)
+    }
+
     /// How the endpoint keeps an smf-sim session ([`crate::shapes`]).
     #[test]
     fn an_smf_sim_session_is_kept_in_a_fifth_of_its_packed_bytes() {
@@ -1996,24 +2016,7 @@ mod tests {
                 0x100 + i,
                 Ipv4Addr::new(10, 2, 0, 2),
             );
-            let Body::SessionEstablishmentRequest(r) = m.body else {
-                unreachable!()
-            };
-            let pdrs: Vec<_> = r
-                .create_pdr
-                .iter()
-                .map(|p| (p, Some(0x0100_0000 + i)))
-                .collect();
-            pack_session(
-                &r.node_id,
-                &r.cp_f_seid,
-                pdrs,
-                &r.create_far,
-                &r.create_qer,
-                &r.create_urr,
-                None,
-            )
-            .unwrap()
+            pack_request(m, 0x0100_0000 + i).1
         };
         let mut s = Shapes::default();
         s.encode(&packed(0));
@@ -2099,20 +2102,7 @@ mod tests {
             0x100,
             std::net::Ipv4Addr::new(10, 2, 0, 2),
         );
-        let Body::SessionEstablishmentRequest(r) = m.body else {
-            unreachable!()
-        };
-        let pdrs: Vec<_> = r.create_pdr.iter().map(|p| (p, Some(5))).collect();
-        let packed = pack_session(
-            &r.node_id,
-            &r.cp_f_seid,
-            pdrs,
-            &r.create_far,
-            &r.create_qer,
-            &r.create_urr,
-            None,
-        )
-        .unwrap();
+        let (r, packed) = pack_request(m, 5);
         let mut ies = Vec::new();
         expand(&packed, &mut ies).unwrap();
         eprintln!("{} bytes packed, {} as IEs", packed.len(), ies.len());
