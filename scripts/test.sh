@@ -7,7 +7,8 @@
 #   table's and the live GPT's reader/writer protocol, a short run of every cargo-fuzz target
 #   (all in the one crate `fuzz/`, built once), and the release-mode `large_` tests (16M keys;
 #   `#[ignore]`d, so the debug step does not run them; the last step runs them with `--ignored`).
-# Run as root it first installs what the tests need from Debian; the namespace tests need root.
+# Run as root it installs what the tests need from Debian (in the background while fmt and the
+# default clippy run); the namespace tests need root.
 # At the end (also when a step fails) it prints each step's wall seconds.
 #
 # Environment:
@@ -48,22 +49,31 @@ for s in ${ONLY//,/ }; do
     esac
 done
 
-features=()
+# The Debian packages (as root) install in the background while fmt and the default clippy
+# run: those need none of them (the default build needs no system package, and a C compiler
+# and pkg-config come with the toolchain's image). What follows waits for them (`apt-wait`).
+apt_pid=""
 if [ "$(id -u)" -eq 0 ]; then
-    step apt "installing test tools and peer libraries from Debian"
+    echo "==> installing test tools and peer libraries from Debian (beside fmt and clippy)"
+    apt_log=$(mktemp)
+    apt_t0=$(date +%s)
     scripts/apt-install.sh tshark prometheus python3-prometheus-client python3-scapy tcpreplay \
         tcpdump iproute2 procps pkg-config build-essential libdpdk-dev libcuckoo-dev \
-        clang libbpf-dev
+        clang libbpf-dev >"$apt_log" 2>&1 &
+    apt_pid=$!
 fi
-if pkg-config --exists libdpdk 2>/dev/null && [ -d /usr/include/libcuckoo ]; then
-    features=(--all-features)
-else
-    echo "note: libdpdk-dev/libcuckoo-dev missing (not root?): peers behind features are not tested"
-    # The XDP fast path needs only clang and libbpf-dev (scripts/install-bpf-tools.sh).
-    if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then
-        features=(--features sb-xdp/bpf,sb-bench/fastpath,scalebricks/fastpath)
-    fi
-fi
+# wait_apt: waits for the install, prints its log and seconds; stops the run if it failed.
+wait_apt() {
+    [ -n "$apt_pid" ] || return 0
+    step apt-wait "waiting for the Debian packages"
+    local rc=0
+    wait "$apt_pid" || rc=$?
+    apt_pid=""
+    cat "$apt_log"
+    rm -f "$apt_log"
+    echo "apt: $(($(date +%s) - apt_t0)) s in the background, exit $rc"
+    [ "$rc" -eq 0 ] || { echo "installing the Debian packages failed (log above)"; exit 1; }
+}
 
 if want fmt; then
     step fmt "cargo fmt --check"
@@ -78,6 +88,21 @@ if want clippy; then
     # of our crates 40 s; after touching their sources clippy 27 s, check 12 s).
     step clippy "cargo clippy (default features, warnings denied)"
     cargo clippy --workspace --all-targets -- -D warnings
+fi
+
+wait_apt
+features=()
+if pkg-config --exists libdpdk 2>/dev/null && [ -d /usr/include/libcuckoo ]; then
+    features=(--all-features)
+else
+    echo "note: libdpdk-dev/libcuckoo-dev missing (not root?): peers behind features are not tested"
+    # The XDP fast path needs only clang and libbpf-dev (scripts/install-bpf-tools.sh).
+    if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then
+        features=(--features sb-xdp/bpf,sb-bench/fastpath,scalebricks/fastpath)
+    fi
+fi
+
+if want clippy; then
     if [ ${#features[@]} -gt 0 ]; then
         step clippy-all "cargo clippy (${features[*]}: dpdk, libcuckoo, xdp, sb-xdp/bpf as present; warnings denied)"
         cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
