@@ -149,6 +149,9 @@ pub struct FlowCounters {
 struct Server {
     outstanding: u32,
     timeouts_in_row: u32,
+    /// The deadline of the latest-sent read this server answered: a read sent before it that
+    /// times out is lost, but no sign that the server is dead now (it answered since).
+    answered: Option<Instant>,
     health: Health,
     saturated_since: Option<Instant>,
     last_probe: Option<Instant>,
@@ -179,6 +182,7 @@ impl FlowControl {
         let s = Server {
             outstanding: 0,
             timeouts_in_row: 0,
+            answered: None,
             health: Health::Up,
             saturated_since: None,
             last_probe: None,
@@ -348,6 +352,7 @@ impl FlowControl {
         self.settle(i);
         let s = &mut self.servers[i];
         s.timeouts_in_row = 0;
+        s.answered = s.answered.max(Some(f.deadline));
         if f.probe {
             s.probe_in_flight = false;
         }
@@ -384,7 +389,11 @@ impl FlowControl {
             if f.probe {
                 s.probe_in_flight = false;
             }
-            s.timeouts_in_row += 1;
+            // Only reads sent after the last one answered count: those sent before it (to a
+            // server that was down then, and has answered since) say nothing of now.
+            if s.answered.is_none_or(|a| f.deadline > a) {
+                s.timeouts_in_row += 1;
+            }
             if s.timeouts_in_row >= dead_after && !matches!(s.health, Health::Dead(_)) {
                 s.health = Health::Dead(now);
                 s.saturated_since = None;

@@ -106,6 +106,38 @@ fn dead_primary_fails_over_and_back() {
     );
 }
 
+/// Reads sent while a server was down that time out after it answered a later read (a probe,
+/// once it is back) are lost, but do not make it dead again: before, they did, and a resync's
+/// writes to it were then given up as stale (`sb-tea-net`'s
+/// `a_server_that_missed_writes_is_resynced` failed so in a loaded suite run).
+#[test]
+fn reads_sent_before_a_later_answered_one_do_not_kill_the_server() {
+    let p = FlowParams::default();
+    let t0 = Instant::now();
+    let mut f = FlowControl::new(2, p);
+    // Three reads the server drops (it is down), then one it answers (it is back).
+    let dropped: Vec<u32> = (0..3)
+        .map(|_| f.route(t0, 0, Some(1)).unwrap().token)
+        .collect();
+    let answered = f.route(t0 + ms(1), 0, Some(1)).unwrap();
+    assert_eq!(f.on_response(t0 + ms(2), answered.token), Some(0));
+    let mut ex = Vec::new();
+    f.poll_timeouts(t0 + ms(21), &mut ex);
+    assert_eq!(ex.iter().map(|e| e.token).collect::<Vec<_>>(), dropped);
+    assert_eq!(f.counters().timeouts, 3, "the dropped reads are lost");
+    assert_eq!(
+        f.health(0),
+        Health::Up,
+        "but the server answered a later read"
+    );
+    // Reads sent after the last answer count as before.
+    for _ in 0..3 {
+        f.route(t0 + ms(30), 0, Some(1)).unwrap();
+    }
+    f.poll_timeouts(t0 + ms(50), &mut ex);
+    assert_eq!(f.health(0), Health::Dead(t0 + ms(50)));
+}
+
 /// An overloaded primary (saturated for 50 ms) sends its reads to the secondary for 500 ms,
 /// then gets them back.
 #[test]
