@@ -104,10 +104,11 @@ pub(crate) fn changes<'a>(
     r
 }
 
-struct Rd<'a>(&'a [u8]);
+/// A cursor over a record's bytes (also the snapshot's state records').
+pub(crate) struct Rd<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Rd<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
         if n > self.0.len() {
             return Err("truncated");
         }
@@ -115,16 +116,16 @@ impl<'a> Rd<'a> {
         self.0 = b;
         Ok(a)
     }
-    fn u8(&mut self) -> Result<u8, &'static str> {
+    pub(crate) fn u8(&mut self) -> Result<u8, &'static str> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, &'static str> {
+    pub(crate) fn u16(&mut self) -> Result<u16, &'static str> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2")))
     }
-    fn u32(&mut self) -> Result<u32, &'static str> {
+    pub(crate) fn u32(&mut self) -> Result<u32, &'static str> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
     }
-    fn u64(&mut self) -> Result<u64, &'static str> {
+    pub(crate) fn u64(&mut self) -> Result<u64, &'static str> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
     fn bytes8(&mut self) -> Result<crate::Bytes, &'static str> {

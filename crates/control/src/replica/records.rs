@@ -13,7 +13,7 @@
 //! each record as key u64, length u32 and its kept bytes; little-endian), so a range's snapshot
 //! held by the storage adapter is as compact as the map.
 
-use crate::record::MAX_STATE_BYTES;
+use crate::record::{Rd, MAX_STATE_BYTES};
 use sb_common::shapes::{Shapes, MAX_TEMPLATES};
 use std::collections::BTreeMap;
 
@@ -25,6 +25,9 @@ pub(crate) const TAG: u8 = 0x5c;
 pub struct StateRecords {
     kept: BTreeMap<u64, Box<[u8]>>,
     shapes: Shapes,
+    /// The kept forms' bytes, summed as they come and go ([`StateRecords::kept_bytes`] is
+    /// read with every status, every 200 ms, over millions of records).
+    kept_len: usize,
 }
 
 impl StateRecords {
@@ -36,22 +39,22 @@ impl StateRecords {
     /// Keeps `record` under `key` (replacing the one it had).
     pub fn insert(&mut self, key: u64, record: &[u8]) {
         let kept = self.shapes.encode(record);
-        self.kept.insert(key, kept);
+        self.kept_len += kept.len();
+        if let Some(old) = self.kept.insert(key, kept) {
+            self.kept_len -= old.len();
+        }
     }
 
     /// Removes `key`'s record; whether there was one.
     pub fn remove(&mut self, key: u64) -> bool {
-        self.kept.remove(&key).is_some()
+        let old = self.kept.remove(&key);
+        self.kept_len -= old.as_ref().map_or(0, |v| v.len());
+        old.is_some()
     }
 
     /// `key`'s record.
     pub fn get(&self, key: u64) -> Option<Vec<u8>> {
         self.kept.get(&key).map(|k| self.decode(k))
-    }
-
-    /// Whether `key` has a record.
-    pub fn contains(&self, key: u64) -> bool {
-        self.kept.contains_key(&key)
     }
 
     /// The records, in key order, each decoded when it is reached.
@@ -82,7 +85,7 @@ impl StateRecords {
     /// Bytes the records are kept in: their kept forms and the templates (not the map's own
     /// nodes, nor malloc's rounding).
     pub fn kept_bytes(&self) -> usize {
-        self.kept.values().map(|v| v.len()).sum::<usize>() + self.shapes.bytes()
+        self.kept_len + self.shapes.bytes()
     }
 
     fn decode(&self, kept: &[u8]) -> Vec<u8> {
@@ -115,38 +118,31 @@ impl StateRecords {
     /// against the templates and be at most 64 KiB long (the most [`crate::Node::put_state`]
     /// takes), and each key come once.
     pub fn from_bytes(b: &[u8]) -> Result<StateRecords, &'static str> {
-        let mut r = b;
-        let mut take = |n: usize| -> Result<&[u8], &'static str> {
-            if n > r.len() {
-                return Err("truncated state records");
-            }
-            let (a, rest) = r.split_at(n);
-            r = rest;
-            Ok(a)
-        };
-        if take(1)?[0] != TAG {
+        let mut r = Rd(b);
+        if r.u8()? != TAG {
             return Err("no state records");
         }
-        let nt = u16::from_le_bytes(take(2)?.try_into().expect("2")) as usize;
+        let nt = r.u16()? as usize;
         if nt > MAX_TEMPLATES {
             return Err("too many state record templates");
         }
         let mut templates = Vec::with_capacity(nt);
         for _ in 0..nt {
-            let len = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
+            let len = r.u32()? as usize;
             if len > MAX_STATE_BYTES {
                 return Err("state record template too long");
             }
-            templates.push(Box::from(take(len)?));
+            templates.push(Box::from(r.take(len)?));
         }
         let shapes = Shapes::from_templates(templates).ok_or("two templates of one length")?;
-        let n = u64::from_le_bytes(take(8)?.try_into().expect("8"));
+        let n = r.u64()?;
         let mut kept = BTreeMap::new();
+        let mut kept_len = 0;
         let mut out = Vec::new();
         for _ in 0..n {
-            let key = u64::from_le_bytes(take(8)?.try_into().expect("8"));
-            let len = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
-            let v = take(len)?;
+            let key = r.u64()?;
+            let len = r.u32()? as usize;
+            let v = r.take(len)?;
             out.clear();
             shapes
                 .decode(v, &mut out)
@@ -157,11 +153,16 @@ impl StateRecords {
             if kept.insert(key, Box::from(v)).is_some() {
                 return Err("a state record's key given twice");
             }
+            kept_len += len;
         }
-        if !r.is_empty() {
+        if !r.0.is_empty() {
             return Err("trailing bytes after the state records");
         }
-        Ok(StateRecords { kept, shapes })
+        Ok(StateRecords {
+            kept,
+            shapes,
+            kept_len,
+        })
     }
 }
 
@@ -218,6 +219,10 @@ mod tests {
                 prop_assert_eq!(m.get(k), oracle.get(&k).cloned());
             }
             prop_assert_eq!(m.len(), oracle.len());
+            prop_assert_eq!(
+                m.kept_bytes(),
+                m.kept.values().map(|v| v.len()).sum::<usize>() + m.shapes.bytes()
+            );
             prop_assert_eq!(m.to_map(), oracle.clone());
             let back = StateRecords::from_bytes(&m.to_bytes()).unwrap();
             prop_assert_eq!(back.to_map(), oracle);
