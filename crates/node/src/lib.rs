@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "grpc")]
 pub mod api;
 pub mod config;
 pub mod control;

@@ -110,6 +110,8 @@ impl FibHandle {
             }
         })
     }
+    /// The cuckoo FIB (what the operator API reads).
+    #[cfg(feature = "grpc")]
     fn cuckoo(&self) -> Option<&CuckooFib> {
         match self {
             FibHandle::Cuckoo(f, _) => Some(f),
@@ -702,6 +704,13 @@ fn forward(
             xdp_json(xdp),
         ),
     )?;
+    #[cfg(not(feature = "grpc"))]
+    if cfg.api.is_some() {
+        return Err(NodeError::Unsupported(
+            "the operator API: this sb-node was built without its `grpc` feature".into(),
+        ));
+    }
+    #[cfg(feature = "grpc")]
     let api = match &cfg.api {
         Some(a) if cfg.control.is_some() => {
             let token = std::fs::read_to_string(&a.token_file)
@@ -797,6 +806,7 @@ fn forward(
     };
     on_ready();
     let result = std::thread::scope(|s| {
+        #[cfg(feature = "grpc")]
         if let Some((listener, server, backend)) = api {
             s.spawn(move || {
                 // The thread stays in the node's namespace: the connections it makes to the
