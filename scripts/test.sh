@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md gives it and .ci/run calls it:
-#   formatting, clippy with warnings denied (default and all features), the API docs with
-#   warnings denied, every test in debug mode (unit, property tests against HashMap oracles,
-#   CLI tests from outside, network-namespace end-to-end tests checked by tshark and scapy;
-#   built once, then run in three lanes at once: E2E_LANES below), loom models of the cuckoo
-#   table's and the live GPT's reader/writer protocol, a short run of every cargo-fuzz target
-#   (all in the one crate `fuzz/`, built once), and the release-mode `large_` tests (16M keys;
-#   `#[ignore]`d, so the debug step does not run them; the last step runs them with `--ignored`).
+#   formatting, clippy with warnings denied (the libraries and binaries with default features;
+#   every target with the features present, linted while the test binaries build), the API
+#   docs with warnings denied, every test in debug mode (unit, property tests against HashMap
+#   oracles, CLI tests from outside, network-namespace end-to-end tests checked by tshark and
+#   scapy; built once, then run in three lanes at once: E2E_LANES below), loom models of the
+#   cuckoo table's and the live GPT's reader/writer protocol, a short run of every cargo-fuzz
+#   target (all in the one crate `fuzz/`, built once), the release-mode `large_` tests (16M
+#   keys; `#[ignore]`d, so the debug step does not run them; the `large` step runs them with
+#   `--ignored`), and the README's main job (`scalebricks demo`, the test build's binary).
 # Run as root it installs what the tests need from Debian (in the background while fmt and the
 # default clippy run); the namespace tests need root.
 # At the end (also when a step fails) it prints each step's wall seconds.
@@ -14,8 +16,9 @@
 # Environment:
 #   ONLY=fuzz         run only the named steps (comma- or space-separated) of:
 #                     fmt clippy doc test loom fuzz large demo (the Debian step runs as root anyway;
-#                     `test` builds the test binaries, then runs them in lanes: E2E_LANES)
-#   FUZZ_SECONDS=15   how long each fuzz target runs (10 under CI=true)
+#                     `clippy` and `test` build the test binaries, `test` then runs them in
+#                     lanes: E2E_LANES; `demo` alone builds the release binary)
+#   FUZZ_SECONDS=15   how long each fuzz target runs (6 under CI=true)
 #   FUZZ_JOBS=<cpus>  how many fuzz targets run at once (each still gets FUZZ_SECONDS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,12 +26,13 @@ cd "$(dirname "$0")/.."
 # CI (CI=true; 45 minutes on a fresh clone is the budget): the debug test build keeps line
 # tables only (a panic's backtrace still names file and line; full debuginfo for every test
 # binary and its optimized dependencies was most of the test step's 17-minute build), the
-# release builds of the large tests and the demo skip LTO and debuginfo (they check results,
-# not speed), and each fuzz target runs 10 s. Only under CI: a local run keeps the profiles of
-# a developer's own `cargo test` and `cargo build --release`, so neither rebuilds the other's.
+# release builds of the loom models and the large tests skip LTO and debuginfo (they check
+# results, not speed), and each fuzz target runs 6 s (`FUZZ_SECONDS=600 ONLY=fuzz
+# scripts/test.sh` for a longer search). Only under CI: a local run keeps the profiles of a
+# developer's own `cargo test` and `cargo build --release`, so neither rebuilds the other's.
 if [ "${CI:-}" = "true" ]; then
     export CARGO_PROFILE_TEST_DEBUG=${CARGO_PROFILE_TEST_DEBUG:-line-tables-only}
-    FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+    FUZZ_SECONDS=${FUZZ_SECONDS:-6}
     fast_release=(env CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=0
         CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16)
 else
@@ -81,13 +85,14 @@ if want fmt; then
 fi
 
 if want clippy; then
-    # Both runs stay: the default build has code of its own (`cfg(not(feature = ...))` in
-    # sb-node and sb-bench) that only this run lints, and the two share the dependencies' check
-    # builds. A plain `cargo check` instead would save only the lint pass over our crates
-    # (measured on 2 busy cores: cold clippy 9m51s, nearly all dependencies; then a first check
-    # of our crates 40 s; after touching their sources clippy 27 s, check 12 s).
-    step clippy "cargo clippy (default features, warnings denied)"
-    cargo clippy --workspace --all-targets -- -D warnings
+    # The default build's own code (`cfg(not(feature = ...))` in sb-node and sb-bench) is
+    # linted here: libraries and binaries in check mode, whose dependency checks are the ones
+    # `cargo doc` needs too. Every target (tests, benches, examples) is linted with the
+    # features present while the test binaries are built (`test-build`, clippy-driver as the
+    # workspace's compiler wrapper): one build of the dependencies for both, where a separate
+    # `clippy --all-targets` checked every dependency again (629 s of a cold run on this VM).
+    step clippy "cargo clippy --lib --bins (default features, warnings denied)"
+    cargo clippy --workspace --lib --bins -- -D warnings
 fi
 
 wait_apt
@@ -99,13 +104,6 @@ else
     # The XDP fast path needs only clang and libbpf-dev (scripts/install-bpf-tools.sh).
     if command -v clang >/dev/null && [ -f /usr/include/bpf/bpf_helpers.h ]; then
         features=(--features sb-xdp/bpf,sb-bench/fastpath,scalebricks/fastpath)
-    fi
-fi
-
-if want clippy; then
-    if [ ${#features[@]} -gt 0 ]; then
-        step clippy-all "cargo clippy (${features[*]}: dpdk, libcuckoo, xdp, sb-xdp/bpf as present; warnings denied)"
-        cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
     fi
 fi
 
@@ -142,24 +140,40 @@ run_bins() {
     return $rc
 }
 
-if want test; then
-    step test-build "cargo test --no-run (debug: every test binary, built once)"
+# The linted build: clippy-driver as the compiler of the workspace's own crates
+# (RUSTC_WORKSPACE_WRAPPER, as `cargo clippy` runs it; dependencies are compiled as usual)
+# while `cargo test --all-targets --no-run` builds every test binary: a lint is an error
+# that fails this step. The doc tests later build with the same wrapper, so nothing rebuilds.
+clippy_build=(env "RUSTC_WORKSPACE_WRAPPER=$(rustc --print sysroot)/bin/clippy-driver"
+    "CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
+demo_bin=""
+if want clippy || want test; then
+    step test-build "cargo test --all-targets --no-run (debug: every test binary, built once; clippy lints every target, warnings denied${features:+, ${features[*]}})"
     lanes=$(mktemp -d)
-    cargo test --workspace "${features[@]}" --no-run --message-format=json-render-diagnostics \
-        >"$lanes/build.json"
-
-    step test "cargo test (debug): the end-to-end binaries in ${#E2E_LANES[@]} lanes beside the rest"
-    # Every test binary built: target name, package directory, executable.
-    python3 - "$lanes/build.json" >"$lanes/all" <<'PY'
+    "${clippy_build[@]}" cargo test --workspace --all-targets "${features[@]}" --no-run \
+        --message-format=json-render-diagnostics >"$lanes/build.json"
+    # Every test binary built (target name, package directory, executable; benches are built
+    # to be linted, not run), and the scalebricks binary (the demo step runs it).
+    python3 - "$lanes/build.json" "$lanes/demo_bin" >"$lanes/all" <<'PY'
 import json, os, sys
 for line in open(sys.argv[1]):
     try:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    kind = m["target"]["kind"]
+    if m["profile"]["test"] and "bench" not in kind:
         print(m["target"]["name"], os.path.dirname(m["manifest_path"]), m["executable"])
+    elif kind == ["bin"] and m["target"]["name"] == "scalebricks":
+        open(sys.argv[2], "w").write(m["executable"])
 PY
+    demo_bin=$(cat "$lanes/demo_bin" 2>/dev/null || true)
+fi
+
+if want test; then
+    step test "cargo test (debug): the end-to-end binaries in ${#E2E_LANES[@]} lanes beside the rest"
     e2e=" ${E2E_LANES[*]} "
     : >"$lanes/rest"
     for i in "${!E2E_LANES[@]}"; do : >"$lanes/e2e-$i"; done
@@ -182,7 +196,7 @@ PY
     run_bins "$lanes/rest.log" "$lanes/rest" || lanes_rc=1
     cat "$lanes/rest.log"
     echo "     Doc-tests (cargo test --doc)"
-    cargo test --workspace "${features[@]}" --doc || lanes_rc=1
+    "${clippy_build[@]}" cargo test --workspace "${features[@]}" --doc || lanes_rc=1
     for i in "${!pids[@]}"; do
         wait "${pids[$i]}" || lanes_rc=1
         cat "$lanes/e2e-$i.log"
@@ -193,16 +207,16 @@ PY
     # by the run above): printed, a few seconds.
     read -r _ dir exe < <(grep '^sim .*/control ' "$lanes/all")
     (cd "$dir" && "$exe" --ignored --nocapture update_rate)
-    rm -rf "$lanes"
 fi
+[ -z "${lanes:-}" ] || rm -rf "$lanes"
 
 if want loom; then
     step loom "loom models of the cuckoo table's reader/writer protocol"
-    RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom "${fast_release[@]}" \
         cargo test -p sb-cuckoo --test loom --release
 
     step loom-gpt "loom models of the live GPT's reader/writer protocol (a seqlock per block)"
-    RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom "${fast_release[@]}" \
         cargo test -p sb-setsep --test loom --release
 fi
 
@@ -255,27 +269,43 @@ fi
 
 if want large; then
     step large "release-mode large tests"
-    # Only the packages that hold a `large_` test are built for it: `--workspace --release`
-    # built (and thin-LTO linked) every test binary of every crate in release mode, most of
-    # them to run nothing. The packages are found from the sources, so a new `large_` test is
-    # never skipped.
+    # Only the test targets that hold a `large_` test are built for it (`--workspace
+    # --release` built and linked every test binary of every crate in release mode, most of
+    # them to run nothing). They are found from the sources (a test function `fn large_...()`
+    # in `crates/C/tests/T.rs` or in `crates/C/src`), so a new one is never skipped.
     large_pkgs=()
-    for d in $(grep -rl --include='*.rs' 'fn large_' crates | cut -d/ -f1-2 | sort -u); do
-        large_pkgs+=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$d/Cargo.toml" | head -1)")
+    large_targets=()
+    for f in $(grep -rlE --include='*.rs' '^\s*fn large_[A-Za-z0-9_]*\(\)\s*\{' crates | sort); do
+        d=$(echo "$f" | cut -d/ -f1-2)
+        p=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$d/Cargo.toml" | head -1)")
+        [[ " ${large_pkgs[*]} " == *" ${p[*]} "* ]] || large_pkgs+=("${p[@]}")
+        case $f in
+            "$d"/tests/*.rs) t=$(basename "$f" .rs); large_targets+=(--test "$t") ;;
+            *) large_targets+=(--lib) ;;
+        esac
     done
     [ ${#large_pkgs[@]} -gt 0 ] || { echo "no large_ tests found under crates/"; exit 1; }
-    echo "large_ tests in: ${large_pkgs[*]}"
+    echo "large_ tests in: ${large_pkgs[*]} (${large_targets[*]})"
     # `--all-features` applies to the packages selected; the XDP features name other packages
     # (cargo refuses those) and no large_ test needs them.
     large_features=()
     [ "${features[*]}" = "--all-features" ] && large_features=(--all-features)
-    "${fast_release[@]}" cargo test --release "${large_pkgs[@]}" "${large_features[@]}" -- --ignored large_
+    "${fast_release[@]}" cargo test --release "${large_pkgs[@]}" "${large_targets[@]}" \
+        "${large_features[@]}" -- --ignored large_
 fi
 
 if want demo; then
-    step demo "the README's main job (cargo run --release --bin scalebricks -- demo)"
-    # The release build of the scalebricks binary alone (the large step builds only the
-    # packages holding large_ tests; their dependencies' release builds are shared).
-    "${fast_release[@]}" cargo run --release "${features[@]}" --bin scalebricks -- demo --json > target/demo.json
+    mkdir -p target
+    if [ -n "$demo_bin" ]; then
+        # The binary the test build made (the test profile: our crates at opt-level 1, their
+        # dependencies at 2, debug assertions on): the same code as the release build, whose
+        # build took 313 s of a cold run on this VM to run this for 10 s (the large step and
+        # the fuzz build still compile most crates with optimizations).
+        step demo "the README's main job: scalebricks demo, defaults (the test build's binary, $demo_bin)"
+        "$demo_bin" demo --json >target/demo.json
+    else
+        step demo "the README's main job (cargo run --release --bin scalebricks -- demo)"
+        "${fast_release[@]}" cargo run --release "${features[@]}" --bin scalebricks -- demo --json >target/demo.json
+    fi
     grep -q '"ok": true' target/demo.json
 fi
