@@ -1131,6 +1131,7 @@ fn raw_reads(server: SocketAddr, buckets: u64, bucket_bytes: usize, n: usize) ->
             region: 0,
             offset: (rng.next_u64() % buckets) * bucket_bytes as u64,
             length: bucket_bytes as u32,
+            key: 0,
             packet: &[],
         }
         .emit(&mut req)?;
@@ -1178,8 +1179,8 @@ fn fig8(a: &Args, keys: &[(FlowKey, [u8; 8])]) -> Result<Value> {
         let tput = run(a.window, a.fig8_packets)?;
         let row = json!({
             "frame_bytes": size,
-            "request_bytes_on_wire": 42 + 28 + size,
-            "response_bytes_on_wire": 42 + 16 + bb + size,
+            "request_bytes_on_wire": 42 + sb_tea::wire::REQUEST_HEADER + size,
+            "response_bytes_on_wire": 42 + sb_tea::wire::RESPONSE_HEADER + bb + size,
             "latency": lat["latency"],
             "latency_run_lost": lat["lost"],
             "lookups_per_s": tput["lookups_per_s"],
@@ -1260,7 +1261,7 @@ pub fn run(a: Args) -> Result<()> {
             "bytes_per_copy": buckets(keys.len()) as usize * bb,
             "bytes_per_server_with_secondary_at_max_servers": 2.0 * (buckets(keys.len()) as usize * bb) as f64 / max_n as f64,
         },
-        "fabric_bytes_per_read_round": 128 + bb + 2 * a.packet_size,
+        "fabric_bytes_per_read_round": 2 * 42 + sb_tea::wire::REQUEST_HEADER + sb_tea::wire::RESPONSE_HEADER + bb + 2 * a.packet_size,
     });
     if part("fig8") {
         v["figure8"] = fig8(&a, &keys)?;

@@ -20,7 +20,7 @@
 //!
 //! # Bytes on the fabric
 //! A read request carries the whole packet and the response brings it back with the bucket
-//! (Figure 5b): `128 + B + 2P` bytes per read round for a `P`-byte packet and `B`-byte buckets
+//! (Figure 5b): `136 + B + 2P` bytes per read round for a `P`-byte packet and `B`-byte buckets
 //! (Ethernet, IPv4, UDP and the RoCE-like headers both ways; [`switch`] has the details). These
 //! figures are computed from the wire format, not measured; the switch counts the UDP payload
 //! it sends and receives (`fabric_payload_bytes`, without the 84 bytes of Ethernet, IPv4 and
@@ -63,7 +63,8 @@
 //! let layout = Layout::new(13, 8, 4).unwrap();
 //! let mut table = TeaTable::new(TableParams::new(layout, RangeTable::even(64, &[0]).unwrap(), 1));
 //! let mut mem = server::MemoryServer::new();
-//! mem.register(0, table.region(0)[0].clone()).unwrap();
+//! // The primary copy of region 0, served to requests carrying its access key.
+//! mem.register(0, table.region(0)[0].clone(), table.access_key(0, 0)).unwrap();
 //! let srv = server::spawn(mem, "127.0.0.1:0".parse().unwrap()).unwrap();
 //!
 //! let public = Ipv4Addr::new(198, 51, 100, 1);

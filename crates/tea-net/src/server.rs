@@ -1,6 +1,11 @@
 //! The memory server: registered regions answered over UDP by copying bytes, with no
 //! network-function logic (the stand-in for an RDMA NIC serving one-sided reads).
 //!
+//! Each region is registered with its access key (its copy's, [`sb_tea::TeaTable::access_key`]),
+//! as an RDMA memory region with its R_Key: a read or write that does not carry it is answered
+//! [`Status::AccessDenied`] and counted ([`ServerCounters::denied`]), with nothing read or
+//! written, so a host on the fabric without the keys can neither read nor write a table.
+//!
 //! [`MemoryServer`] is the sans-IO part: a map from region number to a registered region and
 //! [`MemoryServer::handle`], which parses one datagram ([`sb_tea::wire`]'s read request) and
 //! writes the response: the bytes asked for and the packet the request carried, or a status
@@ -21,7 +26,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use sb_tea::wire::{
-    opcode, serve_read, serve_write, Opcode, ReadRequest, Status, WireError, WriteRequest,
+    ack_write, key_matches, opcode, refuse_read, serve_read, serve_write, Opcode, ReadRequest,
+    Status, WireError, WriteRequest,
 };
 use sb_tea::{Region, TeaTable};
 
@@ -36,7 +42,7 @@ pub enum ServerError {
 /// Why bytes are not a server image ([`MemoryServer::from_image`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImageError {
-    /// The bytes do not start with [`IMAGE_MAGIC`] and version 1.
+    /// The bytes do not start with [`IMAGE_MAGIC`] and [`IMAGE_VERSION`].
     #[error("not a TEA memory-server image (bad magic or version)")]
     Magic,
     /// The bytes end inside a header or a region.
@@ -53,8 +59,18 @@ pub enum ImageError {
     Duplicate(u32),
 }
 
-/// The first 8 bytes of a server image, then the version (1, u32 little endian).
+/// The first 8 bytes of a server image, then the version ([`IMAGE_VERSION`], u32 little
+/// endian).
 pub const IMAGE_MAGIC: &[u8; 8] = b"SBTEAIMG";
+/// The server image's version (2: each region with its access key).
+pub const IMAGE_VERSION: u32 = 2;
+
+/// A registered region and the access key requests for it must carry.
+#[derive(Debug, Clone)]
+struct Registered {
+    region: Arc<Region>,
+    key: u64,
+}
 
 /// What one server answered, by outcome.
 #[derive(Debug, Default)]
@@ -64,8 +80,11 @@ pub struct ServerCounters {
     /// Bytes of region copied into answers.
     pub bytes: AtomicU64,
     /// Reads and writes refused: unknown region, out of bounds, unaligned (answered with that
-    /// status).
+    /// status); those with a wrong access key are [`ServerCounters::denied`] instead.
     pub refused: AtomicU64,
+    /// Reads and writes that did not carry the region's access key (answered
+    /// [`Status::AccessDenied`]; nothing read or written).
+    pub denied: AtomicU64,
     /// Writes done (each one bucket image from the switch's control plane), acknowledged.
     pub writes: AtomicU64,
     /// Datagrams that are not read requests (not answered).
@@ -77,7 +96,7 @@ pub struct ServerCounters {
 /// The regions one node registered, and the read handler.
 #[derive(Debug, Default, Clone)]
 pub struct MemoryServer {
-    regions: HashMap<u32, Arc<Region>>,
+    regions: HashMap<u32, Registered>,
 }
 
 impl MemoryServer {
@@ -87,13 +106,19 @@ impl MemoryServer {
     }
 
     /// Registers `region` as number `number` (the TEA table's range index: the same number
-    /// on the range's primary and secondary). The region stays shared: the control side
-    /// keeps writing it while the server reads it.
-    pub fn register(&mut self, number: u32, region: Arc<Region>) -> Result<(), ServerError> {
+    /// on the range's primary and secondary), served to requests carrying `key` (its copy's
+    /// access key). The region stays shared: the control side keeps writing it while the
+    /// server reads it.
+    pub fn register(
+        &mut self,
+        number: u32,
+        region: Arc<Region>,
+        key: u64,
+    ) -> Result<(), ServerError> {
         if self.regions.contains_key(&number) {
             return Err(ServerError::Duplicate(number));
         }
-        self.regions.insert(number, region);
+        self.regions.insert(number, Registered { region, key });
         Ok(())
     }
 
@@ -105,18 +130,22 @@ impl MemoryServer {
     }
 
     /// The server's regions as one file's bytes, to load in another process (a memory
-    /// server in a node's namespace, `scalebricks tea-server`): [`IMAGE_MAGIC`], version 1 and
-    /// the region count (u32 LE each), then per region (sorted by number) its number (u32 LE),
-    /// its length (u64 LE, a multiple of 8) and its bytes.
+    /// server in a node's namespace, `scalebricks tea-server`): [`IMAGE_MAGIC`],
+    /// [`IMAGE_VERSION`] and the region count (u32 LE each), then per region (sorted by number)
+    /// its number (u32 LE), its access key (u64 LE), its length (u64 LE, a multiple of 8) and
+    /// its bytes. The file holds the keys: keep it where only the server and the switch read
+    /// it (`scalebricks cluster up` writes it mode 0600).
     pub fn image(&self) -> Vec<u8> {
         let numbers = self.region_numbers();
         let mut out = Vec::new();
         out.extend_from_slice(IMAGE_MAGIC);
-        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&IMAGE_VERSION.to_le_bytes());
         out.extend_from_slice(&(numbers.len() as u32).to_le_bytes());
         for n in numbers {
-            let bytes = self.regions[&n].snapshot();
+            let r = &self.regions[&n];
+            let bytes = r.region.snapshot();
             out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&r.key.to_le_bytes());
             out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             out.extend_from_slice(&bytes);
         }
@@ -135,7 +164,7 @@ impl MemoryServer {
             Ok(head)
         }
         let mut b = bytes;
-        if b.len() < 16 || &b[..8] != IMAGE_MAGIC || b[8..12] != 1u32.to_le_bytes() {
+        if b.len() < 16 || &b[..8] != IMAGE_MAGIC || b[8..12] != IMAGE_VERSION.to_le_bytes() {
             return Err(ImageError::Magic);
         }
         b = &b[12..];
@@ -143,6 +172,7 @@ impl MemoryServer {
         let mut server = MemoryServer::new();
         for _ in 0..count {
             let number = u32::from_le_bytes(take(&mut b, 4)?.try_into().expect("4 bytes"));
+            let key = u64::from_le_bytes(take(&mut b, 8)?.try_into().expect("8 bytes"));
             let len = u64::from_le_bytes(take(&mut b, 8)?.try_into().expect("8 bytes"));
             let len = usize::try_from(len).map_err(|_| ImageError::Truncated)?;
             if len % 8 != 0 {
@@ -150,7 +180,7 @@ impl MemoryServer {
             }
             let data = take(&mut b, len)?;
             server
-                .register(number, Arc::new(Region::from_image(data)))
+                .register(number, Arc::new(Region::from_image(data)), key)
                 .map_err(|_| ImageError::Duplicate(number))?;
         }
         if !b.is_empty() {
@@ -163,39 +193,42 @@ impl MemoryServer {
     /// request (the bytes are stored, [`sb_tea::Region::write_words`], and acknowledged):
     /// appends the response to `out` and returns its status, or returns
     /// why the datagram is not a request (then nothing is appended and nothing must be
-    /// sent). Never panics.
+    /// sent). A request without the region's access key is answered
+    /// [`Status::AccessDenied`]. Never panics.
     pub fn handle(&self, datagram: &[u8], out: &mut Vec<u8>) -> Result<Status, WireError> {
         if opcode(datagram) == Some(Opcode::WriteRequest) {
             let req = WriteRequest::parse(datagram)?;
-            return Ok(serve_write(
-                self.regions.get(&req.region).map(|r| &**r),
-                &req,
-                out,
-            ));
+            return Ok(match self.regions.get(&req.region) {
+                Some(r) if !key_matches(req.key, r.key) => {
+                    ack_write(&req, Status::AccessDenied, out)
+                }
+                r => serve_write(r.map(|r| &*r.region), &req, out),
+            });
         }
         let req = ReadRequest::parse(datagram)?;
-        Ok(serve_read(
-            self.regions.get(&req.region).map(|r| &**r),
-            &req,
-            out,
-        ))
+        Ok(match self.regions.get(&req.region) {
+            Some(r) if !key_matches(req.key, r.key) => refuse_read(&req, Status::AccessDenied, out),
+            r => serve_read(r.map(|r| &*r.region), &req, out),
+        })
     }
 }
 
 /// The memory servers `0..servers` of `table`: server `s` registers region `r`'s first copy
-/// when it is range `r`'s primary, and its second copy when it is the range's secondary.
+/// when it is range `r`'s primary, and its second copy when it is the range's secondary, each
+/// with its copy's access key.
 /// Ranges naming a server `>= servers` are left out.
 pub fn servers_of(table: &TeaTable, servers: usize) -> Vec<MemoryServer> {
     let mut out = vec![MemoryServer::new(); servers];
     for (r, e) in table.resolver().ranges().entries().iter().enumerate() {
         let copies = table.region(r as u32);
+        let r = r as u32;
         if let Some(s) = out.get_mut(e.primary as usize) {
-            s.register(r as u32, Arc::clone(&copies[0]))
+            s.register(r, Arc::clone(&copies[0]), table.access_key(r, 0))
                 .expect("one range per region number");
         }
         if let (Some(sec), Some(copy)) = (e.secondary, copies.get(1)) {
             if let Some(s) = out.get_mut(sec as usize) {
-                s.register(r as u32, Arc::clone(copy))
+                s.register(r, Arc::clone(copy), table.access_key(r, 1))
                     .expect("one range per region number");
             }
         }
@@ -320,6 +353,9 @@ fn serve_loop(server: &MemoryServer, socket: &UdpSocket, c: &ServerControl) {
                     sb_tea::wire::RESPONSE_HEADER + (n - sb_tea::wire::REQUEST_HEADER),
                 );
                 c.counters.bytes.fetch_add(data as u64, Ordering::Relaxed);
+            }
+            Ok(Status::AccessDenied) => {
+                c.counters.denied.fetch_add(1, Ordering::Relaxed);
             }
             Ok(_) => {
                 c.counters.refused.fetch_add(1, Ordering::Relaxed);

@@ -36,11 +36,11 @@
 //! Epochs (sketch and Bloom filter cleared, cache aged) end every `epoch_lookups` lookups.
 //!
 //! # Bytes on the fabric
-//! A remote lookup of a `P`-byte packet with `B`-byte buckets costs `128 + B + 2P` bytes per
-//! read round over Ethernet/IPv4/UDP ([`sb_tea::wire`]); a key in its second bucket costs two
-//! rounds, a miss three. For the NAT (13-byte keys, 8-byte values, 4 slots: `B` = 104): a
-//! 64-byte packet costs 360 bytes on the switch-server link (5.6x the packet), a 1500-byte
-//! packet 3232 (2.2x). A packet served by the cache or the stash costs nothing on the fabric.
+//! A remote lookup of a `P`-byte packet with `B`-byte buckets costs `136 + B + 2P` bytes per
+//! read round over Ethernet/IPv4/UDP ([`sb_tea::wire`]; the request's 8 of them are its access
+//! key); a key in its second bucket costs two rounds, a miss three. For the NAT (13-byte keys,
+//! 8-byte values, 4 slots: `B` = 104): a 64-byte packet costs 368 bytes on the switch-server
+//! link (5.75x the packet), a 1500-byte packet 3240 (2.2x). A packet served by the cache or the stash costs nothing on the fabric.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -101,7 +101,7 @@ pub enum SwitchDrop {
     /// Longer than a read request carries.
     #[error("packet longer than a read request carries")]
     TooLong,
-    /// The server answered with an error status (unknown region, out of bounds).
+    /// The server answered with an error status (unknown region, out of bounds, access denied).
     #[error("server answered {0:?}")]
     Server(Status),
     /// The lookup failed: a bad bucket, or buckets that kept changing.
@@ -161,7 +161,7 @@ pub struct SwitchCounters {
     /// Copies not written: their server dead to flow control, or silent for
     /// [`WRITE_TRIES`] sends (the copy is stale until [`TeaSwitch::resync`]).
     pub write_skipped: u64,
-    /// Acknowledgements with an error status (unknown region, out of bounds, unaligned).
+    /// Acknowledgements with an error status (unknown region, out of bounds, unaligned, access denied).
     pub write_errors: u64,
     /// Whole regions rewritten to a server that had missed writes ([`TeaSwitch::resync`]).
     pub resyncs: u64,
@@ -225,6 +225,8 @@ pub struct TeaSwitch<A: App> {
     stash_after: Option<Vec<Entry>>,
     next_write_id: u32,
     stale: Vec<bool>,
+    /// Per region: the access keys of its primary's and its secondary's copy (the table's).
+    access_keys: Vec<[u64; 2]>,
 }
 
 impl<A: App> TeaSwitch<A> {
@@ -242,6 +244,9 @@ impl<A: App> TeaSwitch<A> {
             None
         };
         let key_len = app.key_bytes();
+        let access_keys = (0..table.resolver().ranges().entries().len() as u32)
+            .map(|r| [table.access_key(r, 0), table.access_key(r, 1)])
+            .collect();
         let mut s = TeaSwitch {
             app,
             resolver: table.resolver().clone(),
@@ -269,9 +274,28 @@ impl<A: App> TeaSwitch<A> {
             stash_after: None,
             next_write_id: 0,
             stale: vec![false; servers],
+            access_keys,
         };
         s.refresh_stash(table);
         Ok(s)
+    }
+
+    /// The access key of `server`'s copy of `region` (0, which no copy has, for a server that
+    /// holds none).
+    fn access_key(&self, region: u32, server: ServerId) -> u64 {
+        let (Some(e), Some(k)) = (
+            self.resolver.ranges().entries().get(region as usize),
+            self.access_keys.get(region as usize),
+        ) else {
+            return 0;
+        };
+        if e.primary == server {
+            k[0]
+        } else if e.secondary == Some(server) {
+            k[1]
+        } else {
+            0
+        }
     }
 
     /// The NF.
@@ -389,6 +413,7 @@ impl<A: App> TeaSwitch<A> {
             region: a.region,
             offset: a.offset,
             length: a.len,
+            key: self.access_key(a.region, route.server),
             packet: frame,
         };
         req.emit(&mut self.scratch)
@@ -474,6 +499,7 @@ impl<A: App> TeaSwitch<A> {
                 region,
                 offset: 0,
                 length: 0,
+                key: self.access_key(region, p.server),
                 packet: &[],
             }
             .emit(&mut self.scratch)
@@ -707,10 +733,12 @@ impl<A: App> TeaSwitch<A> {
     fn send_writes<S: Sink>(&mut self, f: &mut WriteInFlight, sink: &mut S) {
         for c in f.copies.iter_mut().filter(|c| !c.2) {
             self.scratch.clear();
+            let key = self.access_key(f.write.address.region, c.0);
             WriteRequest {
                 request_id: c.1,
                 region: f.write.address.region,
                 offset: f.write.address.offset,
+                key,
                 data: &f.write.image,
             }
             .emit(&mut self.scratch)

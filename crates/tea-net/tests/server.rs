@@ -1,6 +1,7 @@
 //! The memory server: reads answered byte for byte over UDP, reads outside a region or of an
-//! unknown region refused with their status, datagrams that are not requests not answered,
-//! and no input makes the handler panic.
+//! unknown region refused with their status, reads and writes without the region's access key
+//! denied (nothing read or written), datagrams that are not requests not answered, and no
+//! input makes the handler panic.
 
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use sb_tea::wire::{ReadRequest, ReadResponse, Status};
+use sb_tea::wire::{ReadRequest, ReadResponse, Status, WriteAck, WriteRequest};
 use sb_tea::{MemoryRegion, Region};
 use sb_tea_net::server::{spawn, ImageError, MemoryServer, ServerError};
 
@@ -16,11 +17,24 @@ fn image(n: usize, salt: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31) ^ salt).collect()
 }
 
+/// The access keys of the test server's regions 0 and 7.
+const K0: u64 = 0x0123_4567_89ab_cdef;
+const K7: u64 = 0x7777_0000_1234_5678;
+
+/// The key a request for `region` carries: its registered key (0 for an unknown region).
+fn key_of(region: u32) -> u64 {
+    match region {
+        0 => K0,
+        7 => K7,
+        _ => 0,
+    }
+}
+
 fn server() -> (MemoryServer, Vec<u8>, Vec<u8>) {
     let (a, b) = (image(4096, 1), image(1024, 2));
     let mut s = MemoryServer::new();
-    s.register(0, Arc::new(Region::from_image(&a))).unwrap();
-    s.register(7, Arc::new(Region::from_image(&b))).unwrap();
+    s.register(0, Arc::new(Region::from_image(&a)), K0).unwrap();
+    s.register(7, Arc::new(Region::from_image(&b)), K7).unwrap();
     (s, a, b)
 }
 
@@ -39,6 +53,7 @@ fn image_round_trip_and_refusals() {
             region: number,
             offset: 0,
             length: want.len() as u32,
+            key: key_of(number),
             packet: b"",
         }
         .emit(&mut req)
@@ -71,7 +86,7 @@ fn image_round_trip_and_refusals() {
 fn registration() {
     let (mut s, _, _) = server();
     assert_eq!(
-        s.register(7, Arc::new(Region::new(8))),
+        s.register(7, Arc::new(Region::new(8)), 1),
         Err(ServerError::Duplicate(7))
     );
     assert_eq!(s.region_numbers(), [0, 7]);
@@ -106,6 +121,7 @@ fn reads_over_udp_byte_for_byte_and_refusals() {
             region,
             offset,
             length,
+            key: key_of(region),
             packet: &packet,
         }
         .emit(&mut req_bytes)
@@ -140,6 +156,7 @@ fn reads_over_udp_byte_for_byte_and_refusals() {
         region: 0,
         offset: 0,
         length: 8,
+        key: K0,
         packet: b"",
     }
     .emit(&mut req_bytes)
@@ -154,6 +171,144 @@ fn reads_over_udp_byte_for_byte_and_refusals() {
     h.join();
 }
 
+/// A host on the fabric without a region's access key (an RDMA R_Key's job) can neither read
+/// nor write it: a wrong key, another region's key, a key with one bit changed and no key at
+/// all are each answered AccessDenied, with no data and nothing written; with the key the same
+/// requests are served. Over UDP, as the switch and the memory servers talk.
+#[test]
+fn reads_and_writes_without_the_access_key_are_denied_over_udp() {
+    let a = image(4096, 1);
+    let region0 = Arc::new(Region::from_image(&a));
+    let mut s = MemoryServer::new();
+    s.register(0, Arc::clone(&region0), K0).unwrap();
+    s.register(7, Arc::new(Region::from_image(&image(1024, 2))), K7)
+        .unwrap();
+    let h = spawn(s, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let new_words: Vec<u8> = (0..32u8).map(|i| i ^ 0xa5).collect();
+    let ask = |bytes: &[u8], buf: &mut [u8]| {
+        client.send_to(bytes, h.addr).unwrap();
+        let (n, _) = client.recv_from(buf).unwrap();
+        n
+    };
+    for (id, key) in [
+        (1u32, 0u64),
+        (2, K7),
+        (3, K0 ^ 1),
+        (4, K0 ^ (1 << 63)),
+        (5, !K0),
+    ] {
+        let mut req = Vec::new();
+        let read = ReadRequest {
+            request_id: id,
+            region: 0,
+            offset: 0,
+            length: 64,
+            key,
+            packet: b"p",
+        };
+        read.emit(&mut req).unwrap();
+        let n = ask(&req, &mut buf);
+        let r = ReadResponse::parse(&buf[..n]).unwrap();
+        assert_eq!(
+            (r.request_id, r.status),
+            (id, Status::AccessDenied),
+            "read, key {key:#x}"
+        );
+        assert!(
+            r.data.is_empty(),
+            "no byte of the region leaves without the key"
+        );
+        assert_eq!(r.packet, b"p");
+        req.clear();
+        let write = WriteRequest {
+            request_id: id,
+            region: 0,
+            offset: 64,
+            key,
+            data: &new_words,
+        };
+        write.emit(&mut req).unwrap();
+        let n = ask(&req, &mut buf);
+        let ack = WriteAck::parse(&buf[..n]).unwrap();
+        assert_eq!(
+            (ack.request_id, ack.status),
+            (id, Status::AccessDenied),
+            "write, key {key:#x}"
+        );
+        assert_eq!(region0.snapshot(), a, "nothing written without the key");
+    }
+    let c = &h.control.counters;
+    assert_eq!(c.denied.load(Ordering::Relaxed), 10);
+    assert_eq!(
+        c.reads.load(Ordering::Relaxed) + c.writes.load(Ordering::Relaxed),
+        0
+    );
+    assert_eq!(c.refused.load(Ordering::Relaxed), 0);
+
+    // With the key: served.
+    let mut req = Vec::new();
+    WriteRequest {
+        request_id: 9,
+        region: 0,
+        offset: 64,
+        key: K0,
+        data: &new_words,
+    }
+    .emit(&mut req)
+    .unwrap();
+    let n = ask(&req, &mut buf);
+    assert_eq!(WriteAck::parse(&buf[..n]).unwrap().status, Status::Ok);
+    req.clear();
+    ReadRequest {
+        request_id: 10,
+        region: 0,
+        offset: 64,
+        length: 32,
+        key: K0,
+        packet: b"",
+    }
+    .emit(&mut req)
+    .unwrap();
+    let n = ask(&req, &mut buf);
+    let r = ReadResponse::parse(&buf[..n]).unwrap();
+    assert_eq!((r.status, r.data), (Status::Ok, &new_words[..]));
+    assert_eq!(c.denied.load(Ordering::Relaxed), 10);
+    h.join();
+}
+
+/// The image keeps each region's access key: a server loaded from it denies the wrong key and
+/// serves the right one.
+#[test]
+fn the_image_keeps_the_access_keys() {
+    let t = MemoryServer::from_image(&server().0.image()).unwrap();
+    for (region, key) in [(0u32, K0), (7, K7)] {
+        for (k, want) in [(key, Status::Ok), (key ^ 4, Status::AccessDenied)] {
+            let mut req = Vec::new();
+            ReadRequest {
+                request_id: 1,
+                region,
+                offset: 0,
+                length: 8,
+                key: k,
+                packet: b"",
+            }
+            .emit(&mut req)
+            .unwrap();
+            let mut out = Vec::new();
+            assert_eq!(
+                t.handle(&req, &mut out),
+                Ok(want),
+                "region {region}, key {k:#x}"
+            );
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -165,6 +320,9 @@ proptest! {
         let mut out = Vec::new();
         match s.handle(&data, &mut out) {
             Err(_) => prop_assert!(out.is_empty()),
+            Ok(st) if WriteRequest::parse(&data).is_ok() => {
+                prop_assert!(WriteAck::parse(&out).unwrap().status == st);
+            }
             Ok(st) => {
                 let req = ReadRequest::parse(&data).unwrap();
                 let r = ReadResponse::parse(&out).unwrap();
@@ -206,7 +364,9 @@ proptest! {
     fn requests_in_and_out_of_bounds(region in 0u32..9, offset in 0u64..5000, length in 0u32..600) {
         let (s, a, b) = server();
         let mut req = Vec::new();
-        ReadRequest { request_id: 5, region, offset, length, packet: b"pk" }.emit(&mut req).unwrap();
+        ReadRequest { request_id: 5, region, offset, length, key: key_of(region), packet: b"pk" }
+            .emit(&mut req)
+            .unwrap();
         let mut out = Vec::new();
         let st = s.handle(&req, &mut out).unwrap();
         let r = ReadResponse::parse(&out).unwrap();

@@ -97,6 +97,7 @@ pub fn write(data: &[u8]) {
             request_id: u32::from(data[0]),
             region: u32::from(data[1] & 1),
             offset: u64::from(u16::from_le_bytes([data[2], data[3]])) % 4200,
+            key: 0,
             data: &data[4..],
         };
         let mut b = Vec::new();

@@ -47,7 +47,9 @@
 //! let value = loop {
 //!     let a = resolver.address(bucket);
 //!     let mut req = Vec::new();
-//!     ReadRequest { request_id: 1, region: a.region, offset: a.offset, length: a.len, packet: &packet }
+//!     // The primary copy's access key (a cluster's memory servers check it).
+//!     let access = table.access_key(a.region, 0);
+//!     ReadRequest { request_id: 1, region: a.region, offset: a.offset, length: a.len, key: access, packet: &packet }
 //!         .emit(&mut req)
 //!         .unwrap();
 //!     // The memory server (primary copy) copies the bytes; no NF logic.

@@ -137,6 +137,8 @@ pub struct TeaTable {
     resolver: Resolver,
     shadow: Vec<u8>,
     regions: Vec<Vec<Arc<Region>>>,
+    /// Per region, per copy: the access key its memory server checks ([`TeaTable::access_key`]).
+    access_keys: Vec<Vec<u64>>,
     stash: Arc<RwLock<StashEntries>>,
     stash_capacity: usize,
     max_search: usize,
@@ -146,7 +148,8 @@ pub struct TeaTable {
 }
 
 impl TeaTable {
-    /// An empty table: every bucket an empty image at version 0, in every copy of its region.
+    /// An empty table: every bucket an empty image at version 0, in every copy of its region,
+    /// each copy with an access key of 64 random bits (the operating system's).
     pub fn new(params: TableParams) -> TeaTable {
         let TableParams {
             layout,
@@ -167,11 +170,15 @@ impl TeaTable {
                     .map(|_| Arc::new(Region::from_image(image)))
                     .collect()
             })
+            .collect::<Vec<Vec<Arc<Region>>>>();
+        let access_keys = (regions.iter())
+            .map(|copies| copies.iter().map(|_| random_key()).collect())
             .collect();
         TeaTable {
             resolver: Resolver::new(layout, seed, ranges),
             shadow,
             regions,
+            access_keys,
             stash: Arc::new(RwLock::new(Vec::new())),
             stash_capacity,
             max_search: max_search.max(2),
@@ -255,6 +262,16 @@ impl TeaTable {
     /// secondary when the range has one. A memory server serves reads from these.
     pub fn region(&self, region: u32) -> &[Arc<Region>] {
         &self.regions[region as usize]
+    }
+
+    /// The access key of copy `copy` of region `region` (0: the range's primary, 1: its
+    /// secondary): what a read or write of that copy must carry ([`crate::wire`]'s access
+    /// keys); 0 for a copy the table does not have.
+    pub fn access_key(&self, region: u32, copy: usize) -> u64 {
+        (self.access_keys.get(region as usize))
+            .and_then(|k| k.get(copy))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// A reader that reads the regions in this process (copy `replica`, or the primary's when
@@ -718,6 +735,18 @@ impl TableReader {
                 Step::Found(v) => return Ok((Some(v.to_vec()), l.reads())),
                 Step::Miss => return Ok((None, l.reads())),
             }
+        }
+    }
+}
+
+/// 64 random bits from the operating system, never 0 (the key of no copy).
+fn random_key() -> u64 {
+    loop {
+        let mut b = [0u8; 8];
+        getrandom::getrandom(&mut b).expect("the operating system's random numbers");
+        let k = u64::from_le_bytes(b);
+        if k != 0 {
+            return k;
         }
     }
 }

@@ -6,9 +6,9 @@
 //! All integers big-endian; UDP payloads, port [`UDP_PORT`].
 //!
 //! ```text
-//! read request (28-byte header)             read response (16-byte header)
+//! read request (36-byte header)             read response (16-byte header)
 //!  0  2  magic "TE"                           0  2  magic "TE"
-//!  2  1  version 1                            2  1  version 1
+//!  2  1  version 2                            2  1  version 2
 //!  3  1  opcode 1 (read request)              3  1  opcode 2 (read response)
 //!  4  4  request id                           4  4  request id (the request's)
 //!  8  4  region                               8  1  status (0 ok, see Status)
@@ -16,8 +16,19 @@
 //! 20  4  length to read (<= MAX_READ)        10  2  packet length P
 //! 24  2  packet length P (<= MAX_PACKET)     12  4  data length L (= request's length if ok, else 0)
 //! 26  2  reserved, 0                         16  L  the bytes read
-//! 28  P  the original packet               16+L P  the original packet, as the request carried it
+//! 28  8  the region's access key           16+L P  the original packet, as the request carried it
+//! 36  P  the original packet
 //! ```
+//!
+//! # Access keys
+//! As an RDMA NIC checks a request's R_Key against the memory region it names, a memory server
+//! serves a read or a write only when the request carries the access key of its copy of the
+//! region: 64 random bits drawn when the table is made (`TeaTable::access_key`), one per copy
+//! (a server knows the keys of its own copies only), given to the switch and to that server
+//! alone. A request with another key is answered [`Status::AccessDenied`], with no data and
+//! nothing written ([`refuse_read`], [`ack_write`]), so that a host on the fabric without
+//! the keys can neither read a table nor write one. Like an R_Key, the key is not a MAC: it
+//! keeps out whoever does not see the fabric's traffic between the switch and the servers.
 //!
 //! A datagram must be exactly its header plus the lengths it declares; parsers return a
 //! [`WireError`] for anything else and never panic.
@@ -28,15 +39,16 @@
 //! next bucket ([`crate::table`] says why that order matters).
 //!
 //! ```text
-//! write request (24-byte header)            write ack (12 bytes)
+//! write request (32-byte header)            write ack (12 bytes)
 //!  0  2  magic "TE"                           0  2  magic "TE"
-//!  2  1  version 1                            2  1  version 1
+//!  2  1  version 2                            2  1  version 2
 //!  3  1  opcode 3 (write request)             3  1  opcode 4 (write ack)
 //!  4  4  request id                           4  4  request id (the request's)
 //!  8  4  region                               8  1  status (0 ok, see Status)
 //! 12  8  offset in the region                 9  3  reserved, 0
 //! 20  4  data length L (<= MAX_WRITE)
-//! 24  L  the bytes to write
+//! 24  8  the region's access key
+//! 32  L  the bytes to write
 //! ```
 //!
 //! The server ([`serve_write`]) takes whole 8-byte words at an 8-aligned offset, at least two
@@ -50,26 +62,26 @@
 //!
 //! # Bytes on the fabric per packet
 //! With Ethernet (14) + IPv4 (20) + UDP (8) = 42 bytes of outer headers, a read of one `B`-byte
-//! bucket for a `P`-byte packet costs a request of `70 + P` bytes and a response of
-//! `58 + B + P` bytes: `128 + B + 2P` in all, where forwarding the packet alone costs `P`. For
-//! the NAT layout (13-byte keys, 6-byte values, 4 slots: `B` = 96): 64-byte packet: 134 + 218 =
-//! 352 bytes (5.5x); 1500-byte packet: 1570 + 1654 = 3224 bytes (2.1x). A key in its second
+//! bucket for a `P`-byte packet costs a request of `78 + P` bytes and a response of
+//! `58 + B + P` bytes: `136 + B + 2P` in all, where forwarding the packet alone costs `P`. For
+//! the NAT layout (13-byte keys, 6-byte values, 4 slots: `B` = 96): 64-byte packet: 142 + 218 =
+//! 360 bytes (5.6x); 1500-byte packet: 1578 + 1654 = 3232 bytes (2.2x). A key in its second
 //! bucket costs a second round, a miss a third. RoCEv2 itself would cost 74 + P (Eth, IPv4,
-//! UDP, BTH 12, RETH 16, ICRC 4) and 62 + B + P (BTH, AETH 4, ICRC): our headers are 4 bytes
-//! shorter each way. The response is `58 + B` bytes longer than the packet, so the fabric's
+//! UDP, BTH 12, RETH 16 with its 4-byte R_Key, ICRC 4) and 62 + B + P (BTH, AETH 4, ICRC): our
+//! request is 4 bytes longer (a 64-bit key), our response 4 bytes shorter. The response is `58 + B` bytes longer than the packet, so the fabric's
 //! MTU must exceed the largest packet by that much (jumbo frames, or a larger veth MTU).
 
 use crate::region::{MemoryRegion, Region, WriteError};
 
 /// The two magic bytes, "TE".
 pub const MAGIC: [u8; 2] = *b"TE";
-/// The protocol version.
-pub const VERSION: u8 = 1;
+/// The protocol version (2: requests carry an access key).
+pub const VERSION: u8 = 2;
 /// UDP port of memory servers (next to RoCEv2's 4791, which tshark would dissect as
 /// InfiniBand).
 pub const UDP_PORT: u16 = 4792;
 /// Request header bytes.
-pub const REQUEST_HEADER: usize = 28;
+pub const REQUEST_HEADER: usize = 36;
 /// Response header bytes.
 pub const RESPONSE_HEADER: usize = 16;
 /// Longest read (the largest bucket, 16 slots of 128-byte keys and 256-byte values, is 6160).
@@ -77,7 +89,7 @@ pub const MAX_READ: u32 = 8192;
 /// Longest write (a bucket, as [`MAX_READ`]).
 pub const MAX_WRITE: u32 = MAX_READ;
 /// Write request header bytes.
-pub const WRITE_HEADER: usize = 24;
+pub const WRITE_HEADER: usize = 32;
 /// Write acknowledgement bytes.
 pub const WRITE_ACK: usize = 12;
 /// Longest carried packet (a 9000-byte jumbo frame with its Ethernet header, and some).
@@ -145,6 +157,9 @@ pub enum Status {
     /// A write that is not whole 8-byte words at an 8-aligned offset, or shorter than 16
     /// bytes (nothing written).
     Unaligned = 3,
+    /// The request's access key is not the one of the server's copy of the region (nothing
+    /// read or written: an RDMA NIC's remote access error).
+    AccessDenied = 4,
 }
 
 impl Status {
@@ -154,6 +169,7 @@ impl Status {
             1 => Ok(Status::UnknownRegion),
             2 => Ok(Status::OutOfBounds),
             3 => Ok(Status::Unaligned),
+            4 => Ok(Status::AccessDenied),
             b => Err(WireError::Status(b)),
         }
     }
@@ -233,6 +249,8 @@ pub struct ReadRequest<'a> {
     pub offset: u64,
     /// Bytes to read.
     pub length: u32,
+    /// The access key of the server's copy of the region.
+    pub key: u64,
     /// The original packet, carried along.
     pub packet: &'a [u8],
 }
@@ -263,6 +281,7 @@ impl<'a> ReadRequest<'a> {
             region: be32(b, 8),
             offset: u64::from_be_bytes(b[12..20].try_into().expect("8 bytes")),
             length,
+            key: u64::from_be_bytes(b[28..36].try_into().expect("8 bytes")),
             packet: &b[REQUEST_HEADER..],
         })
     }
@@ -288,6 +307,7 @@ impl<'a> ReadRequest<'a> {
         out.extend_from_slice(&self.length.to_be_bytes());
         out.extend_from_slice(&(self.packet.len() as u16).to_be_bytes());
         out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&self.key.to_be_bytes());
         out.extend_from_slice(self.packet);
         Ok(())
     }
@@ -393,15 +413,7 @@ pub fn serve_read<R: MemoryRegion + ?Sized>(
 ) -> Status {
     let start = out.len();
     let Some(region) = region else {
-        emit_response_header(
-            out,
-            req.request_id,
-            Status::UnknownRegion,
-            0,
-            req.packet.len(),
-        );
-        out.extend_from_slice(req.packet);
-        return Status::UnknownRegion;
+        return refuse_read(req, Status::UnknownRegion, out);
     };
     let len = req.length as usize;
     emit_response_header(out, req.request_id, Status::Ok, len, req.packet.len());
@@ -409,15 +421,7 @@ pub fn serve_read<R: MemoryRegion + ?Sized>(
     out.resize(data_at + len, 0);
     if region.read_at(req.offset, &mut out[data_at..]).is_err() {
         out.truncate(start);
-        emit_response_header(
-            out,
-            req.request_id,
-            Status::OutOfBounds,
-            0,
-            req.packet.len(),
-        );
-        out.extend_from_slice(req.packet);
-        return Status::OutOfBounds;
+        return refuse_read(req, Status::OutOfBounds, out);
     }
     out.extend_from_slice(req.packet);
     Status::Ok
@@ -432,6 +436,8 @@ pub struct WriteRequest<'a> {
     pub region: u32,
     /// First byte to write.
     pub offset: u64,
+    /// The access key of the server's copy of the region.
+    pub key: u64,
     /// The bytes.
     pub data: &'a [u8],
 }
@@ -455,6 +461,7 @@ impl<'a> WriteRequest<'a> {
             request_id: be32(b, 4),
             region: be32(b, 8),
             offset: u64::from_be_bytes(b[12..20].try_into().expect("8 bytes")),
+            key: u64::from_be_bytes(b[24..32].try_into().expect("8 bytes")),
             data: &b[WRITE_HEADER..],
         })
     }
@@ -477,6 +484,7 @@ impl<'a> WriteRequest<'a> {
         out.extend_from_slice(&self.region.to_be_bytes());
         out.extend_from_slice(&self.offset.to_be_bytes());
         out.extend_from_slice(&(self.data.len() as u32).to_be_bytes());
+        out.extend_from_slice(&self.key.to_be_bytes());
         out.extend_from_slice(self.data);
         Ok(())
     }
@@ -520,6 +528,31 @@ impl WriteAck {
     }
 }
 
+/// A read refused with `status` (no data; the packet comes back, so the switch can count and
+/// drop it): appends the response to `out` and returns `status`.
+pub fn refuse_read(req: &ReadRequest<'_>, status: Status, out: &mut Vec<u8>) -> Status {
+    emit_response_header(out, req.request_id, status, 0, req.packet.len());
+    out.extend_from_slice(req.packet);
+    status
+}
+
+/// Appends `req`'s acknowledgement with `status` to `out` (a refusal, such as
+/// [`Status::AccessDenied`], when nothing was written) and returns `status`.
+pub fn ack_write(req: &WriteRequest<'_>, status: Status, out: &mut Vec<u8>) -> Status {
+    WriteAck {
+        request_id: req.request_id,
+        status,
+    }
+    .emit(out);
+    status
+}
+
+/// Whether a request's access key is a region's, compared in constant time (the time taken
+/// says nothing of how many leading bits of a guess were right).
+pub fn key_matches(given: u64, region: u64) -> bool {
+    std::hint::black_box(given ^ region) == 0
+}
+
 /// The memory server's whole job for one write: stores `req.data` at `req.offset` of `region`
 /// (`None`: the server has no region of that number) with [`Region::write_words`]'s order,
 /// and appends the acknowledgement to `out`. Never panics; returns the status sent.
@@ -532,16 +565,13 @@ pub fn serve_write(region: Option<&Region>, req: &WriteRequest<'_>, out: &mut Ve
             Err(WriteError::Unaligned) => Status::Unaligned,
         },
     };
-    WriteAck {
-        request_id: req.request_id,
-        status,
-    }
-    .emit(out);
-    status
+    ack_write(req, status, out)
 }
 
-/// A server's receive path: parses a request datagram and serves it from `regions(number)`.
-/// A datagram that is not a valid request gets no answer (`Err`), as a NIC drops it.
+/// A read request's receive path without access keys (tests and benchmarks that serve a table
+/// in-process): parses a request datagram and serves it from `regions(number)`. A datagram
+/// that is not a valid request gets no answer (`Err`), as a NIC drops it. The memory servers
+/// of a cluster (`sb_tea_net::server::MemoryServer`) check each copy's key first.
 pub fn serve_datagram<'r, R, F>(
     regions: F,
     datagram: &[u8],
@@ -559,6 +589,52 @@ where
 mod tests {
     use super::*;
 
+    /// Version 2's requests carry the access key after the fields version 1 had; a version 1
+    /// request (no key) is refused as a version this code does not speak, never read as if it
+    /// had one.
+    #[test]
+    fn keys_round_trip_and_version_1_is_refused() {
+        let w = WriteRequest {
+            request_id: 3,
+            region: 1,
+            offset: 8,
+            key: u64::MAX - 5,
+            data: &[7; 16],
+        };
+        let mut b = Vec::new();
+        w.emit(&mut b).unwrap();
+        assert_eq!(b.len(), WRITE_HEADER + 16);
+        assert_eq!(WriteRequest::parse(&b), Ok(w));
+        let mut v1 = b.clone();
+        v1[2] = 1;
+        assert_eq!(WriteRequest::parse(&v1), Err(WireError::Version(1)));
+        assert_eq!(opcode(&v1), None);
+        let r = ReadRequest {
+            request_id: 4,
+            region: 1,
+            offset: 0,
+            length: 8,
+            key: 1,
+            packet: &[],
+        };
+        b.clear();
+        r.emit(&mut b).unwrap();
+        assert_eq!(ReadRequest::parse(&b).map(|r| r.key), Ok(1));
+        b[2] = 1;
+        assert_eq!(ReadRequest::parse(&b), Err(WireError::Version(1)));
+        assert!(key_matches(5, 5) && !key_matches(5, 4) && !key_matches(0, 1 << 63));
+        let mut out = Vec::new();
+        assert_eq!(
+            refuse_read(&r, Status::AccessDenied, &mut out),
+            Status::AccessDenied
+        );
+        let resp = ReadResponse::parse(&out).unwrap();
+        assert_eq!((resp.status, resp.data), (Status::AccessDenied, &[][..]));
+        out.clear();
+        ack_write(&w, Status::AccessDenied, &mut out);
+        assert_eq!(WriteAck::parse(&out).unwrap().status, Status::AccessDenied);
+    }
+
     #[test]
     fn request_and_response_round_trip() {
         let req = ReadRequest {
@@ -566,12 +642,14 @@ mod tests {
             region: 2,
             offset: 96,
             length: 32,
+            key: 0xfeed_0000_beef_0001,
             packet: b"pkt!",
         };
         let mut b = Vec::new();
         req.emit(&mut b).unwrap();
         assert_eq!(b.len(), req.encoded_len());
-        assert_eq!(b.len(), 32);
+        assert_eq!(b.len(), 40);
+        assert_eq!(b[28..36], 0xfeed_0000_beef_0001u64.to_be_bytes());
         assert_eq!(ReadRequest::parse(&b), Ok(req));
         assert_eq!(is_request(&b), Some(true));
         let region: Vec<u8> = (0..200u8).collect();
@@ -611,6 +689,7 @@ mod tests {
                 region: 0,
                 offset,
                 length,
+                key: 0,
                 packet: b"x",
             };
             assert_eq!(
@@ -638,6 +717,7 @@ mod tests {
             region: 5,
             offset: 0,
             length: 4,
+            key: 0,
             packet: b"",
         };
         assert_eq!(
@@ -658,6 +738,7 @@ mod tests {
             request_id: 5,
             region: 3,
             offset: 8,
+            key: 0,
             data: &data,
         };
         let mut b = Vec::new();
@@ -692,6 +773,7 @@ mod tests {
                 request_id: 1,
                 region: 0,
                 offset,
+                key: 0,
                 data: &d,
             };
             out.clear();
@@ -704,8 +786,8 @@ mod tests {
         assert_eq!(
             WriteRequest::parse(&b[..b.len() - 1]),
             Err(WireError::Length {
-                declared: 48,
-                actual: 47
+                declared: 56,
+                actual: 55
             })
         );
         let mut m = out.clone();
@@ -723,27 +805,28 @@ mod tests {
             region: 0,
             offset: 0,
             length: 8,
+            key: 0,
             packet: b"ab",
         }
         .emit(&mut b)
         .unwrap();
         assert_eq!(
-            ReadRequest::parse(&b[..27]),
-            Err(WireError::Truncated { need: 28, got: 27 })
+            ReadRequest::parse(&b[..35]),
+            Err(WireError::Truncated { need: 36, got: 35 })
         );
         assert_eq!(
-            ReadRequest::parse(&b[..29]),
+            ReadRequest::parse(&b[..37]),
             Err(WireError::Length {
-                declared: 30,
-                actual: 29
+                declared: 38,
+                actual: 37
             })
         );
         let mut m = b.clone();
         m[0] = b'X';
         assert_eq!(ReadRequest::parse(&m), Err(WireError::Magic));
         let mut m = b.clone();
-        m[2] = 2;
-        assert_eq!(ReadRequest::parse(&m), Err(WireError::Version(2)));
+        m[2] = 3;
+        assert_eq!(ReadRequest::parse(&m), Err(WireError::Version(3)));
         let mut m = b.clone();
         m[3] = 2;
         assert_eq!(ReadRequest::parse(&m), Err(WireError::Opcode(2)));
@@ -762,6 +845,7 @@ mod tests {
             region: 0,
             offset: 0,
             length: 8,
+            key: 0,
             packet: &big,
         };
         assert_eq!(

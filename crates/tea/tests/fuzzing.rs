@@ -14,6 +14,7 @@ fn valid_request(id: u32, region: u32, offset: u64, length: u32, packet: &[u8]) 
         region,
         offset,
         length: length % 9000,
+        key: 0,
         packet,
     }
     .emit(&mut b)
@@ -69,7 +70,7 @@ proptest! {
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
     ) {
         use sb_tea::wire::{serve_write, WriteRequest};
-        let req = WriteRequest { request_id: id, region, offset, data: &data };
+        let req = WriteRequest { request_id: id, region, offset, key: 0, data: &data };
         let mut b = Vec::new();
         req.emit(&mut b).unwrap();
         fuzzing::write(&b);
@@ -134,13 +135,14 @@ fn lookups_over_the_wire() {
                         region: a.region,
                         offset: a.offset,
                         length: a.len,
+                        key: 0,
                         packet: &packet,
                     }
                     .emit(&mut b)
                     .unwrap();
                     b
                 };
-                assert_eq!(req.len(), 28 + 64);
+                assert_eq!(req.len(), sb_tea::wire::REQUEST_HEADER + 64);
                 let mut out = Vec::new();
                 let status =
                     serve_datagram(|n| t.region(n).get(copy).map(|c| &**c), &req, &mut out)

@@ -55,6 +55,7 @@ impl Remote {
                     request_id: self.next_id,
                     region: w.address.region,
                     offset: w.address.offset,
+                    key: 0,
                     data: &w.image,
                 }
                 .emit(&mut d)
@@ -94,6 +95,7 @@ fn lookup(
                 region: a.region,
                 offset: a.offset,
                 length: a.len,
+                key: 0,
                 packet: b"pkt",
             }
             .emit(&mut req)
@@ -334,6 +336,7 @@ fn readers_racing_remote_writes_never_see_a_torn_entry() {
                     request_id: next_id,
                     region: w.address.region,
                     offset: w.address.offset,
+                    key: 0,
                     data: &w.image,
                 }
                 .emit(&mut d)

@@ -329,6 +329,23 @@ fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// [`write_atomic`] for a file only its owner may read or write (mode 0600 from its creation).
+fn write_atomic_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(data)?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
 /// Starts `exe args...` in `netns`, its output appended to `log`, and journals its pid.
 fn spawn_in(
     j: &mut Journal,
@@ -615,13 +632,15 @@ pub fn run_switch(a: SwitchArgs) -> anyhow::Result<()> {
 }
 
 /// Every memory server's image file from the table's current regions (through a rename: a
-/// server starting meanwhile loads the old or the new one, whole).
+/// server starting meanwhile loads the old or the new one, whole), mode 0600: an image holds
+/// its regions' access keys.
 fn write_images(cfg: &TeaConfig, table: &TeaTable) -> anyhow::Result<()> {
     for (i, s) in server::servers_of(table, cfg.servers.len())
         .iter()
         .enumerate()
     {
-        write_atomic(&cfg.dir.join(server_image(i)), &s.image()).context(server_image(i))?;
+        write_atomic_private(&cfg.dir.join(server_image(i)), &s.image())
+            .context(server_image(i))?;
     }
     Ok(())
 }
@@ -878,6 +897,7 @@ pub fn run_server(a: ServerArgs) -> anyhow::Result<()> {
             "writes": c.writes.load(Relaxed),
             "bytes": c.bytes.load(Relaxed),
             "refused": c.refused.load(Relaxed),
+            "denied": c.denied.load(Relaxed),
             "invalid": c.invalid.load(Relaxed),
         });
         write_atomic(&stats, &serde_json::to_vec_pretty(&v)?)
@@ -1054,6 +1074,7 @@ pub fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             "reads": m["reads"],
             "writes": m["writes"],
             "refused": m["refused"],
+            "denied": m["denied"],
             "regions": m["regions"],
         }));
     }
