@@ -155,6 +155,9 @@ fn run_nf(test: &str, nf: &str) {
         assert!(per > 0, "no read to server {i}: {s}");
     }
     assert_eq!(served, reads, "reads sent {reads}, answered {served}");
+    if nf == "nat" {
+        forged_requests_are_denied(&c, &sw, &servers[0]);
+    }
 
     let o = c.down();
     ok(&o, "cluster down");
@@ -163,6 +166,47 @@ fn run_nf(test: &str, nf: &str) {
         assert!(!pid_alive(p), "process {p} left running");
     }
     assert!(!c.dir.exists(), "state directory left");
+}
+
+/// A host on the fabric without the access keys (node 1's namespace, which the fabric
+/// reaches) forges a write of region 0's first bucket at memory server 0, and a read of it:
+/// both are answered AccessDenied (status 4) and counted `denied`, nothing is written, and the
+/// NAT's traffic afterwards is translated as before (a written garbage bucket header would
+/// make its keys unreadable). Without the check the write would land (the wire is the same).
+fn forged_requests_are_denied(c: &Cluster, sw: &str, server0: &Value) {
+    let desc = c.description();
+    let node1 = desc["nodes"][1]["netns"].as_str().unwrap();
+    let addr = server0["addr"].as_str().unwrap();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let forge = r#"
+import socket, struct, sys
+host, port = sys.argv[1], int(sys.argv[2])
+key = 0x1122334455667788
+write = b"TE" + bytes([2, 3]) + struct.pack(">IIQIQ", 1, 0, 0, 16, key) + b"\xff" * 16
+read = b"TE" + bytes([2, 1]) + struct.pack(">IIQIHHQ", 2, 0, 0, 8, 0, 0, key)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+got = []
+for d in (write, read):
+    s.sendto(d, (host, port))
+    a, _ = s.recvfrom(65536)
+    got.append(str(a[8]))
+print(" ".join(got))
+"#;
+    let o = run_prog(
+        "ip",
+        &["netns", "exec", node1, "python3", "-c", forge, host, port],
+        Duration::from_secs(10),
+    );
+    let statuses = ok(&o, "forged requests");
+    assert_eq!(statuses.trim(), "4 4", "write and read answered AccessDenied");
+    std::thread::sleep(Duration::from_millis(1200));
+    let m0 = read_json(&c.dir.join("tea-mem0.json"));
+    assert_eq!(m0["denied"].as_u64(), Some(2), "{m0}");
+    assert_eq!(m0["writes"].as_u64(), Some(0), "{m0}");
+    let r = traffic(c, sw, "nat", KNOWN, UNKNOWN);
+    assert_eq!(r["n_problems"].as_u64().unwrap(), 0, "after the forgeries: {r}");
+    assert_eq!(r["got"], r["expect"], "after the forgeries: {r}");
 }
 
 #[test]
