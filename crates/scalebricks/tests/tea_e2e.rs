@@ -199,13 +199,21 @@ print(" ".join(got))
         Duration::from_secs(10),
     );
     let statuses = ok(&o, "forged requests");
-    assert_eq!(statuses.trim(), "4 4", "write and read answered AccessDenied");
+    assert_eq!(
+        statuses.trim(),
+        "4 4",
+        "write and read answered AccessDenied"
+    );
     std::thread::sleep(Duration::from_millis(1200));
     let m0 = read_json(&c.dir.join("tea-mem0.json"));
     assert_eq!(m0["denied"].as_u64(), Some(2), "{m0}");
     assert_eq!(m0["writes"].as_u64(), Some(0), "{m0}");
     let r = traffic(c, sw, "nat", KNOWN, UNKNOWN);
-    assert_eq!(r["n_problems"].as_u64().unwrap(), 0, "after the forgeries: {r}");
+    assert_eq!(
+        r["n_problems"].as_u64().unwrap(),
+        0,
+        "after the forgeries: {r}"
+    );
     assert_eq!(r["got"], r["expect"], "after the forgeries: {r}");
 }
 
