@@ -5,7 +5,7 @@
 #   docs with warnings denied, every test in debug mode (unit, property tests against HashMap
 #   oracles, CLI tests from outside, network-namespace end-to-end tests checked by tshark and
 #   scapy; built once, then run in three lanes at once: E2E_LANES below), loom models of the
-#   cuckoo table's and the live GPT's reader/writer protocol, a short run of every cargo-fuzz
+#   cuckoo table's, the live GPT's and the TEA table's reader/writer protocols, a short run of every cargo-fuzz
 #   target (all in the one crate `fuzz/`, built once), the release-mode `large_` tests (16M
 #   keys; `#[ignore]`d, so the debug step does not run them; the `large` step runs them with
 #   `--ignored`), and the README's main job (`scalebricks demo`, the test build's binary).
@@ -218,6 +218,10 @@ if want loom; then
     step loom-gpt "loom models of the live GPT's reader/writer protocol (a seqlock per block)"
     env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom "${fast_release[@]}" \
         cargo test -p sb-setsep --test loom --release
+
+    step loom-tea "loom models of the TEA table's protocol (bucket writes and moves racing lookups)"
+    env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom "${fast_release[@]}" \
+        cargo test -p sb-tea --test loom --release
 fi
 
 # One target's run: its log in $2; prints its last line of statistics, or its log's tail.

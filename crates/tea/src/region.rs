@@ -7,6 +7,11 @@
 //! write also sees everything the writer wrote before it, which the lookup protocol's miss
 //! confirmation relies on (see [`crate::table`]).
 
+// Under loom (`RUSTFLAGS="--cfg loom"`, `tests/loom.rs`) the words are loom's atomics, so its
+// models explore every interleaving of a bucket write with a reader's copy.
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A read or write past the end of a region.
