@@ -347,13 +347,16 @@ fn writer(mut wal: sb_wal::Wal, cx: &Ctx, rx: &Receiver<Cmd>) {
                     cx.held(t0.elapsed());
                     let (done_tx, done) = mpsc::channel();
                     let n = records.len();
+                    // Tests' delay, read here, in the order of the log's commands: a thread
+                    // that reads it once it runs may run after the test reset it.
+                    #[cfg(test)]
+                    let slow =
+                        Duration::from_millis(tests::SLOW_CHECKPOINT_MS.load(Ordering::Relaxed));
                     let spawned = std::thread::Builder::new()
                         .name("sb-checkpoint".into())
                         .spawn(move || {
                             #[cfg(test)]
-                            std::thread::sleep(Duration::from_millis(
-                                tests::SLOW_CHECKPOINT_MS.load(Ordering::Relaxed),
-                            ));
+                            std::thread::sleep(slow);
                             let _ = done_tx.send(w.write(&encode_checkpoint(&records)));
                         });
                     let thread = match spawned {

@@ -1777,7 +1777,9 @@ fn scapy_as_smf(name: &str, io: Io) {
         eprintln!("XDP counters, all nodes: {x:?}");
     }
     eprintln!("pfcp e2e took {:?}", t_start.elapsed());
-    assert!(t_start.elapsed() < Duration::from_secs(300));
+    // A bound, not a speed claim: scripts/test.sh runs this binary (its tests two at a time)
+    // in a lane beside two others on a 2-core VM, where this test took up to 351 s.
+    assert!(t_start.elapsed() < Duration::from_secs(480));
 }
 
 /// SIGKILLs node `i` (its `pid`) and waits until it is down and declared gone.
