@@ -5,10 +5,11 @@
 #   docs with warnings denied, every test in debug mode (unit, property tests against HashMap
 #   oracles, CLI tests from outside, network-namespace end-to-end tests checked by tshark and
 #   scapy; built once, then run in three lanes at once: E2E_LANES below), loom models of the
-#   cuckoo table's, the live GPT's and the TEA table's reader/writer protocols, a short run of every cargo-fuzz
-#   target (all in the one crate `fuzz/`, built once), the release-mode `large_` tests (16M
-#   keys; `#[ignore]`d, so the debug step does not run them; the `large` step runs them with
-#   `--ignored`), and the README's main job (`scalebricks demo`, the test build's binary).
+#   cuckoo table's, the live GPT's and the TEA table's reader/writer protocols, a short run of
+#   every cargo-fuzz target (all in the one crate `fuzz/`, built once), the release-mode
+#   `large_` tests (16M keys; `#[ignore]`d, so the debug step does not run them; the `large`
+#   step runs them with `--ignored`), and the README's main job (`scalebricks demo`, the test
+#   build's binary).
 # Run as root it installs what the tests need from Debian (in the background while fmt and the
 # default clippy run); the namespace tests need root.
 # At the end (also when a step fails) it prints each step's wall seconds.
@@ -210,18 +211,18 @@ if want test; then
 fi
 [ -z "${lanes:-}" ] || rm -rf "$lanes"
 
+# loom_models STEP PACKAGE "what": the package's `tests/loom.rs`, in release mode under
+# `--cfg loom` (one target directory for all, so loom's own build is shared).
+loom_models() {
+    step "$1" "loom models of $3"
+    env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom "${fast_release[@]}" \
+        cargo test -p "$2" --test loom --release
+}
+
 if want loom; then
-    step loom "loom models of the cuckoo table's reader/writer protocol"
-    env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom "${fast_release[@]}" \
-        cargo test -p sb-cuckoo --test loom --release
-
-    step loom-gpt "loom models of the live GPT's reader/writer protocol (a seqlock per block)"
-    env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom "${fast_release[@]}" \
-        cargo test -p sb-setsep --test loom --release
-
-    step loom-tea "loom models of the TEA table's protocol (bucket writes and moves racing lookups)"
-    env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom "${fast_release[@]}" \
-        cargo test -p sb-tea --test loom --release
+    loom_models loom sb-cuckoo "the cuckoo table's reader/writer protocol"
+    loom_models loom-gpt sb-setsep "the live GPT's reader/writer protocol (a seqlock per block)"
+    loom_models loom-tea sb-tea "the TEA table's protocol (bucket writes and moves racing lookups)"
 fi
 
 # One target's run: its log in $2; prints its last line of statistics, or its log's tail.

@@ -280,10 +280,16 @@ impl ClientFile {
     }
 }
 
-/// Writes `bytes` to a file of mode 0600.
-/// Writes `json` to `path` readable by its owner only, atomically (a temporary file renamed
-/// over it: a node re-reading the spec never sees half of it).
+/// Writes `json` to `path` readable by its owner only, atomically and synced (a node
+/// re-reading the spec never sees half of it): [`replace_file`].
 fn write_private(path: &Path, json: &[u8]) -> Result<(), ControlError> {
+    replace_file(path, json, 0o600, true).map_err(io_err(path))
+}
+
+/// Replaces `path` with `bytes` atomically: a new file `PATH.tmp` of mode `mode` (less the
+/// umask; a stale one is removed first), synced to disk when `sync`, renamed over `path`. A
+/// reader opening `path` meanwhile gets the old bytes or the new ones, whole.
+pub fn replace_file(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -292,12 +298,14 @@ fn write_private(path: &Path, json: &[u8]) -> Result<(), ControlError> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
-    std::io::Write::write_all(&mut f, json).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+        .mode(mode)
+        .open(&tmp)?;
+    std::io::Write::write_all(&mut f, bytes)?;
+    if sync {
+        f.sync_all()?;
+    }
+    drop(f);
+    std::fs::rename(&tmp, path)
 }
 
 /// The flows of `flows.csv` whose GPT block node `me` owns.

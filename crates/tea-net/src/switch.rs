@@ -40,7 +40,8 @@
 //! read round over Ethernet/IPv4/UDP ([`sb_tea::wire`]; the request's 8 of them are its access
 //! key); a key in its second bucket costs two rounds, a miss three. For the NAT (13-byte keys,
 //! 8-byte values, 4 slots: `B` = 104): a 64-byte packet costs 368 bytes on the switch-server
-//! link (5.75x the packet), a 1500-byte packet 3240 (2.2x). A packet served by the cache or the stash costs nothing on the fabric.
+//! link (5.75x the packet), a 1500-byte packet 3240 (2.2x). A packet served by the cache or
+//! the stash costs nothing on the fabric.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -101,7 +102,8 @@ pub enum SwitchDrop {
     /// Longer than a read request carries.
     #[error("packet longer than a read request carries")]
     TooLong,
-    /// The server answered with an error status (unknown region, out of bounds, access denied).
+    /// The server answered with an error status (unknown region, out of bounds, access
+    /// denied).
     #[error("server answered {0:?}")]
     Server(Status),
     /// The lookup failed: a bad bucket, or buckets that kept changing.
@@ -161,7 +163,8 @@ pub struct SwitchCounters {
     /// Copies not written: their server dead to flow control, or silent for
     /// [`WRITE_TRIES`] sends (the copy is stale until [`TeaSwitch::resync`]).
     pub write_skipped: u64,
-    /// Acknowledgements with an error status (unknown region, out of bounds, unaligned, access denied).
+    /// Acknowledgements with an error status (unknown region, out of bounds, unaligned,
+    /// access denied).
     pub write_errors: u64,
     /// Whole regions rewritten to a server that had missed writes ([`TeaSwitch::resync`]).
     pub resyncs: u64,
@@ -280,22 +283,18 @@ impl<A: App> TeaSwitch<A> {
         Ok(s)
     }
 
-    /// The access key of `server`'s copy of `region` (0, which no copy has, for a server that
-    /// holds none).
-    fn access_key(&self, region: u32, server: ServerId) -> u64 {
-        let (Some(e), Some(k)) = (
-            self.resolver.ranges().entries().get(region as usize),
-            self.access_keys.get(region as usize),
-        ) else {
-            return 0;
-        };
-        if e.primary == server {
-            k[0]
-        } else if e.secondary == Some(server) {
-            k[1]
-        } else {
-            0
-        }
+    /// The access key of `region`'s primary copy, or of its secondary's (0, which no copy
+    /// has, for a region or copy the table does not have).
+    fn access_key(&self, region: u32, secondary: bool) -> u64 {
+        (self.access_keys.get(region as usize)).map_or(0, |k| k[usize::from(secondary)])
+    }
+
+    /// The access key of `server`'s copy of `region`, by the range table (a resync's write
+    /// names the stale server as its address's primary, whatever its role).
+    fn server_access_key(&self, region: u32, server: ServerId) -> u64 {
+        let entries = self.resolver.ranges().entries();
+        let secondary = (entries.get(region as usize)).is_some_and(|e| e.primary != server);
+        self.access_key(region, secondary)
     }
 
     /// The NF.
@@ -413,7 +412,7 @@ impl<A: App> TeaSwitch<A> {
             region: a.region,
             offset: a.offset,
             length: a.len,
-            key: self.access_key(a.region, route.server),
+            key: self.access_key(a.region, route.secondary),
             packet: frame,
         };
         req.emit(&mut self.scratch)
@@ -499,7 +498,7 @@ impl<A: App> TeaSwitch<A> {
                 region,
                 offset: 0,
                 length: 0,
-                key: self.access_key(region, p.server),
+                key: self.server_access_key(region, p.server),
                 packet: &[],
             }
             .emit(&mut self.scratch)
@@ -733,7 +732,7 @@ impl<A: App> TeaSwitch<A> {
     fn send_writes<S: Sink>(&mut self, f: &mut WriteInFlight, sink: &mut S) {
         for c in f.copies.iter_mut().filter(|c| !c.2) {
             self.scratch.clear();
-            let key = self.access_key(f.write.address.region, c.0);
+            let key = self.server_access_key(f.write.address.region, c.0);
             WriteRequest {
                 request_id: c.1,
                 region: f.write.address.region,

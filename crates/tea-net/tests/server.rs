@@ -30,6 +30,20 @@ fn key_of(region: u32) -> u64 {
     }
 }
 
+/// A read request's datagram.
+fn read_bytes(r: ReadRequest<'_>) -> Vec<u8> {
+    let mut b = Vec::new();
+    r.emit(&mut b).unwrap();
+    b
+}
+
+/// A write request's datagram.
+fn write_bytes(w: WriteRequest<'_>) -> Vec<u8> {
+    let mut b = Vec::new();
+    w.emit(&mut b).unwrap();
+    b
+}
+
 fn server() -> (MemoryServer, Vec<u8>, Vec<u8>) {
     let (a, b) = (image(4096, 1), image(1024, 2));
     let mut s = MemoryServer::new();
@@ -202,16 +216,14 @@ fn reads_and_writes_without_the_access_key_are_denied_over_udp() {
         (4, K0 ^ (1 << 63)),
         (5, !K0),
     ] {
-        let mut req = Vec::new();
-        let read = ReadRequest {
+        let req = read_bytes(ReadRequest {
             request_id: id,
             region: 0,
             offset: 0,
             length: 64,
             key,
             packet: b"p",
-        };
-        read.emit(&mut req).unwrap();
+        });
         let n = ask(&req, &mut buf);
         let r = ReadResponse::parse(&buf[..n]).unwrap();
         assert_eq!(
@@ -224,15 +236,13 @@ fn reads_and_writes_without_the_access_key_are_denied_over_udp() {
             "no byte of the region leaves without the key"
         );
         assert_eq!(r.packet, b"p");
-        req.clear();
-        let write = WriteRequest {
+        let req = write_bytes(WriteRequest {
             request_id: id,
             region: 0,
             offset: 64,
             key,
             data: &new_words,
-        };
-        write.emit(&mut req).unwrap();
+        });
         let n = ask(&req, &mut buf);
         let ack = WriteAck::parse(&buf[..n]).unwrap();
         assert_eq!(
@@ -251,29 +261,23 @@ fn reads_and_writes_without_the_access_key_are_denied_over_udp() {
     assert_eq!(c.refused.load(Ordering::Relaxed), 0);
 
     // With the key: served.
-    let mut req = Vec::new();
-    WriteRequest {
+    let req = write_bytes(WriteRequest {
         request_id: 9,
         region: 0,
         offset: 64,
         key: K0,
         data: &new_words,
-    }
-    .emit(&mut req)
-    .unwrap();
+    });
     let n = ask(&req, &mut buf);
     assert_eq!(WriteAck::parse(&buf[..n]).unwrap().status, Status::Ok);
-    req.clear();
-    ReadRequest {
+    let req = read_bytes(ReadRequest {
         request_id: 10,
         region: 0,
         offset: 64,
         length: 32,
         key: K0,
         packet: b"",
-    }
-    .emit(&mut req)
-    .unwrap();
+    });
     let n = ask(&req, &mut buf);
     let r = ReadResponse::parse(&buf[..n]).unwrap();
     assert_eq!((r.status, r.data), (Status::Ok, &new_words[..]));
@@ -288,17 +292,14 @@ fn the_image_keeps_the_access_keys() {
     let t = MemoryServer::from_image(&server().0.image()).unwrap();
     for (region, key) in [(0u32, K0), (7, K7)] {
         for (k, want) in [(key, Status::Ok), (key ^ 4, Status::AccessDenied)] {
-            let mut req = Vec::new();
-            ReadRequest {
+            let req = read_bytes(ReadRequest {
                 request_id: 1,
                 region,
                 offset: 0,
                 length: 8,
                 key: k,
                 packet: b"",
-            }
-            .emit(&mut req)
-            .unwrap();
+            });
             let mut out = Vec::new();
             assert_eq!(
                 t.handle(&req, &mut out),

@@ -68,8 +68,9 @@
 //! 360 bytes (5.6x); 1500-byte packet: 1578 + 1654 = 3232 bytes (2.2x). A key in its second
 //! bucket costs a second round, a miss a third. RoCEv2 itself would cost 74 + P (Eth, IPv4,
 //! UDP, BTH 12, RETH 16 with its 4-byte R_Key, ICRC 4) and 62 + B + P (BTH, AETH 4, ICRC): our
-//! request is 4 bytes longer (a 64-bit key), our response 4 bytes shorter. The response is `58 + B` bytes longer than the packet, so the fabric's
-//! MTU must exceed the largest packet by that much (jumbo frames, or a larger veth MTU).
+//! request is 4 bytes longer (a 64-bit key), our response 4 bytes shorter. The response is
+//! `58 + B` bytes longer than the packet, so the fabric's MTU must exceed the largest packet by
+//! that much (jumbo frames, or a larger veth MTU).
 
 use crate::region::{MemoryRegion, Region, WriteError};
 

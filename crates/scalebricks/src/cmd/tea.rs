@@ -323,27 +323,7 @@ fn write_journaled(j: &mut Journal, dir: &Path, name: &str, data: &[u8]) -> anyh
 
 /// Writes `data` to `path` through `path.tmp` and a rename.
 fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, data)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// [`write_atomic`] for a file only its owner may read or write (mode 0600 from its creation).
-fn write_atomic_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(data)?;
-    drop(f);
-    std::fs::rename(&tmp, path)
+    sb_node::control::replace_file(path, data, 0o666, false)
 }
 
 /// Starts `exe args...` in `netns`, its output appended to `log`, and journals its pid.
@@ -639,7 +619,7 @@ fn write_images(cfg: &TeaConfig, table: &TeaTable) -> anyhow::Result<()> {
         .iter()
         .enumerate()
     {
-        write_atomic_private(&cfg.dir.join(server_image(i)), &s.image())
+        sb_node::control::replace_file(&cfg.dir.join(server_image(i)), &s.image(), 0o600, false)
             .context(server_image(i))?;
     }
     Ok(())
