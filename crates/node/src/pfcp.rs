@@ -35,10 +35,16 @@
 //! when it is back (and the guest closes).
 //!
 //! What this does not do (stated, not hidden):
-//! - A guest does not report usage (its sessions' URRs wait for their node), and an update of
-//!   a UE address whose FIB entry belongs to the gone node's own range waits for that node,
-//!   as every update of that range does (the request fails after the control plane's
-//!   timeout). A new Recovery Time Stamp is announced only where state was lost: a lost log
+//! - A guest reports usage as the gone node would have: the handling nodes send its
+//!   sessions' counts and first buffered packets to the stand-in instead of the gone node,
+//!   its URRs fire Session Report Requests from the stand-in's address (numbered apart from
+//!   the stand-in's own), and its deletions' and Query URRs' counts are asked of the live
+//!   nodes alone (so are every endpoint's while a node is gone). The counts of the slots the
+//!   gone node itself handled died with it, and what the guest measured but had not
+//!   reported when the node comes back is not reported. An update of a UE address whose FIB
+//!   entry belongs to the gone node's own range waits for that node, as every update of that
+//!   range does (the request fails after the control plane's timeout). A new Recovery Time
+//!   Stamp is announced only where state was lost: a lost log
 //!   without replication, or records that do not restore.
 //! - The FIB holds one entry per UE address, both directions: an uplink without a downlink
 //!   tunnel (at establishment, or idle) is an entry whose downlink TEID and gNB are 0, which
@@ -514,6 +520,10 @@ pub struct Endpoint {
     previous_key: Option<(Vec<u8>, Instant, Instant)>,
     /// The deletions' and Query URRs' counts asked of the other nodes, by token.
     queries: HashMap<u64, UsageQuery>,
+    /// The next query's token on the wire (never 0).
+    next_query: u64,
+    /// Lines for a guest not open yet, with when they came ([`Endpoint::route_lines`]).
+    held_lines: VecDeque<(Instant, MeterLine)>,
     /// The last counts of sessions whose slot this node freed (their last entry removed), by
     /// uplink TEID, with when: a deletion's Usage Report reads them after the removal.
     finals: HashMap<u32, (Usage, Instant)>,
@@ -554,7 +564,10 @@ pub struct Endpoint {
 /// stand-in): the gone node's sessions and associations from this node's replica of its
 /// range's records, serving the session requests relayed to the gone node; its changes go
 /// into that range's records ([`sb_control::Node::put_state_for`]), so the node has them
-/// when it is back. Its usage reports are not served meanwhile.
+/// when it is back. It reports usage as the gone node's endpoint would: the handling nodes'
+/// counts of its sessions come to it ([`Endpoint::counts_to`]), its URRs fire Session Report
+/// Requests, and its deletions and Query URRs answer with Usage Reports; its associations'
+/// heartbeats are the associated endpoint's ([`sb_pfcp::Upf::poll_reports`]).
 struct Guest {
     upf: Upf<Cluster>,
     keep: Keeping,
@@ -574,6 +587,9 @@ const FINAL_KEPT: Duration = Duration::from_secs(30);
 
 /// Counts asked of the other nodes for a response that waits for them.
 struct UsageQuery {
+    /// The endpoint's (`None`) or guest `o`'s response, and its token there.
+    whose: Option<u16>,
+    token: Token,
     teids: Vec<u32>,
     got: Vec<(u32, Usage)>,
     /// Answers still to come (one per node per datagram of the query).
@@ -582,6 +598,65 @@ struct UsageQuery {
     /// `sb_pfcp::Config::usage_read_timeout`; the query is forgotten after [`FINAL_KEPT`]).
     asked: Instant,
 }
+
+/// Where the counts of an uplink TEID go ([`Endpoint::counts_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CountsTo {
+    /// This endpoint's sessions.
+    Own,
+    /// The sessions of gone node `o`, which this node serves ([`Guest`]).
+    Guest(u16),
+    /// Another endpoint (its allocator id; 0: every other one).
+    Relay(u8),
+    /// A gone node's session that this node stands in for, whose guest is not open yet.
+    NotYet,
+}
+
+/// Where the counts (and first buffered packet) of uplink TEID `teid` go, at the endpoint of
+/// allocator id `me` (`nodes`: the cluster's node count when relaying, `None` without): to the
+/// endpoint that allocated it (its top byte) or, while that node is gone (`stand_ins` names
+/// its stand-in), to the guest serving its sessions at its stand-in (`guest(o)`: this
+/// endpoint has gone node `o`'s guest); a TEID the SMF chose, to whoever here holds its
+/// session (`holder(teid)`: `Some(None)` this endpoint, `Some(Some(o))` guest `o`), or else to
+/// every other endpoint.
+fn counts_to(
+    teid: u32,
+    me: u8,
+    nodes: Option<usize>,
+    stand_ins: &[Option<u16>],
+    holder: impl Fn(u32) -> Option<Option<u16>>,
+    guest: impl Fn(u16) -> bool,
+) -> CountsTo {
+    let owner = (teid >> 24) as u8;
+    let Some(nodes) = nodes else {
+        return CountsTo::Own;
+    };
+    if owner == me {
+        return CountsTo::Own;
+    }
+    if owner == 0 || usize::from(owner) > nodes {
+        return match holder(teid) {
+            Some(None) => CountsTo::Own,
+            Some(Some(o)) => CountsTo::Guest(o),
+            None => CountsTo::Relay(0),
+        };
+    }
+    let o = u16::from(owner) - 1;
+    if guest(o) {
+        return CountsTo::Guest(o);
+    }
+    match stand_ins.get(usize::from(o)).copied().flatten() {
+        Some(s) if s + 1 == u16::from(me) => CountsTo::NotYet,
+        Some(s) => CountsTo::Relay(s as u8 + 1),
+        None => CountsTo::Relay(owner),
+    }
+}
+
+/// How long lines for a guest not open yet are held ([`Endpoint::route_lines`]).
+const HELD_KEPT: Duration = Duration::from_secs(10);
+
+/// Lines held for guests not open yet at most.
+const HELD_MAX: usize = 1 << 16;
 
 /// A usage relay's line of `ul_teid`'s counts `u`.
 fn usage_line(ul_teid: u32, u: Usage) -> MeterLine {
@@ -777,6 +852,8 @@ impl Endpoint {
             relays_refused: 0,
             previous_key: None,
             queries: HashMap::default(),
+            next_query: 1,
+            held_lines: VecDeque::new(),
             finals: HashMap::default(),
             finals_order: VecDeque::new(),
             next_meter: Instant::now(),
@@ -912,8 +989,28 @@ impl Endpoint {
         for _ in 0..256 {
             match self.sock.recv_from(&mut self.buf) {
                 Ok((n, from)) => {
-                    let out = self.upf.handle(self.start.elapsed(), from, &self.buf[..n]);
-                    self.send(out);
+                    let at = self.start.elapsed();
+                    // The answer to a guest's Session Report Request goes to the guest (its
+                    // header's SEID is the gone node's session's).
+                    let bytes = &self.buf[..n];
+                    let guest = (bytes.get(1) == Some(&sb_pfcp::msg_type::SESSION_REPORT_RESPONSE))
+                        .then(|| sb_pfcp::Header::peek_seid(bytes))
+                        .flatten()
+                        .map(|seid| (seid >> 48) as u16)
+                        .filter(|&a| a != 0 && a != u16::from(self.me))
+                        .map(|a| a - 1)
+                        .filter(|o| self.guests.contains_key(o));
+                    match guest {
+                        Some(o) => {
+                            let g = self.guests.get_mut(&o).expect("a guest");
+                            let out = g.upf.handle(at, from, &self.buf[..n]);
+                            self.guest_send(o, out);
+                        }
+                        None => {
+                            let out = self.upf.handle(at, from, &self.buf[..n]);
+                            self.send(out);
+                        }
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
@@ -973,8 +1070,14 @@ impl Endpoint {
         }
         self.cp_packets(dp);
         self.guests_step(node);
-        // (A guest is not polled: it heartbeats nobody, which could count an SMF dead and
-        // release its sessions, and reports no usage.)
+        // A guest's reports that are due (it heartbeats nobody: the SMFs' associations are
+        // the endpoints', and a guest counting an SMF dead would release its sessions).
+        let at = self.start.elapsed();
+        let guests: Vec<u16> = self.guests.keys().copied().collect();
+        for o in guests {
+            let out = (self.guests.get_mut(&o)).map_or_else(Vec::new, |g| g.upf.poll_reports(at));
+            self.guest_send(o, out);
+        }
         let mut requests = self.upf.sessions_impl_mut().requests();
         for g in self.guests.values_mut() {
             requests.extend(g.upf.sessions_impl_mut().requests());
@@ -1093,6 +1196,8 @@ impl Endpoint {
                         "durable": g.keep.durable,
                         "unsaved": u,
                         "saving": s,
+                        "reports_sent": g.upf.stats().reports_sent,
+                        "usage_read_timeouts": g.upf.stats().usage_read_timeouts,
                     }),
                 )
             })
@@ -1158,6 +1263,9 @@ impl Endpoint {
                 }
             }
             upf.track_state(true);
+            // Its requests (Session Report Requests) leave from this endpoint's socket:
+            // numbered half the space away from this endpoint's own.
+            upf.sequences_from(self.upf.next_sequence().wrapping_add(0x7f_ffff));
             self.guests.insert(
                 o,
                 Guest {
@@ -1281,9 +1389,10 @@ impl Endpoint {
         (dp.usage(ul_teid).map(pfcp_usage)).or_else(|| self.finals.get(&ul_teid).map(|f| f.0))
     }
 
-    /// Sends `meter` as relays of `kind` to endpoint `to` (0: every other endpoint), as many
-    /// datagrams as its lines need; returns how many each receiver gets.
-    fn send_meter(&mut self, kind: RelayKind, to: u8, meter: Meter) -> usize {
+    /// Sends `meter` as relays of `kind` to endpoint `to` (0: every other endpoint that is
+    /// not gone: the stand-ins name those), as many datagrams as its lines need; returns how
+    /// many each receiver gets, and how many receivers there are.
+    fn send_meter(&mut self, kind: RelayKind, to: u8, meter: Meter) -> (usize, usize) {
         let chunks: Vec<&[MeterLine]> = if meter.lines.is_empty() {
             vec![&[][..]]
         } else {
@@ -1296,7 +1405,7 @@ impl Endpoint {
         let me = usize::from(self.me) - 1;
         let targets: Vec<SocketAddr> = match to {
             0 => (0..self.peers.len())
-                .filter(|&i| i != me)
+                .filter(|&i| i != me && !self.is_gone(i))
                 .map(|i| self.peers[i])
                 .collect(),
             t => self
@@ -1307,7 +1416,7 @@ impl Endpoint {
                 .collect(),
         };
         let Some(rs) = &self.relay_sock else {
-            return 0;
+            return (0, 0);
         };
         for c in chunks {
             let r = Relay {
@@ -1327,17 +1436,120 @@ impl Endpoint {
                 }
             }
         }
-        n
+        (n, targets.len())
+    }
+
+    /// Whether node `i` is gone (the node's control plane named a stand-in for it).
+    fn is_gone(&self, i: usize) -> bool {
+        self.stand_ins.get(i).copied().flatten().is_some()
+    }
+
+    /// Where the counts (and first buffered packet) of uplink TEID `teid` go
+    /// ([`counts_to`]).
+    fn counts_to(&self, teid: u32) -> CountsTo {
+        counts_to(
+            teid,
+            self.me,
+            self.relay_sock.is_some().then_some(self.peers.len()),
+            &self.stand_ins,
+            |t| {
+                if self.upf.meters(t) {
+                    return Some(None);
+                }
+                (self.guests.iter())
+                    .find(|(_, g)| g.upf.meters(t))
+                    .map(|(&o, _)| Some(o))
+            },
+            |o| self.guests.contains_key(&o),
+        )
+    }
+
+    /// Hands line `l` (counts, or a first buffered packet) to this endpoint's `Upf` or to
+    /// guest `o`'s; what this endpoint's gives is returned, a guest's is sent.
+    fn take_line(
+        &mut self,
+        at: Duration,
+        guest: Option<u16>,
+        l: &MeterLine,
+    ) -> Vec<sb_pfcp::Transmit> {
+        let Some(o) = guest else {
+            return if l.downlink_data {
+                self.upf.downlink_data(at, l.ul_teid)
+            } else {
+                self.upf.usage(at, l.ul_teid, line_usage(l))
+            };
+        };
+        if let Some(g) = self.guests.get_mut(&o) {
+            let out = if l.downlink_data {
+                g.upf.downlink_data(at, l.ul_teid)
+            } else {
+                g.upf.usage(at, l.ul_teid, line_usage(l))
+            };
+            self.guest_send(o, out);
+        }
+        Vec::new()
+    }
+
+    /// Routes lines of this node's data plane ([`Endpoint::counts_to`]): to this endpoint, a
+    /// guest, or as usage relays; those of a gone node this one stands in for whose guest is
+    /// not open yet are held for [`HELD_KEPT`] (a first buffered packet is told once).
+    fn route_lines(&mut self, at: Duration, lines: Vec<MeterLine>) {
+        let now = Instant::now();
+        let mut remote: HashMap<u8, Vec<MeterLine>> = HashMap::default();
+        for l in lines {
+            match self.counts_to(l.ul_teid) {
+                CountsTo::Own => {
+                    let out = self.take_line(at, None, &l);
+                    self.send(out);
+                }
+                CountsTo::Guest(o) => {
+                    self.take_line(at, Some(o), &l);
+                }
+                CountsTo::Relay(to) => remote.entry(to).or_default().push(l),
+                CountsTo::NotYet => {
+                    if self.held_lines.len() < HELD_MAX {
+                        self.held_lines.push_back((now, l));
+                    }
+                }
+            }
+        }
+        for (to, lines) in remote {
+            self.send_meter(RelayKind::Usage, to, Meter { token: 0, lines });
+        }
+    }
+
+    /// Hands `got`, the counts a response of this endpoint (`None`) or of guest `o` waits
+    /// for, to its `Upf`.
+    fn complete_read(
+        &mut self,
+        whose: Option<u16>,
+        at: Duration,
+        token: Token,
+        got: &[(u32, Usage)],
+    ) {
+        match whose {
+            None => {
+                let out = self.upf.complete_usage(at, token, got);
+                self.send(out);
+            }
+            Some(o) => {
+                if let Some(g) = self.guests.get_mut(&o) {
+                    let out = g.upf.complete_usage(at, token, got);
+                    self.guest_send(o, out);
+                }
+            }
+        }
     }
 
     /// The usage work of one loop iteration: keeps the slots freed here, tells the sessions'
     /// endpoints of their first buffered packets (Downlink Data Reports), answers the counts
-    /// the endpoint's responses wait for (from this node, or asked of the others), and every
-    /// [`METER_INTERVAL`] sends the changed counts of the sessions this node handles to their
-    /// endpoints: a round of the data plane's slots that counted since the last
-    /// ([`sb_engine::policy::Policies::begin_usage_round`]), at most [`METER_BATCH`] of them
-    /// per call, so that its cost follows the sessions with traffic, not all, and no call
-    /// holds the control thread for long.
+    /// the responses of the endpoint and its guests wait for (from this node, or asked of the
+    /// others), and every [`METER_INTERVAL`] sends the changed counts of the sessions this
+    /// node handles to their endpoints: a round of the data plane's slots that counted since
+    /// the last ([`sb_engine::policy::Policies::begin_usage_round`]), at most [`METER_BATCH`]
+    /// of them per call, so that its cost follows the sessions with traffic, not all, and no
+    /// call holds the control thread for long. A gone node's sessions' counts go to the guest
+    /// serving them ([`Endpoint::counts_to`]).
     pub fn meter(&mut self, dp: &mut crate::control::DataPlane) {
         let now = Instant::now();
         let at = self.start.elapsed();
@@ -1356,42 +1568,44 @@ impl Endpoint {
         }
         self.queries
             .retain(|_, q| now.duration_since(q.asked) < FINAL_KEPT);
+        // Lines held for a guest not open yet: routed again (in order), or given up.
+        let held: Vec<MeterLine> = std::mem::take(&mut self.held_lines)
+            .into_iter()
+            .filter(|(when, _)| now.duration_since(*when) < HELD_KEPT)
+            .map(|(_, l)| l)
+            .collect();
+        if !held.is_empty() {
+            self.route_lines(at, held);
+        }
         // First buffered packets: to the endpoint that allocated the TEID (its top byte), or
         // to every endpoint for a TEID the SMF chose.
+        let notified: Vec<MeterLine> = (dp.take_notifications().into_iter())
+            .map(|ul_teid| MeterLine {
+                ul_teid,
+                downlink_data: true,
+                known: true,
+                counts: [0; 4],
+            })
+            .collect();
+        if !notified.is_empty() {
+            self.route_lines(at, notified);
+        }
+        // Counts a response waits for: the endpoint's, then its guests'.
         let relaying = self.relay_sock.is_some();
-        let mut remote: HashMap<u8, Vec<MeterLine>> = HashMap::default();
-        for teid in dp.take_notifications() {
-            let owner = (teid >> 24) as u8;
-            if owner == self.me || !relaying {
-                let out = self.upf.downlink_data(at, teid);
-                self.send(out);
-            }
-            if relaying && owner != self.me {
-                let to = if usize::from(owner) <= self.peers.len() {
-                    owner
-                } else {
-                    0
-                };
-                remote.entry(to).or_default().push(MeterLine {
-                    ul_teid: teid,
-                    downlink_data: true,
-                    known: true,
-                    counts: [0; 4],
-                });
-            }
+        let mut reads: Vec<(Option<u16>, Token, Vec<u32>)> =
+            (std::mem::take(&mut self.upf.sessions_impl_mut().usage_reads).into_iter())
+                .map(|(t, teids)| (None, t, teids))
+                .collect();
+        for (&o, g) in self.guests.iter_mut() {
+            let r = std::mem::take(&mut g.upf.sessions_impl_mut().usage_reads);
+            reads.extend(r.into_iter().map(|(t, teids)| (Some(o), t, teids)));
         }
-        for (to, lines) in remote {
-            self.send_meter(RelayKind::Usage, to, Meter { token: 0, lines });
-        }
-        // Counts a response waits for.
-        let reads = std::mem::take(&mut self.upf.sessions_impl_mut().usage_reads);
-        for (token, teids) in reads {
+        for (whose, token, teids) in reads {
             let got: Vec<(u32, Usage)> = (teids.iter())
                 .filter_map(|&t| Some((t, self.local_usage(dp, t)?)))
                 .collect();
             if got.len() == teids.len() || !relaying {
-                let out = self.upf.complete_usage(at, token, &got);
-                self.send(out);
+                self.complete_read(whose, at, token, &got);
                 continue;
             }
             let lines = (teids.iter())
@@ -1402,14 +1616,22 @@ impl Endpoint {
                 })
                 .collect();
             // On the wire a query's token is never 0 (0: a relay nothing waits for).
-            let wire = token.0.wrapping_add(1).max(1);
-            let per = self.send_meter(RelayKind::UsageQuery, 0, Meter { token: wire, lines });
+            let wire = self.next_query;
+            self.next_query = self.next_query.wrapping_add(1).max(1);
+            let (per, receivers) =
+                self.send_meter(RelayKind::UsageQuery, 0, Meter { token: wire, lines });
+            if receivers == 0 {
+                self.complete_read(whose, at, token, &got);
+                continue;
+            }
             self.queries.insert(
                 wire,
                 UsageQuery {
+                    whose,
+                    token,
                     teids,
                     got,
-                    answers_left: per * (self.peers.len() - 1),
+                    answers_left: per * receivers,
                     asked: now,
                 },
             );
@@ -1428,26 +1650,11 @@ impl Endpoint {
         // chose). A session without traffic costs nothing.
         let mut counted = std::mem::take(&mut self.counted);
         self.meter_left = dp.policies.changed_usages(&mut counted, METER_BATCH);
-        let mut remote: HashMap<u8, Vec<MeterLine>> = HashMap::default();
-        for &(teid, u) in &counted {
-            let u = pfcp_usage(u);
-            let owner = (teid >> 24) as u8;
-            if owner == self.me || !relaying {
-                let out = self.upf.usage(at, teid, u);
-                self.send(out);
-                continue;
-            }
-            let to = if usize::from(owner) <= self.peers.len() {
-                owner
-            } else {
-                0
-            };
-            remote.entry(to).or_default().push(usage_line(teid, u));
-        }
+        let lines: Vec<MeterLine> = (counted.iter())
+            .map(|&(teid, u)| usage_line(teid, pfcp_usage(u)))
+            .collect();
         self.counted = counted;
-        for (to, lines) in remote {
-            self.send_meter(RelayKind::Usage, to, Meter { token: 0, lines });
-        }
+        self.route_lines(at, lines);
     }
 
     /// A usage relay from endpoint `from`.
@@ -1465,11 +1672,20 @@ impl Endpoint {
         let mut out = Vec::new();
         match relay.kind {
             RelayKind::Usage => {
-                for l in &m.lines {
-                    if l.downlink_data {
-                        out.extend(self.upf.downlink_data(at, l.ul_teid));
-                    } else if l.known {
-                        out.extend(self.upf.usage(at, l.ul_teid, line_usage(l)));
+                for l in m.lines.iter().filter(|l| l.downlink_data || l.known) {
+                    match self.counts_to(l.ul_teid) {
+                        CountsTo::Guest(o) => {
+                            self.take_line(at, Some(o), l);
+                        }
+                        CountsTo::NotYet => {
+                            if self.held_lines.len() < HELD_MAX {
+                                self.held_lines.push_back((Instant::now(), *l));
+                            }
+                        }
+                        // Ours, or sent here by a node that sees the stand-ins otherwise.
+                        CountsTo::Own | CountsTo::Relay(_) => {
+                            out.extend(self.take_line(at, None, l));
+                        }
                     }
                 }
             }
@@ -1497,8 +1713,7 @@ impl Endpoint {
                     let all = q.teids.iter().all(|t| q.got.iter().any(|(g, _)| g == t));
                     if all || q.answers_left == 0 {
                         let q = self.queries.remove(&m.token).expect("present");
-                        let token = Token(m.token.wrapping_sub(1));
-                        out.extend(self.upf.complete_usage(at, token, &q.got));
+                        self.complete_read(q.whose, at, q.token, &q.got);
                     }
                 }
             }
@@ -2103,6 +2318,53 @@ mod tests {
         let (op, t) = sent(&mut c);
         assert_eq!(op, Op::Change);
         assert_eq!((t.teid, t.uplink_teid()), (9, 0x0100_0005));
+    }
+
+    /// The counts of a session go to its endpoint: the one that allocated its TEID, or the
+    /// guest serving a gone node's sessions at its stand-in (here, or through a relay to the
+    /// stand-in; held while the guest is not open yet); a TEID the SMF chose, to whoever here
+    /// holds it, or else to every endpoint.
+    #[test]
+    fn counts_go_to_the_endpoint_serving_the_session() {
+        let teid = |node: u8| (u32::from(node) << 24) | 0x42;
+        let none = |_: u32| None;
+        let no_guest = |_: u16| false;
+        // Endpoint 2 (node 1) of 4, nobody gone.
+        let all = vec![None; 4];
+        let to = |t, stand_ins: &[Option<u16>], guest: &dyn Fn(u16) -> bool| {
+            counts_to(t, 2, Some(4), stand_ins, none, guest)
+        };
+        assert_eq!(to(teid(2), &all, &no_guest), CountsTo::Own);
+        assert_eq!(to(teid(1), &all, &no_guest), CountsTo::Relay(1));
+        assert_eq!(to(teid(4), &all, &no_guest), CountsTo::Relay(4));
+        // Without relaying everything is this endpoint's.
+        assert_eq!(
+            counts_to(teid(3), 2, None, &all, none, no_guest),
+            CountsTo::Own
+        );
+        // Node 2 (endpoint 3) gone, node 3 stands in: its sessions' counts go to node 3.
+        let gone = vec![None, None, Some(3), None];
+        assert_eq!(to(teid(3), &gone, &no_guest), CountsTo::Relay(4));
+        assert_eq!(to(teid(4), &gone, &no_guest), CountsTo::Relay(4));
+        // Node 0 gone, this node (1) stands in: held until its guest opens, then the guest's.
+        let mine = vec![Some(1), None, None, None];
+        assert_eq!(to(teid(1), &mine, &no_guest), CountsTo::NotYet);
+        assert_eq!(to(teid(1), &mine, &|o| o == 0), CountsTo::Guest(0));
+        assert_eq!(to(teid(2), &mine, &|o| o == 0), CountsTo::Own);
+        // A TEID the SMF chose (top byte 0, or beyond the nodes).
+        for t in [0x0000_0042, teid(9)] {
+            assert_eq!(to(t, &all, &no_guest), CountsTo::Relay(0));
+            let here = |_: u32| Some(None);
+            assert_eq!(
+                counts_to(t, 2, Some(4), &all, here, no_guest),
+                CountsTo::Own
+            );
+            let guests = |_: u32| Some(Some(0));
+            assert_eq!(
+                counts_to(t, 2, Some(4), &mine, guests, no_guest),
+                CountsTo::Guest(0)
+            );
+        }
     }
 
     #[test]

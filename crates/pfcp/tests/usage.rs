@@ -523,6 +523,47 @@ fn a_deletion_whose_counts_do_not_come_is_answered_on_time() {
     assert_eq!(t.upf.stats().usage_read_timeouts, 1);
 }
 
+/// A stand-in's guest endpoint is polled for its reports alone: the late deletion answer
+/// goes out, no heartbeat does (the association's heartbeats are its own endpoint's); its
+/// requests are numbered from where it is told.
+#[test]
+fn poll_reports_answers_what_is_due_and_sends_no_heartbeat() {
+    let mut c = config();
+    c.heartbeat_interval = Duration::from_secs(1);
+    let mut t = T::new(c);
+    let (seid, teid) = establish(
+        &mut t,
+        request(vec![urr(1, (0, 0), vec![])], ApplyAction::FORW, vec![]),
+    );
+    t.traffic(teid, 10, 20);
+    t.upf.sessions_impl_mut().defer_reads = true;
+    assert!(t.send(Some(seid), Body::SessionDeletionRequest).is_none());
+    t.upf.sequences_from(0x80_0000);
+    assert_eq!(t.upf.next_sequence(), 0x80_0000);
+    t.now = Duration::from_secs(3);
+    let out = t.upf.poll_reports(t.now);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let Body::SessionDeletionResponse(r) = Message::parse(&out[0].bytes).unwrap().body else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        r.usage_report[0].volume_measurement.unwrap().total,
+        Some(30)
+    );
+    assert_eq!(t.upf.stats().usage_read_timeouts, 1);
+    assert!(!t.upf.meters(teid));
+    // The whole poll heartbeats the SMF, numbered from where it was told.
+    let out = t.upf.poll(t.now);
+    let m = Message::parse(&out[0].bytes).unwrap();
+    assert!(matches!(m.body, Body::HeartbeatRequest(_)), "{m:?}");
+    assert_eq!(m.sequence, 0x80_0000);
+    // Numbers stay in PFCP's 24 bits.
+    t.upf.sequences_from(0);
+    assert!((1..=0xff_ffff).contains(&t.upf.next_sequence()));
+    t.upf.sequences_from(0xff_ffff);
+    assert_eq!(t.upf.next_sequence(), 0xff_ffff);
+}
+
 #[test]
 fn query_urr_answers_with_the_usage_now() {
     let mut t = T::new(config());

@@ -1959,9 +1959,10 @@ fn pfcp_sessions_survive_a_restart_and_a_wiped_log() {
 /// sessions are served by the new owner"): an SMF associated with node 1 establishes
 /// sessions; node 1 is SIGKILLed and left down; the first live replica of its range (node 2)
 /// leads the range's group and serves node 1's sessions from its replica of the range's
-/// records. Deletions sent to node 2's address are answered there; those accepted are gone
-/// from node 1's records when it comes back: deleted again through node 1 they are not
-/// found, and the others are deleted there. (A session whose UE address's FIB entry belongs to
+/// records. Deletions sent to node 2's address are answered there, each with its URR's Usage
+/// Report (the counts asked of the live nodes alone: none waits for the dead one); those
+/// accepted are gone from node 1's records when it comes back: deleted again through node 1
+/// they are not found, and the others are deleted there, with their Usage Reports. (A session whose UE address's FIB entry belongs to
 /// node 1's own range waits for node 1, as every update of that range does.) Before, every
 /// request for node 1's sessions was relayed to the dead node and never answered.
 #[test]
@@ -2013,7 +2014,7 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
         .collect();
     let job = c.dir.join("establish.json");
     let j: Vec<Value> = (0..N)
-        .map(|i| json!({"ue": ues[i], "teid": 0x6100_0000 + i as u32, "enb": format!("10.2.{}.2", i % NODES), "cp_seid": 7000 + i}))
+        .map(|i| json!({"ue": ues[i], "teid": 0x6100_0000 + i as u32, "enb": format!("10.2.{}.2", i % NODES), "cp_seid": 7000 + i, "urr": true}))
         .collect();
     std::fs::write(&job, serde_json::to_vec(&j).unwrap()).unwrap();
     let r = smf(&cp, &ip(victim), smf_ip, 10, "establish", Some(&job));
@@ -2064,6 +2065,13 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
     );
     // About 3 in 4 UE addresses' entries are in another range than node 1's.
     assert!(n_acc >= half.len() / 3, "{answers:?}");
+    // Every accepted deletion carries its URR's Usage Report, read from the live nodes: the
+    // guest's reads were answered, none on its timeout.
+    for a in answers.iter().filter(|a| a["cause"] == 1) {
+        assert_eq!(a["usage_reports"], 1, "{a}");
+    }
+    let guest = c.status()["nodes"][stand_in]["pfcp_state"]["guests"][victim.to_string()].clone();
+    assert_eq!(u(&guest["usage_read_timeouts"]), 0, "{guest}");
 
     // Node 1 back: its records hold what its stand-in did.
     restart_node(&c, victim);
@@ -2075,6 +2083,9 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
     let answers = delete(victim, 300, &seids);
     for (i, a) in answers.iter().enumerate() {
         let want = if i < N / 2 && accepted[i] { 65 } else { 1 };
+        if want == 1 {
+            assert_eq!(a["usage_reports"], 1, "session {i}: {a}");
+        }
         assert_eq!(
             a["cause"],
             want,

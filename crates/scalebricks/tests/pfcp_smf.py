@@ -85,13 +85,15 @@ def node_name(n):
 
 
 def summary(p):
-    """Cause, SEID of the header, F-SEID, Created PDRs' F-TEIDs and Offending IE of a response."""
+    """Cause, SEID of the header, F-SEID, Created PDRs' F-TEIDs, Offending IE and the number of
+    Usage Reports (of a deletion) of a response."""
     if p is None:
         return None
     ies = p.payload.IE_list
     cause = find(ies, IE_Cause)
     fseid = find(ies, IE_FSEID)
     off = find(ies, IE_OffendingIE)
+    usage = find(ies, IE_UsageReport_SDR)
     return {
         "type": p.message_type,
         "seid": p.seid if p.S else None,
@@ -103,6 +105,7 @@ def summary(p):
         "offending_ie": off[0].type if off else None,
         "recovery": [r.timestamp for r in find(ies, IE_RecoveryTimeStamp)],
         "node_id": [node_name(n) for n in find(ies, IE_NodeId)],
+        "usage_reports": len(usage),
     }
 
 
@@ -117,6 +120,9 @@ def ue_ip_address(ue):
 
 
 def establishment(seq, s, with_fseid=True):
+    """With "urr" in the job's session: a volume-measuring URR (1) on both PDRs, as every real
+    SMF sends (the Usage Report of its deletion is counted in the summary)."""
+    urr = [IE_URR_Id(id=1)] if s.get("urr") else []
     ies = [node_id()]
     if with_fseid:
         ies.append(IE_FSEID(v4=1, seid=s["cp_seid"], ipv4=SRC))
@@ -129,7 +135,7 @@ def establishment(seq, s, with_fseid=True):
                 ue_ip_address(s["ue"]),
             ]),
             IE_FAR_Id(id=1),
-        ]),
+        ] + urr),
         IE_CreatePDR(IE_list=[
             IE_PDR_Id(id=2),
             IE_Precedence(precedence=100),
@@ -139,7 +145,7 @@ def establishment(seq, s, with_fseid=True):
             ]),
             IE_OuterHeaderRemoval(header="GTP-U/UDP/IPv4"),
             IE_FAR_Id(id=2),
-        ]),
+        ] + urr),
         IE_CreateFAR(IE_list=[
             IE_FAR_Id(id=1),
             IE_ApplyAction(FORW=1),
@@ -154,6 +160,12 @@ def establishment(seq, s, with_fseid=True):
             IE_ForwardingParameters(IE_list=[IE_DestinationInterface(interface="Core")]),
         ]),
     ]
+    if urr:
+        ies.append(IE_CreateURR(IE_list=[
+            IE_URR_Id(id=1),
+            IE_MeasurementMethod(VOLUM=1),
+            IE_ReportingTriggers(),
+        ]))
     return bytes(msg(seq, PFCPSessionEstablishmentRequest(IE_list=ies), seid=0))
 
 

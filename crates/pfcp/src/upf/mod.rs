@@ -810,6 +810,37 @@ impl<S: Sessions> Upf<S> {
         out
     }
 
+    /// What [`Upf::poll`] does for reports alone (URR timers, delayed Downlink Data Reports,
+    /// retransmissions of Session Report Requests, responses whose counts did not come in
+    /// time), without heartbeats or the peers' liveness: for an endpoint serving another's
+    /// sessions for a while (a node's stand-in), whose associations' heartbeats are the
+    /// associated endpoint's.
+    pub fn poll_reports(&mut self, now: Duration) -> Vec<Transmit> {
+        self.now = now;
+        let mut out = Vec::new();
+        self.reports_due(now, &mut out);
+        out
+    }
+
+    /// The sequence number of this endpoint's next request (heartbeats, Session Report
+    /// Requests).
+    pub fn next_sequence(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// Numbers this endpoint's requests from `seq` on (taken into 1..=0xff_ffff): an endpoint
+    /// sending from another's socket (a stand-in's guest) keeps its requests' numbers apart
+    /// from the other's, so that a peer does not take one for a retransmission of the other.
+    pub fn sequences_from(&mut self, seq: u32) {
+        self.next_seq = seq.wrapping_sub(1) % 0xff_ffff + 1;
+    }
+
+    /// Whether a session of this endpoint holds uplink TEID `ul_teid` (its counts are
+    /// wanted: [`Upf::usage`]).
+    pub fn meters(&self, ul_teid: u32) -> bool {
+        self.by_teid.contains_key(&ul_teid)
+    }
+
     /// Sets the Recovery Time Stamp the endpoint sends from now on: change it whenever the
     /// user plane lost its session state (TS 29.244 6.2.6.2.2 tells peers by it).
     pub fn set_recovery_time_stamp(&mut self, ts: RecoveryTimeStamp) {
