@@ -990,16 +990,18 @@ impl Endpoint {
             match self.sock.recv_from(&mut self.buf) {
                 Ok((n, from)) => {
                     let at = self.start.elapsed();
-                    // The answer to a guest's Session Report Request goes to the guest (its
-                    // header's SEID is the gone node's session's).
+                    // The answer to a guest's Session Report Request goes to the guest: the
+                    // one waiting for that sequence number (numbered apart from ours).
                     let bytes = &self.buf[..n];
                     let guest = (bytes.get(1) == Some(&sb_pfcp::msg_type::SESSION_REPORT_RESPONSE))
-                        .then(|| sb_pfcp::Header::peek_seid(bytes))
+                        .then(|| sb_pfcp::Header::peek_sequence(bytes))
                         .flatten()
-                        .map(|seid| (seid >> 48) as u16)
-                        .filter(|&a| a != 0 && a != u16::from(self.me))
-                        .map(|a| a - 1)
-                        .filter(|o| self.guests.contains_key(o));
+                        .filter(|&seq| !self.upf.awaits_report(seq))
+                        .and_then(|seq| {
+                            (self.guests.iter())
+                                .find(|(_, g)| g.upf.awaits_report(seq))
+                                .map(|(&o, _)| o)
+                        });
                     match guest {
                         Some(o) => {
                             let g = self.guests.get_mut(&o).expect("a guest");

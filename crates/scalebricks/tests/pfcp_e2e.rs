@@ -827,33 +827,7 @@ fn mbr_and_volume_threshold(c: &Cluster, cp: &str, pcap: &Path) {
     const SECONDS: u64 = 5;
     let ue = "10.45.0.3";
     let dir = c.dir.join("qos-smf");
-    std::fs::create_dir_all(&dir).unwrap();
-    let stock = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../pfcp/tests/data/smf/open5gs"
-    );
-    let py = format!(
-        "import shutil\n\
-         from scapy.contrib.pfcp import PFCP, IE_MBR, IE_VolumeThreshold, IE_UE_IP_Address, IE_FSEID\n\
-         def walk(ies):\n\
-         \x20   for ie in ies:\n\
-         \x20       yield ie\n\
-         \x20       yield from walk(getattr(ie, 'IE_list', None) or [])\n\
-         p = PFCP(open('{stock}/02-session-establishment-request.bin','rb').read())\n\
-         for ie in walk(p.IE_list):\n\
-         \x20   if isinstance(ie, IE_MBR): ie.ul = {MBR_KBPS}; ie.dl = {MBR_KBPS}\n\
-         \x20   if isinstance(ie, IE_VolumeThreshold): ie.total = {THRESHOLD}\n\
-         \x20   if isinstance(ie, IE_UE_IP_Address): ie.ipv4 = '{ue}'\n\
-         \x20   if isinstance(ie, IE_FSEID): ie.seid = 2\n\
-         open('{d}/02-session-establishment-request.bin','wb').write(bytes(p))\n\
-         for f in ['01-association-setup-request', '03-session-modification-request-gnb-tunnel', '07-session-deletion-request']:\n\
-         \x20   shutil.copy('{stock}/' + f + '.bin', '{d}/' + f + '.bin')\n",
-        d = dir.display(),
-    );
-    ok(
-        &run_prog("/usr/bin/python3", &["-c", &py], Duration::from_secs(30)),
-        "scapy writes the QoS session",
-    );
+    write_qos_session(&dir, ue, MBR_KBPS, THRESHOLD);
     let d = dir.to_str().unwrap();
     let r = replay(cp, d, 1, 2, None, pcap);
     assert!(
@@ -948,6 +922,40 @@ fn mbr_and_volume_threshold(c: &Cluster, cp: &str, pcap: &Path) {
         at_report + u(&fin[0]["volume"]["total"]),
         received * inner,
         "the reports count what the sink received: {r}"
+    );
+}
+
+/// Writes into `dir` open5gs's messages (crates/pfcp/tests/data/smf/open5gs: association,
+/// establishment, the gNB's tunnel, deletion) for one session of UE `ue` (IPv4), its QER's
+/// MBR `mbr_kbps` both ways and its URR's volume threshold `threshold` bytes (total), its CP
+/// F-SEID's SEID 2: rewritten by scapy.
+fn write_qos_session(dir: &Path, ue: &str, mbr_kbps: u64, threshold: u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    let stock = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../pfcp/tests/data/smf/open5gs"
+    );
+    let py = format!(
+        "import shutil\n\
+         from scapy.contrib.pfcp import PFCP, IE_MBR, IE_VolumeThreshold, IE_UE_IP_Address, IE_FSEID\n\
+         def walk(ies):\n\
+         \x20   for ie in ies:\n\
+         \x20       yield ie\n\
+         \x20       yield from walk(getattr(ie, 'IE_list', None) or [])\n\
+         p = PFCP(open('{stock}/02-session-establishment-request.bin','rb').read())\n\
+         for ie in walk(p.IE_list):\n\
+         \x20   if isinstance(ie, IE_MBR): ie.ul = {mbr_kbps}; ie.dl = {mbr_kbps}\n\
+         \x20   if isinstance(ie, IE_VolumeThreshold): ie.total = {threshold}\n\
+         \x20   if isinstance(ie, IE_UE_IP_Address): ie.ipv4 = '{ue}'\n\
+         \x20   if isinstance(ie, IE_FSEID): ie.seid = 2\n\
+         open('{d}/02-session-establishment-request.bin','wb').write(bytes(p))\n\
+         for f in ['01-association-setup-request', '03-session-modification-request-gnb-tunnel', '07-session-deletion-request']:\n\
+         \x20   shutil.copy('{stock}/' + f + '.bin', '{d}/' + f + '.bin')\n",
+        d = dir.display(),
+    );
+    ok(
+        &run_prog("/usr/bin/python3", &["-c", &py], Duration::from_secs(30)),
+        "scapy writes the QoS session",
     );
 }
 
@@ -1098,19 +1106,25 @@ fn stock_smfs_sessions(c: &Cluster, cp: &str) {
 
 /// One run of the SMF script in namespace `ns`: its JSON.
 fn smf(ns: &str, upf: &str, src: &str, seq: u32, op: &str, job: Option<&Path>) -> Value {
+    smf_env(ns, upf, src, seq, op, job, &[])
+}
+
+/// [`smf`] with environment variables for the script (SMF_TS).
+fn smf_env(
+    ns: &str,
+    upf: &str,
+    src: &str,
+    seq: u32,
+    op: &str,
+    job: Option<&Path>,
+    env: &[(&str, &str)],
+) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pfcp_smf.py");
     let seq = seq.to_string();
-    let mut a = vec![
-        "netns",
-        "exec",
-        ns,
-        "/usr/bin/python3",
-        script,
-        upf,
-        src,
-        &seq,
-        op,
-    ];
+    let kv: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut a = vec!["netns", "exec", ns, "env"];
+    a.extend(kv.iter().map(|s| s.as_str()));
+    a.extend(["/usr/bin/python3", script, upf, src, &seq, op]);
     if let Some(j) = job {
         a.push(j.to_str().unwrap());
     }
@@ -1964,7 +1978,10 @@ fn pfcp_sessions_survive_a_restart_and_a_wiped_log() {
 /// accepted are gone from node 1's records when it comes back: deleted again through node 1
 /// they are not found, and the others are deleted there, with their Usage Reports. (A session whose UE address's FIB entry belongs to
 /// node 1's own range waits for node 1, as every update of that range does.) Before, every
-/// request for node 1's sessions was relayed to the dead node and never answered.
+/// request for node 1's sessions was relayed to the dead node and never answered. An
+/// open5gs-shaped session of node 1 with a volume threshold, whose traffic flows after node 1
+/// died, is reported to the SMF by node 2 (a Session Report Request with its Usage Report,
+/// trigger VOLTH).
 #[test]
 fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
     let name = "pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in";
@@ -2003,6 +2020,10 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
         let a = desc["nodes"][i]["pfcp_addr"].as_str().unwrap();
         a.split(':').next().unwrap().to_string()
     };
+    // One SMF for both scripts: pfcp_replay.py's vectors' Recovery Time Stamp.
+    let smf = |ns: &str, upf: &str, src: &str, seq: u32, op: &str, job: Option<&Path>| {
+        smf_env(ns, upf, src, seq, op, job, &[("SMF_TS", "3976214400")])
+    };
     let s = smf(&cp, &ip(victim), smf_ip, 1, "setup", None);
     assert_eq!(s["setup"]["cause"], 1, "{s}");
     let recovery = s["setup"]["recovery"][0].clone();
@@ -2027,6 +2048,28 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
             u(&res["up_seid"])
         })
         .collect();
+    // The threshold session, established at node 1 with the gNB's tunnel (vectors 02, 03:
+    // node 1 is 10.3.0.2, where `replay` sends).
+    assert_eq!(ip(victim), "10.3.0.2");
+    const THRESHOLD: u64 = 200_000;
+    let qos_ue = "100.103.0.1";
+    assert!(!taken.contains(qos_ue) && !ues.iter().any(|u| u == qos_ue));
+    let qdir = c.dir.join("standin-qos");
+    write_qos_session(&qdir, qos_ue, 1_000_000, THRESHOLD);
+    let qd = qdir.to_str().unwrap().to_string();
+    let pcap = c.dir.join("standin-qos.pcap");
+    let r = replay(&cp, &qd, 2, 2, None, &pcap);
+    assert_eq!(r["causes"]["02-session-establishment-request"], 1, "{r}");
+    let qseid = r["up_seid"].as_u64().unwrap_or_else(|| panic!("{r}"));
+    let r3 = replay(&cp, &qd, 3, 3, Some(qseid), &pcap);
+    assert!(
+        r3["causes"].as_object().unwrap().values().all(|c| c == 1),
+        "{r3}"
+    );
+    let ran = r["created"][0]["ipv4"].as_str().unwrap().to_string();
+    let h = (0..NODES)
+        .find(|i| ran == format!("10.2.{i}.1"))
+        .unwrap_or_else(|| panic!("{ran} is no node's ran address"));
     let delete = |at: usize, seq: u32, which: &[u64]| -> Vec<Value> {
         let job = c.dir.join(format!("delete{seq}.json"));
         let j: Vec<Value> = which.iter().map(|s| json!({"up_seid": s})).collect();
@@ -2040,7 +2083,7 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
     let t0 = Instant::now();
     loop {
         let row = c.status()["nodes"][stand_in].clone();
-        if u(&row["pfcp_state"]["guests"][victim.to_string()]["sessions"]) == N as u64 {
+        if u(&row["pfcp_state"]["guests"][victim.to_string()]["sessions"]) == N as u64 + 1 {
             break;
         }
         assert!(
@@ -2050,6 +2093,52 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+    // The threshold session's traffic, into node 0: its handling node (`h`, or, if that was
+    // node 1, node 1's stand-in or the node its flow moved to) sends the counts to the
+    // stand-in's guest, whose URR reports the crossing from node 2's address.
+    let flows = c.dir.join("standin-qos.csv");
+    std::fs::write(
+        &flows,
+        format!("ue,teid,enb,node\n{qos_ue},1,192.168.1.10,{h}\n"),
+    )
+    .unwrap();
+    let (cp2, pcap2) = (cp.clone(), pcap.clone());
+    let reports = std::thread::spawn(move || {
+        replay_env(
+            &cp2,
+            &qd,
+            99,
+            0,
+            Some(qseid),
+            &pcap2,
+            &[("REPORTS", "1"), ("REPORT_WAIT", "15")],
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let g = gen(
+        &c,
+        &flows,
+        &[
+            "--rate", "2000", "--count", "2000", "--size", "1264", "--to", "0",
+        ],
+    );
+    let r = reports.join().unwrap();
+    let rep = r["reports"].as_array().unwrap();
+    assert_eq!(rep.len(), 1, "no report from the stand-in (gen {g}): {r}");
+    assert_eq!(rep[0]["type"], json!(["USAR"]), "{r}");
+    assert_eq!(rep[0]["from"].as_str(), Some(ip(stand_in).as_str()), "{r}");
+    let usage = rep[0]["usage"].as_array().unwrap();
+    assert!(
+        usage[0]["trigger"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("VOLTH")),
+        "{r}"
+    );
+    assert!(u(&usage[0]["volume"]["total"]) >= THRESHOLD, "{r}");
+    let guest = c.status()["nodes"][stand_in]["pfcp_state"]["guests"][victim.to_string()].clone();
+    assert!(u(&guest["reports_sent"]) >= 1, "{guest}");
+
     let half = &seids[..N / 2];
     let answers = delete(stand_in, 100, half);
     let accepted: Vec<bool> = answers.iter().map(|a| a["cause"] == 1).collect();

@@ -13,7 +13,8 @@ Every request and answer is appended to PCAP for tshark.
 
 With REPORTS=N in the environment it then waits (REPORT_WAIT seconds, default 5) for N Session
 Report Requests from the UPF, answers each (Request accepted) and lists them under "reports":
-the Report Type's flags, the Downlink Data Report's PDR IDs and each Usage Report. The Usage
+the Report Type's flags, the Downlink Data Report's PDR IDs, each Usage Report and the address
+the request came from. The Usage
 Reports of answers (deletion, Query URR) are listed under "usage". The script binds SRC:8805
 (the SMF's PFCP port, where a UPF sends its requests) when it is free."""
 import glob
@@ -157,6 +158,7 @@ while len(out["reports"]) < want and time.monotonic() < deadline:
             "pdrs": [i.id for d in find(p.IE_list or [], IE_DownlinkDataReport)
                      for i in find(d.IE_list or [], IE_PDR_Id)],
             "usage": usage_reports(p.IE_list or []),
+            "from": peer[0],
         }
         ans = PFCP(version=1, S=1, seid=SEID_CP, seq=p.seq) / PFCPSessionReportResponse(
             IE_list=[IE_Cause(cause=1)])

@@ -9,6 +9,7 @@ stdout with what the UPF answered. Requests go out in a window of 32, each retra
 a second (3 times at most), with sequence numbers from SEQ_BASE (a later run must not reuse an
 earlier run's numbers: the UPF answers those from its cache)."""
 import json
+import os
 import socket
 import sys
 import time
@@ -18,7 +19,9 @@ from scapy.contrib.pfcp import *  # noqa: F401,F403
 UPF, SRC, SEQ = sys.argv[1], sys.argv[2], int(sys.argv[3])
 OP = sys.argv[4]
 JOB = json.load(open(sys.argv[5])) if len(sys.argv) > 5 else []
-SMF_TS = 3_950_000_000
+# The SMF's Recovery Time Stamp (SMF_TS in the environment: pfcp_replay.py's vectors give
+# 3976214400, so that both scripts are one SMF to the UPF).
+SMF_TS = int(os.environ.get("SMF_TS", "3950000000"))
 
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sock.bind((SRC, 0))

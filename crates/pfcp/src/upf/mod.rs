@@ -835,6 +835,11 @@ impl<S: Sessions> Upf<S> {
         self.next_seq = seq.wrapping_sub(1) % 0xff_ffff + 1;
     }
 
+    /// Whether this endpoint's Session Report Request `seq` waits for its answer.
+    pub fn awaits_report(&self, seq: u32) -> bool {
+        self.reports.contains_key(&seq)
+    }
+
     /// Whether a session of this endpoint holds uplink TEID `ul_teid` (its counts are
     /// wanted: [`Upf::usage`]).
     pub fn meters(&self, ul_teid: u32) -> bool {
