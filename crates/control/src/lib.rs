@@ -691,6 +691,9 @@ pub struct Status {
     pub rejoining: bool,
     /// Vote requests this incarnation's groups ignored while withholding.
     pub votes_withheld: u64,
+    /// Ticks this incarnation's followers held their election clocks for their range's live
+    /// home (`replica::group::Group::tick`: a slow home is not replaced).
+    pub election_ticks_held: u64,
     /// Flows moved off a gone node and not given back (yet).
     pub moved_away: usize,
     /// Bytes by structure.

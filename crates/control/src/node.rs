@@ -980,8 +980,18 @@ impl Node {
         }
         let now = self.now;
         if self.replicated() && self.next_tick <= now {
+            // Per node: failure detection hears it (a follower holds its election clock for
+            // a live home: `Group::tick`).
+            let alive: Vec<bool> = (0..self.spec.nodes)
+                .map(|p| {
+                    self.tuning.lease > 0
+                        && self.live.heard[p as usize] + self.tuning.lease > now
+                        && !self.gone(p)
+                })
+                .collect();
             for g in self.groups.iter_mut().flatten() {
-                g.tick();
+                let home = g.home() as usize;
+                g.tick(alive.get(home).copied().unwrap_or(false));
             }
             self.note_caught_up();
             let t = self.tuning.raft_tick.max(1);
@@ -1534,6 +1544,7 @@ impl Node {
             stand_in_flows: self.si.installed,
             rejoining: self.rejoining(),
             votes_withheld: self.groups.iter().flatten().map(|g| g.withheld()).sum(),
+            election_ticks_held: self.groups.iter().flatten().map(|g| g.held_ticks()).sum(),
             moved_away: self.fo.moved.len(),
             memory: {
                 let tr = self.table.rib_bytes();

@@ -62,6 +62,11 @@ pub struct Group {
     withhold: bool,
     /// Vote requests (and leadership hand-overs) ignored while withholding.
     withheld: u64,
+    /// The term in which the home, this follower's leader, restarted: the election clock is
+    /// not held for it in that term ([`Group::tick`]).
+    home_restarted_in: Option<u64>,
+    /// Ticks a follower's election clock was held for its live home ([`Group::tick`]).
+    held_ticks: u64,
 }
 
 fn logger() -> slog::Logger {
@@ -119,6 +124,8 @@ impl Group {
             applied,
             withhold: false,
             withheld: 0,
+            home_restarted_in: None,
+            held_ticks: 0,
         })
     }
 
@@ -144,6 +151,11 @@ impl Group {
         self.withheld
     }
 
+    /// Ticks this follower's election clock was held for its live home ([`Group::tick`]).
+    pub fn held_ticks(&self) -> u64 {
+        self.held_ticks
+    }
+
     /// Ends the withholding once this replica follows a leader with every committed entry it
     /// knows applied. (A group that never committed anything, one whose replicas all crashed
     /// during the cluster's first start, goes on with its leader's first heartbeat.)
@@ -165,11 +177,36 @@ impl Group {
 
     /// One tick of the group's clock. A leader other than the home hands the leadership to
     /// the home once the home's log has caught up with its own.
-    pub fn tick(&mut self) {
+    ///
+    /// `home_alive`: the node's failure detection hears the range's home (within its lease,
+    /// and not gone). A follower whose leader is the home then holds its election clock (at
+    /// the election timeout at most: it grants votes past it, but does not campaign): a
+    /// home that is slow (a control thread not scheduled for longer than the election timeout,
+    /// on a loaded machine) is not replaced, which would fence it and restart it from its
+    /// log, holding its thread again (the restart loop under load); a home that is gone is
+    /// replaced once failure detection says so, one election timeout later. The clock runs
+    /// again in the term in which the home restarted ([`Group::peer_restarted`]), so that the
+    /// restarted home, or another replica when the home cannot lead (its log was lost), is
+    /// elected as without the hold.
+    pub fn tick(&mut self, home_alive: bool) {
         self.check_caught_up();
+        let r = &self.raw.raft;
+        let hold = home_alive
+            && self.home() != self.me
+            && r.state == StateRole::Follower
+            && r.leader_id == raft_id(self.home())
+            && self.home_restarted_in != Some(r.term);
+        self.held_ticks += u64::from(hold);
         // No campaign while a snapshot is not yet applied in raft (see `step`), nor while
         // this replica withholds its votes.
-        if !self.restoring() && !self.withhold {
+        if self.restoring() || self.withhold {
+        } else if hold {
+            // The clock runs up to the election timeout and stops there: past it the leader's
+            // lease is over here (raft-rs grants a vote then: the home's own campaign after
+            // it stepped down is granted), but this follower does not campaign itself.
+            let r = &mut self.raw.raft;
+            r.election_elapsed = (r.election_elapsed + 1).min(r.election_timeout());
+        } else {
             self.raw.tick();
         }
         let home = self.home();
@@ -193,7 +230,12 @@ impl Group {
     /// entry (which raft-rs takes for a broken log) and its refusals of the appends after its
     /// old match would be ignored as stale. A restarted follower with its log intact answers
     /// the probe at once.
+    /// A follower whose leader was `p`, the home, runs its election clock again in this term
+    /// ([`Group::tick`]).
     pub fn peer_restarted(&mut self, p: NodeId) {
+        if p == self.home() && self.raw.raft.leader_id == raft_id(p) {
+            self.home_restarted_in = Some(self.raw.raft.term);
+        }
         if !self.is_leader() || p == self.me {
             return;
         }

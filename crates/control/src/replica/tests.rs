@@ -297,7 +297,7 @@ impl World {
                 self.disks[ii] = r.durable.clone();
             }
             if t == next_tick {
-                r.group.tick();
+                r.group.tick(false);
             }
             self.pump(i);
         }
@@ -553,7 +553,7 @@ fn a_replica_that_lost_its_log_withholds_its_votes_until_it_follows_a_leader() {
     let campaigns = |g: &mut Group| {
         let mut out = Vec::new();
         for _ in 0..100 {
-            g.tick();
+            g.tick(false);
             out.extend(kinds(&outbox(g)));
         }
         out.iter()
@@ -576,13 +576,13 @@ fn a_replica_that_lost_its_log_withholds_its_votes_until_it_follows_a_leader() {
     // and stops withholding at its next tick.
     g.step(msg(T::MsgHeartbeat, 0, 7, 0));
     let _ = outbox(&mut g);
-    g.tick();
+    g.tick(false);
     assert!(!g.withholding());
     assert_eq!(g.leader(), Some(0));
     // Then, once that leader's lease ran out, a vote in a later term is granted as by any
     // replica.
     for _ in 0..40 {
-        g.tick();
+        g.tick(false);
         let _ = outbox(&mut g);
     }
     let before = g.withheld();
