@@ -1551,7 +1551,7 @@ impl Endpoint {
     /// the last ([`sb_engine::policy::Policies::begin_usage_round`]), at most [`METER_BATCH`]
     /// of them per call, so that its cost follows the sessions with traffic, not all, and no
     /// call holds the control thread for long. A gone node's sessions' counts go to the guest
-    /// serving them ([`Endpoint::counts_to`]).
+    /// serving them (`counts_to`).
     pub fn meter(&mut self, dp: &mut crate::control::DataPlane) {
         let now = Instant::now();
         let at = self.start.elapsed();

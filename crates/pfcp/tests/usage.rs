@@ -499,16 +499,23 @@ fn the_deletion_report_is_what_the_node_counted_after_the_removal() {
     assert!(t.upf.complete_usage(t.now, token, &counts).is_empty());
 }
 
-#[test]
-fn a_deletion_whose_counts_do_not_come_is_answered_on_time() {
-    let mut t = T::new(config());
+/// A session with a URR and 30 bytes counted, deleted while the node's counts are pending
+/// (the answer waits for them); its uplink TEID.
+fn delete_with_counts_pending(t: &mut T) -> u32 {
     let (seid, teid) = establish(
-        &mut t,
+        t,
         request(vec![urr(1, (0, 0), vec![])], ApplyAction::FORW, vec![]),
     );
     t.traffic(teid, 10, 20);
     t.upf.sessions_impl_mut().defer_reads = true;
     assert!(t.send(Some(seid), Body::SessionDeletionRequest).is_none());
+    teid
+}
+
+#[test]
+fn a_deletion_whose_counts_do_not_come_is_answered_on_time() {
+    let mut t = T::new(config());
+    delete_with_counts_pending(&mut t);
     t.now = Duration::from_secs(1);
     assert!(t.upf.poll(t.now).is_empty());
     t.now = Duration::from_secs(2);
@@ -531,13 +538,7 @@ fn poll_reports_answers_what_is_due_and_sends_no_heartbeat() {
     let mut c = config();
     c.heartbeat_interval = Duration::from_secs(1);
     let mut t = T::new(c);
-    let (seid, teid) = establish(
-        &mut t,
-        request(vec![urr(1, (0, 0), vec![])], ApplyAction::FORW, vec![]),
-    );
-    t.traffic(teid, 10, 20);
-    t.upf.sessions_impl_mut().defer_reads = true;
-    assert!(t.send(Some(seid), Body::SessionDeletionRequest).is_none());
+    let teid = delete_with_counts_pending(&mut t);
     t.upf.sequences_from(0x80_0000);
     assert_eq!(t.upf.next_sequence(), 0x80_0000);
     t.now = Duration::from_secs(3);

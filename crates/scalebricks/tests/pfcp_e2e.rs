@@ -853,18 +853,7 @@ fn mbr_and_volume_threshold(c: &Cluster, cp: &str, pcap: &Path) {
     let count = RATE * SECONDS;
     let sink = c.sink(h, (SECONDS + 4) as u32, count);
     // The SMF listens for the threshold's report while the traffic runs.
-    let (cp2, d2, pcap2) = (cp.to_string(), d.to_string(), pcap.to_path_buf());
-    let reports = std::thread::spawn(move || {
-        replay_env(
-            &cp2,
-            &d2,
-            99,
-            0,
-            Some(seid),
-            &pcap2,
-            &[("REPORTS", "1"), ("REPORT_WAIT", "12")],
-        )
-    });
+    let reports = await_reports(cp, d, seid, pcap, 1, 12);
     std::thread::sleep(Duration::from_millis(500));
     let via = ((h + 1) % 4).to_string();
     let g = gen(
@@ -957,6 +946,32 @@ fn write_qos_session(dir: &Path, ue: &str, mbr_kbps: u64, threshold: u64) {
         &run_prog("/usr/bin/python3", &["-c", &py], Duration::from_secs(30)),
         "scapy writes the QoS session",
     );
+}
+
+/// The SMF of the messages in `dir` (its session `seid`), on a thread: waits up to `wait`
+/// seconds for `n` Session Report Requests, answers them, and gives what [`replay_env`]
+/// gives (its `reports`).
+fn await_reports(
+    cp: &str,
+    dir: &str,
+    seid: u64,
+    pcap: &Path,
+    n: u32,
+    wait: u32,
+) -> std::thread::JoinHandle<Value> {
+    let (cp, dir, pcap) = (cp.to_string(), dir.to_string(), pcap.to_path_buf());
+    std::thread::spawn(move || {
+        let (n, wait) = (n.to_string(), wait.to_string());
+        replay_env(
+            &cp,
+            &dir,
+            99,
+            0,
+            Some(seid),
+            &pcap,
+            &[("REPORTS", &n), ("REPORT_WAIT", &wait)],
+        )
+    })
 }
 
 /// [`replay`] with environment variables for the script (REPORTS, REPORT_WAIT).
@@ -2102,18 +2117,7 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
         format!("ue,teid,enb,node\n{qos_ue},1,192.168.1.10,{h}\n"),
     )
     .unwrap();
-    let (cp2, pcap2) = (cp.clone(), pcap.clone());
-    let reports = std::thread::spawn(move || {
-        replay_env(
-            &cp2,
-            &qd,
-            99,
-            0,
-            Some(qseid),
-            &pcap2,
-            &[("REPORTS", "1"), ("REPORT_WAIT", "15")],
-        )
-    });
+    let reports = await_reports(&cp, &qd, qseid, &pcap, 1, 15);
     std::thread::sleep(Duration::from_millis(500));
     let g = gen(
         &c,
