@@ -981,14 +981,8 @@ impl Node {
         let now = self.now;
         if self.replicated() && self.next_tick <= now {
             // Per node: failure detection hears it (a follower holds its election clock for
-            // a live home: `Group::tick`).
-            let alive: Vec<bool> = (0..self.spec.nodes)
-                .map(|p| {
-                    self.tuning.lease > 0
-                        && self.live.heard[p as usize] + self.tuning.lease > now
-                        && !self.gone(p)
-                })
-                .collect();
+            // a live home: `Group::tick`; a node heard within the lease is not gone).
+            let alive: Vec<bool> = (0..self.spec.nodes).map(|p| self.hears(p)).collect();
             for g in self.groups.iter_mut().flatten() {
                 let home = g.home() as usize;
                 g.tick(alive.get(home).copied().unwrap_or(false));

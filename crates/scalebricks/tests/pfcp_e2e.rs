@@ -883,18 +883,9 @@ fn mbr_and_volume_threshold(c: &Cluster, cp: &str, pcap: &Path) {
     );
     let r = reports.join().unwrap();
 
-    let rep = r["reports"].as_array().unwrap();
-    assert_eq!(rep.len(), 1, "{r}");
-    assert_eq!(rep[0]["type"], json!(["USAR"]), "{r}");
-    let usage = rep[0]["usage"].as_array().unwrap();
+    let rep = volume_threshold_report(&r, "");
+    let usage = rep["usage"].as_array().unwrap();
     assert_eq!(usage.len(), 1, "{r}");
-    assert!(
-        usage[0]["trigger"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("VOLTH")),
-        "{r}"
-    );
     let at_report = u(&usage[0]["volume"]["total"]);
     // Past the threshold by at most what the session forwards in a second.
     let per_second = MBR_KBPS * 1000 / 8;
@@ -972,6 +963,24 @@ fn await_reports(
             &[("REPORTS", &n), ("REPORT_WAIT", &wait)],
         )
     })
+}
+
+/// The one Session Report Request `r` ([`await_reports`]'s answer) lists, checked: a usage
+/// report (USAR) whose first Usage Report's trigger includes VOLTH. `missing`: what a count
+/// other than one says.
+fn volume_threshold_report<'a>(r: &'a Value, missing: &str) -> &'a Value {
+    let rep = r["reports"].as_array().unwrap();
+    assert_eq!(rep.len(), 1, "{missing}: {r}");
+    assert_eq!(rep[0]["type"], json!(["USAR"]), "{r}");
+    let usage = rep[0]["usage"].as_array().unwrap();
+    assert!(
+        usage[0]["trigger"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("VOLTH")),
+        "{r}"
+    );
+    &rep[0]
 }
 
 /// [`replay`] with environment variables for the script (REPORTS, REPORT_WAIT).
@@ -2127,18 +2136,9 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
         ],
     );
     let r = reports.join().unwrap();
-    let rep = r["reports"].as_array().unwrap();
-    assert_eq!(rep.len(), 1, "no report from the stand-in (gen {g}): {r}");
-    assert_eq!(rep[0]["type"], json!(["USAR"]), "{r}");
-    assert_eq!(rep[0]["from"].as_str(), Some(ip(stand_in).as_str()), "{r}");
-    let usage = rep[0]["usage"].as_array().unwrap();
-    assert!(
-        usage[0]["trigger"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("VOLTH")),
-        "{r}"
-    );
+    let rep = volume_threshold_report(&r, &format!("no report from the stand-in (gen {g})"));
+    assert_eq!(rep["from"].as_str(), Some(ip(stand_in).as_str()), "{r}");
+    let usage = rep["usage"].as_array().unwrap();
     assert!(u(&usage[0]["volume"]["total"]) >= THRESHOLD, "{r}");
     let guest = c.status()["nodes"][stand_in]["pfcp_state"]["guests"][victim.to_string()].clone();
     assert!(u(&guest["reports_sent"]) >= 1, "{guest}");

@@ -27,8 +27,8 @@
 //! UDP headers per round). The
 //! buckets (4 slots, a 20-byte header, padded to 8): NAT and LB (13-byte keys, 8-byte values)
 //! `B` = 104, firewall (4-byte values) 88, VPN (8-byte keys, 10-byte values) 96. So a 64-byte
-//! packet costs 360 bytes per round on the switch-server link (NAT, LB), 344 (firewall), 352
-//! (VPN); a 1500-byte packet 3232, 3216, 3224. A key in its second bucket takes two rounds, a
+//! packet costs 368 bytes per round on the switch-server link (NAT, LB), 352 (firewall), 360
+//! (VPN); a 1500-byte packet 3240, 3224, 3232. A key in its second bucket takes two rounds, a
 //! miss three; the cache and the stash cost nothing on the fabric.
 //!
 //! # RDMA on this machine

@@ -72,8 +72,9 @@
 //!   secondary copy every entry is stored twice across the servers.
 //! - Reads: a hit costs one read of one bucket when the key is in its first candidate, two
 //!   when in its second; a miss costs three (the third confirms it, see [`table`]).
-//! - Fabric bytes per read round: `128 + B + 2P` for a `P`-byte packet and `B`-byte bucket
-//!   over Ethernet/IPv4/UDP ([`wire`]): 352 bytes for a 64-byte packet, 3224 for 1500.
+//! - Fabric bytes per read round: `136 + B + 2P` for a `P`-byte packet and `B`-byte bucket
+//!   over Ethernet/IPv4/UDP ([`wire`]): for the NAT's 104-byte buckets, 368 bytes for a
+//!   64-byte packet, 3240 for 1500.
 //!   The paper measured 1.8-2.2 us per lookup over RDMA (raw RDMA read: 0.1-0.2 us), the
 //!   difference being these larger packets; 7.3-10.9 M lookups/s per server NIC.
 //! - Hot keys: sketch 4 x 65,536 x 16 bits = 512 KiB, Bloom 8 KiB, cache 1,024 entries (the

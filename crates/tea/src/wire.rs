@@ -64,8 +64,8 @@
 //! With Ethernet (14) + IPv4 (20) + UDP (8) = 42 bytes of outer headers, a read of one `B`-byte
 //! bucket for a `P`-byte packet costs a request of `78 + P` bytes and a response of
 //! `58 + B + P` bytes: `136 + B + 2P` in all, where forwarding the packet alone costs `P`. For
-//! the NAT layout (13-byte keys, 6-byte values, 4 slots: `B` = 96): 64-byte packet: 142 + 218 =
-//! 360 bytes (5.6x); 1500-byte packet: 1578 + 1654 = 3232 bytes (2.2x). A key in its second
+//! the NAT layout (13-byte keys, 8-byte values, 4 slots: `B` = 104): 64-byte packet: 142 + 226
+//! = 368 bytes (5.75x); 1500-byte packet: 1578 + 1662 = 3240 bytes (2.2x). A key in its second
 //! bucket costs a second round, a miss a third. RoCEv2 itself would cost 74 + P (Eth, IPv4,
 //! UDP, BTH 12, RETH 16 with its 4-byte R_Key, ICRC 4) and 62 + B + P (BTH, AETH 4, ICRC): our
 //! request is 4 bytes longer (a 64-bit key), our response 4 bytes shorter. The response is

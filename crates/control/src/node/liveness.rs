@@ -107,6 +107,11 @@ impl Node {
         (agree + 1) * 2 > self.spec.nodes as usize
     }
 
+    /// Whether this node heard peer `p` within the lease (false without failure detection).
+    pub(super) fn hears(&self, p: NodeId) -> bool {
+        self.detecting() && self.live.heard[p as usize] + self.tuning.lease > self.now
+    }
+
     /// Peer `p` was heard from (an authenticated datagram of its current epoch).
     pub(super) fn heard(&mut self, p: NodeId) {
         self.live.heard[p as usize] = self.now;
@@ -133,7 +138,7 @@ impl Node {
         self.live.next = self.now + self.tuning.heartbeat.max(1);
         let mut hears = vec![0u8; (self.spec.nodes as usize).div_ceil(8).min(HEARS_BYTES)];
         for j in 0..self.spec.nodes.min(HEARS_BYTES as u16 * 8) {
-            if j == self.me || self.live.heard[j as usize] + self.tuning.lease > self.now {
+            if j == self.me || self.hears(j) {
                 hears[j as usize / 8] |= 1 << (j % 8);
             }
         }

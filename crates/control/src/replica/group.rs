@@ -178,8 +178,8 @@ impl Group {
     /// One tick of the group's clock. A leader other than the home hands the leadership to
     /// the home once the home's log has caught up with its own.
     ///
-    /// `home_alive`: the node's failure detection hears the range's home (within its lease,
-    /// and not gone). A follower whose leader is the home then holds its election clock (at
+    /// `home_alive`: the node's failure detection hears the range's home (within its
+    /// lease). A follower whose leader is the home then holds its election clock (at
     /// the election timeout at most: it grants votes past it, but does not campaign): a
     /// home that is slow (a control thread not scheduled for longer than the election timeout,
     /// on a loaded machine) is not replaced, which would fence it and restart it from its
@@ -199,15 +199,17 @@ impl Group {
         self.held_ticks += u64::from(hold);
         // No campaign while a snapshot is not yet applied in raft (see `step`), nor while
         // this replica withholds its votes.
-        if self.restoring() || self.withhold {
-        } else if hold {
-            // The clock runs up to the election timeout and stops there: past it the leader's
-            // lease is over here (raft-rs grants a vote then: the home's own campaign after
-            // it stepped down is granted), but this follower does not campaign itself.
-            let r = &mut self.raw.raft;
-            r.election_elapsed = (r.election_elapsed + 1).min(r.election_timeout());
-        } else {
-            self.raw.tick();
+        if !self.restoring() && !self.withhold {
+            if hold {
+                // The clock runs up to the election timeout and stops there: past it the
+                // leader's lease is over here (raft-rs grants a vote then: the home's own
+                // campaign after it stepped down is granted), but this follower does not
+                // campaign itself.
+                let r = &mut self.raw.raft;
+                r.election_elapsed = (r.election_elapsed + 1).min(r.election_timeout());
+            } else {
+                self.raw.tick();
+            }
         }
         let home = self.home();
         if self.is_leader() && home != self.me {

@@ -806,7 +806,7 @@ impl<S: Sessions> Upf<S> {
         let mut out = Vec::new();
         self.heartbeats_due(now, &mut out);
         self.peers_due(now);
-        self.reports_due(now, &mut out);
+        out.extend(self.poll_reports(now));
         out
     }
 
