@@ -2140,8 +2140,17 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
     assert_eq!(rep["from"].as_str(), Some(ip(stand_in).as_str()), "{r}");
     let usage = rep["usage"].as_array().unwrap();
     assert!(u(&usage[0]["volume"]["total"]) >= THRESHOLD, "{r}");
-    let guest = c.status()["nodes"][stand_in]["pfcp_state"]["guests"][victim.to_string()].clone();
-    assert!(u(&guest["reports_sent"]) >= 1, "{guest}");
+    // The node's status is rewritten periodically: it shows the report within a few seconds.
+    let t0 = Instant::now();
+    loop {
+        let guest =
+            c.status()["nodes"][stand_in]["pfcp_state"]["guests"][victim.to_string()].clone();
+        if u(&guest["reports_sent"]) >= 1 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{guest}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
 
     let half = &seids[..N / 2];
     let answers = delete(stand_in, 100, half);
