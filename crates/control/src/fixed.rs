@@ -172,7 +172,7 @@ impl Rib {
         self.0.len()
     }
 
-    #[cfg(test)]
+    /// `key`'s entry (handling node, value).
     pub(crate) fn get(&self, key: &[u8]) -> Option<(NodeId, &[u8])> {
         self.0.get(key).map(split_node)
     }

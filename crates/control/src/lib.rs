@@ -142,14 +142,14 @@
 //! ([`Node::fenced`]), so that no GPT an owner stopped updating is used (the argument is in
 //! the `liveness` module).
 //!
-//! # Wire format (protocol version 3)
+//! # Wire format (protocol version 4)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose
 //! MTU is 9000; the kernel fragments). All integers are little-endian.
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0..4 | magic `SBCP` |
-//! | 4 | version (3) |
+//! | 4 | version (4) |
 //! | 5 | message type |
 //! | 6..8 | sender: node id, or `0xffff` for a client |
 //! | 8..10 | receiver: node id, or `0xffff` for a client |
@@ -176,7 +176,7 @@
 //! | 8 | delta ack | last sequence number applied u64 (of the owner epoch named in the header) |
 //! | 9 | piece chunk | snapshot sequence number u64, total length u32, index u32, count u32, bytes |
 //! | 10 | piece request | snapshot sequence number u64, count u16, missing chunk indexes u32 (none: a fresh piece) |
-//! | 11 | FIB | first stream number u64 (>= 1), the owner's last ack u64, count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune |
+//! | 11 | FIB | first stream number u64 (>= 1), the owner's last ack u64, count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune, 5 reset, 6 guest install (the epoch u32 of the gone home whose range the key is in, then as 1: sent by the node standing in for it, the `guest` module of `node`), 7 guest remove (that epoch u32, then as 2) |
 //! | 12 | FIB ack | last stream number applied u64, count u16, stream numbers u64 of the installs refused (a full FIB) |
 //! | 13 | Raft | range (its group) u32, the sender's message number u64, chunk index u16, chunk count u16, bytes of the protobuf `eraftpb.Message` ([`replica::transport`]) |
 //! | 14 | heartbeat | the sender's clock u64, the last clock value the receiver sent it u64, length u8 (at most 32), bitmap of the nodes the sender heard within [`Tuning::lease`] (failure detection) |
@@ -480,6 +480,10 @@ pub enum Outcome {
     /// The handling node is down (failure detection, [`Tuning::lease`]): nothing was
     /// installed, logged as undone, and no GPT changed.
     HandlerDown = 11,
+    /// The key's owner is down (failure detection) and the update needs it: an insert, or a
+    /// change of the key's handler, in a gone node's range (its stand-in applies changes
+    /// that keep the handler, and deletions: the `guest` module of `node`). Not applied.
+    OwnerDown = 12,
 }
 
 impl Outcome {
@@ -504,6 +508,7 @@ impl Outcome {
             8 => Busy,
             9 => FibFull,
             10 => Stale,
+            12 => OwnerDown,
             _ => return None,
         })
     }
@@ -524,6 +529,7 @@ impl Outcome {
             FibFull => "fib_full",
             Stale => "stale",
             HandlerDown => "handler_down",
+            OwnerDown => "owner_down",
         }
     }
 }
@@ -686,6 +692,18 @@ pub struct Status {
     /// Flows this node installed to stand in for gone nodes (their own range's flows that
     /// they handled; the `standin` module of `node`).
     pub stand_in_flows: u64,
+    /// Updates of gone nodes' ranges this node applied as their stand-in (changes that keep
+    /// the handler, deletions; the `guest` module of `node`).
+    #[serde(default)]
+    pub stand_in_updates: u64,
+    /// Times this owner stopped leading its range's group with no other replica leading
+    /// (raft's check-quorum: its followers did not answer within an election timeout); it
+    /// waited to lead again, taking no update meanwhile, instead of restarting.
+    #[serde(default)]
+    pub step_downs: u64,
+    /// Stand-ins' FIB items this handler dropped as late: the range's home was back.
+    #[serde(default)]
+    pub guest_items_stale: u64,
     /// Some range's group at this node withholds its votes: its log was lost and it has not
     /// followed a leader since (the `rejoin` module of `node`).
     pub rejoining: bool,

@@ -9,6 +9,7 @@ use crate::replica::{replicas_of, transport};
 
 mod checkpoint;
 mod failover;
+mod guest;
 mod liveness;
 mod rejoin;
 mod relay;
@@ -485,6 +486,8 @@ pub struct Node {
     fo: failover::Failover,
     /// Standing in for gone nodes' own flows ([`standin`]).
     si: standin::StandIns,
+    /// Gone nodes' range updates this node applies as their stand-in ([`guest`]).
+    guests: guest::Guests,
     /// This node's log was lost once ([`rejoin`]); by range, its group followed a leader since.
     lost: bool,
     caught: Vec<bool>,
@@ -496,6 +499,11 @@ pub struct Node {
     own_state: crate::replica::records::StateRecords,
     state_wait: VecDeque<state::StateWait>,
     next_state_ticket: u64,
+    /// This owner led its range's group at the last look (past its election), and the
+    /// times it stopped leading without another replica leading (raft's check-quorum
+    /// stepped it down; it waited to lead again instead of restarting).
+    led: bool,
+    step_downs: u64,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -868,6 +876,9 @@ impl Node {
             relay: (0..n).map(|_| Default::default()).collect(),
             fo: Default::default(),
             si: Default::default(),
+            guests: Default::default(),
+            led: true,
+            step_downs: 0,
             lost,
             caught: (0..n as u32).map(|g| caught.contains(&g)).collect(),
             rejoin_epoch: None,
@@ -1397,6 +1408,7 @@ impl Node {
     pub fn idle(&self) -> bool {
         self.queue.is_empty()
             && self.batch.is_none()
+            && self.guests.idle()
             && self.forwards_out.is_empty()
             && self.state_wait.is_empty()
             && self.out.iter().all(|o| {
@@ -1420,6 +1432,9 @@ impl Node {
                     .as_ref()
                     .map(|x| (x.stage, x.fib_wait.clone(), x.delta_wait))
             ));
+        }
+        if let Some(g) = self.guests.describe() {
+            b.push(g);
         }
         if !self.state_wait.is_empty() {
             b.push(format!(
@@ -1536,6 +1551,9 @@ impl Node {
             flows_given_back: self.fo.given_back,
             moves_pending: self.fo.pending(),
             stand_in_flows: self.si.installed,
+            stand_in_updates: self.guests.applied,
+            step_downs: self.step_downs,
+            guest_items_stale: self.guests.stale_items,
             rejoining: self.rejoining(),
             votes_withheld: self.groups.iter().flatten().map(|g| g.withheld()).sum(),
             election_ticks_held: self.groups.iter().flatten().map(|g| g.held_ticks()).sum(),
@@ -1798,6 +1816,7 @@ impl Node {
             // The batch's installs for this peer are in the slice.
             b.fib_wait[pi] = end;
         }
+        self.guest_stream_restarted(p);
         if self.phase >= Phase::Pieces {
             let rto = self.tuning.rto;
             self.send_piece(p, rto);
@@ -2215,13 +2234,24 @@ impl Node {
     }
 
     fn forward(&mut self, owner: NodeId, token: u64, list: Vec<(u32, Update)>) {
+        let mut to = owner;
         if self.gone(owner) {
-            // The owner is down (failure detection): not waited for.
-            for (i, _) in list {
-                self.set_result(token, i, Outcome::Timeout);
+            // The owner is down (failure detection): its stand-in takes the updates that need
+            // no GPT change ([`guest`]); without one, not waited for.
+            if self.guest_range(owner) {
+                return self.guest_enqueue(owner, token, list);
             }
-            return;
+            match self.stand_in_of(owner).filter(|_| self.replicated()) {
+                Some(s) if s != self.me => to = s,
+                _ => {
+                    for (i, _) in list {
+                        self.set_result(token, i, Outcome::Timeout);
+                    }
+                    return;
+                }
+            }
         }
+        let owner = to;
         let id = self.new_id();
         let (indices, updates): (Vec<u32>, Vec<Update>) = list.into_iter().unzip();
         let rto = self.peers[owner as usize]
@@ -2275,17 +2305,24 @@ impl Node {
             },
         );
         let mut mine = Vec::new();
+        let mut guest: BTreeMap<NodeId, Vec<(u32, Update)>> = BTreeMap::new();
         let mut done = Vec::new();
         for (i, u) in us.into_iter().enumerate() {
+            let o = self.spec.owner_of(&u.key);
             match self.precheck(&u) {
-                Some(o) => done.push((i as u32, o)),
-                None if self.spec.owner_of(&u.key) != self.me => {
-                    done.push((i as u32, Outcome::Internal))
-                }
-                None => mine.push((i as u32, u)),
+                Some(x) => done.push((i as u32, x)),
+                None if o == self.me => mine.push((i as u32, u)),
+                // Of a gone node's range, sent to this node as its stand-in ([`guest`]).
+                None if self.guest_range(o) => guest.entry(o).or_default().push((i as u32, u)),
+                // The sender took this node for a stand-in it is not (views of who is gone
+                // differ for a moment): not applied here.
+                None => done.push((i as u32, Outcome::Timeout)),
             }
         }
         self.enqueue(token, mine);
+        for (o, list) in guest {
+            self.guest_enqueue(o, token, list);
+        }
         for (i, o) in done {
             self.set_result(token, i, o);
         }
@@ -2679,6 +2716,28 @@ impl Node {
                     self.fib_insert(key, value, Source::Stream(o, next));
                 }
                 FibItem::Remove { key } => self.fib_remove(&key),
+                FibItem::GuestInstall {
+                    home_epoch,
+                    key,
+                    value,
+                } => {
+                    if key.len() != self.spec.key_bytes || value.len() != self.spec.value_bytes {
+                        self.drop_msg("fib_item_width");
+                        continue;
+                    }
+                    if self.guest_stale(o, &key, home_epoch) {
+                        self.guests.stale_items += 1;
+                        continue;
+                    }
+                    self.fib_insert(key, value, Source::Stream(o, next));
+                }
+                FibItem::GuestRemove { home_epoch, key } => {
+                    if self.guest_stale(o, &key, home_epoch) {
+                        self.guests.stale_items += 1;
+                        continue;
+                    }
+                    self.fib_remove(&key);
+                }
                 FibItem::SliceEnd => self.fin[oi].slice_done = true,
                 FibItem::Reset => {
                     // The owner's slice follows, then a prune of what is not in it.
@@ -2739,7 +2798,10 @@ impl Node {
         if h == self.me {
             match item {
                 FibItem::Install { key, value } => self.fib_insert(key, value, Source::Batch),
-                FibItem::Remove { key } => self.fib_remove(&key),
+                FibItem::Remove { key } | FibItem::GuestRemove { key, .. } => self.fib_remove(&key),
+                FibItem::GuestInstall { key, value, .. } => {
+                    self.fib_insert(key, value, Source::Batch)
+                }
                 FibItem::SliceEnd | FibItem::Prune | FibItem::Reset => {}
             }
             return 0;
@@ -2831,7 +2893,8 @@ impl Node {
                     self.advance_batch();
                 }
             }
-            if !drove && before == (self.phase, self.batch.as_ref().map(|b| b.stage)) {
+            let guests = self.guest_step();
+            if !drove && !guests && before == (self.phase, self.batch.as_ref().map(|b| b.stage)) {
                 break;
             }
         }
@@ -3020,6 +3083,11 @@ impl Node {
     }
 
     fn start_batch(&mut self) {
+        if !self.leads_own_group() {
+            // Stepped down by check-quorum: the queue waits for the leadership
+            // (`drive_groups`).
+            return;
+        }
         while self.batch.is_none() && !self.queue.is_empty() {
             let mut keys: Set<Bytes> = Set::default();
             let mut items = Vec::new();
@@ -3027,8 +3095,11 @@ impl Node {
                 if items.len() >= self.tuning.max_batch || keys.contains(&q.u.key) {
                     break;
                 }
-                let q = self.queue.pop_front().expect("front");
+                let mut q = self.queue.pop_front().expect("front");
                 keys.insert(q.u.key.clone());
+                if q.expect.is_none() {
+                    self.to_survivor(&mut q.u);
+                }
                 let (outcome, old) = match q.expect {
                     // A move whose key a client's update took meanwhile: not applied.
                     Some(h) if self.rib_get(&q.u.key).map(|(n, _)| n) != Some(h) => {

@@ -196,6 +196,11 @@ pub struct Sim {
     pub checkpoints: u64,
     /// Updates rejected because their new handler was declared down.
     pub handler_down: u64,
+    /// Updates of a gone owner's range that need it (inserts, handler changes): rejected.
+    pub owner_down: u64,
+    /// Acknowledged updates of ranges whose owner the client's node held gone when it sent
+    /// them (applied by a stand-in: changes keeping the handler, deletions).
+    pub acked_in_gone_ranges: u64,
     /// Flows the owners moved off gone handlers, and gave back ([`Node::take_moves`]).
     pub flows_moved: u64,
     pub given_back: u64,
@@ -307,6 +312,8 @@ impl Sim {
             rejoins: 0,
             checkpoints: 0,
             handler_down: 0,
+            owner_down: 0,
+            acked_in_gone_ranges: 0,
             flows_moved: 0,
             given_back: 0,
             faults: true,
@@ -577,7 +584,10 @@ impl Sim {
     pub fn own_flows(&self, h: NodeId) -> Vec<Bytes> {
         (self.oracle.iter())
             .filter(|(k, (n, _))| {
-                *n == h && self.spec.owner_of(k) == h && !self.uncertain.contains(*k)
+                *n == h
+                    && self.spec.owner_of(k) == h
+                    && !self.uncertain.contains(*k)
+                    && !self.inflight_keys.contains(*k)
             })
             .map(|(k, _)| k.clone())
             .collect()
@@ -1208,6 +1218,15 @@ impl Sim {
                 self.handler_down += 1;
                 continue;
             }
+            // Its range's owner was declared down and the update needs it (an insert, a
+            // change of handler): rejected, nothing changed.
+            if *got == Outcome::OwnerDown
+                && *want == Outcome::Applied
+                && (u.op == Op::Insert || old.as_ref().is_some_and(|(n, _)| *n != u.node))
+            {
+                self.owner_down += 1;
+                continue;
+            }
             if got != want {
                 self.fail(format!(
                     "request {} update {:?} {:02x?}: expected {want:?}, got {got:?}",
@@ -1216,6 +1235,13 @@ impl Sim {
             }
             if *got == Outcome::Applied {
                 self.acked_updates += 1;
+                let o = self.spec.owner_of(&u.key);
+                if self.nodes[r.node as usize]
+                    .as_ref()
+                    .is_some_and(|x| x.holds_gone(o))
+                {
+                    self.acked_in_gone_ranges += 1;
+                }
                 match u.op {
                     Op::Insert | Op::Change => {
                         self.oracle.insert(u.key.clone(), (u.node, u.value.clone()));

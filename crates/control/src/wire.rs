@@ -3,14 +3,14 @@
 //! cluster id, receiver, tag with the sender's key, the type against that key, then the body)
 //! and never panics; [`Keys::seal`] writes one.
 //!
-//! # Keys and threat model (protocol version 3)
+//! # Keys and threat model (protocol version 4)
 //! `cluster up` makes a random 32-byte **master secret** per cluster (`control.json`, mode
 //! 0600, read by the node processes only). Every node derives from it, and stores nothing
 //! else: the **pair key** of nodes `i` and `j`, `HMAC-SHA256(master, "sbcp-v2 node pair" ||
 //! cluster id || min(i,j) || max(i,j))` ([`pair_key`]), and the **client key**,
 //! `HMAC-SHA256(master, "sbcp-v2 client" || cluster id)` ([`client_key`]), which `cluster up`
 //! also writes to `client.json` (mode 0600): the one thing `scalebricks update` reads (the
-//! derivation labels are those of version 2; version 3 changed the datagram, not the keys).
+//! derivation labels are those of version 2; version 3 changed the datagram, not the keys; version 4 added two FIB items).
 //! A node's PFCP endpoint hands its requests to its own control plane in-process, as a
 //! client, with the client key. Every datagram carries its sender and receiver (a node id,
 //! or `0xffff` for a client), the cluster id, both ends' epochs and, between nodes, a
@@ -69,7 +69,7 @@ use sha2::Sha256;
 /// Magic of every datagram.
 pub const MAGIC: &[u8; 4] = b"SBCP";
 /// Protocol version.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 42;
 /// Counters a receiver's replay window ([`Window`]) spans: a datagram more than this many
@@ -201,6 +201,25 @@ pub enum FibItem {
     /// handler skips those it lacks, and the owner's whole slice for it follows, then
     /// [`FibItem::SliceEnd`] and [`FibItem::Prune`].
     Reset,
+    /// Install (or overwrite) an entry of a gone node's range, sent by the node standing in
+    /// for it (`node::guest`): applied only while the handler has heard of no epoch of the
+    /// range's home newer than `home_epoch` (the one that went), else dropped (the home's
+    /// own slice, which follows its return, has the entry).
+    GuestInstall {
+        /// The epoch of the range's home that went.
+        home_epoch: u32,
+        /// The key.
+        key: crate::Bytes,
+        /// The FIB value.
+        value: crate::Bytes,
+    },
+    /// Remove an entry of a gone node's range, as [`FibItem::GuestInstall`].
+    GuestRemove {
+        /// The epoch of the range's home that went.
+        home_epoch: u32,
+        /// The key.
+        key: crate::Bytes,
+    },
 }
 
 /// A message body.
@@ -895,6 +914,8 @@ pub(crate) fn fib_item_len(i: &FibItem) -> usize {
         FibItem::Install { key, value } => 3 + key.len() + value.len(),
         FibItem::Remove { key } => 2 + key.len(),
         FibItem::SliceEnd | FibItem::Prune | FibItem::Reset => 1,
+        FibItem::GuestInstall { key, value, .. } => 7 + key.len() + value.len(),
+        FibItem::GuestRemove { key, .. } => 6 + key.len(),
     }
 }
 
@@ -915,6 +936,24 @@ fn put_fib_item(out: &mut Vec<u8>, i: &FibItem) {
         FibItem::SliceEnd => out.push(3),
         FibItem::Prune => out.push(4),
         FibItem::Reset => out.push(5),
+        FibItem::GuestInstall {
+            home_epoch,
+            key,
+            value,
+        } => {
+            out.push(6);
+            out.extend_from_slice(&home_epoch.to_le_bytes());
+            out.push(key.len() as u8);
+            out.extend_from_slice(key);
+            out.push(value.len() as u8);
+            out.extend_from_slice(value);
+        }
+        FibItem::GuestRemove { home_epoch, key } => {
+            out.push(7);
+            out.extend_from_slice(&home_epoch.to_le_bytes());
+            out.push(key.len() as u8);
+            out.extend_from_slice(key);
+        }
     }
 }
 
@@ -1323,6 +1362,15 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
                     3 => FibItem::SliceEnd,
                     4 => FibItem::Prune,
                     5 => FibItem::Reset,
+                    6 => FibItem::GuestInstall {
+                        home_epoch: r.u32()?,
+                        key: r.bytes8()?,
+                        value: r.bytes8()?,
+                    },
+                    7 => FibItem::GuestRemove {
+                        home_epoch: r.u32()?,
+                        key: r.bytes8()?,
+                    },
                     _ => return Err(WireError::Malformed("bad FIB item")),
                 });
             }
@@ -1428,6 +1476,15 @@ mod tests {
                     FibItem::SliceEnd,
                     FibItem::Prune,
                     FibItem::Reset,
+                    FibItem::GuestInstall {
+                        home_epoch: 7,
+                        key: crate::Bytes::from_elem(2, 8),
+                        value: crate::Bytes::from_elem(9, 4),
+                    },
+                    FibItem::GuestRemove {
+                        home_epoch: u32::MAX,
+                        key: crate::Bytes::from_elem(4, 8),
+                    },
                 ],
             },
             Body::FibAck {

@@ -110,6 +110,9 @@
 //! | `scalebricks_flows_given_back_total` | counter | | `flows_given_back`: of those, given back once their node returned |
 //! | `scalebricks_flows_moved_away` | gauge | | `moved_away`: moved off a gone node and not given back yet |
 //! | `scalebricks_stand_in_flows_total` | counter | | `stand_in_flows`: flows of gone nodes' own ranges this node installed to stand in for them (with replication) |
+//! | `scalebricks_stand_in_updates_total` | counter | | `stand_in_updates`: updates of gone nodes' ranges this node applied as their stand-in (changes keeping the handler, deletions) |
+//! | `scalebricks_guest_items_stale_total` | counter | | `guest_items_stale`: stand-ins' FIB items this handler dropped because the range's home was back |
+//! | `scalebricks_owner_step_downs_total` | counter | | `step_downs`: times this owner stopped leading its range's group with no other replica leading (check-quorum), and waited instead of restarting |
 //! | `scalebricks_rejected_updates_total` | counter | `outcome` | `rejected` (an object): updates refused, by outcome |
 //! | `scalebricks_control_dropped_datagrams_total` | counter | `reason` | `dropped` (an object): control datagrams dropped, by reason |
 //! | `scalebricks_control_retransmits_total` | counter | | `retransmits` |
@@ -832,7 +835,7 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             memory,
         )?;
     }
-    let scalars: [(&str, &str, &str, MetricType); 9] = [
+    let scalars: [(&str, &str, &str, MetricType); 12] = [
         (
             "rib_keys",
             "scalebricks_rib_keys",
@@ -885,6 +888,24 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             "stand_in_flows",
             "scalebricks_stand_in_flows",
             "Flows of gone nodes' own ranges this node installed to stand in for them.",
+            Counter,
+        ),
+        (
+            "stand_in_updates",
+            "scalebricks_stand_in_updates",
+            "Updates of gone nodes' ranges this node applied as their stand-in.",
+            Counter,
+        ),
+        (
+            "guest_items_stale",
+            "scalebricks_guest_items_stale",
+            "Stand-ins' FIB items this handler dropped because the range's home was back.",
+            Counter,
+        ),
+        (
+            "step_downs",
+            "scalebricks_owner_step_downs",
+            "Times this owner stopped leading its range's group with no other replica leading.",
             Counter,
         ),
     ];

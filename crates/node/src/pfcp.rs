@@ -41,9 +41,12 @@
 //!   the stand-in's own), and its deletions' and Query URRs' counts are asked of the live
 //!   nodes alone (so are every endpoint's while a node is gone). The counts of the slots the
 //!   gone node itself handled died with it, and what the guest measured but had not
-//!   reported when the node comes back is not reported. An update of a UE address whose FIB
-//!   entry belongs to the gone node's own range waits for that node, as every update of that
-//!   range does (the request fails after the control plane's timeout). A new Recovery Time
+//!   reported when the node comes back is not reported. A modification or deletion of a UE
+//!   address whose FIB entry belongs to the gone node's own range is applied by that range's
+//!   stand-in (`sb_control`'s `node/guest.rs`: a change that keeps the handling node, or a
+//!   deletion); a new UE address in that range (an establishment) is refused until the node
+//!   is back (`Outcome::OwnerDown`, the request's cause 77). A modification of a session whose
+//!   handling node died goes to the survivor its flow was moved to. A new Recovery Time
 //!   Stamp is announced only where state was lost: a lost log
 //!   without replication, or records that do not restore.
 //! - The FIB holds one entry per UE address, both directions: an uplink without a downlink

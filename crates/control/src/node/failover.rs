@@ -273,6 +273,26 @@ impl Node {
         v
     }
 
+    /// With a handler copy in the values ([`crate::Tuning::handler_field`]: an application
+    /// that tracks its flows' handlers, as the node process's PFCP sessions do), a client's
+    /// change that names the gone handler its key was moved off (a PFCP modification of a
+    /// session whose handling node died: the session still names it) goes to the survivor
+    /// that handles the key now: its handler and its value's copy are the survivor's, and it
+    /// is given back with the key. Other updates are left as they are (a change to a gone
+    /// handler is refused with [`Outcome::HandlerDown`]).
+    pub(super) fn to_survivor(&self, u: &mut Update) {
+        if self.tuning.handler_field.is_none() || u.op != Op::Change || !self.gone(u.node) {
+            return;
+        }
+        let Some(&(from, to)) = self.fo.moved.get(&u.key) else {
+            return;
+        };
+        if from == u.node && self.rib_get(&u.key).map(|(n, _)| n) == Some(to) {
+            u.value = self.with_handler(&u.value, to);
+            u.node = to;
+        }
+    }
+
     /// The moves of origin `token` are answered.
     pub(super) fn moves_done(&mut self, token: u64, results: &[u8]) {
         let Some(batch) = self.fo.inflight.remove(&token) else {

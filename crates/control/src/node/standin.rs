@@ -19,9 +19,12 @@
 //!   So the stand-in has the entries before its own data plane sends it the flows; another
 //!   node may redirect a moment before the stand-in installed (both act on their own
 //!   detection), and those packets miss.
-//! - The range's updates still wait for `o` (no other replica serves them), so the entries
-//!   cannot change while `o` is gone. The stand-in installs only while it holds `o` gone: once
-//!   it hears `o` again, `o`'s slice and prune may have come already.
+//! - The range's changes that keep a key's handler, and its deletions, are applied by the
+//!   stand-in, which leads the range's group ([`super::guest`]); the entries the range's log
+//!   commits while this node stands in change in its FIB as they are applied
+//!   ([`Node::stand_in_apply`]). Inserts and handler changes wait for `o`. The stand-in
+//!   installs only while it holds `o` gone: once it hears `o` again, `o`'s slice and prune
+//!   may have come already.
 //! - When `o` is back *and serving* (this node installed a piece of `o` from an epoch newer
 //!   than the one it had when `o` went: `o` rebuilt its table from the range's log and synced
 //!   every live node's slice first), the redirect ends. `o`'s new epoch sent the stand-in its
@@ -33,8 +36,8 @@
 //! With one replica per range nothing stands in (no other node has the range's RIB).
 
 use super::{Node, Phase, Source};
-use crate::replica::replicas_of;
-use crate::{Bytes, Event, NodeId};
+use crate::record::{self, Record};
+use crate::{Bytes, Event, NodeId, Op};
 
 /// A node's stand-in state.
 #[derive(Default)]
@@ -124,9 +127,7 @@ impl Node {
                 self.si.mine[oi] = None;
                 continue;
             }
-            let by = (replicas_of(o, self.spec.nodes, self.tuning.replicas).into_iter())
-                .skip(1)
-                .find(|&q| !self.gone(q));
+            let by = self.stand_in_of(o);
             table[oi] = by;
             if by != Some(self.me) {
                 self.si.mine[oi] = None;
@@ -144,7 +145,7 @@ impl Node {
 
     /// Installs the flows of gone node `o`'s range that it handles, from this replica's RIB,
     /// once, and again when more of the range's log was applied since.
-    fn stand_in_for(&mut self, o: NodeId) {
+    pub(super) fn stand_in_for(&mut self, o: NodeId) {
         let oi = o as usize;
         let Some(st) = self.gstates.get(oi).and_then(|s| s.as_ref()) else {
             return;
@@ -164,6 +165,60 @@ impl Node {
             self.fib_insert(k, v, Source::Slice);
         }
         self.si.mine[oi] = Some(applied);
+    }
+
+    /// A committed entry of gone node `gi`'s range, before this replica applies it at
+    /// `index`, while this node stands in for it (it installed the range's flows that the
+    /// gone node handles): the entry's changes of those flows, in this node's FIB. A key
+    /// whose handler is now the gone node is installed (its value's handler copy this node);
+    /// one it handled that is deleted is removed. An entry that moves a key off the gone node
+    /// (none is made while it is gone but a previous leader's, committed late) leaves the
+    /// installs to [`Node::stand_in_for`]'s next pass over the RIB.
+    pub(super) fn stand_in_apply(&mut self, gi: usize, index: u64, data: &[u8]) {
+        let Some(mine) = self.si.mine.get(gi).copied().flatten() else {
+            return;
+        };
+        let Some(st) = self.gstates[gi].as_ref() else {
+            return;
+        };
+        let o = gi as NodeId;
+        let current = mine >= st.applied;
+        let mut whole = true;
+        let mut ops: Vec<(Bytes, Option<Bytes>)> = Vec::new();
+        if !data.is_empty() {
+            match record::decode(data) {
+                Ok(Record::Changes { updates, .. }) => {
+                    for u in updates {
+                        let old = st.rib.get(&u.key).map(|(n, _)| n);
+                        match u.op {
+                            Op::Delete if old == Some(o) => ops.push((u.key, None)),
+                            Op::Delete => {}
+                            Op::Insert | Op::Change if u.node == o => {
+                                let v = self.with_handler(&u.value, self.me);
+                                ops.push((u.key, Some(v)));
+                            }
+                            _ if old == Some(o) => whole = false,
+                            _ => {}
+                        }
+                    }
+                }
+                Ok(Record::State { .. }) => {}
+                _ => whole = false,
+            }
+        }
+        for (k, v) in ops {
+            match v {
+                Some(v) => {
+                    self.si.installed += 1;
+                    self.si.unpruned[gi] = true;
+                    self.fib_insert(k, v, Source::Slice);
+                }
+                None => self.fib_remove(&k),
+            }
+        }
+        if whole && current {
+            self.si.mine[gi] = Some(index);
+        }
     }
 
     /// The stand-ins this node's data plane applies: per node, the node standing in for it.

@@ -44,7 +44,7 @@ impl Node {
         puts: Vec<(u64, Vec<u8>)>,
         dels: Vec<u64>,
     ) -> Result<u64, ControlError> {
-        if self.fenced || self.phase < Phase::Serving {
+        if self.fenced || self.phase < Phase::Serving || !self.leads_own_group() {
             return Err(ControlError::NotServing);
         }
         if puts.iter().any(|(_, v)| v.len() > MAX_STATE_BYTES) {
@@ -120,10 +120,18 @@ impl Node {
         Ok(ticket)
     }
 
+    /// Whether this node leads its own range's group now (true without replication): not
+    /// while raft's check-quorum has stepped it down (`drive_groups`).
+    pub(super) fn leads_own_group(&self) -> bool {
+        self.groups[self.me as usize]
+            .as_ref()
+            .is_none_or(|g| g.is_leader())
+    }
+
     /// Whether this node leads range `range`'s group (its own: whether it serves it).
     pub fn leads_range(&self, range: NodeId) -> bool {
         if range == self.me {
-            return !self.fenced && self.phase >= Phase::Serving;
+            return !self.fenced && self.phase >= Phase::Serving && self.leads_own_group();
         }
         (self.groups.get(range as usize))
             .and_then(|g| g.as_ref())
