@@ -504,6 +504,8 @@ pub struct Node {
     /// stepped it down; it waited to lead again instead of restarting).
     led: bool,
     step_downs: u64,
+    /// Why this incarnation was fenced ([`Node::fence_reason`]).
+    fence_reason: Option<&'static str>,
 }
 
 /// FIB refusals an acknowledgement names at most (beyond, it acknowledges less).
@@ -878,6 +880,7 @@ impl Node {
             si: Default::default(),
             guests: Default::default(),
             led: true,
+            fence_reason: None,
             step_downs: 0,
             lost,
             caught: (0..n as u32).map(|g| caught.contains(&g)).collect(),
@@ -1590,6 +1593,21 @@ impl Node {
     fn tick(&mut self, now: Nanos) {
         self.now = self.now.max(now);
         self.keys.expire(self.now);
+    }
+
+    /// Fences this incarnation ([`Node::fenced`]), the first reason kept.
+    fn fence(&mut self, why: &'static str) {
+        if !self.fenced {
+            self.fence_reason = Some(why);
+        }
+        self.fenced = true;
+    }
+
+    /// Why this incarnation is fenced (None: it is not): `another_leader` (another replica
+    /// leads its range), `lease_lost` (it lost the majority of its peers' leases),
+    /// `foreign_entry`, `batch_entry_replaced`, `newer_epoch_known` (its log was lost), ...
+    pub fn fence_reason(&self) -> Option<&'static str> {
+        self.fence_reason.filter(|_| self.fenced)
     }
 
     fn drop_msg(&mut self, why: &'static str) {
@@ -2948,7 +2966,7 @@ impl Node {
                     // Committed in its term: a majority of the range's replicas has it.
                     Some(g) if g.committed() >= b.persist_n => {
                         if g.term_at(b.persist_n) != Some(b.term) {
-                            self.fenced = true;
+                            self.fence("batch_entry_replaced");
                             return;
                         }
                         true
@@ -3020,7 +3038,7 @@ impl Node {
                 let undone = match (b.undo, &self.groups[self.me as usize]) {
                     (Some((i, t)), Some(g)) if g.committed() >= i => {
                         if g.term_at(i) != Some(t) {
-                            self.fenced = true;
+                            self.fence("undo_entry_replaced");
                             return;
                         }
                         true
@@ -3138,7 +3156,7 @@ impl Node {
                     Some(i) => (i, g.term()),
                     None => {
                         // No longer the leader: nothing of it is taken.
-                        self.fenced = true;
+                        self.fence("batch_not_proposed");
                         self.pending.clear();
                         for it in items {
                             self.set_result(it.origin, it.index, Outcome::Timeout);
@@ -3297,7 +3315,7 @@ impl Node {
             match self.groups[self.me as usize].as_mut() {
                 Some(g) => match g.propose(ctx, rec) {
                     Some(i) => b.undo = Some((i, g.term())),
-                    None => self.fenced = true,
+                    None => self.fence("undo_not_proposed"),
                 },
                 None => {
                     self.persist(vec![rec]);

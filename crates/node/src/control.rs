@@ -1049,7 +1049,8 @@ pub fn run(
                 wal.checkpoint(records, base + node.persists_handed());
             } else {
                 tracing_warn(&format!(
-                "this node's range is led by another replica: restarting the control state machine from its log ({} log bytes, {} checkpoints so far)",
+                "this node's control state machine is fenced ({}): restarting it from its log ({} log bytes, {} checkpoints so far)",
+                node.fence_reason().unwrap_or("unknown"),
                 wal.log_bytes(),
                 wal.checkpoints()
             ));

@@ -124,9 +124,15 @@ impl Node {
             .find(|&q| !self.gone(q))
     }
 
-    /// Whether this node takes gone node `o`'s range's updates now.
+    /// Whether this node takes gone node `o`'s range's updates now (it serves, and stands
+    /// in for `o`).
     pub(super) fn guest_range(&self, o: NodeId) -> bool {
-        o != self.me && self.replicated() && self.gone(o) && self.stand_in_of(o) == Some(self.me)
+        o != self.me
+            && self.phase == Phase::Serving
+            && !self.fenced
+            && self.replicated()
+            && self.gone(o)
+            && self.stand_in_of(o) == Some(self.me)
     }
 
     /// Queues updates of gone node `range`'s range (origin `token`).
@@ -189,7 +195,9 @@ impl Node {
         }
         let oi = o as usize;
         let ready = match (&self.groups[oi], &self.gstates[oi]) {
-            (Some(g), Some(st)) => g.is_leader() && st.applied >= g.committed(),
+            // Committed up to an entry of its own term: the previous leader's entries that
+            // will commit are committed, and applied to the RIB the updates are checked on.
+            (Some(g), Some(st)) => g.leading_with_commit() && st.applied >= g.committed(),
             _ => false,
         };
         if !ready {

@@ -166,7 +166,7 @@ impl Node {
             self.live.had_lease = true;
         } else if self.live.had_lease {
             self.drop_msg("lease_lost");
-            self.fenced = true;
+            self.fence("lease_lost");
         }
     }
 

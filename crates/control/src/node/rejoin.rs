@@ -74,7 +74,7 @@ impl Node {
         }
         let _ = p;
         self.rejoin_epoch = Some(self.rejoin_epoch.unwrap_or(0).max(known));
-        self.fenced = true;
+        self.fence("newer_epoch_known");
     }
 
     /// A hello of peer `p` (nonce `nonce`) was refused: its epoch is not above

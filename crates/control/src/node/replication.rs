@@ -85,7 +85,7 @@ impl Node {
                 {
                     // Another replica leads the range now: this owner's table may miss its
                     // entries. It stops, to be restarted from its log.
-                    self.fenced = true;
+                    self.fence("another_leader");
                 }
                 // Without a leader (raft's check-quorum stepped this owner down: its
                 // followers did not answer for an election timeout, on a loaded machine),
@@ -133,7 +133,7 @@ impl Node {
             // The owner's batches keep its table: its own entries are in it already.
             if !e.data.is_empty() && e.context[..] != self.own_ctx()[..] {
                 self.drop_msg("foreign_entry");
-                self.fenced = true;
+                self.fence("foreign_entry");
             }
             return;
         }
@@ -152,7 +152,7 @@ impl Node {
     /// Replaces range `gi`'s state with a snapshot from its leader.
     fn restore_range(&mut self, gi: usize, s: &raft::prelude::Snapshot) {
         if gi == self.me as usize && self.phase >= Phase::SyncFib {
-            self.fenced = true;
+            self.fence("snapshot_received");
             return;
         }
         let Some(st) = self.gstates[gi].as_mut() else {
@@ -223,7 +223,7 @@ impl Node {
             }
             Err(_) => {
                 self.drop_msg("table_build");
-                self.fenced = true;
+                self.fence("table_build");
                 false
             }
         }

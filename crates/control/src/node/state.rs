@@ -61,7 +61,7 @@ impl Node {
                 Some(i) => (i, g.term()),
                 None => {
                     // No longer the leader: the change may be lost; the restart tells.
-                    self.fenced = true;
+                    self.fence("state_not_proposed");
                     return Err(ControlError::NotServing);
                 }
             },
@@ -161,7 +161,7 @@ impl Node {
                     if g.term_at(w.at) != Some(w.term) {
                         // Another leader's entry took its place: lost.
                         if own {
-                            self.fenced = true;
+                            self.fence("state_entry_replaced");
                             return;
                         }
                         let w = self.state_wait.remove(i).expect("at i");
