@@ -2720,6 +2720,20 @@ impl Node {
                 break;
             };
             self.fin[oi].applied += 1;
+            // A stand-in's item ([`guest`]) is an install or removal once it is not stale
+            // (it is no key of the sender's range: not in the sender's sync set).
+            let (it, guest) = match it {
+                FibItem::GuestInstall {
+                    home_epoch,
+                    key,
+                    value,
+                } => (FibItem::Install { key, value }, Some(home_epoch)),
+                FibItem::GuestRemove { home_epoch, key } => {
+                    (FibItem::Remove { key }, Some(home_epoch))
+                }
+                it => (it, None),
+            };
+            let stale = |n: &Self, key: &[u8]| guest.is_some_and(|e| n.guest_stale(o, key, e));
             match it {
                 FibItem::Install { key, value } => {
                     // An owner of this cluster sends its widths; an item of others is counted
@@ -2728,34 +2742,24 @@ impl Node {
                         self.drop_msg("fib_item_width");
                         continue;
                     }
-                    if let Some(s) = &mut self.fin[oi].sync {
+                    if stale(self, &key) {
+                        self.guests.stale_items += 1;
+                        continue;
+                    }
+                    if let (None, Some(s)) = (guest, &mut self.fin[oi].sync) {
                         s.insert(key.clone());
                     }
                     self.fib_insert(key, value, Source::Stream(o, next));
                 }
-                FibItem::Remove { key } => self.fib_remove(&key),
-                FibItem::GuestInstall {
-                    home_epoch,
-                    key,
-                    value,
-                } => {
-                    if key.len() != self.spec.key_bytes || value.len() != self.spec.value_bytes {
-                        self.drop_msg("fib_item_width");
-                        continue;
-                    }
-                    if self.guest_stale(o, &key, home_epoch) {
+                FibItem::Remove { key } => {
+                    if stale(self, &key) {
                         self.guests.stale_items += 1;
                         continue;
                     }
-                    self.fib_insert(key, value, Source::Stream(o, next));
+                    self.fib_remove(&key)
                 }
-                FibItem::GuestRemove { home_epoch, key } => {
-                    if self.guest_stale(o, &key, home_epoch) {
-                        self.guests.stale_items += 1;
-                        continue;
-                    }
-                    self.fib_remove(&key);
-                }
+                // (Made installs and removals above.)
+                FibItem::GuestInstall { .. } | FibItem::GuestRemove { .. } => {}
                 FibItem::SliceEnd => self.fin[oi].slice_done = true,
                 FibItem::Reset => {
                     // The owner's slice follows, then a prune of what is not in it.
@@ -2817,8 +2821,10 @@ impl Node {
             match item {
                 FibItem::Install { key, value } => self.fib_insert(key, value, Source::Batch),
                 FibItem::Remove { key } | FibItem::GuestRemove { key, .. } => self.fib_remove(&key),
+                // A stand-in's own handling of a gone range's key: a refusal is counted, as a
+                // slice's (it is no install of this owner's batch).
                 FibItem::GuestInstall { key, value, .. } => {
-                    self.fib_insert(key, value, Source::Batch)
+                    self.fib_insert(key, value, Source::Slice)
                 }
                 FibItem::SliceEnd | FibItem::Prune | FibItem::Reset => {}
             }

@@ -5,6 +5,15 @@
 use sb_control::sim::{Sim, SimConfig};
 use sb_control::Tuning;
 
+/// The schedule count an environment variable asks for (`default` when it is not set or not
+/// a number).
+fn schedule_count(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 fn config(seed: u64) -> SimConfig {
     let mut x = seed;
     let mut r = |n: u64| {
@@ -68,10 +77,7 @@ fn schedules() -> Vec<u64> {
     if let Ok(s) = std::env::var("SB_DST_SEED") {
         return vec![s.parse().expect("SB_DST_SEED is a number")];
     }
-    let n = std::env::var("SB_DST_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+    let n = schedule_count("SB_DST_SCHEDULES", 1000);
     (0..n).collect()
 }
 
@@ -112,10 +118,7 @@ fn random_schedules_keep_every_invariant() {
 /// it (checked after every step), and after quiescence nothing acknowledged is missing.
 #[test]
 fn killed_nodes_restart_from_their_logs_and_catch_up() {
-    let n = std::env::var("SB_DST_KILL_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100u64);
+    let n = schedule_count("SB_DST_KILL_SCHEDULES", 100);
     let mut restarted_with_changes = 0;
     for seed in 0..n {
         let mut cfg = config(1_000_000 + seed);
@@ -155,10 +158,7 @@ fn killed_nodes_restart_from_their_logs_and_catch_up() {
 /// rejected).
 #[test]
 fn full_fibs_reject_updates_and_keep_every_invariant() {
-    let n = std::env::var("SB_DST_FULL_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60u64);
+    let n = schedule_count("SB_DST_FULL_SCHEDULES", 60);
     let (mut full, mut acked) = (0, 0);
     for seed in 0..n {
         let mut cfg = config(2_000_000 + seed);
@@ -189,10 +189,7 @@ fn replicated_ranges_survive_kills_partitions_and_crashes_during_restart() {
     let seeds: Vec<u64> = match &one {
         Some(s) => vec![s.parse().expect("SB_DST_REPL_SEED is a number")],
         None => {
-            let n = std::env::var("SB_DST_REPL_SCHEDULES")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(100u64);
+            let n = schedule_count("SB_DST_REPL_SCHEDULES", 100);
             (0..n).collect()
         }
     };
@@ -412,10 +409,7 @@ fn dead_node_schedule(seed: u64) -> (u64, u64) {
 /// `SB_DST_GUEST_SCHEDULES=N` (default 8).
 #[test]
 fn a_dead_nodes_range_takes_changes_and_deletions() {
-    let n = std::env::var("SB_DST_GUEST_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8u64);
+    let n = schedule_count("SB_DST_GUEST_SCHEDULES", 8);
     for seed in 0..n {
         let mut cfg = five_nodes(7_000_000 + seed);
         cfg.tuning.replicas = 3;
@@ -458,10 +452,7 @@ fn a_dead_nodes_range_takes_changes_and_deletions() {
 /// `SB_DST_RESTART_DEAD_SCHEDULES=N` (default 8).
 #[test]
 fn a_node_restarting_while_another_is_down_becomes_ready() {
-    let n = std::env::var("SB_DST_RESTART_DEAD_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8u64);
+    let n = schedule_count("SB_DST_RESTART_DEAD_SCHEDULES", 8);
     for seed in 0..n {
         restart_while_down_schedule(seed);
     }
@@ -571,10 +562,7 @@ fn old_datagrams_of_a_dead_node_do_not_keep_it_alive() {
 /// quiescence, every FIB, GPT and RIB agrees. `SB_DST_BACKLOG_SCHEDULES=N` (default 8).
 #[test]
 fn a_gone_peers_backlog_is_bounded_and_it_resyncs_when_back() {
-    let n = std::env::var("SB_DST_BACKLOG_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8u64);
+    let n = schedule_count("SB_DST_BACKLOG_SCHEDULES", 8);
     const BOUND: usize = 1024;
     for seed in 0..n {
         let bounded = backlog_schedule(seed, BOUND);
@@ -676,10 +664,7 @@ fn backlog_schedule(seed: u64, bound: usize) -> (usize, u64) {
 /// 8).
 #[test]
 fn a_dead_nodes_flows_move_to_live_nodes_and_come_back() {
-    let n = std::env::var("SB_DST_FAILOVER_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8u64);
+    let n = schedule_count("SB_DST_FAILOVER_SCHEDULES", 8);
     let first = std::env::var("SB_DST_FAILOVER_FIRST").map_or(0, |s| s.parse().expect("a number"));
     for seed in first..first + n {
         failover_schedule(seed);
@@ -801,10 +786,7 @@ fn failover_schedule(seed: u64) {
 /// `SB_DST_WIPE_SCHEDULES=N` (default 8).
 #[test]
 fn a_node_whose_log_was_lost_rejoins_and_nothing_is_lost() {
-    let n = std::env::var("SB_DST_WIPE_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8u64);
+    let n = schedule_count("SB_DST_WIPE_SCHEDULES", 8);
     let mut withheld = 0;
     for seed in 0..n {
         withheld += wipe_schedule(seed);

@@ -1837,6 +1837,24 @@ fn kill_node(c: &Cluster, i: usize) {
     std::thread::sleep(Duration::from_millis(1000));
 }
 
+/// Node `i`'s row of `cluster status` once `ok` holds for it, read every 300 ms for up to
+/// `secs` seconds (the node rewrites its status periodically); panics with the row if it
+/// never does.
+fn await_status_row(c: &Cluster, i: usize, secs: u64, ok: impl Fn(&Value) -> bool) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let row = c.status()["nodes"][i].clone();
+        if ok(&row) {
+            return row;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "node {i}'s status after {secs} s: {row}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 fn restart_node(c: &Cluster, i: usize) {
     let o = run(
         &[
@@ -2107,19 +2125,9 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
 
     // Node 1 down: node 2 serves its sessions once it leads node 1's range's group.
     kill_node(&c, victim);
-    let t0 = Instant::now();
-    loop {
-        let row = c.status()["nodes"][stand_in].clone();
-        if u(&row["pfcp_state"]["guests"][victim.to_string()]["sessions"]) == N as u64 + 1 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "node {stand_in} does not serve node {victim}'s {N} sessions: {}",
-            row["pfcp_state"]
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    await_status_row(&c, stand_in, 15, |row| {
+        u(&row["pfcp_state"]["guests"][victim.to_string()]["sessions"]) == N as u64 + 1
+    });
     // The threshold session's traffic, into node 0: its handling node (`h`, or, if that was
     // node 1, node 1's stand-in or the node its flow moved to) sends the counts to the
     // stand-in's guest, whose URR reports the crossing from node 2's address.
@@ -2144,16 +2152,9 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
     let usage = rep["usage"].as_array().unwrap();
     assert!(u(&usage[0]["volume"]["total"]) >= THRESHOLD, "{r}");
     // The node's status is rewritten periodically: it shows the report within a few seconds.
-    let t0 = Instant::now();
-    loop {
-        let guest =
-            c.status()["nodes"][stand_in]["pfcp_state"]["guests"][victim.to_string()].clone();
-        if u(&guest["reports_sent"]) >= 1 {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "{guest}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    await_status_row(&c, stand_in, 10, |row| {
+        u(&row["pfcp_state"]["guests"][victim.to_string()]["reports_sent"]) >= 1
+    });
 
     let half = &seids[..N / 2];
     let answers = delete(stand_in, 100, half);
@@ -2193,17 +2194,11 @@ fn pfcp_sessions_of_a_dead_node_are_served_by_its_stand_in() {
     }
     // Some were of node 1's own range (about one in four): applied by the stand-in.
     // (The node's status is rewritten periodically.)
-    let t0 = Instant::now();
-    loop {
-        let row = c.status()["nodes"][stand_in].clone();
-        let by_stand_in = u(&row["stand_in_updates"]);
-        if by_stand_in > 0 {
-            eprintln!("node {stand_in} applied {by_stand_in} updates of node {victim}'s range");
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "{row}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let row = await_status_row(&c, stand_in, 10, |row| u(&row["stand_in_updates"]) > 0);
+    eprintln!(
+        "node {stand_in} applied {} updates of node {victim}'s range",
+        u(&row["stand_in_updates"])
+    );
     // Every accepted deletion carries its URR's Usage Report, read from the live nodes: the
     // guest's reads were answered, none on its timeout.
     for a in answers.iter().filter(|a| a["cause"] == 1) {

@@ -38,7 +38,7 @@
 //! What is not done: inserts and handler changes (above); a stand-in that restarts loses its
 //! queue (the clients' retransmissions find the next one).
 
-use super::{Node, Phase, Source};
+use super::{Node, Phase};
 use crate::record;
 use crate::replica::replicas_of;
 use crate::wire::FibItem;
@@ -341,14 +341,7 @@ impl Node {
                 // The gone node's own flows: this stand-in's FIB (`stand_in_apply`).
                 continue;
             }
-            if h == self.me {
-                match it.u.op {
-                    Op::Delete => self.fib_remove(&key),
-                    _ => self.fib_insert(key, it.u.value.clone(), Source::Slice),
-                }
-                continue;
-            }
-            if self.gone(h) {
+            if h != self.me && self.gone(h) {
                 // Its slice of the range is sent again when it returns.
                 continue;
             }
@@ -360,10 +353,13 @@ impl Node {
                     value: it.u.value.clone(),
                 },
             };
+            // Here (a key this node handles): applied at once, nothing to wait for.
             let seq = self.fib_op(h, item.clone());
-            b.waits.push((h, seq, item));
-            if !to.contains(&h) {
-                to.push(h);
+            if h != self.me {
+                b.waits.push((h, seq, item));
+                if !to.contains(&h) {
+                    to.push(h);
+                }
             }
         }
         for h in to {

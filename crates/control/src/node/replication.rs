@@ -79,24 +79,22 @@ impl Node {
                 for m in c.send.into_iter().chain(released) {
                     self.send_raft(&mut g, m);
                 }
-                if gi == self.me as usize
-                    && self.phase >= Phase::SyncFib
-                    && g.leader().is_some_and(|l| l != self.me)
-                {
-                    // Another replica leads the range now: this owner's table may miss its
-                    // entries. It stops, to be restarted from its log.
-                    self.fence("another_leader");
-                }
-                // Without a leader (raft's check-quorum stepped this owner down: its
-                // followers did not answer for an election timeout, on a loaded machine),
-                // it waits: no batch starts and no state change is taken until it leads
-                // again, normally by its own campaign (the range's highest priority). Its
-                // table stays right: an entry another leader committed meanwhile fences it
-                // when it is applied here (`apply_entry`), and a batch whose entry another
-                // leader replaced when its term is checked. Restarting from the log instead
-                // held the thread for the replay, so its followers' groups lost their
-                // quorums in turn: a restart loop of every node under load.
                 if gi == self.me as usize && self.phase >= Phase::SyncFib {
+                    if g.leader().is_some_and(|l| l != self.me) {
+                        // Another replica leads the range now: this owner's table may miss
+                        // its entries. It stops, to be restarted from its log.
+                        self.fence("another_leader");
+                    }
+                    // Without a leader (raft's check-quorum stepped this owner down: its
+                    // followers did not answer for an election timeout, on a loaded
+                    // machine), it waits: no batch starts and no state change is taken until
+                    // it leads again, normally by its own campaign (the range's highest
+                    // priority). Its table stays right: an entry another leader committed
+                    // meanwhile fences it when it is applied here (`apply_entry`), and a
+                    // batch whose entry another leader replaced when its term is checked.
+                    // Restarting from the log instead held the thread for the replay, so its
+                    // followers' groups lost their quorums in turn: a restart loop of every
+                    // node under load.
                     let leads = g.is_leader();
                     self.step_downs += u64::from(self.led && !leads);
                     self.led = leads;

@@ -145,7 +145,7 @@ impl Node {
 
     /// Installs the flows of gone node `o`'s range that it handles, from this replica's RIB,
     /// once, and again when more of the range's log was applied since.
-    pub(super) fn stand_in_for(&mut self, o: NodeId) {
+    fn stand_in_for(&mut self, o: NodeId) {
         let oi = o as usize;
         let Some(st) = self.gstates.get(oi).and_then(|s| s.as_ref()) else {
             return;
