@@ -130,7 +130,8 @@
 //! becomes ready and acknowledges the other owners' deltas (without a GPT it could not, and
 //! every owner's batches waited for it). This needs a live replica of the range that kept
 //! its GPT since the owner left (with five nodes and two down, the three others do; with
-//! fewer, the survivors lose their lease majority and restart too, and wait for the owner),
+//! fewer, the survivors lack the lease majority to declare anyone gone, on three nodes they
+//! restart too, and they wait for the owner),
 //! and replication: with one replica per range nothing stands in for a gone owner.
 //!
 //! # Failure detection ([`Tuning::lease`], default 500 ms)
@@ -138,9 +139,9 @@
 //! peers; an owner stops waiting for a peer (delta acknowledgements, slices, pieces; an install
 //! there is refused with [`Outcome::HandlerDown`]; a forward to it answers
 //! [`Outcome::Timeout`] at once) once neither it nor a majority of the nodes heard that peer
-//! for a lease, and a node that loses the lease majority it held is fenced
-//! ([`Node::fenced`]), so that no GPT an owner stopped updating is used (the argument is in
-//! the `liveness` module).
+//! for a lease, and a node that may be declared gone within 2/5 of a lease is fenced
+//! ([`Node::fenced`]; [`Node::safe_lease`]), so that no GPT an owner stopped updating is used
+//! (the argument is in the `liveness` module).
 //!
 //! # Wire format (protocol version 4)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose

@@ -110,8 +110,9 @@ pub struct Tuning {
     pub heartbeat_ticks: usize,
     /// Failure detection (0: none, every owner waits for every node): a peer not heard from
     /// for this long, and not heard by a majority, is no longer waited for; a node holds its
-    /// lease for 3/5 of it after a peer echoed its heartbeat and is fenced once it lost the
-    /// majority of them ([`crate::Node::lease_majority`]). Default 500 ms.
+    /// lease for 3/5 of it after a peer echoed its heartbeat and is fenced once too few of
+    /// them are left for safety ([`crate::Node::safe_lease`]: 1 of 3 peers on 4 nodes, 2 of 4
+    /// on 5). Default 500 ms.
     pub lease: Nanos,
     /// Between a node's heartbeats to each peer (default 50 ms).
     pub heartbeat: Nanos,

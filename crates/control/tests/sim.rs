@@ -548,6 +548,60 @@ fn old_datagrams_of_a_dead_node_do_not_keep_it_alive() {
     eprintln!("{released} old datagrams of the dead node delivered: it stayed gone");
 }
 
+/// Issue 29: a node of four that hears only one of its three peers for 3 s (both links to the
+/// other two cut) is not fenced, nor declared gone: a declaration needs three of the four
+/// nodes, the peer that hears it among them. So it keeps its epoch and its GPT, the owners
+/// wait for it, and once the cuts heal everything agrees (every invariant checked after every
+/// step, among them that no node's GPT sends a key to a node whose FIB lacks it). Until
+/// 2026-11-30 such a node was fenced (it had lost its lease majority, 2 of 3 peers) and
+/// restarted from its log again and again while cut; this test fails so (`fenced_restarts`).
+/// Half the schedules with three replicas per range. `SB_DST_HALF_CUT_SCHEDULES=N`
+/// (default 4).
+#[test]
+fn a_node_of_four_that_hears_one_peer_is_not_fenced() {
+    for seed in 0..schedule_count("SB_DST_HALF_CUT_SCHEDULES", 4) {
+        let mut cfg = config(8_000_000 + seed);
+        cfg.nodes = 4;
+        // No fault but the cuts: any fence would be theirs.
+        cfg.drop_permille = 0;
+        cfg.dup_permille = 0;
+        cfg.replay_permille = 0;
+        cfg.max_delay = cfg.max_delay.min(5_000_000);
+        cfg.tuning.replicas = if seed % 2 == 0 { 1 } else { 3 };
+        let mut sim = Sim::new(cfg);
+        sim.run_until(2_000_000_000);
+        let v = (seed % 4) as u16;
+        let (a, b, c) = ((v + 1) % 4, (v + 2) % 4, (v + 3) % 4);
+        let fenced_before = sim.fenced_restarts;
+        sim.partition(v, a, true);
+        sim.partition(v, b, true);
+        let mut t = 2_000_000_000;
+        while t < 5_000_000_000 {
+            t += 10_000_000;
+            sim.run_until(t);
+            for i in [a, b, c] {
+                assert!(
+                    !sim.node(i).unwrap().holds_gone(v),
+                    "seed {seed}: node {i} declared node {v} gone, which node {c} hears"
+                );
+            }
+        }
+        assert_eq!(
+            sim.fenced_restarts, fenced_before,
+            "seed {seed}: a node was fenced while node {v} was cut off from {a} and {b}"
+        );
+        sim.heal();
+        sim.run_until(t + 1_000_000_000);
+        sim.quiesce(300_000_000_000);
+        sim.check_quiescent();
+        eprintln!(
+            "seed {seed} (R={}): node {v} cut off from {a} and {b} for 3 s, no fence; {} updates acknowledged",
+            if seed % 2 == 0 { 1 } else { 3 },
+            sim.acked_updates
+        );
+    }
+}
+
 /// Issue 29: what an owner holds for a peer gone too long is bounded
 /// (`Tuning::peer_backlog_bytes`, small here): past the bound, its unacknowledged deltas and
 /// FIB items are dropped and the peer is resynced when it is back (its FIB slice and the

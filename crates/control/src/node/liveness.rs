@@ -12,12 +12,26 @@
 //! at `p` is refused with [`crate::Outcome::HandlerDown`]) once `p` is *gone*: the owner holds
 //! its lease majority, has not heard `p` for `lease`, and a majority of the nodes (itself and
 //! peers whose heartbeats arrived within the last `lease * 2/5`) say they have not heard `p`
-//! for `lease`. Each of those said so after `p`'s lease from it had run out (`3/5` of a lease
-//! after its last stamp from `p`), so they were all out together, within `2/5` of a lease of
-//! each other: `p` had lost its lease majority, and a node that loses it (once it held it) is
-//! fenced ([`crate::Node::fenced`]: its driver restarts it from its log, in a new epoch, with
-//! a GPT assembled again from every owner's current piece). So a node whose GPT an owner no
-//! longer updates forwards nothing with it. Clock rates are assumed equal (no offsets).
+//! for `lease`.
+//!
+//! # When a node is fenced
+//! A node is fenced ([`crate::Node::fenced`]: its driver restarts it from its log, in a new
+//! epoch, with a GPT assembled again from every owner's current piece) once it may be
+//! declared gone within `lease * 2/5`: it lost its *safe lease*, having held it. Each node of
+//! the majority `S` that declares `p` gone (`p` not in `S`) heard `p` last at least a lease
+//! before, so at least a lease after the last stamp of `p`'s it echoed. So while more of
+//! `p`'s peers than `n - 1 - (n/2 + 1)` (integer halves, `n` nodes) still echo a stamp of
+//! `p`'s within a lease, no such `S` exists. `p` holds its safe lease while at least
+//! `n - 1 - n/2` of its peers (for 4 nodes, 1 of 3; for 5, 2 of 4) gave it a lease, of
+//! `lease * 3/5`: it loses it at least `lease * 2/5` before an owner may declare it gone. A
+//! node whose GPT an owner no longer updates has been fenced for that long (its timers ran
+//! in time). For odd `n` that is the lease majority; for even `n` one peer fewer: a node that
+//! can reach half of the cluster alone is not fenced (nor declared gone by the other half,
+//! which lacks a majority). Clock rates are assumed equal (no offsets).
+//!
+//! Until 2026-11-30 a node was fenced when it lost its lease *majority* (2 of 3 peers on 4
+//! nodes), one peer more than safety needs on an even cluster: on a loaded machine, two slow
+//! peers of four fenced a node, whose restart from its log slowed the others in turn.
 
 use super::Node;
 use crate::wire::{Body, HEARS_BYTES};
@@ -37,7 +51,7 @@ pub(super) struct Liveness {
     pub reports: Vec<Option<(Nanos, Vec<u8>)>>,
     /// When the next heartbeats go.
     pub next: Nanos,
-    /// This incarnation held its lease majority once.
+    /// This incarnation held its safe lease once.
     pub had_lease: bool,
 }
 
@@ -84,6 +98,25 @@ impl Node {
             })
             .count();
         (held + 1) * 2 > self.spec.nodes as usize
+    }
+
+    /// Whether this node holds its safe lease: leases from at least `n - 1 - n/2` peers, so
+    /// no owner may declare it gone within `lease * 2/5` (see the module documentation);
+    /// always without failure detection.
+    pub fn safe_lease(&self) -> bool {
+        if !self.detecting() {
+            return true;
+        }
+        let n = self.spec.nodes as usize;
+        let l = self.own_lease();
+        let held = (0..n)
+            .filter(|&q| q != self.me as usize)
+            .filter(|&q| {
+                let f = self.live.lease_from[q];
+                f > 0 && f + l > self.now
+            })
+            .count();
+        held + 1 + n / 2 >= n
     }
 
     /// Whether this node stopped waiting for peer `p` (see the module documentation).
@@ -157,12 +190,12 @@ impl Node {
         }
     }
 
-    /// Fences this node once it lost the lease majority it held.
+    /// Fences this node once it lost the safe lease it held.
     pub(super) fn check_lease(&mut self) {
         if !self.detecting() {
             return;
         }
-        if self.lease_majority() {
+        if self.safe_lease() {
             self.live.had_lease = true;
         } else if self.live.had_lease {
             self.drop_msg("lease_lost");
