@@ -143,7 +143,7 @@
 //! ([`Node::fenced`]; [`Node::safe_lease`]), so that no GPT an owner stopped updating is used
 //! (the argument is in the `liveness` module).
 //!
-//! # Wire format (protocol version 4)
+//! # Wire format (protocol version 5)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose
 //! MTU is 9000; the kernel fragments). All integers are little-endian.
 //!
@@ -180,7 +180,7 @@
 //! | 11 | FIB | first stream number u64 (>= 1), the owner's last ack u64, count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune, 5 reset, 6 guest install (the epoch u32 of the gone home whose range the key is in, then as 1: sent by the node standing in for it, the `guest` module of `node`), 7 guest remove (that epoch u32, then as 2) |
 //! | 12 | FIB ack | last stream number applied u64, count u16, stream numbers u64 of the installs refused (a full FIB) |
 //! | 13 | Raft | range (its group) u32, the sender's message number u64, chunk index u16, chunk count u16, bytes of the protobuf `eraftpb.Message` ([`replica::transport`]) |
-//! | 14 | heartbeat | the sender's clock u64, the last clock value the receiver sent it u64, length u8 (at most 32), bitmap of the nodes the sender heard within [`Tuning::lease`] (failure detection) |
+//! | 14 | heartbeat | the sender's clock u64, the last clock value the receiver sent it u64, length u8 (at most 32), bitmap of the nodes the sender heard within [`Tuning::lease`], a pause the sender announces in ms u32 (0: none; [`Node::announce_pause`]) (failure detection) |
 //! | 15 | relay request | the gone owner u16: the sender lacks its piece or its FIB slice of the owner's range |
 //! | 16 | relay | the gone owner u16, the owner's epoch u32, its last delta in the piece u64, total length u32, index u32, count u32, bytes of: slice included u8, piece length u32, piece, count u32, (key, FIB value) at the cluster's widths each |
 //! | 17 | epoch taken | the receiver's epoch the sender knows u32: the answer to a hello refused as `stale_epoch` or `epoch_reused` (a lost log); its tag binds that hello's nonce as the receiver's (the `rejoin` module of `node`) |

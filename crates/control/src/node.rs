@@ -2008,7 +2008,12 @@ impl Node {
                 self.send(p, id, Body::HelloAck { nonce });
             }
             Body::HelloAck { .. } => {}
-            Body::Heartbeat { stamp, echo, hears } => self.on_heartbeat(p, stamp, echo, hears),
+            Body::Heartbeat {
+                stamp,
+                echo,
+                hears,
+                hold_ms,
+            } => self.on_heartbeat(p, stamp, echo, hears, hold_ms),
             Body::Forward(us) => self.on_forward(p, h.sender_epoch, h.msg_id, us),
             Body::ForwardReply(codes) => {
                 let ok = self

@@ -168,6 +168,8 @@ pub struct Sim {
     committed: Vec<Vec<Vec<u8>>>,
     uncommitted: Vec<Vec<Vec<u8>>>,
     fsync_at: Vec<Option<Nanos>>,
+    /// Per node: stopped until then ([`Sim::stall`]; 0: not).
+    stalled_until: Vec<Nanos>,
     /// The data plane of each node: FIB and GPT, from its events.
     fibs: Vec<HashMap<Bytes, Bytes>>,
     gpts: Vec<Option<SetSep>>,
@@ -296,6 +298,7 @@ impl Sim {
             committed: vec![Vec::new(); n as usize],
             uncommitted: vec![Vec::new(); n as usize],
             fsync_at: vec![None; n as usize],
+            stalled_until: vec![0; n as usize],
             fibs: vec![HashMap::new(); n as usize],
             gpts: (0..n).map(|_| None).collect(),
             stand_ins: vec![Vec::new(); n as usize],
@@ -455,6 +458,7 @@ impl Sim {
         let kept: Vec<Vec<u8>> = self.uncommitted[ii].drain(..).take(keep).collect();
         self.committed[ii].extend(kept);
         self.fsync_at[ii] = None;
+        self.stalled_until[ii] = 0;
         // Whatever was in flight through or at this node has an unknown outcome now. A
         // request sent to it is abandoned after a while, as a client without an answer moves
         // on (it holds one of the client's few slots in flight: with a single slot, waiting
@@ -467,6 +471,24 @@ impl Sim {
             if r.node == i {
                 r.give_up_at = r.give_up_at.min(now + ABANDON_DEAD);
             }
+        }
+    }
+
+    /// Stops node `i` until `until` (simulated time), as a control thread held by a long
+    /// checkpoint: its timers, log syncs and datagrams wait (none is lost) until then.
+    pub fn stall(&mut self, i: NodeId, until: Nanos) {
+        self.stalled_until[i as usize] = until;
+    }
+
+    fn stalled(&self, i: usize) -> bool {
+        self.stalled_until[i] > self.now
+    }
+
+    /// Node `i` announces a pause of `d` ([`Node::announce_pause`]).
+    pub fn announce_pause(&mut self, i: NodeId, d: Nanos) {
+        if let Some(n) = self.nodes[i as usize].as_mut() {
+            n.announce_pause(d);
+            self.pump(i);
         }
     }
 
@@ -810,13 +832,14 @@ impl Sim {
             at(m.at);
         }
         for (i, n) in self.nodes.iter().enumerate() {
+            let from = self.stalled_until[i];
             if let Some(n) = n {
                 if let Some(x) = n.poll_timeout() {
-                    at(x);
+                    at(x.max(from));
                 }
             }
             if let Some(x) = self.fsync_at[i] {
-                at(x);
+                at(x.max(from));
             }
         }
         for r in self.reqs.values() {
@@ -838,7 +861,14 @@ impl Sim {
         let now = self.now;
         // Deliveries.
         while self.net.peek().is_some_and(|m| m.0.at <= now) {
-            let std::cmp::Reverse(m) = self.net.pop().expect("peeked");
+            let std::cmp::Reverse(mut m) = self.net.pop().expect("peeked");
+            if let Dest::Node(j) = m.to {
+                if self.stalled(j as usize) {
+                    m.at = self.stalled_until[j as usize];
+                    self.net.push(std::cmp::Reverse(m));
+                    continue;
+                }
+            }
             self.delivered += 1;
             match m.to {
                 Dest::Node(j) => {
@@ -852,6 +882,9 @@ impl Sim {
         }
         for i in 0..self.spec.nodes {
             let ii = i as usize;
+            if self.stalled(ii) {
+                continue;
+            }
             if self.fsync_at[ii].is_some_and(|x| x <= now) {
                 self.fsync_at[ii] = None;
                 let recs: Vec<Vec<u8>> = self.uncommitted[ii].drain(..).collect();
@@ -920,7 +953,7 @@ impl Sim {
         } else {
             None
         };
-        let Some(by) = by else {
+        let Some(by) = by.filter(|&b| !self.stalled(b as usize)) else {
             return;
         };
         let i = by as usize;

@@ -3,14 +3,15 @@
 //! cluster id, receiver, tag with the sender's key, the type against that key, then the body)
 //! and never panics; [`Keys::seal`] writes one.
 //!
-//! # Keys and threat model (protocol version 4)
+//! # Keys and threat model (protocol version 5)
 //! `cluster up` makes a random 32-byte **master secret** per cluster (`control.json`, mode
 //! 0600, read by the node processes only). Every node derives from it, and stores nothing
 //! else: the **pair key** of nodes `i` and `j`, `HMAC-SHA256(master, "sbcp-v2 node pair" ||
 //! cluster id || min(i,j) || max(i,j))` ([`pair_key`]), and the **client key**,
 //! `HMAC-SHA256(master, "sbcp-v2 client" || cluster id)` ([`client_key`]), which `cluster up`
 //! also writes to `client.json` (mode 0600): the one thing `scalebricks update` reads (the
-//! derivation labels are those of version 2; version 3 changed the datagram, not the keys; version 4 added two FIB items).
+//! derivation labels are those of version 2; version 3 changed the datagram, not the keys;
+//! version 4 added two FIB items; version 5 a pause in the heartbeat).
 //! A node's PFCP endpoint hands its requests to its own control plane in-process, as a
 //! client, with the client key. Every datagram carries its sender and receiver (a node id,
 //! or `0xffff` for a client), the cluster id, both ends' epochs and, between nodes, a
@@ -69,7 +70,7 @@ use sha2::Sha256;
 /// Magic of every datagram.
 pub const MAGIC: &[u8; 4] = b"SBCP";
 /// Protocol version.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 42;
 /// Counters a receiver's replay window ([`Window`]) spans: a datagram more than this many
@@ -320,6 +321,10 @@ pub enum Body {
         /// Bit `j` (byte `j / 8`, bit `j % 8`): the sender heard from node `j` within
         /// [`crate::Tuning::lease`] (at most [`HEARS_BYTES`] bytes).
         hears: Vec<u8>,
+        /// A pause the sender announces ([`crate::Node::announce_pause`]), in milliseconds
+        /// (0: none): the receiver takes it as heard for this long from this datagram's
+        /// arrival, as if it had heard it until then (it declares it gone a lease later).
+        hold_ms: u32,
     },
     /// [`Kind::Raft`]: chunk `index` of `count` of the sender's Raft message number `msg`
     /// (protobuf `eraftpb.Message`) for the group of range `group`.
@@ -987,11 +992,17 @@ fn encode_with(mac: HmacSha256, nonces: Nonces, h: &Header, body: &Body) -> Vec<
         Body::Hello { nonce } | Body::HelloAck { nonce } => {
             out.extend_from_slice(&nonce.to_le_bytes())
         }
-        Body::Heartbeat { stamp, echo, hears } => {
+        Body::Heartbeat {
+            stamp,
+            echo,
+            hears,
+            hold_ms,
+        } => {
             out.extend_from_slice(&stamp.to_le_bytes());
             out.extend_from_slice(&echo.to_le_bytes());
             out.push(hears.len() as u8);
             out.extend_from_slice(hears);
+            out.extend_from_slice(&hold_ms.to_le_bytes());
         }
         Body::ClientRequest {
             client,
@@ -1282,7 +1293,13 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
                 return Err(WireError::Malformed("heartbeat bitmap too long"));
             }
             let hears = r.take(n)?.to_vec();
-            Body::Heartbeat { stamp, echo, hears }
+            let hold_ms = r.u32()?;
+            Body::Heartbeat {
+                stamp,
+                echo,
+                hears,
+                hold_ms,
+            }
         }
         Kind::FibAck => {
             let applied = r.u64()?;
@@ -1506,6 +1523,7 @@ mod tests {
                 stamp: 5,
                 echo: 3,
                 hears: vec![0b1011],
+                hold_ms: 1500,
             },
             Body::RelayRequest { owner: 4 },
             Body::EpochTaken { known: 9 },

@@ -1013,13 +1013,29 @@ pub fn run(
         transmit(&mut node, &mut pfcp, ctl, &sock);
         // The log replaced by the state machine's checkpoint, when one is due and the state
         // machine is at a point where it can give one (else it is tried again next time).
-        if wal.checkpoint_due() {
+        // A checkpoint holds this thread as long as the state takes to encode (seconds at
+        // millions of sessions), longer than failure detection's lease: the node announces
+        // the pause to its peers first and takes the checkpoint once they hold it
+        // (`Node::announce_pause`), so that no one takes it for dead meanwhile and it keeps
+        // its own lease.
+        let pause = (cp_build.last * 2 + Duration::from_secs(1)).min(Duration::from_secs(30));
+        let pause_ns = pause.as_nanos() as u64;
+        if wal.checkpoint_due() && !node.pause_held(pause_ns) {
+            if !node.pausing() {
+                node.announce_pause(pause_ns + 1_000_000_000);
+                cp_build.pauses += 1;
+                transmit(&mut node, &mut pfcp, ctl, &sock);
+            }
+        } else if wal.checkpoint_due() {
             let t0 = Instant::now();
             let records = node.checkpoint();
             let took = t0.elapsed();
             cp_build.attempts += 1;
             cp_build.total += took;
             cp_build.max = cp_build.max.max(took);
+            if records.is_some() {
+                cp_build.last = took;
+            }
             if took >= SLOW_CHECKPOINT {
                 tracing_warn(&format!(
                     "taking the state machine's checkpoint ({}) held the control thread {} ms",
@@ -1143,6 +1159,7 @@ pub fn run(
                 "attempts": cp_build.attempts,
                 "total_ms": cp_build.total.as_millis() as u64,
                 "max_ms": cp_build.max.as_millis() as u64,
+                "pauses_announced": cp_build.pauses,
             });
             p.status["checkpoint_write_max_ms"] = wal.checkpoint_write_max_ms().into();
             p.status["log_commit_max_ms"] = wal.commit_max_ms().into();
@@ -1230,6 +1247,10 @@ struct CheckpointBuild {
     attempts: u64,
     total: Duration,
     max: Duration,
+    /// The last checkpoint taken: how long it held the thread.
+    last: Duration,
+    /// Pauses announced before one.
+    pauses: u64,
 }
 
 /// The control thread's nice value (and its log thread's, which inherits it).

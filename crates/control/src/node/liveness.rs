@@ -53,6 +53,12 @@ pub(super) struct Liveness {
     pub next: Nanos,
     /// This incarnation held its safe lease once.
     pub had_lease: bool,
+    /// Per peer: the end of the pause it announced (0: none), until which it counts as
+    /// heard.
+    pub held_until: Vec<Nanos>,
+    /// This node's pause ([`Node::announce_pause`]): the first stamp that carried it and
+    /// its end.
+    pub pause: Option<(Nanos, Nanos)>,
 }
 
 impl Liveness {
@@ -65,9 +71,14 @@ impl Liveness {
             reports: vec![None; n],
             next: now,
             had_lease: false,
+            held_until: vec![0; n],
+            pause: None,
         }
     }
 }
+
+/// The longest pause a node announces or a peer takes (60 s).
+const MAX_PAUSE: Nanos = 60_000_000_000;
 
 fn bit(map: &[u8], j: NodeId) -> bool {
     map.get(j as usize / 8)
@@ -108,13 +119,77 @@ impl Node {
             return true;
         }
         let n = self.spec.nodes as usize;
-        let l = self.own_lease();
         let held = (0..n)
             .filter(|&q| q != self.me as usize)
-            .filter(|&q| {
-                let f = self.live.lease_from[q];
-                f > 0 && f + l > self.now
-            })
+            .filter(|&q| self.lease_end(q) > self.now)
+            .count();
+        held + 1 + n / 2 >= n
+    }
+
+    /// When this node's lease from peer `q` ends (0: none): `lease * 3/5` after the newest
+    /// stamp of ours it echoed, or, once it echoed a stamp that carried this node's pause,
+    /// `lease * 2/5` (and a millisecond of rounding) before the pause's end.
+    fn lease_end(&self, q: usize) -> Nanos {
+        let f = self.live.lease_from[q];
+        if f == 0 {
+            return 0;
+        }
+        let plain = f + self.own_lease();
+        match self.live.pause {
+            Some((first, until)) if f >= first => {
+                let margin = self.tuning.lease - self.own_lease() + 1_000_000;
+                plain.max(until.saturating_sub(margin))
+            }
+            _ => plain,
+        }
+    }
+
+    /// When peer `p` counts as heard last: when it was, or a lease before the end of the
+    /// pause it announced (it is not gone before that end).
+    fn heard_at(&self, p: NodeId) -> Nanos {
+        let held = self.live.held_until[p as usize].saturating_sub(self.tuning.lease);
+        self.live.heard[p as usize].max(held)
+    }
+
+    /// Announces that this node's control thread may stop for up to `d` from now (a
+    /// checkpoint of a large state: the driver calls this before one, and takes it once
+    /// [`Node::pause_held`]). Until then every heartbeat carries the pause's end: a peer
+    /// that receives one counts this node as heard until that end, so it declares it gone a
+    /// lease after it at the earliest; and this node's lease from a peer that echoed such a
+    /// heartbeat lasts until `lease * 2/5` before that end. So a stop shorter than that
+    /// fences no one and is waited for (owners wait for this node's acknowledgements
+    /// meanwhile), and a node that dies while paused is detected a lease after the pause's
+    /// end. A pause still on is not replaced (nothing without failure detection).
+    pub fn announce_pause(&mut self, d: Nanos) {
+        if !self.detecting() || self.pausing() {
+            return;
+        }
+        let now = self.now.max(1);
+        self.live.pause = Some((now, now.saturating_add(d.min(MAX_PAUSE))));
+        self.live.next = self.now;
+        self.liveness_timers();
+    }
+
+    /// Whether this node's pause is on (announced, not over).
+    pub fn pausing(&self) -> bool {
+        self.live.pause.is_some_and(|(_, until)| until > self.now)
+    }
+
+    /// Whether this node may stop for `d` now without losing its safe lease: enough peers
+    /// echoed a heartbeat that carried its pause, which lasts long enough (always without
+    /// failure detection).
+    pub fn pause_held(&self, d: Nanos) -> bool {
+        if !self.detecting() {
+            return true;
+        }
+        let Some((first, _)) = self.live.pause else {
+            return false;
+        };
+        let n = self.spec.nodes as usize;
+        let at = self.now.saturating_add(d);
+        let held = (0..n)
+            .filter(|&q| q != self.me as usize)
+            .filter(|&q| self.live.lease_from[q] >= first && self.lease_end(q) > at)
             .count();
         held + 1 + n / 2 >= n
     }
@@ -125,7 +200,7 @@ impl Node {
             return false;
         }
         let lease = self.tuning.lease;
-        if self.live.heard[p as usize] + lease > self.now || !self.lease_majority() {
+        if self.heard_at(p) + lease > self.now || !self.lease_majority() {
             return false;
         }
         let fresh = lease - self.own_lease();
@@ -142,7 +217,7 @@ impl Node {
 
     /// Whether this node heard peer `p` within the lease (false without failure detection).
     pub(super) fn hears(&self, p: NodeId) -> bool {
-        self.detecting() && self.live.heard[p as usize] + self.tuning.lease > self.now
+        self.detecting() && self.heard_at(p) + self.tuning.lease > self.now
     }
 
     /// Peer `p` was heard from (an authenticated datagram of its current epoch).
@@ -150,8 +225,19 @@ impl Node {
         self.live.heard[p as usize] = self.now;
     }
 
-    pub(super) fn on_heartbeat(&mut self, p: NodeId, stamp: u64, echo: u64, hears: Vec<u8>) {
+    pub(super) fn on_heartbeat(
+        &mut self,
+        p: NodeId,
+        stamp: u64,
+        echo: u64,
+        hears: Vec<u8>,
+        hold_ms: u32,
+    ) {
         let pi = p as usize;
+        if hold_ms > 0 {
+            let until = self.now + (hold_ms as Nanos * 1_000_000).min(MAX_PAUSE);
+            self.live.held_until[pi] = self.live.held_until[pi].max(until);
+        }
         self.live.their_stamp[pi] = self.live.their_stamp[pi].max(stamp);
         if echo <= self.now {
             self.live.lease_from[pi] = self.live.lease_from[pi].max(echo);
@@ -175,6 +261,11 @@ impl Node {
                 hears[j as usize / 8] |= 1 << (j % 8);
             }
         }
+        // The pause's time left, rounded down (a peer holds this node no longer than it).
+        let hold_ms = match self.live.pause {
+            Some((_, until)) if until > self.now => ((until - self.now) / 1_000_000) as u32,
+            _ => 0,
+        };
         for p in 0..self.spec.nodes {
             let pi = p as usize;
             if p == self.me || self.peers[pi].epoch == 0 {
@@ -184,6 +275,7 @@ impl Node {
                 stamp: self.now.max(1),
                 echo: self.live.their_stamp[pi],
                 hears: hears.clone(),
+                hold_ms,
             };
             let id = self.new_id();
             self.send(p, id, body);
@@ -208,10 +300,9 @@ impl Node {
         if !self.detecting() {
             return None;
         }
-        let l = self.own_lease();
-        let ends = (self.live.lease_from.iter())
-            .filter(|&&f| f > 0 && f + l > self.now)
-            .map(|&f| f + l);
+        let ends = (0..self.spec.nodes as usize)
+            .map(|q| self.lease_end(q))
+            .filter(|&e| e > self.now);
         ends.chain([self.live.next]).min()
     }
 }
