@@ -71,6 +71,23 @@ impl Node {
             return Some(out);
         }
         let me = self.me as usize;
+        // Whether every group is at a point to snapshot, before any is encoded (an encoding
+        // costs the control thread a pass over the range's state: wasted on a `None`).
+        for gi in 0..self.groups.len() {
+            let Some(g) = self.groups[gi].as_ref() else {
+                continue;
+            };
+            let ready = match self.gstates[gi].as_ref() {
+                Some(st) => st.applied == g.raft_applied(),
+                None if gi == me => {
+                    g.applied() >= g.last_index() && g.raft_applied() == g.applied()
+                }
+                None => true,
+            };
+            if !ready {
+                return None;
+            }
+        }
         // Every group's state at the index it is applied to.
         let mut snaps = Vec::new();
         for gi in 0..self.groups.len() {
