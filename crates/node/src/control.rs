@@ -877,9 +877,19 @@ pub fn run(
         }
         // Everything that waits, up to a bound: the iteration's one log commit covers all of
         // it (group commit), where one datagram per iteration paid a commit each.
+        // Where a slow iteration's time went (its line says): the datagrams, the slowest one
+        // (its message type and size), the PFCP endpoint, the timers, the events.
+        let mut slowest = (Duration::ZERO, 0u8, 0usize);
         for _ in 0..MAX_DATAGRAMS_PER_ITERATION {
             match sock.recv_from(&mut buf) {
-                Ok((n, from)) => node.handle(clock(), peer_of(from), &buf[..n]),
+                Ok((n, from)) => {
+                    let t = Instant::now();
+                    node.handle(clock(), peer_of(from), &buf[..n]);
+                    let took = t.elapsed();
+                    if took > slowest.0 {
+                        slowest = (took, buf.get(5).copied().unwrap_or(0), n);
+                    }
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -894,14 +904,17 @@ pub fn run(
                 }
             }
         }
+        let t_datagrams = iter_start.elapsed();
         if let Some(p) = &mut pfcp {
             p.receive(&mut node, &dp, clock());
             p.meter(&mut dp);
         }
+        let t_pfcp = iter_start.elapsed();
         let now = clock();
         if node.poll_timeout().is_some_and(|t| t <= now) {
             node.handle_timeout(now);
         }
+        let t_timers = iter_start.elapsed();
         dp.remove_due(Instant::now());
         // Events until none is left: what became durable may release more (acks after
         // persistence).
@@ -1011,6 +1024,7 @@ pub fn run(
             node.persisted_through(clock(), durable);
         }
         transmit(&mut node, &mut pfcp, ctl, &sock);
+        let t_events = iter_start.elapsed();
         // The log replaced by the state machine's checkpoint, when one is due and the state
         // machine is at a point where it can give one (else it is tried again next time).
         // A checkpoint holds this thread as long as the state takes to encode (seconds at
@@ -1101,10 +1115,19 @@ pub fn run(
             // At most one line a second (a loaded machine may make many of them).
             if slow_said.elapsed() >= Duration::from_secs(1) {
                 slow_said = Instant::now();
+                let ms = |d: Duration| d.as_millis();
                 tracing_warn(&format!(
-                    "an iteration held the control thread {} ms ({slow_iters} of {} ms or more so far)",
+                    "an iteration held the control thread {} ms ({slow_iters} of {} ms or more so far): datagrams {} ms (the slowest {} ms, type {}, {} bytes), PFCP {} ms, timers {} ms, events {} ms, then checkpoint or restart {} ms",
                     took.as_millis(),
-                    SLOW_ITERATION.as_millis()
+                    SLOW_ITERATION.as_millis(),
+                    ms(t_datagrams),
+                    ms(slowest.0),
+                    slowest.1,
+                    slowest.2,
+                    ms(t_pfcp - t_datagrams),
+                    ms(t_timers - t_pfcp),
+                    ms(t_events - t_timers),
+                    ms(took.saturating_sub(t_events)),
                 ));
             }
         }
