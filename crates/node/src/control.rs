@@ -610,7 +610,17 @@ impl DataPlane {
 }
 
 fn tracing_warn(msg: &str) {
-    eprintln!("control: {msg}");
+    // UTC time of day, to the millisecond: the nodes' lines side by side.
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let (s, ms) = (t.as_secs() % 86_400, t.subsec_millis());
+    eprintln!(
+        "{:02}:{:02}:{:02}.{ms:03} control: {msg}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    );
 }
 
 /// What the control thread publishes for the counters file.
@@ -1078,11 +1088,16 @@ pub fn run(
                 tracing_warn("a peer knows a newer epoch of this node (its log was lost): restarting the control state machine in the epoch after it");
                 wal.checkpoint(records, base + node.persists_handed());
             } else {
+                let reason = node.fence_reason().unwrap_or("unknown");
                 tracing_warn(&format!(
-                "this node's control state machine is fenced ({}): restarting it from its log ({} log bytes, {} checkpoints so far)",
-                node.fence_reason().unwrap_or("unknown"),
+                "this node's control state machine is fenced ({reason}): restarting it from its log ({} log bytes, {} checkpoints so far){}",
                 wal.log_bytes(),
-                wal.checkpoints()
+                wal.checkpoints(),
+                if reason == "lease_lost" {
+                    format!("; leases: {}", node.lease_report())
+                } else {
+                    String::new()
+                }
             ));
             }
             let t0 = Instant::now();

@@ -308,6 +308,35 @@ impl Node {
 }
 
 impl Node {
+    /// This node's leases, for a log line: per peer, how old the newest echo of a stamp of
+    /// its is and when the lease from it ends (ms, from now; negative: ended), and its pause.
+    pub fn lease_report(&self) -> String {
+        let ms = |x: Nanos| (x as i64 - self.now as i64) / 1_000_000;
+        let mut out = String::new();
+        for q in 0..self.spec.nodes as usize {
+            if q == self.me as usize {
+                continue;
+            }
+            let f = self.live.lease_from[q];
+            if f == 0 {
+                out += &format!("node {q}: no echo; ");
+            } else {
+                out += &format!(
+                    "node {q}: echo of {} ms ago, lease ends in {} ms; ",
+                    -ms(f),
+                    ms(self.lease_end(q))
+                );
+            }
+        }
+        match self.live.pause {
+            Some((first, until)) => {
+                out += &format!("pause from {} ms to {} ms", ms(first), ms(until))
+            }
+            None => out += "no pause",
+        }
+        out
+    }
+
     /// Whether failure detection declared peer `p` gone here (tests).
     #[doc(hidden)]
     pub fn holds_gone(&self, p: NodeId) -> bool {
