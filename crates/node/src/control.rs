@@ -839,6 +839,9 @@ pub fn run(
     // SLOW_ITERATION or more.
     let (mut iter_max, mut slow_iters) = (Duration::ZERO, 0u64);
     let mut slow_said = Instant::now() - Duration::from_secs(1);
+    // The latest wake-up after a wait's end, and those SLOW_ITERATION late or more.
+    let (mut late_max, mut late_wakes) = (Duration::ZERO, 0u64);
+    let mut late_said = Instant::now() - Duration::from_secs(1);
     let mut spec_check = (Instant::now(), spec_mtime(&ctl.spec));
     while !stop.load(Ordering::Relaxed) {
         if spec_check.0.elapsed() >= SPEC_POLL {
@@ -867,6 +870,7 @@ pub fn run(
             .map(|t| Duration::from_nanos(t.saturating_sub(now)))
             .unwrap_or(Duration::from_millis(50))
             .clamp(Duration::from_micros(100), Duration::from_millis(50));
+        let wake_by = Instant::now() + wait;
         match &pfcp {
             Some(p) => p.wait(
                 &[std::os::fd::AsRawFd::as_raw_fd(&sock), wal.wake_fd()],
@@ -881,6 +885,21 @@ pub fn run(
             }
         }
         let iter_start = Instant::now();
+        // A wait that ended this late: the thread was runnable and not run (a starved CPU),
+        // time no iteration's own line shows, in which no heartbeat goes.
+        let late = iter_start.saturating_duration_since(wake_by);
+        late_max = late_max.max(late);
+        if late >= SLOW_ITERATION {
+            late_wakes += 1;
+            if late_said.elapsed() >= Duration::from_secs(1) {
+                late_said = Instant::now();
+                tracing_warn(&format!(
+                    "the control thread woke {} ms after its wait's end ({late_wakes} of {} ms or more so far)",
+                    late.as_millis(),
+                    SLOW_ITERATION.as_millis()
+                ));
+            }
+        }
         wal.drain_wakes();
         if let Some(e) = wal.take_error() {
             return Err(e.into());
@@ -1204,6 +1223,8 @@ pub fn run(
             p.status["log_slow_commits"] = wal.slow_commits().into();
             p.status["control_iteration_max_ms"] = (iter_max.as_millis() as u64).into();
             p.status["control_slow_iterations"] = slow_iters.into();
+            p.status["control_late_wake_max_ms"] = (late_max.as_millis() as u64).into();
+            p.status["control_late_wakes"] = late_wakes.into();
             p.fib_insert_failed = dp.failed;
             p.pfcp = pfcp.as_ref().map(|e| e.counts());
             p.pfcp_sessions = pfcp.as_ref().map(|e| e.upf().session_count() as u64);

@@ -355,6 +355,12 @@ fn writer(mut wal: sb_wal::Wal, cx: &Ctx, rx: &Receiver<Cmd>) {
                     let spawned = std::thread::Builder::new()
                         .name("sb-checkpoint".into())
                         .spawn(move || {
+                            // In the background: below the control threads of this machine's
+                            // nodes, whose priority the log thread shares (an encoding and
+                            // write of a GB of state at that priority starved them on two
+                            // cores: their heartbeats came late, docs/bench/pfcp.md). Lowering
+                            // needs no privilege.
+                            let _ = sb_io::set_thread_nice(CHECKPOINT_NICE);
                             #[cfg(test)]
                             std::thread::sleep(slow);
                             let _ = done_tx.send(w.write(&encode_checkpoint(&records)));
@@ -458,6 +464,9 @@ fn land(
     cx.publish(wal, cx.shared.durable.load(Ordering::Acquire));
     Ok(())
 }
+
+/// The nice value of the thread that encodes and writes a checkpoint.
+const CHECKPOINT_NICE: i32 = 10;
 
 /// A checkpoint's records as the snapshot's bytes: count u32, then per record its length u32
 /// and its bytes (little-endian).
