@@ -180,7 +180,7 @@
 //! | 11 | FIB | first stream number u64 (>= 1), the owner's last ack u64, count u16, items: 1 install (key length u8, key, value length u8, value), 2 remove (key length u8, key), 3 slice end, 4 prune, 5 reset, 6 guest install (the epoch u32 of the gone home whose range the key is in, then as 1: sent by the node standing in for it, the `guest` module of `node`), 7 guest remove (that epoch u32, then as 2) |
 //! | 12 | FIB ack | last stream number applied u64, count u16, stream numbers u64 of the installs refused (a full FIB) |
 //! | 13 | Raft | range (its group) u32, the sender's message number u64, chunk index u16, chunk count u16, bytes of the protobuf `eraftpb.Message` ([`replica::transport`]) |
-//! | 14 | heartbeat | the sender's clock u64, the last clock value the receiver sent it u64, length u8 (at most 32), bitmap of the nodes the sender heard within [`Tuning::lease`], a pause the sender announces in ms u32 (0: none; [`Node::announce_pause`]) (failure detection) |
+//! | 14 | heartbeat | the sender's clock u64, the last clock value the receiver sent it u64, length u8 (at most 32), bitmap of the nodes the sender heard within [`Tuning::lease`], a pause the sender announces in ms u32 (0: none; [`Node::announce_pause`]), u8 1 if the sender declared the receiver gone in its current epoch, else 0 (failure detection) |
 //! | 15 | relay request | the gone owner u16: the sender lacks its piece or its FIB slice of the owner's range |
 //! | 16 | relay | the gone owner u16, the owner's epoch u32, its last delta in the piece u64, total length u32, index u32, count u32, bytes of: slice included u8, piece length u32, piece, count u32, (key, FIB value) at the cluster's widths each |
 //! | 17 | epoch taken | the receiver's epoch the sender knows u32: the answer to a hello refused as `stale_epoch` or `epoch_reused` (a lost log); its tag binds that hello's nonce as the receiver's (the `rejoin` module of `node`) |
@@ -702,6 +702,13 @@ pub struct Status {
     /// waited to lead again, taking no update meanwhile, instead of restarting.
     #[serde(default)]
     pub step_downs: u64,
+    /// Times this incarnation lost its safe lease (failure detection: too few peers' leases
+    /// left), and of those, the times every peer then said it had not declared it gone, so
+    /// that it went on without a fence.
+    #[serde(default)]
+    pub lease_losses: u64,
+    #[serde(default)]
+    pub lease_recoveries: u64,
     /// Stand-ins' FIB items this handler dropped as late: the range's home was back.
     #[serde(default)]
     pub guest_items_stale: u64,

@@ -1557,6 +1557,8 @@ impl Node {
             stand_in_flows: self.si.installed,
             stand_in_updates: self.guests.applied,
             step_downs: self.step_downs,
+            lease_losses: self.live.losses,
+            lease_recoveries: self.live.recoveries,
             guest_items_stale: self.guests.stale_items,
             rejoining: self.rejoining(),
             votes_withheld: self.groups.iter().flatten().map(|g| g.withheld()).sum(),
@@ -2013,7 +2015,8 @@ impl Node {
                 echo,
                 hears,
                 hold_ms,
-            } => self.on_heartbeat(p, stamp, echo, hears, hold_ms),
+                declared_you,
+            } => self.on_heartbeat(p, stamp, echo, hears, hold_ms, declared_you),
             Body::Forward(us) => self.on_forward(p, h.sender_epoch, h.msg_id, us),
             Body::ForwardReply(codes) => {
                 let ok = self

@@ -170,6 +170,12 @@ pub struct Sim {
     fsync_at: Vec<Option<Nanos>>,
     /// Per node: stopped until then ([`Sim::stall`]; 0: not).
     stalled_until: Vec<Nanos>,
+    /// Per node: declared gone by a node in this epoch of its, and not fenced yet nor
+    /// cleared of its suspicion (`Node::suspect`): its GPT may lag (owners stopped waiting
+    /// for it), so make-before-break is not checked at it, as at a node that restarts.
+    lagging: Vec<Option<u32>>,
+    /// Nodes found declared gone before their fence (their GPT not checked meanwhile).
+    pub declared_before_fence: u64,
     /// The data plane of each node: FIB and GPT, from its events.
     fibs: Vec<HashMap<Bytes, Bytes>>,
     gpts: Vec<Option<SetSep>>,
@@ -299,6 +305,8 @@ impl Sim {
             uncommitted: vec![Vec::new(); n as usize],
             fsync_at: vec![None; n as usize],
             stalled_until: vec![0; n as usize],
+            lagging: vec![None; n as usize],
+            declared_before_fence: 0,
             fibs: vec![HashMap::new(); n as usize],
             gpts: (0..n).map(|_| None).collect(),
             stand_ins: vec![Vec::new(); n as usize],
@@ -931,10 +939,38 @@ impl Sim {
             }
         }
         self.client_step();
+        self.note_lagging();
         if self.cfg.check_every_step && std::mem::take(&mut self.dirty) {
             self.check();
         }
         true
+    }
+
+    /// Marks the nodes some node declared gone in their current epoch ([`Sim::lagging`]),
+    /// until they are in a new epoch or no longer suspects.
+    fn note_lagging(&mut self) {
+        let n = self.spec.nodes;
+        for i in 0..n {
+            let ii = i as usize;
+            let Some(node) = self.nodes[ii].as_ref() else {
+                self.lagging[ii] = None;
+                continue;
+            };
+            let e = node.epoch();
+            let declared = (0..n).filter(|&o| o != i).any(|o| {
+                self.nodes[o as usize]
+                    .as_ref()
+                    .is_some_and(|x| x.declared_gone(i))
+            });
+            if declared {
+                if self.lagging[ii] != Some(e) {
+                    self.declared_before_fence += 1;
+                }
+                self.lagging[ii] = Some(e);
+            } else if self.lagging[ii].is_some_and(|l| l != e || !node.suspect()) {
+                self.lagging[ii] = None;
+            }
+        }
     }
 
     /// A few of a random range's 16 state records change: by its home where it serves, else
@@ -1391,6 +1427,9 @@ impl Sim {
             let Some(g) = &self.gpts[i] else {
                 continue;
             };
+            if self.lagging[i].is_some() {
+                continue;
+            }
             for (k, hs) in allowed.iter() {
                 let h = g.lookup(k);
                 if !hs.contains(&h) {

@@ -325,6 +325,9 @@ pub enum Body {
         /// (0: none): the receiver takes it as heard for this long from this datagram's
         /// arrival, as if it had heard it until then (it declares it gone a lease later).
         hold_ms: u32,
+        /// The sender declared the receiver gone in the receiver's current epoch (failure
+        /// detection): the receiver's GPT may lag, and it is fenced.
+        declared_you: bool,
     },
     /// [`Kind::Raft`]: chunk `index` of `count` of the sender's Raft message number `msg`
     /// (protobuf `eraftpb.Message`) for the group of range `group`.
@@ -997,12 +1000,14 @@ fn encode_with(mac: HmacSha256, nonces: Nonces, h: &Header, body: &Body) -> Vec<
             echo,
             hears,
             hold_ms,
+            declared_you,
         } => {
             out.extend_from_slice(&stamp.to_le_bytes());
             out.extend_from_slice(&echo.to_le_bytes());
             out.push(hears.len() as u8);
             out.extend_from_slice(hears);
             out.extend_from_slice(&hold_ms.to_le_bytes());
+            out.push(*declared_you as u8);
         }
         Body::ClientRequest {
             client,
@@ -1294,11 +1299,17 @@ fn parse(signed: &[u8]) -> Result<(Header, Body), WireError> {
             }
             let hears = r.take(n)?.to_vec();
             let hold_ms = r.u32()?;
+            let declared_you = match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(WireError::Malformed("heartbeat flag not 0 or 1")),
+            };
             Body::Heartbeat {
                 stamp,
                 echo,
                 hears,
                 hold_ms,
+                declared_you,
             }
         }
         Kind::FibAck => {
@@ -1524,6 +1535,7 @@ mod tests {
                 echo: 3,
                 hears: vec![0b1011],
                 hold_ms: 1500,
+                declared_you: true,
             },
             Body::RelayRequest { owner: 4 },
             Body::EpochTaken { known: 9 },

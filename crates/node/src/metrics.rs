@@ -113,6 +113,8 @@
 //! | `scalebricks_stand_in_updates_total` | counter | | `stand_in_updates`: updates of gone nodes' ranges this node applied as their stand-in (changes keeping the handler, deletions) |
 //! | `scalebricks_guest_items_stale_total` | counter | | `guest_items_stale`: stand-ins' FIB items this handler dropped because the range's home was back |
 //! | `scalebricks_owner_step_downs_total` | counter | | `step_downs`: times this owner stopped leading its range's group with no other replica leading (check-quorum), and waited instead of restarting |
+//! | `scalebricks_lease_losses_total` | counter | | `lease_losses`: times this node lost its safe lease (failure detection: too few peers' leases left) |
+//! | `scalebricks_lease_recoveries_total` | counter | | `lease_recoveries`: lost safe leases after which every peer said it had not declared this node gone, so it went on without a fence |
 //! | `scalebricks_rejected_updates_total` | counter | `outcome` | `rejected` (an object): updates refused, by outcome |
 //! | `scalebricks_control_dropped_datagrams_total` | counter | `reason` | `dropped` (an object): control datagrams dropped, by reason |
 //! | `scalebricks_control_retransmits_total` | counter | | `retransmits` |
@@ -835,7 +837,7 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             memory,
         )?;
     }
-    let scalars: [(&str, &str, &str, MetricType); 12] = [
+    let scalars: [(&str, &str, &str, MetricType); 14] = [
         (
             "rib_keys",
             "scalebricks_rib_keys",
@@ -906,6 +908,18 @@ fn control(enc: &mut DescriptorEncoder, st: &Value) -> Result<(), std::fmt::Erro
             "step_downs",
             "scalebricks_owner_step_downs",
             "Times this owner stopped leading its range's group with no other replica leading.",
+            Counter,
+        ),
+        (
+            "lease_losses",
+            "scalebricks_lease_losses",
+            "Times this node lost its safe lease (failure detection).",
+            Counter,
+        ),
+        (
+            "lease_recoveries",
+            "scalebricks_lease_recoveries",
+            "Lost safe leases after which every peer said it had not declared this node gone (no fence).",
             Counter,
         ),
     ];

@@ -14,28 +14,44 @@
 //! peers whose heartbeats arrived within the last `lease * 2/5`) say they have not heard `p`
 //! for `lease`.
 //!
+//! # The safe lease
+//! Each node of the majority `S` that declares `p` gone (`p` not in `S`) heard `p` last at
+//! least a lease before, so at least a lease after the last stamp of `p`'s it echoed. So while
+//! more of `p`'s peers than `n - 1 - (n/2 + 1)` (integer halves, `n` nodes) still echo a
+//! stamp of `p`'s within a lease, no such `S` exists. `p` holds its *safe lease* while at
+//! least `n - 1 - n/2` of its peers (for 4 nodes, 1 of 3; for 5, 2 of 4) gave it a lease, of
+//! `lease * 3/5` ([`Node::safe_lease`]): it loses it at least `lease * 2/5` before an owner may
+//! declare it gone. For odd `n` that is the lease majority; for even `n` one peer fewer: a
+//! node that can reach half of the cluster alone keeps it (nor is it declared gone by the
+//! other half, which lacks a majority). Clock rates are assumed equal (no offsets). A pause
+//! announced before a long stop ([`Node::announce_pause`]) lengthens the leases of the peers
+//! that echoed it.
+//!
 //! # When a node is fenced
 //! A node is fenced ([`crate::Node::fenced`]: its driver restarts it from its log, in a new
-//! epoch, with a GPT assembled again from every owner's current piece) once it may be
-//! declared gone within `lease * 2/5`: it lost its *safe lease*, having held it. Each node of
-//! the majority `S` that declares `p` gone (`p` not in `S`) heard `p` last at least a lease
-//! before, so at least a lease after the last stamp of `p`'s it echoed. So while more of
-//! `p`'s peers than `n - 1 - (n/2 + 1)` (integer halves, `n` nodes) still echo a stamp of
-//! `p`'s within a lease, no such `S` exists. `p` holds its safe lease while at least
-//! `n - 1 - n/2` of its peers (for 4 nodes, 1 of 3; for 5, 2 of 4) gave it a lease, of
-//! `lease * 3/5`: it loses it at least `lease * 2/5` before an owner may declare it gone. A
-//! node whose GPT an owner no longer updates has been fenced for that long (its timers ran
-//! in time). For odd `n` that is the lease majority; for even `n` one peer fewer: a node that
-//! can reach half of the cluster alone is not fenced (nor declared gone by the other half,
-//! which lacks a majority). Clock rates are assumed equal (no offsets).
+//! epoch, with a GPT assembled again from every owner's current piece) once a peer tells it
+//! that it declared it gone: a declaration is sticky for the declared node's epoch and said
+//! in every heartbeat to it (`declared_you`). A node that lost the safe lease it held is a
+//! *suspect* ([`Node::suspect`]) until it holds it again and every peer said, in a heartbeat
+//! that echoed a stamp of its from then on, that it declared nothing: no peer had declared it
+//! before (it would say so), and none can since (the safe lease holds). Then it goes on,
+//! without a restart ([`Node::lease_losses`]). A suspect that stays one for
+//! [`SUSPECT_LEASES`] leases (a peer that does not answer may have declared it and died) is
+//! fenced. Between a declaration and the fence, the node's GPT may lag the owners that
+//! stopped waiting for it, as it does while a fenced node restarts (its data plane keeps its
+//! table, [`Node::keep_live_gpt`]); the simulation checks make-before-break at every node but
+//! those (`Sim::lagging`).
 //!
-//! Until 2026-11-30 a node was fenced when it lost its lease *majority* (2 of 3 peers on 4
-//! nodes), one peer more than safety needs on an even cluster: on a loaded machine, two slow
-//! peers of four fenced a node, whose restart from its log slowed the others in turn.
+//! Until 2026-11-30 a node was fenced, and restarted from its log, when it lost its lease
+//! *majority* (2 of 3 peers on 4 nodes, one peer more than safety needs on an even
+//! cluster), whether or not a peer had declared it gone: on a loaded machine, late echoes
+//! fenced nodes no one had declared, and each restart held its control thread for seconds,
+//! so that others lost their leases in turn (docs/bench/pfcp.md).
 
 use super::Node;
 use crate::wire::{Body, HEARS_BYTES};
 use crate::{Nanos, NodeId};
+use std::cell::Cell;
 
 /// What a node knows of its peers' liveness.
 #[derive(Default)]
@@ -59,6 +75,27 @@ pub(super) struct Liveness {
     /// This node's pause ([`Node::announce_pause`]): the first stamp that carried it and
     /// its end.
     pub pause: Option<(Nanos, Nanos)>,
+    /// Per peer: its epoch in which this node declared it gone (0: none), said in every
+    /// heartbeat to it while it is in that epoch (set by [`Node::gone`], a reader).
+    pub declared: Vec<Cell<u32>>,
+    /// This node lost its safe lease, having held it, and does not know yet whether a peer
+    /// declared it gone.
+    pub suspect: Option<Suspect>,
+    /// Safe leases lost, and of those, resolved without a fence (every peer said it had
+    /// declared nothing).
+    pub losses: u64,
+    pub recoveries: u64,
+}
+
+/// A node that lost its safe lease, until every peer told it that it did not declare it gone.
+pub(super) struct Suspect {
+    /// When it lost it.
+    since: Nanos,
+    /// Since when it holds it again (None: not yet, or lost again since).
+    restored: Option<Nanos>,
+    /// Per peer: said, in a heartbeat that echoed a stamp of this node's from `restored` on,
+    /// that it has not declared it gone.
+    cleared: Vec<bool>,
 }
 
 impl Liveness {
@@ -73,12 +110,20 @@ impl Liveness {
             had_lease: false,
             held_until: vec![0; n],
             pause: None,
+            declared: (0..n).map(|_| Cell::new(0)).collect(),
+            suspect: None,
+            losses: 0,
+            recoveries: 0,
         }
     }
 }
 
 /// The longest pause a node announces or a peer takes (60 s).
 const MAX_PAUSE: Nanos = 60_000_000_000;
+
+/// Leases a node stays without knowing whether a peer declared it gone before it is fenced
+/// (a peer that does not answer may have declared it and died).
+const SUSPECT_LEASES: Nanos = 20;
 
 fn bit(map: &[u8], j: NodeId) -> bool {
     map.get(j as usize / 8)
@@ -212,7 +257,12 @@ impl Node {
                     .is_some_and(|(at, m)| at + fresh > self.now && !bit(m, p))
             })
             .count();
-        (agree + 1) * 2 > self.spec.nodes as usize
+        let gone = (agree + 1) * 2 > self.spec.nodes as usize;
+        if gone {
+            // Sticky for this epoch of `p`: told to it until it is in a new one.
+            self.live.declared[p as usize].set(self.peers[p as usize].epoch);
+        }
+        gone
     }
 
     /// Whether this node heard peer `p` within the lease (false without failure detection).
@@ -232,8 +282,19 @@ impl Node {
         echo: u64,
         hears: Vec<u8>,
         hold_ms: u32,
+        declared_you: bool,
     ) {
         let pi = p as usize;
+        if declared_you {
+            // An owner may have stopped waiting for this node: its GPT may lag.
+            self.fence("declared_gone");
+            return;
+        }
+        if let Some(s) = self.live.suspect.as_mut() {
+            if s.restored.is_some_and(|r| echo >= r) {
+                s.cleared[pi] = true;
+            }
+        }
         if hold_ms > 0 {
             let until = self.now + (hold_ms as Nanos * 1_000_000).min(MAX_PAUSE);
             self.live.held_until[pi] = self.live.held_until[pi].max(until);
@@ -276,23 +337,72 @@ impl Node {
                 echo: self.live.their_stamp[pi],
                 hears: hears.clone(),
                 hold_ms,
+                declared_you: {
+                    let d = self.live.declared[pi].get();
+                    d != 0 && d == self.peers[pi].epoch
+                },
             };
             let id = self.new_id();
             self.send(p, id, body);
         }
     }
 
-    /// Fences this node once it lost the safe lease it held.
+    /// Watches this node's safe lease: once it lost the one it held, it is a suspect until
+    /// it holds it again and every peer said, in a heartbeat that echoed a stamp of its from
+    /// then on, that it has not declared it gone (a peer that did says so, and this node is
+    /// fenced: [`Node::on_heartbeat`]). A suspect that stays one for
+    /// [`SUSPECT_LEASES`] leases is fenced.
     pub(super) fn check_lease(&mut self) {
         if !self.detecting() {
             return;
         }
-        if self.safe_lease() {
+        let safe = self.safe_lease();
+        if safe {
             self.live.had_lease = true;
-        } else if self.live.had_lease {
-            self.drop_msg("lease_lost");
-            self.fence("lease_lost");
         }
+        let (now, me) = (self.now, self.me as usize);
+        let limit = self.tuning.lease.saturating_mul(SUSPECT_LEASES);
+        if let Some(s) = self.live.suspect.as_mut() {
+            if !safe {
+                s.restored = None;
+            } else if s.restored.is_none() {
+                s.restored = Some(now);
+                s.cleared.fill(false);
+            }
+            let all = (0..s.cleared.len()).all(|q| q == me || s.cleared[q]);
+            if s.restored.is_some() && all {
+                self.live.suspect = None;
+                self.live.recoveries += 1;
+            } else if now >= s.since.saturating_add(limit) {
+                self.drop_msg("lease_lost");
+                self.fence("lease_lost");
+            }
+        } else if !safe && self.live.had_lease {
+            self.live.suspect = Some(Suspect {
+                since: now,
+                restored: None,
+                cleared: vec![false; self.spec.nodes as usize],
+            });
+            self.live.losses += 1;
+        }
+    }
+
+    /// Safe leases this incarnation lost, and of those, resolved without a fence.
+    pub fn lease_losses(&self) -> (u64, u64) {
+        (self.live.losses, self.live.recoveries)
+    }
+
+    /// Whether this node declared peer `p` gone in `p`'s current epoch (tests).
+    #[doc(hidden)]
+    pub fn declared_gone(&self, p: NodeId) -> bool {
+        let d = self.live.declared[p as usize].get();
+        d != 0 && d == self.peers[p as usize].epoch
+    }
+
+    /// Whether this node lost its safe lease and does not know yet whether it was declared
+    /// gone.
+    pub fn suspect(&self) -> bool {
+        self.live.suspect.is_some()
     }
 
     /// When the liveness timers want to run next: the next heartbeats, the end of a lease.
