@@ -139,9 +139,10 @@
 //! peers; an owner stops waiting for a peer (delta acknowledgements, slices, pieces; an install
 //! there is refused with [`Outcome::HandlerDown`]; a forward to it answers
 //! [`Outcome::Timeout`] at once) once neither it nor a majority of the nodes heard that peer
-//! for a lease, and a node that may be declared gone within 2/5 of a lease is fenced
-//! ([`Node::fenced`]; [`Node::safe_lease`]), so that no GPT an owner stopped updating is used
-//! (the argument is in the `liveness` module).
+//! for a lease. A node that may be declared gone within 2/5 of a lease (it lost its safe
+//! lease, [`Node::safe_lease`]) is a suspect until every peer said it declared nothing, and
+//! it is fenced ([`Node::fenced`]) once a peer says it declared it gone, so that a GPT an
+//! owner stopped updating is not used for long (the argument is in the `liveness` module).
 //!
 //! # Wire format (protocol version 5)
 //! Every datagram is at most [`wire::MAX_DATAGRAM`] bytes (60 KiB: UDP over the fabric, whose

@@ -1112,7 +1112,7 @@ pub fn run(
                 "this node's control state machine is fenced ({reason}): restarting it from its log ({} log bytes, {} checkpoints so far){}",
                 wal.log_bytes(),
                 wal.checkpoints(),
-                if reason == "lease_lost" {
+                if reason == "lease_lost" || reason == "declared_gone" {
                     format!("; leases: {}", node.lease_report())
                 } else {
                     String::new()
