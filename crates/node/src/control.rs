@@ -947,8 +947,13 @@ pub fn run(
         dp.remove_due(Instant::now());
         // Events until none is left: what became durable may release more (acks after
         // persistence).
+        // The events' time, split: log appends, the data plane's tables, sends, the state
+        // machine's work once records are durable (Raft's applies among it).
+        let mut ev_t = [Duration::ZERO; 4];
         loop {
+            let mut t = Instant::now();
             while let Some(ev) = node.poll_event() {
+                let slot = usize::from(!matches!(ev, Event::Persist { .. }));
                 match ev {
                     Event::Persist { records } => {
                         wal.append(records, base + node.persists_handed());
@@ -1035,6 +1040,8 @@ pub fn run(
                         }
                     }
                 }
+                ev_t[slot] += t.elapsed();
+                t = Instant::now();
             }
             // What is queued never waits for the log (the state machine holds back whatever
             // needs it until `persisted_through`): peers' acks, deltas and installs go out
@@ -1049,10 +1056,16 @@ pub fn run(
                 let _ = std::fs::remove_file(&first_mark);
                 first_start = false;
             }
+            let t0 = Instant::now();
             transmit(&mut node, &mut pfcp, ctl, &sock);
+            let t1 = Instant::now();
             node.persisted_through(clock(), durable);
+            ev_t[2] += t1 - t0;
+            ev_t[3] += t1.elapsed();
         }
+        let t0 = Instant::now();
         transmit(&mut node, &mut pfcp, ctl, &sock);
+        ev_t[2] += t0.elapsed();
         let t_events = iter_start.elapsed();
         // The log replaced by the state machine's checkpoint, when one is due and the state
         // machine is at a point where it can give one (else it is tried again next time).
@@ -1151,7 +1164,7 @@ pub fn run(
                 slow_said = Instant::now();
                 let ms = |d: Duration| d.as_millis();
                 tracing_warn(&format!(
-                    "an iteration held the control thread {} ms ({slow_iters} of {} ms or more so far): datagrams {} ms (the slowest {} ms, type {}, {} bytes), PFCP {} ms, timers {} ms, events {} ms, then checkpoint or restart {} ms",
+                    "an iteration held the control thread {} ms ({slow_iters} of {} ms or more so far): datagrams {} ms (the slowest {} ms, type {}, {} bytes), PFCP {} ms, timers {} ms, events {} ms (log appends {} ms, tables {} ms, sends {} ms, the state machine after durability {} ms), then checkpoint or restart {} ms",
                     took.as_millis(),
                     SLOW_ITERATION.as_millis(),
                     ms(t_datagrams),
@@ -1161,6 +1174,10 @@ pub fn run(
                     ms(t_pfcp - t_datagrams),
                     ms(t_timers - t_pfcp),
                     ms(t_events - t_timers),
+                    ms(ev_t[0]),
+                    ms(ev_t[1]),
+                    ms(ev_t[2]),
+                    ms(ev_t[3]),
                     ms(took.saturating_sub(t_events)),
                 ));
             }
