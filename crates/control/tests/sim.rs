@@ -73,6 +73,18 @@ fn five_nodes(seed: u64) -> SimConfig {
     cfg
 }
 
+/// [`config`] of schedule `seed` on `nodes` nodes without network faults (no drop, duplicate
+/// or replay; delays up to `max_delay`): the faults a test makes are the only ones.
+fn without_faults(seed: u64, nodes: u16, max_delay: u64) -> SimConfig {
+    let mut cfg = config(seed);
+    cfg.nodes = nodes;
+    cfg.drop_permille = 0;
+    cfg.dup_permille = 0;
+    cfg.replay_permille = 0;
+    cfg.max_delay = cfg.max_delay.min(max_delay);
+    cfg
+}
+
 fn schedules() -> Vec<u64> {
     if let Ok(s) = std::env::var("SB_DST_SEED") {
         return vec![s.parse().expect("SB_DST_SEED is a number")];
@@ -560,13 +572,8 @@ fn old_datagrams_of_a_dead_node_do_not_keep_it_alive() {
 #[test]
 fn a_node_of_four_that_hears_one_peer_is_not_fenced() {
     for seed in 0..schedule_count("SB_DST_HALF_CUT_SCHEDULES", 4) {
-        let mut cfg = config(8_000_000 + seed);
-        cfg.nodes = 4;
         // No fault but the cuts: any fence would be theirs.
-        cfg.drop_permille = 0;
-        cfg.dup_permille = 0;
-        cfg.replay_permille = 0;
-        cfg.max_delay = cfg.max_delay.min(5_000_000);
+        let mut cfg = without_faults(8_000_000 + seed, 4, 5_000_000);
         cfg.tuning.replicas = if seed % 2 == 0 { 1 } else { 3 };
         let mut sim = Sim::new(cfg);
         sim.run_until(2_000_000_000);
@@ -638,12 +645,7 @@ fn a_node_that_loses_its_lease_briefly_is_not_fenced() {
 /// the cut-off node gone, the fences from the cut to 2 s after it, and the cut-off node's
 /// (safe leases lost, recovered) then (unless it was fenced).
 fn cut_schedule(seed: u64, cut: u64) -> (bool, u64, (u64, u64)) {
-    let mut cfg = config(10_000_000 + seed);
-    cfg.nodes = 4 + (seed % 2) as u16;
-    cfg.drop_permille = 0;
-    cfg.dup_permille = 0;
-    cfg.replay_permille = 0;
-    cfg.max_delay = cfg.max_delay.min(2_000_000);
+    let mut cfg = without_faults(10_000_000 + seed, 4 + (seed % 2) as u16, 2_000_000);
     cfg.tuning.replicas = if seed / 2 % 2 == 0 { 1 } else { 3 };
     let nodes = cfg.nodes;
     let mut sim = Sim::new(cfg);
@@ -698,12 +700,7 @@ fn an_announced_pause_is_waited_for() {
 /// [`an_announced_pause_is_waited_for`]'s schedule: whether a node declared the stopped node
 /// gone, and the fences from the stop to a second after it.
 fn pause_schedule(seed: u64, announced: bool) -> (bool, u64) {
-    let mut cfg = config(9_000_000 + seed);
-    cfg.nodes = 4 + (seed % 2) as u16;
-    cfg.drop_permille = 0;
-    cfg.dup_permille = 0;
-    cfg.replay_permille = 0;
-    cfg.max_delay = cfg.max_delay.min(5_000_000);
+    let mut cfg = without_faults(9_000_000 + seed, 4 + (seed % 2) as u16, 5_000_000);
     cfg.tuning.replicas = if seed / 2 % 2 == 0 { 1 } else { 3 };
     // Unannounced, the stopped node's GPT lags the owners that stopped waiting for it, by
     // design: only the end is checked.
