@@ -837,11 +837,9 @@ pub fn run(
     let mut cp_build = CheckpointBuild::default();
     // The longest iteration of the loop below (without its wait), and those that took
     // SLOW_ITERATION or more.
-    let (mut iter_max, mut slow_iters) = (Duration::ZERO, 0u64);
-    let mut slow_said = Instant::now() - Duration::from_secs(1);
+    let mut slow_iter = Slow::default();
     // The latest wake-up after a wait's end, and those SLOW_ITERATION late or more.
-    let (mut late_max, mut late_wakes) = (Duration::ZERO, 0u64);
-    let mut late_said = Instant::now() - Duration::from_secs(1);
+    let mut late_wake = Slow::default();
     let mut spec_check = (Instant::now(), spec_mtime(&ctl.spec));
     while !stop.load(Ordering::Relaxed) {
         if spec_check.0.elapsed() >= SPEC_POLL {
@@ -888,17 +886,12 @@ pub fn run(
         // A wait that ended this late: the thread was runnable and not run (a starved CPU),
         // time no iteration's own line shows, in which no heartbeat goes.
         let late = iter_start.saturating_duration_since(wake_by);
-        late_max = late_max.max(late);
-        if late >= SLOW_ITERATION {
-            late_wakes += 1;
-            if late_said.elapsed() >= Duration::from_secs(1) {
-                late_said = Instant::now();
-                tracing_warn(&format!(
-                    "the control thread woke {} ms after its wait's end ({late_wakes} of {} ms or more so far)",
-                    late.as_millis(),
-                    SLOW_ITERATION.as_millis()
-                ));
-            }
+        if let Some(n) = late_wake.note(late) {
+            tracing_warn(&format!(
+                "the control thread woke {} ms after its wait's end ({n} of {} ms or more so far)",
+                late.as_millis(),
+                SLOW_ITERATION.as_millis()
+            ));
         }
         wal.drain_wakes();
         if let Some(e) = wal.take_error() {
@@ -1076,13 +1069,14 @@ pub fn run(
         // its own lease.
         let pause = (cp_build.last * 2 + Duration::from_secs(1)).min(Duration::from_secs(30));
         let pause_ns = pause.as_nanos() as u64;
-        if wal.checkpoint_due() && !node.pause_held(pause_ns) {
+        let due = wal.checkpoint_due();
+        if due && !node.pause_held(pause_ns) {
             if !node.pausing() {
                 node.announce_pause(pause_ns + 1_000_000_000);
                 cp_build.pauses += 1;
                 transmit(&mut node, &mut pfcp, ctl, &sock);
             }
-        } else if wal.checkpoint_due() {
+        } else if due {
             let t0 = Instant::now();
             let records = node.checkpoint();
             let took = t0.elapsed();
@@ -1156,31 +1150,25 @@ pub fn run(
             restarts += 1;
         }
         let took = iter_start.elapsed();
-        iter_max = iter_max.max(took);
-        if took >= SLOW_ITERATION {
-            slow_iters += 1;
-            // At most one line a second (a loaded machine may make many of them).
-            if slow_said.elapsed() >= Duration::from_secs(1) {
-                slow_said = Instant::now();
-                let ms = |d: Duration| d.as_millis();
-                tracing_warn(&format!(
-                    "an iteration held the control thread {} ms ({slow_iters} of {} ms or more so far): datagrams {} ms (the slowest {} ms, type {}, {} bytes), PFCP {} ms, timers {} ms, events {} ms (log appends {} ms, tables {} ms, sends {} ms, the state machine after durability {} ms), then checkpoint or restart {} ms",
-                    took.as_millis(),
-                    SLOW_ITERATION.as_millis(),
-                    ms(t_datagrams),
-                    ms(slowest.0),
-                    slowest.1,
-                    slowest.2,
-                    ms(t_pfcp - t_datagrams),
-                    ms(t_timers - t_pfcp),
-                    ms(t_events - t_timers),
-                    ms(ev_t[0]),
-                    ms(ev_t[1]),
-                    ms(ev_t[2]),
-                    ms(ev_t[3]),
-                    ms(took.saturating_sub(t_events)),
-                ));
-            }
+        if let Some(n) = slow_iter.note(took) {
+            let ms = |d: Duration| d.as_millis();
+            tracing_warn(&format!(
+                "an iteration held the control thread {} ms ({n} of {} ms or more so far): datagrams {} ms (the slowest {} ms, type {}, {} bytes), PFCP {} ms, timers {} ms, events {} ms (log appends {} ms, tables {} ms, sends {} ms, the state machine after durability {} ms), then checkpoint or restart {} ms",
+                took.as_millis(),
+                SLOW_ITERATION.as_millis(),
+                ms(t_datagrams),
+                ms(slowest.0),
+                slowest.1,
+                slowest.2,
+                ms(t_pfcp - t_datagrams),
+                ms(t_timers - t_pfcp),
+                ms(t_events - t_timers),
+                ms(ev_t[0]),
+                ms(ev_t[1]),
+                ms(ev_t[2]),
+                ms(ev_t[3]),
+                ms(took.saturating_sub(t_events)),
+            ));
         }
         let ready = node.ready();
         if pfcp_after_rejoin && ready {
@@ -1238,10 +1226,10 @@ pub fn run(
             p.status["checkpoint_write_max_ms"] = wal.checkpoint_write_max_ms().into();
             p.status["log_commit_max_ms"] = wal.commit_max_ms().into();
             p.status["log_slow_commits"] = wal.slow_commits().into();
-            p.status["control_iteration_max_ms"] = (iter_max.as_millis() as u64).into();
-            p.status["control_slow_iterations"] = slow_iters.into();
-            p.status["control_late_wake_max_ms"] = (late_max.as_millis() as u64).into();
-            p.status["control_late_wakes"] = late_wakes.into();
+            p.status["control_iteration_max_ms"] = (slow_iter.max.as_millis() as u64).into();
+            p.status["control_slow_iterations"] = slow_iter.count.into();
+            p.status["control_late_wake_max_ms"] = (late_wake.max.as_millis() as u64).into();
+            p.status["control_late_wakes"] = late_wake.count.into();
             p.fib_insert_failed = dp.failed;
             p.pfcp = pfcp.as_ref().map(|e| e.counts());
             p.pfcp_sessions = pfcp.as_ref().map(|e| e.upf().session_count() as u64);
@@ -1316,6 +1304,41 @@ const SLOW_CHECKPOINT: Duration = Duration::from_millis(20);
 
 /// An iteration of the control loop this long (without its wait) is reported on stderr.
 const SLOW_ITERATION: Duration = Duration::from_millis(100);
+
+/// Durations of one kind the control thread watches (its iterations, its late wake-ups):
+/// the longest, and those of [`SLOW_ITERATION`] or more, reported at most once a second (a
+/// loaded machine may make many of them).
+struct Slow {
+    max: Duration,
+    count: u64,
+    said: Instant,
+}
+
+impl Default for Slow {
+    fn default() -> Slow {
+        Slow {
+            max: Duration::ZERO,
+            count: 0,
+            said: Instant::now() - Duration::from_secs(1),
+        }
+    }
+}
+
+impl Slow {
+    /// Takes `d`; the count so far when a line is due for it.
+    fn note(&mut self, d: Duration) -> Option<u64> {
+        self.max = self.max.max(d);
+        if d < SLOW_ITERATION {
+            return None;
+        }
+        self.count += 1;
+        if self.said.elapsed() < Duration::from_secs(1) {
+            return None;
+        }
+        self.said = Instant::now();
+        Some(self.count)
+    }
+}
 
 /// The control thread's time in `Node::checkpoint`.
 #[derive(Default)]

@@ -78,7 +78,11 @@ impl Node {
                 continue;
             };
             let ready = match self.gstates[gi].as_ref() {
+                // Raft has not learnt yet that what is applied here is (it waits for it to
+                // be durable): the snapshot would cover entries it still hands out.
                 Some(st) => st.applied == g.raft_applied(),
+                // The owner's range: its table is the RIB, and every entry it proposed is
+                // committed (no batch in flight); wait until they are all applied here.
                 None if gi == me => {
                     g.applied() >= g.last_index() && g.raft_applied() == g.applied()
                 }
@@ -95,9 +99,6 @@ impl Node {
                 continue;
             };
             let (index, data) = match self.gstates[gi].as_ref() {
-                // Raft has not learnt yet that what is applied here is (it waits for it to
-                // be durable): the snapshot would cover entries it still hands out.
-                Some(st) if st.applied != g.raft_applied() => return None,
                 Some(st) => (
                     st.applied,
                     RangeSnapshot::encode_from(
@@ -107,12 +108,7 @@ impl Node {
                         &st.state,
                     ),
                 ),
-                // The owner's range: its table is the RIB, and every entry it proposed is
-                // committed (no batch in flight); wait until they are all applied here.
                 None if gi == me => {
-                    if g.applied() < g.last_index() || g.raft_applied() != g.applied() {
-                        return None;
-                    }
                     let n = self.rib_entries().count();
                     let data =
                         RangeSnapshot::encode_from(true, n, self.rib_entries(), &self.own_state);

@@ -163,11 +163,13 @@ impl Node {
         if !self.detecting() {
             return true;
         }
+        self.enough_leases(|q| self.lease_end(q) > self.now)
+    }
+
+    /// Whether at least `n - 1 - n/2` peers `q` pass `held` (the safe lease's count).
+    fn enough_leases(&self, held: impl Fn(usize) -> bool) -> bool {
         let n = self.spec.nodes as usize;
-        let held = (0..n)
-            .filter(|&q| q != self.me as usize)
-            .filter(|&q| self.lease_end(q) > self.now)
-            .count();
+        let held = (0..n).filter(|&q| q != self.me as usize && held(q)).count();
         held + 1 + n / 2 >= n
     }
 
@@ -230,13 +232,8 @@ impl Node {
         let Some((first, _)) = self.live.pause else {
             return false;
         };
-        let n = self.spec.nodes as usize;
         let at = self.now.saturating_add(d);
-        let held = (0..n)
-            .filter(|&q| q != self.me as usize)
-            .filter(|&q| self.live.lease_from[q] >= first && self.lease_end(q) > at)
-            .count();
-        held + 1 + n / 2 >= n
+        self.enough_leases(|q| self.live.lease_from[q] >= first && self.lease_end(q) > at)
     }
 
     /// Whether this node stopped waiting for peer `p` (see the module documentation).
@@ -337,10 +334,7 @@ impl Node {
                 echo: self.live.their_stamp[pi],
                 hears: hears.clone(),
                 hold_ms,
-                declared_you: {
-                    let d = self.live.declared[pi].get();
-                    d != 0 && d == self.peers[pi].epoch
-                },
+                declared_you: self.declared_gone(p),
             };
             let id = self.new_id();
             self.send(p, id, body);
