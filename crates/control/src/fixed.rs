@@ -58,6 +58,12 @@ impl FixedMap {
         self.table.len()
     }
 
+    /// Entries the map holds before its hash table grows.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.table.capacity()
+    }
+
     /// Bytes of the map: its hash table (4-byte indices and hashbrown's control bytes, sized
     /// from its capacity: every bucket is touched as entries land at random) and its entries
     /// as held (the array's unused capacity is reserved, not touched).
@@ -170,6 +176,12 @@ impl Rib {
 
     pub(crate) fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// Keys the RIB holds before its hash table grows.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.0.capacity()
     }
 
     /// `key`'s entry (handling node, value).

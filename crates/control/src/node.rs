@@ -75,7 +75,7 @@ pub struct Tuning {
     /// comes for every removal, held or not, and a prune comes as [`Event::FibPrune`].
     pub fib_map: bool,
     /// Keys this node is expected to handle (its share of the cluster's capacity): the FIB
-    /// map is allocated for that many at start, so that it never grows (a map of millions of
+    /// map and the RIB of each range it replicates are allocated for that many at start, so that it never grows (a map of millions of
     /// keys that doubles stalls the node for a fraction of a second; all nodes reach that size
     /// together). 0: it grows as keys come. (The owner's RIB is its table's, whose groups the
     /// table's capacity sets.)
@@ -746,7 +746,8 @@ impl Node {
                 let recs = raft_recs.remove(&(g as u32)).unwrap_or_default();
                 let store = RaftStore::replay(ids, recs)
                     .map_err(|reason| ControlError::BadRecord { index: 0, reason })?;
-                let mut st = RangeState::new(spec.key_bytes, spec.value_bytes);
+                let mut st =
+                    RangeState::new(spec.key_bytes, spec.value_bytes, tuning.expected_keys);
                 if store.snapshot_index() > 0 {
                     let snap = crate::replica::state::RangeSnapshot::decode(
                         store.latest_snapshot().get_data(),

@@ -740,6 +740,24 @@ impl Policies {
         }
     }
 
+    /// Allocates the maps of the sessions given slots for `sessions` of them now, so that
+    /// they do not grow until more come: a map of a million sessions that doubles holds the
+    /// control thread for a fraction of a second, and every node of a cluster reaches that
+    /// size together. The slots' own memory is mapped as sessions come
+    /// ([`Policies::new`]).
+    pub fn reserve(&self, sessions: usize) {
+        let a = &mut *lock(&self.alloc);
+        let n = sessions.min(self.max_slots);
+        a.by_teid.reserve(n.saturating_sub(a.by_teid.len()));
+        a.groups.reserve(n.saturating_sub(a.groups.len()));
+    }
+
+    /// Sessions the slot maps hold before they grow ([`Policies::reserve`]).
+    pub fn reserved(&self) -> usize {
+        let a = lock(&self.alloc);
+        a.by_teid.capacity().min(a.groups.capacity())
+    }
+
     /// The cores (workers) counted separately.
     pub fn cores(&self) -> usize {
         self.cores

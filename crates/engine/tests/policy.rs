@@ -588,3 +588,24 @@ fn router_solicitations_go_to_the_control_plane_and_its_frames_out_of_ran() {
     let c = n.engine.counters();
     assert_eq!((c.from_cp, c.end_markers), (1, 0));
 }
+
+/// The maps of the sessions given slots are allocated for the sessions a node expects
+/// (`Policies::reserve`): they do not double (holding the control thread, at every node
+/// together) before that many came.
+#[test]
+fn reserved_slot_maps_do_not_grow_before_their_sessions_came() {
+    let p = Policies::new(1, 10_000);
+    p.reserve(5_000);
+    let room = p.reserved();
+    assert!(room >= 5_000, "{room}");
+    let policy = Policy {
+        dl_mbr_kbps: 1_000,
+        ul_mbr_kbps: 1_000,
+        count: true,
+        ..Policy::default()
+    };
+    for teid in 1..=5_000u32 {
+        p.acquire(teid, &policy).unwrap();
+    }
+    assert_eq!(p.reserved(), room, "a slot map grew");
+}

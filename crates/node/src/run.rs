@@ -221,10 +221,15 @@ pub fn load_tables(cfg: &NodeFile) -> Result<Tables, NodeError> {
         uplink,
         uplink_writer: Some(uplink_writer),
         sizes,
-        policies: Arc::new(sb_engine::policy::Policies::new(
-            cfg.workers.max(1),
-            room.max(1),
-        )),
+        policies: {
+            let p = sb_engine::policy::Policies::new(cfg.workers.max(1), room.max(1));
+            // The node's share of the sessions (what its other per-key maps are allocated
+            // for: crate::control::ControlFile::share).
+            if let Some(c) = &cfg.control {
+                p.reserve(c.share());
+            }
+            Arc::new(p)
+        },
     })
 }
 

@@ -217,7 +217,7 @@ pub fn pfcp_message(data: &[u8]) {
 }
 
 /// A cluster that accepts every change at once.
-struct AcceptAll;
+pub(crate) struct AcceptAll;
 
 impl Sessions for AcceptAll {
     fn place(&mut self, _: &[IpAddr]) -> Result<Placement, Failure> {

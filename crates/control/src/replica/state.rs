@@ -30,6 +30,8 @@ pub struct RangeState {
     pub(crate) state: StateRecords,
     key_bytes: usize,
     value_bytes: usize,
+    /// Keys the RIB is allocated for at start and after a snapshot.
+    expected_keys: usize,
 }
 
 /// A range's state as a snapshot holds it.
@@ -48,15 +50,19 @@ pub struct RangeSnapshot {
 }
 
 impl RangeState {
-    /// An empty state of a range with these key and value widths.
-    pub fn new(key_bytes: usize, value_bytes: usize) -> RangeState {
+    /// An empty state of a range with these key and value widths, its RIB allocated for
+    /// `expected_keys` (the RIBs of a node's replicas all grow together: a map of a million
+    /// keys that doubles holds the control thread for a fraction of a second; 0: it grows
+    /// as keys come).
+    pub fn new(key_bytes: usize, value_bytes: usize, expected_keys: usize) -> RangeState {
         RangeState {
-            rib: Rib::with_capacity(key_bytes, value_bytes, 0),
+            rib: Rib::with_capacity(key_bytes, value_bytes, expected_keys),
             base_done: false,
             applied: 0,
             state: StateRecords::new(),
             key_bytes,
             value_bytes,
+            expected_keys,
         }
     }
 
@@ -118,7 +124,8 @@ impl RangeState {
 
     /// Replaces the state with a snapshot's, taken at `index`.
     pub fn restore(&mut self, s: &RangeSnapshot, index: u64) -> Result<(), &'static str> {
-        let mut rib = Rib::with_capacity(self.key_bytes, self.value_bytes, s.flows.len());
+        let room = s.flows.len().max(self.expected_keys);
+        let mut rib = Rib::with_capacity(self.key_bytes, self.value_bytes, room);
         for f in &s.flows {
             self.check(&f.key, &f.value)?;
             rib.insert(&f.key, f.node, &f.value);
@@ -290,9 +297,42 @@ mod tests {
         Bytes::from_elem(x, n)
     }
 
+    /// A replica's RIB is allocated for the keys its node expects, at start and after a
+    /// snapshot smaller than that: it does not double (holding the control thread, at every
+    /// replica of the range together) before it holds them.
+    #[test]
+    fn the_rib_is_allocated_for_the_expected_keys() {
+        let n = 20_000;
+        let mut s = RangeState::new(8, 4, n);
+        let room = s.rib.capacity();
+        assert!(room >= n, "{room}");
+        let flows: Vec<Flow> = (0..n as u64)
+            .map(|i| Flow {
+                key: Bytes::from_slice(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes()),
+                node: 1,
+                value: b(7, 4),
+            })
+            .collect();
+        let refs: Vec<_> = flows
+            .iter()
+            .map(|f| (&f.key[..], f.node, &f.value[..]))
+            .collect();
+        for c in refs.chunks(record::BASE_PER_RECORD) {
+            s.apply(&record::base(c)).unwrap();
+        }
+        assert_eq!(s.rib.len(), n);
+        assert_eq!(s.rib.capacity(), room, "the RIB grew");
+        let small = RangeSnapshot {
+            flows: flows[..10].to_vec(),
+            ..RangeSnapshot::default()
+        };
+        s.restore(&small, 5).unwrap();
+        assert!(s.rib.capacity() >= n, "{}", s.rib.capacity());
+    }
+
     #[test]
     fn records_apply_in_order_and_a_snapshot_restores_the_same_state() {
-        let mut s = RangeState::new(8, 4);
+        let mut s = RangeState::new(8, 4, 0);
         let (k1, k2) = (b(1, 8), b(2, 8));
         s.apply(&record::base(&[(&k1, 0, &[9; 4]), (&k2, 1, &[8; 4])]))
             .unwrap();
@@ -327,7 +367,7 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(RangeSnapshot::decode(&bytes[..cut]).is_err());
         }
-        let mut t = RangeState::new(8, 4);
+        let mut t = RangeState::new(8, 4, 0);
         t.restore(&snap, 17).unwrap();
         assert_eq!((t.flows(), t.base_done, t.applied), (want, true, 17));
         // Widths of another cluster are refused.
@@ -336,7 +376,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_carries_the_state_records_compact_and_reads_the_older_form() {
-        let mut s = RangeState::new(8, 4);
+        let mut s = RangeState::new(8, 4, 0);
         let rec = |i: u8| {
             let mut r = vec![3u8; 700];
             r[10] = i;
@@ -348,7 +388,7 @@ mod tests {
         // 49 records of 700 bytes: one template, then a few bytes each.
         assert!(data.len() < 700 + 49 * 20, "{} bytes", data.len());
         let snap = RangeSnapshot::decode(&data).unwrap();
-        let mut t = RangeState::new(8, 4);
+        let mut t = RangeState::new(8, 4, 0);
         t.restore(&snap, 3).unwrap();
         assert!(t.state == s.state);
         assert_eq!(t.state.get(7), None);
@@ -358,7 +398,7 @@ mod tests {
             sessions: record::state(&s.state.iter().collect::<Vec<_>>(), &[]),
             ..snap
         };
-        let mut u = RangeState::new(8, 4);
+        let mut u = RangeState::new(8, 4, 0);
         u.restore(&RangeSnapshot::decode(&old.encode()).unwrap(), 3)
             .unwrap();
         assert!(u.state == s.state);

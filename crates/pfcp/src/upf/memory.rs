@@ -79,3 +79,28 @@ impl<S: Sessions> Upf<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The maps of an endpoint's metered sessions are allocated for the sessions it expects:
+    /// none of them doubles (and holds the control thread, at every node together, as the
+    /// 10M-session runs of docs/bench/pfcp.md showed) before it holds that many.
+    #[test]
+    fn the_meter_maps_are_allocated_for_the_expected_sessions() {
+        let n = 50_000;
+        let c = Config {
+            expected_sessions: n,
+            ..Config::new(
+                NodeId::Ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+                RecoveryTimeStamp(1),
+                Ipv4Addr::new(10, 0, 0, 1),
+            )
+        };
+        let upf = Upf::new(c, crate::fuzzing::AcceptAll);
+        assert!(upf.metering.capacity() >= n, "{}", upf.metering.capacity());
+        assert!(upf.by_teid.capacity() >= n, "{}", upf.by_teid.capacity());
+        assert!(upf.memory().usage >= table::<(u64, Box<Metering>)>(n));
+    }
+}

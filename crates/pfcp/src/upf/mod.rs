@@ -181,8 +181,8 @@ pub struct Config {
     /// replicated to the others and session requests for SEIDs another endpoint allocated
     /// are relayed to it ([`Upf::poll_relay`], [`Upf::handle_relay`]; see [`crate::relay`]).
     pub relay: bool,
-    /// Sessions this endpoint is expected to hold: its session maps and slab are allocated for that
-    /// many at start and do not grow (and stall) until it holds more. 0: they grow as
+    /// Sessions this endpoint is expected to hold: its session maps (the slab, the UE
+    /// index, the meters and their TEIDs) are allocated for that many at start and do not grow (and stall) until it holds more. 0: they grow as
     /// sessions come.
     pub expected_sessions: usize,
     /// With [`Config::relay`]: the cluster's endpoints have allocator ids `1..=endpoints` (0:
@@ -516,8 +516,11 @@ impl<S: Sessions> Upf<S> {
             silent: HashSet::default(),
             replaying: false,
             now: Duration::ZERO,
-            metering: HashMap::default(),
-            by_teid: HashMap::default(),
+            // Every session of the open5gs and free5GC shapes has a URR: as many meters as
+            // sessions, allocated with them (the maps of a million sessions that double hold
+            // the control thread for a fraction of a second, at every node together).
+            metering: HashMap::with_capacity_and_hasher(n, Default::default()),
+            by_teid: HashMap::with_capacity_and_hasher(n, Default::default()),
             timers: BTreeSet::new(),
             reports: BTreeMap::new(),
             reads: HashMap::default(),
