@@ -744,7 +744,7 @@ impl Node {
                 }
                 let ids = voters.iter().map(|&v| transport::raft_id(v)).collect();
                 let recs = raft_recs.remove(&(g as u32)).unwrap_or_default();
-                let store = RaftStore::replay(ids, recs)
+                let mut store = RaftStore::replay(ids, recs)
                     .map_err(|reason| ControlError::BadRecord { index: 0, reason })?;
                 let mut st =
                     RangeState::new(spec.key_bytes, spec.value_bytes, tuning.expected_keys);
@@ -755,6 +755,8 @@ impl Node {
                     .and_then(|x| st.restore(&x, store.snapshot_index()))
                     .map_err(|reason| ControlError::BadRecord { index: 0, reason });
                     snap?;
+                    // In the range's state now, and in the log: made anew if raft wants it.
+                    store.drop_snapshot_data();
                 }
                 let mut grp = Group::new(g as u32, voters, me, store, timing, splitmix(&mut salt))
                     .map_err(|_| {

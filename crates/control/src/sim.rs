@@ -202,6 +202,8 @@ pub struct Sim {
     pub rejoins: u64,
     /// Logs replaced by their node's checkpoint ([`SimConfig::checkpoint_permille`]).
     pub checkpoints: u64,
+    /// Snapshots made anew for raft to send ([`Node::serve_snapshots`]).
+    pub snapshots_served: u64,
     /// Updates rejected because their new handler was declared down.
     pub handler_down: u64,
     /// Updates of a gone owner's range that need it (inserts, handler changes): rejected.
@@ -322,6 +324,7 @@ impl Sim {
             wipes: 0,
             rejoins: 0,
             checkpoints: 0,
+            snapshots_served: 0,
             handler_down: 0,
             owner_down: 0,
             acked_in_gone_ranges: 0,
@@ -916,6 +919,14 @@ impl Sim {
             if let Some(n) = self.nodes[ii].as_mut() {
                 if n.poll_timeout().is_some_and(|x| x <= now) {
                     n.handle_timeout(now);
+                    self.pump(i);
+                }
+            }
+            // A snapshot raft asked for, whose data the store dropped, is made anew (the
+            // node driver does it between iterations, after announcing a pause).
+            if let Some(n) = self.nodes[ii].as_mut() {
+                if n.snapshot_wanted() && n.serve_snapshots() > 0 {
+                    self.snapshots_served += 1;
                     self.pump(i);
                 }
             }

@@ -2,7 +2,8 @@
 //! their node's checkpoint now and then, nodes are killed and restarted from them (with and
 //! without replication), and every invariant of `sb_control::sim` holds after every step and
 //! at quiescence (no acknowledged update lost, every FIB its owners' slice, every GPT sending
-//! each key to a node that has it). `SB_DST_CKPT_SCHEDULES=N` runs N schedules (default 60).
+//! each key to a node that has it). A snapshot's data is dropped once in the log, and made
+//! anew when a restarted replica needs it. `SB_DST_CKPT_SCHEDULES=N` runs N schedules (default 60).
 
 use sb_control::sim::{Sim, SimConfig};
 use sb_control::Tuning;
@@ -40,6 +41,7 @@ fn restarts_from_checkpointed_logs_keep_every_invariant() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(60u64);
     let (mut checkpoints, mut acked, mut replicated_checkpoints) = (0, 0, 0);
+    let mut served = 0;
     for seed in 0..n {
         if std::env::var("SB_DST_VERBOSE").is_ok() {
             eprintln!("schedule {seed}");
@@ -65,8 +67,12 @@ fn restarts_from_checkpointed_logs_keep_every_invariant() {
         if replicated {
             replicated_checkpoints += sim.checkpoints;
         }
+        served += sim.snapshots_served;
     }
-    eprintln!("{checkpoints} checkpoints ({replicated_checkpoints} replicated), {acked} updates acknowledged");
-    // The test exercises what it claims: logs were checkpointed, with and without replication.
+    eprintln!("{checkpoints} checkpoints ({replicated_checkpoints} replicated), {served} snapshots made anew for a replica behind, {acked} updates acknowledged");
+    // The test exercises what it claims: logs were checkpointed, with and without replication,
+    // and a restarted replica behind its leader's compacted log got a snapshot whose data the
+    // leader had dropped (RaftStore keeps a snapshot's data only while needed).
     assert!(checkpoints > 0 && replicated_checkpoints > 0 && acked > 0);
+    assert!(served > 0, "no snapshot was made anew");
 }

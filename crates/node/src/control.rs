@@ -1069,12 +1069,29 @@ pub fn run(
         // its own lease.
         let pause = (cp_build.last * 2 + Duration::from_secs(1)).min(Duration::from_secs(30));
         let pause_ns = pause.as_nanos() as u64;
-        let due = wal.checkpoint_due();
+        // A snapshot raft wants to send to a replica behind, whose data the store dropped
+        // once it was in the log (`sb_control::Node::serve_snapshots`), is made anew the
+        // same way: its encoding holds this thread as long.
+        let cp_due = wal.checkpoint_due();
+        let due = cp_due || node.snapshot_wanted();
         if due && !node.pause_held(pause_ns) {
             if !node.pausing() {
                 node.announce_pause(pause_ns + 1_000_000_000);
                 cp_build.pauses += 1;
                 transmit(&mut node, &mut pfcp, ctl, &sock);
+            }
+        } else if due && !cp_due {
+            let t0 = Instant::now();
+            let made = node.serve_snapshots();
+            let took = t0.elapsed();
+            if made > 0 {
+                cp_build.last = cp_build.last.max(took);
+            }
+            if took >= SLOW_CHECKPOINT {
+                tracing_warn(&format!(
+                    "making {made} snapshot(s) for a replica behind held the control thread {} ms",
+                    took.as_millis()
+                ));
             }
         } else if due {
             let t0 = Instant::now();

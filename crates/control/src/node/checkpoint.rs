@@ -70,59 +70,33 @@ impl Node {
             }
             return Some(out);
         }
-        let me = self.me as usize;
         // Whether every group is at a point to snapshot, before any is encoded (an encoding
         // costs the control thread a pass over the range's state: wasted on a `None`).
-        for gi in 0..self.groups.len() {
-            let Some(g) = self.groups[gi].as_ref() else {
-                continue;
-            };
-            let ready = match self.gstates[gi].as_ref() {
-                // Raft has not learnt yet that what is applied here is (it waits for it to
-                // be durable): the snapshot would cover entries it still hands out.
-                Some(st) => st.applied == g.raft_applied(),
-                // The owner's range: its table is the RIB, and every entry it proposed is
-                // committed (no batch in flight); wait until they are all applied here.
-                None if gi == me => {
-                    g.applied() >= g.last_index() && g.raft_applied() == g.applied()
-                }
-                None => true,
-            };
-            if !ready {
-                return None;
-            }
+        if !(0..self.groups.len()).all(|gi| self.snapshot_ready(gi)) {
+            return None;
         }
         // Every group's state at the index it is applied to.
-        let mut snaps = Vec::new();
-        for gi in 0..self.groups.len() {
-            let Some(g) = self.groups[gi].as_ref() else {
-                continue;
-            };
-            let (index, data) = match self.gstates[gi].as_ref() {
-                Some(st) => (
-                    st.applied,
-                    RangeSnapshot::encode_from(
-                        st.base_done,
-                        st.rib.len(),
-                        st.rib.iter(),
-                        &st.state,
-                    ),
-                ),
-                None if gi == me => {
-                    let n = self.rib_entries().count();
-                    let data =
-                        RangeSnapshot::encode_from(true, n, self.rib_entries(), &self.own_state);
-                    (g.applied(), data)
-                }
-                None => continue,
-            };
-            snaps.push((gi, index, data));
+        let snaps: Vec<(usize, u64, Vec<u8>)> = (0..self.groups.len())
+            .filter_map(|gi| self.range_image(gi).map(|(index, data)| (gi, index, data)))
+            .collect();
+        // A snapshot's record needs its data: a store whose snapshot is newer than what is
+        // applied here (cannot be: the snapshot's index was applied when it came) has none
+        // to give again.
+        for (gi, index, _) in &snaps {
+            let g = self.groups[*gi].as_ref().expect("a group");
+            if *index < g.store().snapshot_index() && !g.store().holds_snapshot_data() {
+                return None;
+            }
         }
         for (gi, index, data) in snaps {
             let g = self.groups[gi].as_mut().expect("a group");
             if index > g.store().snapshot_index() {
                 // None: `index` is not held (cannot be: it was applied from this store).
                 let _ = g.compact(index, data);
+            } else {
+                // Nothing applied since the snapshot: its data (dropped after the last
+                // checkpoint) is this state's.
+                g.set_snapshot_data(index, data);
             }
             let s = g.store();
             let range = gi as u32;
@@ -133,7 +107,91 @@ impl Node {
                 out.push(storage::entries_record(range, s.range(s.first(), s.last())));
             }
             out.push(storage::hard_record(range, s.hard_state()));
+            // In the log now: the data is held only while raft wants to send it.
+            if !self.snapshot_wanted_by(gi) {
+                self.groups[gi]
+                    .as_mut()
+                    .expect("a group")
+                    .drop_snapshot_data();
+            }
         }
         Some(out)
+    }
+
+    /// Whether group `gi`'s range state is at a point to snapshot (none to make: true).
+    fn snapshot_ready(&self, gi: usize) -> bool {
+        let Some(g) = self.groups[gi].as_ref() else {
+            return true;
+        };
+        match self.gstates[gi].as_ref() {
+            // Raft has not learnt yet that what is applied here is (it waits for it to be
+            // durable): the snapshot would cover entries it still hands out.
+            Some(st) => st.applied == g.raft_applied(),
+            // The owner's range: its table is the RIB, and every entry it proposed is
+            // committed (no batch in flight); wait until they are all applied here.
+            None if gi == self.me as usize => {
+                g.applied() >= g.last_index() && g.raft_applied() == g.applied()
+            }
+            None => true,
+        }
+    }
+
+    /// Group `gi`'s range state at the index it is applied to, encoded as a snapshot's data
+    /// (`replica::state`); None where the node holds no state of it.
+    fn range_image(&self, gi: usize) -> Option<(u64, Vec<u8>)> {
+        let g = self.groups[gi].as_ref()?;
+        match self.gstates[gi].as_ref() {
+            Some(st) => Some((
+                st.applied,
+                RangeSnapshot::encode_from(st.base_done, st.rib.len(), st.rib.iter(), &st.state),
+            )),
+            None if gi == self.me as usize => {
+                let n = self.rib_entries().count();
+                let data = RangeSnapshot::encode_from(true, n, self.rib_entries(), &self.own_state);
+                Some((g.applied(), data))
+            }
+            None => None,
+        }
+    }
+
+    /// Whether raft asked for group `gi`'s snapshot while its data was not held.
+    fn snapshot_wanted_by(&self, gi: usize) -> bool {
+        self.groups[gi]
+            .as_ref()
+            .is_some_and(|g| g.store().snapshot_wanted())
+    }
+
+    /// Whether a group this node leads needs a snapshot made to send to a replica too far
+    /// behind for its entries ([`crate::replica::storage::RaftStore`] holds a snapshot's data
+    /// only while needed): the driver calls [`Node::serve_snapshots`], which holds the
+    /// control thread as long as a checkpoint of the range does (it announces a pause
+    /// first, as for a checkpoint).
+    pub fn snapshot_wanted(&self) -> bool {
+        !self.fenced && (0..self.groups.len()).any(|gi| self.snapshot_wanted_by(gi))
+    }
+
+    /// Makes the snapshots raft asked for ([`Node::snapshot_wanted`]) from the ranges'
+    /// states, for the groups at a point to snapshot (the others are tried again later): the
+    /// log is compacted behind them in memory (the node's log keeps what it had until the
+    /// next checkpoint) and raft sends them at its next try. Their data is held until the
+    /// next checkpoint has written it. Returns how many were made.
+    pub fn serve_snapshots(&mut self) -> usize {
+        let mut made = 0;
+        for gi in 0..self.groups.len() {
+            if !self.snapshot_wanted_by(gi) || !self.snapshot_ready(gi) {
+                continue;
+            }
+            let Some((index, data)) = self.range_image(gi) else {
+                continue;
+            };
+            let g = self.groups[gi].as_mut().expect("a group");
+            let done = if index > g.store().snapshot_index() {
+                g.compact(index, data).is_some()
+            } else {
+                g.set_snapshot_data(index, data)
+            };
+            made += usize::from(done);
+        }
+        made
     }
 }

@@ -351,7 +351,12 @@ impl Group {
             if !rd.snapshot().is_empty() {
                 let s = rd.snapshot().clone();
                 out.records.push(storage::snapshot_record(self.range, &s));
-                self.raw.mut_store().apply_snapshot(s.clone());
+                // The store keeps the metadata: the data goes to the driver's log in the
+                // record and to the range's state through `out.snapshot`
+                // (storage::RaftStore).
+                let mut kept = s.clone();
+                kept.clear_data();
+                self.raw.mut_store().apply_snapshot(kept);
                 // The driver restores the range's state from it at once: applied here, and in
                 // raft once durable (`release`).
                 self.applied = self.applied.max(s.get_metadata().index);
@@ -440,6 +445,16 @@ impl Group {
         let rec = storage::snapshot_record(self.range, &s);
         self.raw.mut_store().apply_snapshot(s);
         Some(rec)
+    }
+
+    /// Drops the latest snapshot's data from the store ([`RaftStore::drop_snapshot_data`]).
+    pub fn drop_snapshot_data(&mut self) {
+        self.raw.mut_store().drop_snapshot_data();
+    }
+
+    /// Gives the store's latest snapshot its data again ([`RaftStore::set_snapshot_data`]).
+    pub fn set_snapshot_data(&mut self, index: u64, data: Vec<u8>) -> bool {
+        self.raw.mut_store().set_snapshot_data(index, data)
     }
 
     /// The node `to`'s snapshot message went out (the leader resumes probing it).

@@ -22,13 +22,26 @@ use raft::prelude::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
 /// One group's log in memory.
+///
+/// The latest snapshot's metadata is always held; its data (the range's state at its index:
+/// the RIB and the PFCP state records, hundreds of MB per range at millions of sessions, a
+/// copy of what the range's state machine holds) only while it is needed: from its making
+/// until the driver wrote it to the log ([`RaftStore::drop_snapshot_data`]), and from a
+/// leader's need to send it to a replica too far behind for the entries until the next
+/// checkpoint. Asked for a snapshot whose data it does not hold ([`Storage::snapshot`]), the
+/// store answers that it is temporarily unavailable, as raft-rs lets a store do, and notes
+/// the want ([`RaftStore::snapshot_wanted`]): the node makes a new snapshot from the range's
+/// state ([`crate::Node::serve_snapshots`]) and raft sends it at its next try.
 #[derive(Clone, Debug)]
 pub struct RaftStore {
     hard: HardState,
     conf: ConfState,
-    /// The latest snapshot (index 0: none); the entries follow it.
+    /// The latest snapshot (index 0: none), its data dropped while not needed; the entries
+    /// follow it.
     snap: Snapshot,
     entries: Vec<Entry>,
+    /// Raft asked for the snapshot while its data was not held.
+    wanted: std::cell::Cell<bool>,
 }
 
 /// A durable record of a group's store, decoded ([`decode`]).
@@ -55,7 +68,35 @@ impl RaftStore {
             conf,
             snap: Snapshot::default(),
             entries: Vec::new(),
+            wanted: std::cell::Cell::new(false),
         }
+    }
+
+    /// Whether the latest snapshot's data is held (always true without a snapshot).
+    pub fn holds_snapshot_data(&self) -> bool {
+        self.snapshot_index() == 0 || !self.snap.get_data().is_empty()
+    }
+
+    /// Drops the latest snapshot's data (its metadata stays): once it is in the log, and
+    /// not wanted by raft, nothing needs it in memory.
+    pub fn drop_snapshot_data(&mut self) {
+        self.snap.clear_data();
+    }
+
+    /// Gives the latest snapshot its data again, made anew from the range's state at the
+    /// snapshot's index; false (nothing changed) for another index.
+    pub fn set_snapshot_data(&mut self, index: u64, data: Vec<u8>) -> bool {
+        if index == 0 || index != self.snapshot_index() {
+            return false;
+        }
+        self.snap.set_data(data.into());
+        self.wanted.set(false);
+        true
+    }
+
+    /// Raft asked for the snapshot while its data was not held (and it still is not).
+    pub fn snapshot_wanted(&self) -> bool {
+        self.wanted.get() && !self.holds_snapshot_data()
     }
 
     /// Bytes the store holds: its entries' data (and their fixed parts) and the snapshot's
@@ -166,6 +207,7 @@ impl RaftStore {
         }
         self.conf = m.get_conf_state().clone();
         self.snap = snap;
+        self.wanted.set(false);
     }
 
     /// A snapshot of this group at `index` (an entry held, or the snapshot's), whose data is
@@ -251,6 +293,13 @@ impl Storage for RaftStore {
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         if self.snapshot_index() == 0 {
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        if !self.holds_snapshot_data() {
+            // Made anew by the node; raft tries again at its next append or heartbeat.
+            self.wanted.set(true);
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
@@ -396,6 +445,36 @@ mod tests {
         far.mut_metadata().term = 3;
         t.apply_snapshot(far);
         assert_eq!((t.first(), t.last(), t.hard_state().commit), (8, 7, 7));
+    }
+
+    /// A snapshot's data dropped (it is in the log) is not handed to raft: the store says it
+    /// is temporarily unavailable and notes the want, until the data is given again for the
+    /// same index (another index is refused); the entries and the metadata stay throughout.
+    #[test]
+    fn a_dropped_snapshot_is_wanted_until_made_again() {
+        let mut s = RaftStore::new(vec![1, 2, 3]);
+        s.append(&[ent(1, 1), ent(2, 1), ent(3, 2)]).unwrap();
+        let snap = s.make_snapshot(2, vec![9; 1000]).unwrap();
+        s.apply_snapshot(snap.clone());
+        let held = s.held_bytes();
+        assert!(s.holds_snapshot_data() && !s.snapshot_wanted());
+        assert_eq!(s.snapshot(2, 2).unwrap(), snap);
+        s.drop_snapshot_data();
+        assert_eq!(held - s.held_bytes(), 1000);
+        assert!(!s.holds_snapshot_data() && !s.snapshot_wanted());
+        assert_eq!(
+            s.snapshot(2, 2),
+            Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable
+            ))
+        );
+        assert!(s.snapshot_wanted());
+        assert_eq!((s.snapshot_index(), s.first(), s.last()), (2, 3, 3));
+        assert!(!s.set_snapshot_data(3, vec![1]), "another index");
+        assert!(s.snapshot_wanted());
+        assert!(s.set_snapshot_data(2, vec![9; 1000]));
+        assert!(!s.snapshot_wanted());
+        assert_eq!(s.snapshot(2, 2).unwrap(), snap);
     }
 
     #[test]
