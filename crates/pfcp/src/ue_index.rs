@@ -19,6 +19,9 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 pub(crate) struct UeIndex {
     v4: V4Table,
     v6: HashMap<[u8; 16], u32>,
+    /// Prefixes the IPv6 map is allocated for at its first (not before: most deployments
+    /// give their UEs IPv4 addresses only), so that it does not double under load.
+    v6_expected: usize,
 }
 
 /// The IPv4 address of an IPv4-mapped slot.
@@ -27,11 +30,13 @@ fn v4_of(slot: &[u8; 16]) -> Option<[u8; 4]> {
 }
 
 impl UeIndex {
-    /// An index with room for `n` IPv4 addresses before it grows.
+    /// An index with room for `n` IPv4 addresses before it grows, and for `n` IPv6 prefixes
+    /// once it holds one.
     pub(crate) fn with_capacity(n: usize) -> UeIndex {
         UeIndex {
             v4: V4Table::with_capacity(n),
             v6: HashMap::default(),
+            v6_expected: n,
         }
     }
 
@@ -48,6 +53,9 @@ impl UeIndex {
         match v4_of(&slot) {
             Some(a) => self.v4.insert(u32::from_be_bytes(a), holder),
             None => {
+                if self.v6.capacity() == 0 {
+                    self.v6.reserve(self.v6_expected);
+                }
                 self.v6.insert(slot, holder);
             }
         }
@@ -203,6 +211,27 @@ impl V4Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The IPv6 map takes no room before its first prefix, then room for the expected
+    /// sessions at once: it does not double under load.
+    #[test]
+    fn the_v6_map_is_allocated_for_the_expected_sessions_at_its_first_prefix() {
+        let mut u = UeIndex::with_capacity(5_000);
+        assert_eq!(u.v6.capacity(), 0);
+        let slot = |i: u32| {
+            let mut s = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            s[4..8].copy_from_slice(&i.to_be_bytes());
+            s
+        };
+        u.insert(slot(0), 1);
+        let room = u.v6.capacity();
+        assert!(room >= 5_000, "{room}");
+        for i in 1..5_000 {
+            u.insert(slot(i), i + 1);
+        }
+        assert_eq!(u.v6.capacity(), room, "the map grew");
+        assert_eq!(u.get(&slot(4_999)), Some(5_000));
+    }
     use proptest::prelude::*;
     use std::collections::HashMap as Oracle;
     use std::net::{IpAddr, Ipv4Addr};

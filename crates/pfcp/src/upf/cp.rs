@@ -168,6 +168,11 @@ pub(super) struct CpIndex {
     of: HashMap<u64, SmallVec<[u32; 2]>>,
     /// The heap bytes the entries point to, as malloc sizes them ([`up_heap`]).
     heap: usize,
+    /// Sessions the endpoint expects ([`Config::expected_sessions`]): the maps are allocated
+    /// for that many at their first path (not before: most SMFs give no session a path), so
+    /// that they do not double (holding the control thread, at every endpoint together) as
+    /// sessions come.
+    expected: usize,
 }
 
 /// The heap bytes of a UP-to-CP entry's paths: their filters (and their port ranges), and
@@ -191,6 +196,24 @@ fn up_heap(paths: &SmallVec<[ToCp; 1]>) -> usize {
 }
 
 impl CpIndex {
+    /// Allocates the maps for the expected sessions once, at the first path.
+    fn allocate(&mut self) {
+        if self.of.capacity() == 0 {
+            let n = self.expected;
+            self.up.reserve(n);
+            self.down.reserve(n);
+            self.of.reserve(n);
+        }
+    }
+
+    /// An empty index whose maps take room for `expected` sessions at their first path.
+    pub(super) fn with_expected(expected: usize) -> CpIndex {
+        CpIndex {
+            expected,
+            ..CpIndex::default()
+        }
+    }
+
     /// Bytes it holds: its tables (as [`Upf::memory`] counts them) and the heap.
     pub(super) fn bytes(&self) -> usize {
         let t = |cap: usize, size: usize| cap * (size + 1);
@@ -222,6 +245,7 @@ impl<S: Sessions> Upf<S> {
             }
         }
         let Some((up, down)) = paths else { return };
+        cp.allocate();
         let mut teids = SmallVec::new();
         for (t, p) in up {
             let (_, paths) = cp.up.entry(t).or_insert_with(|| (seid, SmallVec::new()));
@@ -288,6 +312,27 @@ impl<S: Sessions> Upf<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The maps take no room before the first path, then room for the expected sessions at
+    /// once: they do not double under load.
+    #[test]
+    fn the_maps_are_allocated_for_the_expected_sessions_at_the_first_path() {
+        let mut cp = CpIndex::with_expected(3_000);
+        assert_eq!(cp.bytes(), 0);
+        cp.allocate();
+        let rooms = [cp.up.capacity(), cp.down.capacity(), cp.of.capacity()];
+        assert!(rooms.iter().all(|&r| r >= 3_000), "{rooms:?}");
+        for t in 0..3_000u32 {
+            cp.up.insert(t, (u64::from(t), SmallVec::new()));
+            cp.down.insert(t, (u64::from(t), None));
+            cp.of.insert(u64::from(t), SmallVec::from_slice(&[t]));
+            cp.allocate();
+        }
+        assert_eq!(
+            [cp.up.capacity(), cp.down.capacity(), cp.of.capacity()],
+            rooms
+        );
+    }
 
     fn rs(src: &str, dst: &str) -> Vec<u8> {
         let (s, d): (std::net::Ipv6Addr, std::net::Ipv6Addr) =

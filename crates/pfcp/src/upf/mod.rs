@@ -527,7 +527,7 @@ impl<S: Sessions> Upf<S> {
             meter_heap: 0,
             next_ue_v4: 0,
             next_ue_v6: 0,
-            cp: cp::CpIndex::default(),
+            cp: cp::CpIndex::with_expected(n),
             track: false,
             changed_sessions: Vec::new(),
             saved_associations: HashMap::default(),
