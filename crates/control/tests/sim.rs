@@ -50,6 +50,9 @@ fn config(seed: u64) -> SimConfig {
             },
             // Every third schedule replicates each range on three nodes (Raft groups).
             replicas: if seed % 3 == 1 { 3 } else { 1 },
+            // Two schedules in five compact the Raft groups' in-memory logs after 4 entries
+            // (replicas behind get snapshots made anew), the others after 1024.
+            raft_trim_entries: if seed % 5 < 2 { 4 } else { 1024 },
             ..SimConfig::default().tuning
         },
         // Half the schedules with an attacker replaying captured datagrams (across restarts

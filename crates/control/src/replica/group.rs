@@ -447,6 +447,23 @@ impl Group {
         Some(rec)
     }
 
+    /// Compacts the in-memory log once it holds more than `over` entries: behind what is
+    /// applied here and, while leading, what every replica has (so that none needs a
+    /// snapshot for it). The node's log keeps the entries until its next checkpoint
+    /// ([`RaftStore::trim_to`]). Whether it compacted.
+    pub fn trim(&mut self, over: usize) -> bool {
+        if self.raw.store().held_entries() <= over {
+            return false;
+        }
+        let mut index = self.raw.raft.raft_log.applied;
+        if self.raw.raft.state == StateRole::Leader {
+            for (_, p) in self.raw.raft.prs().iter() {
+                index = index.min(p.matched);
+            }
+        }
+        self.raw.mut_store().trim_to(index)
+    }
+
     /// Drops the latest snapshot's data from the store ([`RaftStore::drop_snapshot_data`]).
     pub fn drop_snapshot_data(&mut self) {
         self.raw.mut_store().drop_snapshot_data();

@@ -72,6 +72,32 @@ impl RaftStore {
         }
     }
 
+    /// Compacts the in-memory log behind `index` (an entry held, applied here) with a
+    /// snapshot of metadata only: the node's log on disk keeps the entries until its next
+    /// checkpoint, and a replica that needs what went gets a snapshot made anew
+    /// ([`Storage::snapshot`]). False (nothing changed) for an index not held past the
+    /// snapshot, or not committed.
+    pub fn trim_to(&mut self, index: u64) -> bool {
+        if index <= self.snapshot_index() || index > self.hard.commit {
+            return false;
+        }
+        let Some(term) = self.term_of(index) else {
+            return false;
+        };
+        let mut s = Snapshot::default();
+        let m = s.mut_metadata();
+        m.index = index;
+        m.term = term;
+        m.set_conf_state(self.conf.clone());
+        self.apply_snapshot(s);
+        true
+    }
+
+    /// Entries held past the snapshot.
+    pub fn held_entries(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Whether the latest snapshot's data is held (always true without a snapshot).
     pub fn holds_snapshot_data(&self) -> bool {
         self.snapshot_index() == 0 || !self.snap.get_data().is_empty()
@@ -475,6 +501,28 @@ mod tests {
         assert!(s.set_snapshot_data(2, vec![9; 1000]));
         assert!(!s.snapshot_wanted());
         assert_eq!(s.snapshot(2, 2).unwrap(), snap);
+    }
+
+    /// Trimming keeps the entries after the index and the hard state, and leaves a snapshot
+    /// of metadata only (wanted when raft asks for it); past the commit index, at or before
+    /// the snapshot, it does nothing.
+    #[test]
+    fn a_trimmed_log_keeps_its_tail_and_wants_its_snapshot_made() {
+        let mut s = RaftStore::new(vec![1, 2, 3]);
+        s.append(&[ent(1, 1), ent(2, 1), ent(3, 2), ent(4, 2)])
+            .unwrap();
+        let mut hs = HardState::default();
+        hs.term = 2;
+        hs.commit = 3;
+        s.set_hard_state(hs.clone());
+        assert!(!s.trim_to(4), "past the commit index");
+        assert!(s.trim_to(2));
+        assert_eq!((s.snapshot_index(), s.first(), s.last()), (2, 3, 4));
+        assert_eq!((s.held_entries(), s.term(3).unwrap()), (2, 2));
+        assert_eq!(s.hard_state(), &hs);
+        assert!(!s.trim_to(2) && !s.trim_to(1), "at or before the snapshot");
+        assert!(!s.holds_snapshot_data());
+        assert!(s.snapshot(2, 2).is_err() && s.snapshot_wanted());
     }
 
     #[test]
