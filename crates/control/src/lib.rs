@@ -638,8 +638,9 @@ pub struct Memory {
     /// templates; not the maps' nodes).
     pub state_records: usize,
     /// The Raft groups' logs in memory ([`replica::storage::RaftStore::held_bytes`]): the
-    /// entries since each group's snapshot (compacted by the node's checkpoint, at the
-    /// `Tuning`'s log thresholds) and the snapshots' data.
+    /// entries since each group's snapshot (compacted by the node's checkpoint, and behind
+    /// what every replica has past [`Tuning::raft_trim_entries`]) and the snapshots' data
+    /// while it is held (until the checkpoint wrote it, or while raft wants to send it).
     pub raft_logs: usize,
 }
 
