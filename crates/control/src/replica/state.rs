@@ -201,8 +201,11 @@ impl RangeSnapshot {
         // No piece.
         r.extend_from_slice(&0u32.to_le_bytes());
         let state = encode_state(state);
+        r.reserve_exact(4 + state.len());
         r.extend_from_slice(&(state.len() as u32).to_le_bytes());
         r.extend_from_slice(&state);
+        // Held (as a snapshot's data) until the checkpoint wrote it: no doubling's slack.
+        r.shrink_to_fit();
         r
     }
 

@@ -359,12 +359,15 @@ pub fn hard_record(group: u32, hs: &HardState) -> Vec<u8> {
 
 /// The record of a snapshot of group `group`.
 pub fn snapshot_record(group: u32, s: &Snapshot) -> Vec<u8> {
-    let b = s.write_to_bytes().expect("a snapshot encodes");
-    let mut r = Vec::with_capacity(9 + b.len());
+    // Written in place: a snapshot's data is hundreds of MB at millions of sessions, and a
+    // checkpoint makes one record per group (no second copy in between).
+    let len = s.compute_size() as usize;
+    let mut r = Vec::with_capacity(9 + len);
     r.push(7);
     r.extend_from_slice(&group.to_le_bytes());
-    r.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    r.extend_from_slice(&b);
+    r.extend_from_slice(&(len as u32).to_le_bytes());
+    s.write_to_vec(&mut r).expect("a snapshot encodes");
+    debug_assert_eq!(r.len(), 9 + len);
     r
 }
 
