@@ -90,14 +90,10 @@ impl Node {
         }
         for (gi, index, data) in snaps {
             let g = self.groups[gi].as_mut().expect("a group");
-            if index > g.store().snapshot_index() {
-                // None: `index` is not held (cannot be: it was applied from this store).
-                let _ = g.compact(index, data);
-            } else {
-                // Nothing applied since the snapshot: its data (dropped after the last
-                // checkpoint) is this state's.
-                g.set_snapshot_data(index, data);
-            }
+            // Compacted behind it, or, nothing applied since the snapshot, its data (dropped
+            // after the last checkpoint) given again. False: `index` is not held (cannot be:
+            // it was applied from this store).
+            g.put_snapshot(index, data);
             let s = g.store();
             let range = gi as u32;
             if s.snapshot_index() > 0 {
@@ -185,12 +181,7 @@ impl Node {
                 continue;
             };
             let g = self.groups[gi].as_mut().expect("a group");
-            let done = if index > g.store().snapshot_index() {
-                g.compact(index, data).is_some()
-            } else {
-                g.set_snapshot_data(index, data)
-            };
-            made += usize::from(done);
+            made += usize::from(g.put_snapshot(index, data));
         }
         made
     }

@@ -354,8 +354,8 @@ impl Group {
                 // The store keeps the metadata: the data goes to the driver's log in the
                 // record and to the range's state through `out.snapshot`
                 // (storage::RaftStore).
-                let mut kept = s.clone();
-                kept.clear_data();
+                let mut kept = Snapshot::default();
+                kept.set_metadata(s.get_metadata().clone());
                 self.raw.mut_store().apply_snapshot(kept);
                 // The driver restores the range's state from it at once: applied here, and in
                 // raft once durable (`release`).
@@ -439,7 +439,9 @@ impl Group {
     }
 
     /// Compacts the log behind a snapshot at `index` (applied here) whose data is `data`:
-    /// the record to persist.
+    /// the record to persist (the replication tests' checkpoint; the node's is
+    /// [`Group::put_snapshot`], then the store's records).
+    #[cfg(test)]
     pub fn compact(&mut self, index: u64, data: Vec<u8>) -> Option<Vec<u8>> {
         let s = self.raw.store().make_snapshot(index, data)?;
         let rec = storage::snapshot_record(self.range, &s);
@@ -469,9 +471,11 @@ impl Group {
         self.raw.mut_store().drop_snapshot_data();
     }
 
-    /// Gives the store's latest snapshot its data again ([`RaftStore::set_snapshot_data`]).
-    pub fn set_snapshot_data(&mut self, index: u64, data: Vec<u8>) -> bool {
-        self.raw.mut_store().set_snapshot_data(index, data)
+    /// Makes the store's latest snapshot one at `index` (applied here) with `data`, compacting
+    /// behind it or giving its dropped data again ([`RaftStore::put_snapshot`]); no record
+    /// (the checkpoint writes the store's records after).
+    pub fn put_snapshot(&mut self, index: u64, data: Vec<u8>) -> bool {
+        self.raw.mut_store().put_snapshot(index, data)
     }
 
     /// The node `to`'s snapshot message went out (the leader resumes probing it).

@@ -78,19 +78,25 @@ impl RaftStore {
     /// ([`Storage::snapshot`]). False (nothing changed) for an index not held past the
     /// snapshot, or not committed.
     pub fn trim_to(&mut self, index: u64) -> bool {
-        if index <= self.snapshot_index() || index > self.hard.commit {
+        if index > self.hard.commit {
             return false;
         }
-        let Some(term) = self.term_of(index) else {
-            return false;
-        };
-        let mut s = Snapshot::default();
-        let m = s.mut_metadata();
-        m.index = index;
-        m.term = term;
-        m.set_conf_state(self.conf.clone());
-        self.apply_snapshot(s);
-        true
+        index > self.snapshot_index() && self.put_snapshot(index, Vec::new())
+    }
+
+    /// Makes the latest snapshot one at `index` (an entry held, or the snapshot's own index)
+    /// whose data is `data`: the log compacted behind it, or the snapshot's dropped data given
+    /// again. False (nothing changed) for an index before the snapshot or not held.
+    pub fn put_snapshot(&mut self, index: u64, data: Vec<u8>) -> bool {
+        if index > self.snapshot_index() {
+            let Some(s) = self.make_snapshot(index, data) else {
+                return false;
+            };
+            self.apply_snapshot(s);
+            true
+        } else {
+            self.set_snapshot_data(index, data)
+        }
     }
 
     /// Entries held past the snapshot.
