@@ -363,7 +363,11 @@ fn writer(mut wal: sb_wal::Wal, cx: &Ctx, rx: &Receiver<Cmd>) {
                             let _ = sb_io::set_thread_nice(CHECKPOINT_NICE);
                             #[cfg(test)]
                             std::thread::sleep(slow);
-                            let _ = done_tx.send(w.write(&encode_checkpoint(&records)));
+                            let len = checkpoint_len(&records);
+                            let written =
+                                w.write_with(len, |sink| write_checkpoint(&records, sink));
+                            drop(records);
+                            let _ = done_tx.send(written);
                         });
                     let thread = match spawned {
                         Ok(h) => h,
@@ -471,14 +475,25 @@ const CHECKPOINT_NICE: i32 = 10;
 /// A checkpoint's records as the snapshot's bytes: count u32, then per record its length u32
 /// and its bytes (little-endian).
 pub fn encode_checkpoint(records: &[Vec<u8>]) -> Vec<u8> {
-    let len: usize = records.iter().map(|r| 4 + r.len()).sum();
-    let mut out = Vec::with_capacity(4 + len);
-    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
-    for r in records {
-        out.extend_from_slice(&(r.len() as u32).to_le_bytes());
-        out.extend_from_slice(r);
-    }
+    let mut out = Vec::with_capacity(checkpoint_len(records) as usize);
+    write_checkpoint(records, &mut out).expect("writing to a vector does not fail");
     out
+}
+
+/// The length of [`encode_checkpoint`]'s bytes.
+pub fn checkpoint_len(records: &[Vec<u8>]) -> u64 {
+    4 + records.iter().map(|r| 4 + r.len() as u64).sum::<u64>()
+}
+
+/// Writes [`encode_checkpoint`]'s bytes to `out` (the checkpoint's thread streams them into
+/// the snapshot file: no copy of the state beside the records).
+pub fn write_checkpoint(records: &[Vec<u8>], out: &mut impl std::io::Write) -> std::io::Result<()> {
+    out.write_all(&(records.len() as u32).to_le_bytes())?;
+    for r in records {
+        out.write_all(&(r.len() as u32).to_le_bytes())?;
+        out.write_all(r)?;
+    }
+    Ok(())
 }
 
 /// The records of a snapshot written by [`encode_checkpoint`] (never panics).

@@ -447,17 +447,26 @@ fn find_frame_after(b: &[u8], from: usize, salt: u64) -> Option<usize> {
 
 /// Encodes a snapshot file.
 pub fn encode_snapshot(identity: &[u8], lsn: u64, data: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(SNAPSHOT_FIXED + identity.len() + data.len() + 8);
+    let mut b = snapshot_header(identity, lsn, data.len() as u64);
+    b.reserve(data.len() + 8);
+    b.extend_from_slice(data);
+    let sum = xxh3_64(&b);
+    b.extend_from_slice(&sum.to_le_bytes());
+    b
+}
+
+/// A snapshot file's bytes before its data (of `data_len` bytes): what a writer that streams
+/// the data writes first; the file ends with the xxh3-64 of the header and the data
+/// ([`encode_snapshot`] makes the same bytes at once).
+pub fn snapshot_header(identity: &[u8], lsn: u64, data_len: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(SNAPSHOT_FIXED + identity.len());
     b.extend_from_slice(&SNAPSHOT_MAGIC);
     b.extend_from_slice(&VERSION.to_le_bytes());
     b.extend_from_slice(&0u16.to_le_bytes());
     b.extend_from_slice(&(identity.len() as u32).to_le_bytes());
     b.extend_from_slice(&lsn.to_le_bytes());
-    b.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    b.extend_from_slice(&data_len.to_le_bytes());
     b.extend_from_slice(identity);
-    b.extend_from_slice(data);
-    let sum = xxh3_64(&b);
-    b.extend_from_slice(&sum.to_le_bytes());
     b
 }
 

@@ -253,26 +253,116 @@ impl CheckpointWriter {
     /// # Errors
     /// [`WalError::Io`]: the log is unchanged (the temporary file is removed, best effort).
     pub fn write(self, snapshot: &[u8]) -> Result<WrittenCheckpoint, WalError> {
-        let bytes = format::encode_snapshot(&self.identity, self.lsn, snapshot);
+        self.write_with(snapshot.len() as u64, |sink| sink.write_all(snapshot))
+    }
+
+    /// [`write`](Self::write) with the snapshot's `data_len` bytes written by `fill` into the
+    /// file as they are made, so that a caller whose state is in pieces holds no second copy
+    /// of it: each byte is checksummed on its way, and with [`SyncMode::Data`] every
+    /// [`SNAPSHOT_SYNC_BYTES`] are flushed to the disk as they go (a large snapshot does not
+    /// pile up in the page cache for one flush at the end, which the log's own commits, on
+    /// the same disk, would wait behind). The file is the same as `write`'s of the same bytes.
+    ///
+    /// # Errors
+    /// [`WalError::Io`] when writing fails, `fill` fails, or it wrote other than `data_len`
+    /// bytes: the log is unchanged (the temporary file is removed, best effort).
+    pub fn write_with(
+        self,
+        data_len: u64,
+        fill: impl FnOnce(&mut SnapshotSink) -> io::Result<()>,
+    ) -> Result<WrittenCheckpoint, WalError> {
         let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.{TMP_EXT}"));
+        let header = format::snapshot_header(&self.identity, self.lsn, data_len);
         let r = (|| {
-            let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
-            f.write_all(&bytes).map_err(io_err("write", &tmp))?;
+            let f = File::create(&tmp).map_err(io_err("create", &tmp))?;
+            let mut sink = SnapshotSink {
+                out: io::BufWriter::with_capacity(1 << 20, f),
+                hash: xxhash_rust::xxh3::Xxh3::new(),
+                written: 0,
+                unsynced: 0,
+                sync: self.sync,
+            };
+            sink.write_all(&header).map_err(io_err("write", &tmp))?;
+            fill(&mut sink).map_err(io_err("write", &tmp))?;
+            let data = sink.written - header.len() as u64;
+            if data != data_len {
+                return Err(WalError::Io {
+                    op: "write",
+                    path: tmp.clone(),
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "the snapshot's data was {data} bytes, not the {data_len} announced"
+                        ),
+                    ),
+                });
+            }
+            let sum = sink.hash.digest();
+            let mut out = sink.out;
+            out.write_all(&sum.to_le_bytes())
+                .map_err(io_err("write", &tmp))?;
+            let f = out
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .map_err(io_err("write", &tmp))?;
             if self.sync == SyncMode::Data {
                 f.sync_all().map_err(io_err("fsync", &tmp))?;
             }
-            Ok(())
+            Ok(header.len() as u64 + data_len + 8)
         })();
-        if let Err(e) = r {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
+        match r {
+            Ok(bytes) => Ok(WrittenCheckpoint {
+                dir: self.dir,
+                tmp,
+                lsn: self.lsn,
+                bytes,
+            }),
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(e)
+            }
         }
-        Ok(WrittenCheckpoint {
-            dir: self.dir,
-            tmp,
-            lsn: self.lsn,
-            bytes: bytes.len() as u64,
-        })
+    }
+}
+
+/// Bytes of a snapshot written between two flushes to the disk while
+/// [`CheckpointWriter::write_with`] writes it ([`SyncMode::Data`]).
+pub const SNAPSHOT_SYNC_BYTES: u64 = 32 << 20;
+
+/// Where [`CheckpointWriter::write_with`]'s caller writes a snapshot's data (buffered; each
+/// byte checksummed on its way to the file).
+pub struct SnapshotSink {
+    out: io::BufWriter<File>,
+    hash: xxhash_rust::xxh3::Xxh3,
+    written: u64,
+    unsynced: u64,
+    sync: SyncMode,
+}
+
+impl std::fmt::Debug for SnapshotSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotSink")
+            .field("written", &self.written)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Write for SnapshotSink {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(b)?;
+        self.hash.update(&b[..n]);
+        self.written += n as u64;
+        self.unsynced += n as u64;
+        if self.unsynced >= SNAPSHOT_SYNC_BYTES && self.sync == SyncMode::Data {
+            self.out.flush()?;
+            self.out.get_ref().sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 }
 

@@ -559,3 +559,87 @@ fn a_checkpoint_written_beside_the_appends_survives_a_crash_at_each_step() {
     assert_eq!(rec.snapshot.as_ref().unwrap().lsn, 12);
     assert_eq!(as_vec(&rec), vec![(13, b"thirteen".to_vec())]);
 }
+
+/// A snapshot streamed in pieces (`write_with`) is the same file as one written at once, and
+/// is read back; with `SyncMode::Data` and more than `SNAPSHOT_SYNC_BYTES` of data it is
+/// flushed as it goes. A fill that writes other than the announced length is refused and
+/// leaves the log as it was.
+#[test]
+fn a_streamed_snapshot_is_the_same_file() {
+    let data = payload(7, (sb_wal::SNAPSHOT_SYNC_BYTES + 4096 + 13) as usize);
+    let mut files = Vec::new();
+    for (streamed, sync) in [
+        (false, SyncMode::Never),
+        (true, SyncMode::Never),
+        (true, SyncMode::Data),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = WalOptions { sync, ..opts() };
+        let (mut wal, _) = Wal::open(dir.path(), &o).unwrap();
+        for i in 1..=3u64 {
+            wal.append(&i.to_le_bytes()).unwrap();
+        }
+        let w = wal.begin_checkpoint().unwrap();
+        let written = if streamed {
+            w.write_with(data.len() as u64, |sink| {
+                use std::io::Write;
+                for piece in data.chunks(1 << 19).chain([&data[..0]]) {
+                    sink.write_all(piece)?;
+                }
+                Ok(())
+            })
+        } else {
+            w.write(&data)
+        }
+        .unwrap();
+        assert_eq!(wal.finish_checkpoint(written).unwrap(), 3);
+        wal.append(b"four").unwrap();
+        wal.commit().unwrap();
+        drop(wal);
+        let (_, rec) = Wal::open(dir.path(), &o).unwrap();
+        let snap = rec.snapshot.as_ref().unwrap();
+        assert_eq!((snap.lsn, snap.data.len()), (3, data.len()));
+        assert!(snap.data == data, "streamed {streamed}: the data read back");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| !n.ends_with(".wal") && n != "LOCK")
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        files.push(fs::read(dir.path().join(&names[0])).unwrap());
+    }
+    assert!(
+        files[0] == files[1] && files[1] == files[2],
+        "the same bytes"
+    );
+
+    for wrote in [9usize, 11] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path(), &opts()).unwrap();
+        wal.append(b"one").unwrap();
+        let w = wal.begin_checkpoint().unwrap();
+        let e = w
+            .write_with(10, |sink| {
+                use std::io::Write;
+                sink.write_all(&vec![1u8; wrote])
+            })
+            .unwrap_err();
+        assert!(
+            matches!(&e, WalError::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidInput),
+            "{e}"
+        );
+        assert!(e.to_string().contains("not the 10 announced"), "{e}");
+        let left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains("tmp"))
+            .collect();
+        assert!(left.is_empty(), "the temporary file removed: {left:?}");
+        wal.append(b"two").unwrap();
+        wal.commit().unwrap();
+        drop(wal);
+        let (_, rec) = Wal::open(dir.path(), &opts()).unwrap();
+        assert!(rec.snapshot.is_none());
+        assert_eq!(rec.iter().count(), 2);
+    }
+}
