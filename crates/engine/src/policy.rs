@@ -21,9 +21,7 @@
 //! (ITU-T I.371's virtual scheduling), which is a token bucket: with `c` the time a byte costs at
 //! the rate and `tau = burst * c`, a packet of `n` bytes arriving at `now` conforms when
 //! `max(tat, now) + n * c <= now + tau`, and then `tat` moves to `max(tat, now) + n * c` (one
-//! compare-and-swap; a worker that loses the race retries with the value it read; a node of
-//! one worker, whose buckets have one writer as its counters do, loads and stores the word
-//! instead: a locked instruction less per packet). Time is
+//! compare-and-swap; a worker that loses the race retries with the value it read). Time is
 //! the driver's clock ([`crate::Engine::set_clock`], the same origin on every worker of a
 //! node), counted in 1/16 ns; the cost of a byte is kept as a 32.32 fixed-point number of
 //! those, so a 64-byte packet at 10 Gbit/s is priced within 0.1%. **Burst**: 100 ms of the
@@ -58,20 +56,14 @@
 //! ([`Policies::begin_usage_round`], then [`Policies::changed_usages`] in bounded batches): it
 //! visits the slots that counted since the last round, not every counting slot. Beside its
 //! counters each core keeps a **dirty bitmap** per chunk of slots (a bit per slot and a
-//! summary bit per 64 slots, in arrays of its own). Which count sets them is told by a **round
-//! stamp** in the slot's state line (the line the policing already read): a worker that counts
-//! a packet of a slot whose stamp is not the current round (a word of [`Policies`] every count
-//! reads, on a line of its own that changes once per round) stamps it and sets its own bit and
-//! summary bit (two read-modify-writes, once per slot and round, by whichever core counts the
-//! slot first in it), after its counters; otherwise the count costs no memory beyond the
-//! slot's two lines. A round takes the set bits (a swap to 0 of each set word, summaries
-//! first), then advances the round: a count that reads the new round sets its bit after the
-//! take, for the next round to take. It costs the summary words (one per 4096 slots and core)
-//! plus the slots found. A count that read the old round just before it advanced, or whose
-//! slot another core stamped for the round, may have its counters' store reach the control
-//! thread after the round that visits the slot read them (a store followed by a load: no order
-//! without a fence, which the hot path does not pay): so a slot found dirty is visited again
-//! in the next round too, when the store has long arrived. A slot's
+//! summary bit per 64 slots, in arrays of its own): a worker that counts a packet of a slot
+//! whose bit is clear sets it and its summary bit (two read-modify-writes, once per slot and
+//! round; otherwise one load of a word of its own). A round takes the set bits (a swap to 0 of
+//! each set word, summaries first), so it costs the summary words (one per 4096 slots and
+//! core) plus the slots found. A worker that counts while the round clears its bit may have
+//! its counters' store reach the control thread after the round read them (a store followed
+//! by a load: no order without a fence, which the hot path does not pay): so a slot found
+//! dirty is visited again in the next round too, when the store has long arrived. A slot's
 //! counts are pushed only when they differ from those last pushed (kept with the slot), as the
 //! full scan [`Policies::counted_usages`] followed by a comparison with the last pushed
 //! counts did (the test `changed_usages_push_what_the_full_scan_pushed` checks it against
@@ -461,15 +453,7 @@ struct SlotState {
     ul_teid: AtomicU32,
     /// The slot id of the flow's group (its session's AMBR buckets), 0 for none.
     group: AtomicU32,
-    /// The metering round in which a count last marked the slot dirty (the low 32 bits of
-    /// [`Policies`]' round; see the module docs).
-    round: AtomicU32,
 }
-
-const _: () = assert!(
-    std::mem::size_of::<SlotState>() == 64,
-    "a slot's state is one line"
-);
 
 /// One slot's counters on one core.
 #[derive(Default)]
@@ -676,9 +660,6 @@ pub struct Policies {
     max_slots: usize,
     chunks: Box<[OnceLock<Box<Chunk>>]>,
     loops: Box<[Padded]>,
-    /// The metering round (advanced by [`Policies::begin_usage_round`] after it took the
-    /// dirty bits), read by every count.
-    round: Padded,
     limits: BufferLimits,
     alloc: Mutex<Alloc>,
     buffers: Mutex<Buffers>,
@@ -742,7 +723,6 @@ impl Policies {
                 .map(|_| OnceLock::new())
                 .collect(),
             loops: (0..cores).map(|_| Padded::default()).collect(),
-            round: Padded::default(),
             limits,
             alloc: Mutex::default(),
             buffers: Mutex::default(),
@@ -800,6 +780,9 @@ impl Policies {
             crate::prefetch::read(&c.state[i]);
             if let Some(u) = c.usage.get(core) {
                 crate::prefetch::read(&u[i / 2]);
+            }
+            if let Some(d) = c.dirty.get(core) {
+                crate::prefetch::read(&d[i / 64]);
             }
         }
     }
@@ -923,11 +906,6 @@ impl Policies {
             s.tat[d].store(0, Ordering::Relaxed);
         }
         s.group.store(0, Ordering::Relaxed);
-        // Not the current round: the slot's first count marks it dirty.
-        s.round.store(
-            (self.round.0.load(Ordering::Relaxed) as u32).wrapping_sub(1),
-            Ordering::Relaxed,
-        );
         id
     }
 
@@ -1077,9 +1055,6 @@ impl Policies {
     /// [`changed_usages`]: Self::changed_usages
     pub fn begin_usage_round(&self) {
         let dirty = self.take_dirty();
-        // After the take: a count that reads the new round sets its bit after the take, so
-        // the next round takes it (see the module docs).
-        self.round.0.fetch_add(1, Ordering::Release);
         let mut a = lock(&self.alloc);
         let Alloc {
             by_teid, rounds: r, ..
@@ -1397,11 +1372,9 @@ impl Policies {
         }
     }
 
-    /// Does the GCRA bucket of direction `d` let `bytes` pass at `now` (time units)? With
-    /// one worker (`single`) the bucket has one writer: a load and a store, as the counters;
-    /// with more, a compare-and-swap.
+    /// Does the GCRA bucket of direction `d` let `bytes` pass at `now` (time units)?
     #[inline]
-    fn conform(s: &SlotState, d: usize, bytes: u64, now: u64, single: bool) -> bool {
+    fn conform(s: &SlotState, d: usize, bytes: u64, now: u64) -> bool {
         let cost = s.cost[d].load(Ordering::Relaxed);
         if cost == 0 {
             return true;
@@ -1409,14 +1382,6 @@ impl Policies {
         let c = price(bytes, cost);
         let limit = now.saturating_add(s.tau[d].load(Ordering::Relaxed));
         let mut tat = s.tat[d].load(Ordering::Relaxed);
-        if single {
-            let end = tat.max(now).saturating_add(c);
-            if end > limit {
-                return false;
-            }
-            s.tat[d].store(end, Ordering::Relaxed);
-            return true;
-        }
         loop {
             let end = tat.max(now).saturating_add(c);
             if end > limit {
@@ -1432,17 +1397,10 @@ impl Policies {
     /// Gives back the tokens [`conform`](Self::conform) took for a packet that another
     /// bucket refused.
     #[inline]
-    fn refund(s: &SlotState, d: usize, bytes: u64, single: bool) {
+    fn refund(s: &SlotState, d: usize, bytes: u64) {
         let cost = s.cost[d].load(Ordering::Relaxed);
-        if cost == 0 {
-            return;
-        }
-        let c = price(bytes, cost);
-        if single {
-            let tat = s.tat[d].load(Ordering::Relaxed);
-            s.tat[d].store(tat.wrapping_sub(c), Ordering::Relaxed);
-        } else {
-            s.tat[d].fetch_sub(c, Ordering::Relaxed);
+        if cost != 0 {
+            s.tat[d].fetch_sub(price(bytes, cost), Ordering::Relaxed);
         }
     }
 
@@ -1450,8 +1408,7 @@ impl Policies {
     /// both let the packet pass (the flow's tokens are given back when the group refuses).
     #[inline]
     fn police(&self, s: &SlotState, d: usize, bytes: u64, now: u64) -> bool {
-        let single = self.cores == 1;
-        if !Self::conform(s, d, bytes, now, single) {
+        if !Self::conform(s, d, bytes, now) {
             return false;
         }
         let g = s.group.load(Ordering::Relaxed);
@@ -1461,15 +1418,15 @@ impl Policies {
         let Some((gc, gj)) = self.state(g) else {
             return true;
         };
-        if Self::conform(&gc.state[gj], d, bytes, now, single) {
+        if Self::conform(&gc.state[gj], d, bytes, now) {
             return true;
         }
-        Self::refund(s, d, bytes, single);
+        Self::refund(s, d, bytes);
         false
     }
 
     #[inline]
-    fn count(&self, c: &Chunk, core: usize, j: usize, d: usize, bytes: u64) {
+    fn count(c: &Chunk, core: usize, j: usize, d: usize, bytes: u64) {
         let Some(u) = c.usage.get(core) else {
             return;
         };
@@ -1488,15 +1445,12 @@ impl Policies {
             cell[p].load(Ordering::Relaxed).wrapping_add(1),
             Ordering::Relaxed,
         );
-        // The slot's dirty bit (this core's word): set by the slot's first count of a round
-        // (its stamp, on the state line the policing read, is not the round's), released
-        // after the counters so that the round that takes it reads them.
-        let s = &c.state[j];
-        let r = self.round.0.load(Ordering::Acquire) as u32;
-        if s.round.load(Ordering::Relaxed) != r {
-            s.round.store(r, Ordering::Relaxed);
-            if let Some(d) = c.dirty.get(core) {
-                d[j / 64].fetch_or(1u64 << (j % 64), Ordering::AcqRel);
+        // The slot's dirty bit (this core's word): set once per round, released after the
+        // counters so that the round that takes it reads them.
+        if let Some(d) = c.dirty.get(core) {
+            let (w, bit) = (&d[j / 64], 1u64 << (j % 64));
+            if w.load(Ordering::Relaxed) & bit == 0 {
+                w.fetch_or(bit, Ordering::AcqRel);
                 d[DIRTY_WORDS + j / 4096].fetch_or(1u64 << ((j / 64) % 64), Ordering::AcqRel);
             }
         }
@@ -1554,7 +1508,7 @@ impl Policies {
             return Verdict::Drop(Drop::Mbr);
         }
         if flags & Policy::COUNT != 0 {
-            self.count(c, core, j, DL, bytes);
+            Self::count(c, core, j, DL, bytes);
         }
         Verdict::Pass
     }
@@ -1576,7 +1530,7 @@ impl Policies {
             return Verdict::Drop(Drop::Mbr);
         }
         if flags & Policy::COUNT != 0 {
-            self.count(c, core, j, UL, bytes);
+            Self::count(c, core, j, UL, bytes);
         }
         Verdict::Pass
     }
@@ -1676,15 +1630,13 @@ mod tests {
 
         /// The shared bucket against a model token bucket in exact rational arithmetic, over
         /// simulated time: the same packets pass, but where the fixed-point pricing rounds a
-        /// boundary (at most a few per run). One worker (the bucket's load and store) or two
-        /// (its compare-and-swap).
+        /// boundary (at most a few per run).
         #[test]
         fn the_bucket_is_a_token_bucket(
             kbps in 64u32..10_000_000,
             gaps in proptest::collection::vec((0u64..2_000_000, 40usize..1500), 1..400),
-            cores in 1usize..=2,
         ) {
-            let p = Policies::new(cores, 4);
+            let p = Policies::new(1, 4);
             let id = p.acquire(7, &counting(kbps, 0)).unwrap();
             // Model: tokens in bytes * 1e9 * 8 (bit-nanoseconds), exact.
             let rate = u128::from(kbps) * 1000; // bit/s
@@ -2265,27 +2217,16 @@ mod tests {
 
     /// Workers on real threads count while the control thread runs rounds: once they stop,
     /// two more rounds have handed out every session's final counts (none lost to a dirty
-    /// bit cleared, or a round advanced, while a worker counted; none to a slot another core
-    /// stamped first).
+    /// bit cleared while a worker counted).
     #[test]
     fn rounds_lose_no_count_of_working_cores() {
-        rounds_lose_no_count(4);
-    }
-
-    /// The same with one worker (its buckets a load and a store).
-    #[test]
-    fn rounds_lose_no_count_of_one_working_core() {
-        rounds_lose_no_count(1);
-    }
-
-    fn rounds_lose_no_count(cores: usize) {
-        let p = std::sync::Arc::new(Policies::new(cores, 5000));
+        let p = std::sync::Arc::new(Policies::new(4, 5000));
         let n = 4000u32;
         for t in 1..=n {
             p.acquire(t, &counting(0, 0)).unwrap();
         }
         let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let handles: Vec<_> = (0..cores)
+        let handles: Vec<_> = (0..4)
             .map(|core| {
                 let (p, stop) = (p.clone(), stop.clone());
                 std::thread::spawn(move || {
