@@ -7,7 +7,7 @@ use crate::fib::Fib;
 use crate::prefetch::AHEAD;
 use sb_common::{hash128, KeyHash};
 use sb_packet::PacketBatch;
-use sb_setsep::{LiveSetSep, SetSep};
+use sb_setsep::{GptLookup, LiveSetSep, SetSep};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -162,81 +162,72 @@ enum Dest {
     },
 }
 
-/// The GPT an engine reads: a table that never changes, or the live table the control plane
-/// changes while the workers read it (per-block versions: about 0.75x the lookup rate of the
-/// fixed table in `scalebricks-bench gpt`'s live rows, so a node without a control plane keeps
-/// the fixed one). One branch per batch picks the lookup.
+/// The GPT an engine reads: any [`GptLookup`] table, shared by the workers. A table that never
+/// changes ([`SetSep`]), the live table the control plane changes while the workers read it
+/// ([`LiveSetSep`]: per-block versions, about 0.75x the lookup rate of the fixed table in
+/// `scalebricks-bench gpt`'s live rows, so a node without a control plane keeps the fixed one),
+/// or a mirror of the XDP fast path's maps (`sb_xdp::GptImage`). One virtual call per batch.
 #[derive(Clone)]
-pub enum Gpt {
-    /// A table that never changes.
-    Fixed(Arc<SetSep>),
-    /// A table deltas and pieces are applied to while it is read.
-    Live(Arc<LiveSetSep>),
-}
+pub struct Gpt(Arc<dyn GptLookup + Send + Sync>);
 
 impl Gpt {
+    /// The engine's view of `table`.
+    pub fn new(table: Arc<dyn GptLookup + Send + Sync>) -> Gpt {
+        Gpt(table)
+    }
+
+    /// The table.
+    pub fn table(&self) -> &(dyn GptLookup + Send + Sync) {
+        &*self.0
+    }
+
     /// Bits per value (the nodes it can name).
     pub fn value_bits(&self) -> u8 {
-        match self {
-            Gpt::Fixed(g) => g.value_bits(),
-            Gpt::Live(g) => g.value_bits(),
-        }
+        self.0.value_bits()
     }
 
     /// The batched lookup of precomputed hashes.
     #[inline]
-    pub fn lookup_batch_hashes(&self, hs: &[sb_common::KeyHash], out: &mut [u16]) {
-        match self {
-            Gpt::Fixed(g) => g.lookup_batch_hashes(hs, out),
-            Gpt::Live(g) => g.lookup_batch_hashes(hs, out),
-        }
+    pub fn lookup_batch_hashes(&self, hs: &[KeyHash], out: &mut [u16]) {
+        self.0.lookup_batch_hashes(hs, out)
     }
 
     /// The value of one key (hashing it; for tools, not the data path).
     pub fn lookup(&self, key: &[u8]) -> u16 {
-        match self {
-            Gpt::Fixed(g) => g.lookup(key),
-            Gpt::Live(g) => g.lookup(key),
-        }
+        self.0.lookup(key)
     }
 
     /// The table's statistics.
     pub fn stats(&self) -> sb_setsep::Stats {
-        match self {
-            Gpt::Fixed(g) => g.stats(),
-            Gpt::Live(g) => g.stats(),
-        }
+        self.0.stats()
     }
 
     /// Keys the table was built with (a live table's count is the build's).
     pub fn len(&self) -> u64 {
-        match self {
-            Gpt::Fixed(g) => g.len(),
-            Gpt::Live(g) => g.len(),
-        }
+        self.0.len()
     }
 
     /// True when the table holds no keys.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.0.is_empty()
     }
 }
 
 impl From<SetSep> for Gpt {
     fn from(g: SetSep) -> Gpt {
-        Gpt::Fixed(Arc::new(g))
+        Gpt(Arc::new(g))
     }
 }
 
 impl From<Arc<SetSep>> for Gpt {
     fn from(g: Arc<SetSep>) -> Gpt {
-        Gpt::Fixed(g)
+        Gpt(g)
     }
 }
 
 impl From<Arc<LiveSetSep>> for Gpt {
     fn from(g: Arc<LiveSetSep>) -> Gpt {
-        Gpt::Live(g)
+        Gpt(g)
     }
 }
 

@@ -61,7 +61,8 @@
 //! let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
 //! let nodes: Vec<u16> = tunnels.iter().map(|t| t.node).collect();
 //! let opts = sb_setsep::BuildOptions { value_bits: 1, seed, ..Default::default() };
-//! // Shared by the workers (`Gpt::Live` for one the control plane changes while they forward).
+//! // Shared by the workers (`Gpt::from(Arc<LiveSetSep>)` for one the control plane changes
+//! // while they forward; any `GptLookup` table through `Gpt::new`).
 //! let gpt = sb_engine::Gpt::from(sb_setsep::SetSep::build(&key_refs, &nodes, &opts)?);
 //! // Node 0's FIB: its own tunnels only.
 //! let mine: Vec<([u8; 16], [u8; lte::VALUE_BYTES])> =

@@ -550,7 +550,7 @@ pub fn run(
                         );
                         tables.sizes.gpt_keys = g.len();
                         tables.sizes.gpt_bytes = g.stats().bytes as usize;
-                        tables.gpt = Some(sb_engine::Gpt::Live(g));
+                        tables.gpt = Some(sb_engine::Gpt::from(g));
                     }
                     Err(e) => {
                         stop.store(true, Ordering::Relaxed);
@@ -593,13 +593,17 @@ fn start_fast_path(
         return Ok(());
     }
     let mut m = crate::mirror::lock(slot);
-    let live;
+    let fixed;
     // Full duplication and hash partitioning have none (the FIB holds what they need).
     let gpt = match &tables.gpt {
-        Some(sb_engine::Gpt::Fixed(g)) => Some(&**g),
-        Some(sb_engine::Gpt::Live(g)) => {
-            live = g.snapshot();
-            Some(&live)
+        Some(g) => {
+            fixed = g.table().to_fixed().ok_or_else(|| {
+                NodeError::Unsupported(
+                    "the XDP fast path is loaded from a fixed or live GPT, not a mirror of it"
+                        .into(),
+                )
+            })?;
+            Some(&fixed)
         }
         None if cfg.arch()? != sb_engine::Arch::ScaleBricks => None,
         None => {

@@ -1,6 +1,8 @@
 //! [`GptLookup`]: the one lookup surface of the Global Partition Table, served by the fixed
-//! table ([`SetSep`]) and the live one ([`LiveSetSep`]), so a caller (the engine, a bench) is
-//! generic over which table it reads and each call stays monomorphized.
+//! table ([`SetSep`]), the live one ([`LiveSetSep`]) and the XDP fast path's mirror of its
+//! maps (`sb_xdp::GptImage`), so a caller (the engine, a bench) is generic over which table it
+//! reads: each call monomorphized, or one virtual call per batch through a `dyn GptLookup`
+//! (the engine's `Gpt`).
 
 use std::sync::Arc;
 
@@ -31,6 +33,10 @@ pub trait GptLookup {
     fn seed(&self) -> u64;
     /// The table's fingerprint (see [`SetSep::fingerprint`]).
     fn fingerprint(&self) -> u64;
+    /// A copy of the table as a fixed [`SetSep`] now, where the implementation holds one (the
+    /// fixed and the live table): what the XDP fast path's maps are loaded from. `None` for a
+    /// mirror of those maps.
+    fn to_fixed(&self) -> Option<SetSep>;
 
     /// The value of `key` (arbitrary for a key the table was not built with).
     #[inline]
@@ -44,7 +50,7 @@ pub trait GptLookup {
 }
 
 macro_rules! forward_inherent {
-    ($t:ty) => {
+    ($t:ty, $fixed:expr) => {
         impl GptLookup for $t {
             #[inline]
             fn hash_key(&self, key: &[u8]) -> KeyHash {
@@ -73,6 +79,10 @@ macro_rules! forward_inherent {
             fn fingerprint(&self) -> u64 {
                 <$t>::fingerprint(self)
             }
+            fn to_fixed(&self) -> Option<SetSep> {
+                let f: fn(&$t) -> SetSep = $fixed;
+                Some(f(self))
+            }
             #[inline]
             fn lookup(&self, key: &[u8]) -> u16 {
                 <$t>::lookup(self, key)
@@ -81,8 +91,8 @@ macro_rules! forward_inherent {
     };
 }
 
-forward_inherent!(SetSep);
-forward_inherent!(LiveSetSep);
+forward_inherent!(SetSep, |t| t.clone());
+forward_inherent!(LiveSetSep, |t| t.snapshot());
 
 macro_rules! forward_pointer {
     ($($p:tt)*) => {
@@ -113,6 +123,9 @@ macro_rules! forward_pointer {
             }
             fn fingerprint(&self) -> u64 {
                 (**self).fingerprint()
+            }
+            fn to_fixed(&self) -> Option<SetSep> {
+                (**self).to_fixed()
             }
             #[inline]
             fn lookup(&self, key: &[u8]) -> u16 {

@@ -55,6 +55,7 @@ proptest! {
             prop_assert_eq!(g.seed(), seed);
             prop_assert_eq!(g.fingerprint(), fixed.fingerprint());
             prop_assert_eq!(g.stats().keys, fixed.stats().keys);
+            prop_assert_eq!(g.to_fixed().map(|t| t.to_bytes()), Some(fixed.to_bytes()));
         }
     }
 }

@@ -19,7 +19,8 @@
 //!   does for the engine) and its `ran` address (8..12).
 
 use sb_common::splitmix64 as splitmix;
-use sb_setsep::{Delta, SetSep, SetSepView};
+use sb_common::{KeyHash, PageInfo};
+use sb_setsep::{Config, Delta, SetSep, SetSepView, Stats};
 use std::net::Ipv4Addr;
 
 /// Groups per block (sb-setsep's layout, format version 6).
@@ -299,7 +300,9 @@ pub enum LayoutError {
 }
 
 /// A SetSep table as the fast path's maps hold it: shape, seed, the block elements' content and
-/// the fallback entries.
+/// the fallback entries. It answers lookups as the table does ([`sb_setsep::GptLookup`],
+/// through [`lookup_blocks`], the program's own steps: a check of the maps' layout, not a data
+/// path: each lookup builds its block's element).
 #[derive(Clone, Debug)]
 pub struct GptImage {
     /// Index bits (x).
@@ -320,6 +323,11 @@ pub struct GptImage {
     pub groups: Vec<u8>,
     /// The fallback entries: `(hash lo, hash hi, value)`.
     pub fallback: Vec<(u64, u64, u16)>,
+    /// Keys the table was built with (as `SetSep::len`; block edits do not change it, as
+    /// deltas do not change a live table's).
+    pub n_keys: u64,
+    /// The table's build id (part of its fingerprint).
+    pub build_id: u64,
 }
 
 fn u64_at(b: &[u8], off: usize) -> u64 {
@@ -341,7 +349,9 @@ impl GptImage {
         // The sections as sb-setsep's format module documents them (a validated image).
         let (xbits, ybits, vbits) = (b[12], b[13], b[14]);
         let seed = u64_at(b, 16);
+        let n_keys = u64_at(b, 24);
         let n_blocks = u64_at(b, 32);
+        let build_id = u64_at(b, 48);
         let n_fb = u64_at(b, 40) as usize;
         let rec = (xbits as usize + ybits as usize) / 8 * vbits as usize;
         if rec > MAX_REC {
@@ -373,6 +383,8 @@ impl GptImage {
             choices: b[c..g].to_vec(),
             groups: b[g..f].to_vec(),
             fallback,
+            n_keys,
+            build_id,
         })
     }
 
@@ -390,6 +402,8 @@ impl GptImage {
             choices: vec![0; CHOICE_BYTES_PER_BLOCK],
             groups: vec![0; GROUPS_PER_BLOCK * 3],
             fallback: Vec::new(),
+            n_keys: 0,
+            build_id: 0,
         }
     }
 
@@ -410,6 +424,99 @@ impl GptImage {
         );
         e[GROUPS_AT..GROUPS_AT + gb].copy_from_slice(&self.groups[b * gb..(b + 1) * gb]);
         e[GROUPS_AT + gb..].fill(0);
+    }
+}
+
+/// Bytes of a fallback entry in the image (hash lo, hash hi, value).
+const FALLBACK_ENTRY: u64 = 18;
+
+impl GptImage {
+    /// Whether group `g`'s keys are in the fallback table (its first record's index is the
+    /// all-ones mark).
+    fn is_fallback_group(&self, g: usize) -> bool {
+        let eb = (usize::from(self.xbits) + usize::from(self.ybits)) / 8;
+        let r = &self.groups[g * self.rec..g * self.rec + eb];
+        let mut w = [0u8; 4];
+        w[..eb.min(4)].copy_from_slice(&r[..eb.min(4)]);
+        let xmask = (1u32 << self.xbits) - 1;
+        u32::from_le_bytes(w) & xmask == xmask
+    }
+}
+
+impl sb_setsep::GptLookup for GptImage {
+    fn hash_key(&self, key: &[u8]) -> KeyHash {
+        sb_common::hash128(key, self.seed)
+    }
+
+    fn lookup_hash(&self, h: KeyHash) -> u16 {
+        lookup_blocks(self, |b| self.block(b), h.lo, h.hi)
+    }
+
+    fn lookup_batch_hashes(&self, hs: &[KeyHash], out: &mut [u16]) {
+        assert_eq!(hs.len(), out.len(), "one value per hash");
+        for (h, v) in hs.iter().zip(out.iter_mut()) {
+            *v = self.lookup_hash(*h);
+        }
+    }
+
+    fn value_bits(&self) -> u8 {
+        self.vbits
+    }
+
+    fn len(&self) -> u64 {
+        self.n_keys
+    }
+
+    /// As `SetSep::stats` counts them, from the image (the maps are not on the heap's pages:
+    /// `page_info` is empty).
+    fn stats(&self) -> Stats {
+        let config = Config {
+            index_bits: self.xbits,
+            array_bits: self.ybits,
+        };
+        let groups = self.n_blocks * GROUPS_PER_BLOCK as u64;
+        let fb = self.fallback.len() as u64;
+        let bits = self.n_blocks * CHOICE_BYTES_PER_BLOCK as u64 * 8
+            + groups * u64::from(self.vbits) * u64::from(config.bits_per_group_bit())
+            + fb * FALLBACK_ENTRY * 8;
+        Stats {
+            keys: self.n_keys,
+            value_bits: self.vbits,
+            config,
+            bits_per_key: if self.n_keys == 0 {
+                0.0
+            } else {
+                bits as f64 / self.n_keys as f64
+            },
+            fallback_keys: fb,
+            bytes: 72 + (self.choices.len() + self.groups.len()) as u64 + fb * FALLBACK_ENTRY + 8,
+            blocks: self.n_blocks,
+            groups,
+            fallback_groups: (0..groups as usize)
+                .filter(|&g| self.is_fallback_group(g))
+                .count() as u64,
+            page_info: PageInfo::default(),
+        }
+    }
+
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// As `SetSep::fingerprint`: a digest of the seed, build id, blocks and shape.
+    fn fingerprint(&self) -> u64 {
+        let mut b = [0u8; 27];
+        b[0..8].copy_from_slice(&self.seed.to_le_bytes());
+        b[8..16].copy_from_slice(&self.build_id.to_le_bytes());
+        b[16..24].copy_from_slice(&self.n_blocks.to_le_bytes());
+        b[24] = self.xbits;
+        b[25] = self.ybits;
+        b[26] = self.vbits;
+        xxhash_rust::xxh3::xxh3_64(&b)
+    }
+
+    fn to_fixed(&self) -> Option<SetSep> {
+        None
     }
 }
 
@@ -743,6 +850,72 @@ mod tests {
                     lookup_blocks(&img, |b| img.block(b), h.0, h.1),
                     t.lookup(&k)
                 );
+            }
+        }
+    }
+
+    /// The mirror through the GPT's one lookup trait, alone and as an engine's `Gpt`: the
+    /// table's values, batched or not, for held keys and others (fallback groups among them),
+    /// and the table's shape, statistics and fingerprint.
+    #[test]
+    fn the_mirror_is_a_gpt() {
+        use sb_setsep::GptLookup;
+        for (n, bits, config) in [
+            (20_000, 2u8, Config::C16_8),
+            (
+                3000,
+                3,
+                Config {
+                    index_bits: 8,
+                    array_bits: 8,
+                },
+            ),
+        ] {
+            let (ks, vals, t) = table(n, bits, config);
+            let img = GptImage::of(&t).unwrap();
+            let ts = t.stats();
+            let ms = img.stats();
+            assert!(
+                config.index_bits > 8 || ts.fallback_groups > 0,
+                "8-bit indexes leave some groups to the fallback table"
+            );
+            assert_eq!(
+                (
+                    ms.keys,
+                    ms.value_bits,
+                    ms.config,
+                    ms.fallback_keys,
+                    ms.bytes
+                ),
+                (
+                    ts.keys,
+                    ts.value_bits,
+                    ts.config,
+                    ts.fallback_keys,
+                    ts.bytes
+                )
+            );
+            assert_eq!(
+                (ms.blocks, ms.groups, ms.fallback_groups),
+                (ts.blocks, ts.groups, ts.fallback_groups)
+            );
+            assert_eq!(ms.bits_per_key, ts.bits_per_key);
+            assert_eq!(
+                (img.len(), img.value_bits(), img.seed(), img.fingerprint()),
+                (t.len(), t.value_bits(), t.seed(), t.fingerprint())
+            );
+            assert!(img.to_fixed().is_none());
+            let gpt = sb_engine::Gpt::new(std::sync::Arc::new(img.clone()));
+            let all: Vec<[u8; 16]> = ks.iter().copied().chain(keys(1000, 5)).collect();
+            let hs: Vec<KeyHash> = all.iter().map(|k| img.hash_key(k)).collect();
+            assert_eq!(hs, all.iter().map(|k| t.hash_key(k)).collect::<Vec<_>>());
+            let mut got = vec![0u16; hs.len()];
+            gpt.lookup_batch_hashes(&hs, &mut got);
+            let want: Vec<u16> = all.iter().map(|k| t.lookup(k)).collect();
+            assert_eq!(got, want);
+            assert_eq!(&got[..n], &vals[..]);
+            for (k, &v) in all.iter().zip(&want).step_by(97) {
+                assert_eq!((img.lookup(k), gpt.lookup(k)), (v, v));
             }
         }
     }
