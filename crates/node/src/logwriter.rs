@@ -472,21 +472,14 @@ fn land(
 /// The nice value of the thread that encodes and writes a checkpoint.
 const CHECKPOINT_NICE: i32 = 10;
 
-/// A checkpoint's records as the snapshot's bytes: count u32, then per record its length u32
-/// and its bytes (little-endian).
-pub fn encode_checkpoint(records: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(checkpoint_len(records) as usize);
-    write_checkpoint(records, &mut out).expect("writing to a vector does not fail");
-    out
-}
-
-/// The length of [`encode_checkpoint`]'s bytes.
+/// The length of [`write_checkpoint`]'s bytes.
 pub fn checkpoint_len(records: &[Vec<u8>]) -> u64 {
     4 + records.iter().map(|r| 4 + r.len() as u64).sum::<u64>()
 }
 
-/// Writes [`encode_checkpoint`]'s bytes to `out` (the checkpoint's thread streams them into
-/// the snapshot file: no copy of the state beside the records).
+/// Writes a checkpoint's records as the snapshot's bytes to `out`: count u32, then per record
+/// its length u32 and its bytes (little-endian). The checkpoint's thread streams them into the
+/// snapshot file: no copy of the state beside the records.
 pub fn write_checkpoint(records: &[Vec<u8>], out: &mut impl std::io::Write) -> std::io::Result<()> {
     out.write_all(&(records.len() as u32).to_le_bytes())?;
     for r in records {
@@ -496,7 +489,7 @@ pub fn write_checkpoint(records: &[Vec<u8>], out: &mut impl std::io::Write) -> s
     Ok(())
 }
 
-/// The records of a snapshot written by [`encode_checkpoint`] (never panics).
+/// The records of a snapshot written by [`write_checkpoint`] (never panics).
 pub fn decode_checkpoint(b: &[u8]) -> Result<Vec<Vec<u8>>, &'static str> {
     let mut r = b;
     let u32_at = |r: &mut &[u8]| -> Result<usize, &'static str> {
@@ -695,6 +688,13 @@ mod tests {
         drop(w);
         let (_, rec) = sb_wal::Wal::open(dir.path(), &opts()).expect("open again");
         assert_eq!(replay_records(rec).unwrap(), want);
+    }
+
+    /// [`write_checkpoint`]'s bytes in a vector.
+    fn encode_checkpoint(records: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(checkpoint_len(records) as usize);
+        write_checkpoint(records, &mut out).expect("writing to a vector does not fail");
+        out
     }
 
     proptest::proptest! {

@@ -142,7 +142,7 @@ pub use kernel::bench_search;
 pub use layout::{num_blocks, MAX_KEY_LEN, MIN_KEY_LEN};
 pub use live::LiveSetSep;
 pub use lookup::GptLookup;
-pub use table::{SetSep, Stats};
+pub use table::{fingerprint, SetSep, Stats};
 pub use update::{Delta, Growth, RibBytes, RibKey, Updatable, MAX_RIB_PAYLOAD};
 
 use std::fmt;

@@ -96,14 +96,13 @@ pub(crate) struct Header {
 impl Header {
     /// The table's fingerprint: a digest of its seed, shape and build id.
     pub fn fingerprint(&self) -> u64 {
-        let mut b = [0u8; 27];
-        b[0..8].copy_from_slice(&self.seed.to_le_bytes());
-        b[8..16].copy_from_slice(&self.build_id.to_le_bytes());
-        b[16..24].copy_from_slice(&self.n_blocks.to_le_bytes());
-        b[24] = self.config.index_bits;
-        b[25] = self.config.array_bits;
-        b[26] = self.value_bits;
-        xxhash_rust::xxh3::xxh3_64(&b)
+        fingerprint(
+            self.seed,
+            self.build_id,
+            self.n_blocks,
+            self.config,
+            self.value_bits,
+        )
     }
 
     pub fn rec_bytes(&self) -> usize {
@@ -118,6 +117,20 @@ impl Header {
     pub fn group_bytes(&self) -> usize {
         self.n_groups() as usize * self.rec_bytes()
     }
+}
+
+/// The fingerprint ([`SetSep::fingerprint`]) of a table of seed `seed`, build id `build_id`,
+/// `n_blocks` blocks and that shape: for a copy of a table in another form (the XDP fast
+/// path's mirror of its maps), which must answer to the table's deltas.
+pub fn fingerprint(seed: u64, build_id: u64, n_blocks: u64, config: Config, value_bits: u8) -> u64 {
+    let mut b = [0u8; 27];
+    b[0..8].copy_from_slice(&seed.to_le_bytes());
+    b[8..16].copy_from_slice(&build_id.to_le_bytes());
+    b[16..24].copy_from_slice(&n_blocks.to_le_bytes());
+    b[24] = config.index_bits;
+    b[25] = config.array_bits;
+    b[26] = value_bits;
+    xxhash_rust::xxh3::xxh3_64(&b)
 }
 
 /// Statistics of a table.
@@ -538,25 +551,60 @@ impl<'a, M: Mem<'a>> Tables<'a, M> {
 
     pub fn stats(&self, page_info: PageInfo) -> Stats {
         let h = &self.hdr;
-        let fb = self.fallback_len() as u64;
-        let bits = h.n_blocks * 256 * 2
-            + h.n_groups() * h.value_bits as u64 * h.config.bits_per_group_bit() as u64
-            + fb * (FB_ENTRY as u64 * 8);
         let fallback_groups = (0..h.n_groups() as usize)
             .filter(|&g| self.is_fallback_group(g))
             .count() as u64;
+        Stats::of_shape(
+            h.config,
+            h.value_bits,
+            h.n_keys,
+            h.n_blocks,
+            self.fallback_len() as u64,
+            fallback_groups,
+            page_info,
+        )
+    }
+}
+
+impl Stats {
+    /// The statistics of a table of `n_keys` keys in `n_blocks` blocks of that shape, with
+    /// `fallback_keys` keys in its fallback table from `fallback_groups` groups, as
+    /// [`SetSep::stats`] counts them: for a copy of a table in another form (the XDP fast
+    /// path's mirror of its maps).
+    pub fn of_shape(
+        config: Config,
+        value_bits: u8,
+        n_keys: u64,
+        n_blocks: u64,
+        fallback_keys: u64,
+        fallback_groups: u64,
+        page_info: PageInfo,
+    ) -> Stats {
+        let h = Header {
+            config,
+            value_bits,
+            seed: 0,
+            n_keys,
+            n_blocks,
+            build_id: 0,
+            seq: 0,
+            last_delta: 0,
+        };
+        let bits = h.n_blocks * 256 * 2
+            + h.n_groups() * h.value_bits as u64 * h.config.bits_per_group_bit() as u64
+            + fallback_keys * (FB_ENTRY as u64 * 8);
         Stats {
-            keys: h.n_keys,
-            value_bits: h.value_bits,
-            config: h.config,
-            bits_per_key: if h.n_keys == 0 {
+            keys: n_keys,
+            value_bits,
+            config,
+            bits_per_key: if n_keys == 0 {
                 0.0
             } else {
-                bits as f64 / h.n_keys as f64
+                bits as f64 / n_keys as f64
             },
-            fallback_keys: fb,
-            bytes: crate::format::serialized_len(h, fb as usize) as u64,
-            blocks: h.n_blocks,
+            fallback_keys,
+            bytes: crate::format::serialized_len(&h, fallback_keys as usize) as u64,
+            blocks: n_blocks,
             groups: h.n_groups(),
             fallback_groups,
             page_info,

@@ -445,7 +445,9 @@ fn find_frame_after(b: &[u8], from: usize, salt: u64) -> Option<usize> {
     None
 }
 
-/// Encodes a snapshot file.
+/// Encodes a snapshot file at once (the format's tests; the log streams it,
+/// `CheckpointWriter::write_with`).
+#[cfg(test)]
 pub fn encode_snapshot(identity: &[u8], lsn: u64, data: &[u8]) -> Vec<u8> {
     let mut b = snapshot_header(identity, lsn, data.len() as u64);
     b.reserve(data.len() + 8);
@@ -456,8 +458,7 @@ pub fn encode_snapshot(identity: &[u8], lsn: u64, data: &[u8]) -> Vec<u8> {
 }
 
 /// A snapshot file's bytes before its data (of `data_len` bytes): what a writer that streams
-/// the data writes first; the file ends with the xxh3-64 of the header and the data
-/// ([`encode_snapshot`] makes the same bytes at once).
+/// the data writes first; the file ends with the xxh3-64 of the header and the data.
 pub fn snapshot_header(identity: &[u8], lsn: u64, data_len: u64) -> Vec<u8> {
     let mut b = Vec::with_capacity(SNAPSHOT_FIXED + identity.len());
     b.extend_from_slice(&SNAPSHOT_MAGIC);

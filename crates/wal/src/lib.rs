@@ -1004,9 +1004,11 @@ impl Wal {
 
     fn checkpoint_inner(&mut self, snapshot: &[u8]) -> Result<Lsn, WalError> {
         let lsn = self.last_lsn;
-        let bytes = format::encode_snapshot(&self.opts.identity, lsn, snapshot);
-        write_atomic(&self.dir, SNAPSHOT_FILE, &bytes, self.opts.sync)?;
-        self.snapshot_bytes = bytes.len() as u64;
+        let written = self.writer(lsn).write(snapshot)?;
+        fs::rename(&written.tmp, self.dir.join(SNAPSHOT_FILE))
+            .map_err(io_err("rename", &written.tmp))?;
+        sync_dir(&self.dir, self.opts.sync)?;
+        self.snapshot_bytes = written.bytes;
         self.snapshot_lsn = lsn;
         // From here the snapshot is the truth up to `lsn`.
         self.pending.truncate(FRAME_HEADER);
@@ -1070,12 +1072,17 @@ impl Wal {
             self.poisoned = true;
         }
         r?;
-        Ok(CheckpointWriter {
+        Ok(self.writer(lsn))
+    }
+
+    /// The writer of a snapshot standing for every record up to `lsn`.
+    fn writer(&self, lsn: Lsn) -> CheckpointWriter {
+        CheckpointWriter {
             dir: self.dir.clone(),
             identity: self.opts.identity.clone(),
             sync: self.opts.sync,
             lsn,
-        })
+        }
     }
 
     /// Makes a segment starting at `base` the active one (keeping the active segment if it

@@ -427,10 +427,15 @@ impl GptImage {
     }
 }
 
-/// Bytes of a fallback entry in the image (hash lo, hash hi, value).
-const FALLBACK_ENTRY: u64 = 18;
-
 impl GptImage {
+    /// The table's index and array widths.
+    fn config(&self) -> Config {
+        Config {
+            index_bits: self.xbits,
+            array_bits: self.ybits,
+        }
+    }
+
     /// Whether group `g`'s keys are in the fallback table (its first record's index is the
     /// all-ones mark).
     fn is_fallback_group(&self, g: usize) -> bool {
@@ -467,52 +472,33 @@ impl sb_setsep::GptLookup for GptImage {
         self.n_keys
     }
 
-    /// As `SetSep::stats` counts them, from the image (the maps are not on the heap's pages:
-    /// `page_info` is empty).
+    /// As `SetSep::stats` counts them ([`Stats::of_shape`]), from the image (the maps are not
+    /// on the heap's pages: `page_info` is empty).
     fn stats(&self) -> Stats {
-        let config = Config {
-            index_bits: self.xbits,
-            array_bits: self.ybits,
-        };
-        let groups = self.n_blocks * GROUPS_PER_BLOCK as u64;
-        let fb = self.fallback.len() as u64;
-        let bits = self.n_blocks * CHOICE_BYTES_PER_BLOCK as u64 * 8
-            + groups * u64::from(self.vbits) * u64::from(config.bits_per_group_bit())
-            + fb * FALLBACK_ENTRY * 8;
-        Stats {
-            keys: self.n_keys,
-            value_bits: self.vbits,
-            config,
-            bits_per_key: if self.n_keys == 0 {
-                0.0
-            } else {
-                bits as f64 / self.n_keys as f64
-            },
-            fallback_keys: fb,
-            bytes: 72 + (self.choices.len() + self.groups.len()) as u64 + fb * FALLBACK_ENTRY + 8,
-            blocks: self.n_blocks,
-            groups,
-            fallback_groups: (0..groups as usize)
-                .filter(|&g| self.is_fallback_group(g))
-                .count() as u64,
-            page_info: PageInfo::default(),
-        }
+        let groups = self.n_blocks as usize * GROUPS_PER_BLOCK;
+        Stats::of_shape(
+            self.config(),
+            self.vbits,
+            self.n_keys,
+            self.n_blocks,
+            self.fallback.len() as u64,
+            (0..groups).filter(|&g| self.is_fallback_group(g)).count() as u64,
+            PageInfo::default(),
+        )
     }
 
     fn seed(&self) -> u64 {
         self.seed
     }
 
-    /// As `SetSep::fingerprint`: a digest of the seed, build id, blocks and shape.
     fn fingerprint(&self) -> u64 {
-        let mut b = [0u8; 27];
-        b[0..8].copy_from_slice(&self.seed.to_le_bytes());
-        b[8..16].copy_from_slice(&self.build_id.to_le_bytes());
-        b[16..24].copy_from_slice(&self.n_blocks.to_le_bytes());
-        b[24] = self.xbits;
-        b[25] = self.ybits;
-        b[26] = self.vbits;
-        xxhash_rust::xxh3::xxh3_64(&b)
+        sb_setsep::fingerprint(
+            self.seed,
+            self.build_id,
+            self.n_blocks,
+            self.config(),
+            self.vbits,
+        )
     }
 
     fn to_fixed(&self) -> Option<SetSep> {
