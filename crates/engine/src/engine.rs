@@ -778,10 +778,9 @@ impl<A: App> Engine<A> {
                 &mut self.g_found[..m],
             );
         }
-        // The application's prefetches (the policy slots: a state line and this core's
-        // counters each) go out `AHEAD` frames ahead of the action rather than all at once:
-        // a burst of 2 * m prefetches waits for free miss buffers (the FIB's own misses hold
-        // many) and stalls the core.
+        // The application's prefetches (the policy slots: a line each) go out `AHEAD` frames
+        // ahead of the action rather than all at once: a burst of m prefetches waits for free
+        // miss buffers (the FIB's own misses hold many) and stalls the core.
         for j in 0..m.min(AHEAD) {
             if self.g_found[j] {
                 self.app.prefetch(&self.g_values[j * vb..(j + 1) * vb]);

@@ -684,7 +684,7 @@ impl Lte {
         if let Some(p) = self.policies.as_deref().filter(|_| s.found[k]) {
             let id = uplink_slot(&s.values[k * UPLINK_VALUE_BYTES..(k + 1) * UPLINK_VALUE_BYTES]);
             if id != 0 {
-                p.prefetch(self.core, id);
+                p.prefetch(id, true);
             }
         }
     }
@@ -903,7 +903,7 @@ impl App for Lte {
         if let Some(p) = &self.policies {
             let id = local_slot(value);
             if id != 0 {
-                p.prefetch(self.core, id);
+                p.prefetch(id, false);
             }
         }
     }

@@ -40,10 +40,25 @@
 //! (the flow's tokens are given back when the group's refuse). A slot without a group costs
 //! the hot path one more load of the line it already read, and a branch.
 //!
+//! # One line per packet
+//! A slot's state is two cache lines, one per direction (a *side*), each in its chunk's array
+//! of that direction: the side's bucket, the policy's flags and group (the same on both), the
+//! counts of the core that owns the side's counters, and the side's round stamp (below). A
+//! packet touches its side's line alone (the engine prefetches it, [`Policies::prefetch`]),
+//! not a state line and a counter line as separate arrays would make it: the downlink path
+//! of a node whose FIB is far larger than the cache waits on memory, and each random line a
+//! packet needs costs it (`scalebricks-bench node --arch full-dup`, docs/bench/node.md).
+//!
 //! # Usage: counters per core
-//! `{ul,dl}_{bytes,packets}` per slot and per core: each worker writes only its own counters
-//! (a plain load and store of an atomic word: one writer), in arrays of its own aligned to
-//! cache lines, so no two cores write one line; [`Policies::usage`] sums the cores. **Bytes
+//! `{ul,dl}_{bytes,packets}` per slot and per core, each written by one worker only (a plain
+//! load and store of an atomic word: one writer): the first worker to count a side takes it
+//! (its index in the side's `owner`, a compare-and-swap once per slot) and counts on the
+//! side's line from then on; any other worker counts that side in an array of its own,
+//! aligned to cache lines and mapped the first time it needs it (a side's packets come to one
+//! worker as long as the NIC steers its flow to one queue, so most nodes never map one).
+//! [`Policies::usage`] sums the owners' counts and the arrays'. No counter line is written by
+//! two cores; a side's line is written by another core only when that core polices the same
+//! side, whose bucket the two share anyway. **Bytes
 //! counted are the inner IP packet's length** (header and payload, no GTP-U, UDP, outer IP or
 //! Ethernet), what TS 29.244's volume measurement counts; a packet is counted when it is
 //! forwarded (after the gate, the FAR's drop, the MBR; a buffered packet when the buffer is
@@ -54,16 +69,23 @@
 //! # Metering rounds: the cost of the slots that counted
 //! The control thread hands the sessions' endpoints the counts that changed
 //! ([`Policies::begin_usage_round`], then [`Policies::changed_usages`] in bounded batches): it
-//! visits the slots that counted since the last round, not every counting slot. Beside its
-//! counters each core keeps a **dirty bitmap** per chunk of slots (a bit per slot and a
-//! summary bit per 64 slots, in arrays of its own): a worker that counts a packet of a slot
-//! whose bit is clear sets it and its summary bit (two read-modify-writes, once per slot and
-//! round; otherwise one load of a word of its own). A round takes the set bits (a swap to 0 of
-//! each set word, summaries first), so it costs the summary words (one per 4096 slots and
-//! core) plus the slots found. A worker that counts while the round clears its bit may have
-//! its counters' store reach the control thread after the round read them (a store followed
-//! by a load: no order without a fence, which the hot path does not pay): so a slot found
-//! dirty is visited again in the next round too, when the store has long arrived. A slot's
+//! visits the slots that counted since the last round, not every counting slot. Each core
+//! keeps a **dirty bitmap** per chunk of slots (a bit per slot and a summary bit per 64
+//! slots, in arrays of its own). Which count sets them is told by a **round stamp** on the
+//! side's line (the line the policing already read): a worker that counts a packet of a side
+//! whose stamp is not the current round (a word of [`Policies`] every count reads, on a line
+//! of its own that changes once per round) stamps it and sets its own bit and summary bit
+//! (two read-modify-writes, once per side and round, by whichever core counts the side
+//! first in it), after its counters; otherwise the count touches no memory beyond the side's
+//! line. A round takes the set bits (a swap to 0 of each set word, summaries first), then
+//! advances the round: a count that reads the new round sets its bit after the take, for the
+//! next round to take. It costs the summary words (one per 4096 slots and core) plus the
+//! slots found, whose counts it sums over every core. A count that read the old round just
+//! before it advanced, or whose side another core stamped for the round, may have its
+//! counters' store reach the control thread after the round that visits the slot read them (a
+//! store followed by a load: no order without a fence, which the hot path does not pay): so a
+//! slot found dirty is visited again in the next round too, when the store has long arrived
+//! (`rounds_lose_no_count_of_working_cores` runs workers against rounds). A slot's
 //! counts are pushed only when they differ from those last pushed (kept with the slot), as the
 //! full scan [`Policies::counted_usages`] followed by a comparison with the last pushed
 //! counts did (the test `changed_usages_push_what_the_full_scan_pushed` checks it against
@@ -102,7 +124,9 @@
 use crate::counters::Drop;
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use sb_common::huge::{HugeArray, Zeroable};
@@ -432,27 +456,73 @@ struct MarkerJob {
     first_seen: u64,
 }
 
-/// One slot's shared state: read by every worker, the buckets written by them, the rest by the
-/// control thread. One cache line.
-#[repr(align(64))]
+/// One direction of a slot: all that a packet of that direction reads and writes, on one cache
+/// line (the bucket, the policy's flags and group, and the counts of the core that owns the
+/// line's counters). Read by every worker; the bucket written by them, the counts by their
+/// owner alone, the rest by the control thread.
+#[repr(C, align(64))]
 #[derive(Default)]
-struct SlotState {
-    /// Per direction: the GCRA's theoretical arrival time (time units).
-    tat: [AtomicU64; 2],
-    /// Per direction: time units per byte, 32.32 fixed point (0: unlimited).
-    cost: [AtomicU64; 2],
-    /// Per direction: the bucket's depth in time units.
-    tau: [AtomicU64; 2],
-    /// [`Policy::flags`].
-    flags: AtomicU8,
-    /// `MODE_*`.
-    mode: AtomicU8,
-    /// A notification was queued in this buffering period.
-    notified: AtomicBool,
-    /// The session's uplink TEID (for notifications).
-    ul_teid: AtomicU32,
-    /// The slot id of the flow's group (its session's AMBR buckets), 0 for none.
+struct Side {
+    /// The GCRA's theoretical arrival time (time units).
+    tat: AtomicU64,
+    /// Time units per byte, 32.32 fixed point (0: unlimited).
+    cost: AtomicU64,
+    /// The bucket's depth in time units.
+    tau: AtomicU64,
+    /// The owner's count of bytes of this direction (see [`Side::owner`]).
+    bytes: AtomicU64,
+    /// The owner's count of packets.
+    packets: AtomicU64,
+    /// The slot id of the flow's group (its session's AMBR buckets), 0 for none (the same on
+    /// both sides).
     group: AtomicU32,
+    /// The session's uplink TEID, for notifications (the downlink side's only).
+    ul_teid: AtomicU32,
+    /// The worker (core index + 1) whose counts of this direction are kept on this line, 0
+    /// while none counted: the first worker to count the direction takes it, for the slot's
+    /// life, and counts here; any other counts in its own array.
+    owner: AtomicU16,
+    /// [`Policy::flags`] (the same on both sides).
+    flags: AtomicU8,
+    /// `MODE_*` (the downlink side's only).
+    mode: AtomicU8,
+    /// A notification was queued in this buffering period (the downlink side's only).
+    notified: AtomicBool,
+    /// The metering round in which a count of this side last marked the slot dirty (the low
+    /// 32 bits of [`Policies`]' round; see the module docs).
+    round: AtomicU32,
+}
+
+const _: () = assert!(std::mem::size_of::<Side>() == 64, "a side is one line");
+
+/// One slot's state: a line per direction ([`DL`], [`UL`]), each in its chunk's array of that
+/// direction, so that a packet touches one line, and a direction's lines are as dense as
+/// they can be.
+#[derive(Clone, Copy)]
+struct SlotState<'a> {
+    side: [&'a Side; 2],
+}
+
+impl<'a> SlotState<'a> {
+    /// The downlink side, which also holds what is one per slot (mode, notification, TEID).
+    #[inline]
+    fn dl(self) -> &'a Side {
+        self.side[DL]
+    }
+
+    /// [`Policy::flags`] on both sides (`Release`: after the rates it goes with).
+    fn set_flags(self, flags: u8) {
+        for s in self.side {
+            s.flags.store(flags, Ordering::Release);
+        }
+    }
+
+    /// The flow's group on both sides.
+    fn set_group(self, group: u32) {
+        for s in self.side {
+            s.group.store(group, Ordering::Relaxed);
+        }
+    }
 }
 
 /// One slot's counters on one core.
@@ -472,18 +542,22 @@ struct Line([Cell; 2]);
 // SAFETY: every field is an atomic integer or an array of them, valid when all zero (the
 // `Default` value).
 #[allow(unsafe_code)]
-unsafe impl Zeroable for SlotState {}
+unsafe impl Zeroable for Side {}
 // SAFETY: as above: atomic integers only.
 #[allow(unsafe_code)]
 unsafe impl Zeroable for Line {}
 
-/// 65536 slots: their states (4 MiB) and each core's counters (2 MiB) in arrays of their own,
-/// on 2 MB pages (a slot's lines are a TLB hit; the engine touches two per packet at random).
+/// 65536 slots: their states (8 MiB: a line per slot and direction, the owners' counts in
+/// them) and the counters of the cores that do not own a slot's side (2 MiB per core, mapped
+/// the first time that core counts a slot of the chunk that another owns), in arrays of their
+/// own, on 2 MB pages (a slot's line is a TLB hit; the engine touches one per packet at
+/// random).
 struct Chunk {
-    state: HugeArray<SlotState>,
-    /// Per core: its counters of the chunk's slots (each core's array its own mapping of
-    /// whole cache lines).
-    usage: Box<[HugeArray<Line>]>,
+    /// Per direction: the sides of the chunk's slots.
+    sides: [HugeArray<Side>; 2],
+    /// Per core: its counters of the chunk's slots whose side another core owns (each core's
+    /// array its own mapping of whole cache lines), made when first needed.
+    usage: Box<[OnceLock<HugeArray<Line>>]>,
     /// Per core: its dirty bits of the chunk's slots ([`DIRTY_WORDS`] words, a bit per slot),
     /// then their summary ([`SUMMARY_WORDS`] words, a bit per dirty word).
     dirty: Box<[HugeArray<AtomicU64>]>,
@@ -495,23 +569,26 @@ const DIRTY_WORDS: usize = CHUNK / 64;
 const SUMMARY_WORDS: usize = DIRTY_WORDS / 64;
 
 impl Chunk {
+    /// Slot `j`'s two sides.
+    #[inline]
+    fn slot(&self, j: usize) -> SlotState<'_> {
+        SlotState {
+            side: [&self.sides[DL][j], &self.sides[UL][j]],
+        }
+    }
+
     /// A chunk with every page touched, so that no worker takes a page fault on it.
     fn new(cores: usize) -> Box<Chunk> {
         let c = Chunk {
-            state: HugeArray::zeroed(CHUNK),
-            usage: (0..cores).map(|_| HugeArray::zeroed(CHUNK / 2)).collect(),
+            sides: [HugeArray::zeroed(CHUNK), HugeArray::zeroed(CHUNK)],
+            usage: (0..cores).map(|_| OnceLock::new()).collect(),
             dirty: (0..cores)
                 .map(|_| HugeArray::zeroed(DIRTY_WORDS + SUMMARY_WORDS))
                 .collect(),
         };
-        // One store per 4 KiB: 64 states, 64 lines of counters.
-        for s in c.state.iter().step_by(64) {
+        // One store per 4 KiB: 64 sides.
+        for s in c.sides.iter().flat_map(|a| a.iter().step_by(64)) {
             s.mode.store(MODE_FORWARD, Ordering::Relaxed);
-        }
-        for u in c.usage.iter() {
-            for l in u.iter().step_by(64) {
-                l.0[0].0[0].store(0, Ordering::Relaxed);
-            }
         }
         for d in c.dirty.iter() {
             for w in d.iter().step_by(512) {
@@ -660,6 +737,9 @@ pub struct Policies {
     max_slots: usize,
     chunks: Box<[OnceLock<Box<Chunk>>]>,
     loops: Box<[Padded]>,
+    /// The metering round (advanced by [`Policies::begin_usage_round`] after it took the
+    /// dirty bits), read by every count.
+    round: Padded,
     limits: BufferLimits,
     alloc: Mutex<Alloc>,
     buffers: Mutex<Buffers>,
@@ -706,15 +786,17 @@ fn price(bytes: u64, cost: u64) -> u64 {
 impl Policies {
     /// Slots for up to `max_slots` sessions (at most [`MAX_SLOTS`]) whose packets `cores`
     /// workers forward (each with its own core index, below `cores`), with the default
-    /// [`BufferLimits`]. Memory is mapped 65536 slots at a time as sessions come: 4 MiB of
-    /// state plus 2 MiB per core (the kernel backs what is touched).
+    /// [`BufferLimits`]. Memory is mapped 65536 slots at a time as sessions come: 8 MiB of
+    /// state (128 bytes a slot), plus 2 MiB for each core that counts a side another core
+    /// owns (the kernel backs what is touched).
     pub fn new(cores: usize, max_slots: usize) -> Policies {
         Self::with_limits(cores, max_slots, BufferLimits::default())
     }
 
     /// [`Policies::new`] with buffer bounds.
     pub fn with_limits(cores: usize, max_slots: usize, limits: BufferLimits) -> Policies {
-        let cores = cores.max(1);
+        // A side's owner is a core index + 1 in 16 bits.
+        let cores = cores.clamp(1, usize::from(u16::MAX) - 1);
         let max_slots = max_slots.clamp(1, MAX_SLOTS);
         Policies {
             cores,
@@ -723,6 +805,7 @@ impl Policies {
                 .map(|_| OnceLock::new())
                 .collect(),
             loops: (0..cores).map(|_| Padded::default()).collect(),
+            round: Padded::default(),
             limits,
             alloc: Mutex::default(),
             buffers: Mutex::default(),
@@ -772,18 +855,15 @@ impl Policies {
         Some((c, i & (CHUNK - 1)))
     }
 
-    /// Hints the processor to load a slot's state and this core's counters (the engine calls
-    /// it for a batch before applying the policies).
+    /// Hints the processor to load the line of a slot's downlink (`uplink` false) or uplink
+    /// side: all that a packet of that direction touches when its core owns the side's
+    /// counters (the engine calls it for a batch before applying the policies). The counters
+    /// of a core that does not are not fetched: a side is counted by one core as long as its
+    /// packets come to one.
     #[inline]
-    pub fn prefetch(&self, core: usize, id: u32) {
+    pub fn prefetch(&self, id: u32, uplink: bool) {
         if let Some((c, i)) = self.state(id) {
-            crate::prefetch::read(&c.state[i]);
-            if let Some(u) = c.usage.get(core) {
-                crate::prefetch::read(&u[i / 2]);
-            }
-            if let Some(d) = c.dirty.get(core) {
-                crate::prefetch::read(&d[i / 64]);
-            }
+            crate::prefetch::read(&c.sides[usize::from(uplink)][i]);
         }
     }
 
@@ -810,9 +890,9 @@ impl Policies {
             None => {
                 let id = self.take_slot(&mut a);
                 let (c, j) = self.state(id).expect("allocated");
-                let s = &c.state[j];
-                s.notified.store(false, Ordering::Relaxed);
-                s.ul_teid.store(ul_teid, Ordering::Relaxed);
+                let s = c.slot(j);
+                s.dl().notified.store(false, Ordering::Relaxed);
+                s.dl().ul_teid.store(ul_teid, Ordering::Relaxed);
                 let base = self.sum(id);
                 // A TEID given a slot again before the next round compares its counts with
                 // those pushed before (from 0 here), and forgets them if it does not count.
@@ -858,7 +938,7 @@ impl Policies {
                     gid
                 };
                 if let Some((c, j)) = self.state(gid) {
-                    Self::set_rates(&c.state[j], policy.dl_ambr_kbps, policy.ul_ambr_kbps);
+                    Self::set_rates(c.slot(j), policy.dl_ambr_kbps, policy.ul_ambr_kbps);
                 }
                 gid
             }
@@ -871,11 +951,11 @@ impl Policies {
         };
         a.by_teid.get_mut(&ul_teid).expect("present").group = want;
         if let Some((c, j)) = self.state(id) {
-            let s = &c.state[j];
-            s.group.store(gid, Ordering::Relaxed);
+            let s = c.slot(j);
+            s.set_group(gid);
             // Counting starts (again: a fresh slot's counts are zero, as pushed) or stops: the
             // metering rounds look at the slot.
-            let was = s.flags.load(Ordering::Relaxed) & Policy::COUNT != 0;
+            let was = s.dl().flags.load(Ordering::Relaxed) & Policy::COUNT != 0;
             match (was, policy.count) {
                 (false, true) if !fresh => a.rounds.recheck.push(id),
                 (true, false) => a.rounds.count_off.push(id),
@@ -901,11 +981,14 @@ impl Policies {
         let i = id as usize - 1;
         self.chunks[i >> CHUNK_BITS].get_or_init(|| Chunk::new(self.cores));
         let (c, j) = self.state(id).expect("allocated");
-        let s = &c.state[j];
-        for d in [DL, UL] {
-            s.tat[d].store(0, Ordering::Relaxed);
+        let s = c.slot(j);
+        // Not the current round: the slot's first count marks it dirty.
+        let stale = (self.round.0.load(Ordering::Relaxed) as u32).wrapping_sub(1);
+        for side in s.side {
+            side.tat.store(0, Ordering::Relaxed);
+            side.round.store(stale, Ordering::Relaxed);
         }
-        s.group.store(0, Ordering::Relaxed);
+        s.set_group(0);
         id
     }
 
@@ -922,17 +1005,19 @@ impl Policies {
         let slot = g.slot;
         a.groups.remove(&k);
         if let Some((c, j)) = self.state(slot) {
-            Self::set_rates(&c.state[j], 0, 0);
+            Self::set_rates(c.slot(j), 0, 0);
         }
         a.free.push_back(slot);
     }
 
     /// A slot's buckets' rates (their fill is kept).
-    fn set_rates(s: &SlotState, dl_kbps: u32, ul_kbps: u32) {
+    fn set_rates(s: SlotState<'_>, dl_kbps: u32, ul_kbps: u32) {
         for (d, kbps) in [(DL, dl_kbps), (UL, ul_kbps)] {
             let cost = cost_per_byte(kbps);
-            s.cost[d].store(cost, Ordering::Relaxed);
-            s.tau[d].store(price(burst_bytes(kbps), cost), Ordering::Relaxed);
+            s.side[d].cost.store(cost, Ordering::Relaxed);
+            s.side[d]
+                .tau
+                .store(price(burst_bytes(kbps), cost), Ordering::Relaxed);
         }
     }
 
@@ -943,24 +1028,25 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return;
         };
-        let s = &c.state[j];
+        let s = c.slot(j);
         Self::set_rates(s, p.dl_mbr_kbps, p.ul_mbr_kbps);
         let b = lock(&self.buffers);
-        let mode = s.mode.load(Ordering::Relaxed);
+        let dl = s.dl();
+        let mode = dl.mode.load(Ordering::Relaxed);
         if p.buffer {
             if mode != MODE_BUFFER {
-                s.notified.store(false, Ordering::Relaxed);
+                dl.notified.store(false, Ordering::Relaxed);
             }
-            s.mode.store(MODE_BUFFER, Ordering::Release);
+            dl.mode.store(MODE_BUFFER, Ordering::Release);
         } else if mode == MODE_BUFFER {
             if b.by_slot.get(&id).is_some_and(|q| !q.is_empty()) {
-                s.mode.store(MODE_FLUSHING, Ordering::Release);
+                dl.mode.store(MODE_FLUSHING, Ordering::Release);
                 self.queue_flush(id);
             } else {
-                s.mode.store(MODE_FORWARD, Ordering::Release);
+                dl.mode.store(MODE_FORWARD, Ordering::Release);
             }
         }
-        s.flags.store(p.flags(), Ordering::Release);
+        s.set_flags(p.flags());
     }
 
     fn queue_flush(&self, id: u32) {
@@ -987,16 +1073,16 @@ impl Policies {
             a.rounds.released.insert(ul_teid, e.reported);
         }
         if let Some((c, j)) = self.state(e.slot) {
-            let s = &c.state[j];
+            let s = c.slot(j);
             let mut b = lock(&self.buffers);
             if let Some(q) = b.by_slot.remove(&e.slot) {
                 b.bytes -= q.iter().map(Vec::len).sum::<usize>();
             }
-            s.mode.store(MODE_FORWARD, Ordering::Release);
-            s.flags.store(0, Ordering::Release);
-            s.group.store(0, Ordering::Relaxed);
-            for d in [DL, UL] {
-                s.cost[d].store(0, Ordering::Relaxed);
+            s.dl().mode.store(MODE_FORWARD, Ordering::Release);
+            s.set_flags(0);
+            s.set_group(0);
+            for side in &s.side {
+                side.cost.store(0, Ordering::Relaxed);
             }
         }
         a.free.push_back(e.slot);
@@ -1009,7 +1095,14 @@ impl Policies {
             return Usage::default();
         };
         let mut u = [0u64; 4];
-        for core in c.usage.iter() {
+        // The owners' counts, on the slot's lines.
+        let (dl, ul) = (c.slot(j).side[DL], c.slot(j).side[UL]);
+        u[DL_BYTES] = dl.bytes.load(Ordering::Relaxed);
+        u[DL_PACKETS] = dl.packets.load(Ordering::Relaxed);
+        u[UL_BYTES] = ul.bytes.load(Ordering::Relaxed);
+        u[UL_PACKETS] = ul.packets.load(Ordering::Relaxed);
+        // The other cores'.
+        for core in c.usage.iter().filter_map(OnceLock::get) {
             for (k, x) in core[j / 2].0[j % 2].0.iter().enumerate() {
                 u[k] = u[k].wrapping_add(x.load(Ordering::Relaxed));
             }
@@ -1040,7 +1133,7 @@ impl Policies {
             let Some((c, j)) = self.state(e.slot) else {
                 continue;
             };
-            if c.state[j].flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
+            if c.slot(j).dl().flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
                 out.push((teid, self.sum(e.slot).minus(e.base)));
             }
         }
@@ -1055,6 +1148,9 @@ impl Policies {
     /// [`changed_usages`]: Self::changed_usages
     pub fn begin_usage_round(&self) {
         let dirty = self.take_dirty();
+        // After the take: a count that reads the new round sets its bit after the take, so
+        // the next round takes it (see the module docs).
+        self.round.0.fetch_add(1, Ordering::Release);
         let mut a = lock(&self.alloc);
         let Alloc {
             by_teid, rounds: r, ..
@@ -1063,7 +1159,7 @@ impl Policies {
             let Some((c, j)) = self.state(id) else {
                 continue;
             };
-            let s = &c.state[j];
+            let s = c.slot(j).dl();
             if s.flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
                 continue;
             }
@@ -1142,7 +1238,7 @@ impl Policies {
             let Some((c, j)) = self.state(id) else {
                 continue;
             };
-            let s = &c.state[j];
+            let s = c.slot(j).dl();
             if s.flags.load(Ordering::Relaxed) & Policy::COUNT == 0 {
                 continue;
             }
@@ -1335,12 +1431,12 @@ impl Policies {
         self.flush_pending.fetch_sub(1, Ordering::Release);
         let (c, j) = self.state(id)?;
         let mut b = lock(&self.buffers);
-        if c.state[j].mode.load(Ordering::Relaxed) != MODE_FLUSHING {
+        if c.slot(j).dl().mode.load(Ordering::Relaxed) != MODE_FLUSHING {
             // Buffering again, or freed.
             return None;
         }
         let Some(q) = b.by_slot.get_mut(&id) else {
-            c.state[j].mode.store(MODE_FORWARD, Ordering::Release);
+            c.slot(j).dl().mode.store(MODE_FORWARD, Ordering::Release);
             return None;
         };
         let n = q.len().min(max);
@@ -1359,7 +1455,7 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return;
         };
-        let s = &c.state[j];
+        let s = c.slot(j).dl();
         let b = lock(&self.buffers);
         if s.mode.load(Ordering::Relaxed) != MODE_FLUSHING {
             return;
@@ -1372,22 +1468,25 @@ impl Policies {
         }
     }
 
-    /// Does the GCRA bucket of direction `d` let `bytes` pass at `now` (time units)?
+    /// Does the GCRA bucket of side `s` let `bytes` pass at `now` (time units)?
     #[inline]
-    fn conform(s: &SlotState, d: usize, bytes: u64, now: u64) -> bool {
-        let cost = s.cost[d].load(Ordering::Relaxed);
+    fn conform(s: &Side, bytes: u64, now: u64) -> bool {
+        let cost = s.cost.load(Ordering::Relaxed);
         if cost == 0 {
             return true;
         }
         let c = price(bytes, cost);
-        let limit = now.saturating_add(s.tau[d].load(Ordering::Relaxed));
-        let mut tat = s.tat[d].load(Ordering::Relaxed);
+        let limit = now.saturating_add(s.tau.load(Ordering::Relaxed));
+        let mut tat = s.tat.load(Ordering::Relaxed);
         loop {
             let end = tat.max(now).saturating_add(c);
             if end > limit {
                 return false;
             }
-            match s.tat[d].compare_exchange_weak(tat, end, Ordering::Relaxed, Ordering::Relaxed) {
+            match s
+                .tat
+                .compare_exchange_weak(tat, end, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => return true,
                 Err(t) => tat = t,
             }
@@ -1397,18 +1496,18 @@ impl Policies {
     /// Gives back the tokens [`conform`](Self::conform) took for a packet that another
     /// bucket refused.
     #[inline]
-    fn refund(s: &SlotState, d: usize, bytes: u64) {
-        let cost = s.cost[d].load(Ordering::Relaxed);
+    fn refund(s: &Side, bytes: u64) {
+        let cost = s.cost.load(Ordering::Relaxed);
         if cost != 0 {
-            s.tat[d].fetch_sub(price(bytes, cost), Ordering::Relaxed);
+            s.tat.fetch_sub(price(bytes, cost), Ordering::Relaxed);
         }
     }
 
     /// The flow's bucket of direction `d`, then its group's (the session's AMBR): true if
     /// both let the packet pass (the flow's tokens are given back when the group refuses).
     #[inline]
-    fn police(&self, s: &SlotState, d: usize, bytes: u64, now: u64) -> bool {
-        if !Self::conform(s, d, bytes, now) {
+    fn police(&self, s: &Side, d: usize, bytes: u64, now: u64) -> bool {
+        if !Self::conform(s, bytes, now) {
             return false;
         }
         let g = s.group.load(Ordering::Relaxed);
@@ -1418,39 +1517,54 @@ impl Policies {
         let Some((gc, gj)) = self.state(g) else {
             return true;
         };
-        if Self::conform(&gc.state[gj], d, bytes, now) {
+        if Self::conform(gc.slot(gj).side[d], bytes, now) {
             return true;
         }
-        Self::refund(s, d, bytes);
+        Self::refund(s, bytes);
         false
     }
 
+    /// Counts a packet of `bytes` of direction `d` of the chunk's slot `j` on worker `core`:
+    /// on the side's line if the core owns it (or is the first to count it: it takes it),
+    /// else in the core's own array.
     #[inline]
-    fn count(c: &Chunk, core: usize, j: usize, d: usize, bytes: u64) {
-        let Some(u) = c.usage.get(core) else {
+    fn count(&self, c: &Chunk, core: usize, j: usize, d: usize, bytes: u64) {
+        let Some(own) = c.usage.get(core) else {
             return;
         };
-        let cell = &u[j / 2].0[j % 2].0;
-        let (b, p) = if d == DL {
-            (DL_BYTES, DL_PACKETS)
+        let side = c.slot(j).side[d];
+        let me = core as u16 + 1;
+        let owner = side.owner.load(Ordering::Relaxed);
+        let (b, p) = if owner == me
+            || owner == 0
+                && side
+                    .owner
+                    .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+        {
+            (&side.bytes, &side.packets)
         } else {
-            (UL_BYTES, UL_PACKETS)
+            let cell = &own.get_or_init(|| HugeArray::zeroed(CHUNK / 2))[j / 2].0[j % 2].0;
+            if d == DL {
+                (&cell[DL_BYTES], &cell[DL_PACKETS])
+            } else {
+                (&cell[UL_BYTES], &cell[UL_PACKETS])
+            }
         };
-        // One writer per core: a load and a store, no read-modify-write instruction.
-        cell[b].store(
-            cell[b].load(Ordering::Relaxed).wrapping_add(bytes),
+        // One writer per counter: a load and a store, no read-modify-write instruction.
+        b.store(
+            b.load(Ordering::Relaxed).wrapping_add(bytes),
             Ordering::Relaxed,
         );
-        cell[p].store(
-            cell[p].load(Ordering::Relaxed).wrapping_add(1),
-            Ordering::Relaxed,
-        );
-        // The slot's dirty bit (this core's word): set once per round, released after the
+        p.store(p.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        // The slot's dirty bit (this core's word): set by the side's first count of a round
+        // (its stamp, on the line the policing read, is not the round's), released after the
         // counters so that the round that takes it reads them.
-        if let Some(d) = c.dirty.get(core) {
-            let (w, bit) = (&d[j / 64], 1u64 << (j % 64));
-            if w.load(Ordering::Relaxed) & bit == 0 {
-                w.fetch_or(bit, Ordering::AcqRel);
+        let r = self.round.0.load(Ordering::Acquire) as u32;
+        if side.round.load(Ordering::Relaxed) != r {
+            side.round.store(r, Ordering::Relaxed);
+            if let Some(d) = c.dirty.get(core) {
+                d[j / 64].fetch_or(1u64 << (j % 64), Ordering::AcqRel);
                 d[DIRTY_WORDS + j / 4096].fetch_or(1u64 << ((j / 64) % 64), Ordering::AcqRel);
             }
         }
@@ -1492,7 +1606,7 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return Verdict::Pass;
         };
-        let s = &c.state[j];
+        let s = c.slot(j).dl();
         let flags = s.flags.load(Ordering::Acquire);
         if flags & (Policy::DL_GATE_CLOSED | Policy::DROP_DL | Policy::BUFFER) != 0
             || s.mode.load(Ordering::Acquire) != MODE_FORWARD
@@ -1508,7 +1622,7 @@ impl Policies {
             return Verdict::Drop(Drop::Mbr);
         }
         if flags & Policy::COUNT != 0 {
-            Self::count(c, core, j, DL, bytes);
+            self.count(c, core, j, DL, bytes);
         }
         Verdict::Pass
     }
@@ -1520,7 +1634,7 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return Verdict::Pass;
         };
-        let s = &c.state[j];
+        let s = c.slot(j).side[UL];
         let flags = s.flags.load(Ordering::Acquire);
         if flags & Policy::UL_GATE_CLOSED != 0 {
             return Verdict::Drop(Drop::Gate);
@@ -1530,7 +1644,7 @@ impl Policies {
             return Verdict::Drop(Drop::Mbr);
         }
         if flags & Policy::COUNT != 0 {
-            Self::count(c, core, j, UL, bytes);
+            self.count(c, core, j, UL, bytes);
         }
         Verdict::Pass
     }
@@ -1542,7 +1656,7 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return Err(Drop::BufferFull);
         };
-        let s = &c.state[j];
+        let s = c.slot(j).dl();
         let mut b = lock(&self.buffers);
         let len = b.by_slot.get(&id).map_or(0, VecDeque::len);
         if len >= self.limits.frames_per_session
@@ -1908,6 +2022,55 @@ mod tests {
         assert_eq!(p.stats().slots, 3);
     }
 
+    /// A side's counts are kept on the slot's line by the first core that counts it and in
+    /// its own array by any other core; the sum is exact either way, a core that owns every
+    /// side it counts maps no array, and a core index out of range counts nothing.
+    #[test]
+    fn the_first_core_counts_on_the_slots_line_the_others_in_their_arrays() {
+        let p = Policies::new(4, 2);
+        let a = p.acquire(1, &counting(0, 0)).unwrap();
+        let b = p.acquire(2, &counting(0, 0)).unwrap();
+        // Core 2 takes slot a's downlink side, core 1 its uplink side.
+        p.downlink(2, a, 100, 0, 0, false);
+        p.uplink(1, a, 40, 0);
+        // Then the others count the same sides, in their own arrays.
+        p.downlink(0, a, 7, 0, 0, false);
+        p.downlink(2, a, 100, 0, 0, false);
+        p.uplink(3, a, 5, 0);
+        p.uplink(1, a, 40, 0);
+        // Core 1 owns slot b's downlink: it still maps no array.
+        p.downlink(1, b, 9, 0, 0, false);
+        // No such core.
+        p.downlink(4, b, 1000, 0, 0, false);
+        let (c, j) = p.state(a).unwrap();
+        assert_eq!(c.slot(j).side[DL].owner.load(Ordering::Relaxed), 3);
+        assert_eq!(c.slot(j).side[UL].owner.load(Ordering::Relaxed), 2);
+        let mapped: Vec<bool> = c.usage.iter().map(|u| u.get().is_some()).collect();
+        assert_eq!(mapped, [true, false, false, true]);
+        assert_eq!(
+            p.usage(1),
+            Some(Usage {
+                ul_bytes: 85,
+                ul_packets: 3,
+                dl_bytes: 207,
+                dl_packets: 3,
+            })
+        );
+        assert_eq!(
+            p.usage(2),
+            Some(Usage {
+                dl_bytes: 9,
+                dl_packets: 1,
+                ..Usage::default()
+            })
+        );
+        // A freed slot given again keeps its owners and counts from 0.
+        assert!(p.release(2).is_some());
+        let again = p.acquire(3, &counting(0, 0)).unwrap();
+        assert_eq!(again, b);
+        p.downlink(0, b, 11, 0, 0, false);
+        assert_eq!(p.usage(3).unwrap().dl_bytes, 11);
+    }
     #[test]
     fn counted_usages_lists_the_counting_slots_alone() {
         let p = Policies::new(2, 4);
@@ -2220,13 +2383,25 @@ mod tests {
     /// bit cleared while a worker counted).
     #[test]
     fn rounds_lose_no_count_of_working_cores() {
-        let p = std::sync::Arc::new(Policies::new(4, 5000));
+        rounds_lose_no_count(4);
+    }
+
+    /// As above with one worker: it owns every side it counts.
+    #[test]
+    fn rounds_lose_no_count_of_one_working_core() {
+        rounds_lose_no_count(1);
+    }
+
+    /// Workers count random slots (taking their sides, or counting in their own arrays) while
+    /// rounds run: what the rounds hand out ends equal to the sums.
+    fn rounds_lose_no_count(cores: usize) {
+        let p = std::sync::Arc::new(Policies::new(cores, 5000));
         let n = 4000u32;
         for t in 1..=n {
             p.acquire(t, &counting(0, 0)).unwrap();
         }
         let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let handles: Vec<_> = (0..4)
+        let handles: Vec<_> = (0..cores)
             .map(|core| {
                 let (p, stop) = (p.clone(), stop.clone());
                 std::thread::spawn(move || {
