@@ -1143,12 +1143,15 @@ pub fn run(
                 }
             ));
             }
+            base += node.persists_handed();
+            told = 0;
+            // The fenced state machine goes before the log is read: a restart holds the
+            // records and the state rebuilt from them, not the old state as well.
+            drop(node);
             let t0 = Instant::now();
             let recovered = crate::logwriter::replay_records(wal.reopen()?)
                 .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
             let (n, read) = (recovered.len(), t0.elapsed());
-            base += node.persists_handed();
-            told = 0;
             node = new_node(Vec::new(), recovered)?;
             if let Some(p) = &mut pfcp {
                 p.state_machine_restarted();

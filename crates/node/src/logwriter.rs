@@ -489,36 +489,69 @@ pub fn write_checkpoint(records: &[Vec<u8>], out: &mut impl std::io::Write) -> s
     Ok(())
 }
 
-/// The records of a snapshot written by [`write_checkpoint`] (never panics).
-pub fn decode_checkpoint(b: &[u8]) -> Result<Vec<Vec<u8>>, &'static str> {
-    let mut r = b;
-    let u32_at = |r: &mut &[u8]| -> Result<usize, &'static str> {
-        let (h, rest) = r.split_at_checked(4).ok_or("truncated checkpoint")?;
-        *r = rest;
-        Ok(u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize)
-    };
-    let n = u32_at(&mut r)?;
-    // Each record takes 4 bytes at least: a count past that is damage, not an allocation.
-    let mut out = Vec::with_capacity(n.min(r.len() / 4));
-    for _ in 0..n {
-        let len = u32_at(&mut r)?;
-        let (rec, rest) = r
-            .split_at_checked(len)
-            .ok_or("truncated checkpoint record")?;
-        out.push(rec.to_vec());
-        r = rest;
+/// Bytes of a checkpoint's data that [`decode_checkpoint`] copies out before it gives them
+/// back.
+const GIVE_BACK_BYTES: usize = 64 << 20;
+
+/// The records of a checkpoint's data (`write_checkpoint`'s format: a count, then each
+/// record's length and bytes), taking the data: the records are copied out from the last one
+/// back, and the data behind them given back every 64 MiB (a shrink of a large
+/// allocation returns its tail to the system without a copy), so a checkpoint of gigabytes is
+/// held about once, not twice, while it is decoded. Damage (a count or length past the end,
+/// bytes after the last record) is an error, never a panic.
+pub fn decode_checkpoint(b: Vec<u8>) -> Result<Vec<Vec<u8>>, &'static str> {
+    decode_checkpoint_giving_back(b, GIVE_BACK_BYTES)
+}
+
+/// [`decode_checkpoint`], the data given back every `every` bytes copied out.
+fn decode_checkpoint_giving_back(
+    mut b: Vec<u8>,
+    every: usize,
+) -> Result<Vec<Vec<u8>>, &'static str> {
+    // Where each record is.
+    let mut spans = Vec::new();
+    {
+        let mut at = 0usize;
+        let u32_at = |at: &mut usize| -> Result<usize, &'static str> {
+            let h = b.get(*at..*at + 4).ok_or("truncated checkpoint")?;
+            *at += 4;
+            Ok(u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize)
+        };
+        let n = u32_at(&mut at)?;
+        spans.reserve(n.min(b.len() / 4));
+        for _ in 0..n {
+            let len = u32_at(&mut at)?;
+            if b.len() - at < len {
+                return Err("truncated checkpoint record");
+            }
+            spans.push((at, len));
+            at += len;
+        }
+        if at != b.len() {
+            return Err("trailing bytes after the checkpoint's records");
+        }
     }
-    if !r.is_empty() {
-        return Err("trailing bytes after the checkpoint's records");
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(spans.len());
+    out.resize_with(spans.len(), Vec::new);
+    let mut copied = 0usize;
+    for (i, &(at, len)) in spans.iter().enumerate().rev() {
+        out[i] = b[at..at + len].to_vec();
+        copied += len;
+        if copied >= every {
+            b.truncate(at);
+            b.shrink_to_fit();
+            copied = 0;
+        }
     }
     Ok(out)
 }
 
 /// What a restart replays: the snapshot's records (a checkpoint), then the log's records
-/// after it.
+/// after it. The snapshot's data is given back as its records are decoded
+/// ([`decode_checkpoint`]).
 pub fn replay_records(recovery: sb_wal::Recovery) -> Result<Vec<Vec<u8>>, &'static str> {
-    let mut out = match &recovery.snapshot {
-        Some(s) => decode_checkpoint(&s.data)?,
+    let mut out = match recovery.snapshot {
+        Some(s) => decode_checkpoint(s.data)?,
         None => Vec::new(),
     };
     out.extend(recovery.records);
@@ -700,14 +733,20 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn checkpoint_bytes_round_trip(
-            recs in proptest::collection::vec(proptest::collection::vec(0u8..=255, 0..40), 0..20)
+            recs in proptest::collection::vec(proptest::collection::vec(0u8..=255, 0..40), 0..20),
+            every in 1usize..100,
         ) {
-            proptest::prop_assert_eq!(decode_checkpoint(&encode_checkpoint(&recs)).unwrap(), recs);
+            // Given back every few bytes, as a checkpoint of gigabytes is every 64 MiB.
+            let got = decode_checkpoint_giving_back(encode_checkpoint(&recs), every).unwrap();
+            proptest::prop_assert_eq!(got, recs);
         }
 
         #[test]
-        fn decoding_any_bytes_never_panics(b in proptest::collection::vec(0u8..=255, 0..200)) {
-            if let Ok(recs) = decode_checkpoint(&b) {
+        fn decoding_any_bytes_never_panics(
+            b in proptest::collection::vec(0u8..=255, 0..200),
+            every in 1usize..100,
+        ) {
+            if let Ok(recs) = decode_checkpoint_giving_back(b.clone(), every) {
                 // What decodes is exactly what encodes back to it.
                 proptest::prop_assert_eq!(encode_checkpoint(&recs), b);
             }

@@ -737,19 +737,19 @@ impl Wal {
         // The snapshot.
         let snap_path = dir.join(SNAPSHOT_FILE);
         let (snapshot, snapshot_bytes) = match fs::read(&snap_path) {
-            Ok(bytes) => {
+            Ok(mut bytes) => {
+                let file_len = bytes.len() as u64;
                 let (id, lsn, data) =
                     format::parse_snapshot(&bytes).map_err(|e| format_err(&snap_path, e))?;
                 if id != opts.identity.as_slice() {
                     return Err(WalError::IdentityMismatch { path: snap_path });
                 }
-                (
-                    Some(Snapshot {
-                        lsn,
-                        data: data.to_vec(),
-                    }),
-                    bytes.len() as u64,
-                )
+                // The data where it was read, its header and checksum cut off: no second copy
+                // of a snapshot of gigabytes.
+                let (at, len) = (data.as_ptr() as usize - bytes.as_ptr() as usize, data.len());
+                bytes.truncate(at + len);
+                bytes.drain(..at);
+                (Some(Snapshot { lsn, data: bytes }), file_len)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => (None, 0),
             Err(e) => return Err(io_err("read", &snap_path)(e)),
