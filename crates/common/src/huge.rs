@@ -34,6 +34,18 @@ pub fn huge_advice() -> bool {
     ADVISE_HUGE.load(Ordering::Relaxed)
 }
 
+/// Returns the free memory of the process's heap to the system (glibc's `malloc_trim(0)`,
+/// which gives back every free page of every arena, not only the top of the heap; nothing
+/// where the C library is not glibc). For after a large structure was dropped or rebuilt:
+/// the heap keeps freed memory otherwise, and the process's RSS with it.
+pub fn give_back_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own heap and returns free pages of it.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Types whose all-zero bit pattern is a valid value.
 ///
 /// # Safety

@@ -1153,6 +1153,9 @@ pub fn run(
                 .map_err(|e| ControlError::Invalid(format!("{}: {e}", ctl.wal.display())))?;
             let (n, read) = (recovered.len(), t0.elapsed());
             node = new_node(Vec::new(), recovered)?;
+            // The old state machine's memory and the replayed records are free now, but
+            // scattered through the heap, which would keep them.
+            sb_common::huge::give_back_free_heap();
             if let Some(p) = &mut pfcp {
                 p.state_machine_restarted();
             }
