@@ -766,17 +766,26 @@ pub struct DownReport {
     pub processes: Vec<String>,
 }
 
-/// Removes everything the journal in `dir` records: stops the processes, deletes the namespaces
+/// Removes everything the journal in `dir` records: stops the processes (all at once,
+/// [`sys::stop_processes`]), deletes the namespaces
 /// (which removes their links), then the files and (if `up` made it) the directory. If anything
 /// cannot be removed the journal stays, so `down` can be run again.
 pub fn down(dir: &Path) -> Result<DownReport, TopoError> {
     let entries = journal::read(dir)?;
     let mut report = DownReport::default();
-    for e in entries.iter().rev() {
-        if let Entry::Pid { pid, start, label } = e {
-            if sys::stop_process(*pid, *start, Duration::from_secs(3)) {
-                report.processes.push(label.clone());
-            }
+    let procs: Vec<(&Entry, (i32, u64))> = entries
+        .iter()
+        .rev()
+        .filter_map(|e| match e {
+            Entry::Pid { pid, start, .. } => Some((e, (*pid, *start))),
+            _ => None,
+        })
+        .collect();
+    let ids: Vec<(i32, u64)> = procs.iter().map(|(_, id)| *id).collect();
+    let running = sys::stop_processes(&ids, Duration::from_secs(3));
+    for ((e, _), was) in procs.iter().zip(running) {
+        if let (Entry::Pid { label, .. }, true) = (e, was) {
+            report.processes.push(label.clone());
         }
     }
     let failed: std::collections::HashSet<&str> = entries

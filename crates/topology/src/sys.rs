@@ -68,33 +68,87 @@ fn signal(pid: i32, sig: i32) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
-/// Stops process `pid` if it is still the process started at `start`: SIGTERM, then SIGKILL after
-/// `grace`. Returns whether it was running.
-pub fn stop_process(pid: i32, start: u64, grace: Duration) -> bool {
-    if pid <= 1 || proc_start(pid) != Some(start) {
-        return false;
+/// Stops the processes `procs` (pid, start time) that are still the processes started then:
+/// SIGTERM to every one at once, SIGKILL after `grace` to those still running. Returns, for
+/// each, whether it was running. All at once: a cluster's nodes stopped one after another
+/// would each see its peers die first, and fail over (taking their ranges, installing their
+/// flows) while it waits for its own signal.
+pub fn stop_processes(procs: &[(i32, u64)], grace: Duration) -> Vec<bool> {
+    let alive = |&(pid, start): &(i32, u64)| pid > 1 && proc_start(pid) == Some(start);
+    let running: Vec<bool> = procs.iter().map(alive).collect();
+    let left = |procs: &[(i32, u64)]| procs.iter().filter(|p| alive(p)).count();
+    for (&(pid, _), _) in procs.iter().zip(&running).filter(|(_, &r)| r) {
+        signal(pid, libc::SIGTERM);
     }
-    signal(pid, libc::SIGTERM);
     let t0 = Instant::now();
-    while t0.elapsed() < grace {
-        if proc_start(pid) != Some(start) {
-            return true;
-        }
+    while left(procs) > 0 && t0.elapsed() < grace {
         std::thread::sleep(Duration::from_millis(10));
     }
-    if proc_start(pid) == Some(start) {
-        signal(pid, libc::SIGKILL);
+    if left(procs) > 0 {
+        for p in procs.iter().filter(|p| alive(p)) {
+            signal(p.0, libc::SIGKILL);
+        }
         let t1 = Instant::now();
-        while proc_start(pid) == Some(start) && t1.elapsed() < Duration::from_secs(2) {
+        while left(procs) > 0 && t1.elapsed() < Duration::from_secs(2) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    true
+    running
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Processes that ignore SIGTERM are killed after the grace, together: three of them take
+    /// about one grace, not three.
+    #[test]
+    fn processes_are_stopped_at_once() {
+        let mut children: Vec<std::process::Child> = (0..3)
+            .map(|_| {
+                std::process::Command::new("sh")
+                    .args(["-c", "trap '' TERM; while :; do sleep 1; done"])
+                    .spawn()
+                    .expect("sh")
+            })
+            .collect();
+        // Each shell has set its trap once it sleeps (its child is there).
+        std::thread::sleep(Duration::from_millis(300));
+        let procs: Vec<(i32, u64)> = children
+            .iter()
+            .map(|c| {
+                let pid = c.id() as i32;
+                (pid, proc_start(pid).expect("running"))
+            })
+            .collect();
+        // Reap them as they die, so that they do not stay as zombies.
+        let reaper = std::thread::spawn(move || {
+            for c in &mut children {
+                let _ = c.wait();
+            }
+        });
+        let t0 = Instant::now();
+        let running = stop_processes(&procs, Duration::from_millis(1500));
+        let took = t0.elapsed();
+        reaper.join().expect("reaper");
+        assert_eq!(running, [true; 3]);
+        assert!(procs
+            .iter()
+            .all(|&(pid, start)| proc_start(pid) != Some(start)));
+        assert!(
+            took >= Duration::from_millis(1500),
+            "{took:?}: SIGTERM was not ignored"
+        );
+        assert!(
+            took < Duration::from_millis(3000),
+            "{took:?}: one after another"
+        );
+        // Gone processes are not running.
+        assert_eq!(
+            stop_processes(&procs, Duration::from_millis(100)),
+            [false; 3]
+        );
+    }
 
     #[test]
     fn own_start_time_is_readable() {
@@ -111,15 +165,21 @@ mod tests {
     }
 
     #[test]
-    fn stop_process_terminates_and_skips_reused_pids() {
+    fn stopping_terminates_and_skips_reused_pids() {
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id() as i32;
         let start = proc_start(pid).unwrap();
-        assert!(!stop_process(pid, start + 1, Duration::from_millis(100)));
+        assert_eq!(
+            stop_processes(&[(pid, start + 1)], Duration::from_millis(100)),
+            [false]
+        );
         assert!(proc_start(pid).is_some());
         // Reap in the background so the child does not stay a zombie.
         let h = std::thread::spawn(move || child.wait());
-        assert!(stop_process(pid, start, Duration::from_secs(2)));
+        assert_eq!(
+            stop_processes(&[(pid, start)], Duration::from_secs(2)),
+            [true]
+        );
         h.join().unwrap().unwrap();
         assert!(proc_start(pid).is_none());
     }
