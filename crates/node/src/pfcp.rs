@@ -555,6 +555,13 @@ pub struct Endpoint {
     /// endpoints of gone nodes this one stands in for ([`Endpoint::guests_step`]).
     stand_ins: Vec<Option<u16>>,
     guests: BTreeMap<u16, Guest>,
+    /// Guests whose sessions are being restored on a thread of their own (a gone node's
+    /// hundreds of thousands of sessions take seconds: on the control thread they would cost
+    /// it its leases, and the cluster its stand-in): taken as guests when done.
+    pending_guests: BTreeMap<u16, std::thread::JoinHandle<Restored>>,
+    /// Relays for a guest's sessions dropped while the guest was being restored (its SMF
+    /// sends them again).
+    dropped_before_guest: u64,
     /// Relays between this endpoint and its guests (from, relay).
     local: VecDeque<(u8, Relay)>,
     /// Datagrams dropped because the endpoint was not restored yet.
@@ -575,6 +582,9 @@ struct Guest {
     upf: Upf<Cluster>,
     keep: Keeping,
 }
+
+/// A guest's endpoint with its sessions restored and the records restored, or why not.
+type Restored = Result<(Upf<Cluster>, usize), String>;
 
 /// Slots a metering round visits per loop iteration at most (about a millisecond of work):
 /// a round of more sessions with traffic goes on over the next iterations, between the
@@ -872,6 +882,8 @@ impl Endpoint {
             ran_addrs: cfg.ran_addrs.clone(),
             stand_ins: Vec::new(),
             guests: BTreeMap::new(),
+            pending_guests: BTreeMap::new(),
+            dropped_before_guest: 0,
             local: VecDeque::new(),
             dropped_before_restore: 0,
             upf_tracks: !ctl.pfcp_volatile,
@@ -1210,6 +1222,8 @@ impl Endpoint {
         serde_json::json!({
             "restored": self.restored,
             "dropped_before_restore": self.dropped_before_restore,
+            "guests_restoring": self.pending_guests.len(),
+            "dropped_before_guest": self.dropped_before_guest,
             "lost": self.state_lost,
             "changes": self.keep.handed,
             "durable": self.keep.durable,
@@ -1246,26 +1260,68 @@ impl Endpoint {
                 );
             }
         }
+        // Restores no longer wanted: their threads end on their own, their results unread.
+        self.pending_guests.retain(|&o, _| mine(o));
         for o in 0..self.stand_ins.len() as u16 {
-            if o == me || !mine(o) || self.guests.contains_key(&o) || !node.leads_range(o) {
+            if o == me
+                || !mine(o)
+                || self.guests.contains_key(&o)
+                || self.pending_guests.contains_key(&o)
+                || !node.leads_range(o)
+            {
                 continue;
             }
             let Some(records) = node.replica_state(o) else {
                 continue;
             };
+            // The records out of the node (their compact forms decoded), the rest on a
+            // thread of its own.
+            let records: Vec<(u64, Vec<u8>)> = records.iter().collect();
             let mut config = self.config.clone();
             config.allocator_id = o as u8 + 1;
             let cluster = Cluster::for_owner(&self.spec, self.ran_addrs.clone(), me, o);
-            let mut upf = Upf::new(config, cluster);
-            match upf.restore_state(records.iter()) {
-                Ok(n) => eprintln!(
-                    "pfcp: node {o} is gone: serving its {} sessions ({n} records) in its place",
-                    upf.session_count()
-                ),
-                Err(e) => {
+            let restore = move || {
+                let mut upf = Upf::new(config, cluster);
+                let n = upf.restore_state(records).map_err(|e| e.to_string())?;
+                Ok((upf, n))
+            };
+            match std::thread::Builder::new()
+                .name(format!("guest-{o}"))
+                .spawn(restore)
+            {
+                Ok(h) => {
+                    self.pending_guests.insert(o, h);
+                }
+                Err(e) => eprintln!("pfcp: node {o} is gone, but no thread restores it: {e}"),
+            }
+        }
+        let done: Vec<u16> = (self.pending_guests.iter())
+            .filter(|(_, h)| h.is_finished())
+            .map(|(&o, _)| o)
+            .collect();
+        for o in done {
+            let h = self.pending_guests.remove(&o).expect("pending");
+            let mut upf = match h.join() {
+                Ok(Ok((upf, n))) => {
+                    eprintln!(
+                        "pfcp: node {o} is gone: serving its {} sessions ({n} records) in its place",
+                        upf.session_count()
+                    );
+                    upf
+                }
+                Ok(Err(e)) => {
                     eprintln!("pfcp: node {o} is gone, but its records do not restore here: {e}");
                     continue;
                 }
+                Err(_) => {
+                    eprintln!("pfcp: node {o} is gone, and its restore's thread panicked");
+                    continue;
+                }
+            };
+            if !node.leads_range(o) {
+                // Another replica leads the range now: it serves the sessions (with the
+                // changes made since these records).
+                continue;
             }
             upf.track_state(true);
             // Its requests (Session Report Requests) leave from this endpoint's socket:
@@ -1293,6 +1349,16 @@ impl Endpoint {
                 .filter(|o| self.guests.contains_key(o)),
             _ => None,
         };
+        if guest.is_none() && relay.kind == RelayKind::Session {
+            let pending = sb_pfcp::Header::peek_seid(&relay.bytes)
+                .map(|seid| (seid >> 48) as u8)
+                .filter(|&a| a != 0 && a != self.me)
+                .is_some_and(|a| self.pending_guests.contains_key(&(a as u16 - 1)));
+            if pending {
+                self.dropped_before_guest += 1;
+                return;
+            }
+        }
         match guest {
             Some(o) => {
                 let g = self.guests.get_mut(&o).expect("a guest");
