@@ -3,8 +3,9 @@
 # (root), N open5gs-shaped sessions (default 2,000,000), node 0 stopped for 3 s (SIGSTOP: its
 # peers elect other leaders for its ranges and stand in for it; running again, it is fenced and
 # restarts its state machine), then every node's up/ready/GPT digest every 5 s, POLLS times
-# (default 36). The node logs are copied to OUT (default ./restart-probe-logs).
-#   N=2000000 POLLS=36 scripts/restart-probe.sh [BIN_DIR (default target/release)]
+# (default 36). The node logs are copied to OUT (default ./restart-probe-logs). STOP=0 stops no
+# node: the same watch after the load generator exits, as a control.
+#   N=2000000 POLLS=36 STOP=1 scripts/restart-probe.sh [BIN_DIR (default target/release)]
 set -u
 sb=${1:-target/release}/scalebricks
 n=${N:-2000000}
@@ -27,6 +28,6 @@ for _ in $(seq 1 60); do st | grep -q "ready=False" || break; sleep 1; done
 sleep 5
 pid=$("$sb" cluster status --dir "$d" --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["nodes"][0]["pid"])')
 echo "$(date +%T) before: $(st)"
-kill -STOP "$pid"; sleep 3; kill -CONT "$pid"
+if [ "${STOP:-1}" = 1 ]; then kill -STOP "$pid"; sleep 3; kill -CONT "$pid"; fi
 for _ in $(seq 1 "${POLLS:-36}"); do sleep 5; echo "$(date +%T) $(st)"; done
 mkdir -p "$out" && cp "$d"/*.log "$out"/
