@@ -7,32 +7,13 @@
 # the restart is done; then whether the cluster was ready again within 60 s, and takes it down.
 #   scripts/restart-memory.sh [BIN_DIR (default target/release)] [SESSIONS (default 2000000)]
 set -u
-bin=${1:-target/release}
+sb=${1:-target/release}/scalebricks
 n=${2:-2000000}
-sb="$bin/scalebricks"
-[ -x "$sb" ] || { echo "no $sb: cargo build --release -p scalebricks first" >&2; exit 1; }
-work=$(mktemp -d /tmp/restart-memory.XXXXXX)
-d=$work/state
-trap '"$sb" cluster down --dir "$d" >/dev/null 2>&1; rm -rf "$work"' EXIT
-"$sb" cluster up --nodes 4 --name rm$((RANDOM % 90 + 10)) --dir "$d" --flows 1000 --seed 1 \
-    --capacity $((n * 5 / 4 + 1000)) >"$work/up.log" 2>&1 || { cat "$work/up.log"; exit 1; }
-ready() {
-    "$sb" cluster status --dir "$d" --json 2>/dev/null | /usr/bin/python3 -c '
-import json, sys
-r = json.load(sys.stdin)["nodes"]
-ok = r and all(x["up"] and x["ready"] for x in r) and len({str(x.get("gpt_digest")) for x in r}) == 1
-print("yes" if ok else "no")'
-}
-for _ in $(seq 1 240); do [ "$(ready)" = yes ] && break; sleep 0.5; done
-"$sb" smf-sim --dir "$d" --sessions "$n" --window 256 --timeout 900 --shape open5gs >"$work/sim.json" 2>"$work/sim.err" \
-    || { echo "smf-sim failed"; tail -3 "$work/sim.err"; exit 1; }
-/usr/bin/python3 -c "import json; d = json.load(open('$work/sim.json')); print('established', d.get('established'), 'sessions/s', round(d.get('sessions_per_s', 0)))"
-sleep 5
-pid=$("$sb" cluster status --dir "$d" --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["nodes"][0]["pid"])')
-mib() { awk -v k="$1:" '$1 == k { print int($2 / 1024) }' "/proc/$pid/status"; }
+. "$(dirname "$0")/lib/sessions-cluster.sh"
+mib() { awk -v k="$1:" '$1 == k { print int($2 / 1024) }' "/proc/$pid0/status"; }
 echo "node 0 before: rss_mib=$(mib VmRSS)"
-echo 5 >"/proc/$pid/clear_refs"
-kill -STOP "$pid"; sleep 3; kill -CONT "$pid"
+echo 5 >"/proc/$pid0/clear_refs"
+kill -STOP "$pid0"; sleep 3; kill -CONT "$pid0"
 for _ in $(seq 1 240); do grep -q "restart: log read" "$d"/*.log 2>/dev/null && break; sleep 0.5; done
 grep -h "is fenced\|restart: log read" "$d"/*.log | head -4
 sleep 5

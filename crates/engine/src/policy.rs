@@ -569,6 +569,13 @@ const DIRTY_WORDS: usize = CHUNK / 64;
 const SUMMARY_WORDS: usize = DIRTY_WORDS / 64;
 
 impl Chunk {
+    /// Slot `j`'s side of direction `d` (what the packet path touches: one line, one bounds
+    /// check).
+    #[inline]
+    fn side(&self, d: usize, j: usize) -> &Side {
+        &self.sides[d][j]
+    }
+
     /// Slot `j`'s two sides.
     #[inline]
     fn slot(&self, j: usize) -> SlotState<'_> {
@@ -863,7 +870,7 @@ impl Policies {
     #[inline]
     pub fn prefetch(&self, id: u32, uplink: bool) {
         if let Some((c, i)) = self.state(id) {
-            crate::prefetch::read(&c.sides[usize::from(uplink)][i]);
+            crate::prefetch::read(c.side(usize::from(uplink), i));
         }
     }
 
@@ -1096,7 +1103,7 @@ impl Policies {
         };
         let mut u = [0u64; 4];
         // The owners' counts, on the slot's lines.
-        let (dl, ul) = (c.slot(j).side[DL], c.slot(j).side[UL]);
+        let (dl, ul) = (c.side(DL, j), c.side(UL, j));
         u[DL_BYTES] = dl.bytes.load(Ordering::Relaxed);
         u[DL_PACKETS] = dl.packets.load(Ordering::Relaxed);
         u[UL_BYTES] = ul.bytes.load(Ordering::Relaxed);
@@ -1133,7 +1140,7 @@ impl Policies {
             let Some((c, j)) = self.state(e.slot) else {
                 continue;
             };
-            if c.slot(j).dl().flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
+            if c.side(DL, j).flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
                 out.push((teid, self.sum(e.slot).minus(e.base)));
             }
         }
@@ -1159,7 +1166,7 @@ impl Policies {
             let Some((c, j)) = self.state(id) else {
                 continue;
             };
-            let s = c.slot(j).dl();
+            let s = c.side(DL, j);
             if s.flags.load(Ordering::Relaxed) & Policy::COUNT != 0 {
                 continue;
             }
@@ -1238,7 +1245,7 @@ impl Policies {
             let Some((c, j)) = self.state(id) else {
                 continue;
             };
-            let s = c.slot(j).dl();
+            let s = c.side(DL, j);
             if s.flags.load(Ordering::Relaxed) & Policy::COUNT == 0 {
                 continue;
             }
@@ -1431,12 +1438,12 @@ impl Policies {
         self.flush_pending.fetch_sub(1, Ordering::Release);
         let (c, j) = self.state(id)?;
         let mut b = lock(&self.buffers);
-        if c.slot(j).dl().mode.load(Ordering::Relaxed) != MODE_FLUSHING {
+        if c.side(DL, j).mode.load(Ordering::Relaxed) != MODE_FLUSHING {
             // Buffering again, or freed.
             return None;
         }
         let Some(q) = b.by_slot.get_mut(&id) else {
-            c.slot(j).dl().mode.store(MODE_FORWARD, Ordering::Release);
+            c.side(DL, j).mode.store(MODE_FORWARD, Ordering::Release);
             return None;
         };
         let n = q.len().min(max);
@@ -1455,7 +1462,7 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return;
         };
-        let s = c.slot(j).dl();
+        let s = c.side(DL, j);
         let b = lock(&self.buffers);
         if s.mode.load(Ordering::Relaxed) != MODE_FLUSHING {
             return;
@@ -1517,7 +1524,7 @@ impl Policies {
         let Some((gc, gj)) = self.state(g) else {
             return true;
         };
-        if Self::conform(gc.slot(gj).side[d], bytes, now) {
+        if Self::conform(gc.side(d, gj), bytes, now) {
             return true;
         }
         Self::refund(s, bytes);
@@ -1532,7 +1539,7 @@ impl Policies {
         let Some(own) = c.usage.get(core) else {
             return;
         };
-        let side = c.slot(j).side[d];
+        let side = c.side(d, j);
         let me = core as u16 + 1;
         let owner = side.owner.load(Ordering::Relaxed);
         let (b, p) = if owner == me
@@ -1606,7 +1613,7 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return Verdict::Pass;
         };
-        let s = c.slot(j).dl();
+        let s = c.side(DL, j);
         let flags = s.flags.load(Ordering::Acquire);
         if flags & (Policy::DL_GATE_CLOSED | Policy::DROP_DL | Policy::BUFFER) != 0
             || s.mode.load(Ordering::Acquire) != MODE_FORWARD
@@ -1634,7 +1641,7 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return Verdict::Pass;
         };
-        let s = c.slot(j).side[UL];
+        let s = c.side(UL, j);
         let flags = s.flags.load(Ordering::Acquire);
         if flags & Policy::UL_GATE_CLOSED != 0 {
             return Verdict::Drop(Drop::Gate);
@@ -1656,7 +1663,7 @@ impl Policies {
         let Some((c, j)) = self.state(id) else {
             return Err(Drop::BufferFull);
         };
-        let s = c.slot(j).dl();
+        let s = c.side(DL, j);
         let mut b = lock(&self.buffers);
         let len = b.by_slot.get(&id).map_or(0, VecDeque::len);
         if len >= self.limits.frames_per_session
@@ -2043,8 +2050,8 @@ mod tests {
         // No such core.
         p.downlink(4, b, 1000, 0, 0, false);
         let (c, j) = p.state(a).unwrap();
-        assert_eq!(c.slot(j).side[DL].owner.load(Ordering::Relaxed), 3);
-        assert_eq!(c.slot(j).side[UL].owner.load(Ordering::Relaxed), 2);
+        assert_eq!(c.side(DL, j).owner.load(Ordering::Relaxed), 3);
+        assert_eq!(c.side(UL, j).owner.load(Ordering::Relaxed), 2);
         let mapped: Vec<bool> = c.usage.iter().map(|u| u.get().is_some()).collect();
         assert_eq!(mapped, [true, false, false, true]);
         assert_eq!(

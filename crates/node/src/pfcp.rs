@@ -1341,24 +1341,19 @@ impl Endpoint {
     /// guest's session goes to the guest, the rest to this endpoint's `Upf`.
     fn take_relay(&mut self, from: u8, relay: Relay) {
         let now = self.start.elapsed();
-        let guest = match relay.kind {
+        // The node whose endpoint gave the session's SEID, if another's.
+        let owner = match relay.kind {
             RelayKind::Session => sb_pfcp::Header::peek_seid(&relay.bytes)
                 .map(|seid| (seid >> 48) as u8)
                 .filter(|&a| a != 0 && a != self.me)
-                .map(|a| a as u16 - 1)
-                .filter(|o| self.guests.contains_key(o)),
+                .map(|a| a as u16 - 1),
             _ => None,
         };
-        if guest.is_none() && relay.kind == RelayKind::Session {
-            let pending = sb_pfcp::Header::peek_seid(&relay.bytes)
-                .map(|seid| (seid >> 48) as u8)
-                .filter(|&a| a != 0 && a != self.me)
-                .is_some_and(|a| self.pending_guests.contains_key(&(a as u16 - 1)));
-            if pending {
-                self.dropped_before_guest += 1;
-                return;
-            }
+        if owner.is_some_and(|o| self.pending_guests.contains_key(&o)) {
+            self.dropped_before_guest += 1;
+            return;
         }
+        let guest = owner.filter(|o| self.guests.contains_key(o));
         match guest {
             Some(o) => {
                 let g = self.guests.get_mut(&o).expect("a guest");

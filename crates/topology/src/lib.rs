@@ -773,20 +773,15 @@ pub struct DownReport {
 pub fn down(dir: &Path) -> Result<DownReport, TopoError> {
     let entries = journal::read(dir)?;
     let mut report = DownReport::default();
-    let procs: Vec<(&Entry, (i32, u64))> = entries
-        .iter()
-        .rev()
+    let (labels, ids): (Vec<&String>, Vec<(i32, u64)>) = (entries.iter().rev())
         .filter_map(|e| match e {
-            Entry::Pid { pid, start, .. } => Some((e, (*pid, *start))),
+            Entry::Pid { pid, start, label } => Some((label, (*pid, *start))),
             _ => None,
         })
-        .collect();
-    let ids: Vec<(i32, u64)> = procs.iter().map(|(_, id)| *id).collect();
+        .unzip();
     let running = sys::stop_processes(&ids, Duration::from_secs(3));
-    for ((e, _), was) in procs.iter().zip(running) {
-        if let (Entry::Pid { label, .. }, true) = (e, was) {
-            report.processes.push(label.clone());
-        }
+    for (label, _) in labels.into_iter().zip(running).filter(|(_, was)| *was) {
+        report.processes.push(label.clone());
     }
     let failed: std::collections::HashSet<&str> = entries
         .iter()

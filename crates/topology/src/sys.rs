@@ -76,20 +76,20 @@ fn signal(pid: i32, sig: i32) -> bool {
 pub fn stop_processes(procs: &[(i32, u64)], grace: Duration) -> Vec<bool> {
     let alive = |&(pid, start): &(i32, u64)| pid > 1 && proc_start(pid) == Some(start);
     let running: Vec<bool> = procs.iter().map(alive).collect();
-    let left = |procs: &[(i32, u64)]| procs.iter().filter(|p| alive(p)).count();
+    let any_left = || procs.iter().any(alive);
     for (&(pid, _), _) in procs.iter().zip(&running).filter(|(_, &r)| r) {
         signal(pid, libc::SIGTERM);
     }
     let t0 = Instant::now();
-    while left(procs) > 0 && t0.elapsed() < grace {
+    while any_left() && t0.elapsed() < grace {
         std::thread::sleep(Duration::from_millis(10));
     }
-    if left(procs) > 0 {
+    if any_left() {
         for p in procs.iter().filter(|p| alive(p)) {
             signal(p.0, libc::SIGKILL);
         }
         let t1 = Instant::now();
-        while left(procs) > 0 && t1.elapsed() < Duration::from_secs(2) {
+        while any_left() && t1.elapsed() < Duration::from_secs(2) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }

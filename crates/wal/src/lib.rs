@@ -1005,11 +1005,7 @@ impl Wal {
     fn checkpoint_inner(&mut self, snapshot: &[u8]) -> Result<Lsn, WalError> {
         let lsn = self.last_lsn;
         let written = self.writer(lsn).write(snapshot)?;
-        fs::rename(&written.tmp, self.dir.join(SNAPSHOT_FILE))
-            .map_err(io_err("rename", &written.tmp))?;
-        sync_dir(&self.dir, self.opts.sync)?;
-        self.snapshot_bytes = written.bytes;
-        self.snapshot_lsn = lsn;
+        self.install_snapshot(&written)?;
         // From here the snapshot is the truth up to `lsn`.
         self.pending.truncate(FRAME_HEADER);
         self.pending_count = 0;
@@ -1134,12 +1130,18 @@ impl Wal {
         r
     }
 
-    fn finish_inner(&mut self, w: &WrittenCheckpoint) -> Result<Lsn, WalError> {
-        let path = self.dir.join(SNAPSHOT_FILE);
-        fs::rename(&w.tmp, &path).map_err(io_err("rename", &w.tmp))?;
+    /// Puts a written snapshot in place of the last (renamed over it, the directory synced)
+    /// and counts it as the log's snapshot.
+    fn install_snapshot(&mut self, w: &WrittenCheckpoint) -> Result<(), WalError> {
+        fs::rename(&w.tmp, self.dir.join(SNAPSHOT_FILE)).map_err(io_err("rename", &w.tmp))?;
         sync_dir(&self.dir, self.opts.sync)?;
         self.snapshot_bytes = w.bytes;
         self.snapshot_lsn = w.lsn;
+        Ok(())
+    }
+
+    fn finish_inner(&mut self, w: &WrittenCheckpoint) -> Result<Lsn, WalError> {
+        self.install_snapshot(w)?;
         // From here the snapshot is the truth up to `w.lsn`: the segments before the one that
         // starts after it go (a crash before they are gone leaves them covered: `open` removes
         // them).
