@@ -897,9 +897,11 @@ impl Endpoint {
 
     /// Sleeps until one of `others` (the control socket, the log's wake socket) or one of the
     /// endpoint's sockets is readable, or `timeout` passes (at most a millisecond while a
-    /// metering round has slots left).
+    /// metering round has slots left, or a release has its next part ready).
     pub fn wait(&self, others: &[std::os::fd::RawFd], timeout: Duration) {
-        let timeout = if self.meter_left > 0 {
+        let releasing = self.upf.release_part_ready()
+            || (self.guests.values()).any(|g| g.upf.release_part_ready());
+        let timeout = if self.meter_left > 0 || releasing {
             timeout.min(Duration::from_millis(1))
         } else {
             timeout
@@ -944,6 +946,8 @@ impl Endpoint {
             ("takeover_refused", st.takeovers_refused),
             ("peer_sessions_deleted", st.peer_sessions_deleted),
             ("peer_released", st.peers_released),
+            ("release_part", st.release_parts),
+            ("release_part_refused", st.release_parts_refused),
             ("cp_uplink", st.cp_uplink),
             ("cp_downlink", st.cp_downlink),
             ("cp_unmatched", st.cp_unmatched),

@@ -328,11 +328,22 @@ impl Slab {
 
     /// Every kept session (SEID, bytes), by slot.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
-        (0..self.slots.len()).filter_map(move |i| {
-            let b = self.bytes_of(i)?;
-            let gen = parts(self.slots[i]).0;
-            Some((self.prefix << 48 | gen << 32 | i as u64, b))
-        })
+        (0..self.slots.len()).filter_map(move |i| self.at(i))
+    }
+
+    /// The slots so far (a walk over [`Slab::at`] goes up to here).
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The session kept in slot `i` (SEID, bytes), if any.
+    pub(crate) fn at(&self, i: usize) -> Option<(u64, &[u8])> {
+        if i >= self.slots.len() {
+            return None;
+        }
+        let b = self.bytes_of(i)?;
+        let gen = parts(self.slots[i]).0;
+        Some((self.prefix << 48 | gen << 32 | i as u64, b))
     }
 }
 

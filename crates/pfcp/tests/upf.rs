@@ -2290,6 +2290,137 @@ fn a_dead_smf_is_released_after_the_grace() {
     assert!(upf.is_associated(&node));
 }
 
+/// An endpoint whose SMF (of `Smf::new`) holds `n` sessions, released `part` at a time.
+fn with_sessions(n: u8, part: usize) -> (Upf<Cluster>, Smf) {
+    let mut c = config();
+    c.dead_peer_grace = Some(Duration::from_secs(30));
+    c.release_part = part;
+    let mut upf = Upf::new(c, Cluster::default());
+    let mut smf = Smf::new();
+    smf.associate(&mut upf);
+    for i in 1..=n {
+        let tunnel = Some((u32::from(i) + 6, ENB));
+        let e = smf.establish(&mut upf, session(u64::from(i), v4(i), tunnel));
+        assert_eq!(e.cause, Cause::REQUEST_ACCEPTED);
+    }
+    (upf, smf)
+}
+
+/// Issue 29: a dead SMF's sessions are released `Config::release_part` at a time, one part
+/// through the cluster at once, the next at the poll after it is installed (500,000 sessions
+/// in one change held a node's control thread for seconds, until its peers fenced it); the
+/// association goes with the last part. A refused part is tried again a second later.
+#[test]
+fn a_dead_smfs_sessions_are_released_a_part_at_a_time() {
+    let (mut upf, _smf) = with_sessions(5, 2);
+    let node = NodeId::Ipv4(SMF);
+    let at = Duration::from_millis;
+    for s in [11, 21, 31, 41] {
+        upf.poll(Duration::from_secs(s));
+    }
+    upf.sessions_impl_mut().defer = true;
+    let mut t = 71_000;
+    upf.poll(at(t));
+    let mut left = vec![];
+    while let Some((token, changes, ues)) = upf.sessions_impl_mut().deferred.pop() {
+        assert!(
+            upf.sessions_impl().deferred.is_empty(),
+            "one part at a time"
+        );
+        assert!(ues.len() <= 2, "{ues:?}");
+        assert!(upf.is_associated(&node), "the association goes last");
+        // Installed parts' sessions are gone; a poll meanwhile sends nothing more.
+        t += 1;
+        upf.poll(at(t));
+        assert!(upf.sessions_impl().deferred.is_empty());
+        upf.sessions_impl_mut().install(&changes, &ues).unwrap();
+        assert!(upf.complete(at(t), token, Ok(())).is_empty());
+        left.push(upf.session_count());
+        check_consistent(&upf);
+        if left.len() == 1 {
+            // The next part refused: tried again a second later, not before.
+            upf.sessions_impl_mut().fail_next = Some(Failure::System);
+            upf.poll(at(t));
+            let applies = upf.sessions_impl().applies;
+            upf.poll(at(t + 999));
+            assert_eq!(upf.sessions_impl().applies, applies);
+            t += 1000;
+        }
+        upf.poll(at(t));
+    }
+    assert_eq!(left, [3, 1, 0]);
+    assert_eq!(upf.stats().release_parts, 4);
+    assert_eq!(upf.stats().release_parts_refused, 1);
+    assert!(!upf.is_associated(&node));
+    assert!(upf.sessions_impl().down.is_empty() && upf.sessions_impl().up.is_empty());
+    assert_eq!(upf.stats().peers_released, 1);
+    assert_eq!(upf.stats().peer_sessions_deleted, 5);
+}
+
+/// The SMF's own Association Release Request over more sessions than a part: answered once
+/// the last part is installed (a retransmission meanwhile is dropped as in flight, one after
+/// is answered from the cache); the SMF's requests about its sessions meanwhile meet
+/// congestion. A refused part answers the request with the failure: the sessions removed so
+/// far stay removed, the others and the association stay, and a release asked again works.
+#[test]
+fn an_smfs_release_of_many_sessions_is_answered_after_its_last_part() {
+    let (mut upf, mut smf) = with_sessions(5, 2);
+    let rel = |seq| {
+        msg(
+            seq,
+            None,
+            Body::AssociationReleaseRequest(AssociationReleaseRequest {
+                node_id: NodeId::Ipv4(SMF),
+            }),
+        )
+    };
+    let first = rel(100);
+    assert_eq!(smf.send_bytes(&mut upf, &first), None, "not yet");
+    assert_eq!(upf.session_count(), 3);
+    assert_eq!(smf.send_bytes(&mut upf, &first), None, "in flight");
+    assert_eq!(upf.stats().retransmissions_in_flight, 1);
+    let seid = first_seid(&upf);
+    let (_, d) = smf.delete(&mut upf, seid);
+    assert_eq!(d.cause, Cause::PFCP_ENTITY_IN_CONGESTION);
+    assert!(upf.poll(smf.now).is_empty());
+    assert_eq!(upf.session_count(), 1);
+    let out = upf.poll(smf.now);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].to, smf_addr());
+    let answer = Message::parse(&out[0].bytes).unwrap();
+    assert_eq!(cause_of(&answer), Cause::REQUEST_ACCEPTED);
+    assert_eq!(upf.session_count(), 0);
+    assert_eq!(upf.association_count(), 0);
+    assert!(upf.sessions_impl().down.is_empty() && upf.sessions_impl().up.is_empty());
+    assert_eq!(smf.send_bytes(&mut upf, &first), Some(answer));
+    assert_eq!(upf.stats().release_parts, 3);
+    assert_eq!(upf.stats().peer_sessions_deleted, 0, "not a peer's purge");
+
+    let (mut upf, mut smf) = with_sessions(5, 2);
+    assert_eq!(smf.send_bytes(&mut upf, &rel(100)), None);
+    upf.sessions_impl_mut().fail_next = Some(Failure::System);
+    let out = upf.poll(smf.now);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let answer = Message::parse(&out[0].bytes).unwrap();
+    assert_eq!(cause_of(&answer), Cause::SYSTEM_FAILURE);
+    assert_eq!(upf.session_count(), 3);
+    assert_eq!(upf.association_count(), 1);
+    check_consistent(&upf);
+    assert!(upf.poll(smf.now).is_empty(), "over");
+    let seid = first_seid(&upf);
+    let (_, m) = smf.modify(&mut upf, seid, drop_downlink());
+    assert_eq!(m.cause, Cause::REQUEST_ACCEPTED, "no longer busy");
+    assert_eq!(smf.send_bytes(&mut upf, &rel(101)), None);
+    let out = upf.poll(smf.now);
+    assert_eq!(
+        cause_of(&Message::parse(&out[0].bytes).unwrap()),
+        Cause::REQUEST_ACCEPTED
+    );
+    assert_eq!(upf.session_count(), 0);
+    assert_eq!(upf.association_count(), 0);
+    assert_eq!(upf.stats().release_parts_refused, 1);
+}
+
 /// In a cluster the endpoint that heartbeats the SMF replicates what it found: a restart
 /// deletes the SMF's sessions at every endpoint (the association stays everywhere), a dead
 /// SMF is released at every endpoint. A takeover from another address is refused by both.
@@ -2363,6 +2494,123 @@ fn a_cluster_acts_on_a_restarted_or_dead_smf_at_every_endpoint() {
         cause_of(&Message::parse(&out[0].bytes).unwrap()),
         Cause::REQUEST_ACCEPTED
     );
+}
+
+/// A release's walk over the session slab looks at `WALK_PER_PART` (8) parts' worth of slots
+/// per poll, so another SMF's sessions between the released one's cost polls, not one long
+/// call; a session with a change in flight holds the walk (a tenth of a second at a time)
+/// until the change is done.
+#[test]
+fn a_releases_walk_is_bounded_and_waits_for_a_change_in_flight() {
+    let (mut upf, mut smf) = with_sessions(1, 1);
+    let other_ip = Ipv4Addr::new(10, 0, 0, 2);
+    let mut other = Smf::new();
+    other.addr = SocketAddr::new(IpAddr::V4(other_ip), 8805);
+    other.node = NodeId::Ipv4(other_ip);
+    other.associate(&mut upf);
+    for i in 0..20u8 {
+        let mut req = session(
+            100 + u64::from(i),
+            v4(100 + i),
+            Some((100 + u32::from(i), ENB)),
+        );
+        req.node_id = other.node.clone();
+        assert_eq!(
+            other.establish(&mut upf, req).cause,
+            Cause::REQUEST_ACCEPTED
+        );
+    }
+    let e = smf.establish(&mut upf, session(2, v4(2), Some((8, ENB))));
+    assert_eq!(e.cause, Cause::REQUEST_ACCEPTED);
+    // The SMF's first session has a modification in flight.
+    let seid = first_seid(&upf);
+    upf.sessions_impl_mut().defer = true;
+    smf.seq += 1;
+    let body = Body::SessionModificationRequest(drop_downlink());
+    assert_eq!(
+        smf.send_bytes(&mut upf, &msg(smf.seq, Some(seid), body)),
+        None
+    );
+    upf.sessions_impl_mut().defer = false;
+    let rel = Body::AssociationReleaseRequest(AssociationReleaseRequest {
+        node_id: NodeId::Ipv4(SMF),
+    });
+    assert_eq!(smf.send(&mut upf, None, rel), None);
+    assert_eq!(upf.stats().release_parts, 0, "held by the modification");
+    let at = smf.now;
+    assert!(upf.poll(at + Duration::from_millis(50)).is_empty());
+    assert_eq!(upf.stats().release_parts, 0);
+    let (token, changes, ues) = upf.sessions_impl_mut().deferred.pop().unwrap();
+    upf.sessions_impl_mut().install(&changes, &ues).unwrap();
+    assert_eq!(
+        upf.complete(at, token, Ok(())).len(),
+        1,
+        "the modification's answer"
+    );
+    // Then: its first part (slot 0); three polls walk the other SMF's 20 sessions, 8
+    // slots each, the third finds the second session, the end of the slab, and answers.
+    let mut answers = Vec::new();
+    for ms in [100, 101, 102, 103] {
+        answers.push(upf.poll(at + Duration::from_millis(ms)).len());
+    }
+    assert_eq!(answers, [0, 0, 0, 1]);
+    assert_eq!(upf.stats().release_parts, 2);
+    assert_eq!(upf.session_count(), 20);
+    assert!(!upf.is_associated(&NodeId::Ipv4(SMF)));
+    assert!(upf.is_associated(&other.node));
+    check_consistent(&upf);
+}
+
+/// The same in parts ([`Config::release_part`] 1): each endpoint releases its own sessions of
+/// the dead SMF a part at a time at its polls, the replicated release too, and nobody
+/// answers the SMF.
+#[test]
+fn every_endpoint_releases_a_dead_smf_a_part_at_a_time() {
+    let mut c = TwoEndpoints::with(|c| {
+        c.dead_peer_grace = Some(Duration::from_secs(30));
+        c.release_part = 1;
+    });
+    let setup = msg(1, None, setup_from(NodeId::Ipv4(SMF), 77));
+    assert_eq!(
+        cause_of(&c.send(0, &setup).unwrap().1),
+        Cause::REQUEST_ACCEPTED
+    );
+    for (seq, last) in (2..6).zip(1u8..) {
+        let body = Body::SessionEstablishmentRequest(session(
+            u64::from(last),
+            v4(last),
+            Some((u32::from(last) + 6, ENB)),
+        ));
+        let (_, m) = c
+            .send(usize::from(last % 2), &msg(seq, Some(0), body))
+            .unwrap();
+        assert_eq!(cause_of(&m), Cause::REQUEST_ACCEPTED);
+    }
+    assert_eq!((c.eps[0].session_count(), c.eps[1].session_count()), (2, 2));
+    let at = Duration::from_secs;
+    for s in [11, 21, 31, 41, 71] {
+        c.eps[0].poll(at(s));
+    }
+    c.pump();
+    // Endpoint 0's cluster installs at once: its first part went when the grace ended, its
+    // second at the same poll's turn of the releases. Endpoint 1 took the replicated release
+    // and sent its first part.
+    assert_eq!((c.eps[0].session_count(), c.eps[1].session_count()), (0, 1));
+    assert!(c.eps[1].is_associated(&NodeId::Ipv4(SMF)), "not yet");
+    for i in 0..2 {
+        assert!(c.eps[i].poll(at(72)).iter().all(|t| matches!(
+            Message::parse(&t.bytes).unwrap().body,
+            Body::HeartbeatRequest(_)
+        )));
+    }
+    c.pump();
+    assert!(c.to_smf.is_empty(), "{:?}", c.to_smf);
+    assert_eq!((c.eps[0].session_count(), c.eps[1].session_count()), (0, 0));
+    assert!(c.eps[0].sessions_impl().down.is_empty() && c.eps[1].sessions_impl().down.is_empty());
+    assert!(!c.eps[0].is_associated(&NodeId::Ipv4(SMF)));
+    assert!(!c.eps[1].is_associated(&NodeId::Ipv4(SMF)));
+    assert_eq!(c.eps[0].stats().release_parts, 2);
+    assert_eq!(c.eps[1].stats().release_parts, 2);
 }
 
 /// An SMF that sets the cluster's association up through two endpoints: the copy of its setup

@@ -18,6 +18,12 @@
 //!   ([`Stats::peers_released`]; TS 23.527: a failed SMF's "PDU session contexts and PFCP
 //!   associations ... may be deleted").
 //!
+//! Every release (and a restarted peer's purge, and an association set up anew) removes the
+//! peer's sessions a part of [`Config::release_part`] at a time, found by a bounded walk over
+//! the session slab and installed one part after the other ([`Upf::poll`] goes on): an SMF with
+//! half a million sessions here held a node's control thread for seconds when they went in one
+//! change.
+//!
 //! In a cluster ([`Config::relay`]) only the endpoint that heartbeats a peer (where it set up
 //! its association) detects these; it does its own part and replicates the same to the other
 //! endpoints as an Association Setup (restart: the other endpoints' sessions of the peer go,
@@ -37,6 +43,46 @@ pub(super) struct Association {
     /// Its heartbeats showed a new Recovery Time Stamp: its sessions are to be deleted
     /// ([`Upf::poll`]).
     pub(super) restarted: bool,
+}
+
+/// An association set up anew at the end of a release, with the answer to its setup (None:
+/// the association goes).
+pub(super) type Setup = Option<Box<(Association, Message)>>;
+
+/// How many parts' worth of slots a part's walk looks at, at most
+/// ([`Upf::apply_release`]).
+pub(super) const WALK_PER_PART: usize = 8;
+
+/// A release under way ([`Upf::apply_release`]): the request it answers (the peer's, or ours
+/// on its behalf), where its walk over the session slab is, what its end installs.
+#[derive(Debug)]
+pub(super) struct Releasing {
+    to: SocketAddr,
+    pub(super) seq: u32,
+    t: u8,
+    digest: u64,
+    /// The next slot of the session slab the walk looks at: each part takes the node's
+    /// sessions from the next few slots, so that neither finding them nor removing them
+    /// holds one call for all of them.
+    cursor: usize,
+    /// The sessions of a refused part, tried again first.
+    retry: Vec<u64>,
+    /// The association set up anew at the end (None: released); taken by the last part
+    /// while it is installed.
+    setup: Setup,
+    peer: bool,
+    /// A part is being installed.
+    pub(super) in_flight: bool,
+    /// The next part waits until then (a refused part: a second; a session with a change in
+    /// flight in its way: a tenth).
+    retry_at: Duration,
+}
+
+impl Releasing {
+    /// Whether its next part may go at `now`.
+    pub(super) fn ready(&self, now: Duration) -> bool {
+        !self.in_flight && self.retry_at <= now
+    }
 }
 
 /// Our heartbeats to a peer.
@@ -215,14 +261,8 @@ impl<S: Sessions> Upf<S> {
             }
             // TS 29.244 6.2.6.2.2: a new setup from an associated peer replaces the
             // association, and its sessions go (we do not offer session retention).
-            if self.sessions_of(&r.node_id).next().is_some() {
-                let commit = Commit::Release {
-                    node: r.node_id.clone(),
-                    setup: Some(Box::new((association, accepted))),
-                    peer: false,
-                };
-                return self.apply_release(from, seq, t, r.node_id, commit);
-            }
+            let setup = Some(Box::new((association, accepted)));
+            return self.apply_release(from, seq, t, r.node_id, setup, false);
         }
         self.install_association(r.node_id, association);
         Some(accepted)
@@ -242,14 +282,6 @@ impl<S: Sessions> Upf<S> {
             }
         }
         self.associations.insert(node, association);
-    }
-
-    /// The sessions of `node`'s association: a walk over every session (an association's
-    /// setup and release are rare; an index per association cost 14 bytes per session).
-    pub(super) fn sessions_of<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = u64> + 'a {
-        (self.sessions.iter())
-            .filter(move |(_, kept)| Stored { kept }.is_of(&self.shapes, node))
-            .map(|(seid, _)| seid)
     }
 
     pub(super) fn association_update(
@@ -297,9 +329,7 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::NO_ESTABLISHED_PFCP_ASSOCIATION),
             ));
         }
-        if self.busy_nodes.contains(&r.node_id)
-            || self.sessions_of(&r.node_id).any(|s| self.busy.contains(&s))
-        {
+        if self.busy_nodes.contains(&r.node_id) {
             return Some(self.reject(
                 t,
                 None,
@@ -307,39 +337,85 @@ impl<S: Sessions> Upf<S> {
                 Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
             ));
         }
-        let commit = Commit::Release {
-            node: r.node_id.clone(),
-            setup: None,
-            peer: false,
-        };
-        self.apply_release(from, seq, t, r.node_id, commit)
+        self.apply_release(from, seq, t, r.node_id, None, false)
     }
 
-    /// Removes every session of `node` through the cluster, then `commit`s.
+    /// Removes every session of `node` through the cluster, a part of at most
+    /// [`Config::release_part`] at a time (the first now, each next one at the [`Upf::poll`]
+    /// after the one before is installed; each part's sessions are found by a walk over the
+    /// next slots of the session slab, at most [`WALK_PER_PART`] parts' worth), then the
+    /// association goes, or is set up anew (`setup`). Meanwhile the peer's requests meet
+    /// congestion ([`Upf::releasing_from`]); a session with a change in flight holds the walk
+    /// until the change is done. The answer to request `seq` of `from` comes with the last part
+    /// (None: not yet). `peer`: because our heartbeats found the peer restarted or dead (a part
+    /// the cluster refuses is tried again; for the peer's own request the release ends there,
+    /// answered with the failure).
     pub(super) fn apply_release(
         &mut self,
         from: SocketAddr,
         seq: u32,
         t: u8,
         node: NodeId,
-        commit: Commit,
+        setup: Setup,
+        peer: bool,
     ) -> Option<Message> {
-        if self.sessions_of(&node).any(|s| self.busy.contains(&s)) {
-            return Some(self.reject(
-                t,
-                None,
-                seq,
-                Reject::cause(Cause::PFCP_ENTITY_IN_CONGESTION),
-            ));
+        self.busy_nodes.insert(node.clone());
+        let release = Releasing {
+            to: from,
+            seq,
+            t,
+            digest: self.digest,
+            cursor: 0,
+            retry: Vec::new(),
+            setup,
+            peer,
+            in_flight: false,
+            retry_at: Duration::ZERO,
+        };
+        self.releases.insert(node.clone(), release);
+        self.release_next(node)
+    }
+
+    /// Hands the next part of `node`'s release to the cluster: the answer to its request when
+    /// that came at once (the last part done, or the release refused).
+    fn release_next(&mut self, node: NodeId) -> Option<Message> {
+        let part = self.config.release_part.max(1);
+        let now = self.now;
+        let r = self.releases.get_mut(&node)?;
+        let mut seids = std::mem::take(&mut r.retry);
+        let end = self.sessions.slot_count();
+        let budget = r.cursor.saturating_add(part.saturating_mul(WALK_PER_PART));
+        let mut blocked = false;
+        while seids.len() < part && r.cursor < end && r.cursor < budget {
+            if let Some((seid, kept)) = self.sessions.at(r.cursor) {
+                if (Stored { kept }).is_of(&self.shapes, &node) {
+                    if self.busy.contains(&seid) {
+                        blocked = true;
+                        break;
+                    }
+                    seids.push(seid);
+                }
+            }
+            r.cursor += 1;
         }
-        let mut seids: Vec<u64> = self.sessions_of(&node).collect();
-        seids.sort_unstable();
+        let walked = r.cursor >= end && !blocked;
+        if seids.is_empty() && !walked {
+            // Other nodes' sessions filled the walk's budget, or a change is in flight in
+            // its way: the walk goes on at the next poll.
+            if blocked {
+                r.retry_at = now + Duration::from_millis(100);
+            }
+            return None;
+        }
+        r.in_flight = true;
+        let (from, seq, t, digest) = (r.to, r.seq, r.t, r.digest);
+        let last = walked.then(|| (r.setup.take(), r.peer));
         let mut changes: Changes = Default::default();
         for s in &seids {
             let kept = self
                 .sessions
                 .get(*s)
-                .expect("sessions_of gives kept sessions");
+                .expect("a release's sessions are kept");
             let sess = Stored { kept }.unpack(&self.shapes, &self.stopped_of(*s));
             let (fib, ues) = sess
                 .fwd
@@ -347,9 +423,87 @@ impl<S: Sessions> Upf<S> {
             changes.0.extend(fib);
             changes.1.extend(ues);
         }
-        self.busy_nodes.insert(node);
-        self.busy.extend(seids);
+        self.busy.extend(seids.iter().copied());
+        let commit = match last {
+            Some((setup, peer)) => Commit::Release {
+                node,
+                seids,
+                setup,
+                peer,
+            },
+            None => Commit::ReleasePart { node, seids },
+        };
+        self.stats.release_parts += 1;
+        self.digest = digest;
         self.apply(from, seq, t, None, changes, commit)
+    }
+
+    /// Whether `from`'s association is being released: its requests meet congestion.
+    pub(super) fn releasing_from(&self, from: SocketAddr) -> bool {
+        (self.by_addr.get(&from.ip())).is_some_and(|n| self.releases.contains_key(n))
+    }
+
+    /// The next parts of the releases under way whose part before is installed (or was
+    /// refused a second ago), the answers to their requests in `out` when done at once.
+    pub(super) fn releases_due(&mut self, now: Duration, out: &mut Vec<Transmit>) {
+        if self.releases.is_empty() {
+            return;
+        }
+        let due: Vec<(NodeId, SocketAddr, u32, u64)> = (self.releases.iter())
+            .filter(|(_, r)| r.ready(now))
+            .map(|(n, r)| (n.clone(), r.to, r.seq, r.digest))
+            .collect();
+        for (node, to, seq, digest) in due {
+            if let Some(m) = self.release_next(node) {
+                self.in_flight.remove(&(to, seq, digest));
+                self.send(out, now, to, Some((seq, digest)), m);
+            }
+        }
+    }
+
+    /// The sessions `seids` of `node`'s release are removed from the cluster: they go here.
+    pub(super) fn release_removed(&mut self, node: &NodeId, seids: &[u64]) {
+        let peer = self.releases.get(node).is_some_and(|r| r.peer);
+        if peer {
+            self.stats.peer_sessions_deleted += seids.len() as u64;
+        }
+        for &s in seids {
+            self.busy.remove(&s);
+            self.remove_session(s);
+            self.set_metering(s, None);
+            self.set_cp_paths(s, None);
+        }
+    }
+
+    /// The cluster refused part `seids` of `node`'s release (`last`: the last part's setup and
+    /// peer flag): a peer's purge or release tries it again a second later; a request's
+    /// release ends, answered with the failure (the sessions removed so far stay removed).
+    pub(super) fn release_refused(
+        &mut self,
+        node: NodeId,
+        seids: Vec<u64>,
+        last: Option<(Setup, bool)>,
+        f: Failure,
+    ) -> Option<Message> {
+        self.stats.release_parts_refused += 1;
+        let now = self.now;
+        let r = self.releases.get_mut(&node)?;
+        if let Some((setup, _)) = last {
+            r.setup = setup;
+        }
+        if r.peer {
+            r.retry = seids;
+            r.in_flight = false;
+            r.retry_at = now + Duration::from_secs(1);
+            self.in_flight.insert((r.to, r.seq, r.digest));
+            return None;
+        }
+        let r = self.releases.remove(&node).expect("just found");
+        for s in &seids {
+            self.busy.remove(s);
+        }
+        self.busy_nodes.remove(&node);
+        Some(self.reject(r.t, None, r.seq, Reject::cause(f.cause())))
     }
 
     /// A Heartbeat Response from `from` to our request `seq`: the peer lives; a changed
@@ -456,13 +610,8 @@ impl<S: Sessions> Upf<S> {
             let accepted = self.reject(t, None, seq, Reject::cause(Cause::REQUEST_ACCEPTED));
             Box::new((kept, accepted))
         });
-        let commit = Commit::Release {
-            node: node.clone(),
-            setup,
-            peer: true,
-        };
         self.digest = self.cache.digest(&bytes);
-        let replicate = match self.apply_release(h.to, seq, t, node, commit) {
+        let replicate = match self.apply_release(h.to, seq, t, node, setup, true) {
             // Being installed: its answer goes to nobody.
             None => {
                 self.silent.insert((h.to, seq));

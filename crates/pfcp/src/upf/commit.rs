@@ -2,6 +2,7 @@
 //! [`Sessions::apply`]; the session is kept (or removed) and the response made once the
 //! cluster confirms them, now or later ([`Upf::complete`]), and nothing is kept when it fails.
 
+use super::association::Setup;
 use super::*;
 
 /// What an accepted change commits when the cluster confirms it.
@@ -28,11 +29,19 @@ pub(super) enum Commit {
     Delete {
         seid: u64,
     },
-    /// Removes every session of `node`; then the association is gone (release) or set up anew.
-    /// `peer`: because our heartbeats found it restarted or dead (counted).
+    /// Removes a part of the sessions of `node` being released ([`Upf::apply_release`]),
+    /// more parts to follow: answered to nobody.
+    ReleasePart {
+        node: NodeId,
+        seids: Vec<u64>,
+    },
+    /// Removes the last part of the sessions of `node` being released; then the association
+    /// is gone (release) or set up anew. `peer`: because our heartbeats found it restarted or
+    /// dead (counted).
     Release {
         node: NodeId,
-        setup: Option<Box<(Association, Message)>>,
+        seids: Vec<u64>,
+        setup: Setup,
         peer: bool,
     },
     /// Closes or opens the gates of URRs whose quota is used up or given anew (no response).
@@ -297,23 +306,34 @@ impl<S: Sessions> Upf<S> {
                 }
                 return None;
             }
-            Commit::Release { node, setup, peer } => {
-                self.busy_nodes.remove(&node);
-                let seids: Vec<u64> = self.sessions_of(&node).collect();
-                for s in &seids {
-                    self.busy.remove(s);
+            Commit::ReleasePart { node, seids } => {
+                match result {
+                    Ok(()) => {
+                        self.release_removed(&node, &seids);
+                        if let Some(r) = self.releases.get_mut(&node) {
+                            r.in_flight = false;
+                            // The request stays in flight until its last part is in.
+                            self.in_flight.insert((to, r.seq, digest));
+                        }
+                        return None;
+                    }
+                    Err(f) => return self.release_refused(node, seids, None, f),
                 }
+            }
+            Commit::Release {
+                node,
+                seids,
+                setup,
+                peer,
+            } => {
                 if let Err(f) = result {
-                    return Some(self.reject(t, None, seq, Reject::cause(f.cause())));
+                    return self.release_refused(node, seids, Some((setup, peer)), f);
                 }
+                self.release_removed(&node, &seids);
+                self.releases.remove(&node);
+                self.busy_nodes.remove(&node);
                 if peer {
-                    self.stats.peer_sessions_deleted += seids.len() as u64;
                     self.stats.peers_released += u64::from(setup.is_none());
-                }
-                for s in seids {
-                    self.remove_session(s);
-                    self.set_metering(s, None);
-                    self.set_cp_paths(s, None);
                 }
                 match setup.map(|b| *b) {
                     Some((association, accepted)) => {

@@ -223,6 +223,12 @@ pub struct Config {
     /// association and sessions: after that they are released (their forwarding removed
     /// through [`Sessions::apply`], [`Stats::peers_released`]). None: never.
     pub dead_peer_grace: Option<Duration>,
+    /// The most sessions one step of an association's release (or of a restarted peer's
+    /// purge) removes: a release of more goes a part at a time, one part through the cluster
+    /// at once, the next at the [`Upf::poll`] after it is installed, so that no call carries
+    /// all of an SMF's sessions (half a million of them held a node's control thread for
+    /// seconds). At least 1.
+    pub release_part: usize,
 }
 
 impl Config {
@@ -254,6 +260,7 @@ impl Config {
             ntp_at_zero: recovery_time_stamp.0,
             allowed_peers: Vec::new(),
             dead_peer_grace: Some(Duration::from_secs(60)),
+            release_part: 4096,
         }
     }
 }
@@ -413,6 +420,12 @@ pub struct Stats {
     pub setup_copies_kept: u64,
     /// Associations released because their peer stayed dead for [`Config::dead_peer_grace`].
     pub peers_released: u64,
+    /// Parts of releases handed to the cluster ([`Config::release_part`]), retries counted.
+    pub release_parts: u64,
+    /// Parts the cluster refused: a peer's purge or release tries the part again a second
+    /// later; a peer's own request is answered with the failure, its sessions removed so far
+    /// staying removed.
+    pub release_parts_refused: u64,
 }
 
 /// The PFCP endpoint of the user plane. See the module docs for what it accepts.
@@ -430,6 +443,8 @@ pub struct Upf<S> {
     /// Sessions (and associations, by node) with a change being installed.
     busy: HashSet<u64>,
     busy_nodes: HashSet<NodeId>,
+    /// Releases under way, by the node released ([`Config::release_part`]).
+    releases: HashMap<NodeId, association::Releasing>,
     /// Establishments being installed (they count against `max_sessions`).
     establishing: usize,
     pending: HashMap<Token, Pending>,
@@ -502,6 +517,7 @@ impl<S: Sessions> Upf<S> {
             next_teid,
             busy: HashSet::default(),
             busy_nodes: HashSet::default(),
+            releases: HashMap::default(),
             establishing: 0,
             pending: HashMap::default(),
             in_flight: HashSet::default(),
@@ -803,7 +819,9 @@ impl<S: Sessions> Upf<S> {
     /// its sessions (TS 29.244 6.2.2, TS 23.527; we offer no session retention). Also what is due
     /// of reports: URR timers (time thresholds and quotas,
     /// periods), delayed Downlink Data Reports, retransmissions of Session Report Requests,
-    /// and responses whose usage counts did not come in time. Call it every second or so.
+    /// and responses whose usage counts did not come in time; and the next part of a release
+    /// under way whose part before is installed ([`Config::release_part`]). Call it every
+    /// second or so, and soon again while [`Upf::release_part_ready`].
     pub fn poll(&mut self, now: Duration) -> Vec<Transmit> {
         self.now = now;
         let mut out = Vec::new();
@@ -817,12 +835,20 @@ impl<S: Sessions> Upf<S> {
     /// retransmissions of Session Report Requests, responses whose counts did not come in
     /// time), without heartbeats or the peers' liveness: for an endpoint serving another's
     /// sessions for a while (a node's stand-in), whose associations' heartbeats are the
-    /// associated endpoint's.
+    /// associated endpoint's. The next parts of releases under way go on here too (a release
+    /// replicated from the associated endpoint).
     pub fn poll_reports(&mut self, now: Duration) -> Vec<Transmit> {
         self.now = now;
         let mut out = Vec::new();
+        self.releases_due(now, &mut out);
         self.reports_due(now, &mut out);
         out
+    }
+
+    /// Whether a release under way has its next part ready for [`Upf::poll`] (its part
+    /// before installed; a refused part counts once its second is over, as of the last call).
+    pub fn release_part_ready(&self) -> bool {
+        (self.releases.values()).any(|r| r.ready(self.now))
     }
 
     /// The sequence number of this endpoint's next request (heartbeats, Session Report

@@ -297,7 +297,7 @@ impl<S: Sessions> Upf<S> {
             ));
         };
         let reply_seid = Some(packed_cp_seid(&packed).expect("packed sessions read back"));
-        if self.busy.contains(&seid) {
+        if self.busy.contains(&seid) || self.releasing_from(from) {
             return Some(self.reject(
                 t,
                 reply_seid,
@@ -448,7 +448,7 @@ impl<S: Sessions> Upf<S> {
             ));
         };
         let reply_seid = Some(packed_cp_seid(&packed).expect("packed sessions read back"));
-        if self.busy.contains(&seid) {
+        if self.busy.contains(&seid) || self.releasing_from(from) {
             return Some(self.reject(
                 t,
                 reply_seid,
