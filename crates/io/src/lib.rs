@@ -119,6 +119,9 @@ pub struct PortStats {
     pub rx_csum_completed: u64,
     /// Transmit-side errors (failed syscalls other than "full").
     pub tx_errors: u64,
+    /// Frames of `rx_packets` that came through an AF_XDP socket (an AF_XDP port, or the
+    /// XDP fast path's slow path: `xdp::SlowPathPort`); 0 for other ports.
+    pub rx_af_xdp: u64,
 }
 
 /// One network port: receives and transmits frames in batches.

@@ -48,6 +48,11 @@ pub struct XdpConfig {
     pub ring_size: u32,
     /// Where to attach the redirect program.
     pub mode: XdpMode,
+    /// Whether to load and attach the redirect program (default). False: the socket is bound
+    /// and nothing else: a program of the caller's, attached to the interface, redirects into
+    /// it (its XSKMAP's entry for the queue set to [`XdpPort::socket_fd`]), as the XDP fast
+    /// path's slow path does ([`SlowPathPort`]).
+    pub program: bool,
 }
 
 impl Default for XdpConfig {
@@ -58,6 +63,7 @@ impl Default for XdpConfig {
             frame_size: 2048,
             ring_size: 2048,
             mode: XdpMode::Auto,
+            program: true,
         }
     }
 }
@@ -343,7 +349,7 @@ const ADDR: usize = std::mem::size_of::<u64>();
 /// An AF_XDP port in copy mode. See the module docs.
 pub struct XdpPort {
     // Drop order matters: detach the program before closing the socket and unmapping.
-    prog: Program,
+    prog: Option<Program>,
     rx: Ring,
     tx: Ring,
     fill: Ring,
@@ -493,7 +499,11 @@ impl XdpPort {
         if r != 0 {
             return Err(IoError::last("bind(AF_XDP, XDP_COPY)"));
         }
-        let prog = load_program(ifindex, cfg.queue_id, raw, cfg.mode)?;
+        let prog = if cfg.program {
+            Some(load_program(ifindex, cfg.queue_id, raw, cfg.mode)?)
+        } else {
+            None
+        };
         Ok(XdpPort {
             prog,
             rx,
@@ -510,9 +520,15 @@ impl XdpPort {
         })
     }
 
-    /// Where the redirect program ended up running.
-    pub fn mode(&self) -> XdpMode {
-        self.prog.mode
+    /// Where the redirect program ended up running (None: the port loaded none,
+    /// [`XdpConfig::program`]).
+    pub fn mode(&self) -> Option<XdpMode> {
+        self.prog.as_ref().map(|p| p.mode)
+    }
+
+    /// The AF_XDP socket, for an XSKMAP of the caller's ([`XdpConfig::program`] false).
+    pub fn socket_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
     }
 
     /// Moves completed transmit chunks back to the free list.
@@ -711,12 +727,159 @@ impl Port for XdpPort {
 
     fn stats(&self) -> PortStats {
         let mut s = self.stats;
+        s.rx_af_xdp = s.rx_packets;
         if let Some(k) = self.kernel_stats() {
             s.rx_dropped += k.rx_dropped + k.rx_ring_full;
             s.rx_errors += k.rx_invalid_descs;
             s.tx_errors += k.tx_invalid_descs;
         }
         s
+    }
+}
+
+/// The redirect program of an [`XdpPort`], attached on its own ([`redirect_to`]); dropping
+/// detaches it.
+pub struct RedirectProgram {
+    _prog: Program,
+}
+
+impl RedirectProgram {
+    /// Where it runs.
+    pub fn mode(&self) -> XdpMode {
+        self._prog.mode
+    }
+}
+
+/// Attaches the 6-instruction redirect program to `ifname` (in the calling thread's network
+/// namespace), its XSKMAP's entry for queue `queue_id` the AF_XDP socket `xsk_fd`: every frame
+/// of that queue goes to the socket (a [`SlowPathPort`]'s, say), others up the kernel's path.
+pub fn redirect_to(
+    ifname: &str,
+    queue_id: u32,
+    xsk_fd: RawFd,
+    mode: XdpMode,
+) -> Result<RedirectProgram, IoError> {
+    let ifindex = afpacket::ifindex(ifname)?;
+    Ok(RedirectProgram {
+        _prog: load_program(ifindex, queue_id, xsk_fd, mode)?,
+    })
+}
+
+/// The slow path of an XDP program of the caller's (the node's XDP fast path) on one interface
+/// queue: an AF_XDP socket (copy mode, no program of its own: the caller puts
+/// [`SlowPathPort::xsk_fd`] into its program's XSKMAP) receives the frames the program
+/// redirects to it, and an AF_PACKET socket beside it receives what the program passes to the
+/// kernel (`XDP_PASS`: frames too large for a UMEM chunk, frames while the XSKMAP entry is
+/// empty, whatever the program leaves to the kernel) and transmits every frame (any size up
+/// to the MTU, through the kernel's queueing as without XDP). Frames the program redirects
+/// elsewhere or drops reach neither. Waiting polls both sockets through one epoll descriptor
+/// ([`Port::rx_fd`]).
+pub struct SlowPathPort {
+    xsk: XdpPort,
+    kernel: afpacket::AfPacketPort,
+    epoll: OwnedFd,
+    /// Frames received from the AF_XDP socket and from the AF_PACKET socket.
+    from_xsk: u64,
+    from_kernel: u64,
+}
+
+impl SlowPathPort {
+    /// Opens both sockets on `ifname` (in the calling thread's network namespace): the AF_XDP
+    /// socket on `xsk.queue_id` with `xsk`'s sizes (its `program` is ignored: none is
+    /// loaded), the AF_PACKET socket with `kernel`.
+    pub fn open(
+        ifname: &str,
+        xsk: &XdpConfig,
+        kernel: &afpacket::AfPacketConfig,
+    ) -> Result<SlowPathPort, IoError> {
+        let cfg = XdpConfig {
+            program: false,
+            ..xsk.clone()
+        };
+        let xsk = XdpPort::open(ifname, &cfg)?;
+        let kernel = afpacket::AfPacketPort::open(ifname, kernel)?;
+        // SAFETY: plain epoll_create1; the fd is owned below.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(IoError::last("epoll_create1"));
+        }
+        let epoll = owned(ep);
+        for fd in [xsk.socket_fd(), kernel.rx_fd().unwrap_or(-1)] {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: fd as u64,
+            };
+            // SAFETY: ev is a valid epoll_event; both fds are open and owned by the port.
+            if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+                return Err(IoError::last("epoll_ctl"));
+            }
+        }
+        Ok(SlowPathPort {
+            xsk,
+            kernel,
+            epoll,
+            from_xsk: 0,
+            from_kernel: 0,
+        })
+    }
+
+    /// The AF_XDP socket, for the program's XSKMAP entry of this queue.
+    pub fn xsk_fd(&self) -> RawFd {
+        self.xsk.socket_fd()
+    }
+
+    /// Frames received so far from the AF_XDP socket and from the AF_PACKET socket.
+    pub fn received(&self) -> (u64, u64) {
+        (self.from_xsk, self.from_kernel)
+    }
+}
+
+impl Port for SlowPathPort {
+    fn name(&self) -> &str {
+        self.xsk.name()
+    }
+
+    fn rx_batch(&mut self, batch: &mut PacketBatch) -> usize {
+        let a = self.xsk.rx_batch(batch);
+        let b = self.kernel.rx_batch(batch);
+        self.from_xsk += a as u64;
+        self.from_kernel += b as u64;
+        a + b
+    }
+
+    fn tx_batch(&mut self, batch: &mut PacketBatch) -> usize {
+        self.kernel.tx_batch(batch)
+    }
+
+    fn wait_rx(&mut self, timeout: Duration) -> Result<bool, IoError> {
+        if self.xsk.wait_rx(Duration::ZERO)? {
+            return Ok(true);
+        }
+        let mut p = libc::pollfd {
+            fd: self.epoll.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: p is one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        Ok(r > 0)
+    }
+
+    fn rx_fd(&self) -> Option<RawFd> {
+        Some(self.epoll.as_raw_fd())
+    }
+
+    fn stats(&self) -> PortStats {
+        let (x, k) = (self.xsk.stats(), self.kernel.stats());
+        PortStats {
+            rx_packets: x.rx_packets + k.rx_packets,
+            rx_bytes: x.rx_bytes + k.rx_bytes,
+            rx_dropped: x.rx_dropped + k.rx_dropped,
+            rx_errors: x.rx_errors + k.rx_errors,
+            rx_af_xdp: self.from_xsk,
+            ..k
+        }
     }
 }
 

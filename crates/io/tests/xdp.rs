@@ -3,7 +3,7 @@
 
 use sb_io::afpacket::{AfPacketConfig, AfPacketPort};
 use sb_io::netns::{self, Netns};
-use sb_io::xdp::{XdpConfig, XdpMode, XdpPort};
+use sb_io::xdp::{redirect_to, SlowPathPort, XdpConfig, XdpMode, XdpPort};
 use sb_io::{PacketBatch, Port};
 use std::time::{Duration, Instant};
 
@@ -75,6 +75,7 @@ fn xdp_copy_mode_over_veth() {
         };
         let mut x = nb.run(|| XdpPort::open("vb", &xcfg)).unwrap().unwrap();
         eprintln!("xdp program mode: {:?}", x.mode());
+        assert!(x.mode().is_some());
         transfer(&mut a, &mut x, 3000);
         transfer(&mut x, &mut a, 3000);
         let s = x.stats();
@@ -84,4 +85,50 @@ fn xdp_copy_mode_over_veth() {
         drop(x);
         drop(a);
     }
+}
+
+/// Issue 30's slow path: a `SlowPathPort` receives over AF_PACKET what goes up the kernel's
+/// path (no program attached yet), over AF_XDP what a program redirects into its socket, and
+/// transmits through AF_PACKET; its counters tell the two apart.
+#[test]
+fn a_slow_path_port_takes_redirected_frames_over_af_xdp_and_the_rest_over_af_packet() {
+    if !sb_io::netns::root_or_skip("needs network namespaces") {
+        return;
+    }
+    let pid = std::process::id();
+    let na = Netns::create(&format!("sbio-sp-a-{pid}")).unwrap();
+    let nb = Netns::create(&format!("sbio-sp-b-{pid}")).unwrap();
+    netns::veth_pair(na.name(), "va", nb.name(), "vb").unwrap();
+    let cfg = AfPacketConfig {
+        promiscuous: true,
+        ..AfPacketConfig::default()
+    };
+    let mut a = na.run(|| AfPacketPort::open("va", &cfg)).unwrap().unwrap();
+    let xcfg = XdpConfig {
+        frames: 1024,
+        frame_size: 4096,
+        ring_size: 512,
+        ..XdpConfig::default()
+    };
+    let mut s = nb
+        .run(|| SlowPathPort::open("vb", &xcfg, &cfg))
+        .unwrap()
+        .unwrap();
+    transfer(&mut a, &mut s, 300);
+    assert_eq!(s.received(), (0, 300));
+    let fd = s.xsk_fd();
+    let prog = nb
+        .run(|| redirect_to("vb", 0, fd, XdpMode::Generic))
+        .unwrap()
+        .unwrap();
+    transfer(&mut a, &mut s, 3000);
+    assert_eq!(s.received(), (3000, 300));
+    transfer(&mut s, &mut a, 3000);
+    let st = s.stats();
+    assert_eq!(
+        (st.rx_packets, st.rx_af_xdp, st.tx_packets),
+        (3300, 3000, 3000)
+    );
+    assert_eq!(st.rx_dropped, 0);
+    drop(prog);
 }

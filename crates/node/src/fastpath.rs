@@ -10,12 +10,21 @@
 //!   ([`XdpReport::generic_fallbacks`]). A native redirect into a veth reaches its peer only
 //!   when the peer has a NAPI instance (GRO on, or an XDP program): `cluster up --io
 //!   xdp-fast` turns GRO on for the peers of every node's `inet`, `ran` and `fabric`.
-//! - **The slow path**: the programs' XSKMAP stays empty, so whatever they do not finish
-//!   (`XDP_PASS` through `bpf_redirect_map`'s default) goes up the kernel's receive path,
-//!   where the node's AF_PACKET sockets take it as they take every frame without XDP: the
-//!   engine handles it exactly as before (misses, ARP, ICMP errors, sessions with a policy,
-//!   GTP-U signalling, fabric frames the programs do not finish, the node's own traffic).
-//!   Frames the programs redirect never reach the sockets.
+//! - **The slow path**: whatever the programs do not finish (misses, ARP, ICMP errors,
+//!   sessions with a policy, GTP-U signalling, fabric frames they do not finish) goes to the
+//!   engine, which handles it exactly as without XDP. With one worker it arrives over AF_XDP:
+//!   each port is a [`sb_io::xdp::SlowPathPort`], whose AF_XDP socket (copy mode, queue 0: a
+//!   veth has one) is the port's entry in the programs' XSKMAP
+//!   ([`TableMirror::slow_path_socket`]), so a slow frame costs one copy into the socket's
+//!   UMEM instead of the kernel's receive path and an AF_PACKET copy. What the programs pass
+//!   to the kernel (`XDP_PASS`: frames over 3,072 bytes, the fabric's frames without the shim,
+//!   which are the node's own) reaches the port's AF_PACKET socket beside it, as every frame
+//!   does without XDP; the engine transmits through that socket (frames of any size). With
+//!   several workers (AF_PACKET fanout; one AF_XDP socket per queue) the XSKMAP stays empty
+//!   and every slow frame goes up the kernel's path to the workers' AF_PACKET sockets. The
+//!   counters file says which ports' slow path is AF_XDP (`xdp.slow_path_af_xdp`) and how
+//!   many frames each port's engine took from its AF_XDP socket (`ports.*.rx_af_xdp`).
+//!   Frames the programs redirect never reach the engine.
 //! - **Tables**: the GPT (the live table's snapshot, or the fixed table; none under full
 //!   duplication and hash partitioning, whose programs hash keys with the node's seed), every
 //!   FIB and uplink entry the node holds (under full duplication every flow's, under hash
@@ -38,6 +47,8 @@ pub struct NodeFastPath {
     attached: Vec<(String, AttachMode)>,
     generic_fallbacks: u64,
     write_errors: u64,
+    /// The ports whose slow path is an AF_XDP socket ([`TableMirror::slow_path_socket`]).
+    slow_path: Vec<String>,
 }
 
 fn err(what: &str) -> impl FnOnce(XdpError) -> NodeError + '_ {
@@ -170,6 +181,7 @@ impl NodeFastPath {
             attached: Vec::new(),
             generic_fallbacks: 0,
             write_errors: 0,
+            slow_path: Vec::new(),
         };
         for (prog, port, ifindex) in [
             (Prog::Inet, &cfg.inet.ifname, inet),
@@ -351,6 +363,21 @@ impl TableMirror for NodeFastPath {
             enabled: self.fp.enabled(),
             write_errors: self.write_errors,
             counters,
+            slow_path_af_xdp: self.slow_path.clone(),
         }
+    }
+
+    fn slow_path_socket(&mut self, port: usize, fd: std::os::fd::RawFd) -> Result<(), String> {
+        let (prog, name) = match port {
+            0 => (Prog::Inet, "inet"),
+            1 => (Prog::Ran, "ran"),
+            2 => (Prog::Fabric, "fabric"),
+            _ => return Err(format!("no port {port}")),
+        };
+        self.fp
+            .set_slow_path_socket(prog, 0, fd)
+            .map_err(|e| chain(&e))?;
+        self.slow_path.push(name.to_string());
+        Ok(())
     }
 }

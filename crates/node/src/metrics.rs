@@ -1360,6 +1360,7 @@ mod tests {
             generic_fallbacks: 1,
             enabled: true,
             write_errors: 0,
+            slow_path_af_xdp: vec!["inet".into()],
             counters: vec![
                 ("rx_inet".into(), 1000),
                 ("to_ran".into(), 300),

@@ -39,6 +39,13 @@ pub trait TableMirror: Send {
     fn stand_ins(&mut self, by: &[Option<u16>]);
     /// The fast path's state for the counters file and the metrics.
     fn report(&self) -> XdpReport;
+    /// Makes the AF_XDP socket `fd`, bound to queue 0 of the node's port `port` (0 `inet`,
+    /// 1 `ran`, 2 `fabric`), the slow path of the frames that port's program does not finish.
+    /// A mirror without programs has none: `Err`.
+    fn slow_path_socket(&mut self, port: usize, fd: std::os::fd::RawFd) -> Result<(), String> {
+        let _ = (port, fd);
+        Err("no XDP programs".into())
+    }
 }
 
 /// The slot the control thread writes through (empty: no mirror).
@@ -69,6 +76,9 @@ pub struct XdpReport {
     pub write_errors: u64,
     /// The programs' counters: `(label, count)`.
     pub counters: Vec<(String, u64)>,
+    /// The ports whose slow path is an AF_XDP socket (the others' goes up the kernel's path
+    /// to the node's AF_PACKET socket).
+    pub slow_path_af_xdp: Vec<String>,
 }
 
 impl XdpReport {
@@ -99,6 +109,7 @@ impl XdpReport {
             "enabled": self.enabled,
             "write_errors": self.write_errors,
             "counters": counters,
+            "slow_path_af_xdp": self.slow_path_af_xdp,
         })
     }
 }

@@ -384,8 +384,50 @@ pub fn drive<A: App>(
     }
 }
 
-fn open_ports(cfg: &NodeFile, worker: usize) -> Result<[Box<dyn Port>; 3], NodeError> {
-    let open = || -> Result<[Box<dyn Port>; 3], NodeError> {
+/// The AF_XDP sockets of the XDP fast path's slow path among a worker's ports: (port index, fd).
+type SlowPathSockets = Vec<(usize, std::os::fd::RawFd)>;
+
+/// A kernel port `i` (0 `inet`, 1 `ran`, 2 `fabric`) named `name` with AF_PACKET settings `c`:
+/// with the XDP fast path and one worker, a [`sb_io::xdp::SlowPathPort`] (its AF_XDP socket
+/// put into `xsks` for the programs' XSKMAP; AF_PACKET alone, said on stderr, when AF_XDP
+/// cannot be opened), else an AF_PACKET port.
+fn kernel_port(
+    cfg: &NodeFile,
+    i: usize,
+    name: &str,
+    c: &sb_io::afpacket::AfPacketConfig,
+    xsks: &mut SlowPathSockets,
+) -> Result<Box<dyn Port>, sb_io::IoError> {
+    #[cfg(feature = "fastpath")]
+    if cfg.io == IoBackend::XdpFast && cfg.workers == 1 {
+        let x = sb_io::xdp::XdpConfig {
+            frames: 1024,
+            frame_size: 4096,
+            ring_size: 512,
+            ..Default::default()
+        };
+        match sb_io::xdp::SlowPathPort::open(name, &x, c) {
+            Ok(p) => {
+                xsks.push((i, p.xsk_fd()));
+                return Ok(Box::new(p));
+            }
+            Err(e) => eprintln!(
+                "node {}: {name}: the slow path over AF_XDP cannot be opened ({e}): it goes \
+                 up the kernel's path to AF_PACKET",
+                cfg.node
+            ),
+        }
+    }
+    let _ = (cfg, i, &xsks);
+    Ok(Box::new(sb_io::afpacket::AfPacketPort::open(name, c)?))
+}
+
+fn open_ports(
+    cfg: &NodeFile,
+    worker: usize,
+) -> Result<([Box<dyn Port>; 3], SlowPathSockets), NodeError> {
+    let open = || -> Result<([Box<dyn Port>; 3], SlowPathSockets), NodeError> {
+        let mut xsks = Vec::new();
         let names = [&cfg.inet.ifname, &cfg.ran.ifname, &cfg.fabric.ifname];
         let mut v: Vec<Box<dyn Port>> = Vec::new();
         for (i, name) in names.into_iter().enumerate() {
@@ -404,7 +446,7 @@ fn open_ports(cfg: &NodeFile, worker: usize) -> Result<[Box<dyn Port>; 3], NodeE
                             .then(|| ((std::process::id() as u16) & 0x3fff) * 3 + i as u16),
                         ..Default::default()
                     };
-                    Box::new(sb_io::afpacket::AfPacketPort::open(name, &c).map_err(err)?)
+                    kernel_port(cfg, i, name, &c, &mut xsks).map_err(err)?
                 }
                 #[cfg(feature = "xdp")]
                 IoBackend::Xdp => {
@@ -426,7 +468,8 @@ fn open_ports(cfg: &NodeFile, worker: usize) -> Result<[Box<dyn Port>; 3], NodeE
             v.push(p);
         }
         let _ = worker;
-        Ok(v.try_into().unwrap_or_else(|_| unreachable!("three ports")))
+        let ports = v.try_into().unwrap_or_else(|_| unreachable!("three ports"));
+        Ok((ports, xsks))
     };
     match &cfg.netns {
         Some(ns) => sb_io::netns::in_netns(ns, open).map_err(|source| NodeError::Port {
@@ -460,13 +503,15 @@ fn counters_json(
             a.tx_errors += b.tx_errors;
             a.rx_truncated += b.rx_truncated;
             a.rx_csum_completed += b.rx_csum_completed;
+            a.rx_af_xdp += b.rx_af_xdp;
         }
     }
     let port = |s: &PortStats| {
         json!({"rx_packets": s.rx_packets, "rx_bytes": s.rx_bytes, "rx_dropped": s.rx_dropped,
                "rx_errors": s.rx_errors, "tx_packets": s.tx_packets, "tx_bytes": s.tx_bytes,
                "tx_dropped": s.tx_dropped, "tx_errors": s.tx_errors,
-               "rx_truncated": s.rx_truncated, "rx_csum_completed": s.rx_csum_completed})
+               "rx_truncated": s.rx_truncated, "rx_csum_completed": s.rx_csum_completed,
+               "rx_af_xdp": s.rx_af_xdp})
     };
     json!({
         "node": cfg.node,
@@ -664,7 +709,22 @@ fn forward(
     let mut ports = Vec::new();
     for w in 0..cfg.workers {
         engines.push(make_engine(cfg, tables, w)?);
-        ports.push(open_ports(cfg, w)?);
+        let (p, xsks) = open_ports(cfg, w)?;
+        // The slow path's AF_XDP sockets into the programs' XSKMAP (on failure the slow
+        // path goes up the kernel's path to the same ports' AF_PACKET sockets).
+        for (port, fd) in xsks {
+            let mut m = crate::mirror::lock(xdp);
+            let r = m.as_mut().map(|m| m.slow_path_socket(port, fd));
+            if let Some(Err(e)) = r {
+                eprintln!(
+                    "node {}: {}: the slow path over AF_XDP is off ({e}): it goes up the \
+                     kernel's path to AF_PACKET",
+                    cfg.node,
+                    p[port].name()
+                );
+            }
+        }
+        ports.push(p);
     }
     let published: Vec<Arc<Mutex<Counters>>> = (0..cfg.workers)
         .map(|_| Arc::new(Mutex::new(Counters::default())))

@@ -566,6 +566,24 @@ fn malformed_frames(test: &str, io: Io) {
         let finished = x("to_ran") + x("to_fabric") + x("up_to_inet") + x("echo");
         assert_eq!(finished, 0, "{n}");
         assert!(x("slow") >= total, "{n}");
+        // Over AF_XDP (issue 30: one worker): each port's slow-path socket is in the
+        // programs' XSKMAP, and the engine took the frames from them (the ports' counters
+        // are published once a second).
+        assert_eq!(
+            n["xdp"]["slow_path_af_xdp"].as_array().unwrap().len(),
+            3,
+            "{n}"
+        );
+        let t0 = Instant::now();
+        loop {
+            let n = c.status()["node_status"][0].clone();
+            let af = |p: &str| n["ports"][p]["rx_af_xdp"].as_u64().unwrap_or(0);
+            if (af("inet"), af("ran")) == (15, 9) {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "{n}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     // Valid traffic still passes, and nothing malformed reached the RAN side.

@@ -1813,6 +1813,20 @@ fn scapy_as_smf(name: &str, io: Io) {
         let x = xdp_counters(&c);
         assert!(x.get("slow_policy").copied().unwrap_or(0) > 0, "{x:?}");
         eprintln!("XDP counters, all nodes: {x:?}");
+        // Issue 30: the slow path is AF_XDP (one worker per node): every port's AF_XDP socket
+        // is its programs' XSKMAP entry, and the engines took slow frames from them.
+        let mut af_xdp = 0;
+        for n in st["node_status"].as_array().unwrap() {
+            let ports: Vec<&str> = (n["xdp"]["slow_path_af_xdp"].as_array().unwrap().iter())
+                .map(|p| p.as_str().unwrap())
+                .collect();
+            assert_eq!(ports, ["inet", "ran", "fabric"], "{n}");
+            for p in ["inet", "ran", "fabric"] {
+                af_xdp += u(&n["ports"][p]["rx_af_xdp"]);
+            }
+        }
+        eprintln!("slow frames the engines took over AF_XDP, all nodes: {af_xdp}");
+        assert!(af_xdp > 0);
     }
     eprintln!("pfcp e2e took {:?}", t_start.elapsed());
     // A bound, not a speed claim: scripts/test.sh runs this binary (its tests two at a time)

@@ -140,9 +140,12 @@ struct {
     __type(value, __u8[24]);
 } sb_uplink SEC(".maps");
 
+// The slow path's AF_XDP sockets: entry port * XSK_QUEUES + receive queue, port 0 inet, 1 ran,
+// 2 fabric (a socket receives only frames of its own interface and queue).
+#define XSK_QUEUES 64
 struct {
     __uint(type, BPF_MAP_TYPE_XSKMAP);
-    __uint(max_entries, 64);
+    __uint(max_entries, 3 * XSK_QUEUES);
     __type(key, __u32);
     __type(value, __u32);
 } sb_xsks SEC(".maps");
@@ -161,11 +164,27 @@ static __always_inline void count(__u32 c)
         *v += 1;
 }
 
+// The slow path's AF_XDP socket takes frames up to this size (a UMEM chunk holds them with
+// room to spare); larger ones go up the kernel's path (where the node's AF_PACKET socket
+// beside it takes them), as do all while the port's entry is empty.
+#define XSK_MAX_FRAME 3072
+
 static __always_inline int slow(struct xdp_md *ctx, __u32 why)
 {
     count(C_SLOW);
     count(why);
-    return bpf_redirect_map(&sb_xsks, ctx->rx_queue_index, XDP_PASS);
+    if (ctx->data_end - ctx->data > XSK_MAX_FRAME)
+        return XDP_PASS;
+    __u32 zero = 0, port = 0;
+    struct sb_cfg *cfg = bpf_map_lookup_elem(&sb_cfg, &zero);
+    if (cfg && ctx->ingress_ifindex == cfg->ifindex_ran)
+        port = 1;
+    else if (cfg && ctx->ingress_ifindex == cfg->ifindex_fabric)
+        port = 2;
+    __u32 q = ctx->rx_queue_index;
+    if (q >= XSK_QUEUES)
+        return XDP_PASS;
+    return bpf_redirect_map(&sb_xsks, port * XSK_QUEUES + q, XDP_PASS);
 }
 
 // ---- the key hash: sb_common::hash128 for 16-byte keys --------------------------------------

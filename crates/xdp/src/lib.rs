@@ -23,9 +23,10 @@
 //!   `inet`, TTL <= 1, too big for the MTU, FIB or TEID misses, values with a policy (any of
 //!   the FIB value's policy bytes 16..25 or its local slot 25..28 set), a GPT block being
 //!   written, a shim the engine would refuse)
-//!   goes to the slow path: `bpf_redirect_map` to the XSKMAP entry of the receive queue (the
-//!   engine over AF_XDP), which is `XDP_PASS` (the kernel stack) when no socket is bound
-//!   there. The program never drops.
+//!   goes to the slow path: `bpf_redirect_map` to the XSKMAP entry of the port and receive
+//!   queue (`port * XSK_QUEUES + queue`, port 0 `inet`, 1 `ran`, 2 `fabric`: the engine over
+//!   AF_XDP, `FastPath::set_slow_path_socket`), which is `XDP_PASS` (the kernel stack) when
+//!   no socket is bound there, and for frames over 3,072 bytes. The program never drops.
 //!
 //!   The architecture is `sb_cfg`'s ([`Arch`], as `sb_engine::Arch`; `FastPath::load_arch`),
 //!   and the programs follow the engine's choices for it exactly (same key hash, same nodes,
@@ -77,4 +78,4 @@ mod loader;
 
 pub use layout::{Arch, BlockEdit, Counter, GptImage, LayoutError, NodeSetup};
 #[cfg(feature = "bpf")]
-pub use loader::{action, root_and_bpf, AttachMode, FastPath, Prog, TestRun, XdpError};
+pub use loader::{action, root_and_bpf, AttachMode, FastPath, Prog, TestRun, XdpError, XSK_QUEUES};

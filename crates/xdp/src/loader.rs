@@ -49,7 +49,14 @@ pub enum XdpError {
         /// Blocks of the map.
         have: u64,
     },
+    /// A slow-path socket for a port or queue the programs have no entry for.
+    #[error("slow path: {0}")]
+    SlowPath(String),
 }
+
+/// Receive queues per port the slow path has XSKMAP entries for (`XSK_QUEUES` of
+/// bpf/fastpath.bpf.c).
+pub const XSK_QUEUES: u32 = 64;
 
 /// Whether this process may load BPF programs (root); `Err` says why not, for tests that skip.
 pub fn root_and_bpf() -> Result<(), String> {
@@ -445,13 +452,31 @@ impl FastPath {
         }
     }
 
-    /// Binds an AF_XDP socket to queue `queue`'s slow path.
+    /// Makes the AF_XDP socket `socket` (bound to `port`'s interface, queue `queue`: the kernel
+    /// hands a socket only frames of its own interface and queue) the slow path of the frames
+    /// `port`'s program receives on that queue and does not finish. Frames of more than 3,072
+    /// bytes, and every frame of a queue with no socket, go up the kernel's path instead
+    /// (`XDP_PASS`). Queues 0..64.
     pub fn set_slow_path_socket(
         &mut self,
+        port: Prog,
         queue: u32,
-        socket: impl std::os::fd::AsRawFd,
+        socket: std::os::fd::RawFd,
     ) -> Result<(), XdpError> {
-        Ok(self.xsks.set(queue, socket, 0)?)
+        let base = match port {
+            Prog::Inet => 0,
+            Prog::Ran => 1,
+            Prog::Fabric => 2,
+            Prog::TestHash | Prog::TestGpt => {
+                return Err(XdpError::SlowPath(format!("{port:?} has no slow path")))
+            }
+        };
+        if queue >= XSK_QUEUES {
+            return Err(XdpError::SlowPath(format!(
+                "queue {queue}: the slow path takes queues 0..{XSK_QUEUES}"
+            )));
+        }
+        Ok(self.xsks.set(base * XSK_QUEUES + queue, socket, 0)?)
     }
 
     /// Changes the interface indexes the programs redirect to (after the ports exist).
