@@ -4,10 +4,13 @@
 //! partitioning: `sb_xdp::Arch`), their maps filled from the node's tables at start and kept
 //! in step with the control plane as a [`TableMirror`].
 //!
-//! - **Attachment**: native (driver) mode first; when the kernel refuses it (on a veth: a
-//!   peer MTU above a page, as the cluster's 9000-byte `ran` links have) the port is
+//! - **Attachment**: native (driver) mode first; when the kernel refuses it the port is
 //!   attached in generic (SKB) mode, which is logged and counted
-//!   ([`XdpReport::generic_fallbacks`]). A native redirect into a veth reaches its peer only
+//!   ([`XdpReport::generic_fallbacks`]). The programs are frags-aware (`xdp.frags`), so a
+//!   veth whose peer's MTU is above a page (the cluster's 9000-byte `ran` and fabric links)
+//!   takes them natively too: a jumbo frame then comes in several buffers, which the
+//!   programs see as a packet longer than their first and pass to the slow path (whole, over
+//!   3,072 bytes: up the kernel's path). A native redirect into a veth reaches its peer only
 //!   when the peer has a NAPI instance (GRO on, or an XDP program): `cluster up --io
 //!   xdp-fast` turns GRO on for the peers of every node's `inet`, `ran` and `fabric`.
 //! - **The slow path**: whatever the programs do not finish (misses, ARP, ICMP errors,

@@ -112,6 +112,14 @@ fn two_nodes_carry_traffic(test: &str, io: Io) {
                 let x = |n: &Value, k: &str| n["xdp"]["counters"][k].as_u64().unwrap_or(0);
                 assert_eq!(x(&n1, "to_ran") + x(&n1, "fabric_to_ran"), 5000, "{n1}");
                 assert_eq!(x(&n0, "slow") + x(&n1, "slow"), 0, "{n0} {n1}");
+                // Every port in native mode, the 9000-byte `ran` and `fabric` links too (the
+                // programs are frags-aware; issue 30).
+                for n in [&n0, &n1] {
+                    let native =
+                        serde_json::json!({"inet": "native", "ran": "native", "fabric": "native"});
+                    assert_eq!(n["xdp"]["attached"], native, "{n}");
+                    assert_eq!(n["xdp"]["generic_fallbacks"], 0, "{n}");
+                }
             }
             for e in [e0, e1] {
                 assert_eq!(e["ports"]["inet"]["rx"], 2500, "{e}");

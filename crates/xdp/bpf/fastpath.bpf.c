@@ -173,7 +173,10 @@ static __always_inline int slow(struct xdp_md *ctx, __u32 why)
 {
     count(C_SLOW);
     count(why);
-    if (ctx->data_end - ctx->data > XSK_MAX_FRAME)
+    // The whole frame's length: a jumbo frame on a port with an MTU above a page comes in
+    // several buffers (the programs are frags-aware, so they attach natively there), of
+    // which data..data_end is the first.
+    if (bpf_xdp_get_buff_len(ctx) > XSK_MAX_FRAME)
         return XDP_PASS;
     __u32 zero = 0, port = 0;
     struct sb_cfg *cfg = bpf_map_lookup_elem(&sb_cfg, &zero);
@@ -550,7 +553,7 @@ static __always_inline int encap(struct xdp_md *ctx, const struct sb_cfg *cfg, c
     return bpf_redirect(cfg->ifindex_ran, 0);
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int sb_inet(struct xdp_md *ctx)
 {
     __u32 zero = 0;
@@ -658,7 +661,7 @@ int sb_inet(struct xdp_md *ctx)
 // (checked as at inet, without the upper layer, which the engine does not read here), the FIB
 // lookup and the action as at inet: out of ran, or (hash partitioning) encapsulated on to the
 // egress node. Counted C_FABRIC_TO_RAN after one crossing, C_FABRIC_TO_RAN_2 after two.
-SEC("xdp")
+SEC("xdp.frags")
 int sb_fabric(struct xdp_md *ctx)
 {
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -744,8 +747,11 @@ int sb_fabric(struct xdp_md *ctx)
 // 29.281 sec. 7.2.2): MACs swapped, IPv4 from the request's destination to its source (TTL 64,
 // no DF, identification 0), UDP from 2152 to the request's source port with the checksum
 // computed, GTP-U flags 0x32 (the S flag), type 2, TEID 0, the request's sequence number (0
-// without one), a Recovery IE with restart counter 0; 56 bytes, out of ran (XDP_TX). Requests
-// with extension headers or an N-PDU number go to the slow path, which answers them the same.
+// without one), a Recovery IE with restart counter 0; 56 bytes, out of ran: redirected to ran
+// itself, not XDP_TX (a veth's XDP_TX into a peer without an XDP program is not kicked: the
+// answer sat in the peer's ring until other traffic came; a redirect's flush kicks it).
+// Requests with extension headers or an N-PDU number go to the slow path, which answers them
+// the same.
 static __always_inline int echo(struct xdp_md *ctx)
 {
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -847,10 +853,10 @@ static __always_inline int echo(struct xdp_md *ctx)
     u[6] = uc >> 8;
     u[7] = uc & 0xff;
     count(C_ECHO);
-    return XDP_TX;
+    return bpf_redirect(ctx->ingress_ifindex, 0);
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int sb_ran(struct xdp_md *ctx)
 {
     __u32 zero = 0;

@@ -12,7 +12,7 @@
 //!   fabric shim (`sb_engine::fabric`, kind Lookup, hops 1) out of `fabric`. `sb_ran` (uplink
 //!   at `ran`): a G-PDU without options, TEID lookup in the uplink map, inner source = the
 //!   UE, TTL, decapsulation out of `inet`; a GTP-U Echo Request (without extension headers or
-//!   an N-PDU number) answered in place out of `ran` (`XDP_TX`), byte for byte as the engine
+//!   an N-PDU number) answered in place out of `ran` (redirected to `ran` itself: a veth does not kick its peer for `XDP_TX`), byte for byte as the engine
 //!   answers it. `sb_fabric` (frames from the other nodes at `fabric`, sent to this node's
 //!   fabric MAC): the shim checked as `sb_engine`'s `Engine::on_fabric` checks it; kind
 //!   Transmit: the shim popped, out of `ran` with this node's MACs; kind Lookup: the FIB and

@@ -241,6 +241,27 @@ mod bpf {
                             crossings
                         );
                     }
+                    if d(Counter::Echo) == 1 {
+                        // A GTP-U Echo Request answered in place: the engine's reply, out of
+                        // ran (redirected to the port it came in on).
+                        let total =
+                            self.out.ran.len() + self.out.fabric.len() + self.out.inet.len();
+                        assert!(
+                            port == PortId::Ran && self.out.ran.len() == 1 && total == 1,
+                            "XDP answered, the engine sent {} to ran, {} to fabric, {} to inet: {frame:02x?}",
+                            self.out.ran.len(),
+                            self.out.fabric.len(),
+                            self.out.inet.len()
+                        );
+                        assert_eq!(
+                            r.frame,
+                            self.out.ran.get(0),
+                            "echo: XDP's answer (left) differs from the engine's, input {frame:02x?}"
+                        );
+                        self.fast += 1;
+                        self.echoes += 1;
+                        return;
+                    }
                     let (to, name) = if hops.is_some() {
                         (&self.out.ran, "ran")
                     } else if d(Counter::ToFabric) == 1 {
@@ -264,29 +285,6 @@ mod bpf {
                         "to {name}: XDP's frame (left) differs from the engine's, input {frame:02x?}"
                     );
                     self.fast += 1;
-                }
-                action::TX => {
-                    // A GTP-U Echo Request answered in place: the engine's reply, out of ran.
-                    assert_eq!(
-                        d(Counter::Echo),
-                        1,
-                        "a TX without its counter: {frame:02x?}"
-                    );
-                    let total = self.out.ran.len() + self.out.fabric.len() + self.out.inet.len();
-                    assert!(
-                        port == PortId::Ran && self.out.ran.len() == 1 && total == 1,
-                        "XDP answered, the engine sent {} to ran, {} to fabric, {} to inet: {frame:02x?}",
-                        self.out.ran.len(),
-                        self.out.fabric.len(),
-                        self.out.inet.len()
-                    );
-                    assert_eq!(
-                        r.frame,
-                        self.out.ran.get(0),
-                        "echo: XDP's answer (left) differs from the engine's, input {frame:02x?}"
-                    );
-                    self.fast += 1;
-                    self.echoes += 1;
                 }
                 a => panic!("XDP action {a} for {frame:02x?}"),
             }
