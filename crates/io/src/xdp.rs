@@ -192,6 +192,19 @@ fn owned(fd: RawFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
+/// Whether `fd` polled readable within `timeout`.
+fn poll_in(fd: RawFd, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: p is one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    r > 0
+}
+
 /// The loaded redirect program, its XSKMAP and the link attaching it. Dropping detaches.
 struct Program {
     // Field order = drop order: detach first.
@@ -710,15 +723,7 @@ impl Port for XdpPort {
         if self.rx.prod().load(Ordering::Acquire) != self.rx.cons().load(Ordering::Relaxed) {
             return Ok(true);
         }
-        let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: p is one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        Ok(r > 0)
+        Ok(poll_in(self.fd.as_raw_fd(), timeout))
     }
 
     fn rx_fd(&self) -> Option<RawFd> {
@@ -855,15 +860,7 @@ impl Port for SlowPathPort {
         if self.xsk.wait_rx(Duration::ZERO)? {
             return Ok(true);
         }
-        let mut p = libc::pollfd {
-            fd: self.epoll.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: p is one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        Ok(r > 0)
+        Ok(poll_in(self.epoll.as_raw_fd(), timeout))
     }
 
     fn rx_fd(&self) -> Option<RawFd> {

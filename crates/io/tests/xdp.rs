@@ -53,22 +53,34 @@ fn transfer(tx: &mut dyn Port, rx: &mut dyn Port, n: u32) {
     }
 }
 
+fn promiscuous() -> AfPacketConfig {
+    AfPacketConfig {
+        promiscuous: true,
+        ..AfPacketConfig::default()
+    }
+}
+
+/// Namespaces `sbio-{tag}-a/b-PID` joined by veths `va`/`vb`, and an AF_PACKET port on `va`.
+fn pair(tag: &str) -> (Netns, Netns, AfPacketPort) {
+    let pid = std::process::id();
+    let na = Netns::create(&format!("sbio-{tag}-a-{pid}")).unwrap();
+    let nb = Netns::create(&format!("sbio-{tag}-b-{pid}")).unwrap();
+    netns::veth_pair(na.name(), "va", nb.name(), "vb").unwrap();
+    let a = na
+        .run(|| AfPacketPort::open("va", &promiscuous()))
+        .unwrap()
+        .unwrap();
+    (na, nb, a)
+}
+
 #[test]
 fn xdp_copy_mode_over_veth() {
     if !sb_io::netns::root_or_skip("needs network namespaces") {
         return;
     }
     for mode in [XdpMode::Generic, XdpMode::Auto] {
-        let pid = std::process::id();
-        let tag = if mode == XdpMode::Generic { "g" } else { "d" };
-        let na = Netns::create(&format!("sbio-x{tag}-a-{pid}")).unwrap();
-        let nb = Netns::create(&format!("sbio-x{tag}-b-{pid}")).unwrap();
-        netns::veth_pair(na.name(), "va", nb.name(), "vb").unwrap();
-        let cfg = AfPacketConfig {
-            promiscuous: true,
-            ..AfPacketConfig::default()
-        };
-        let mut a = na.run(|| AfPacketPort::open("va", &cfg)).unwrap().unwrap();
+        let tag = if mode == XdpMode::Generic { "xg" } else { "xd" };
+        let (_na, nb, mut a) = pair(tag);
         let xcfg = XdpConfig {
             mode,
             ..XdpConfig::default()
@@ -95,15 +107,7 @@ fn a_slow_path_port_takes_redirected_frames_over_af_xdp_and_the_rest_over_af_pac
     if !sb_io::netns::root_or_skip("needs network namespaces") {
         return;
     }
-    let pid = std::process::id();
-    let na = Netns::create(&format!("sbio-sp-a-{pid}")).unwrap();
-    let nb = Netns::create(&format!("sbio-sp-b-{pid}")).unwrap();
-    netns::veth_pair(na.name(), "va", nb.name(), "vb").unwrap();
-    let cfg = AfPacketConfig {
-        promiscuous: true,
-        ..AfPacketConfig::default()
-    };
-    let mut a = na.run(|| AfPacketPort::open("va", &cfg)).unwrap().unwrap();
+    let (_na, nb, mut a) = pair("sp");
     let xcfg = XdpConfig {
         frames: 1024,
         frame_size: 4096,
@@ -111,7 +115,7 @@ fn a_slow_path_port_takes_redirected_frames_over_af_xdp_and_the_rest_over_af_pac
         ..XdpConfig::default()
     };
     let mut s = nb
-        .run(|| SlowPathPort::open("vb", &xcfg, &cfg))
+        .run(|| SlowPathPort::open("vb", &xcfg, &promiscuous()))
         .unwrap()
         .unwrap();
     transfer(&mut a, &mut s, 300);

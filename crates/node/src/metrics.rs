@@ -83,6 +83,7 @@
 //! | `scalebricks_port_bytes_total` | counter | `port`, `direction` | bytes of the frames received and transmitted |
 //! | `scalebricks_port_dropped_packets_total` | counter | `port`, `direction` | frames lost by the port: kernel ring full on receive, frames larger than a buffer or truncated; ring or peer full on transmit |
 //! | `scalebricks_port_errors_total` | counter | `port`, `direction` | failed syscalls, malformed ring entries |
+//! | `scalebricks_port_af_xdp_packets_total` | counter | `port` | frames received through an AF_XDP socket: the XDP fast path's slow path (`io: xdp-fast`, one worker), or an AF_XDP port (`io: xdp`) |
 //!
 //! Tables ([`TableSizes`]):
 //!
@@ -646,6 +647,7 @@ fn ports(enc: &mut DescriptorEncoder, workers: &[[PortStats; 3]]) -> Result<(), 
             a.tx_dropped += b.tx_dropped;
             a.rx_errors += b.rx_errors;
             a.tx_errors += b.tx_errors;
+            a.rx_af_xdp += b.rx_af_xdp;
         }
     }
     let rows = |f: &dyn Fn(&PortStats) -> (u64, u64)| {
@@ -680,6 +682,16 @@ fn ports(enc: &mut DescriptorEncoder, workers: &[[PortStats; 3]]) -> Result<(), 
         "Failed syscalls and malformed ring entries of each port.",
         MetricType::Counter,
         rows(&|s| (s.rx_errors, s.tx_errors)),
+    )?;
+    family(
+        enc,
+        "scalebricks_port_af_xdp_packets",
+        "Frames each port received through an AF_XDP socket: the XDP fast path's slow path (or an AF_XDP port).",
+        MetricType::Counter,
+        PortId::ALL
+            .into_iter()
+            .map(|p| (vec![port_label(p)], sum[p as usize].rx_af_xdp))
+            .collect::<Vec<_>>(),
     )
 }
 
@@ -1240,6 +1252,7 @@ mod tests {
         "scalebricks_port_bytes",
         "scalebricks_port_dropped_packets",
         "scalebricks_port_errors",
+        "scalebricks_port_af_xdp_packets",
         "fivegs_upffunction_upf_sessionnbr",
         "scalebricks_table_entries",
         "scalebricks_table_bytes",
@@ -1264,7 +1277,7 @@ mod tests {
     ];
 
     /// Families present without control status, log size or PFCP counts.
-    const ALWAYS: usize = 25;
+    const ALWAYS: usize = 26;
 
     fn workers() -> Vec<Counters> {
         let mut a = Counters::default();
