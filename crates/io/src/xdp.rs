@@ -745,13 +745,13 @@ impl Port for XdpPort {
 /// The redirect program of an [`XdpPort`], attached on its own ([`redirect_to`]); dropping
 /// detaches it.
 pub struct RedirectProgram {
-    _prog: Program,
+    prog: Program,
 }
 
 impl RedirectProgram {
     /// Where it runs.
     pub fn mode(&self) -> XdpMode {
-        self._prog.mode
+        self.prog.mode
     }
 }
 
@@ -766,7 +766,7 @@ pub fn redirect_to(
 ) -> Result<RedirectProgram, IoError> {
     let ifindex = afpacket::ifindex(ifname)?;
     Ok(RedirectProgram {
-        _prog: load_program(ifindex, queue_id, xsk_fd, mode)?,
+        prog: load_program(ifindex, queue_id, xsk_fd, mode)?,
     })
 }
 

@@ -391,6 +391,7 @@ type SlowPathSockets = Vec<(usize, std::os::fd::RawFd)>;
 /// with the XDP fast path and one worker, a [`sb_io::xdp::SlowPathPort`] (its AF_XDP socket
 /// put into `xsks` for the programs' XSKMAP; AF_PACKET alone, said on stderr, when AF_XDP
 /// cannot be opened), else an AF_PACKET port.
+#[cfg_attr(not(feature = "fastpath"), allow(unused_variables))]
 fn kernel_port(
     cfg: &NodeFile,
     i: usize,
@@ -418,7 +419,6 @@ fn kernel_port(
             ),
         }
     }
-    let _ = (cfg, i, &xsks);
     Ok(Box::new(sb_io::afpacket::AfPacketPort::open(name, c)?))
 }
 

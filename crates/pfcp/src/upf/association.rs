@@ -58,7 +58,7 @@ pub(super) const WALK_PER_PART: usize = 8;
 #[derive(Debug)]
 pub(super) struct Releasing {
     to: SocketAddr,
-    pub(super) seq: u32,
+    seq: u32,
     t: u8,
     digest: u64,
     /// The next slot of the session slab the walk looks at: each part takes the node's

@@ -313,7 +313,7 @@ impl<S: Sessions> Upf<S> {
                         if let Some(r) = self.releases.get_mut(&node) {
                             r.in_flight = false;
                             // The request stays in flight until its last part is in.
-                            self.in_flight.insert((to, r.seq, digest));
+                            self.in_flight.insert((to, seq, digest));
                         }
                         return None;
                     }
